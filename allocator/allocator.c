@@ -1,0 +1,1 @@
+/* allocator/allocator.c: not yet written. */

@@ -1,0 +1,1 @@
+/* allocator/config.c: not yet written. */

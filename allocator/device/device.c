@@ -1,0 +1,114 @@
+/* device.c - backend selection. GCA_DEVICE=cuda|sim|auto picks the operation
+ * table once per process; auto tries cuda (a driver and at least one device)
+ * and otherwise falls back to sim, saying so once on stderr. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "device.h"
+
+static const char *op_names[GCA_OP_COUNT] = {
+#define OP_NAME(name) #name,
+    GCA_DEVICE_OP_MAP(OP_NAME)
+#undef OP_NAME
+};
+
+static pthread_once_t select_once = PTHREAD_ONCE_INIT;
+static const gca_device_ops_t *selected;
+static const gca_device_ops_t *override_ops;
+static gca_status_t select_status;
+static char select_detail[512];
+
+const char *gca__device_op_name(gca_dev_op_t op) {
+  if ((int)op < 0 || op >= GCA_OP_COUNT)
+    return "unknown_op";
+  return op_names[op];
+}
+
+static gca_status_t try_backend(const gca_device_ops_t *ops) {
+  gca_status_t st = ops->init();
+  if (st != GCA_OK)
+    return st;
+  int n = 0;
+  st = ops->device_count(&n);
+  if (st != GCA_OK)
+    return st;
+  if (n <= 0)
+    return gca__error(GCA_ERR_NO_DEVICE, "%s: the driver reports no device", ops->name);
+  return GCA_OK;
+}
+
+static void select_backend(void) {
+  const char *want = gca__getenv("GCA_DEVICE");
+  if (!want || !*want)
+    want = "auto";
+  if (strcasecmp(want, "sim") == 0) {
+    select_status = try_backend(gca__sim_ops());
+    if (select_status == GCA_OK)
+      selected = gca__sim_ops();
+  } else if (strcasecmp(want, "cuda") == 0) {
+    select_status = try_backend(gca__cuda_ops());
+    if (select_status == GCA_OK)
+      selected = gca__cuda_ops();
+  } else if (strcasecmp(want, "auto") == 0) {
+    select_status = try_backend(gca__cuda_ops());
+    if (select_status == GCA_OK) {
+      selected = gca__cuda_ops();
+    } else {
+      char why[512];
+      snprintf(why, sizeof(why), "%s", gca_last_error());
+      select_status = try_backend(gca__sim_ops());
+      if (select_status == GCA_OK) {
+        selected = gca__sim_ops();
+        fprintf(stderr, "gca: no usable CUDA device (%s); using the sim backend\n", why);
+      }
+    }
+  } else {
+    select_status = gca__error(GCA_ERR_CONFIG,
+                               "GCA_DEVICE='%s' is not one of cuda, sim, auto", want);
+  }
+  if (select_status != GCA_OK)
+    snprintf(select_detail, sizeof(select_detail), "%s", gca_last_error());
+}
+
+GCA_API gca_status_t gca_device_init(void) {
+  if (override_ops)
+    return GCA_OK;
+  pthread_once(&select_once, select_backend);
+  if (select_status != GCA_OK)
+    return gca__error(select_status, "%s", select_detail);
+  return GCA_OK;
+}
+
+const gca_device_ops_t *gca__device(void) {
+  if (override_ops)
+    return override_ops;
+  return selected;
+}
+
+const gca_device_ops_t *gca__device_get(gca_status_t *st) {
+  gca_status_t s = gca_device_init();
+  if (st)
+    *st = s;
+  return s == GCA_OK ? gca__device() : NULL;
+}
+
+void gca__device_override(const gca_device_ops_t *ops) {
+  override_ops = ops;
+}
+
+GCA_API const char *gca_device_backend_name(void) {
+  const gca_device_ops_t *ops = gca__device();
+  return ops ? ops->name : NULL;
+}
+
+GCA_API gca_status_t gca_device_count(int *count) {
+  if (!count)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "gca_device_count: count is NULL");
+  gca_status_t st;
+  const gca_device_ops_t *ops = gca__device_get(&st);
+  if (!ops)
+    return st;
+  return ops->device_count(count);
+}

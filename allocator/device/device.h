@@ -1,0 +1,264 @@
+/* device.h - the device layer's operation table: everything the layers above
+ * need from a GPU, behind one struct of function pointers with two backends,
+ * cuda (the driver API, loaded at run time) and sim (a software GPU).
+ *
+ * The table is the testing seam (STYLE.md): tests may wrap or swap it. Every
+ * operation has a name in GCA_DEVICE_OP_MAP; the sim backend counts calls and
+ * injects faults by that name, and every failure's detail message starts with
+ * it ("mem_map: ...") so the caller can tell which operation failed.
+ *
+ * Semantics follow the CUDA driver API entry named beside each op. Where the
+ * driver returns an error the op returns the matching gca status:
+ *   CUDA_ERROR_OUT_OF_MEMORY            -> GCA_ERR_OUT_OF_MEMORY
+ *   CUDA_ERROR_INVALID_VALUE            -> GCA_ERR_INVALID_ARGUMENT
+ *   CUDA_ERROR_INVALID_HANDLE           -> GCA_ERR_INVALID_HANDLE
+ *   CUDA_ERROR_NOT_READY                -> GCA_ERR_NOT_READY
+ *   CUDA_ERROR_NOT_SUPPORTED            -> GCA_ERR_NOT_SUPPORTED
+ *   CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED  -> GCA_ERR_CAPTURE_UNSUPPORTED
+ *   CUDA_ERROR_STREAM_CAPTURE_INVALIDATED  -> GCA_ERR_CAPTURE_INVALIDATED
+ *   CUDA_ERROR_STREAM_CAPTURE_IMPLICIT     -> GCA_ERR_CAPTURE_IMPLICIT
+ *   CUDA_ERROR_STREAM_CAPTURE_UNMATCHED    -> GCA_ERR_CAPTURE_UNMATCHED
+ *   CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD -> GCA_ERR_CAPTURE_WRONG_THREAD
+ *   CUDA_ERROR_STREAM_CAPTURE_UNJOINED     -> GCA_ERR_CAPTURE_UNJOINED
+ *   CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE   -> GCA_ERR_GRAPH_UPDATE
+ *   CUDA_ERROR_NO_DEVICE / NOT_INITIALIZED -> GCA_ERR_NO_DEVICE
+ *   anything else                       -> GCA_ERR_DRIVER (driver's error name in the detail)
+ */
+#ifndef GCA_DEVICE_INTERNAL_H
+#define GCA_DEVICE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "gca/device.h"
+
+/* X(name): one entry per operation, in table order. */
+#define GCA_DEVICE_OP_MAP(X)                                                                        \
+  X(init)                                                                                           \
+  X(device_count)                                                                                   \
+  X(device_attr)                                                                                    \
+  X(device_name)                                                                                    \
+  X(device_can_access_peer)                                                                         \
+  X(mem_get_info)                                                                                   \
+  X(mem_alloc)                                                                                      \
+  X(mem_free)                                                                                       \
+  X(mem_granularity)                                                                                \
+  X(mem_address_reserve)                                                                            \
+  X(mem_address_free)                                                                               \
+  X(mem_create)                                                                                     \
+  X(mem_release)                                                                                    \
+  X(mem_map)                                                                                        \
+  X(mem_unmap)                                                                                      \
+  X(mem_set_access)                                                                                 \
+  X(mem_export_fd)                                                                                  \
+  X(mem_import_fd)                                                                                  \
+  X(ctx_synchronize)                                                                                \
+  X(stream_create)                                                                                  \
+  X(stream_destroy)                                                                                 \
+  X(stream_synchronize)                                                                             \
+  X(stream_query)                                                                                   \
+  X(stream_wait_event)                                                                              \
+  X(event_create)                                                                                   \
+  X(event_destroy)                                                                                  \
+  X(event_record)                                                                                   \
+  X(event_query)                                                                                    \
+  X(event_synchronize)                                                                              \
+  X(event_elapsed)                                                                                  \
+  X(launch_host_func)                                                                               \
+  X(memcpy_async)                                                                                   \
+  X(memset_d8_async)                                                                                \
+  X(memset_d32_async)                                                                               \
+  X(kernel_fill_u32)                                                                                \
+  X(kernel_add_u32)                                                                                 \
+  X(kernel_sleep)                                                                                   \
+  X(stream_begin_capture)                                                                           \
+  X(stream_end_capture)                                                                             \
+  X(stream_capture_info)                                                                            \
+  X(thread_exchange_capture_mode)                                                                   \
+  X(graph_node_count)                                                                               \
+  X(graph_instantiate)                                                                              \
+  X(graph_upload)                                                                                   \
+  X(graph_launch)                                                                                   \
+  X(graph_exec_update)                                                                              \
+  X(graph_destroy)                                                                                  \
+  X(graph_exec_destroy)
+
+typedef enum gca_dev_op {
+#define GCA__OP_ENUM(name) GCA_OP_##name,
+  GCA_DEVICE_OP_MAP(GCA__OP_ENUM)
+#undef GCA__OP_ENUM
+      GCA_OP_COUNT
+} gca_dev_op_t;
+
+/* Device attributes (values as the driver reports them). */
+typedef enum gca_dev_attr {
+  GCA_ATTR_CC_MAJOR,
+  GCA_ATTR_CC_MINOR,
+  GCA_ATTR_MULTIPROCESSOR_COUNT,
+  GCA_ATTR_VMM_SUPPORTED,             /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+  GCA_ATTR_POSIX_FD_SUPPORTED,        /* ..._HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED */
+  GCA_ATTR_FABRIC_SUPPORTED,          /* ..._HANDLE_TYPE_FABRIC_SUPPORTED */
+  GCA_ATTR_MEMORY_POOLS_SUPPORTED,    /* CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED */
+  GCA_ATTR_UNIFIED_ADDRESSING,
+} gca_dev_attr_t;
+
+/* Stream flags (CU_STREAM_*). */
+#define GCA_STREAM_DEFAULT 0x0u
+#define GCA_STREAM_NON_BLOCKING 0x1u
+/* Event flags (CU_EVENT_*). */
+#define GCA_EVENT_DEFAULT 0x0u
+#define GCA_EVENT_BLOCKING_SYNC 0x1u
+#define GCA_EVENT_DISABLE_TIMING 0x2u
+
+/* Capture modes and status, numerically equal to CUstreamCaptureMode/Status. */
+typedef enum gca_capture_mode {
+  GCA_CAPTURE_MODE_GLOBAL = 0,
+  GCA_CAPTURE_MODE_THREAD_LOCAL = 1,
+  GCA_CAPTURE_MODE_RELAXED = 2,
+} gca_capture_mode_t;
+
+typedef enum gca_capture_status {
+  GCA_CAPTURE_STATUS_NONE = 0,
+  GCA_CAPTURE_STATUS_ACTIVE = 1,
+  GCA_CAPTURE_STATUS_INVALIDATED = 2,
+} gca_capture_status_t;
+
+/* Result of graph_exec_update, numerically equal to CUgraphExecUpdateResult. */
+typedef enum gca_graph_update_result {
+  GCA_GRAPH_UPDATE_SUCCESS = 0,
+  GCA_GRAPH_UPDATE_ERROR = 1,
+  GCA_GRAPH_UPDATE_TOPOLOGY_CHANGED = 2,
+  GCA_GRAPH_UPDATE_NODE_TYPE_CHANGED = 3,
+  GCA_GRAPH_UPDATE_FUNCTION_CHANGED = 4,
+  GCA_GRAPH_UPDATE_PARAMETERS_CHANGED = 5,
+  GCA_GRAPH_UPDATE_NOT_SUPPORTED = 6,
+} gca_graph_update_result_t;
+
+typedef struct gca_graph_update_info {
+  gca_graph_update_result_t result;
+  size_t error_node_index; /* index (capture order) of the first offending node, or SIZE_MAX */
+  char reason[256];        /* human-readable, e.g. "node 3: memset became memcpy" */
+} gca_graph_update_info_t;
+
+typedef void (*gca_host_fn_t)(void *user_data);
+
+typedef struct gca_device_ops {
+  const char *name; /* "cuda" or "sim" */
+
+  /* cuInit + symbol resolution; once-guarded, later calls return the first result. */
+  gca_status_t (*init)(void);
+  gca_status_t (*device_count)(int *count);
+  gca_status_t (*device_attr)(int dev, gca_dev_attr_t attr, int *value);
+  gca_status_t (*device_name)(int dev, char *name, size_t len);
+  gca_status_t (*device_can_access_peer)(int dev, int peer, int *can);
+  /* cuMemGetInfo: free and total bytes of `dev`. */
+  gca_status_t (*mem_get_info)(int dev, size_t *free_bytes, size_t *total_bytes);
+
+  /* Classic allocation: cuMemAlloc / cuMemFree. Pointers are 256-byte aligned at least. */
+  gca_status_t (*mem_alloc)(int dev, size_t size, gca_devptr_t *out);
+  gca_status_t (*mem_free)(int dev, gca_devptr_t ptr);
+
+  /* VMM: cuMemGetAllocationGranularity (minimum, or recommended when `recommended`). */
+  gca_status_t (*mem_granularity)(int dev, bool recommended, size_t *granularity);
+  /* cuMemAddressReserve / cuMemAddressFree. size and alignment multiples of the granularity;
+   * alignment 0 means the granularity. */
+  gca_status_t (*mem_address_reserve)(int dev, size_t size, size_t alignment, gca_devptr_t *out);
+  gca_status_t (*mem_address_free)(int dev, gca_devptr_t ptr, size_t size);
+  /* cuMemCreate of pinned device memory on `dev`, exportable as a POSIX fd when
+   * the device supports it. GCA_ERR_OUT_OF_MEMORY when capacity is exhausted. */
+  gca_status_t (*mem_create)(int dev, size_t size, gca_memhandle_t *out);
+  /* cuMemRelease: the memory is freed once no mapping refers to it. */
+  gca_status_t (*mem_release)(gca_memhandle_t handle);
+  /* cuMemMap / cuMemUnmap (ptr, size multiples of the granularity). Unmap may
+   * span several mappings as long as it covers each whole. */
+  gca_status_t (*mem_map)(gca_devptr_t ptr, size_t size, size_t offset, gca_memhandle_t handle);
+  gca_status_t (*mem_unmap)(gca_devptr_t ptr, size_t size);
+  /* cuMemSetAccess: read-write access for each device in devs[0..ndevs). */
+  gca_status_t (*mem_set_access)(gca_devptr_t ptr, size_t size, const int *devs, int ndevs);
+  /* cuMemExportToShareableHandle (POSIX fd; the caller owns and closes the fd) and
+   * cuMemImportFromShareableHandle (the fd stays the caller's). */
+  gca_status_t (*mem_export_fd)(gca_memhandle_t handle, int *fd);
+  gca_status_t (*mem_import_fd)(int dev, int fd, gca_memhandle_t *out);
+
+  /* cuCtxSynchronize on the device's primary context. */
+  gca_status_t (*ctx_synchronize)(int dev);
+
+  /* Streams: cuStreamCreateWithPriority / Destroy / Synchronize / Query (GCA_ERR_NOT_READY
+   * while work is pending) / WaitEvent. A NULL stream is the legacy default stream of
+   * the calling thread's current device (device 0 unless set by the layer above). */
+  gca_status_t (*stream_create)(int dev, unsigned flags, int priority, gca_stream_t *out);
+  gca_status_t (*stream_destroy)(gca_stream_t stream);
+  gca_status_t (*stream_synchronize)(gca_stream_t stream);
+  gca_status_t (*stream_query)(gca_stream_t stream);
+  gca_status_t (*stream_wait_event)(gca_stream_t stream, gca_event_t event);
+
+  /* Events: cuEventCreate / Destroy / Record / Query / Synchronize / ElapsedTime (ms). */
+  gca_status_t (*event_create)(int dev, unsigned flags, gca_event_t *out);
+  gca_status_t (*event_destroy)(gca_event_t event);
+  gca_status_t (*event_record)(gca_event_t event, gca_stream_t stream);
+  gca_status_t (*event_query)(gca_event_t event);
+  gca_status_t (*event_synchronize)(gca_event_t event);
+  gca_status_t (*event_elapsed)(gca_event_t start, gca_event_t end, float *ms);
+
+  /* cuLaunchHostFunc: fn(user_data) runs on a host thread in stream order. */
+  gca_status_t (*launch_host_func)(gca_stream_t stream, gca_host_fn_t fn, void *user_data);
+  /* cuMemcpyAsync (unified addressing: either side may be host or device) and
+   * cuMemsetD8Async / cuMemsetD32Async (count in elements). */
+  gca_status_t (*memcpy_async)(gca_devptr_t dst, gca_devptr_t src, size_t bytes,
+                               gca_stream_t stream);
+  gca_status_t (*memset_d8_async)(gca_devptr_t dst, uint8_t value, size_t count,
+                                  gca_stream_t stream);
+  gca_status_t (*memset_d32_async)(gca_devptr_t dst, uint32_t value, size_t count,
+                                   gca_stream_t stream);
+
+  /* Ready-made kernels for tests and tools, capturable like any stream work:
+   * fill: dst[i] = value + i * step; add: dst[i] = a[i] + b[i]; sleep: the
+   * stream is busy for `ns` nanoseconds (slow work for ordering tests). */
+  gca_status_t (*kernel_fill_u32)(gca_devptr_t dst, uint32_t value, uint32_t step, size_t count,
+                                  gca_stream_t stream);
+  gca_status_t (*kernel_add_u32)(gca_devptr_t dst, gca_devptr_t a, gca_devptr_t b, size_t count,
+                                 gca_stream_t stream);
+  gca_status_t (*kernel_sleep)(uint64_t ns, gca_stream_t stream);
+
+  /* Stream capture: cuStreamBeginCapture_v2 / cuStreamEndCapture /
+   * cuStreamGetCaptureInfo (id may be NULL) / cuThreadExchangeStreamCaptureMode. */
+  gca_status_t (*stream_begin_capture)(gca_stream_t stream, gca_capture_mode_t mode);
+  gca_status_t (*stream_end_capture)(gca_stream_t stream, gca_graph_t *graph);
+  gca_status_t (*stream_capture_info)(gca_stream_t stream, gca_capture_status_t *status,
+                                      uint64_t *id);
+  gca_status_t (*thread_exchange_capture_mode)(gca_capture_mode_t *mode);
+
+  /* Graphs: cuGraphGetNodes (count) / cuGraphInstantiate / cuGraphUpload / cuGraphLaunch /
+   * cuGraphExecUpdate (GCA_ERR_GRAPH_UPDATE with *info filled when rejected) /
+   * cuGraphDestroy / cuGraphExecDestroy. */
+  gca_status_t (*graph_node_count)(gca_graph_t graph, size_t *count);
+  gca_status_t (*graph_instantiate)(gca_graph_t graph, gca_graph_exec_t *out);
+  gca_status_t (*graph_upload)(gca_graph_exec_t exec, gca_stream_t stream);
+  gca_status_t (*graph_launch)(gca_graph_exec_t exec, gca_stream_t stream);
+  gca_status_t (*graph_exec_update)(gca_graph_exec_t exec, gca_graph_t graph,
+                                    gca_graph_update_info_t *info);
+  gca_status_t (*graph_destroy)(gca_graph_t graph);
+  gca_status_t (*graph_exec_destroy)(gca_graph_exec_t exec);
+} gca_device_ops_t;
+
+/* ---- device.c ---- */
+
+/* The selected backend's table after gca_device_init() succeeded; NULL before. */
+const gca_device_ops_t *gca__device(void);
+/* Initializes (as gca_device_init) and returns the table, or NULL with the status in *st. */
+const gca_device_ops_t *gca__device_get(gca_status_t *st);
+/* Name of op `op` ("mem_map"). */
+const char *gca__device_op_name(gca_dev_op_t op);
+/* Tests: force the table returned by gca__device() (NULL undoes it). */
+void gca__device_override(const gca_device_ops_t *ops);
+
+/* ---- sim/sim.c, cuda/cuda.c ---- */
+
+/* The backends' tables. The cuda table exists in every build; without cuda.h
+ * at build time its init fails with GCA_ERR_NOT_SUPPORTED saying so. */
+const gca_device_ops_t *gca__sim_ops(void);
+const gca_device_ops_t *gca__cuda_ops(void);
+
+#endif

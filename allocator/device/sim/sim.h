@@ -1,0 +1,76 @@
+/* sim.h - internals of the sim backend, a software GPU on the host.
+ *
+ * Module map:
+ *   sim.c        devices, capacity, the op table, fault injection, call counters,
+ *                and the public gca_sim_* control API
+ *   sim_mem.c    classic and VMM memory (memfd physical handles, PROT_NONE
+ *                reservations, MAP_FIXED mappings at 2 MiB granularity), IPC fds
+ *   sim_stream.c streams (a worker thread each, in order), events, host funcs,
+ *                copies, memsets and the ready-made kernels
+ *   sim_graph.c  stream capture (modes, illegal-operation rules, invalidation,
+ *                cross-stream joins through events) and graphs (instantiate,
+ *                upload, launch, exec-update, destroy)
+ *
+ * Device memory is host memory: a device pointer is a host virtual address,
+ * so kernels (host functions run by the stream workers) read and write it
+ * directly, and touching an unmapped device address faults as on a GPU.
+ *
+ * Every op begins with GCA_SIM_ENTER(op), which counts the call and applies
+ * injected faults; an injected failure returns the op's natural error
+ * (GCA_ERR_OUT_OF_MEMORY for memory-creating ops, GCA_ERR_DRIVER otherwise)
+ * with a detail "<op>: injected fault (sim, call N)".
+ */
+#ifndef GCA_SIM_H
+#define GCA_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h"
+
+#define GCA_SIM_MAX_DEVICES 16
+#define GCA_SIM_GRANULARITY (2u << 20)
+
+/* ---- sim.c ---- */
+
+/* Counts a call of `op` and decides whether an injected fault applies; `bytes`
+ * is the size a memory-creating op is about to create (0 otherwise). Returns
+ * GCA_OK, or the failure (detail set) the op must return at once. */
+gca_status_t gca__sim_enter(gca_dev_op_t op, uint64_t bytes);
+#define GCA_SIM_ENTER(op, bytes) GCA_CHECK(gca__sim_enter(GCA_OP_##op, (bytes)))
+
+/* Number of sim devices (GCA_SIM_DEVICES, default 1) once initialized. */
+int gca__sim_device_count(void);
+/* GCA_ERR_INVALID_ARGUMENT naming `op` unless 0 <= dev < count. */
+gca_status_t gca__sim_check_device(const char *op, int dev);
+/* Reserves/returns physical capacity on a device (mem_create, mem_alloc).
+ * GCA_ERR_OUT_OF_MEMORY naming `op`, requested and free bytes when full. */
+gca_status_t gca__sim_capacity_take(const char *op, int dev, uint64_t bytes);
+void gca__sim_capacity_give(int dev, uint64_t bytes);
+
+/* ---- sim_mem.c ---- */
+
+/* Installs the memory ops (mem_*) into the table. */
+void gca__sim_mem_ops(gca_device_ops_t *ops);
+/* Device whose memory contains [ptr, ptr+len) if it is mapped device memory, else -1. */
+int gca__sim_mem_device_of(gca_devptr_t ptr, size_t len);
+
+/* ---- sim_stream.c ---- */
+
+/* Installs stream, event, host-func, copy/memset and kernel ops. */
+void gca__sim_stream_ops(gca_device_ops_t *ops);
+
+/* ---- sim_graph.c ---- */
+
+/* Installs capture and graph ops. */
+void gca__sim_graph_ops(gca_device_ops_t *ops);
+/* Note [Capture-unsafe calls]: the driver forbids "potentially unsafe" calls
+ * (cuMemAlloc, synchronous copies, synchronizing or querying work that is
+ * being captured, ...) depending on the capture mode of the ongoing sequences
+ * and the calling thread's exchange mode. Returns GCA_OK when `op` may run
+ * now, else GCA_ERR_CAPTURE_UNSUPPORTED with the detail set (and invalidates
+ * the offending capture where the driver would). */
+gca_status_t gca__sim_capture_check_unsafe(const char *op);
+
+#endif

@@ -1,0 +1,1 @@
+/* allocator/device/sim/sim_mem.c: not yet written. */

@@ -1,0 +1,1 @@
+/* allocator/history.c: not yet written. */

@@ -1,0 +1,69 @@
+/* history.h - what the allocator tells the recorders beside it: the bounded
+ * history ring behind snapshots' device_traces, and the RMM-CSV trace file
+ * (GCA_TRACE=path.csv).
+ *
+ * The allocator calls gca__history_event() for every action below; it returns
+ * at once when neither recorder is on (one relaxed atomic load), so the hot
+ * path pays nothing when history and tracing are off.
+ */
+#ifndef GCA_ALLOC_HISTORY_H
+#define GCA_ALLOC_HISTORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "gca/device.h"
+
+/* PyTorch's trace-entry actions, in snapshot spelling. */
+#define GCA_HISTORY_ACTION_MAP(X)                                                                   \
+  X(ALLOC, "alloc")                                                                                 \
+  X(FREE_REQUESTED, "free_requested")                                                               \
+  X(FREE_COMPLETED, "free_completed")                                                               \
+  X(SEGMENT_ALLOC, "segment_alloc")                                                                 \
+  X(SEGMENT_FREE, "segment_free")                                                                   \
+  X(SEGMENT_MAP, "segment_map")                                                                     \
+  X(SEGMENT_UNMAP, "segment_unmap")                                                                 \
+  X(SNAPSHOT, "snapshot")                                                                           \
+  X(OOM, "oom")
+
+typedef enum gca_history_action {
+#define GCA__HA_ENUM(name, str) GCA_HA_##name,
+  GCA_HISTORY_ACTION_MAP(GCA__HA_ENUM)
+#undef GCA__HA_ENUM
+      GCA_HA_COUNT
+} gca_history_action_t;
+
+#define GCA_HISTORY_MAX_FRAMES 16
+
+typedef struct gca_history_entry {
+  gca_history_action_t action;
+  int device;
+  gca_devptr_t addr;
+  uint64_t size;
+  gca_stream_t stream;
+  uint64_t time_ns;           /* gca__now_ns() */
+  int nframes;                /* 0 unless stacks were requested */
+  void *frames[GCA_HISTORY_MAX_FRAMES];
+} gca_history_entry_t;
+
+/* ---- history.c ---- */
+
+/* Records one event into the device's ring and, for ALLOC and FREE_REQUESTED
+ * (the user-visible allocate/free), into the GCA_TRACE file. Thread-safe. */
+void gca__history_event(gca_history_action_t action, int device, gca_devptr_t addr, uint64_t size,
+                        gca_stream_t stream);
+/* Notes a failed allocation request ("allocate failure" in the trace). */
+void gca__history_alloc_failure(int device, uint64_t size, gca_stream_t stream);
+/* Backs gca_record_history(). */
+gca_status_t gca__history_configure(bool enabled, size_t max_entries, bool stacks);
+/* Copies the device's ring (oldest first) into a malloc'd array. */
+gca_status_t gca__history_copy(int device, gca_history_entry_t **entries, size_t *count);
+const char *gca__history_action_name(gca_history_action_t action);
+/* Opens the GCA_TRACE file if the variable is set (called once at allocator init). */
+gca_status_t gca__trace_open_from_env(void);
+/* Flushes and closes the trace (atexit and tests). */
+void gca__trace_close(void);
+
+#endif

@@ -1,0 +1,63 @@
+/* introspect.h - a read-only walk over an allocator's segments and blocks, the
+ * one view that snapshots, the invariant walker's tests and tools share.
+ *
+ * gca__allocator_walk() holds the device allocator's lock while it calls `fn`
+ * once per segment, in address order, with the segment's blocks in address
+ * order; `fn` must not call back into the allocator.
+ */
+#ifndef GCA_ALLOC_INTROSPECT_H
+#define GCA_ALLOC_INTROSPECT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "gca/device.h"
+
+typedef enum gca_block_state {
+  GCA_BLOCK_ACTIVE_ALLOCATED = 0,   /* "active_allocated" */
+  GCA_BLOCK_ACTIVE_PENDING_FREE = 1, /* "active_pending_free": freed, waiting on stream events */
+  GCA_BLOCK_INACTIVE = 2,           /* "inactive": cached, free */
+} gca_block_state_t;
+
+typedef struct gca_block_info {
+  gca_devptr_t address;
+  size_t size;
+  size_t requested_size; /* 0 when inactive */
+  gca_block_state_t state;
+} gca_block_info_t;
+
+typedef struct gca_segment_info {
+  int device;
+  gca_devptr_t address;
+  size_t total_size;     /* mapped/reserved bytes of the segment */
+  size_t allocated_size; /* sum of active_allocated block sizes */
+  size_t active_size;    /* allocated + pending free */
+  size_t requested_size;
+  gca_stream_t stream;
+  bool is_large;         /* segment_type "large" / "small" */
+  bool is_expandable;
+  uint64_t pool_id[2];   /* segment_pool_id; {0,0} for the default pools */
+} gca_segment_info_t;
+
+typedef void (*gca_walk_fn)(const gca_segment_info_t *seg, const gca_block_info_t *blocks,
+                            size_t nblocks, void *ctx);
+
+/* ---- allocator.c ---- */
+
+/* Walks the device's allocator; GCA_OK without calls when it has none yet. */
+gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx);
+/* Number of devices that have an allocator (walk 0..n-1). */
+int gca__allocator_device_count(void);
+/* Validates every pool, segment and block of every device; on failure returns
+ * GCA_ERR_INTERNAL with the first broken invariant in the detail. */
+gca_status_t gca__allocator_check(void);
+/* Copies the process-wide allocator settings in force. */
+struct gca_alloc_config;
+void gca__allocator_get_config(struct gca_alloc_config *out);
+/* Tests: frees every allocator (all memory back to the driver, live blocks
+ * included) and forgets the configuration, as if the process had just started. */
+void gca__allocator_reset(void);
+
+#endif

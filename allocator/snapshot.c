@@ -1,0 +1,1 @@
+/* allocator/snapshot.c: not yet written. */

@@ -1,0 +1,9 @@
+/* gca.h - umbrella header: a CUDA caching allocator and graph-capture runtime. */
+#ifndef GCA_H
+#define GCA_H
+
+#include "gca/status.h"
+#include "gca/device.h"
+#include "gca/allocator.h"
+
+#endif

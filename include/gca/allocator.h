@@ -1,0 +1,120 @@
+/* gca/allocator.h - the stream-ordered caching allocator.
+ *
+ * Behaviour follows PyTorch's CUDA caching allocator (configuration keys,
+ * statistics names, snapshot fields); see DESIGN.md "The allocator". Each
+ * device has its own allocator, created on first use. gca_malloc() uses the
+ * calling thread's current device (gca_set_device, default 0).
+ */
+#ifndef GCA_ALLOCATOR_H
+#define GCA_ALLOCATOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gca/device.h"
+#include "gca/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Allocates `size` bytes usable on `stream` (stream-ordered: the block may be
+ * reused by later work on the same stream as soon as it is freed). size 0
+ * yields *ptr == NULL and GCA_OK, as cudaMalloc does. */
+GCA_API gca_status_t gca_malloc(void **ptr, size_t size, gca_stream_t stream);
+GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_stream_t stream);
+/* Frees a pointer returned by gca_malloc*. Double free, foreign or interior
+ * pointers are GCA_ERR_INVALID_POINTER naming the pointer; state is unchanged. */
+GCA_API gca_status_t gca_free(void *ptr);
+/* Marks `ptr` as used on `stream` too: on free, the block becomes reusable only
+ * after the work queued on `stream` before the free has completed. */
+GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream);
+/* Size of the block behind a live pointer (the rounded size) and its device. */
+GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *device);
+
+GCA_API gca_status_t gca_set_device(int device);
+GCA_API gca_status_t gca_get_device(int *device);
+
+/* Releases every cached, unused segment of every device to the driver. */
+GCA_API gca_status_t gca_empty_cache(void);
+/* Caps the device's reserved memory at fraction * total (0 < fraction <= 1). */
+GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction);
+/* Caps the device's reserved memory at `bytes` (0 removes the cap). */
+GCA_API gca_status_t gca_set_memory_limit(int device, uint64_t bytes);
+
+/* Applies a configuration string with GCA_ALLOC_CONF's syntax
+ * ("max_split_size_mb:256,garbage_collection_threshold:0.8"). On error nothing
+ * changes and the detail quotes the offending text. */
+GCA_API gca_status_t gca_set_config(const char *conf);
+/* Writes the settings in force as a configuration string. */
+GCA_API gca_status_t gca_get_config(char *buf, size_t len);
+/* Disables (false) or re-enables caching: with caching off every free returns
+ * the memory to the driver (GCA_NO_CACHING=1 at start). */
+GCA_API gca_status_t gca_set_caching(bool enabled);
+
+/* ---- statistics (PyTorch's names and shape) ---- */
+
+typedef struct gca_stat {
+  int64_t current;
+  int64_t peak;
+  int64_t allocated;
+  int64_t freed;
+} gca_stat_t;
+
+/* Index into the per-pool arrays: all, small pool, large pool. */
+enum { GCA_STAT_ALL = 0, GCA_STAT_SMALL = 1, GCA_STAT_LARGE = 2, GCA_STAT_TYPES = 3 };
+
+typedef struct gca_stats {
+  gca_stat_t allocation[GCA_STAT_TYPES];
+  gca_stat_t segment[GCA_STAT_TYPES];
+  gca_stat_t active[GCA_STAT_TYPES];
+  gca_stat_t inactive_split[GCA_STAT_TYPES];
+  gca_stat_t allocated_bytes[GCA_STAT_TYPES];
+  gca_stat_t reserved_bytes[GCA_STAT_TYPES];
+  gca_stat_t active_bytes[GCA_STAT_TYPES];
+  gca_stat_t inactive_split_bytes[GCA_STAT_TYPES];
+  gca_stat_t requested_bytes[GCA_STAT_TYPES];
+  int64_t num_alloc_retries;
+  int64_t num_ooms;
+  int64_t num_sync_all_streams;
+  int64_t num_device_alloc;
+  int64_t num_device_free;
+  gca_stat_t oversize_allocations;
+  gca_stat_t oversize_segments;
+  int64_t max_split_size;
+} gca_stats_t;
+
+GCA_API gca_status_t gca_get_stats(int device, gca_stats_t *out);
+GCA_API gca_status_t gca_reset_peak_stats(int device);
+GCA_API gca_status_t gca_reset_accumulated_stats(int device);
+
+/* ---- history and snapshots ---- */
+
+/* Starts (enabled) or stops recording allocator events into a ring of
+ * `max_entries` per device; with `stacks`, native frames are kept per event. */
+GCA_API gca_status_t gca_record_history(bool enabled, size_t max_entries, bool stacks);
+/* A JSON snapshot with PyTorch's fields (segments, device_traces,
+ * allocator_settings). *json is malloc'd; release it with gca_string_free. */
+GCA_API gca_status_t gca_snapshot_json(char **json, size_t *len);
+GCA_API void gca_string_free(char *s);
+
+/* ---- out of memory ---- */
+
+/* Called, without allocator locks held, before an allocation fails with
+ * GCA_ERR_OUT_OF_MEMORY. */
+typedef void (*gca_oom_observer_t)(int device, size_t requested, size_t device_allocated,
+                                   size_t device_free, void *ctx);
+GCA_API gca_status_t gca_register_oom_observer(gca_oom_observer_t fn, void *ctx);
+
+/* ---- PyTorch pluggable allocator entry points ----
+ * torch.cuda.memory.CUDAPluggableAllocator("libgca.so", "gca_torch_malloc", "gca_torch_free")
+ * gca_stream_t is cudaStream_t. Failures return NULL / log the detail. */
+GCA_API void *gca_torch_malloc(ssize_t size, int device, gca_stream_t stream);
+GCA_API void gca_torch_free(void *ptr, ssize_t size, int device, gca_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,78 @@
+/* test_common.c - status names and strings, the thread-local last error, and
+ * the size/bool parsers that configuration and tools rely on. */
+#include <pthread.h>
+
+#include "harness.h"
+
+static void status_names_and_strings_come_from_one_list(void **state) {
+  (void)state;
+  assert_string_equal(gca_status_name(GCA_OK), "GCA_OK");
+  assert_string_equal(gca_status_name(GCA_ERR_OUT_OF_MEMORY), "GCA_ERR_OUT_OF_MEMORY");
+  assert_string_equal(gca_status_string(GCA_ERR_OUT_OF_MEMORY), "out of memory");
+  assert_string_equal(gca_status_name((gca_status_t)999), "GCA_UNKNOWN_STATUS");
+  assert_string_equal(gca_status_string((gca_status_t)999), "unknown status");
+}
+
+static void *set_error_on_other_thread(void *arg) {
+  (void)arg;
+  gca__error(GCA_ERR_IO, "other thread's failure");
+  return NULL;
+}
+
+static void last_error_is_per_thread(void **state) {
+  (void)state;
+  gca_status_t st = gca__error(GCA_ERR_PARSE, "mine: %d", 42);
+  assert_int_equal(st, GCA_ERR_PARSE);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, set_error_on_other_thread, NULL), 0);
+  pthread_join(t, NULL);
+  assert_string_equal(gca_last_error(), "mine: 42");
+  gca__error_prefix(GCA_ERR_PARSE, "line %d", 7);
+  assert_string_equal(gca_last_error(), "line 7: mine: 42");
+  gca_clear_last_error();
+  assert_string_equal(gca_last_error(), "");
+}
+
+static void sizes_parse_with_binary_units(void **state) {
+  (void)state;
+  uint64_t v;
+  assert_ok(gca__parse_size("4096", &v));
+  assert_int_equal(v, 4096);
+  assert_ok(gca__parse_size("80GiB", &v));
+  assert_int_equal(v, 80ull << 30);
+  assert_ok(gca__parse_size("512mb", &v));
+  assert_int_equal(v, 512ull << 20);
+  assert_ok(gca__parse_size("1.5GiB", &v));
+  assert_int_equal(v, 3ull << 29);
+  assert_status(gca__parse_size("lots", &v), GCA_ERR_PARSE, "'lots'");
+  assert_status(gca__parse_size("12 parsecs", &v), GCA_ERR_PARSE, "parsecs");
+  assert_status(gca__parse_size("-5", &v), GCA_ERR_PARSE, "'-5'");
+  assert_status(gca__parse_size("99999999TiB", &v), GCA_ERR_PARSE, "overflow");
+}
+
+static void bools_parse_in_pytorch_spelling(void **state) {
+  (void)state;
+  bool b = false;
+  assert_ok(gca__parse_bool("True", &b));
+  assert_true(b);
+  assert_ok(gca__parse_bool("0", &b));
+  assert_false(b);
+  assert_status(gca__parse_bool("maybe", &b), GCA_ERR_PARSE, "'maybe'");
+}
+
+static void version_matches_header(void **state) {
+  (void)state;
+  assert_int_equal(gca_version(), GCA_VERSION_NUMBER);
+  assert_string_equal(gca_version_string(), "0.1.0");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(status_names_and_strings_come_from_one_list),
+      cmocka_unit_test(last_error_is_per_thread),
+      cmocka_unit_test(sizes_parse_with_binary_units),
+      cmocka_unit_test(bools_parse_in_pytorch_spelling),
+      cmocka_unit_test(version_matches_header),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
