@@ -1,1 +1,1262 @@
-/* allocator/allocator.c: not yet written. */
+/* allocator.c - the caching allocator of each device and the public API.
+ *
+ * Device memory comes from the driver in segments (mem_alloc) and is carved
+ * into blocks; a freed block goes back to its pool's free tree and is handed
+ * out again without asking the driver. The rules (sizes, pools, splitting,
+ * max_split_size, coalescing, out-of-memory retries, statistics) are those of
+ * PyTorch's CUDACachingAllocator, so that users moving from it see the same
+ * numbers. Each device has one allocator behind one mutex; the cached
+ * alloc/free pair takes that mutex and one pointer-map shard, and makes no
+ * device call and no host allocation.
+ *
+ * Note [Stream-ordered reuse]. A block belongs to the stream it was allocated
+ * on, and work on one stream runs in order, so a block freed by the host may
+ * be handed to later work on the same stream at once: that work queues behind
+ * whatever still uses the block. Other streams are not ordered with it. When
+ * gca_record_stream() marked a block as used on other streams, freeing it
+ * records an event on each of those streams (events come from a per-device
+ * pool, created once and reused) and parks the block as "pending free"; it
+ * enters the free tree only when every one of its events has completed.
+ * Pending events are polled without blocking (event_query) at the start of
+ * each malloc and free, and only when some are pending, so the common path
+ * makes no device call. Running out of memory synchronizes them instead
+ * (event_synchronize), counted in num_sync_all_streams.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc_core.h"
+#include "history.h"
+#include "introspect.h"
+
+#define SLAB_BLOCKS 256
+#define MAX_OBSERVERS 32
+
+typedef struct observer {
+  gca_oom_observer_t fn;
+  void *ctx;
+} observer_t;
+
+/* Process-wide state; g_lock guards creation, configuration and observers. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(gca__devalloc_t *) g_devs[GCA__MAX_DEVICES];
+static atomic_int g_single_dev = -1; /* the only device with an allocator, or -1 */
+static atomic_int g_ndevs;           /* highest device index with an allocator + 1 */
+static gca_alloc_config_t g_cfg;
+static bool g_cfg_loaded;
+static bool g_caching = true;
+static bool g_trace_opened;
+static observer_t g_observers[MAX_OBSERVERS];
+static int g_nobservers;
+static _Thread_local int t_device;
+
+#ifdef GCA_DEBUG_CHECKS
+#define DEBUG_CHECK(d)                                                                              \
+  do {                                                                                              \
+    if (gca__devalloc_check_locked(d) != GCA_OK)                                                    \
+      gca__assert_fail(__FILE__, __LINE__, gca_last_error());                                       \
+  } while (0)
+#else
+#define DEBUG_CHECK(d) ((void)0)
+#endif
+
+/* ---- size rules ---- */
+
+size_t gca__alloc_round_size(const gca_alloc_config_t *cfg, size_t size) {
+  if (size < GCA__MIN_BLOCK_SIZE)
+    return GCA__MIN_BLOCK_SIZE;
+  uint32_t divisions = gca__config_roundup_divisions(cfg, size);
+  if (divisions > 1 && size > GCA__MIN_BLOCK_SIZE * divisions) {
+    if ((size & (size - 1)) == 0)
+      return size;
+    size_t floor2 = (size_t)1 << (63 - __builtin_clzll(size));
+    size_t step = floor2 >> (31 - __builtin_clz(divisions));
+    if (step == 0)
+      return floor2 << 1;
+    size_t down = size & ~(step - 1);
+    return down == size ? size : down + step;
+  }
+  return GCA__MIN_BLOCK_SIZE * ((size + GCA__MIN_BLOCK_SIZE - 1) / GCA__MIN_BLOCK_SIZE);
+}
+
+size_t gca__alloc_segment_size(size_t rounded) {
+  if (rounded <= GCA__SMALL_SIZE)
+    return GCA__SMALL_BUFFER;
+  if (rounded < GCA__MIN_LARGE_ALLOC)
+    return GCA__LARGE_BUFFER;
+  return GCA__ROUND_LARGE * ((rounded + GCA__ROUND_LARGE - 1) / GCA__ROUND_LARGE);
+}
+
+bool gca__alloc_should_split(const gca_alloc_config_t *cfg, bool small_pool, size_t block_size,
+                             size_t rounded) {
+  size_t remaining = block_size - rounded;
+  if (small_pool)
+    return remaining >= GCA__MIN_BLOCK_SIZE;
+  return rounded < cfg->max_split_size && remaining > GCA__SMALL_SIZE;
+}
+
+bool gca__alloc_block_fits(const gca_alloc_config_t *cfg, size_t block_size, size_t rounded) {
+  if (rounded < cfg->max_split_size && block_size >= cfg->max_split_size)
+    return false; /* an oversize block does not serve a splittable request */
+  if (rounded >= cfg->max_split_size && block_size - rounded >= cfg->max_non_split_rounding)
+    return false; /* nor a much smaller oversize request */
+  return true;
+}
+
+/* ---- statistics ---- */
+
+static inline void stat_change(gca_stat_t *s, int64_t n) {
+  s->current += n;
+  if (n > 0) {
+    s->allocated += n;
+    if (s->current > s->peak)
+      s->peak = s->current;
+  } else {
+    s->freed -= n;
+  }
+}
+
+static inline void stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
+  stat_change(&arr[GCA_STAT_ALL], n);
+  stat_change(&arr[p->is_small ? GCA_STAT_SMALL : GCA_STAT_LARGE], n);
+}
+
+static int64_t max_split_stat(const gca_alloc_config_t *cfg) {
+  return cfg->max_split_size >= (uint64_t)INT64_MAX ? -1 : (int64_t)cfg->max_split_size;
+}
+
+/* ---- block structs ---- */
+
+/* Makes sure one block struct is available, so that later steps cannot fail. */
+static gca_status_t block_reserve(gca__devalloc_t *d) {
+  if (GCA_LIKELY(d->block_free != NULL))
+    return GCA_OK;
+  if (d->nslabs == d->cap_slabs) {
+    size_t ncap = d->cap_slabs ? d->cap_slabs * 2 : 16;
+    void **n = realloc(d->slabs, ncap * sizeof(*n));
+    if (n == NULL)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for block records");
+    d->slabs = n;
+    d->cap_slabs = ncap;
+  }
+  gca__block_t *slab = calloc(SLAB_BLOCKS, sizeof(*slab));
+  if (slab == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for block records");
+  d->slabs[d->nslabs++] = slab;
+  for (size_t i = 0; i < SLAB_BLOCKS; i++) {
+    slab[i].next = d->block_free;
+    d->block_free = &slab[i];
+  }
+  return GCA_OK;
+}
+
+/* Takes a struct reserved by block_reserve(). */
+static gca__block_t *block_take(gca__devalloc_t *d) {
+  gca__block_t *b = d->block_free;
+  GCA_ASSERT(b != NULL);
+  d->block_free = b->next;
+  memset(b, 0, sizeof(*b));
+  d->live_blocks++;
+  return b;
+}
+
+static void block_put(gca__devalloc_t *d, gca__block_t *b) {
+  free(b->uses);
+  b->uses = NULL;
+  b->next = d->block_free;
+  d->block_free = b;
+  d->live_blocks--;
+}
+
+static inline bool block_whole(const gca__block_t *b) {
+  return b->prev == NULL && b->next == NULL;
+}
+
+/* ---- segments ---- */
+
+/* Gets a new segment of `size` bytes from the driver; its single block is
+ * returned free and outside the tree. GCA_ERR_OUT_OF_MEMORY when the driver
+ * or the memory limit refuses. */
+static gca_status_t segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                  size_t size, bool retry, gca__block_t **out) {
+  gca_status_t st;
+  gca_devptr_t ptr = 0;
+  if (retry)
+    d->stats.num_alloc_retries++;
+  if (d->set_fraction && d->reserved + size > d->allowed_max)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "malloc: a %zu-byte segment would pass device %d's limit of %zu bytes "
+                      "(%zu reserved)",
+                      size, d->device, d->allowed_max, d->reserved);
+  GCA_CHECK(block_reserve(d));
+  gca__segment_t *seg = calloc(1, sizeof(*seg));
+  if (seg == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a segment record");
+  GCA_CHECK_GOTO(d->ops->mem_alloc(d->device, size, &ptr), st, fail_seg);
+  gca__block_t *b = block_take(d);
+  b->addr = ptr;
+  b->size = size;
+  b->stream = stream;
+  b->pool = pool;
+  b->seg = seg;
+  seg->base = ptr;
+  seg->size = size;
+  seg->stream = stream;
+  seg->pool = pool;
+  seg->head = b;
+  seg->oversize = size >= d->cfg.max_split_size;
+  seg->next = pool->segments;
+  if (pool->segments != NULL)
+    pool->segments->prev = seg;
+  pool->segments = seg;
+  pool->nsegments++;
+  d->reserved += size;
+  stat_pool(d->stats.segment, pool, 1);
+  stat_pool(d->stats.reserved_bytes, pool, (int64_t)size);
+  if (seg->oversize)
+    stat_change(&d->stats.oversize_segments, 1);
+  d->stats.num_device_alloc++;
+  gca__history_event(GCA_HA_SEGMENT_ALLOC, d->device, ptr, size, stream);
+  *out = b;
+  return GCA_OK;
+
+fail_seg:
+  free(seg);
+  return st;
+}
+
+/* Returns a segment whose single block is free (in the tree) to the driver. */
+static gca_status_t segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
+  gca__block_t *b = seg->head;
+  gca__pool_t *pool = seg->pool;
+  GCA_ASSERT(block_whole(b) && b->in_tree);
+  gca_status_t st = d->ops->mem_free(d->device, seg->base);
+  if (st != GCA_OK)
+    return gca__error_prefix(st, "release of segment 0x%" PRIx64 " (%zu bytes)", seg->base,
+                             seg->size);
+  gca__tree_erase(pool, b);
+  block_put(d, b);
+  if (seg->prev != NULL)
+    seg->prev->next = seg->next;
+  else
+    pool->segments = seg->next;
+  if (seg->next != NULL)
+    seg->next->prev = seg->prev;
+  pool->nsegments--;
+  d->reserved -= seg->size;
+  stat_pool(d->stats.segment, pool, -1);
+  stat_pool(d->stats.reserved_bytes, pool, -(int64_t)seg->size);
+  if (seg->oversize)
+    stat_change(&d->stats.oversize_segments, -1);
+  d->stats.num_device_free++;
+  gca__history_event(GCA_HA_SEGMENT_FREE, d->device, seg->base, seg->size, seg->stream);
+  free(seg);
+  return GCA_OK;
+}
+
+/* ---- free and allocate within the pools ---- */
+
+static bool gc_enabled(const gca__devalloc_t *d) {
+  return d->set_fraction && d->cfg.garbage_collection_threshold > 0.0;
+}
+
+/* Puts a block whose last use has completed into the free tree, merging it
+ * with free neighbours (PyTorch's free_block). */
+static void block_free_complete(gca__devalloc_t *d, gca__block_t *b) {
+  gca__pool_t *pool = b->pool;
+  size_t orig_size = b->size, requested = b->requested;
+  int64_t net_blocks = 0, net_bytes = 0;
+  gca__history_event(GCA_HA_FREE_COMPLETED, d->device, b->addr, requested, b->stream);
+  gca__block_t *p = b->prev;
+  if (p != NULL && p->in_tree) {
+    gca__tree_erase(pool, p);
+    b->addr = p->addr;
+    b->size += p->size;
+    b->prev = p->prev;
+    if (b->prev != NULL)
+      b->prev->next = b;
+    else
+      b->seg->head = b;
+    net_blocks--;
+    net_bytes -= (int64_t)p->size;
+    block_put(d, p);
+  }
+  gca__block_t *n = b->next;
+  if (n != NULL && n->in_tree) {
+    gca__tree_erase(pool, n);
+    b->size += n->size;
+    b->next = n->next;
+    if (b->next != NULL)
+      b->next->prev = b;
+    net_blocks--;
+    net_bytes -= (int64_t)n->size;
+    block_put(d, n);
+  }
+  b->requested = 0;
+  b->gc_base = pool->free_calls;
+  gca__tree_insert(pool, b);
+  if (!block_whole(b)) {
+    net_blocks++;
+    net_bytes += (int64_t)b->size;
+  }
+  stat_pool(d->stats.inactive_split, pool, net_blocks);
+  stat_pool(d->stats.inactive_split_bytes, pool, net_bytes);
+  stat_pool(d->stats.active, pool, -1);
+  stat_pool(d->stats.active_bytes, pool, -(int64_t)orig_size);
+  stat_pool(d->stats.requested_bytes, pool, -(int64_t)requested);
+  if (!d->caching && block_whole(b)) {
+    gca_status_t st = segment_release(d, b->seg);
+    if (st != GCA_OK)
+      GCA_LOG_WARN("free: caching is off but the segment stays cached: %s", gca_last_error());
+  }
+}
+
+/* Best fit in the pool for the stream (PyTorch's get_free_block); removes it
+ * from the tree. */
+static gca__block_t *pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                   size_t rounded) {
+  if (GCA_UNLIKELY(gc_enabled(d)))
+    pool->free_calls++;
+  gca__block_t *b = gca__tree_lower_bound(pool, stream, rounded);
+  if (b == NULL || b->stream != stream || !gca__alloc_block_fits(&d->cfg, b->size, rounded))
+    return NULL;
+  gca__tree_erase(pool, b);
+  return b;
+}
+
+/* Makes a free block (outside the tree) active for a request, splitting off
+ * the remainder when the rules say so (PyTorch's alloc_found_block). A block
+ * struct must have been reserved. */
+static void block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, size_t requested) {
+  gca__pool_t *pool = b->pool;
+  bool already_split = !block_whole(b);
+  if (gca__alloc_should_split(&d->cfg, pool->is_small, b->size, rounded)) {
+    gca__block_t *r = block_take(d);
+    r->addr = b->addr + rounded;
+    r->size = b->size - rounded;
+    r->stream = b->stream;
+    r->pool = pool;
+    r->seg = b->seg;
+    r->prev = b;
+    r->next = b->next;
+    if (r->next != NULL)
+      r->next->prev = r;
+    b->next = r;
+    b->size = rounded;
+    r->gc_base = pool->free_calls;
+    gca__tree_insert(pool, r);
+    if (already_split) {
+      stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)rounded);
+    } else {
+      stat_pool(d->stats.inactive_split_bytes, pool, (int64_t)r->size);
+      stat_pool(d->stats.inactive_split, pool, 1);
+    }
+  } else if (already_split) {
+    stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)b->size);
+    stat_pool(d->stats.inactive_split, pool, -1);
+  }
+  b->allocated = true;
+  b->requested = requested;
+  stat_pool(d->stats.allocation, pool, 1);
+  stat_pool(d->stats.allocated_bytes, pool, (int64_t)b->size);
+  stat_pool(d->stats.active, pool, 1);
+  stat_pool(d->stats.active_bytes, pool, (int64_t)b->size);
+  stat_pool(d->stats.requested_bytes, pool, (int64_t)requested);
+  b->oversize = b->size >= d->cfg.max_split_size;
+  if (b->oversize)
+    stat_change(&d->stats.oversize_allocations, 1);
+}
+
+/* ---- pending frees (Note [Stream-ordered reuse]) ---- */
+
+static void event_put(gca__devalloc_t *d, gca_event_t ev) {
+  GCA_ASSERT(d->nevents < d->cap_events);
+  d->event_pool[d->nevents++] = ev;
+}
+
+/* Makes room for n more pending entries and n pooled events. */
+static gca_status_t events_reserve(gca__devalloc_t *d, size_t n) {
+  if (d->npending + n > d->cap_pending) {
+    size_t ncap = d->cap_pending ? d->cap_pending : 16;
+    while (ncap < d->npending + n)
+      ncap *= 2;
+    gca__pending_t *p = realloc(d->pending, ncap * sizeof(*p));
+    if (p == NULL)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "free: host out of memory for pending events");
+    d->pending = p;
+    d->cap_pending = ncap;
+  }
+  /* every event is either pooled or pending, so the pool never holds more */
+  size_t want = d->nevents + d->npending + n;
+  if (want > d->cap_events) {
+    gca_event_t *e = realloc(d->event_pool, want * 2 * sizeof(*e));
+    if (e == NULL)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "free: host out of memory for the event pool");
+    d->event_pool = e;
+    d->cap_events = want * 2;
+  }
+  while (d->nevents < n) {
+    gca_event_t ev;
+    GCA_CHECK(d->ops->event_create(d->device, GCA_EVENT_DISABLE_TIMING, &ev));
+    event_put(d, ev);
+  }
+  return GCA_OK;
+}
+
+/* Records an event on each stream that used b; b becomes pending. On failure
+ * nothing changed. */
+static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b) {
+  GCA_CHECK(events_reserve(d, b->nuses));
+  size_t first = d->npending;
+  for (uint32_t i = 0; i < b->nuses; i++) {
+    gca_event_t ev = d->event_pool[--d->nevents];
+    gca_status_t st = d->ops->event_record(ev, b->uses[i]);
+    if (st != GCA_OK) {
+      event_put(d, ev);
+      while (d->npending > first)
+        event_put(d, d->pending[--d->npending].event);
+      b->event_count = 0;
+      return gca__error_prefix(st, "free: 0x%" PRIx64, b->addr);
+    }
+    d->pending[d->npending++] = (gca__pending_t){ev, b->uses[i], b};
+    b->event_count++;
+  }
+  b->nuses = 0;
+  return GCA_OK;
+}
+
+static void pending_done(gca__devalloc_t *d, const gca__pending_t *e) {
+  event_put(d, e->event);
+  if (--e->block->event_count == 0)
+    block_free_complete(d, e->block);
+}
+
+/* Frees the pending blocks whose events completed, without blocking. Events on
+ * one stream complete in order, so a stream is skipped after its first
+ * unfinished event. */
+static gca_status_t process_events(gca__devalloc_t *d) {
+  gca_stream_t busy[16];
+  size_t nbusy = 0, w = 0, i;
+  gca_status_t st = GCA_OK;
+  for (i = 0; i < d->npending; i++) {
+    gca__pending_t e = d->pending[i];
+    bool skip = false;
+    for (size_t k = 0; k < nbusy && !skip; k++)
+      skip = busy[k] == e.stream;
+    if (!skip) {
+      st = d->ops->event_query(e.event);
+      if (st == GCA_OK) {
+        pending_done(d, &e);
+        continue;
+      }
+      if (st != GCA_ERR_NOT_READY)
+        break;
+      st = GCA_OK;
+      if (nbusy < GCA_ARRAY_SIZE(busy))
+        busy[nbusy++] = e.stream;
+    }
+    d->pending[w++] = e;
+  }
+  for (; i < d->npending; i++)
+    d->pending[w++] = d->pending[i];
+  d->npending = w;
+  return st;
+}
+
+/* Waits for every pending event (PyTorch's synchronize_and_free_events). */
+static gca_status_t sync_pending(gca__devalloc_t *d) {
+  gca_status_t st = GCA_OK;
+  size_t i, w = 0;
+  d->stats.num_sync_all_streams++;
+  for (i = 0; i < d->npending; i++) {
+    gca__pending_t e = d->pending[i];
+    st = d->ops->event_synchronize(e.event);
+    if (st != GCA_OK)
+      break;
+    pending_done(d, &e);
+  }
+  for (; i < d->npending; i++)
+    d->pending[w++] = d->pending[i];
+  d->npending = w;
+  return st;
+}
+
+/* ---- releasing cached memory ---- */
+
+/* Frees every cached whole segment of the pool. */
+static gca_status_t pool_release_all(gca__devalloc_t *d, gca__pool_t *pool) {
+  for (gca__segment_t *s = pool->segments, *next; s != NULL; s = next) {
+    next = s->next;
+    if (block_whole(s->head) && s->head->in_tree)
+      GCA_CHECK(segment_release(d, s));
+  }
+  return GCA_OK;
+}
+
+/* PyTorch's release_cached_blocks: wait for pending frees, then free every
+ * cached whole segment. */
+static gca_status_t release_cached(gca__devalloc_t *d) {
+  GCA_CHECK(sync_pending(d));
+  GCA_CHECK(pool_release_all(d, &d->large));
+  GCA_CHECK(pool_release_all(d, &d->small));
+  return GCA_OK;
+}
+
+/* PyTorch's release_available_cached_blocks: with max_split_size set, free
+ * the smallest oversize block that covers the request, else the largest ones
+ * until enough is freed. *released says whether the retry is worth it. */
+static gca_status_t release_available(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                      size_t rounded, bool *released) {
+  *released = false;
+  uint64_t msplit = d->cfg.max_split_size;
+  if (msplit == UINT64_MAX)
+    return GCA_OK;
+  size_t key = rounded < msplit ? (size_t)msplit : rounded;
+  gca__block_t *it = gca__tree_lower_bound(pool, stream, key);
+  if (it == NULL || it->stream != stream) {
+    size_t total = 0;
+    it = gca__tree_below(pool, stream, key);
+    while (total < key && it != NULL && it->size >= msplit && it->stream == stream) {
+      gca__block_t *cur = it;
+      it = gca__tree_prev(pool, cur);
+      if (block_whole(cur)) {
+        size_t sz = cur->size;
+        GCA_CHECK(segment_release(d, cur->seg));
+        total += sz;
+      }
+    }
+    if (total < key)
+      return GCA_OK;
+  } else {
+    if (!block_whole(it))
+      return GCA_OK;
+    GCA_CHECK(segment_release(d, it->seg));
+  }
+  *released = true;
+  return GCA_OK;
+}
+
+/* Garbage collection by age (PyTorch's garbage_collect_cached_blocks): once
+ * reserved memory passes threshold * limit, free cached whole large segments
+ * that have waited longer than average, oldest first by rounds, until the
+ * excess is reclaimed. Ages count get_free_block calls. */
+static gca_status_t garbage_collect(gca__devalloc_t *d) {
+  gca__pool_t *pool = &d->large;
+  size_t threshold = (size_t)(d->cfg.garbage_collection_threshold * (double)d->allowed_max);
+  if (d->reserved <= threshold)
+    return GCA_OK;
+  size_t target = d->reserved - threshold, reclaimed = 0;
+  uint64_t total_age = 0;
+  size_t count = 0;
+  for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
+    if (block_whole(s->head) && s->head->in_tree) {
+      total_age += pool->free_calls - s->head->gc_base;
+      count++;
+    }
+  }
+  bool freed = true;
+  while (reclaimed < target && freed && count > 0) {
+    double age_threshold = (double)total_age / (double)count;
+    freed = false;
+    for (gca__segment_t *s = pool->segments, *next; s != NULL; s = next) {
+      next = s->next;
+      gca__block_t *b = s->head;
+      if (!block_whole(b) || !b->in_tree)
+        continue;
+      uint64_t age = pool->free_calls - b->gc_base;
+      if ((double)age >= age_threshold) {
+        size_t sz = s->size;
+        GCA_CHECK(segment_release(d, s));
+        freed = true;
+        reclaimed += sz;
+        total_age -= age;
+        count--;
+      }
+    }
+  }
+  return GCA_OK;
+}
+
+/* ---- the device allocators ---- */
+
+/* Loads the settings once; the caller holds g_lock. */
+static gca_status_t config_load_locked(void) {
+  if (g_cfg_loaded)
+    return GCA_OK;
+  gca_alloc_config_t cfg;
+  GCA_CHECK(gca__config_from_env(&cfg));
+  bool no_caching = false;
+  const char *nc = gca__getenv("GCA_NO_CACHING");
+  if (nc != NULL && *nc != '\0' && gca__parse_bool(nc, &no_caching) != GCA_OK)
+    return gca__error(GCA_ERR_CONFIG, "GCA_NO_CACHING='%s' is not a boolean", nc);
+  if (!g_trace_opened) {
+    GCA_CHECK(gca__trace_open_from_env());
+    g_trace_opened = true;
+  }
+  g_cfg = cfg;
+  g_caching = !no_caching;
+  g_cfg_loaded = true;
+  return GCA_OK;
+}
+
+static void apply_limit_from_config(gca__devalloc_t *d) {
+  if (d->cfg.per_process_memory_fraction > 0.0) {
+    d->set_fraction = true;
+    d->allowed_max = (size_t)(d->cfg.per_process_memory_fraction * (double)d->total_memory);
+  }
+}
+
+gca__devalloc_t *gca__devalloc_peek(int device) {
+  if (device < 0 || device >= GCA__MAX_DEVICES)
+    return NULL;
+  return atomic_load_explicit(&g_devs[device], memory_order_acquire);
+}
+
+static gca_status_t check_device_index(const char *op, int device, const gca_device_ops_t **ops) {
+  gca_status_t st;
+  const gca_device_ops_t *o = gca__device_get(&st);
+  if (o == NULL)
+    return gca__error_prefix(st, "%s", op);
+  int n = 0;
+  GCA_CHECK(o->device_count(&n));
+  if (device < 0 || device >= n || device >= GCA__MAX_DEVICES)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: device %d is not in [0, %d)", op, device,
+                      n < GCA__MAX_DEVICES ? n : GCA__MAX_DEVICES);
+  if (ops != NULL)
+    *ops = o;
+  return GCA_OK;
+}
+
+static gca_status_t devalloc_create_locked(const char *op, int device, gca__devalloc_t **out) {
+  const gca_device_ops_t *ops;
+  gca_status_t st;
+  GCA_CHECK(check_device_index(op, device, &ops));
+  GCA_CHECK(config_load_locked());
+  gca__devalloc_t *d = calloc(1, sizeof(*d));
+  if (d == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: host out of memory for device %d", op, device);
+  size_t free_bytes = 0;
+  GCA_CHECK_GOTO(ops->mem_get_info(device, &free_bytes, &d->total_memory), st, fail);
+  pthread_mutex_init(&d->lock, NULL);
+  d->device = device;
+  d->ops = ops;
+  d->cfg = g_cfg;
+  d->caching = g_caching;
+  d->small.dev = d->large.dev = d;
+  d->small.is_small = true;
+  d->stats.max_split_size = max_split_stat(&d->cfg);
+  apply_limit_from_config(d);
+  int single = atomic_load(&g_single_dev);
+  bool first = true;
+  for (int i = 0; i < GCA__MAX_DEVICES && first; i++)
+    first = gca__devalloc_peek(i) == NULL;
+  atomic_store(&g_single_dev, first ? device : -1);
+  (void)single;
+  if (device + 1 > atomic_load(&g_ndevs))
+    atomic_store(&g_ndevs, device + 1);
+  atomic_store_explicit(&g_devs[device], d, memory_order_release);
+  *out = d;
+  return GCA_OK;
+
+fail:
+  free(d);
+  return st;
+}
+
+/* The allocator of `device`, created on first use. */
+static gca_status_t devalloc_get(const char *op, int device, gca__devalloc_t **out) {
+  gca__devalloc_t *d = gca__devalloc_peek(device);
+  if (GCA_LIKELY(d != NULL)) {
+    *out = d;
+    return GCA_OK;
+  }
+  if (device < 0 || device >= GCA__MAX_DEVICES)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: device %d is out of range", op, device);
+  pthread_mutex_lock(&g_lock);
+  gca_status_t st = GCA_OK;
+  d = gca__devalloc_peek(device);
+  if (d == NULL)
+    st = devalloc_create_locked(op, device, &d);
+  pthread_mutex_unlock(&g_lock);
+  if (st == GCA_OK)
+    *out = d;
+  return st;
+}
+
+/* ---- malloc ---- */
+
+static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_stream_t stream) {
+  char s_req[32], s_tot[32], s_free[32], s_alloc[32], s_res[32], s_unal[32], s_lim[48] = "";
+  size_t free_bytes = 0, total = d->total_memory;
+  gca_status_t info = d->ops->mem_get_info(d->device, &free_bytes, &total);
+  size_t allocated = (size_t)d->stats.allocated_bytes[GCA_STAT_ALL].current;
+  size_t reserved = (size_t)d->stats.reserved_bytes[GCA_STAT_ALL].current;
+  d->stats.num_ooms++;
+  gca__history_event(GCA_HA_OOM, d->device, free_bytes, seg_size, stream);
+  gca__history_alloc_failure(d->device, size, stream);
+  observer_t obs[MAX_OBSERVERS];
+  int nobs;
+  int device = d->device;
+  bool limited = d->set_fraction;
+  size_t allowed = d->allowed_max;
+  pthread_mutex_unlock(&d->lock);
+
+  pthread_mutex_lock(&g_lock);
+  nobs = g_nobservers;
+  memcpy(obs, g_observers, sizeof(obs[0]) * (size_t)nobs);
+  pthread_mutex_unlock(&g_lock);
+  for (int i = 0; i < nobs; i++)
+    obs[i].fn(device, size, allocated, free_bytes, obs[i].ctx);
+
+  if (limited) {
+    char t[32];
+    snprintf(s_lim, sizeof(s_lim), "; limit %s", gca__format_size(allowed, t, sizeof(t)));
+  }
+  gca__error(GCA_ERR_OUT_OF_MEMORY,
+             "malloc: out of memory on device %d: tried to allocate %s (%zu bytes requested, "
+             "segment of %zu bytes); device total %s, %s free%s; allocated %s, reserved %s, "
+             "reserved but unallocated %s, private pools %s%s",
+             device, gca__format_size(size, s_req, sizeof(s_req)), size, seg_size,
+             gca__format_size(total, s_tot, sizeof(s_tot)),
+             gca__format_size(free_bytes, s_free, sizeof(s_free)),
+             info == GCA_OK ? "" : " (mem_get_info failed)",
+             gca__format_size(allocated, s_alloc, sizeof(s_alloc)),
+             gca__format_size(reserved, s_res, sizeof(s_res)),
+             gca__format_size(reserved - allocated, s_unal, sizeof(s_unal)), "0 B", s_lim);
+}
+
+static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_stream_t stream) {
+  gca_status_t st;
+  gca__block_t *b = NULL;
+  pthread_mutex_lock(&d->lock);
+  if (GCA_UNLIKELY(d->npending != 0))
+    GCA_CHECK_GOTO(process_events(d), st, fail);
+  GCA_CHECK_GOTO(block_reserve(d), st, fail);
+  size_t rounded = gca__alloc_round_size(&d->cfg, size);
+  gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
+  size_t seg_size = d->caching ? gca__alloc_segment_size(rounded) : rounded;
+  if (GCA_LIKELY(d->caching))
+    b = pool_take_fit(d, pool, stream, rounded);
+  if (b == NULL) {
+    if (GCA_UNLIKELY(gc_enabled(d)))
+      GCA_CHECK_GOTO(garbage_collect(d), st, fail);
+    st = segment_alloc(d, pool, stream, seg_size, false, &b);
+    if (st == GCA_ERR_OUT_OF_MEMORY) {
+      bool released = false;
+      gca_status_t rst = release_available(d, pool, stream, rounded, &released);
+      if (rst != GCA_OK)
+        st = rst;
+      else if (released)
+        st = segment_alloc(d, pool, stream, seg_size, false, &b);
+    }
+    if (st == GCA_ERR_OUT_OF_MEMORY) {
+      gca_status_t rst = release_cached(d);
+      st = rst != GCA_OK ? rst : segment_alloc(d, pool, stream, seg_size, true, &b);
+    }
+    if (st == GCA_ERR_OUT_OF_MEMORY) {
+      DEBUG_CHECK(d);
+      oom_fail(d, size, seg_size, stream); /* unlocks */
+      return GCA_ERR_OUT_OF_MEMORY;
+    }
+    if (st != GCA_OK)
+      goto fail;
+  }
+  st = gca__ptrmap_insert(b->addr, b);
+  if (st != GCA_OK) {
+    b->gc_base = pool->free_calls;
+    gca__tree_insert(pool, b);
+    goto fail;
+  }
+  GCA_CHECK_GOTO(block_reserve(d), st, fail_unmap);
+  block_activate(d, b, rounded, size);
+  gca__history_event(GCA_HA_ALLOC, d->device, b->addr, size, stream);
+  DEBUG_CHECK(d);
+  pthread_mutex_unlock(&d->lock);
+  *out = (void *)(uintptr_t)b->addr;
+  return GCA_OK;
+
+fail_unmap:
+  gca__ptrmap_take(b->addr, d);
+  b->gc_base = pool->free_calls;
+  gca__tree_insert(pool, b);
+fail:
+  gca__history_alloc_failure(d->device, size, stream);
+  DEBUG_CHECK(d);
+  pthread_mutex_unlock(&d->lock);
+  return gca__error_prefix(st, "malloc of %zu bytes on device %d", size, d->device);
+}
+
+GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_stream_t stream) {
+  gca__devalloc_t *d;
+  if (ptr == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "malloc: the output pointer is NULL");
+  *ptr = NULL;
+  if (size == 0)
+    return GCA_OK;
+  GCA_CHECK(devalloc_get("malloc", device, &d));
+  if (GCA_UNLIKELY(size > GCA__MAX_REQUEST)) {
+    gca__history_alloc_failure(device, size, stream);
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "malloc: %zu bytes requested on device %d is more than any device holds",
+                      size, device);
+  }
+  return dev_malloc(d, ptr, size, stream);
+}
+
+GCA_API gca_status_t gca_malloc(void **ptr, size_t size, gca_stream_t stream) {
+  return gca_malloc_device(t_device, ptr, size, stream);
+}
+
+/* ---- free, record_stream, pointer_info ---- */
+
+/* Explains why `addr` is not a live allocation: interior, already freed, or
+ * not from gca at all. */
+static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
+  int n = atomic_load(&g_ndevs);
+  for (int i = 0; i < n; i++) {
+    gca__devalloc_t *d = gca__devalloc_peek(i);
+    if (d == NULL)
+      continue;
+    pthread_mutex_lock(&d->lock);
+    gca__pool_t *pools[2] = {&d->small, &d->large};
+    for (int k = 0; k < 2; k++) {
+      for (gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next) {
+        if (addr < s->base || addr >= s->base + s->size)
+          continue;
+        gca__block_t *b = s->head;
+        while (b->next != NULL && b->next->addr <= addr)
+          b = b->next;
+        gca_devptr_t start = b->addr;
+        size_t size = b->size;
+        bool live = b->allocated;
+        pthread_mutex_unlock(&d->lock);
+        if (live)
+          return gca__error(GCA_ERR_INVALID_POINTER,
+                            "%s: pointer 0x%" PRIx64 " is inside the live block at 0x%" PRIx64
+                            " (%zu bytes) on device %d, not its start",
+                            op, addr, start, size, i);
+        if (start == addr)
+          return gca__error(GCA_ERR_INVALID_POINTER,
+                            "%s: pointer 0x%" PRIx64 " (device %d) is not live: already freed "
+                            "(double free?)",
+                            op, addr, i);
+        return gca__error(GCA_ERR_INVALID_POINTER,
+                          "%s: pointer 0x%" PRIx64 " (device %d) is not live: it lies inside "
+                          "free memory at 0x%" PRIx64 " (already freed?)",
+                          op, addr, i, start);
+      }
+    }
+    pthread_mutex_unlock(&d->lock);
+  }
+  return gca__error(GCA_ERR_INVALID_POINTER,
+                    "%s: pointer 0x%" PRIx64 " was not allocated by gca (or was already freed "
+                    "and its memory returned)",
+                    op, addr);
+}
+
+/* The device that owns live `addr`, or -1. */
+static inline int owner_device(gca_devptr_t addr) {
+  int single = atomic_load_explicit(&g_single_dev, memory_order_relaxed);
+  return single >= 0 ? single : gca__ptrmap_device(addr, NULL);
+}
+
+static gca_status_t dev_free(gca__devalloc_t *d, gca__block_t *b) {
+  gca__pool_t *pool = b->pool;
+  if (b->nuses != 0) {
+    if (d->caching) {
+      GCA_CHECK(block_insert_events(d, b));
+    } else {
+      for (uint32_t i = 0; i < b->nuses; i++) {
+        gca_status_t st = d->ops->stream_synchronize(b->uses[i]);
+        if (st != GCA_OK)
+          return gca__error_prefix(st, "free: 0x%" PRIx64, b->addr);
+      }
+      b->nuses = 0;
+    }
+  }
+  b->allocated = false;
+  stat_pool(d->stats.allocation, pool, -1);
+  stat_pool(d->stats.allocated_bytes, pool, -(int64_t)b->size);
+  if (b->oversize)
+    stat_change(&d->stats.oversize_allocations, -1);
+  b->oversize = false;
+  gca__history_event(GCA_HA_FREE_REQUESTED, d->device, b->addr, b->requested, b->stream);
+  if (b->event_count == 0)
+    block_free_complete(d, b);
+  return GCA_OK;
+}
+
+/* Frees `ptr`; expected_dev >= 0 also requires it to belong to that device. */
+static gca_status_t free_impl(void *ptr, int expected_dev) {
+  gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
+  gca_status_t st;
+  if (ptr == NULL)
+    return GCA_OK;
+  int dev = owner_device(addr);
+  gca__devalloc_t *d = gca__devalloc_peek(dev);
+  if (d == NULL)
+    return bad_pointer("free", addr);
+  pthread_mutex_lock(&d->lock);
+  gca__block_t *b = gca__ptrmap_take(addr, d);
+  if (GCA_UNLIKELY(b == NULL)) {
+    pthread_mutex_unlock(&d->lock);
+    return bad_pointer("free", addr);
+  }
+  if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != dev)) {
+    GCA_ASSERT(gca__ptrmap_insert(addr, b) == GCA_OK);
+    pthread_mutex_unlock(&d->lock);
+    return gca__error(GCA_ERR_INVALID_POINTER,
+                      "free: pointer 0x%" PRIx64 " belongs to device %d, not device %d", addr, dev,
+                      expected_dev);
+  }
+  if (GCA_UNLIKELY(d->npending != 0)) {
+    st = process_events(d);
+    if (st != GCA_OK)
+      goto fail;
+  }
+  st = dev_free(d, b);
+  if (st != GCA_OK)
+    goto fail;
+  DEBUG_CHECK(d);
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+
+fail:
+  GCA_ASSERT(gca__ptrmap_insert(addr, b) == GCA_OK); /* room is left by the take */
+  DEBUG_CHECK(d);
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+GCA_API gca_status_t gca_free(void *ptr) {
+  return free_impl(ptr, -1);
+}
+
+GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
+  gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
+  gca_status_t st = GCA_OK;
+  gca__devalloc_t *d = gca__devalloc_peek(owner_device(addr));
+  if (d == NULL)
+    return bad_pointer("record_stream", addr);
+  pthread_mutex_lock(&d->lock);
+  gca__block_t *b = gca__ptrmap_find(addr);
+  if (b == NULL || b->pool->dev != d) {
+    pthread_mutex_unlock(&d->lock);
+    return bad_pointer("record_stream", addr);
+  }
+  if (stream == b->stream)
+    goto out;
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (b->uses[i] == stream)
+      goto out;
+  if (b->nuses == b->cap_uses) {
+    uint32_t ncap = b->cap_uses ? b->cap_uses * 2 : 4;
+    gca_stream_t *n = realloc(b->uses, ncap * sizeof(*n));
+    if (n == NULL) {
+      st = gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "record_stream: host out of memory recording a stream for 0x%" PRIx64, addr);
+      goto out;
+    }
+    b->uses = n;
+    b->cap_uses = ncap;
+  }
+  b->uses[b->nuses++] = stream;
+out:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *device) {
+  gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
+  size_t size = 0;
+  int dev = gca__ptrmap_device(addr, &size);
+  if (dev < 0)
+    return bad_pointer("pointer_info", addr);
+  if (block_size != NULL)
+    *block_size = size;
+  if (device != NULL)
+    *device = dev;
+  return GCA_OK;
+}
+
+/* ---- devices, cache, limits ---- */
+
+GCA_API gca_status_t gca_set_device(int device) {
+  GCA_CHECK(check_device_index("set_device", device, NULL));
+  t_device = device;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_get_device(int *device) {
+  if (device == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "get_device: the output pointer is NULL");
+  *device = t_device;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_empty_cache(void) {
+  int n = atomic_load(&g_ndevs);
+  for (int i = 0; i < n; i++) {
+    gca__devalloc_t *d = gca__devalloc_peek(i);
+    if (d == NULL)
+      continue;
+    pthread_mutex_lock(&d->lock);
+    gca_status_t st = release_cached(d);
+    DEBUG_CHECK(d);
+    pthread_mutex_unlock(&d->lock);
+    if (st != GCA_OK)
+      return gca__error_prefix(st, "empty_cache: device %d", i);
+  }
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction) {
+  gca__devalloc_t *d;
+  if (!(fraction > 0.0 && fraction <= 1.0))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "set_memory_fraction: fraction %g is not in (0, 1]", fraction);
+  GCA_CHECK(devalloc_get("set_memory_fraction", device, &d));
+  pthread_mutex_lock(&d->lock);
+  d->set_fraction = true;
+  d->allowed_max = (size_t)(fraction * (double)d->total_memory);
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_set_memory_limit(int device, uint64_t bytes) {
+  gca__devalloc_t *d;
+  GCA_CHECK(devalloc_get("set_memory_limit", device, &d));
+  pthread_mutex_lock(&d->lock);
+  d->set_fraction = bytes != 0;
+  d->allowed_max = bytes;
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+}
+
+/* ---- settings ---- */
+
+GCA_API gca_status_t gca_set_config(const char *conf) {
+  gca_status_t st = GCA_OK;
+  if (conf == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "set_config: the configuration string is NULL");
+  pthread_mutex_lock(&g_lock);
+  if (config_load_locked() != GCA_OK) {
+    /* a bad environment setting must not stop the program from setting its own */
+    GCA_LOG_WARN("set_config: ignoring the environment's settings: %s", gca_last_error());
+    gca__config_defaults(&g_cfg);
+    g_cfg_loaded = true;
+  }
+  gca_alloc_config_t cfg = g_cfg;
+  GCA_CHECK_GOTO(gca__config_parse(conf, &cfg), st, out);
+  g_cfg = cfg;
+  for (int i = 0; i < GCA__MAX_DEVICES; i++) {
+    gca__devalloc_t *d = gca__devalloc_peek(i);
+    if (d == NULL)
+      continue;
+    pthread_mutex_lock(&d->lock);
+    d->cfg = cfg;
+    d->stats.max_split_size = max_split_stat(&cfg);
+    apply_limit_from_config(d);
+    pthread_mutex_unlock(&d->lock);
+  }
+out:
+  pthread_mutex_unlock(&g_lock);
+  return st;
+}
+
+GCA_API gca_status_t gca_get_config(char *buf, size_t len) {
+  gca_status_t st = GCA_OK;
+  if (buf == NULL || len == 0)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "get_config: no output buffer");
+  pthread_mutex_lock(&g_lock);
+  st = config_load_locked();
+  if (st == GCA_OK)
+    st = gca__config_format(&g_cfg, buf, len);
+  pthread_mutex_unlock(&g_lock);
+  return st;
+}
+
+void gca__allocator_get_config(struct gca_alloc_config *out) {
+  pthread_mutex_lock(&g_lock);
+  if (config_load_locked() != GCA_OK)
+    gca__config_defaults(out);
+  else
+    *out = g_cfg;
+  pthread_mutex_unlock(&g_lock);
+}
+
+GCA_API gca_status_t gca_set_caching(bool enabled) {
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&g_lock);
+  st = config_load_locked();
+  if (st == GCA_OK)
+    g_caching = enabled;
+  pthread_mutex_unlock(&g_lock);
+  GCA_CHECK(st);
+  for (int i = 0; i < GCA__MAX_DEVICES; i++) {
+    gca__devalloc_t *d = gca__devalloc_peek(i);
+    if (d == NULL)
+      continue;
+    pthread_mutex_lock(&d->lock);
+    d->caching = enabled;
+    if (!enabled)
+      st = release_cached(d);
+    pthread_mutex_unlock(&d->lock);
+    if (st != GCA_OK)
+      return gca__error_prefix(st, "set_caching: device %d", i);
+  }
+  return GCA_OK;
+}
+
+/* ---- statistics ---- */
+
+GCA_API gca_status_t gca_get_stats(int device, gca_stats_t *out) {
+  gca__devalloc_t *d;
+  if (out == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "get_stats: the output pointer is NULL");
+  GCA_CHECK(devalloc_get("get_stats", device, &d));
+  pthread_mutex_lock(&d->lock);
+  *out = d->stats;
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+}
+
+static void reset_peak(gca_stat_t *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    s[i].peak = s[i].current;
+}
+
+static void reset_accum(gca_stat_t *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    s[i].allocated = s[i].freed = 0;
+}
+
+#define FOR_EACH_STAT_ARRAY(X, st)                                                                  \
+  X((st).allocation, GCA_STAT_TYPES);                                                               \
+  X((st).segment, GCA_STAT_TYPES);                                                                  \
+  X((st).active, GCA_STAT_TYPES);                                                                   \
+  X((st).inactive_split, GCA_STAT_TYPES);                                                           \
+  X((st).allocated_bytes, GCA_STAT_TYPES);                                                          \
+  X((st).reserved_bytes, GCA_STAT_TYPES);                                                           \
+  X((st).active_bytes, GCA_STAT_TYPES);                                                             \
+  X((st).inactive_split_bytes, GCA_STAT_TYPES);                                                     \
+  X((st).requested_bytes, GCA_STAT_TYPES);                                                          \
+  X(&(st).oversize_allocations, 1);                                                                 \
+  X(&(st).oversize_segments, 1)
+
+GCA_API gca_status_t gca_reset_peak_stats(int device) {
+  gca__devalloc_t *d;
+  GCA_CHECK(devalloc_get("reset_peak_stats", device, &d));
+  pthread_mutex_lock(&d->lock);
+  FOR_EACH_STAT_ARRAY(reset_peak, d->stats);
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_reset_accumulated_stats(int device) {
+  gca__devalloc_t *d;
+  GCA_CHECK(devalloc_get("reset_accumulated_stats", device, &d));
+  pthread_mutex_lock(&d->lock);
+  FOR_EACH_STAT_ARRAY(reset_accum, d->stats);
+  d->stats.num_alloc_retries = 0;
+  d->stats.num_ooms = 0;
+  d->stats.num_sync_all_streams = 0;
+  d->stats.num_device_alloc = 0;
+  d->stats.num_device_free = 0;
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+}
+
+/* ---- out of memory observers ---- */
+
+GCA_API gca_status_t gca_register_oom_observer(gca_oom_observer_t fn, void *ctx) {
+  gca_status_t st = GCA_OK;
+  if (fn == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "register_oom_observer: the function is NULL");
+  pthread_mutex_lock(&g_lock);
+  if (g_nobservers == MAX_OBSERVERS)
+    st = gca__error(GCA_ERR_INVALID_STATE,
+                    "register_oom_observer: all %d observer slots are taken", MAX_OBSERVERS);
+  else
+    g_observers[g_nobservers++] = (observer_t){fn, ctx};
+  pthread_mutex_unlock(&g_lock);
+  return st;
+}
+
+/* ---- PyTorch pluggable allocator entry points ---- */
+
+GCA_API void *gca_torch_malloc(ssize_t size, int device, gca_stream_t stream) {
+  void *p = NULL;
+  gca_status_t st;
+  if (size < 0)
+    st = gca__error(GCA_ERR_INVALID_ARGUMENT, "torch_malloc: negative size %zd", size);
+  else
+    st = gca_malloc_device(device, &p, (size_t)size, stream);
+  if (st != GCA_OK) {
+    GCA_LOG_ERR("%s", gca_last_error());
+    return NULL;
+  }
+  return p;
+}
+
+GCA_API void gca_torch_free(void *ptr, ssize_t size, int device, gca_stream_t stream) {
+  GCA_UNUSED(size);
+  GCA_UNUSED(stream);
+  if (free_impl(ptr, device) != GCA_OK)
+    GCA_LOG_ERR("%s", gca_last_error());
+}
+
+/* ---- introspection support ---- */
+
+int gca__allocator_device_count(void) {
+  return atomic_load(&g_ndevs);
+}
+
+static void devalloc_destroy(gca__devalloc_t *d) {
+  pthread_mutex_lock(&d->lock);
+  for (size_t i = 0; i < d->npending; i++) {
+    (void)d->ops->event_synchronize(d->pending[i].event);
+    (void)d->ops->event_destroy(d->pending[i].event);
+  }
+  for (size_t i = 0; i < d->nevents; i++)
+    (void)d->ops->event_destroy(d->event_pool[i]);
+  gca__ptrmap_drop_device(d);
+  gca__pool_t *pools[2] = {&d->small, &d->large};
+  for (int k = 0; k < 2; k++) {
+    for (gca__segment_t *s = pools[k]->segments, *next; s != NULL; s = next) {
+      next = s->next;
+      for (gca__block_t *b = s->head; b != NULL; b = b->next)
+        free(b->uses);
+      (void)d->ops->mem_free(d->device, s->base);
+      free(s);
+    }
+  }
+  for (size_t i = 0; i < d->nslabs; i++)
+    free(d->slabs[i]);
+  free(d->slabs);
+  free(d->pending);
+  free(d->event_pool);
+  pthread_mutex_unlock(&d->lock);
+  pthread_mutex_destroy(&d->lock);
+  free(d);
+}
+
+void gca__allocator_reset(void) {
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < GCA__MAX_DEVICES; i++) {
+    gca__devalloc_t *d = gca__devalloc_peek(i);
+    if (d == NULL)
+      continue;
+    atomic_store(&g_devs[i], NULL);
+    devalloc_destroy(d);
+  }
+  atomic_store(&g_single_dev, -1);
+  atomic_store(&g_ndevs, 0);
+  g_cfg_loaded = false;
+  g_caching = true;
+  g_nobservers = 0;
+  t_device = 0;
+  pthread_mutex_unlock(&g_lock);
+}

@@ -61,6 +61,8 @@ gca_status_t gca__history_configure(bool enabled, size_t max_entries, bool stack
 /* Copies the device's ring (oldest first) into a malloc'd array. */
 gca_status_t gca__history_copy(int device, gca_history_entry_t **entries, size_t *count);
 const char *gca__history_action_name(gca_history_action_t action);
+/* 1 + the highest device that has recorded an event since start (0 if none). */
+int gca__history_device_count(void);
 /* Opens the GCA_TRACE file if the variable is set (called once at allocator init). */
 gca_status_t gca__trace_open_from_env(void);
 /* Flushes and closes the trace (atexit and tests). */

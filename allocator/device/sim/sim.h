@@ -48,6 +48,8 @@ gca_status_t gca__sim_check_device(const char *op, int dev);
  * GCA_ERR_OUT_OF_MEMORY naming `op`, requested and free bytes when full. */
 gca_status_t gca__sim_capacity_take(const char *op, int dev, uint64_t bytes);
 void gca__sim_capacity_give(int dev, uint64_t bytes);
+/* Capacity of a valid device in bytes (GCA_SIM_DEVICE_MEMORY or gca_sim_set_capacity). */
+uint64_t gca__sim_capacity(int dev);
 
 /* ---- sim_mem.c ---- */
 

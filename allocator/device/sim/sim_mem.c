@@ -1,1 +1,789 @@
-/* allocator/device/sim/sim_mem.c: not yet written. */
+/* sim_mem.c - the sim's device memory: physical allocations, address
+ * reservations and the mappings between them, classic allocations, IPC fds.
+ *
+ * The one idea: device memory is host memory arranged the way the driver's
+ * virtual memory management arranges it. A physical allocation (mem_create) is
+ * a sparse memfd, so untouched pages cost nothing; a reservation is a
+ * PROT_NONE, MAP_NORESERVE anonymous range; mem_map puts the memfd over part of
+ * a reservation with MAP_FIXED|MAP_SHARED and no access, mem_set_access makes
+ * it readable and writable, mem_unmap puts PROT_NONE anonymous pages back. So
+ * two mappings of one handle alias, and touching an unmapped or inaccessible
+ * device address faults as it would on a GPU. Classic allocations (mem_alloc)
+ * are built from the same primitives: their own memfd, their own reservation,
+ * mapped read-write at once.
+ *
+ * The bookkeeping is three sorted arrays under one mutex: handles by id,
+ * reservations by base, and mapping pieces by base, each searched by binary
+ * search. A piece is a whole mapping or, after mem_set_access covered only part
+ * of one, a part of it; the pieces of one mapping share its map_id and are
+ * adjacent, which is how mem_unmap tells "covers each mapping whole" apart from
+ * a partial unmap. Handles are ids, never pointers, so a stale or foreign
+ * handle is a status, not a crash.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "sim.h"
+
+#define GRAN       ((uint64_t)GCA_SIM_GRANULARITY)
+#define HANDLE_TAG 0x51a0000000000000ull
+
+/* A physical allocation. refs == live handles naming it + mapping pieces over
+ * it; when refs reaches 0 the fd is closed and `charged` bytes go back to the
+ * device's capacity (charged == size for mem_create/mem_alloc, 0 for an import
+ * of memory the sim does not already hold). */
+typedef struct phys {
+  struct phys *prev, *next; /* all live allocations, for imports */
+  int fd;
+  int dev;
+  uint64_t size;
+  uint64_t charged;
+  uint64_t refs;
+  dev_t st_dev;
+  ino_t st_ino;
+} phys_t;
+
+/* Element types of the sorted arrays; each begins with its sort key. */
+typedef struct handle_ent {
+  uint64_t id;
+  phys_t *phys;
+} handle_ent_t;
+
+/* A reservation [base, base+size). mapped == bytes of the pieces inside it.
+ * classic: made by mem_alloc; the VMM ops do not touch it. */
+typedef struct resv {
+  uint64_t base;
+  uint64_t size;
+  uint64_t mapped;
+  int dev;
+  bool classic;
+} resv_t;
+
+/* A mapped piece [base, base+size) showing phys bytes [offset, offset+size).
+ * Pieces are disjoint and lie inside one reservation each. */
+typedef struct piece {
+  uint64_t base;
+  uint64_t size;
+  uint64_t offset;
+  uint64_t map_id;
+  phys_t *phys;
+  bool access;
+} piece_t;
+
+typedef struct vec {
+  char *data;
+  size_t len, cap, esz;
+} vec_t;
+
+static struct {
+  pthread_mutex_t lock;
+  vec_t handles; /* handle_ent_t by id */
+  vec_t resvs;   /* resv_t by base */
+  vec_t pieces;  /* piece_t by base */
+  phys_t *all;
+  uint64_t next_handle;
+  uint64_t next_map_id;
+} mem = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .handles = {.esz = sizeof(handle_ent_t)},
+    .resvs = {.esz = sizeof(resv_t)},
+    .pieces = {.esz = sizeof(piece_t)},
+    .next_handle = 1,
+    .next_map_id = 1,
+};
+
+/* ---- sorted arrays ---- */
+
+static void *vec_at(const vec_t *v, size_t i) {
+  return v->data + i * v->esz;
+}
+
+static uint64_t vec_key(const vec_t *v, size_t i) {
+  uint64_t k;
+  memcpy(&k, vec_at(v, i), sizeof(k));
+  return k;
+}
+
+/* Index of the first element whose key is >= key (v->len when none). */
+static size_t vec_lower(const vec_t *v, uint64_t key) {
+  size_t lo = 0, hi = v->len;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (vec_key(v, mid) < key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Index of the element whose [key, key+size) contains addr, or -1; the element's
+ * second field must be its size (resv_t, piece_t). */
+static long vec_containing(const vec_t *v, uint64_t addr) {
+  size_t i = vec_lower(v, addr + 1);
+  if (i == 0)
+    return -1;
+  uint64_t kv[2];
+  memcpy(kv, vec_at(v, i - 1), sizeof(kv));
+  return addr - kv[0] < kv[1] ? (long)(i - 1) : -1;
+}
+
+static bool vec_insert(vec_t *v, size_t i, const void *elem) {
+  if (v->len == v->cap) {
+    size_t cap = v->cap ? v->cap * 2 : 16;
+    char *d = realloc(v->data, cap * v->esz);
+    if (!d)
+      return false;
+    v->data = d;
+    v->cap = cap;
+  }
+  memmove(vec_at(v, i + 1), vec_at(v, i), (v->len - i) * v->esz);
+  memcpy(vec_at(v, i), elem, v->esz);
+  v->len++;
+  return true;
+}
+
+static void vec_remove(vec_t *v, size_t i, size_t n) {
+  memmove(vec_at(v, i), vec_at(v, i + n), (v->len - i - n) * v->esz);
+  v->len -= n;
+}
+
+/* ---- physical allocations and handles (mem.lock held) ---- */
+
+static phys_t *handle_find(gca_memhandle_t h, size_t *index) {
+  size_t i = vec_lower(&mem.handles, h);
+  if (i == mem.handles.len || vec_key(&mem.handles, i) != h)
+    return NULL;
+  if (index)
+    *index = i;
+  return ((handle_ent_t *)vec_at(&mem.handles, i))->phys;
+}
+
+/* Appends a new handle naming p (ids only grow, so appending keeps the order). */
+static gca_status_t handle_add(const char *op, phys_t *p, gca_memhandle_t *out) {
+  handle_ent_t e = {.id = HANDLE_TAG | mem.next_handle, .phys = p};
+  if (!vec_insert(&mem.handles, mem.handles.len, &e))
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for the handle table", op);
+  mem.next_handle++;
+  p->refs++;
+  *out = e.id;
+  return GCA_OK;
+}
+
+static void phys_link(phys_t *p) {
+  p->prev = NULL;
+  p->next = mem.all;
+  if (mem.all)
+    mem.all->prev = p;
+  mem.all = p;
+}
+
+static void phys_unref(phys_t *p) {
+  GCA_ASSERT(p->refs > 0);
+  if (--p->refs > 0)
+    return;
+  if (p->prev)
+    p->prev->next = p->next;
+  else
+    mem.all = p->next;
+  if (p->next)
+    p->next->prev = p->prev;
+  close(p->fd);
+  if (p->charged)
+    gca__sim_capacity_give(p->dev, p->charged);
+  free(p);
+}
+
+/* A new allocation of `size` bytes on dev: capacity taken, sparse memfd, refs 0, linked. */
+static gca_status_t phys_create(const char *op, int dev, uint64_t size, phys_t **out) {
+  gca_status_t st;
+  GCA_CHECK(gca__sim_capacity_take(op, dev, size));
+  phys_t *p = calloc(1, sizeof(*p));
+  if (!p) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for the allocation record", op);
+    goto fail_give;
+  }
+  p->fd = memfd_create("gca-sim-device-memory", MFD_CLOEXEC);
+  if (p->fd < 0) {
+    st = gca__error(GCA_ERR_DRIVER, "%s: memfd_create failed: %s", op, strerror(errno));
+    goto fail_free;
+  }
+  if (ftruncate(p->fd, (off_t)size) != 0) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: cannot size the memfd to %llu bytes: %s", op,
+                    (unsigned long long)size, strerror(errno));
+    goto fail_close;
+  }
+  struct stat sb;
+  if (fstat(p->fd, &sb) != 0) {
+    st = gca__error(GCA_ERR_DRIVER, "%s: fstat of the memfd failed: %s", op, strerror(errno));
+    goto fail_close;
+  }
+  p->dev = dev;
+  p->size = size;
+  p->charged = size;
+  p->st_dev = sb.st_dev;
+  p->st_ino = sb.st_ino;
+  pthread_mutex_lock(&mem.lock);
+  phys_link(p);
+  pthread_mutex_unlock(&mem.lock);
+  *out = p;
+  return GCA_OK;
+
+fail_close:
+  close(p->fd);
+fail_free:
+  free(p);
+fail_give:
+  gca__sim_capacity_give(dev, size);
+  return st;
+}
+
+/* ---- reservations ---- */
+
+/* mmaps a PROT_NONE, MAP_NORESERVE range of `size` bytes aligned to `align`. */
+static gca_status_t reserve_range(const char *op, uint64_t size, uint64_t align, uint64_t *out) {
+  if (size > UINT64_MAX - align)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: %llu bytes cannot be reserved", op,
+                      (unsigned long long)size);
+  size_t span = (size_t)(size + align);
+  void *raw = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: cannot reserve %llu bytes of address space: %s",
+                      op, (unsigned long long)size, strerror(errno));
+  uint64_t start = (uint64_t)(uintptr_t)raw;
+  uint64_t base = (start + align - 1) & ~(align - 1);
+  if (base > start)
+    munmap(raw, (size_t)(base - start));
+  uint64_t tail = start + span - (base + size);
+  if (tail)
+    munmap((void *)(uintptr_t)(base + size), (size_t)tail);
+  *out = base;
+  return GCA_OK;
+}
+
+/* Turns [ptr, ptr+size) back into reservation pages: PROT_NONE, no backing. */
+static gca_status_t reset_range(const char *op, uint64_t ptr, uint64_t size) {
+  void *p = mmap((void *)(uintptr_t)ptr, (size_t)size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (p == MAP_FAILED)
+    return gca__error(GCA_ERR_DRIVER, "%s: cannot restore the reservation at 0x%llx: %s", op,
+                      (unsigned long long)ptr, strerror(errno));
+  return GCA_OK;
+}
+
+static resv_t *resv_of(uint64_t addr) {
+  long i = vec_containing(&mem.resvs, addr);
+  return i < 0 ? NULL : vec_at(&mem.resvs, (size_t)i);
+}
+
+/* ---- mapping pieces (mem.lock held) ---- */
+
+static piece_t *piece_at(size_t i) {
+  return vec_at(&mem.pieces, i);
+}
+
+/* Whether [ptr, end) is covered by adjacent pieces without gaps; *first is the
+ * index of the piece holding ptr, *past one past the last piece touched, and on
+ * false *gap the first address not mapped. */
+static bool cover(uint64_t ptr, uint64_t end, size_t *first, size_t *past, uint64_t *gap) {
+  long i = vec_containing(&mem.pieces, ptr);
+  *gap = ptr;
+  if (i < 0)
+    return false;
+  size_t j = (size_t)i;
+  uint64_t cur = piece_at(j)->base;
+  while (cur < end) {
+    if (j == mem.pieces.len || piece_at(j)->base != cur) {
+      *gap = cur;
+      return false;
+    }
+    cur += piece_at(j)->size;
+    j++;
+  }
+  *first = (size_t)i;
+  *past = j;
+  return true;
+}
+
+/* cover(), failing with GCA_ERR_INVALID_ARGUMENT naming the first unmapped address. */
+static gca_status_t covered(const char *op, uint64_t ptr, uint64_t end, size_t *first,
+                            size_t *past) {
+  uint64_t gap;
+  if (!cover(ptr, end, first, past, &gap))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: 0x%llx in [0x%llx, 0x%llx) is not mapped", op,
+                      (unsigned long long)gap, (unsigned long long)ptr, (unsigned long long)end);
+  return GCA_OK;
+}
+
+/* Splits the piece at index i so that a piece begins at `at` (inside it). */
+static gca_status_t piece_split(const char *op, size_t i, uint64_t at) {
+  piece_t tail = *piece_at(i);
+  uint64_t head = at - tail.base;
+  tail.base = at;
+  tail.size -= head;
+  tail.offset += head;
+  if (!vec_insert(&mem.pieces, i + 1, &tail))
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for the mapping table", op);
+  piece_at(i)->size = head;
+  tail.phys->refs++;
+  return GCA_OK;
+}
+
+/* ---- argument checks ---- */
+
+static gca_status_t check_range(const char *op, uint64_t ptr, uint64_t size) {
+  if (size == 0 || ptr % GRAN || size % GRAN || ptr + size < ptr)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "%s: range 0x%llx + %llu is empty or not aligned to the 2 MiB granularity",
+                      op, (unsigned long long)ptr, (unsigned long long)size);
+  return GCA_OK;
+}
+
+static gca_status_t check_out(const char *op, const void *out, const char *what) {
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, what);
+  return GCA_OK;
+}
+
+/* ---- ops ---- */
+
+static gca_status_t sim_mem_get_info(int dev, size_t *free_bytes, size_t *total_bytes) {
+  GCA_SIM_ENTER(mem_get_info, 0);
+  GCA_CHECK(gca__sim_check_device("mem_get_info", dev));
+  GCA_CHECK(check_out("mem_get_info", free_bytes, "free_bytes"));
+  GCA_CHECK(check_out("mem_get_info", total_bytes, "total_bytes"));
+  uint64_t cap = gca__sim_capacity(dev), used = gca_sim_used_bytes(dev);
+  *free_bytes = used > cap ? 0 : (size_t)(cap - used);
+  *total_bytes = (size_t)cap;
+  return GCA_OK;
+}
+
+static gca_status_t sim_mem_granularity(int dev, bool recommended, size_t *granularity) {
+  GCA_SIM_ENTER(mem_granularity, 0);
+  GCA_CHECK(gca__sim_check_device("mem_granularity", dev));
+  GCA_CHECK(check_out("mem_granularity", granularity, "granularity"));
+  *granularity = (size_t)GRAN;
+  return GCA_OK;
+}
+
+static gca_status_t sim_mem_create(int dev, size_t size, gca_memhandle_t *out) {
+  GCA_SIM_ENTER(mem_create, size);
+  GCA_CHECK(gca__sim_check_device("mem_create", dev));
+  GCA_CHECK(check_out("mem_create", out, "out"));
+  if (size == 0 || size % GRAN)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "mem_create: size %zu is not a positive multiple of the granularity (%llu)",
+                      size, (unsigned long long)GRAN);
+  phys_t *p;
+  GCA_CHECK(phys_create("mem_create", dev, size, &p));
+  pthread_mutex_lock(&mem.lock);
+  gca_status_t st = handle_add("mem_create", p, out);
+  if (st != GCA_OK) {
+    p->refs = 1;
+    phys_unref(p);
+  }
+  pthread_mutex_unlock(&mem.lock);
+  return st;
+}
+
+static gca_status_t sim_mem_release(gca_memhandle_t handle) {
+  GCA_SIM_ENTER(mem_release, 0);
+  pthread_mutex_lock(&mem.lock);
+  size_t i;
+  phys_t *p = handle_find(handle, &i);
+  if (!p) {
+    pthread_mutex_unlock(&mem.lock);
+    return gca__error(GCA_ERR_INVALID_HANDLE,
+                      "mem_release: 0x%llx is not a live handle (never created or already "
+                      "released)",
+                      (unsigned long long)handle);
+  }
+  vec_remove(&mem.handles, i, 1);
+  phys_unref(p);
+  pthread_mutex_unlock(&mem.lock);
+  return GCA_OK;
+}
+
+static gca_status_t sim_mem_address_reserve(int dev, size_t size, size_t alignment,
+                                            gca_devptr_t *out) {
+  GCA_SIM_ENTER(mem_address_reserve, 0);
+  GCA_CHECK(gca__sim_check_device("mem_address_reserve", dev));
+  GCA_CHECK(check_out("mem_address_reserve", out, "out"));
+  uint64_t align = alignment ? alignment : GRAN;
+  if (size == 0 || size % GRAN || align % GRAN || (align & (align - 1)))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "mem_address_reserve: size %zu / alignment %zu not multiples of the "
+                      "granularity (alignment a power of two)",
+                      size, alignment);
+  uint64_t base;
+  GCA_CHECK(reserve_range("mem_address_reserve", size, align, &base));
+  resv_t r = {.base = base, .size = size, .dev = dev};
+  pthread_mutex_lock(&mem.lock);
+  bool ok = vec_insert(&mem.resvs, vec_lower(&mem.resvs, base), &r);
+  pthread_mutex_unlock(&mem.lock);
+  if (!ok) {
+    munmap((void *)(uintptr_t)base, size);
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "mem_address_reserve: no host memory for the reservation table");
+  }
+  *out = base;
+  return GCA_OK;
+}
+
+static gca_status_t sim_mem_address_free(int dev, gca_devptr_t ptr, size_t size) {
+  GCA_SIM_ENTER(mem_address_free, 0);
+  GCA_CHECK(gca__sim_check_device("mem_address_free", dev));
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&mem.lock);
+  size_t i = vec_lower(&mem.resvs, ptr);
+  resv_t *r = i < mem.resvs.len ? vec_at(&mem.resvs, i) : NULL;
+  if (!r || r->base != ptr || r->classic || r->size != size) {
+    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
+                    "mem_address_free: 0x%llx + %zu does not match a reservation (base and size "
+                    "must be as reserved)",
+                    (unsigned long long)ptr, size);
+  } else if (r->mapped) {
+    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
+                    "mem_address_free: reservation 0x%llx still has %llu bytes mapped; unmap "
+                    "them first",
+                    (unsigned long long)ptr, (unsigned long long)r->mapped);
+  } else {
+    munmap((void *)(uintptr_t)ptr, size);
+    vec_remove(&mem.resvs, i, 1);
+  }
+  pthread_mutex_unlock(&mem.lock);
+  return st;
+}
+
+static gca_status_t sim_mem_map(gca_devptr_t ptr, size_t size, size_t offset,
+                                gca_memhandle_t handle) {
+  GCA_SIM_ENTER(mem_map, 0);
+  GCA_CHECK(check_range("mem_map", ptr, size));
+  if (offset % GRAN)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "mem_map: offset %zu is not a multiple of the granularity", offset);
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&mem.lock);
+  phys_t *p = handle_find(handle, NULL);
+  if (!p) {
+    st = gca__error(GCA_ERR_INVALID_HANDLE, "mem_map: 0x%llx is not a live handle",
+                    (unsigned long long)handle);
+    goto out;
+  }
+  if (offset > p->size || size > p->size - offset) {
+    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
+                    "mem_map: offset %zu + size %zu is beyond the handle's %llu bytes", offset,
+                    size, (unsigned long long)p->size);
+    goto out;
+  }
+  resv_t *r = resv_of(ptr);
+  if (!r || r->classic || ptr + size > r->base + r->size) {
+    st = gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_map: 0x%llx + %zu is not inside one reservation",
+                    (unsigned long long)ptr, size);
+    goto out;
+  }
+  size_t j = vec_lower(&mem.pieces, ptr);
+  piece_t *prev = j > 0 ? piece_at(j - 1) : NULL;
+  piece_t *next = j < mem.pieces.len ? piece_at(j) : NULL;
+  if ((prev && prev->base + prev->size > ptr) || (next && next->base < ptr + size)) {
+    piece_t *o = (prev && prev->base + prev->size > ptr) ? prev : next;
+    st =
+        gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_map: 0x%llx + %zu overlaps the mapping at 0x%llx",
+                   (unsigned long long)ptr, size, (unsigned long long)o->base);
+    goto out;
+  }
+  piece_t np = {.base = ptr, .size = size, .offset = offset, .map_id = mem.next_map_id, .phys = p};
+  if (!vec_insert(&mem.pieces, j, &np)) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "mem_map: no host memory for the mapping table");
+    goto out;
+  }
+  void *m =
+      mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd, (off_t)offset);
+  if (m == MAP_FAILED) {
+    st = gca__error(GCA_ERR_DRIVER, "mem_map: mmap at 0x%llx failed: %s", (unsigned long long)ptr,
+                    strerror(errno));
+    vec_remove(&mem.pieces, j, 1);
+    reset_range("mem_map", ptr, size);
+    goto out;
+  }
+  mem.next_map_id++;
+  p->refs++;
+  r->mapped += size;
+out:
+  pthread_mutex_unlock(&mem.lock);
+  return st;
+}
+
+static gca_status_t sim_mem_unmap(gca_devptr_t ptr, size_t size) {
+  GCA_SIM_ENTER(mem_unmap, 0);
+  GCA_CHECK(check_range("mem_unmap", ptr, size));
+  gca_status_t st = GCA_OK;
+  uint64_t end = ptr + size;
+  size_t i, j;
+  pthread_mutex_lock(&mem.lock);
+  GCA_CHECK_GOTO(covered("mem_unmap", ptr, end, &i, &j), st, out);
+  piece_t *first = piece_at(i), *last = piece_at(j - 1);
+  bool cut_head = first->base != ptr || (i > 0 && piece_at(i - 1)->map_id == first->map_id);
+  bool cut_tail =
+      last->base + last->size != end || (j < mem.pieces.len && piece_at(j)->map_id == last->map_id);
+  if (cut_head || cut_tail) {
+    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
+                    "mem_unmap: [0x%llx, 0x%llx) covers only part of the mapping at 0x%llx; "
+                    "each mapping must be unmapped whole",
+                    (unsigned long long)ptr, (unsigned long long)end,
+                    (unsigned long long)(cut_head ? first->base : last->base));
+    goto out;
+  }
+  for (size_t k = i; k < j; k++) {
+    if (resv_of(piece_at(k)->base)->classic) {
+      st = gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "mem_unmap: 0x%llx belongs to a mem_alloc allocation; use mem_free",
+                      (unsigned long long)piece_at(k)->base);
+      goto out;
+    }
+  }
+  GCA_CHECK_GOTO(reset_range("mem_unmap", ptr, size), st, out);
+  for (size_t k = i; k < j; k++) {
+    piece_t *pc = piece_at(k);
+    resv_t *r = resv_of(pc->base);
+    GCA_ASSERT(r != NULL && r->mapped >= pc->size);
+    r->mapped -= pc->size;
+    phys_unref(pc->phys);
+  }
+  vec_remove(&mem.pieces, i, j - i);
+out:
+  pthread_mutex_unlock(&mem.lock);
+  return st;
+}
+
+static gca_status_t sim_mem_set_access(gca_devptr_t ptr, size_t size, const int *devs, int ndevs) {
+  GCA_SIM_ENTER(mem_set_access, 0);
+  GCA_CHECK(check_range("mem_set_access", ptr, size));
+  if (!devs || ndevs <= 0)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_set_access: no devices given (%d)", ndevs);
+  for (int k = 0; k < ndevs; k++)
+    GCA_CHECK(gca__sim_check_device("mem_set_access", devs[k]));
+  gca_status_t st = GCA_OK;
+  uint64_t end = ptr + size;
+  size_t i, j;
+  pthread_mutex_lock(&mem.lock);
+  GCA_CHECK_GOTO(covered("mem_set_access", ptr, end, &i, &j), st, out);
+  if (resv_of(ptr)->classic) {
+    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
+                    "mem_set_access: 0x%llx belongs to a mem_alloc allocation",
+                    (unsigned long long)ptr);
+    goto out;
+  }
+  if (piece_at(i)->base < ptr) {
+    GCA_CHECK_GOTO(piece_split("mem_set_access", i, ptr), st, out);
+    i++;
+    j++;
+  }
+  piece_t *last = piece_at(j - 1);
+  if (last->base + last->size > end)
+    GCA_CHECK_GOTO(piece_split("mem_set_access", j - 1, end), st, out);
+  if (mprotect((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) != 0) {
+    st = gca__error(GCA_ERR_DRIVER, "mem_set_access: mprotect of 0x%llx + %zu failed: %s",
+                    (unsigned long long)ptr, size, strerror(errno));
+    goto out;
+  }
+  for (size_t k = i; k < j; k++)
+    piece_at(k)->access = true;
+out:
+  pthread_mutex_unlock(&mem.lock);
+  return st;
+}
+
+static gca_status_t sim_mem_export_fd(gca_memhandle_t handle, int *fd) {
+  GCA_SIM_ENTER(mem_export_fd, 0);
+  GCA_CHECK(check_out("mem_export_fd", fd, "fd"));
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&mem.lock);
+  phys_t *p = handle_find(handle, NULL);
+  if (!p) {
+    st = gca__error(GCA_ERR_INVALID_HANDLE, "mem_export_fd: 0x%llx is not a live handle",
+                    (unsigned long long)handle);
+  } else {
+    int d = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
+    if (d < 0)
+      st =
+          gca__error(GCA_ERR_DRIVER, "mem_export_fd: cannot duplicate the fd: %s", strerror(errno));
+    else
+      *fd = d;
+  }
+  pthread_mutex_unlock(&mem.lock);
+  return st;
+}
+
+static gca_status_t sim_mem_import_fd(int dev, int fd, gca_memhandle_t *out) {
+  GCA_SIM_ENTER(mem_import_fd, 0);
+  GCA_CHECK(gca__sim_check_device("mem_import_fd", dev));
+  GCA_CHECK(check_out("mem_import_fd", out, "out"));
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_import_fd: fd %d is not open", fd);
+  if (!S_ISREG(sb.st_mode) || sb.st_size <= 0 || (uint64_t)sb.st_size % GRAN)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "mem_import_fd: fd %d is not exported device memory (size %lld)", fd,
+                      (long long)sb.st_size);
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&mem.lock);
+  phys_t *p = mem.all;
+  while (p && !(p->st_dev == sb.st_dev && p->st_ino == sb.st_ino))
+    p = p->next;
+  bool fresh = p == NULL;
+  if (fresh) {
+    p = calloc(1, sizeof(*p));
+    if (!p) {
+      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "mem_import_fd: no host memory");
+      goto out;
+    }
+    p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (p->fd < 0) {
+      st = gca__error(GCA_ERR_DRIVER, "mem_import_fd: cannot duplicate fd %d: %s", fd,
+                      strerror(errno));
+      free(p);
+      goto out;
+    }
+    p->dev = dev;
+    p->size = (uint64_t)sb.st_size;
+    p->st_dev = sb.st_dev;
+    p->st_ino = sb.st_ino;
+    phys_link(p);
+  }
+  st = handle_add("mem_import_fd", p, out);
+  if (st != GCA_OK && fresh) {
+    p->refs = 1;
+    phys_unref(p);
+  }
+out:
+  pthread_mutex_unlock(&mem.lock);
+  return st;
+}
+
+static gca_status_t sim_mem_alloc(int dev, size_t size, gca_devptr_t *out) {
+  uint64_t rounded = ((uint64_t)size + GRAN - 1) / GRAN * GRAN;
+  GCA_SIM_ENTER(mem_alloc, rounded);
+  GCA_CHECK(gca__sim_capture_check_unsafe("mem_alloc"));
+  GCA_CHECK(gca__sim_check_device("mem_alloc", dev));
+  GCA_CHECK(check_out("mem_alloc", out, "out"));
+  if (size == 0 || rounded < size)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_alloc: size %zu is not allocatable", size);
+  gca_status_t st;
+  phys_t *p;
+  uint64_t base;
+  GCA_CHECK(phys_create("mem_alloc", dev, rounded, &p));
+  GCA_CHECK_GOTO(reserve_range("mem_alloc", rounded, GRAN, &base), st, fail_phys);
+  void *m = mmap((void *)(uintptr_t)base, rounded, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                 p->fd, 0);
+  if (m == MAP_FAILED) {
+    st = gca__error(GCA_ERR_DRIVER, "mem_alloc: mmap at 0x%llx failed: %s",
+                    (unsigned long long)base, strerror(errno));
+    goto fail_resv;
+  }
+  resv_t r = {.base = base, .size = rounded, .mapped = rounded, .dev = dev, .classic = true};
+  pthread_mutex_lock(&mem.lock);
+  piece_t pc = {
+      .base = base, .size = rounded, .map_id = mem.next_map_id, .phys = p, .access = true};
+  size_t ri = vec_lower(&mem.resvs, base);
+  if (!vec_insert(&mem.resvs, ri, &r)) {
+    pthread_mutex_unlock(&mem.lock);
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "mem_alloc: no host memory for the reservation table");
+    goto fail_resv;
+  }
+  if (!vec_insert(&mem.pieces, vec_lower(&mem.pieces, base), &pc)) {
+    vec_remove(&mem.resvs, ri, 1);
+    pthread_mutex_unlock(&mem.lock);
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "mem_alloc: no host memory for the mapping table");
+    goto fail_resv;
+  }
+  mem.next_map_id++;
+  p->refs = 1;
+  pthread_mutex_unlock(&mem.lock);
+  *out = base;
+  return GCA_OK;
+
+fail_resv:
+  munmap((void *)(uintptr_t)base, rounded);
+fail_phys:
+  pthread_mutex_lock(&mem.lock);
+  p->refs = 1;
+  phys_unref(p);
+  pthread_mutex_unlock(&mem.lock);
+  return st;
+}
+
+static gca_status_t sim_mem_free(int dev, gca_devptr_t ptr) {
+  GCA_SIM_ENTER(mem_free, 0);
+  GCA_CHECK(gca__sim_capture_check_unsafe("mem_free"));
+  GCA_CHECK(gca__sim_check_device("mem_free", dev));
+  if (ptr == 0)
+    return GCA_OK;
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&mem.lock);
+  size_t ri = vec_lower(&mem.resvs, ptr);
+  resv_t *r = ri < mem.resvs.len ? vec_at(&mem.resvs, ri) : NULL;
+  if (!r || r->base != ptr || !r->classic) {
+    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
+                    "mem_free: 0x%llx is not the base of a live mem_alloc allocation",
+                    (unsigned long long)ptr);
+    goto out;
+  }
+  if (r->dev != dev) {
+    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
+                    "mem_free: 0x%llx was allocated on device %d, not device %d",
+                    (unsigned long long)ptr, r->dev, dev);
+    goto out;
+  }
+  size_t pi = vec_lower(&mem.pieces, ptr);
+  piece_t *pc = piece_at(pi);
+  GCA_ASSERT(pi < mem.pieces.len && pc->base == ptr);
+  phys_t *p = pc->phys;
+  munmap((void *)(uintptr_t)ptr, r->size);
+  vec_remove(&mem.pieces, pi, 1);
+  vec_remove(&mem.resvs, ri, 1);
+  phys_unref(p);
+out:
+  pthread_mutex_unlock(&mem.lock);
+  return st;
+}
+
+int gca__sim_mem_device_of(gca_devptr_t ptr, size_t len) {
+  int dev = -1;
+  uint64_t end = ptr + (len ? len : 1);
+  if (end < ptr)
+    return -1;
+  pthread_mutex_lock(&mem.lock);
+  size_t i, j;
+  uint64_t gap;
+  if (cover(ptr, end, &i, &j, &gap)) {
+    dev = piece_at(i)->phys->dev;
+    for (size_t k = i; k < j; k++)
+      if (!piece_at(k)->access)
+        dev = -1;
+  }
+  pthread_mutex_unlock(&mem.lock);
+  return dev;
+}
+
+void gca__sim_mem_ops(gca_device_ops_t *ops) {
+  ops->mem_get_info = sim_mem_get_info;
+  ops->mem_alloc = sim_mem_alloc;
+  ops->mem_free = sim_mem_free;
+  ops->mem_granularity = sim_mem_granularity;
+  ops->mem_address_reserve = sim_mem_address_reserve;
+  ops->mem_address_free = sim_mem_address_free;
+  ops->mem_create = sim_mem_create;
+  ops->mem_release = sim_mem_release;
+  ops->mem_map = sim_mem_map;
+  ops->mem_unmap = sim_mem_unmap;
+  ops->mem_set_access = sim_mem_set_access;
+  ops->mem_export_fd = sim_mem_export_fd;
+  ops->mem_import_fd = sim_mem_import_fd;
+}

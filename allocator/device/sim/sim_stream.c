@@ -1,6 +1,1033 @@
-/* sim_stream.c - (being written) streams, events, host funcs, copies, kernels. */
-#include "sim.h"
+/* sim_stream.c - the sim's streams and events: a worker thread per stream runs
+ * a FIFO of work items in order, asynchronously to the caller; events are
+ * markers placed in that FIFO; host functions, copies, memsets and the
+ * ready-made kernels are work items like any other.
+ *
+ * The one idea: every ordering question reduces to "has stream S completed
+ * its item number N?". A stream counts the items it was given (submitted) and
+ * the items it has run (completed); a marker is (stream, N); event records,
+ * stream waits, the legacy stream's implicit synchronization and graph-launch
+ * ordering are all markers, waited for on the marked stream's condition
+ * variable (no polling).
+ *
+ * Note [Legacy stream]: the NULL stream of a device is created lazily. Work
+ * given to it first waits for all work already given to the device's blocking
+ * streams; work given to a blocking stream first waits for all work already
+ * given to the legacy stream. Non-blocking streams take no part.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim_stream.h"
+
+/* ---- handle registry (Note [Sim handles]) ---- */
+
+#define HANDLE_KIND_SHIFT 56
+#define HANDLE_GEN_SHIFT 24
+#define HANDLE_SLOT_MASK ((1u << HANDLE_GEN_SHIFT) - 1)
+
+/* objs[i] != NULL iff slot i is live; gens[i] changes each time slot i is reused. */
+static struct {
+  pthread_mutex_t mu;
+  gca__sim_obj_t **objs;
+  uint32_t *gens;
+  uint32_t *free_slots;
+  uint32_t len, cap, nfree;
+} reg = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static bool reg_grow(void) {
+  uint32_t cap = reg.cap ? reg.cap * 2 : 64;
+  if (cap > HANDLE_SLOT_MASK)
+    return false;
+  gca__sim_obj_t **objs = realloc(reg.objs, cap * sizeof(*objs));
+  if (!objs)
+    return false;
+  reg.objs = objs;
+  uint32_t *gens = realloc(reg.gens, cap * sizeof(*gens));
+  if (!gens)
+    return false;
+  reg.gens = gens;
+  uint32_t *fs = realloc(reg.free_slots, cap * sizeof(*fs));
+  if (!fs)
+    return false;
+  reg.free_slots = fs;
+  reg.cap = cap;
+  return true;
+}
+
+uint64_t gca__sim_handle_add(gca__sim_obj_t *obj) {
+  uint64_t h = 0;
+  pthread_mutex_lock(&reg.mu);
+  uint32_t slot;
+  if (reg.nfree > 0) {
+    slot = reg.free_slots[--reg.nfree];
+  } else {
+    if (reg.len == reg.cap && !reg_grow())
+      goto out;
+    slot = reg.len++;
+    reg.gens[slot] = 0;
+  }
+  reg.gens[slot]++;
+  reg.objs[slot] = obj;
+  h = ((uint64_t)obj->kind << HANDLE_KIND_SHIFT) | ((uint64_t)reg.gens[slot] << HANDLE_GEN_SHIFT) |
+      slot;
+out:
+  pthread_mutex_unlock(&reg.mu);
+  return h;
+}
+
+static gca__sim_obj_t *reg_find(gca__sim_kind_t kind, uint64_t h, uint32_t *slot_out) {
+  uint32_t slot = (uint32_t)(h & HANDLE_SLOT_MASK);
+  uint32_t gen = (uint32_t)(h >> HANDLE_GEN_SHIFT);
+  if ((h >> HANDLE_KIND_SHIFT) != (uint64_t)kind || slot >= reg.len)
+    return NULL;
+  gca__sim_obj_t *obj = reg.objs[slot];
+  if (!obj || reg.gens[slot] != gen || obj->kind != kind)
+    return NULL;
+  *slot_out = slot;
+  return obj;
+}
+
+gca__sim_obj_t *gca__sim_handle_get(gca__sim_kind_t kind, uint64_t h) {
+  uint32_t slot;
+  pthread_mutex_lock(&reg.mu);
+  gca__sim_obj_t *obj = reg_find(kind, h, &slot);
+  if (obj)
+    atomic_fetch_add(&obj->refs, 1);
+  pthread_mutex_unlock(&reg.mu);
+  return obj;
+}
+
+bool gca__sim_handle_remove(gca__sim_kind_t kind, uint64_t h) {
+  uint32_t slot;
+  pthread_mutex_lock(&reg.mu);
+  gca__sim_obj_t *obj = reg_find(kind, h, &slot);
+  if (obj) {
+    reg.objs[slot] = NULL;
+    reg.free_slots[reg.nfree++] = slot;
+  }
+  pthread_mutex_unlock(&reg.mu);
+  return obj != NULL;
+}
+
+void gca__sim_obj_ref(gca__sim_obj_t *obj) {
+  atomic_fetch_add(&obj->refs, 1);
+}
+
+void gca__sim_obj_unref(gca__sim_obj_t *obj) {
+  if (obj && atomic_fetch_sub(&obj->refs, 1) == 1)
+    obj->free_fn(obj);
+}
+
+/* ---- work ---- */
+
+static void sleep_ns(uint64_t ns) {
+  struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+}
+
+void gca__sim_work_run(const gca__sim_work_t *w) {
+  switch (w->kind) {
+  case GCA__SIM_WORK_HOST:
+    w->fn(w->user_data);
+    break;
+  case GCA__SIM_WORK_MEMCPY:
+    memmove((void *)(uintptr_t)w->dst, (const void *)(uintptr_t)w->a, w->count);
+    break;
+  case GCA__SIM_WORK_MEMSET8:
+    memset((void *)(uintptr_t)w->dst, (int)(w->value & 0xffu), w->count);
+    break;
+  case GCA__SIM_WORK_MEMSET32: {
+    uint32_t *d = (uint32_t *)(uintptr_t)w->dst;
+    for (size_t i = 0; i < w->count; i++)
+      d[i] = w->value;
+    break;
+  }
+  case GCA__SIM_WORK_FILL: {
+    uint32_t *d = (uint32_t *)(uintptr_t)w->dst;
+    for (size_t i = 0; i < w->count; i++)
+      d[i] = w->value + (uint32_t)i * w->step;
+    break;
+  }
+  case GCA__SIM_WORK_ADD: {
+    uint32_t *d = (uint32_t *)(uintptr_t)w->dst;
+    const uint32_t *x = (const uint32_t *)(uintptr_t)w->a;
+    const uint32_t *y = (const uint32_t *)(uintptr_t)w->b;
+    for (size_t i = 0; i < w->count; i++)
+      d[i] = x[i] + y[i];
+    break;
+  }
+  case GCA__SIM_WORK_SLEEP:
+    sleep_ns(w->ns);
+    break;
+  case GCA__SIM_WORK_GRAPH:
+    gca__sim_image_run(w->graph);
+    break;
+  }
+}
+
+void gca__sim_work_hold(const gca__sim_work_t *w) {
+  if (w->kind == GCA__SIM_WORK_GRAPH)
+    gca__sim_image_ref(w->graph);
+}
+
+void gca__sim_work_release(gca__sim_work_t *w) {
+  if (w->kind == GCA__SIM_WORK_GRAPH && w->graph) {
+    gca__sim_image_unref(w->graph);
+    w->graph = NULL;
+  }
+}
+
+/* ---- streams ---- */
+
+typedef struct sim_stream sim_stream_t;
+
+/* Complete iff stream->completed >= seq. time_ns is written by the stream's
+ * worker (under its mutex) before the completion is published. */
+struct gca__sim_marker {
+  atomic_int refs;
+  sim_stream_t *stream; /* holds a reference */
+  uint64_t seq;
+  uint64_t time_ns;
+};
+
+typedef enum item_kind { ITEM_WORK, ITEM_MARK, ITEM_WAIT } item_kind_t;
+
+typedef struct item {
+  struct item *next;
+  item_kind_t kind;
+  gca__sim_work_t work;     /* ITEM_WORK */
+  gca__sim_marker_t *marker; /* ITEM_MARK: the marker to stamp; ITEM_WAIT: the one to wait for */
+} item_t;
+
+/* completed <= submitted; submitted - completed == items queued or running;
+ * the worker holds a reference until it exits (dying and queue empty). */
+struct sim_stream {
+  gca__sim_obj_t obj;
+  uint64_t handle; /* 0 for a legacy stream */
+  int dev;
+  unsigned flags;
+  int priority;
+  bool legacy;
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv;
+  pthread_cond_t done_cv;
+  item_t *head, *tail;
+  uint64_t submitted, completed;
+  int waiters;
+  bool worker_idle;
+  bool dying;
+};
+
+/* Per device: its streams (the legacy one apart), for Note [Legacy stream] and ctx_synchronize. */
+static struct sim_dev_streams {
+  pthread_mutex_t mu;
+  sim_stream_t **v;
+  size_t n, cap;
+  sim_stream_t *legacy;
+} devs[GCA_SIM_MAX_DEVICES];
+static pthread_once_t devs_once = PTHREAD_ONCE_INIT;
+
+static void devs_init(void) {
+  for (int i = 0; i < GCA_SIM_MAX_DEVICES; i++)
+    pthread_mutex_init(&devs[i].mu, NULL);
+}
+
+static void stream_free(gca__sim_obj_t *obj) {
+  sim_stream_t *s = (sim_stream_t *)obj;
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->work_cv);
+  pthread_cond_destroy(&s->done_cv);
+  free(s);
+}
+
+static void stream_unref(sim_stream_t *s) {
+  gca__sim_obj_unref(&s->obj);
+}
+
+static gca__sim_marker_t *marker_new(sim_stream_t *s, uint64_t seq) {
+  gca__sim_marker_t *m = calloc(1, sizeof(*m));
+  if (!m)
+    return NULL;
+  atomic_init(&m->refs, 1);
+  gca__sim_obj_ref(&s->obj);
+  m->stream = s;
+  m->seq = seq;
+  return m;
+}
+
+static void marker_ref(gca__sim_marker_t *m) {
+  atomic_fetch_add(&m->refs, 1);
+}
+
+void gca__sim_marker_unref(gca__sim_marker_t *m) {
+  if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
+    stream_unref(m->stream);
+    free(m);
+  }
+}
+
+static bool marker_done(gca__sim_marker_t *m) {
+  sim_stream_t *s = m->stream;
+  pthread_mutex_lock(&s->mu);
+  bool done = s->completed >= m->seq;
+  pthread_mutex_unlock(&s->mu);
+  return done;
+}
+
+/* Blocks until stream s has completed item `seq`. */
+static void stream_wait_seq(sim_stream_t *s, uint64_t seq) {
+  pthread_mutex_lock(&s->mu);
+  s->waiters++;
+  while (s->completed < seq)
+    pthread_cond_wait(&s->done_cv, &s->mu);
+  s->waiters--;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void item_free(item_t *it) {
+  if (it->kind == ITEM_WORK)
+    gca__sim_work_release(&it->work);
+  else
+    gca__sim_marker_unref(it->marker);
+  free(it);
+}
+
+/* A destroyed stream stays listed until its worker has drained it, so that
+ * ctx_synchronize and the legacy stream still wait for its pending work. */
+static void dev_list_remove(sim_stream_t *s) {
+  struct sim_dev_streams *d = &devs[s->dev];
+  pthread_mutex_lock(&d->mu);
+  for (size_t i = 0; i < d->n; i++) {
+    if (d->v[i] == s) {
+      d->v[i] = d->v[--d->n];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&d->mu);
+}
+
+static void *stream_worker(void *arg) {
+  sim_stream_t *s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->head && !s->dying) {
+      s->worker_idle = true;
+      pthread_cond_wait(&s->work_cv, &s->mu);
+    }
+    s->worker_idle = false;
+    item_t *it = s->head;
+    if (!it)
+      break;
+    s->head = it->next;
+    if (!s->head)
+      s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (it->kind == ITEM_WORK)
+      gca__sim_work_run(&it->work);
+    else if (it->kind == ITEM_WAIT)
+      stream_wait_seq(it->marker->stream, it->marker->seq);
+    pthread_mutex_lock(&s->mu);
+    if (it->kind == ITEM_MARK)
+      it->marker->time_ns = gca__now_ns();
+    s->completed++;
+    if (s->waiters > 0)
+      pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
+    item_free(it);
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (!s->legacy)
+    dev_list_remove(s);
+  stream_unref(s);
+  return NULL;
+}
+
+static gca_status_t stream_new(const char *op, int dev, unsigned flags, int priority, bool legacy,
+                               sim_stream_t **out) {
+  gca_status_t st;
+  sim_stream_t *s = calloc(1, sizeof(*s));
+  if (!s)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a stream", op);
+  atomic_init(&s->obj.refs, 2); /* the creator's and the worker's */
+  s->obj.kind = GCA__SIM_STREAM;
+  s->obj.free_fn = stream_free;
+  s->dev = dev;
+  s->flags = flags;
+  s->priority = priority;
+  s->legacy = legacy;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work_cv, NULL);
+  pthread_cond_init(&s->done_cv, NULL);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  int rc = pthread_create(&thread, &attr, stream_worker, s);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: cannot start a stream worker thread: %s", op,
+                    strerror(rc));
+    goto fail_thread;
+  }
+  *out = s;
+  return GCA_OK;
+fail_thread:
+  stream_free(&s->obj);
+  return st;
+}
+
+/* The legacy stream of dev, created on first use; a reference is taken. */
+static gca_status_t legacy_stream(const char *op, int dev, sim_stream_t **out) {
+  pthread_once(&devs_once, devs_init);
+  struct sim_dev_streams *d = &devs[dev];
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&d->mu);
+  if (!d->legacy) {
+    sim_stream_t *s;
+    st = stream_new(op, dev, GCA_STREAM_DEFAULT, 0, true, &s);
+    if (st == GCA_OK)
+      d->legacy = s; /* the creator's reference stays with devs[] */
+  }
+  if (st == GCA_OK) {
+    gca__sim_obj_ref(&d->legacy->obj);
+    *out = d->legacy;
+  }
+  pthread_mutex_unlock(&d->mu);
+  return st;
+}
+
+/* The stream behind a handle (NULL: device 0's legacy stream), referenced. */
+static gca_status_t stream_get(const char *op, gca_stream_t h, sim_stream_t **out) {
+  if (!h)
+    return legacy_stream(op, 0, out);
+  gca__sim_obj_t *obj = gca__sim_handle_get(GCA__SIM_STREAM, (uint64_t)(uintptr_t)h);
+  if (!obj)
+    return gca__error(GCA_ERR_INVALID_HANDLE, "%s: stream %p is not a live stream", op, (void *)h);
+  *out = (sim_stream_t *)obj;
+  return GCA_OK;
+}
+
+static bool stream_pending(sim_stream_t *s, uint64_t *seq) {
+  pthread_mutex_lock(&s->mu);
+  *seq = s->submitted;
+  bool pending = s->completed < s->submitted;
+  pthread_mutex_unlock(&s->mu);
+  return pending;
+}
+
+static item_t *wait_item(gca__sim_marker_t *m) {
+  item_t *it = calloc(1, sizeof(*it));
+  if (!it)
+    return NULL;
+  it->kind = ITEM_WAIT;
+  it->marker = m;
+  return it;
+}
+
+/* The implicit waits Note [Legacy stream] puts before new work on s, as a chain. */
+static gca_status_t legacy_waits(const char *op, sim_stream_t *s, item_t **head, item_t **tail) {
+  *head = *tail = NULL;
+  if (!s->legacy && (s->flags & GCA_STREAM_NON_BLOCKING))
+    return GCA_OK;
+  pthread_once(&devs_once, devs_init);
+  struct sim_dev_streams *d = &devs[s->dev];
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&d->mu);
+  size_t nothers = s->legacy ? d->n : (d->legacy ? 1 : 0);
+  for (size_t i = 0; i < nothers; i++) {
+    sim_stream_t *o = s->legacy ? d->v[i] : d->legacy;
+    uint64_t seq;
+    if ((o->flags & GCA_STREAM_NON_BLOCKING) || !stream_pending(o, &seq))
+      continue;
+    gca__sim_marker_t *m = marker_new(o, seq);
+    item_t *it = m ? wait_item(m) : NULL;
+    if (!it) {
+      gca__sim_marker_unref(m);
+      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a work item", op);
+      break;
+    }
+    if (*tail)
+      (*tail)->next = it;
+    else
+      *head = it;
+    *tail = it;
+  }
+  pthread_mutex_unlock(&d->mu);
+  if (st != GCA_OK) {
+    while (*head) {
+      item_t *next = (*head)->next;
+      item_free(*head);
+      *head = next;
+    }
+    *tail = NULL;
+  }
+  return st;
+}
+
+/* Appends the chain first..last, preceded by its implicit legacy waits, to s;
+ * an ITEM_MARK's marker learns its position here. On failure the chain is freed. */
+static gca_status_t stream_push(const char *op, sim_stream_t *s, item_t *first, item_t *last) {
+  item_t *wh, *wt;
+  gca_status_t st = legacy_waits(op, s, &wh, &wt);
+  if (st != GCA_OK) {
+    while (first) {
+      item_t *next = first->next;
+      item_free(first);
+      first = next;
+    }
+    return st;
+  }
+  if (wt) {
+    wt->next = first;
+    first = wh;
+  }
+  pthread_mutex_lock(&s->mu);
+  for (item_t *it = first; it; it = it->next) {
+    s->submitted++;
+    if (it->kind == ITEM_MARK)
+      it->marker->seq = s->submitted;
+  }
+  if (s->tail)
+    s->tail->next = first;
+  else
+    s->head = first;
+  s->tail = last;
+  if (s->worker_idle)
+    pthread_cond_signal(&s->work_cv);
+  pthread_mutex_unlock(&s->mu);
+  return GCA_OK;
+}
+
+gca_status_t gca__sim_stream_describe(const char *op, gca_stream_t stream, int *dev,
+                                      bool *blocking, bool *legacy) {
+  sim_stream_t *s = NULL;
+  GCA_CHECK(stream_get(op, stream, &s));
+  *dev = s->dev;
+  *blocking = s->legacy || !(s->flags & GCA_STREAM_NON_BLOCKING);
+  *legacy = s->legacy;
+  stream_unref(s);
+  return GCA_OK;
+}
+
+gca_status_t gca__sim_stream_submit(const char *op, gca_stream_t stream, const gca__sim_work_t *w,
+                                    bool *captured) {
+  sim_stream_t *s = NULL;
+  gca_status_t st;
+  bool cap = false;
+  GCA_CHECK(stream_get(op, stream, &s));
+  GCA_CHECK_GOTO(gca__sim_capture_submit(op, stream, s->dev, s->legacy, w, &cap), st, out);
+  if (!cap) {
+    item_t *it = calloc(1, sizeof(*it));
+    if (!it) {
+      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a work item", op);
+      goto out;
+    }
+    it->kind = ITEM_WORK;
+    it->work = *w;
+    gca__sim_work_hold(&it->work);
+    GCA_CHECK_GOTO(stream_push(op, s, it, it), st, out);
+  }
+out:
+  if (captured)
+    *captured = cap;
+  stream_unref(s);
+  return st;
+}
+
+/* Places a stamped marker at the end of s; the caller owns one reference. */
+static gca_status_t stream_mark(const char *op, sim_stream_t *s, gca__sim_marker_t **out) {
+  gca__sim_marker_t *m = marker_new(s, 0);
+  item_t *it = calloc(1, sizeof(*it));
+  if (!m || !it) {
+    free(it);
+    gca__sim_marker_unref(m);
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a work item", op);
+  }
+  it->kind = ITEM_MARK;
+  it->marker = m;
+  marker_ref(m);
+  GCA_CHECK(stream_push(op, s, it, it));
+  *out = m;
+  return GCA_OK;
+}
+
+gca__sim_marker_t *gca__sim_stream_mark(gca_stream_t stream) {
+  sim_stream_t *s = NULL;
+  gca__sim_marker_t *m = NULL;
+  if (stream_get("graph_launch", stream, &s) != GCA_OK)
+    return NULL;
+  if (stream_mark("graph_launch", s, &m) != GCA_OK)
+    m = NULL;
+  stream_unref(s);
+  return m;
+}
+
+static gca_status_t stream_wait_marker(const char *op, sim_stream_t *s, gca__sim_marker_t *m) {
+  item_t *it = wait_item(m);
+  if (!it)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a work item", op);
+  marker_ref(m);
+  return stream_push(op, s, it, it);
+}
+
+gca_status_t gca__sim_stream_wait_marker(const char *op, gca_stream_t stream,
+                                         gca__sim_marker_t *m) {
+  sim_stream_t *s = NULL;
+  GCA_CHECK(stream_get(op, stream, &s));
+  gca_status_t st = stream_wait_marker(op, s, m);
+  stream_unref(s);
+  return st;
+}
+
+/* ---- stream ops ---- */
+
+static gca_status_t sim_stream_create(int dev, unsigned flags, int priority, gca_stream_t *out) {
+  GCA_SIM_ENTER(stream_create, 0);
+  gca_status_t st;
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_create: out is NULL");
+  GCA_CHECK(gca__sim_check_device("stream_create", dev));
+  if (flags & ~GCA_STREAM_NON_BLOCKING)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_create: unknown flags 0x%x", flags);
+  /* The driver clamps priorities to its range [-5, 0] (greatest = -5). */
+  priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
+  sim_stream_t *s = NULL;
+  GCA_CHECK(stream_new("stream_create", dev, flags, priority, false, &s));
+  struct sim_dev_streams *d = &devs[dev];
+  pthread_once(&devs_once, devs_init);
+  pthread_mutex_lock(&d->mu);
+  if (d->n == d->cap) {
+    size_t cap = d->cap ? d->cap * 2 : 16;
+    sim_stream_t **v = realloc(d->v, cap * sizeof(*v));
+    if (!v) {
+      pthread_mutex_unlock(&d->mu);
+      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "stream_create: no host memory for the stream list");
+      goto fail_list;
+    }
+    d->v = v;
+    d->cap = cap;
+  }
+  d->v[d->n++] = s;
+  pthread_mutex_unlock(&d->mu);
+  s->handle = gca__sim_handle_add(&s->obj);
+  if (!s->handle) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "stream_create: the handle registry is full");
+    goto fail_handle;
+  }
+  *out = (gca_stream_t)(uintptr_t)s->handle;
+  return GCA_OK;
+fail_handle:
+fail_list:
+  pthread_mutex_lock(&s->mu);
+  s->dying = true;
+  pthread_cond_signal(&s->work_cv);
+  pthread_mutex_unlock(&s->mu);
+  stream_unref(s);
+  return st;
+}
+
+static gca_status_t sim_stream_destroy(gca_stream_t stream) {
+  GCA_SIM_ENTER(stream_destroy, 0);
+  if (!stream)
+    return gca__error(GCA_ERR_INVALID_HANDLE,
+                      "stream_destroy: the legacy stream (NULL) cannot be destroyed");
+  sim_stream_t *s = NULL;
+  GCA_CHECK(stream_get("stream_destroy", stream, &s));
+  if (!gca__sim_handle_remove(GCA__SIM_STREAM, s->handle)) {
+    stream_unref(s);
+    return gca__error(GCA_ERR_INVALID_HANDLE, "stream_destroy: stream %p is not a live stream",
+                      (void *)stream);
+  }
+  gca__sim_capture_forget_stream(stream);
+  pthread_mutex_lock(&s->mu);
+  s->dying = true;
+  pthread_cond_signal(&s->work_cv);
+  pthread_mutex_unlock(&s->mu);
+  stream_unref(s); /* the registry's */
+  stream_unref(s); /* ours */
+  return GCA_OK;
+}
+
+/* Waits for the work given to s so far; for the legacy stream also for the
+ * work of the blocking streams it covers (Note [Legacy stream]). */
+static gca_status_t stream_drain(const char *op, sim_stream_t *s) {
+  uint64_t seq;
+  stream_pending(s, &seq);
+  stream_wait_seq(s, seq);
+  if (!s->legacy)
+    return GCA_OK;
+  item_t *head, *tail;
+  GCA_CHECK(legacy_waits(op, s, &head, &tail));
+  while (head) {
+    item_t *next = head->next;
+    stream_wait_seq(head->marker->stream, head->marker->seq);
+    item_free(head);
+    head = next;
+  }
+  return GCA_OK;
+}
+
+static gca_status_t sim_stream_synchronize(gca_stream_t stream) {
+  GCA_SIM_ENTER(stream_synchronize, 0);
+  sim_stream_t *s = NULL;
+  gca_status_t st;
+  GCA_CHECK(stream_get("stream_synchronize", stream, &s));
+  GCA_CHECK_GOTO(gca__sim_capture_check_stream("stream_synchronize", stream, s->dev, s->legacy),
+                 st, out);
+  st = stream_drain("stream_synchronize", s);
+out:
+  stream_unref(s);
+  return st;
+}
+
+/* With the legacy stream also checks the blocking streams it implicitly covers. */
+static bool stream_idle(sim_stream_t *s) {
+  uint64_t seq;
+  if (stream_pending(s, &seq))
+    return false;
+  if (!s->legacy)
+    return true;
+  struct sim_dev_streams *d = &devs[s->dev];
+  bool idle = true;
+  pthread_mutex_lock(&d->mu);
+  for (size_t i = 0; i < d->n && idle; i++)
+    if (!(d->v[i]->flags & GCA_STREAM_NON_BLOCKING) && stream_pending(d->v[i], &seq))
+      idle = false;
+  pthread_mutex_unlock(&d->mu);
+  return idle;
+}
+
+static gca_status_t sim_stream_query(gca_stream_t stream) {
+  GCA_SIM_ENTER(stream_query, 0);
+  sim_stream_t *s = NULL;
+  gca_status_t st;
+  GCA_CHECK(stream_get("stream_query", stream, &s));
+  GCA_CHECK_GOTO(gca__sim_capture_check_stream("stream_query", stream, s->dev, s->legacy), st,
+                 out);
+  if (!stream_idle(s))
+    st = gca__error(GCA_ERR_NOT_READY, "stream_query: stream %p has pending work", (void *)stream);
+out:
+  stream_unref(s);
+  return st;
+}
+
+static gca_status_t sim_ctx_synchronize(int dev) {
+  GCA_SIM_ENTER(ctx_synchronize, 0);
+  GCA_CHECK(gca__sim_check_device("ctx_synchronize", dev));
+  GCA_CHECK(gca__sim_capture_check_device("ctx_synchronize", dev));
+  pthread_once(&devs_once, devs_init);
+  struct sim_dev_streams *d = &devs[dev];
+  for (;;) {
+    sim_stream_t *busy = NULL;
+    uint64_t seq = 0;
+    pthread_mutex_lock(&d->mu);
+    for (size_t i = 0; i <= d->n && !busy; i++) {
+      sim_stream_t *s = i < d->n ? d->v[i] : d->legacy;
+      if (s && stream_pending(s, &seq)) {
+        busy = s;
+        gca__sim_obj_ref(&s->obj);
+      }
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (!busy)
+      return GCA_OK;
+    stream_wait_seq(busy, seq);
+    stream_unref(busy);
+  }
+}
+
+/* ---- events ---- */
+
+/* last: the marker of the latest record outside capture, NULL before the first. */
+typedef struct sim_event {
+  gca__sim_obj_t obj;
+  uint64_t handle;
+  int dev;
+  unsigned flags;
+  pthread_mutex_t mu;
+  gca__sim_marker_t *last;
+} sim_event_t;
+
+static void event_free(gca__sim_obj_t *obj) {
+  sim_event_t *e = (sim_event_t *)obj;
+  gca__sim_marker_unref(e->last);
+  pthread_mutex_destroy(&e->mu);
+  free(e);
+}
+
+static gca_status_t event_get(const char *op, gca_event_t h, sim_event_t **out) {
+  if (!h)
+    return gca__error(GCA_ERR_INVALID_HANDLE, "%s: event is NULL", op);
+  gca__sim_obj_t *obj = gca__sim_handle_get(GCA__SIM_EVENT, (uint64_t)(uintptr_t)h);
+  if (!obj)
+    return gca__error(GCA_ERR_INVALID_HANDLE, "%s: event %p is not a live event", op, (void *)h);
+  *out = (sim_event_t *)obj;
+  return GCA_OK;
+}
+
+/* The event's latest marker, referenced, or NULL when never recorded. */
+static gca__sim_marker_t *event_marker(sim_event_t *e) {
+  pthread_mutex_lock(&e->mu);
+  gca__sim_marker_t *m = e->last;
+  if (m)
+    marker_ref(m);
+  pthread_mutex_unlock(&e->mu);
+  return m;
+}
+
+static gca_status_t sim_event_create(int dev, unsigned flags, gca_event_t *out) {
+  GCA_SIM_ENTER(event_create, 0);
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "event_create: out is NULL");
+  GCA_CHECK(gca__sim_check_device("event_create", dev));
+  if (flags & ~(GCA_EVENT_BLOCKING_SYNC | GCA_EVENT_DISABLE_TIMING))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "event_create: unknown flags 0x%x", flags);
+  sim_event_t *e = calloc(1, sizeof(*e));
+  if (!e)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "event_create: no host memory for an event");
+  atomic_init(&e->obj.refs, 1);
+  e->obj.kind = GCA__SIM_EVENT;
+  e->obj.free_fn = event_free;
+  e->dev = dev;
+  e->flags = flags;
+  pthread_mutex_init(&e->mu, NULL);
+  e->handle = gca__sim_handle_add(&e->obj);
+  if (!e->handle) {
+    event_free(&e->obj);
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "event_create: the handle registry is full");
+  }
+  *out = (gca_event_t)(uintptr_t)e->handle;
+  return GCA_OK;
+}
+
+static gca_status_t sim_event_destroy(gca_event_t event) {
+  GCA_SIM_ENTER(event_destroy, 0);
+  sim_event_t *e = NULL;
+  GCA_CHECK(event_get("event_destroy", event, &e));
+  if (!gca__sim_handle_remove(GCA__SIM_EVENT, e->handle)) {
+    gca__sim_obj_unref(&e->obj);
+    return gca__error(GCA_ERR_INVALID_HANDLE, "event_destroy: event %p is not a live event",
+                      (void *)event);
+  }
+  gca__sim_capture_forget_event(event);
+  gca__sim_obj_unref(&e->obj);
+  gca__sim_obj_unref(&e->obj);
+  return GCA_OK;
+}
+
+static gca_status_t sim_event_record(gca_event_t event, gca_stream_t stream) {
+  GCA_SIM_ENTER(event_record, 0);
+  sim_event_t *e = NULL;
+  sim_stream_t *s = NULL;
+  gca_status_t st;
+  bool captured = false;
+  GCA_CHECK(event_get("event_record", event, &e));
+  GCA_CHECK_GOTO(stream_get("event_record", stream, &s), st, fail_stream);
+  if (s->dev != e->dev) {
+    st = gca__error(GCA_ERR_INVALID_HANDLE,
+                    "event_record: event %p is on device %d, stream %p on device %d",
+                    (void *)event, e->dev, (void *)stream, s->dev);
+    goto out;
+  }
+  GCA_CHECK_GOTO(gca__sim_capture_record("event_record", event, stream, s->dev, s->legacy,
+                                         &captured),
+                 st, out);
+  if (!captured) {
+    gca__sim_marker_t *m;
+    GCA_CHECK_GOTO(stream_mark("event_record", s, &m), st, out);
+    pthread_mutex_lock(&e->mu);
+    gca__sim_marker_t *old = e->last;
+    e->last = m;
+    pthread_mutex_unlock(&e->mu);
+    gca__sim_marker_unref(old);
+  }
+out:
+  stream_unref(s);
+fail_stream:
+  gca__sim_obj_unref(&e->obj);
+  return st;
+}
+
+static gca_status_t sim_event_query(gca_event_t event) {
+  GCA_SIM_ENTER(event_query, 0);
+  sim_event_t *e = NULL;
+  gca_status_t st;
+  GCA_CHECK(event_get("event_query", event, &e));
+  GCA_CHECK_GOTO(gca__sim_capture_check_event("event_query", event), st, out);
+  gca__sim_marker_t *m = event_marker(e);
+  if (m && !marker_done(m))
+    st = gca__error(GCA_ERR_NOT_READY, "event_query: the work recorded in event %p is pending",
+                    (void *)event);
+  gca__sim_marker_unref(m);
+out:
+  gca__sim_obj_unref(&e->obj);
+  return st;
+}
+
+static gca_status_t sim_event_synchronize(gca_event_t event) {
+  GCA_SIM_ENTER(event_synchronize, 0);
+  sim_event_t *e = NULL;
+  gca_status_t st;
+  GCA_CHECK(event_get("event_synchronize", event, &e));
+  GCA_CHECK_GOTO(gca__sim_capture_check_event("event_synchronize", event), st, out);
+  gca__sim_marker_t *m = event_marker(e);
+  if (m)
+    stream_wait_seq(m->stream, m->seq);
+  gca__sim_marker_unref(m);
+out:
+  gca__sim_obj_unref(&e->obj);
+  return st;
+}
+
+static gca_status_t sim_event_elapsed(gca_event_t start, gca_event_t end, float *ms) {
+  GCA_SIM_ENTER(event_elapsed, 0);
+  sim_event_t *a = NULL, *b = NULL;
+  gca_status_t st = GCA_OK;
+  if (!ms)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "event_elapsed: ms is NULL");
+  GCA_CHECK(event_get("event_elapsed", start, &a));
+  GCA_CHECK_GOTO(event_get("event_elapsed", end, &b), st, fail_b);
+  gca__sim_marker_t *ma = event_marker(a), *mb = event_marker(b);
+  if ((a->flags | b->flags) & GCA_EVENT_DISABLE_TIMING) {
+    st = gca__error(GCA_ERR_INVALID_HANDLE,
+                    "event_elapsed: event %p was created with DISABLE_TIMING",
+                    (void *)((a->flags & GCA_EVENT_DISABLE_TIMING) ? start : end));
+  } else if (!ma || !mb) {
+    st = gca__error(GCA_ERR_INVALID_HANDLE, "event_elapsed: event %p was never recorded",
+                    (void *)(!ma ? start : end));
+  } else if (!marker_done(ma) || !marker_done(mb)) {
+    st = gca__error(GCA_ERR_NOT_READY, "event_elapsed: event %p has not completed",
+                    (void *)(!marker_done(ma) ? start : end));
+  } else {
+    *ms = (float)(((double)mb->time_ns - (double)ma->time_ns) / 1e6);
+  }
+  gca__sim_marker_unref(ma);
+  gca__sim_marker_unref(mb);
+  gca__sim_obj_unref(&b->obj);
+fail_b:
+  gca__sim_obj_unref(&a->obj);
+  return st;
+}
+
+static gca_status_t sim_stream_wait_event(gca_stream_t stream, gca_event_t event) {
+  GCA_SIM_ENTER(stream_wait_event, 0);
+  sim_stream_t *s = NULL;
+  sim_event_t *e = NULL;
+  gca_status_t st;
+  bool captured = false;
+  GCA_CHECK(stream_get("stream_wait_event", stream, &s));
+  GCA_CHECK_GOTO(event_get("stream_wait_event", event, &e), st, fail_event);
+  gca__sim_marker_t *m = event_marker(e);
+  bool blocking = s->legacy || !(s->flags & GCA_STREAM_NON_BLOCKING);
+  GCA_CHECK_GOTO(gca__sim_capture_wait("stream_wait_event", stream, s->dev, blocking, s->legacy,
+                                       event, m != NULL, &captured),
+                 st, out);
+  if (!captured && m)
+    st = stream_wait_marker("stream_wait_event", s, m);
+out:
+  gca__sim_marker_unref(m);
+  gca__sim_obj_unref(&e->obj);
+fail_event:
+  stream_unref(s);
+  return st;
+}
+
+/* ---- work ops ---- */
+
+static gca_status_t sim_launch_host_func(gca_stream_t stream, gca_host_fn_t fn, void *user_data) {
+  GCA_SIM_ENTER(launch_host_func, 0);
+  if (!fn)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "launch_host_func: fn is NULL");
+  gca__sim_work_t w = {.kind = GCA__SIM_WORK_HOST, .fn = fn, .user_data = user_data};
+  return gca__sim_stream_submit("launch_host_func", stream, &w, NULL);
+}
+
+static gca_status_t sim_memcpy_async(gca_devptr_t dst, gca_devptr_t src, size_t bytes,
+                                     gca_stream_t stream) {
+  GCA_SIM_ENTER(memcpy_async, 0);
+  if (bytes > 0 && (!dst || !src))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "memcpy_async: NULL %s pointer for a copy of %zu bytes",
+                      !dst ? "destination" : "source", bytes);
+  gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMCPY, .dst = dst, .a = src, .count = bytes};
+  return gca__sim_stream_submit("memcpy_async", stream, &w, NULL);
+}
+
+static gca_status_t sim_memset_d8_async(gca_devptr_t dst, uint8_t value, size_t count,
+                                        gca_stream_t stream) {
+  GCA_SIM_ENTER(memset_d8_async, 0);
+  if (count > 0 && !dst)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "memset_d8_async: dst is NULL (count %zu)",
+                      count);
+  gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMSET8, .dst = dst, .value = value, .count = count};
+  return gca__sim_stream_submit("memset_d8_async", stream, &w, NULL);
+}
+
+static gca_status_t sim_memset_d32_async(gca_devptr_t dst, uint32_t value, size_t count,
+                                         gca_stream_t stream) {
+  GCA_SIM_ENTER(memset_d32_async, 0);
+  if (count > 0 && (!dst || (dst & 3u)))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "memset_d32_async: dst 0x%llx is not a 4-byte aligned device pointer",
+                      (unsigned long long)dst);
+  gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMSET32, .dst = dst, .value = value, .count = count};
+  return gca__sim_stream_submit("memset_d32_async", stream, &w, NULL);
+}
+
+static gca_status_t sim_kernel_fill_u32(gca_devptr_t dst, uint32_t value, uint32_t step,
+                                        size_t count, gca_stream_t stream) {
+  GCA_SIM_ENTER(kernel_fill_u32, 0);
+  if (count > 0 && (!dst || (dst & 3u)))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "kernel_fill_u32: dst 0x%llx is not a 4-byte aligned device pointer",
+                      (unsigned long long)dst);
+  gca__sim_work_t w = {
+      .kind = GCA__SIM_WORK_FILL, .dst = dst, .value = value, .step = step, .count = count};
+  return gca__sim_stream_submit("kernel_fill_u32", stream, &w, NULL);
+}
+
+static gca_status_t sim_kernel_add_u32(gca_devptr_t dst, gca_devptr_t a, gca_devptr_t b,
+                                       size_t count, gca_stream_t stream) {
+  GCA_SIM_ENTER(kernel_add_u32, 0);
+  if (count > 0 && (!dst || !a || !b || ((dst | a | b) & 3u)))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "kernel_add_u32: dst 0x%llx, a 0x%llx, b 0x%llx must be 4-byte aligned "
+                      "device pointers",
+                      (unsigned long long)dst, (unsigned long long)a, (unsigned long long)b);
+  gca__sim_work_t w = {.kind = GCA__SIM_WORK_ADD, .dst = dst, .a = a, .b = b, .count = count};
+  return gca__sim_stream_submit("kernel_add_u32", stream, &w, NULL);
+}
+
+static gca_status_t sim_kernel_sleep(uint64_t ns, gca_stream_t stream) {
+  GCA_SIM_ENTER(kernel_sleep, 0);
+  gca__sim_work_t w = {.kind = GCA__SIM_WORK_SLEEP, .ns = ns};
+  return gca__sim_stream_submit("kernel_sleep", stream, &w, NULL);
+}
 
 void gca__sim_stream_ops(gca_device_ops_t *ops) {
-  (void)ops;
+  ops->ctx_synchronize = sim_ctx_synchronize;
+  ops->stream_create = sim_stream_create;
+  ops->stream_destroy = sim_stream_destroy;
+  ops->stream_synchronize = sim_stream_synchronize;
+  ops->stream_query = sim_stream_query;
+  ops->stream_wait_event = sim_stream_wait_event;
+  ops->event_create = sim_event_create;
+  ops->event_destroy = sim_event_destroy;
+  ops->event_record = sim_event_record;
+  ops->event_query = sim_event_query;
+  ops->event_synchronize = sim_event_synchronize;
+  ops->event_elapsed = sim_event_elapsed;
+  ops->launch_host_func = sim_launch_host_func;
+  ops->memcpy_async = sim_memcpy_async;
+  ops->memset_d8_async = sim_memset_d8_async;
+  ops->memset_d32_async = sim_memset_d32_async;
+  ops->kernel_fill_u32 = sim_kernel_fill_u32;
+  ops->kernel_add_u32 = sim_kernel_add_u32;
+  ops->kernel_sleep = sim_kernel_sleep;
 }

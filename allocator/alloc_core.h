@@ -1,0 +1,183 @@
+/* alloc_core.h - the caching allocator's structures: blocks, segments, pools,
+ * the per-device allocator, and the module map of the files that build them.
+ *
+ * One idea runs through it: device memory is obtained in segments and carved
+ * into blocks that tile each segment; a free block lives in exactly one place,
+ * its pool's free tree, keyed (stream, size, address), so that the best fit is
+ * a single O(log n) search and the cached alloc/free pair touches no list and
+ * makes no device call.
+ *
+ * Module map:
+ *   allocator.c  the per-device allocator: malloc/free, splitting, coalescing,
+ *                stream-ordered reuse, OOM handling, statistics, the public API
+ *   freetree.c   the free structure of a pool (an intrusive treap)
+ *   ptrmap.c     the process-wide pointer -> block map, sharded by pointer hash
+ *   check.c      the invariant walker and the read-only walk for snapshots
+ */
+#ifndef GCA_ALLOC_CORE_H
+#define GCA_ALLOC_CORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "config.h"
+#include "device.h"
+#include "gca/allocator.h"
+
+/* PyTorch's size constants (CUDACachingAllocator.cpp). */
+#define GCA__MIN_BLOCK_SIZE ((size_t)512)            /* all sizes are rounded to this */
+#define GCA__SMALL_SIZE ((size_t)1 << 20)            /* largest request of the small pool */
+#define GCA__SMALL_BUFFER ((size_t)2 << 20)          /* small pool segment size */
+#define GCA__LARGE_BUFFER ((size_t)20 << 20)         /* segment size for 1 MiB < r < 10 MiB */
+#define GCA__MIN_LARGE_ALLOC ((size_t)10 << 20)      /* from here segments are sized to fit */
+#define GCA__ROUND_LARGE ((size_t)2 << 20)           /* ...rounded up to this */
+#define GCA__MAX_REQUEST ((size_t)1 << 62)           /* beyond any device; rounding cannot overflow */
+#define GCA__MAX_DEVICES 64
+
+typedef struct gca__block gca__block_t;
+typedef struct gca__segment gca__segment_t;
+typedef struct gca__pool gca__pool_t;
+typedef struct gca__devalloc gca__devalloc_t;
+
+/* A block: a contiguous piece of a segment.
+ * Invariants (checked by gca__allocator_check):
+ *   prev/next are the address-order neighbours in the same segment, and
+ *   prev->addr + prev->size == addr; the blocks of a segment tile it exactly.
+ *   allocated                      -> in the pointer map, not in the free tree
+ *   !allocated && event_count > 0  -> pending free: in neither (Note [Stream-ordered reuse])
+ *   !allocated && event_count == 0 -> in its pool's free tree (in_tree), and
+ *                                     neither neighbour is also free (coalesced)
+ *   stream == seg->stream, pool == seg->pool.
+ */
+struct gca__block {
+  gca_devptr_t addr;
+  size_t size;
+  size_t requested;   /* the caller's size while active, else 0 */
+  gca_stream_t stream; /* the allocation stream (the segment's) */
+  gca__pool_t *pool;
+  gca__segment_t *seg;
+  gca__block_t *prev, *next;   /* address neighbours within the segment */
+  gca__block_t *left, *right;  /* free tree links */
+  uint64_t prio;               /* free tree heap priority */
+  uint64_t gc_base;            /* pool->free_calls when it became free (GC age) */
+  gca_stream_t *uses;          /* other streams recorded with gca_record_stream */
+  uint32_t nuses, cap_uses;
+  uint32_t event_count;        /* pending events before the block is free */
+  bool allocated;
+  bool in_tree;
+  bool oversize;               /* counted in oversize_allocations at allocation */
+};
+
+/* A segment: one device allocation, carved into blocks.
+ * Invariant: sum of its blocks' sizes == size; head->addr == base. */
+struct gca__segment {
+  gca_devptr_t base;
+  size_t size;
+  gca_stream_t stream;
+  gca__pool_t *pool;
+  gca__block_t *head;
+  gca__segment_t *prev, *next; /* the pool's segment list */
+  bool oversize;               /* counted in oversize_segments at creation */
+  bool expandable;             /* always false for now (classic segments) */
+};
+
+/* A pool: segments and the free tree over their free blocks. The default
+ * pools of a device are small (requests <= 1 MiB, 2 MiB segments) and large.
+ * Invariant: the tree holds exactly the free blocks of the pool's segments
+ * (nfree of them), ordered by (stream, size, addr), heap-ordered by prio. */
+struct gca__pool {
+  gca__devalloc_t *dev;
+  gca__block_t *root;
+  size_t nfree;
+  gca__segment_t *segments;
+  size_t nsegments;
+  uint64_t free_calls; /* get_free_block calls while GC is on (block ages) */
+  uint64_t id[2];      /* {0,0} for the default pools */
+  bool is_small;
+};
+
+/* A freed block waiting for an event recorded on a stream that used it. */
+typedef struct gca__pending {
+  gca_event_t event;
+  gca_stream_t stream;
+  gca__block_t *block;
+} gca__pending_t;
+
+/* The allocator of one device. Everything below `lock` is guarded by it. */
+struct gca__devalloc {
+  pthread_mutex_t lock;
+  int device;
+  const gca_device_ops_t *ops;
+  gca_alloc_config_t cfg; /* copy of the process settings, refreshed by gca_set_config */
+  bool caching;
+  gca__pool_t small, large;
+  gca_stats_t stats;
+  size_t total_memory;     /* device total (mem_get_info at creation) */
+  size_t reserved;         /* bytes of all segments */
+  bool set_fraction;       /* a fraction or limit is in force */
+  size_t allowed_max;      /* cap on reserved when set_fraction */
+  gca__pending_t *pending; /* Note [Stream-ordered reuse] */
+  size_t npending, cap_pending;
+  gca_event_t *event_pool; /* created once, reused */
+  size_t nevents, cap_events;
+  gca__block_t *block_free; /* slab free list (linked through ->next) */
+  void **slabs;
+  size_t nslabs, cap_slabs;
+  size_t live_blocks; /* block structs in use */
+};
+
+/* ---- allocator.c ---- */
+
+/* PyTorch's round_size: 512-byte minimum and multiple, or the next
+ * roundup_power2_divisions step when one applies. size <= GCA__MAX_REQUEST. */
+size_t gca__alloc_round_size(const gca_alloc_config_t *cfg, size_t size);
+/* Segment size for a rounded request: 2 MiB (small), 20 MiB (< 10 MiB), else
+ * rounded up to 2 MiB. */
+size_t gca__alloc_segment_size(size_t rounded);
+/* Whether a free block of block_size serving `rounded` leaves a remainder block. */
+bool gca__alloc_should_split(const gca_alloc_config_t *cfg, bool small_pool, size_t block_size,
+                             size_t rounded);
+/* Whether a free block of block_size may serve `rounded` (max_split_size rules). */
+bool gca__alloc_block_fits(const gca_alloc_config_t *cfg, size_t block_size, size_t rounded);
+/* The allocator of `device` if it was created, else NULL. */
+gca__devalloc_t *gca__devalloc_peek(int device);
+/* Validates one device allocator; the caller holds d->lock. */
+gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d);
+
+/* ---- freetree.c ---- */
+
+void gca__tree_insert(gca__pool_t *p, gca__block_t *b);
+void gca__tree_erase(gca__pool_t *p, gca__block_t *b);
+/* Smallest block with key >= (stream, size, 0), or NULL. */
+gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size);
+/* Largest block with key < (stream, size, 0), or NULL. */
+gca__block_t *gca__tree_below(const gca__pool_t *p, gca_stream_t stream, size_t size);
+/* Largest block with key < b's key, or NULL. */
+gca__block_t *gca__tree_prev(const gca__pool_t *p, const gca__block_t *b);
+/* Whether b is reachable from the root by its key. */
+bool gca__tree_contains(const gca__pool_t *p, const gca__block_t *b);
+/* Checks order and heap property; returns the node count or -1 if broken. */
+long gca__tree_validate(const gca__pool_t *p);
+
+/* ---- ptrmap.c ---- */
+
+/* Maps a live block's address to the block. Insert fails only when the host is
+ * out of memory (GCA_ERR_OUT_OF_MEMORY, detail set). */
+gca_status_t gca__ptrmap_insert(gca_devptr_t addr, gca__block_t *b);
+/* The block at addr, or NULL. Only meaningful while the owner's lock is held. */
+gca__block_t *gca__ptrmap_find(gca_devptr_t addr);
+/* The device of the live block at addr (and its size when `size` is not
+ * NULL), or -1; safe without any device lock. */
+int gca__ptrmap_device(gca_devptr_t addr, size_t *size);
+/* Removes addr and returns its block if the block belongs to d, else NULL. */
+gca__block_t *gca__ptrmap_take(gca_devptr_t addr, const gca__devalloc_t *d);
+/* Number of entries whose block belongs to d. */
+size_t gca__ptrmap_count_device(const gca__devalloc_t *d);
+/* Drops every entry of d (reset). */
+void gca__ptrmap_drop_device(const gca__devalloc_t *d);
+
+#endif

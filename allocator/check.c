@@ -1,0 +1,256 @@
+/* check.c - the invariant walker and the read-only walk over segments.
+ *
+ * The walker recomputes, from the segments and their blocks alone, everything
+ * the allocator keeps incrementally (free-tree membership, the pointer map,
+ * every current statistic) and compares; any difference is a broken
+ * invariant, reported as GCA_ERR_INTERNAL naming the first one found. Tests
+ * run it after every step, and debug builds (-Ddebug_checks=true) after every
+ * mutation.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc_core.h"
+#include "introspect.h"
+
+typedef struct sums {
+  int64_t allocation, allocated_bytes, active, active_bytes, inactive_split, inactive_split_bytes,
+      requested_bytes, segment, reserved_bytes;
+} sums_t;
+
+#define BROKEN(...) gca__error(GCA_ERR_INTERNAL, "allocator_check: " __VA_ARGS__)
+
+static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
+                               int64_t *oversize_alloc, int64_t *oversize_seg, size_t *live) {
+  size_t nfree = 0, nseg = 0;
+  long tree_count = gca__tree_validate(p);
+  if (tree_count < 0)
+    return BROKEN("device %d %s pool: free tree out of order or off its heap", d->device,
+                  p->is_small ? "small" : "large");
+  if ((size_t)tree_count != p->nfree)
+    return BROKEN("device %d %s pool: tree holds %ld blocks, count says %zu", d->device,
+                  p->is_small ? "small" : "large", tree_count, p->nfree);
+  for (gca__segment_t *s = p->segments; s != NULL; s = s->next) {
+    nseg++;
+    if (s->pool != p || (s->next && s->next->prev != s) || (!s->prev && p->segments != s))
+      return BROKEN("segment 0x%" PRIx64 ": bad pool or list links", s->base);
+    if (s->head == NULL || s->head->prev != NULL || s->head->addr != s->base)
+      return BROKEN("segment 0x%" PRIx64 ": head block does not start it", s->base);
+    sum->segment++;
+    sum->reserved_bytes += (int64_t)s->size;
+    if (s->oversize)
+      (*oversize_seg)++;
+    bool split = s->head->next != NULL;
+    gca_devptr_t at = s->base;
+    for (gca__block_t *b = s->head; b != NULL; b = b->next) {
+      (*live)++;
+      if (b->addr != at)
+        return BROKEN("segment 0x%" PRIx64 ": block at 0x%" PRIx64 " should start at 0x%" PRIx64,
+                      s->base, b->addr, at);
+      if (b->size == 0 || b->size % GCA__MIN_BLOCK_SIZE != 0)
+        return BROKEN("block 0x%" PRIx64 ": size %zu is not a positive multiple of %zu", b->addr,
+                      b->size, GCA__MIN_BLOCK_SIZE);
+      if (b->seg != s || b->pool != p || b->stream != s->stream)
+        return BROKEN("block 0x%" PRIx64 ": segment, pool or stream differ from its segment's",
+                      b->addr);
+      if (b->next && b->next->prev != b)
+        return BROKEN("block 0x%" PRIx64 ": next block's prev link is wrong", b->addr);
+      at += b->size;
+      bool is_free = !b->allocated && b->event_count == 0;
+      if (b->in_tree != is_free)
+        return BROKEN("block 0x%" PRIx64 ": %s but %sin the free tree", b->addr,
+                      is_free ? "free" : "in use", b->in_tree ? "" : "not ");
+      if (is_free && !gca__tree_contains(p, b))
+        return BROKEN("block 0x%" PRIx64 ": marked in the tree but not reachable by its key",
+                      b->addr);
+      if (is_free && b->next && !b->next->allocated && b->next->event_count == 0)
+        return BROKEN("blocks 0x%" PRIx64 " and 0x%" PRIx64 ": adjacent free blocks not coalesced",
+                      b->addr, b->next->addr);
+      if (b->allocated) {
+        if (gca__ptrmap_find(b->addr) != b)
+          return BROKEN("block 0x%" PRIx64 ": allocated but not in the pointer map", b->addr);
+        sum->allocation++;
+        sum->allocated_bytes += (int64_t)b->size;
+        if (b->oversize)
+          (*oversize_alloc)++;
+      } else if (b->nuses != 0) {
+        return BROKEN("block 0x%" PRIx64 ": not allocated but still has recorded streams",
+                      b->addr);
+      }
+      if (b->allocated || b->event_count > 0) {
+        sum->active++;
+        sum->active_bytes += (int64_t)b->size;
+        sum->requested_bytes += (int64_t)b->requested;
+      } else {
+        nfree++;
+        if (b->requested != 0)
+          return BROKEN("block 0x%" PRIx64 ": free with a requested size", b->addr);
+        if (split) {
+          sum->inactive_split++;
+          sum->inactive_split_bytes += (int64_t)b->size;
+        }
+      }
+    }
+    if (at != s->base + s->size)
+      return BROKEN("segment 0x%" PRIx64 ": blocks cover %" PRIu64 " of %zu bytes", s->base,
+                    at - s->base, s->size);
+  }
+  if (nfree != p->nfree)
+    return BROKEN("device %d %s pool: %zu free blocks but the tree holds %zu", d->device,
+                  p->is_small ? "small" : "large", nfree, p->nfree);
+  if (nseg != p->nsegments)
+    return BROKEN("device %d %s pool: %zu segments listed, count says %zu", d->device,
+                  p->is_small ? "small" : "large", nseg, p->nsegments);
+  return GCA_OK;
+}
+
+static gca_status_t compare(int device, const char *name, int type, int64_t kept, int64_t sum) {
+  static const char *types[] = {"all", "small_pool", "large_pool"};
+  if (kept != sum)
+    return BROKEN("device %d: stat %s.%s is %" PRId64 " but the blocks add up to %" PRId64, device,
+                  name, type >= 0 ? types[type] : "", kept, sum);
+  return GCA_OK;
+}
+
+gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
+  sums_t sums[GCA_STAT_TYPES];
+  int64_t oversize_alloc = 0, oversize_seg = 0;
+  size_t live = 0;
+  memset(sums, 0, sizeof(sums));
+  GCA_CHECK(check_pool(d, &d->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live));
+  GCA_CHECK(check_pool(d, &d->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live));
+  if (live != d->live_blocks)
+    return BROKEN("device %d: %zu blocks in segments but %zu block records in use", d->device, live,
+                  d->live_blocks);
+  int64_t *a = (int64_t *)&sums[GCA_STAT_ALL];
+  const int64_t *sm = (const int64_t *)&sums[GCA_STAT_SMALL];
+  const int64_t *lg = (const int64_t *)&sums[GCA_STAT_LARGE];
+  for (size_t i = 0; i < sizeof(sums_t) / sizeof(int64_t); i++)
+    a[i] = sm[i] + lg[i];
+  size_t in_map = gca__ptrmap_count_device(d);
+  if ((int64_t)in_map != sums[GCA_STAT_ALL].allocation)
+    return BROKEN("device %d: pointer map holds %zu entries for %" PRId64 " allocated blocks",
+                  d->device, in_map, sums[GCA_STAT_ALL].allocation);
+  if ((int64_t)d->reserved != sums[GCA_STAT_ALL].reserved_bytes)
+    return BROKEN("device %d: reserved counter %zu, segments add up to %" PRId64, d->device,
+                  d->reserved, sums[GCA_STAT_ALL].reserved_bytes);
+  size_t pending_blocks = 0;
+  for (size_t i = 0; i < d->npending; i++) {
+    gca__block_t *b = d->pending[i].block;
+    if (b->allocated || b->event_count == 0 || b->in_tree)
+      return BROKEN("device %d: pending event for block 0x%" PRIx64 " that is not pending free",
+                    d->device, b->addr);
+    pending_blocks++;
+  }
+  const gca_stats_t *st = &d->stats;
+  for (int t = 0; t < GCA_STAT_TYPES; t++) {
+    const sums_t *s = &sums[t];
+    GCA_CHECK(compare(d->device, "allocation", t, st->allocation[t].current, s->allocation));
+    GCA_CHECK(compare(d->device, "allocated_bytes", t, st->allocated_bytes[t].current,
+                      s->allocated_bytes));
+    GCA_CHECK(compare(d->device, "active", t, st->active[t].current, s->active));
+    GCA_CHECK(compare(d->device, "active_bytes", t, st->active_bytes[t].current, s->active_bytes));
+    GCA_CHECK(compare(d->device, "inactive_split", t, st->inactive_split[t].current,
+                      s->inactive_split));
+    GCA_CHECK(compare(d->device, "inactive_split_bytes", t, st->inactive_split_bytes[t].current,
+                      s->inactive_split_bytes));
+    GCA_CHECK(compare(d->device, "requested_bytes", t, st->requested_bytes[t].current,
+                      s->requested_bytes));
+    GCA_CHECK(compare(d->device, "segment", t, st->segment[t].current, s->segment));
+    GCA_CHECK(compare(d->device, "reserved_bytes", t, st->reserved_bytes[t].current,
+                      s->reserved_bytes));
+  }
+  GCA_CHECK(compare(d->device, "oversize_allocations", -1, st->oversize_allocations.current,
+                    oversize_alloc));
+  GCA_CHECK(compare(d->device, "oversize_segments", -1, st->oversize_segments.current,
+                    oversize_seg));
+  return GCA_OK;
+}
+
+gca_status_t gca__allocator_check(void) {
+  int n = gca__allocator_device_count();
+  for (int i = 0; i < n; i++) {
+    gca__devalloc_t *d = gca__devalloc_peek(i);
+    if (d == NULL)
+      continue;
+    pthread_mutex_lock(&d->lock);
+    gca_status_t st = gca__devalloc_check_locked(d);
+    pthread_mutex_unlock(&d->lock);
+    GCA_CHECK(st);
+  }
+  return GCA_OK;
+}
+
+static int seg_cmp(const void *a, const void *b) {
+  gca_devptr_t x = (*(gca__segment_t *const *)a)->base, y = (*(gca__segment_t *const *)b)->base;
+  return x < y ? -1 : x > y;
+}
+
+gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx) {
+  gca__devalloc_t *d = gca__devalloc_peek(device);
+  gca_status_t st = GCA_OK;
+  gca__segment_t **segs = NULL;
+  gca_block_info_t *blocks = NULL;
+  if (d == NULL || fn == NULL)
+    return GCA_OK;
+  pthread_mutex_lock(&d->lock);
+  size_t nseg = d->small.nsegments + d->large.nsegments, k = 0, maxb = 0;
+  segs = malloc((nseg ? nseg : 1) * sizeof(*segs));
+  if (segs == NULL) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "allocator_walk: host out of memory");
+    goto out;
+  }
+  gca__pool_t *pools[2] = {&d->small, &d->large};
+  for (int p = 0; p < 2; p++) {
+    for (gca__segment_t *s = pools[p]->segments; s != NULL; s = s->next) {
+      size_t nb = 0;
+      for (gca__block_t *b = s->head; b != NULL; b = b->next)
+        nb++;
+      if (nb > maxb)
+        maxb = nb;
+      segs[k++] = s;
+    }
+  }
+  qsort(segs, nseg, sizeof(*segs), seg_cmp);
+  blocks = malloc((maxb ? maxb : 1) * sizeof(*blocks));
+  if (blocks == NULL) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "allocator_walk: host out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < nseg; i++) {
+    gca__segment_t *s = segs[i];
+    gca_segment_info_t si = {.device = device,
+                             .address = s->base,
+                             .total_size = s->size,
+                             .stream = s->stream,
+                             .is_large = !s->pool->is_small,
+                             .is_expandable = s->expandable,
+                             .pool_id = {s->pool->id[0], s->pool->id[1]}};
+    size_t nb = 0;
+    for (gca__block_t *b = s->head; b != NULL; b = b->next, nb++) {
+      gca_block_info_t *bi = &blocks[nb];
+      bi->address = b->addr;
+      bi->size = b->size;
+      bi->requested_size = b->requested;
+      if (b->allocated) {
+        bi->state = GCA_BLOCK_ACTIVE_ALLOCATED;
+        si.allocated_size += b->size;
+      } else if (b->event_count > 0) {
+        bi->state = GCA_BLOCK_ACTIVE_PENDING_FREE;
+      } else {
+        bi->state = GCA_BLOCK_INACTIVE;
+      }
+      if (bi->state != GCA_BLOCK_INACTIVE) {
+        si.active_size += b->size;
+        si.requested_size += b->requested;
+      }
+    }
+    fn(&si, blocks, nb, ctx);
+  }
+out:
+  pthread_mutex_unlock(&d->lock);
+  free(blocks);
+  free(segs);
+  return st;
+}

@@ -1,0 +1,126 @@
+/* sim_stream.h - the contract between the sim's streams (sim_stream.c) and its
+ * capture and graphs (sim_graph.c).
+ *
+ * One idea joins them: a unit of stream work (gca__sim_work_t) is a plain value
+ * that either runs on a stream's worker or, while the stream captures, becomes
+ * a graph node; a graph launch is itself a unit of work that runs its nodes.
+ * Every submission goes through sim_stream.c, which asks sim_graph.c whether
+ * the stream captures (a no-lock fast path when nothing captures anywhere).
+ *
+ * Note [Sim handles]: streams, events, graphs and executable graphs are handed
+ * out as (kind, slot, generation) handles from one registry, so a destroyed,
+ * stale or foreign handle is detected and refused instead of dereferenced.
+ * Objects are reference counted; a registry lookup takes a reference.
+ */
+#ifndef GCA_SIM_STREAM_H
+#define GCA_SIM_STREAM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sim.h"
+
+typedef enum gca__sim_kind {
+  GCA__SIM_STREAM = 1,
+  GCA__SIM_EVENT = 2,
+  GCA__SIM_GRAPH = 3,
+  GCA__SIM_EXEC = 4,
+} gca__sim_kind_t;
+
+/* Header of every registered object. refs >= 1 while registered or referenced. */
+typedef struct gca__sim_obj {
+  atomic_int refs;
+  gca__sim_kind_t kind;
+  void (*free_fn)(struct gca__sim_obj *obj);
+} gca__sim_obj_t;
+
+typedef struct gca__sim_image gca__sim_image_t; /* an immutable graph body (sim_graph.c) */
+
+typedef enum gca__sim_work_kind {
+  GCA__SIM_WORK_HOST,
+  GCA__SIM_WORK_MEMCPY,
+  GCA__SIM_WORK_MEMSET8,
+  GCA__SIM_WORK_MEMSET32,
+  GCA__SIM_WORK_FILL,
+  GCA__SIM_WORK_ADD,
+  GCA__SIM_WORK_SLEEP,
+  GCA__SIM_WORK_GRAPH,
+} gca__sim_work_kind_t;
+
+/* What one work item or graph node does. A GRAPH work holds a reference on its
+ * image (taken by gca__sim_work_hold, dropped by gca__sim_work_release). */
+typedef struct gca__sim_work {
+  gca__sim_work_kind_t kind;
+  gca_devptr_t dst, a, b; /* memcpy: dst <- a; add: dst = a + b */
+  size_t count;           /* bytes (memcpy), elements (memset, kernels) */
+  uint32_t value, step;
+  uint64_t ns;
+  gca_host_fn_t fn;
+  void *user_data;
+  gca__sim_image_t *graph;
+} gca__sim_work_t;
+
+/* ---- sim_stream.c ---- */
+
+/* Registers obj under a new handle; 0 when the registry cannot grow. */
+uint64_t gca__sim_handle_add(gca__sim_obj_t *obj);
+/* The live object of `kind` behind handle h with a reference taken, else NULL. */
+gca__sim_obj_t *gca__sim_handle_get(gca__sim_kind_t kind, uint64_t h);
+/* Unregisters h (the registry's reference is the caller's to drop). False when not live. */
+bool gca__sim_handle_remove(gca__sim_kind_t kind, uint64_t h);
+void gca__sim_obj_ref(gca__sim_obj_t *obj);
+void gca__sim_obj_unref(gca__sim_obj_t *obj);
+
+/* Runs one unit of work on the calling thread. */
+void gca__sim_work_run(const gca__sim_work_t *w);
+void gca__sim_work_hold(const gca__sim_work_t *w);
+void gca__sim_work_release(gca__sim_work_t *w);
+
+/* Device, blocking-ness and legacy-ness of a stream (NULL: the legacy stream of
+ * device 0). GCA_ERR_INVALID_HANDLE naming `op` when the stream is not live. */
+gca_status_t gca__sim_stream_describe(const char *op, gca_stream_t stream, int *dev,
+                                      bool *blocking, bool *legacy);
+/* Queues (or, while the stream captures, records) a copy of w on the stream. */
+gca_status_t gca__sim_stream_submit(const char *op, gca_stream_t stream, const gca__sim_work_t *w,
+                                    bool *captured);
+
+/* A position in a stream's work; complete once the work before it has run. */
+typedef struct gca__sim_marker gca__sim_marker_t;
+/* Marks the stream's current end (not while capturing); NULL on allocation failure. */
+gca__sim_marker_t *gca__sim_stream_mark(gca_stream_t stream);
+/* Makes later work on the stream wait for the marker. */
+gca_status_t gca__sim_stream_wait_marker(const char *op, gca_stream_t stream,
+                                         gca__sim_marker_t *m);
+void gca__sim_marker_unref(gca__sim_marker_t *m);
+
+/* ---- sim_graph.c ---- */
+
+/* Runs an image's nodes in dependency order on the calling thread. */
+void gca__sim_image_run(const gca__sim_image_t *img);
+void gca__sim_image_ref(gca__sim_image_t *img);
+void gca__sim_image_unref(gca__sim_image_t *img);
+
+/* Hooks called by sim_stream.c. Each returns GCA_OK with *captured false when
+ * capture is not involved; with *captured true the capture took the operation;
+ * otherwise the driver's error (the offending capture invalidated). */
+gca_status_t gca__sim_capture_submit(const char *op, gca_stream_t s, int dev, bool legacy,
+                                     const gca__sim_work_t *w, bool *captured);
+gca_status_t gca__sim_capture_record(const char *op, gca_event_t e, gca_stream_t s, int dev,
+                                     bool legacy, bool *captured);
+gca_status_t gca__sim_capture_wait(const char *op, gca_stream_t s, int dev, bool blocking,
+                                   bool legacy, gca_event_t e, bool event_recorded,
+                                   bool *captured);
+/* Stream synchronize/query: refused for a capturing stream, the legacy stream
+ * of a device whose blocking streams capture, or an unsafe call. */
+gca_status_t gca__sim_capture_check_stream(const char *op, gca_stream_t s, int dev, bool legacy);
+/* Event synchronize/query: refused for an event last recorded in a capture or an unsafe call. */
+gca_status_t gca__sim_capture_check_event(const char *op, gca_event_t e);
+/* ctx_synchronize: refused while a stream of the device captures or an unsafe call. */
+gca_status_t gca__sim_capture_check_device(const char *op, int dev);
+/* A stream or event is being destroyed: it leaves any capture (which is invalidated). */
+void gca__sim_capture_forget_stream(gca_stream_t s);
+void gca__sim_capture_forget_event(gca_event_t e);
+
+#endif

@@ -1,0 +1,182 @@
+/* test_alloc_bad_input.c - misuse by the caller: double free, foreign and
+ * interior pointers, the wrong device, record_stream or pointer_info on a
+ * freed pointer, sizes near SIZE_MAX or beyond the device, bad devices and
+ * settings. Each is a status plus a detail naming the pointer or size, and
+ * the allocator's state is unchanged afterwards. */
+#include <inttypes.h>
+
+#include "alloc_fixture.h"
+
+static char hex[32];
+static const char *hexof(const void *p) {
+  snprintf(hex, sizeof(hex), "0x%" PRIx64, (uint64_t)(uintptr_t)p);
+  return hex;
+}
+
+static void same_stats(const gca_stats_t *a, const gca_stats_t *b) {
+  assert_memory_equal(a, b, sizeof(*a));
+}
+
+static void double_free_is_reported_and_harmless(void **state) {
+  (void)state;
+  void *keep = alloc_on(4096, NULL);
+  void *p = alloc_on(4096, NULL);
+  free_ok(p);
+  gca_stats_t before = stats();
+  assert_status(gca_free(p), GCA_ERR_INVALID_POINTER, hexof(p));
+  assert_non_null(strstr(gca_last_error(), "already freed"));
+  check();
+  gca_stats_t after = stats();
+  same_stats(&before, &after);
+  free_ok(keep);
+}
+
+static void foreign_pointer_is_rejected(void **state) {
+  (void)state;
+  void *keep = alloc_on(4096, NULL);
+  int local;
+  gca_stats_t before = stats();
+  assert_status(gca_free(&local), GCA_ERR_INVALID_POINTER, hexof(&local));
+  assert_non_null(strstr(gca_last_error(), "not allocated by gca"));
+  assert_status(gca_free((void *)(uintptr_t)0x1000), GCA_ERR_INVALID_POINTER, "0x1000");
+  check();
+  gca_stats_t after = stats();
+  same_stats(&before, &after);
+  free_ok(keep);
+}
+
+static void interior_pointer_is_rejected(void **state) {
+  (void)state;
+  char *p = alloc_on(4096, NULL);
+  gca_stats_t before = stats();
+  assert_status(gca_free(p + 512), GCA_ERR_INVALID_POINTER, hexof(p + 512));
+  assert_non_null(strstr(gca_last_error(), hexof(p)));
+  assert_non_null(strstr(gca_last_error(), "inside"));
+  check();
+  gca_stats_t after = stats();
+  same_stats(&before, &after);
+  free_ok(p);
+}
+
+static void torch_free_on_wrong_device_keeps_pointer(void **state) {
+  (void)state;
+  void *p = gca_torch_malloc(1000, 0, NULL);
+  assert_non_null(p);
+  check();
+  gca_clear_last_error();
+  gca_torch_free(p, 1000, 3, NULL);
+  assert_non_null(strstr(gca_last_error(), "belongs to device 0, not device 3"));
+  assert_non_null(strstr(gca_last_error(), hexof(p)));
+  check();
+  assert_ok(gca_pointer_info(p, NULL, NULL));
+  gca_torch_free(p, 1000, 0, NULL);
+  check();
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
+  assert_null(gca_torch_malloc(-5, 0, NULL));
+  assert_non_null(strstr(gca_last_error(), "-5"));
+  assert_null(gca_torch_malloc(1000, 42, NULL));
+  assert_non_null(strstr(gca_last_error(), "device 42"));
+}
+
+static void record_stream_and_info_on_freed_pointer(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  void *p = alloc_on(4096, NULL);
+  free_ok(p);
+  gca_stats_t before = stats();
+  assert_status(gca_record_stream(p, s), GCA_ERR_INVALID_POINTER, hexof(p));
+  assert_non_null(strstr(gca_last_error(), "record_stream"));
+  assert_status(gca_pointer_info(p, NULL, NULL), GCA_ERR_INVALID_POINTER, "pointer_info");
+  int local;
+  assert_status(gca_record_stream(&local, s), GCA_ERR_INVALID_POINTER, hexof(&local));
+  check();
+  gca_stats_t after = stats();
+  same_stats(&before, &after);
+  gca_sim_counters_reset();
+  void *q = alloc_on(4096, NULL); /* nothing was left pending */
+  assert_int_equal(gca_sim_call_count("event_query"), 0);
+  free_ok(q);
+  assert_ok(ops->stream_destroy(s));
+}
+
+static void huge_sizes_fail_cleanly(void **state) {
+  (void)state;
+  void *keep = alloc_on(4096, NULL);
+  gca_stats_t before = stats();
+  const size_t sizes[] = {SIZE_MAX, SIZE_MAX - 511, (size_t)1 << 63};
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(sizes); i++) {
+    char want[32];
+    snprintf(want, sizeof(want), "%zu bytes", sizes[i]);
+    void *p = (void *)1;
+    assert_status(gca_malloc(&p, sizes[i], NULL), GCA_ERR_OUT_OF_MEMORY, want);
+    assert_null(p);
+    check();
+  }
+  gca_stats_t after = stats();
+  same_stats(&before, &after);
+  void *p;
+  assert_status(gca_malloc(&p, (size_t)1 << 40, NULL), GCA_ERR_OUT_OF_MEMORY, "1099511627776");
+  check();
+  assert_int_equal(stats().num_ooms, 1);
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 1);
+  free_ok(keep);
+}
+
+static void bad_devices_and_arguments(void **state) {
+  (void)state;
+  void *p;
+  assert_status(gca_malloc(NULL, 16, NULL), GCA_ERR_INVALID_ARGUMENT, "malloc");
+  assert_status(gca_malloc_device(-1, &p, 16, NULL), GCA_ERR_INVALID_ARGUMENT, "device -1");
+  assert_status(gca_malloc_device(99, &p, 16, NULL), GCA_ERR_INVALID_ARGUMENT, "device 99");
+  assert_status(gca_set_device(99), GCA_ERR_INVALID_ARGUMENT, "device 99");
+  int dev = -1;
+  assert_ok(gca_get_device(&dev));
+  assert_int_equal(dev, 0);
+  assert_status(gca_get_device(NULL), GCA_ERR_INVALID_ARGUMENT, "get_device");
+  assert_status(gca_register_oom_observer(NULL, NULL), GCA_ERR_INVALID_ARGUMENT, "observer");
+  assert_status(gca_get_config(NULL, 0), GCA_ERR_INVALID_ARGUMENT, "get_config");
+  check();
+}
+
+static void bad_config_changes_nothing(void **state) {
+  (void)state;
+  char before[512], after[512];
+  assert_ok(gca_set_config("max_split_size_mb:64"));
+  assert_ok(gca_get_config(before, sizeof(before)));
+  assert_status(gca_set_config("max_split_size_mb:128,bogus_key:1"), GCA_ERR_CONFIG, "bogus_key");
+  assert_ok(gca_get_config(after, sizeof(after)));
+  assert_string_equal(before, after);
+  assert_int_equal(stats().max_split_size, 64 * MiB);
+  assert_status(gca_set_config(NULL), GCA_ERR_INVALID_ARGUMENT, "set_config");
+}
+
+static void torch_entry_points_round_trip(void **state) {
+  (void)state;
+  void *p = gca_torch_malloc(3 * 1024 * 1024, 0, NULL);
+  assert_non_null(p);
+  assert_int_equal(block_size_of(p), 3 * MiB);
+  gca_torch_free(p, 3 * 1024 * 1024, 0, NULL);
+  check();
+  assert_null(gca_torch_malloc(0, 0, NULL));
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(double_free_is_reported_and_harmless, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(foreign_pointer_is_rejected, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(interior_pointer_is_rejected, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(torch_free_on_wrong_device_keeps_pointer, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(record_stream_and_info_on_freed_pointer, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(huge_sizes_fail_cleanly, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(bad_devices_and_arguments, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(bad_config_changes_nothing, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(torch_entry_points_round_trip, alloc_setup,
+                                      alloc_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,240 @@
+/* test_alloc_faults.c - every device call the allocator makes, made to fail
+ * (sim fault injection): the failing call returns a status whose detail names
+ * the operation, the invariant walker passes, live pointers stay live, and
+ * after freeing everything and emptying the cache nothing stays reserved. A
+ * sweep injects each operation's n-th call into a scripted workload. */
+#include <inttypes.h>
+
+#include "alloc_fixture.h"
+
+static void drain_and_expect_empty(void **live, int n) {
+  gca_sim_fault_clear();
+  for (int i = 0; i < n; i++)
+    if (live[i] != NULL)
+      assert_ok(gca_free(live[i]));
+  assert_ok(gca_empty_cache());
+  check();
+  gca_stats_t s = stats();
+  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.active[GCA_STAT_ALL].current, 0);
+  assert_int_equal(gca_sim_used_bytes(0), 0);
+}
+
+static void mem_alloc_fault_once_is_retried(void **state) {
+  (void)state;
+  assert_ok(gca_sim_fault_set("mem_alloc:nth=1"));
+  void *p = alloc_on(4096, NULL);
+  assert_int_equal(stats().num_alloc_retries, 1);
+  assert_int_equal(stats().num_ooms, 0);
+  drain_and_expect_empty(&p, 1);
+}
+
+static void mem_alloc_failing_always_is_an_oom(void **state) {
+  (void)state;
+  void *keep = alloc_on(4096, NULL);
+  assert_ok(gca_sim_fault_set("mem_alloc:always"));
+  void *p;
+  assert_status(gca_malloc(&p, 8 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "out of memory");
+  check();
+  assert_int_equal(stats().num_ooms, 1);
+  void *q = alloc_on(4096, NULL); /* cached memory still serves */
+  free_ok(q);
+  void *live[] = {keep};
+  drain_and_expect_empty(live, 1);
+}
+
+static void mem_free_fault_leaves_segment_cached(void **state) {
+  (void)state;
+  void *p = alloc_on(4096, NULL);
+  free_ok(p);
+  assert_ok(gca_sim_fault_set("mem_free:nth=1"));
+  assert_status(gca_empty_cache(), GCA_ERR_DRIVER, "mem_free");
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 2 * MiB);
+  assert_ok(gca_empty_cache());
+  drain_and_expect_empty(NULL, 0);
+}
+
+static void event_faults_fail_the_free_and_keep_the_pointer(void **state) {
+  (void)state;
+  const char *faults[] = {"event_create:nth=1", "event_record:nth=1", "event_record:nth=2"};
+  gca_stream_t b, c;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &b));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &c));
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(faults); i++) {
+    void *p = alloc_on(4096, NULL);
+    assert_ok(gca_record_stream(p, b));
+    assert_ok(gca_record_stream(p, c));
+    gca_stats_t before = stats();
+    assert_ok(gca_sim_fault_set(faults[i]));
+    gca_clear_last_error();
+    gca_status_t st = gca_free(p);
+    assert_int_not_equal(st, GCA_OK);
+    if (strstr(gca_last_error(), faults[i][6] == 'c' ? "event_create" : "event_record") == NULL)
+      fail_msg("%s: detail '%s'", faults[i], gca_last_error());
+    gca_sim_fault_clear();
+    check();
+    gca_stats_t after = stats();
+    assert_int_equal(after.allocation[GCA_STAT_ALL].current,
+                     before.allocation[GCA_STAT_ALL].current);
+    size_t sz;
+    assert_ok(gca_pointer_info(p, &sz, NULL)); /* still live */
+    free_ok(p);                                 /* and still recorded on b and c */
+    assert_int_equal(stats().active[GCA_STAT_ALL].current, 1);
+    assert_ok(ops->stream_synchronize(b));
+    assert_ok(ops->stream_synchronize(c));
+  }
+  drain_and_expect_empty(NULL, 0);
+  assert_ok(ops->stream_destroy(b));
+  assert_ok(ops->stream_destroy(c));
+}
+
+static void event_query_fault_fails_malloc_cleanly(void **state) {
+  (void)state;
+  gca_stream_t b;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &b));
+  void *p = alloc_on(4096, NULL);
+  assert_ok(gca_record_stream(p, b));
+  free_ok(p);
+  assert_ok(ops->stream_synchronize(b));
+  assert_ok(gca_sim_fault_set("event_query:nth=1"));
+  void *q;
+  assert_status(gca_malloc(&q, 4096, NULL), GCA_ERR_DRIVER, "event_query");
+  check();
+  gca_sim_fault_clear();
+  q = alloc_on(4096, NULL);
+  assert_ptr_equal(p, q);
+  drain_and_expect_empty(&q, 1);
+  assert_ok(ops->stream_destroy(b));
+}
+
+static void event_synchronize_fault_fails_empty_cache_cleanly(void **state) {
+  (void)state;
+  gca_stream_t b;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &b));
+  void *p = alloc_on(4096, NULL);
+  assert_ok(gca_record_stream(p, b));
+  assert_ok(ops->kernel_sleep(20ull * 1000 * 1000, b));
+  free_ok(p);
+  assert_ok(gca_sim_fault_set("event_synchronize:nth=1"));
+  assert_status(gca_empty_cache(), GCA_ERR_DRIVER, "event_synchronize");
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 2 * MiB);
+  drain_and_expect_empty(NULL, 0);
+  assert_ok(ops->stream_destroy(b));
+}
+
+static void stream_synchronize_fault_without_caching(void **state) {
+  (void)state;
+  gca_stream_t b;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &b));
+  assert_ok(gca_set_caching(false));
+  void *p = alloc_on(4096, NULL);
+  assert_ok(gca_record_stream(p, b));
+  assert_ok(gca_sim_fault_set("stream_synchronize:nth=1"));
+  assert_status(gca_free(p), GCA_ERR_DRIVER, "stream_synchronize");
+  check();
+  assert_ok(gca_pointer_info(p, NULL, NULL));
+  drain_and_expect_empty(&p, 1);
+  assert_ok(gca_set_caching(true));
+  assert_ok(ops->stream_destroy(b));
+}
+
+static void mem_get_info_fault_fails_first_use(void **state) {
+  (void)state;
+  assert_ok(gca_sim_fault_set("mem_get_info:nth=1"));
+  void *p;
+  assert_status(gca_malloc(&p, 4096, NULL), GCA_ERR_DRIVER, "mem_get_info");
+  check();
+  gca_sim_fault_clear();
+  p = alloc_on(4096, NULL);
+  drain_and_expect_empty(&p, 1);
+}
+
+/* A workload touching every device call: new segments in both pools,
+ * cached reuse, recorded streams, an OOM retry path, empty_cache. Failures
+ * are tolerated; the invariants must hold after every step. */
+static void workload(gca_stream_t s1, gca_stream_t s2, void **live, int *nlive) {
+  static const size_t sizes[] = {512, 3000, 1 * MiB, 3 * MiB, 12 * MiB, 64 * KiB};
+  for (int i = 0; i < 14; i++) {
+    void *p = NULL;
+    gca_status_t st = gca_malloc(&p, sizes[i % 6], (i & 1) ? s1 : NULL);
+    check();
+    if (st == GCA_OK) {
+      if (i % 3 == 0)
+        (void)gca_record_stream(p, s2);
+      live[(*nlive)++] = p;
+    }
+    if ((i & 1) && *nlive > 0) {
+      if (gca_free(live[0]) == GCA_OK) {
+        memmove(live, live + 1, (size_t)(*nlive - 1) * sizeof(void *));
+        (*nlive)--;
+      }
+      check();
+    }
+    if (i == 9) {
+      (void)gca_empty_cache();
+      check();
+    }
+  }
+}
+
+static void sweep_every_call_of_every_op(void **state) {
+  (void)state;
+  static const char *op_names[] = {"mem_get_info", "mem_alloc",   "mem_free",
+                                   "event_create", "event_record", "event_query",
+                                   "event_synchronize", "stream_synchronize"};
+  int injected = 0;
+  for (int caching = 1; caching >= 0; caching--) {
+    for (size_t o = 0; o < GCA_ARRAY_SIZE(op_names); o++) {
+      for (int nth = 1; nth <= 6; nth++) {
+        gca__allocator_reset();
+        assert_ok(gca_sim_set_capacity(0, 40 * MiB));
+        gca_stream_t s1, s2;
+        assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s1));
+        assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s2));
+        if (!caching)
+          assert_ok(gca_set_caching(false));
+        char spec[64];
+        snprintf(spec, sizeof(spec), "%s:nth=%d", op_names[o], nth);
+        gca_sim_counters_reset();
+        assert_ok(gca_sim_fault_set(spec));
+        void *live[32];
+        int nlive = 0;
+        workload(s1, s2, live, &nlive);
+        if (gca_sim_call_count(op_names[o]) >= nth)
+          injected++;
+        drain_and_expect_empty(live, nlive);
+        assert_ok(ops->stream_synchronize(s2));
+        assert_ok(ops->stream_destroy(s1));
+        assert_ok(ops->stream_destroy(s2));
+      }
+    }
+  }
+  print_message("faults injected into the workload: %d\n", injected);
+  assert_true(injected >= 30);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(mem_alloc_fault_once_is_retried, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(mem_alloc_failing_always_is_an_oom, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(mem_free_fault_leaves_segment_cached, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(event_faults_fail_the_free_and_keep_the_pointer,
+                                      alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(event_query_fault_fails_malloc_cleanly, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(event_synchronize_fault_fails_empty_cache_cleanly,
+                                      alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(stream_synchronize_fault_without_caching, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(mem_get_info_fault_fails_first_use, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(sweep_every_call_of_every_op, alloc_setup, alloc_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,203 @@
+/* test_alloc_oom.c - running out of device memory on a small sim device:
+ * cached blocks are freed and the allocation retried before anything fails
+ * (oversize blocks first under max_split_size, then everything cached after
+ * waiting for pending frees); an impossible request fails with the full
+ * message, counts an OOM, calls the observers without locks held, and leaves
+ * the allocator working; memory fraction and limit cap what is reserved. */
+#include <math.h>
+#include <time.h>
+
+#include "alloc_fixture.h"
+
+static void small_device(uint64_t bytes) {
+  assert_ok(gca_sim_set_capacity(0, bytes));
+}
+
+static void retry_after_releasing_cache_succeeds(void **state) {
+  (void)state;
+  small_device(22 * MiB);
+  gca_stream_t s;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  void *a = alloc_on(5 * MiB, NULL);
+  void *b = alloc_on(1000, NULL);
+  free_ok(a); /* its 20 MiB segment stays cached for the NULL stream */
+  void *c = alloc_on(4 * MiB, s); /* needs a new segment: the cache is released first */
+  gca_stats_t st = stats();
+  assert_int_equal(st.num_alloc_retries, 1);
+  assert_int_equal(st.num_ooms, 0);
+  assert_int_equal(st.num_device_free, 1);
+  assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 22 * MiB);
+  free_ok(c);
+  free_ok(b);
+  assert_ok(gca_empty_cache());
+  assert_ok(ops->stream_destroy(s));
+}
+
+typedef struct seen {
+  int calls;
+  int device;
+  size_t requested, allocated, free_bytes;
+  int64_t ooms_inside;
+} seen_t;
+
+static void observer(int device, size_t requested, size_t allocated, size_t free_bytes,
+                     void *ctx) {
+  seen_t *s = ctx;
+  s->calls++;
+  s->device = device;
+  s->requested = requested;
+  s->allocated = allocated;
+  s->free_bytes = free_bytes;
+  gca_stats_t st;
+  /* would deadlock if the allocator's lock were held */
+  if (gca_get_stats(0, &st) == GCA_OK)
+    s->ooms_inside = st.num_ooms;
+}
+
+static void impossible_request_fails_with_full_message(void **state) {
+  (void)state;
+  small_device(8 * MiB);
+  seen_t seen = {0};
+  assert_ok(gca_register_oom_observer(observer, &seen));
+  void *a = alloc_on(1000, NULL);
+  void *p = (void *)1;
+  assert_status(gca_malloc(&p, 100 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "malloc: out of memory");
+  const char *msg = gca_last_error();
+  const char *want[] = {"device 0",         "tried to allocate 100.00 MiB",
+                        "104857600 bytes",  "device total 8.00 MiB",
+                        "6.00 MiB free",    "allocated 1.00 KiB",
+                        "reserved 2.00 MiB", "reserved but unallocated 2.00 MiB",
+                        "private pools 0 B"};
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(want); i++)
+    if (strstr(msg, want[i]) == NULL)
+      fail_msg("OOM message '%s' lacks '%s'", msg, want[i]);
+  assert_null(p);
+  check();
+  gca_stats_t st = stats();
+  assert_int_equal(st.num_ooms, 1);
+  assert_int_equal(st.num_alloc_retries, 1);
+  assert_int_equal(st.allocation[GCA_STAT_ALL].current, 1);
+  assert_int_equal(seen.calls, 1);
+  assert_int_equal(seen.device, 0);
+  assert_int_equal(seen.requested, 100 * MiB);
+  assert_int_equal(seen.allocated, 1024);
+  assert_int_equal(seen.free_bytes, 6 * MiB);
+  assert_int_equal(seen.ooms_inside, 1);
+  /* still works */
+  void *b = alloc_on(1 * MiB, NULL);
+  free_ok(b);
+  free_ok(a);
+}
+
+static void oversize_blocks_are_released_first(void **state) {
+  (void)state;
+  small_device(100 * MiB);
+  assert_ok(gca_set_config("max_split_size_mb:30"));
+  void *a = alloc_on(40 * MiB, NULL);
+  void *b = alloc_on(40 * MiB, NULL);
+  void *keep = alloc_on(1000, NULL);
+  free_ok(a);
+  free_ok(b);
+  void *c = alloc_on(60 * MiB, NULL); /* both cached 40 MiB blocks are given back */
+  gca_stats_t st = stats();
+  assert_int_equal(st.num_alloc_retries, 0);
+  assert_int_equal(st.num_sync_all_streams, 0);
+  assert_int_equal(st.num_device_free, 2);
+  assert_int_equal(st.segment[GCA_STAT_ALL].current, 2);
+  free_ok(c);
+  free_ok(keep);
+}
+
+static void pending_frees_are_awaited_before_failing(void **state) {
+  (void)state;
+  small_device(2 * MiB);
+  gca_stream_t s, u;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &u));
+  void *a = alloc_on(1000, NULL);
+  assert_ok(gca_record_stream(a, u));
+  assert_ok(ops->kernel_sleep(50ull * 1000 * 1000, u));
+  free_ok(a);
+  void *b = alloc_on(1000, s);
+  gca_stats_t st = stats();
+  assert_int_equal(st.num_sync_all_streams, 1);
+  assert_int_equal(st.num_alloc_retries, 1);
+  assert_int_equal(st.num_ooms, 0);
+  free_ok(b);
+  assert_ok(gca_empty_cache());
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->stream_destroy(u));
+}
+
+static void memory_limit_caps_reserved(void **state) {
+  (void)state;
+  assert_ok(gca_set_memory_limit(0, 4 * MiB));
+  void *a = alloc_on(1000, NULL);
+  void *p;
+  assert_status(gca_malloc(&p, 3 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "limit 4.00 MiB");
+  check();
+  assert_int_equal(stats().num_ooms, 1);
+  assert_ok(gca_set_memory_limit(0, 0));
+  void *b = alloc_on(3 * MiB, NULL);
+  free_ok(b);
+  free_ok(a);
+}
+
+static void memory_fraction_caps_reserved(void **state) {
+  (void)state;
+  small_device(40 * MiB);
+  assert_ok(gca_set_memory_fraction(0, 0.5));
+  void *a = alloc_on(5 * MiB, NULL);
+  void *p;
+  assert_status(gca_malloc(&p, 1000, NULL), GCA_ERR_OUT_OF_MEMORY, "limit 20.00 MiB");
+  check();
+  free_ok(a);
+  assert_status(gca_set_memory_fraction(0, 0.0), GCA_ERR_INVALID_ARGUMENT, "fraction");
+  assert_status(gca_set_memory_fraction(0, 1.5), GCA_ERR_INVALID_ARGUMENT, "fraction");
+  assert_status(gca_set_memory_fraction(0, NAN), GCA_ERR_INVALID_ARGUMENT, "fraction");
+  assert_status(gca_set_memory_fraction(77, 0.5), GCA_ERR_INVALID_ARGUMENT, "device 77");
+}
+
+static void garbage_collection_frees_old_cached_segments(void **state) {
+  (void)state;
+  small_device(200 * MiB);
+  assert_ok(gca_set_config("garbage_collection_threshold:0.5"));
+  assert_ok(gca_set_memory_fraction(0, 1.0));
+  void *big[4];
+  for (int i = 0; i < 4; i++)
+    big[i] = alloc_on(30 * MiB, NULL); /* 120 MiB reserved, > 0.5 * 200 */
+  for (int i = 0; i < 4; i++)
+    free_ok(big[i]);
+  for (int i = 0; i < 3; i++) { /* reuse one; the other three age (get_free_block calls) */
+    void *x = alloc_on(30 * MiB, NULL);
+    free_ok(x);
+  }
+  gca_stream_t s;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  void *y = alloc_on(1 * MiB + 512, s); /* cannot reuse: GC runs before a new segment */
+  gca_stats_t st = stats();
+  assert_int_equal(st.num_device_free, 3); /* the three older than average */
+  assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 30 * MiB + 20 * MiB);
+  assert_int_equal(st.num_ooms, 0);
+  free_ok(y);
+  assert_ok(gca_empty_cache());
+  assert_ok(ops->stream_destroy(s));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(retry_after_releasing_cache_succeeds, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(impossible_request_fails_with_full_message, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(oversize_blocks_are_released_first, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(pending_frees_are_awaited_before_failing, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(memory_limit_caps_reserved, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(memory_fraction_caps_reserved, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(garbage_collection_frees_old_cached_segments, alloc_setup,
+                                      alloc_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

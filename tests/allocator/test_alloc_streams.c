@@ -1,0 +1,232 @@
+/* test_alloc_streams.c - Note [Stream-ordered reuse]: a block used on another
+ * stream (gca_record_stream) is not handed out again until the work queued
+ * there before the free has finished; events are pooled; nothing touches the
+ * device when nothing is pending; running out of memory waits for pending
+ * frees; with caching off, frees wait for the recorded streams and return the
+ * memory. */
+#include <time.h>
+
+#include "alloc_fixture.h"
+
+#define SLEEP_NS (150ull * 1000 * 1000)
+
+static gca_stream_t mk_stream(void) {
+  gca_stream_t s;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  return s;
+}
+
+static void nap_ms(int ms) {
+  struct timespec ts = {0, (long)ms * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void block_waits_for_recorded_stream_before_reuse(void **state) {
+  (void)state;
+  gca_stream_t a = mk_stream(), b = mk_stream();
+  const size_t n = 4096 / 4;
+  uint32_t *p = alloc_on(4096, a);
+  assert_ok(gca_record_stream(p, b));
+  assert_ok(ops->kernel_sleep(SLEEP_NS, b));
+  assert_ok(ops->kernel_fill_u32((gca_devptr_t)(uintptr_t)p, 0xabc00000u, 1, n, b));
+  free_ok(p);
+  /* pending: same-size requests on the block's own stream get other memory */
+  void *q = alloc_on(4096, a);
+  assert_ptr_not_equal(q, p);
+  gca_stats_t s = stats();
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 1);
+  assert_int_equal(s.active[GCA_STAT_ALL].current, 2); /* the pending block is still active */
+  free_ok(q);
+  void *r = NULL;
+  for (int i = 0; i < 400; i++) {
+    r = alloc_on(4096, a);
+    if (r == (void *)p)
+      break;
+    free_ok(r);
+    r = NULL;
+    nap_ms(5);
+  }
+  assert_ptr_equal(r, p);
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != 0xabc00000u + (uint32_t)i)
+      fail_msg("stamp %zu is 0x%x: the block was handed out before the fill finished", i, p[i]);
+  free_ok(r);
+  assert_ok(ops->stream_synchronize(b));
+  assert_ok(ops->stream_destroy(a));
+  assert_ok(ops->stream_destroy(b));
+}
+
+static void pending_block_shows_as_pending_free(void **state) {
+  (void)state;
+  gca_stream_t b = mk_stream();
+  void *p = alloc_on(8192, NULL);
+  assert_ok(gca_record_stream(p, b));
+  assert_ok(ops->kernel_sleep(SLEEP_NS, b));
+  free_ok(p);
+  layout_t l = layout();
+  assert_int_equal(l.nsegs, 1);
+  assert_int_equal(l.nfree[0], 1); /* only the remainder */
+  gca_stats_t s = stats();
+  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.active_bytes[GCA_STAT_ALL].current, 8192);
+  assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 8192);
+  assert_ok(ops->stream_synchronize(b));
+  void *q = alloc_on(8192, NULL); /* processing finds the event complete */
+  assert_ptr_equal(p, q);
+  free_ok(q);
+  s = stats();
+  assert_int_equal(s.active[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(ops->stream_destroy(b));
+}
+
+static void cached_pair_makes_no_device_call(void **state) {
+  (void)state;
+  void *p = alloc_on(4096, NULL);
+  free_ok(p);
+  void *big = alloc_on(64 * MiB, NULL);
+  free_ok(big);
+  gca_sim_counters_reset();
+  for (int i = 0; i < 1000; i++) {
+    void *x, *y;
+    assert_ok(gca_malloc(&x, 4096, NULL));
+    assert_ok(gca_malloc(&y, 64 * MiB, NULL));
+    assert_ok(gca_free(x));
+    assert_ok(gca_free(y));
+  }
+  check();
+  for (int op = 0; op < gca_sim_op_count(); op++) {
+    int64_t c = gca_sim_call_count(gca_sim_op_name(op));
+    if (c != 0)
+      fail_msg("the cached pairs called %s %lld times", gca_sim_op_name(op), (long long)c);
+  }
+}
+
+static void record_on_own_stream_is_a_no_op(void **state) {
+  (void)state;
+  gca_stream_t a = mk_stream();
+  void *p = alloc_on(4096, a);
+  assert_ok(gca_record_stream(p, a));
+  gca_sim_counters_reset();
+  free_ok(p);
+  assert_int_equal(gca_sim_call_count("event_record"), 0);
+  assert_ptr_equal(alloc_on(4096, a), p);
+  free_ok(p);
+  assert_ok(ops->stream_destroy(a));
+}
+
+static void events_are_pooled(void **state) {
+  (void)state;
+  gca_stream_t b = mk_stream(), c = mk_stream();
+  gca_sim_counters_reset();
+  for (int i = 0; i < 50; i++) {
+    void *p = alloc_on(4096, NULL);
+    assert_ok(gca_record_stream(p, b));
+    assert_ok(gca_record_stream(p, c));
+    assert_ok(gca_record_stream(p, b)); /* recorded twice, one event */
+    free_ok(p);
+    assert_ok(ops->stream_synchronize(b));
+    assert_ok(ops->stream_synchronize(c));
+  }
+  void *q = alloc_on(4096, NULL); /* retires the last events */
+  free_ok(q);
+  assert_int_equal(gca_sim_call_count("event_record"), 100);
+  assert_true(gca_sim_call_count("event_create") <= 4);
+  assert_int_equal(gca_sim_call_count("event_destroy"), 0);
+  assert_int_equal(gca_sim_call_count("event_synchronize"), 0); /* never blocked */
+  assert_int_equal(stats().active[GCA_STAT_ALL].current, 0);
+  assert_ok(ops->stream_destroy(b));
+  assert_ok(ops->stream_destroy(c));
+}
+
+static void multiple_streams_all_must_finish(void **state) {
+  (void)state;
+  gca_stream_t b = mk_stream(), c = mk_stream();
+  void *p = alloc_on(4096, NULL);
+  assert_ok(gca_record_stream(p, b));
+  assert_ok(gca_record_stream(p, c));
+  assert_ok(ops->kernel_sleep(SLEEP_NS / 3, b));
+  assert_ok(ops->kernel_sleep(SLEEP_NS, c));
+  free_ok(p);
+  assert_ok(ops->stream_synchronize(b));
+  void *q = alloc_on(4096, NULL);
+  assert_ptr_not_equal(p, q); /* c has not finished */
+  free_ok(q);
+  assert_ok(ops->stream_synchronize(c));
+  q = alloc_on(4096, NULL);
+  assert_ptr_equal(p, q);
+  free_ok(q);
+  assert_ok(ops->stream_destroy(b));
+  assert_ok(ops->stream_destroy(c));
+}
+
+static void empty_cache_waits_for_pending_frees(void **state) {
+  (void)state;
+  gca_stream_t b = mk_stream();
+  void *p = alloc_on(4096, NULL);
+  assert_ok(gca_record_stream(p, b));
+  assert_ok(ops->kernel_sleep(SLEEP_NS / 3, b));
+  free_ok(p);
+  int64_t syncs = stats().num_sync_all_streams;
+  assert_ok(gca_empty_cache());
+  check();
+  gca_stats_t s = stats();
+  assert_int_equal(s.num_sync_all_streams, syncs + 1);
+  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_int_equal(gca_sim_used_bytes(0), 0);
+  assert_ok(ops->stream_destroy(b));
+}
+
+static void no_caching_returns_memory_after_recorded_work(void **state) {
+  (void)state;
+  gca_stream_t b = mk_stream();
+  assert_ok(gca_set_caching(false));
+  uint32_t *p = alloc_on(4096, NULL);
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 4096);
+  assert_ok(gca_record_stream(p, b));
+  assert_ok(ops->kernel_sleep(SLEEP_NS / 3, b));
+  assert_ok(ops->kernel_fill_u32((gca_devptr_t)(uintptr_t)p, 7, 0, 1024, b));
+  free_ok(p);
+  gca_stats_t s = stats();
+  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.num_device_free, 1);
+  assert_int_equal(gca_sim_used_bytes(0), 0);
+  void *q = alloc_on(4096, NULL);
+  free_ok(q);
+  assert_int_equal(stats().num_device_alloc, 2);
+  assert_ok(gca_set_caching(true));
+  assert_ok(ops->stream_destroy(b));
+}
+
+static void caching_off_empties_the_cache(void **state) {
+  (void)state;
+  void *p = alloc_on(4096, NULL);
+  free_ok(p);
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 2 * MiB);
+  assert_ok(gca_set_caching(false));
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_set_caching(true));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(block_waits_for_recorded_stream_before_reuse, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(pending_block_shows_as_pending_free, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(cached_pair_makes_no_device_call, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(record_on_own_stream_is_a_no_op, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(events_are_pooled, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(multiple_streams_all_must_finish, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(empty_cache_waits_for_pending_frees, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(no_caching_returns_memory_after_recorded_work, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(caching_off_empties_the_cache, alloc_setup, alloc_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

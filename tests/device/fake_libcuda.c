@@ -1,0 +1,551 @@
+/* fake_libcuda.c - a pretend CUDA driver for testing the cuda backend's own
+ * logic on machines without a GPU: symbol resolution through
+ * cuGetProcAddress at explicit ABI versions, the version guard, init's error
+ * paths, context handling, the CUresult -> status mapping, kernel argument
+ * marshalling, and graph-update reporting.
+ *
+ * The one idea: behave like the driver where the backend depends on it and
+ * record what the backend asked for, nothing more. Devices do no work; handles
+ * are small heap objects or tagged integers. Behaviour is set through the
+ * environment when the library is first used:
+ *   FAKE_CUDA_INIT=<CUresult>      what cuInit returns (default 0)
+ *   FAKE_CUDA_VERSION=<n>          cuDriverGetVersion (default 12080)
+ *   FAKE_CUDA_DEVICES=<n>          device count (default 2)
+ *   FAKE_CUDA_MISSING=<name>       one entry point cuGetProcAddress does not know
+ * and inspected through the fake_cuda_* functions at the bottom.
+ */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXPORT    __attribute__((visibility("default")))
+#define MEM_LIMIT (1ull << 30)
+
+typedef struct fake_stream {
+  CUcontext ctx;
+} fake_stream_t;
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int init_result, driver_version = 12080, ndev = 2;
+static char missing[128];
+static int initialized;
+static __thread CUcontext current;
+
+/* Records (inspected by tests). */
+static int max_version_asked, over_version_asks, set_current_calls, capture_info_form;
+static int module_loads;
+static char last_kernel[32];
+static unsigned last_grid, last_block;
+static uint64_t last_args[4];
+
+static void setup(void) {
+  const char *v;
+  if ((v = getenv("FAKE_CUDA_INIT")))
+    init_result = atoi(v);
+  if ((v = getenv("FAKE_CUDA_VERSION")))
+    driver_version = atoi(v);
+  if ((v = getenv("FAKE_CUDA_DEVICES")))
+    ndev = atoi(v);
+  if ((v = getenv("FAKE_CUDA_MISSING")))
+    strncpy(missing, v, sizeof(missing) - 1);
+}
+
+static CUcontext primary(int dev) {
+  return (CUcontext)(uintptr_t)(0x1000 + 0x10 * dev);
+}
+
+static int ctx_device(CUcontext ctx) {
+  return (int)(((uintptr_t)ctx - 0x1000) / 0x10);
+}
+
+#define NEED_INIT()                      \
+  do {                                   \
+    if (!initialized)                    \
+      return CUDA_ERROR_NOT_INITIALIZED; \
+  } while (0)
+#define NEED_CTX()                       \
+  do {                                   \
+    NEED_INIT();                         \
+    if (!current)                        \
+      return CUDA_ERROR_INVALID_CONTEXT; \
+  } while (0)
+
+/* ---- the entry points ---- */
+
+static CUresult f_init(unsigned flags) {
+  (void)flags;
+  if (init_result == CUDA_SUCCESS)
+    initialized = 1;
+  return (CUresult)init_result;
+}
+static CUresult f_driver_version(int *v) {
+  *v = driver_version;
+  return CUDA_SUCCESS;
+}
+static CUresult f_error_name(CUresult r, const char **s) {
+  switch (r) {
+  case CUDA_ERROR_OUT_OF_MEMORY:
+    *s = "CUDA_ERROR_OUT_OF_MEMORY";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_NO_DEVICE:
+    *s = "CUDA_ERROR_NO_DEVICE";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_HANDLE:
+    *s = "CUDA_ERROR_INVALID_HANDLE";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_LAUNCH_FAILED:
+    *s = "CUDA_ERROR_LAUNCH_FAILED";
+    return CUDA_SUCCESS;
+  default:
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+static CUresult f_error_string(CUresult r, const char **s) {
+  const char *name;
+  if (f_error_name(r, &name) != CUDA_SUCCESS)
+    return CUDA_ERROR_INVALID_VALUE;
+  *s = r == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory" : "fake description";
+  return CUDA_SUCCESS;
+}
+static CUresult f_device_get(CUdevice *d, int i) {
+  NEED_INIT();
+  if (i < 0 || i >= ndev)
+    return CUDA_ERROR_INVALID_DEVICE;
+  *d = 100 + i;
+  return CUDA_SUCCESS;
+}
+static CUresult f_device_count(int *n) {
+  NEED_INIT();
+  *n = ndev;
+  return CUDA_SUCCESS;
+}
+static CUresult f_device_attr(int *v, CUdevice_attribute a, CUdevice d) {
+  NEED_INIT();
+  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : (int)(d - 100);
+  return CUDA_SUCCESS;
+}
+static CUresult f_device_name(char *name, int len, CUdevice d) {
+  NEED_INIT();
+  strncpy(name, "Fake GPU", (size_t)len);
+  name[len - 1] = '\0';
+  return CUDA_SUCCESS;
+}
+static CUresult f_can_access_peer(int *can, CUdevice a, CUdevice b) {
+  *can = a != b;
+  return CUDA_SUCCESS;
+}
+static CUresult f_primary_retain(CUcontext *c, CUdevice d) {
+  NEED_INIT();
+  *c = primary(d - 100);
+  return CUDA_SUCCESS;
+}
+static CUresult f_ctx_get_current(CUcontext *c) {
+  NEED_INIT();
+  *c = current;
+  return CUDA_SUCCESS;
+}
+static CUresult f_ctx_set_current(CUcontext c) {
+  NEED_INIT();
+  set_current_calls++;
+  current = c;
+  return CUDA_SUCCESS;
+}
+static CUresult f_ctx_get_device(CUdevice *d) {
+  NEED_CTX();
+  *d = 100 + ctx_device(current);
+  return CUDA_SUCCESS;
+}
+static CUresult f_ctx_sync(void) {
+  NEED_CTX();
+  return CUDA_SUCCESS;
+}
+static CUresult f_mem_get_info(size_t *f, size_t *t) {
+  NEED_CTX();
+  *f = MEM_LIMIT / 2;
+  *t = MEM_LIMIT;
+  return CUDA_SUCCESS;
+}
+static CUresult f_mem_alloc(CUdeviceptr *p, size_t size) {
+  NEED_CTX();
+  if (size > MEM_LIMIT)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *p = 0x7f0000000000ull + ((uint64_t)ctx_device(current) << 36);
+  return CUDA_SUCCESS;
+}
+static CUresult f_mem_free(CUdeviceptr p) {
+  NEED_CTX();
+  return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult f_granularity(size_t *g, const CUmemAllocationProp *prop,
+                              CUmemAllocationGranularity_flags o) {
+  NEED_INIT();
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return CUDA_ERROR_INVALID_VALUE;
+  *g = o == CU_MEM_ALLOC_GRANULARITY_RECOMMENDED ? (4u << 20) : (2u << 20);
+  return CUDA_SUCCESS;
+}
+static CUresult f_reserve(CUdeviceptr *p, size_t s, size_t a, CUdeviceptr addr,
+                          unsigned long long fl) {
+  *p = 0x600000000000ull;
+  return CUDA_SUCCESS;
+}
+static CUresult f_addr_free(CUdeviceptr p, size_t s) {
+  return CUDA_SUCCESS;
+}
+static CUresult f_mem_create(CUmemGenericAllocationHandle *h, size_t s,
+                             const CUmemAllocationProp *prop, unsigned long long fl) {
+  if (s > MEM_LIMIT)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  /* The handle records the device and whether an fd handle type was requested. */
+  *h = ((uint64_t)prop->location.id << 8) | (uint64_t)prop->requestedHandleTypes;
+  return CUDA_SUCCESS;
+}
+static CUresult f_mem_release(CUmemGenericAllocationHandle h) {
+  return CUDA_SUCCESS;
+}
+static CUresult f_mem_map(CUdeviceptr p, size_t s, size_t o, CUmemGenericAllocationHandle h,
+                          unsigned long long fl) {
+  return CUDA_SUCCESS;
+}
+static CUresult f_mem_unmap(CUdeviceptr p, size_t s) {
+  return CUDA_SUCCESS;
+}
+static CUresult f_set_access(CUdeviceptr p, size_t s, const CUmemAccessDesc *d, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (d[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE || d[i].location.id >= ndev)
+      return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+static CUresult f_export(void *sh, CUmemGenericAllocationHandle h, CUmemAllocationHandleType t,
+                         unsigned long long fl) {
+  if (t != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+      !(h & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+    return CUDA_ERROR_INVALID_VALUE;
+  *(int *)sh = 42;
+  return CUDA_SUCCESS;
+}
+static CUresult f_import(CUmemGenericAllocationHandle *h, void *sh, CUmemAllocationHandleType t) {
+  *h = (uint64_t)(uintptr_t)sh;
+  return CUDA_SUCCESS;
+}
+static CUresult f_stream_create(CUstream *s, unsigned fl, int prio) {
+  NEED_CTX();
+  fake_stream_t *fs = malloc(sizeof(*fs));
+  fs->ctx = current;
+  *s = (CUstream)(void *)fs;
+  return CUDA_SUCCESS;
+}
+static CUresult f_stream_get_ctx(CUstream s, CUcontext *c) {
+  NEED_INIT();
+  if (!s) {
+    if (!current)
+      return CUDA_ERROR_INVALID_CONTEXT;
+    *c = current;
+    return CUDA_SUCCESS;
+  }
+  *c = ((fake_stream_t *)(void *)s)->ctx;
+  return CUDA_SUCCESS;
+}
+/* Stream work must run with the stream's context current, as the driver wants. */
+static CUresult stream_ok(CUstream s) {
+  NEED_CTX();
+  if (s && ((fake_stream_t *)(void *)s)->ctx != current)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  return CUDA_SUCCESS;
+}
+static CUresult f_stream_destroy(CUstream s) {
+  CUresult r = stream_ok(s);
+  if (r == CUDA_SUCCESS)
+    free(s);
+  return r;
+}
+static CUresult f_stream_sync(CUstream s) {
+  return stream_ok(s);
+}
+static CUresult f_stream_query(CUstream s) {
+  CUresult r = stream_ok(s);
+  return r != CUDA_SUCCESS ? r : CUDA_ERROR_NOT_READY;
+}
+static CUresult f_stream_wait(CUstream s, CUevent e, unsigned fl) {
+  return stream_ok(s);
+}
+static CUresult f_event_create(CUevent *e, unsigned fl) {
+  NEED_CTX();
+  *e = (CUevent)(uintptr_t)(0x5000 + fl);
+  return CUDA_SUCCESS;
+}
+static CUresult f_event_any(CUevent e) {
+  NEED_CTX();
+  return CUDA_SUCCESS;
+}
+static CUresult f_event_record(CUevent e, CUstream s) {
+  return stream_ok(s);
+}
+static CUresult f_elapsed_v1(float *ms, CUevent a, CUevent b) {
+  *ms = 1.0f;
+  return CUDA_SUCCESS;
+}
+static CUresult f_elapsed_v2(float *ms, CUevent a, CUevent b) {
+  *ms = 2.0f;
+  return CUDA_SUCCESS;
+}
+static CUresult f_host_func(CUstream s, CUhostFn fn, void *ud) {
+  CUresult r = stream_ok(s);
+  if (r == CUDA_SUCCESS)
+    fn(ud);
+  return r;
+}
+static CUresult f_memcpy(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+  return stream_ok(st);
+}
+static CUresult f_memset8(CUdeviceptr d, unsigned char v, size_t n, CUstream st) {
+  return stream_ok(st);
+}
+static CUresult f_memset32(CUdeviceptr d, unsigned v, size_t n, CUstream st) {
+  return stream_ok(st);
+}
+static CUresult f_module_load(CUmodule *m, const void *image) {
+  NEED_CTX();
+  const char *ptx = image;
+  if (strncmp(ptx, ".version", 8) != 0)
+    return CUDA_ERROR_INVALID_PTX;
+  module_loads++;
+  *m = (CUmodule)(uintptr_t)(0x9000 + ctx_device(current));
+  return CUDA_SUCCESS;
+}
+static char function_names[3][32] = {"gca_fill_u32", "gca_add_u32", "gca_sleep_ns"};
+static CUresult f_module_get_function(CUfunction *f, CUmodule m, const char *name) {
+  const char *ptx_entry = NULL;
+  for (int i = 0; i < 3; i++)
+    if (strcmp(name, function_names[i]) == 0)
+      ptx_entry = function_names[i];
+  if (!ptx_entry)
+    return CUDA_ERROR_NOT_FOUND;
+  *f = (CUfunction)(void *)ptx_entry;
+  return CUDA_SUCCESS;
+}
+static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
+                         void **extra) {
+  CUresult r = stream_ok(s);
+  if (r != CUDA_SUCCESS)
+    return r;
+  const char *name = (const char *)(void *)f;
+  strncpy(last_kernel, name, sizeof(last_kernel) - 1);
+  last_grid = gx * gy * gz;
+  last_block = bx * by * bz;
+  memset(last_args, 0, sizeof(last_args));
+  if (strcmp(name, "gca_fill_u32") == 0) {
+    last_args[0] = *(uint64_t *)params[0];
+    last_args[1] = *(uint32_t *)params[1];
+    last_args[2] = *(uint32_t *)params[2];
+    last_args[3] = *(uint64_t *)params[3];
+  } else if (strcmp(name, "gca_add_u32") == 0) {
+    for (int i = 0; i < 4; i++)
+      last_args[i] = *(uint64_t *)params[i];
+  } else {
+    last_args[0] = *(uint64_t *)params[0];
+  }
+  return CUDA_SUCCESS;
+}
+static CUresult f_begin_capture(CUstream s, CUstreamCaptureMode mode) {
+  return stream_ok(s);
+}
+static CUresult f_end_capture(CUstream s, CUgraph *g) {
+  CUresult r = stream_ok(s);
+  if (r == CUDA_SUCCESS)
+    *g = (CUgraph)(uintptr_t)0x7000;
+  return r;
+}
+static CUresult f_capture_info_v2(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
+                                  const CUgraphNode **d, size_t *n) {
+  capture_info_form = 2;
+  *st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *id = 77;
+  return stream_ok(s);
+}
+static CUresult f_capture_info_v3(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
+                                  const CUgraphNode **d, const void **e, size_t *n) {
+  capture_info_form = 3;
+  *st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *id = 78;
+  return stream_ok(s);
+}
+static CUresult f_exchange_mode(CUstreamCaptureMode *m) {
+  static __thread CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  CUstreamCaptureMode old = mode;
+  mode = *m;
+  *m = old;
+  return CUDA_SUCCESS;
+}
+static CUresult f_graph_nodes(CUgraph g, CUgraphNode *nodes, size_t *n) {
+  if (nodes)
+    for (size_t i = 0; i < *n && i < 5; i++)
+      nodes[i] = (CUgraphNode)(uintptr_t)(0x8000 + i);
+  *n = 5;
+  return CUDA_SUCCESS;
+}
+static CUresult f_instantiate(CUgraphExec *e, CUgraph g, unsigned long long fl) {
+  NEED_CTX();
+  *e = (CUgraphExec)(uintptr_t)0x7100;
+  return CUDA_SUCCESS;
+}
+static CUresult f_graph_launch(CUgraphExec e, CUstream s) {
+  return stream_ok(s);
+}
+/* Rejects any graph other than 0x7000, blaming its third node. */
+static CUresult f_exec_update(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info) {
+  if (g == (CUgraph)(uintptr_t)0x7000) {
+    info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    return CUDA_SUCCESS;
+  }
+  info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+  info->errorNode = (CUgraphNode)(uintptr_t)0x8002;
+  return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+}
+static CUresult f_graph_any(CUgraph g) {
+  return CUDA_SUCCESS;
+}
+static CUresult f_exec_any(CUgraphExec e) {
+  return CUDA_SUCCESS;
+}
+
+/* ---- cuGetProcAddress ---- */
+
+typedef struct entry {
+  const char *name;
+  int since; /* the ABI version this entry's signature belongs to */
+  void *fn;
+} entry_t;
+
+#define E(name, since, fn) \
+  { name, since, (void *)(fn) }
+static const entry_t entries[] = {
+    E("cuGetErrorName", 6000, f_error_name),
+    E("cuGetErrorString", 6000, f_error_string),
+    E("cuInit", 2000, f_init),
+    E("cuDriverGetVersion", 2020, f_driver_version),
+    E("cuDeviceGet", 2000, f_device_get),
+    E("cuDeviceGetCount", 2000, f_device_count),
+    E("cuDeviceGetAttribute", 2000, f_device_attr),
+    E("cuDeviceGetName", 2000, f_device_name),
+    E("cuDeviceCanAccessPeer", 4000, f_can_access_peer),
+    E("cuDevicePrimaryCtxRetain", 7000, f_primary_retain),
+    E("cuCtxGetCurrent", 4000, f_ctx_get_current),
+    E("cuCtxSetCurrent", 4000, f_ctx_set_current),
+    E("cuCtxGetDevice", 2000, f_ctx_get_device),
+    E("cuCtxSynchronize", 2000, f_ctx_sync),
+    E("cuMemGetInfo", 3020, f_mem_get_info),
+    E("cuMemAlloc", 3020, f_mem_alloc),
+    E("cuMemFree", 3020, f_mem_free),
+    E("cuMemGetAllocationGranularity", 10020, f_granularity),
+    E("cuMemAddressReserve", 10020, f_reserve),
+    E("cuMemAddressFree", 10020, f_addr_free),
+    E("cuMemCreate", 10020, f_mem_create),
+    E("cuMemRelease", 10020, f_mem_release),
+    E("cuMemMap", 10020, f_mem_map),
+    E("cuMemUnmap", 10020, f_mem_unmap),
+    E("cuMemSetAccess", 10020, f_set_access),
+    E("cuMemExportToShareableHandle", 10020, f_export),
+    E("cuMemImportFromShareableHandle", 10020, f_import),
+    E("cuStreamCreateWithPriority", 5050, f_stream_create),
+    E("cuStreamDestroy", 4000, f_stream_destroy),
+    E("cuStreamSynchronize", 2000, f_stream_sync),
+    E("cuStreamQuery", 2000, f_stream_query),
+    E("cuStreamWaitEvent", 3020, f_stream_wait),
+    E("cuStreamGetCtx", 9020, f_stream_get_ctx),
+    E("cuEventCreate", 2000, f_event_create),
+    E("cuEventDestroy", 4000, f_event_any),
+    E("cuEventRecord", 2000, f_event_record),
+    E("cuEventQuery", 2000, f_event_any),
+    E("cuEventSynchronize", 2000, f_event_any),
+    E("cuEventElapsedTime", 2000, f_elapsed_v1),
+    E("cuEventElapsedTime", 12080, f_elapsed_v2),
+    E("cuLaunchHostFunc", 10000, f_host_func),
+    E("cuMemcpyAsync", 4000, f_memcpy),
+    E("cuMemsetD8Async", 3020, f_memset8),
+    E("cuMemsetD32Async", 3020, f_memset32),
+    E("cuModuleLoadData", 2000, f_module_load),
+    E("cuModuleGetFunction", 2000, f_module_get_function),
+    E("cuLaunchKernel", 4000, f_launch),
+    E("cuStreamBeginCapture", 10010, f_begin_capture),
+    E("cuStreamEndCapture", 10000, f_end_capture),
+    E("cuStreamGetCaptureInfo", 11030, f_capture_info_v2),
+    E("cuStreamGetCaptureInfo", 12030, f_capture_info_v3),
+    E("cuThreadExchangeStreamCaptureMode", 10010, f_exchange_mode),
+    E("cuGraphGetNodes", 10000, f_graph_nodes),
+    E("cuGraphInstantiateWithFlags", 11040, f_instantiate),
+    E("cuGraphUpload", 11010, f_graph_launch),
+    E("cuGraphLaunch", 10000, f_graph_launch),
+    E("cuGraphExecUpdate", 12000, f_exec_update),
+    E("cuGraphDestroy", 10000, f_graph_any),
+    E("cuGraphExecDestroy", 10000, f_exec_any),
+};
+#undef E
+
+/* As the driver: a version above the driver's is CUDA_ERROR_INVALID_VALUE; an
+ * unknown name or one not yet introduced at `version` is success with NULL. */
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult *found) {
+  pthread_once(&once, setup);
+  if (version > max_version_asked)
+    max_version_asked = version;
+  *pfn = NULL;
+  if (version > driver_version) {
+    over_version_asks++;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  int best = 0;
+  for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); i++) {
+    if (strcmp(entries[i].name, symbol) != 0 || strcmp(symbol, missing) == 0)
+      continue;
+    if (entries[i].since > version) {
+      if (status != CU_GET_PROC_ADDRESS_SUCCESS)
+        status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+      continue;
+    }
+    if (entries[i].since >= best) {
+      best = entries[i].since;
+      *pfn = entries[i].fn;
+      status = CU_GET_PROC_ADDRESS_SUCCESS;
+    }
+  }
+  if (found)
+    *found = status;
+  return CUDA_SUCCESS;
+}
+
+/* ---- inspection ---- */
+
+EXPORT int fake_cuda_max_version_asked(void);
+EXPORT int fake_cuda_over_version_asks(void);
+EXPORT int fake_cuda_set_current_calls(void);
+EXPORT int fake_cuda_capture_info_form(void);
+EXPORT int fake_cuda_module_loads(void);
+EXPORT const char *fake_cuda_last_kernel(unsigned *grid, unsigned *block, uint64_t args[4]);
+
+EXPORT int fake_cuda_max_version_asked(void) {
+  return max_version_asked;
+}
+EXPORT int fake_cuda_over_version_asks(void) {
+  return over_version_asks;
+}
+EXPORT int fake_cuda_set_current_calls(void) {
+  return set_current_calls;
+}
+EXPORT int fake_cuda_capture_info_form(void) {
+  return capture_info_form;
+}
+EXPORT int fake_cuda_module_loads(void) {
+  return module_loads;
+}
+EXPORT const char *fake_cuda_last_kernel(unsigned *grid, unsigned *block, uint64_t args[4]) {
+  *grid = last_grid;
+  *block = last_block;
+  memcpy(args, last_args, sizeof(last_args));
+  return last_kernel;
+}

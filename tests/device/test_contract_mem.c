@@ -1,0 +1,434 @@
+/* test_contract_mem.c - the memory contract of the device table, written once
+ * against the ops and run on sim and on cuda: VMM reserve/create/map/access/
+ * unmap/release round trips, aliasing of mappings of one handle, faults on
+ * unmapped or inaccessible addresses, capacity exhaustion, large sparse
+ * devices, classic allocations, and fd export/import.
+ *
+ * Host access to device memory goes through dev_write/dev_read: a plain load
+ * or store on sim (device memory is host memory there), a copy through the
+ * table on cuda. Parts that need host access to unmapped addresses or a
+ * settable capacity run on sim only.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define FAULT_EXIT 42
+
+static const gca_device_ops_t *ops;
+static bool is_sim;
+static size_t gran;
+
+static int setup(void **state) {
+  (void)state;
+  ops = test_backend();
+  is_sim = strcmp(ops->name, "sim") == 0;
+  assert_ok(ops->mem_granularity(0, false, &gran));
+  return 0;
+}
+
+static void dev_write(gca_devptr_t ptr, uint32_t v) {
+  if (is_sim) {
+    *(volatile uint32_t *)(uintptr_t)ptr = v;
+    return;
+  }
+  assert_ok(ops->memcpy_async(ptr, (gca_devptr_t)(uintptr_t)&v, sizeof(v), NULL));
+  assert_ok(ops->stream_synchronize(NULL));
+}
+
+static uint32_t dev_read(gca_devptr_t ptr) {
+  if (is_sim)
+    return *(volatile uint32_t *)(uintptr_t)ptr;
+  uint32_t v = 0;
+  assert_ok(ops->memcpy_async((gca_devptr_t)(uintptr_t)&v, ptr, sizeof(v), NULL));
+  assert_ok(ops->stream_synchronize(NULL));
+  return v;
+}
+
+static uint64_t used(void) {
+  return is_sim ? gca_sim_used_bytes(0) : 0;
+}
+
+static void vmm_round_trip_returns_used_bytes_to_zero(void **state) {
+  (void)state;
+  uint64_t before = used();
+  gca_devptr_t base;
+  gca_memhandle_t h;
+  int dev = 0;
+  assert_ok(ops->mem_address_reserve(0, 4 * gran, 0, &base));
+  assert_int_equal(base % gran, 0);
+  assert_ok(ops->mem_create(0, 2 * gran, &h));
+  if (is_sim)
+    assert_int_equal(used(), before + 2 * gran);
+  assert_ok(ops->mem_map(base + gran, 2 * gran, 0, h));
+  assert_ok(ops->mem_set_access(base + gran, 2 * gran, &dev, 1));
+  dev_write(base + gran, 0xfeedbeef);
+  dev_write(base + 3 * gran - 4, 0x12345678);
+  assert_int_equal(dev_read(base + gran), 0xfeedbeef);
+  assert_int_equal(dev_read(base + 3 * gran - 4), 0x12345678);
+  assert_ok(ops->mem_unmap(base + gran, 2 * gran));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, base, 4 * gran));
+  assert_int_equal(used(), before);
+}
+
+static void released_handle_lives_until_its_mapping_is_gone(void **state) {
+  (void)state;
+  gca_devptr_t base;
+  gca_memhandle_t h;
+  int dev = 0;
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
+  assert_ok(ops->mem_create(0, 2 * gran, &h));
+  assert_ok(ops->mem_map(base, 2 * gran, 0, h));
+  assert_ok(ops->mem_set_access(base, 2 * gran, &dev, 1));
+  assert_ok(ops->mem_release(h));
+  if (is_sim)
+    assert_int_equal(used(), 2 * gran);
+  dev_write(base + 64, 77);
+  assert_int_equal(dev_read(base + 64), 77);
+  assert_ok(ops->mem_unmap(base, 2 * gran));
+  assert_int_equal(used(), 0);
+  assert_ok(ops->mem_address_free(0, base, 2 * gran));
+}
+
+static void mappings_of_one_handle_alias(void **state) {
+  (void)state;
+  gca_devptr_t a, b;
+  gca_memhandle_t h;
+  int dev = 0;
+  assert_ok(ops->mem_create(0, 2 * gran, &h));
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &a));
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 4 * gran, &b));
+  assert_int_equal(b % (4 * gran), 0);
+  assert_ok(ops->mem_map(a, 2 * gran, 0, h));
+  assert_ok(ops->mem_map(b, gran, gran, h)); /* b shows the handle's second granule */
+  assert_ok(ops->mem_set_access(a, 2 * gran, &dev, 1));
+  assert_ok(ops->mem_set_access(b, gran, &dev, 1));
+  dev_write(a + gran + 8, 0xa11a5);
+  assert_int_equal(dev_read(b + 8), 0xa11a5);
+  dev_write(b + 16, 0xb0b);
+  assert_int_equal(dev_read(a + gran + 16), 0xb0b);
+  assert_ok(ops->mem_unmap(a, 2 * gran));
+  assert_ok(ops->mem_unmap(b, gran));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, a, 2 * gran));
+  assert_ok(ops->mem_address_free(0, b, 2 * gran));
+  assert_int_equal(used(), 0);
+}
+
+static void unmap_may_span_adjacent_mappings_whole(void **state) {
+  (void)state;
+  gca_devptr_t base;
+  gca_memhandle_t h1, h2;
+  int dev = 0;
+  assert_ok(ops->mem_address_reserve(0, 4 * gran, 0, &base));
+  assert_ok(ops->mem_create(0, 2 * gran, &h1));
+  assert_ok(ops->mem_create(0, 2 * gran, &h2));
+  assert_ok(ops->mem_map(base, 2 * gran, 0, h1));
+  assert_ok(ops->mem_map(base + 2 * gran, 2 * gran, 0, h2));
+  assert_ok(ops->mem_set_access(base, 4 * gran, &dev, 1));
+  dev_write(base, 1);
+  dev_write(base + 2 * gran, 2);
+  assert_int_equal(dev_read(base) + dev_read(base + 2 * gran), 3);
+  assert_ok(ops->mem_release(h1));
+  assert_ok(ops->mem_release(h2));
+  assert_ok(ops->mem_unmap(base, 4 * gran));
+  assert_int_equal(used(), 0);
+  /* The range is a reservation again: it can be mapped anew. */
+  assert_ok(ops->mem_create(0, 4 * gran, &h1));
+  assert_ok(ops->mem_map(base, 4 * gran, 0, h1));
+  assert_ok(ops->mem_set_access(base + 2 * gran, 2 * gran, &dev, 1));
+  dev_write(base + 2 * gran, 5);
+  assert_int_equal(dev_read(base + 2 * gran), 5);
+  assert_ok(ops->mem_unmap(base, 4 * gran));
+  assert_ok(ops->mem_release(h1));
+  assert_ok(ops->mem_address_free(0, base, 4 * gran));
+  assert_int_equal(used(), 0);
+}
+
+static void segv_exit(int sig) {
+  (void)sig;
+  _exit(FAULT_EXIT);
+}
+
+/* Whether reading `ptr` in a forked child faults (killed by SIGSEGV/SIGBUS, or
+ * exits FAULT_EXIT from its own handler, which is what runs under ASan). */
+static bool read_faults(gca_devptr_t ptr) {
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    struct sigaction sa = {0};
+    sa.sa_handler = segv_exit;
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+    volatile uint32_t v = *(volatile uint32_t *)(uintptr_t)ptr;
+    (void)v;
+    _exit(0);
+  }
+  int ws = 0;
+  assert_int_equal(waitpid(pid, &ws, 0), pid);
+  if (WIFSIGNALED(ws))
+    return WTERMSIG(ws) == SIGSEGV || WTERMSIG(ws) == SIGBUS;
+  assert_true(WIFEXITED(ws));
+  assert_true(WEXITSTATUS(ws) == FAULT_EXIT || WEXITSTATUS(ws) == 0);
+  return WEXITSTATUS(ws) == FAULT_EXIT;
+}
+
+static void unmapped_and_inaccessible_addresses_fault(void **state) {
+  (void)state;
+  if (!is_sim)
+    skip();
+  gca_devptr_t base;
+  gca_memhandle_t h;
+  int dev = 0;
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
+  assert_true(read_faults(base));
+  assert_ok(ops->mem_create(0, 2 * gran, &h));
+  assert_ok(ops->mem_map(base, 2 * gran, 0, h));
+  assert_true(read_faults(base + 128)); /* mapped, no access yet */
+  assert_ok(ops->mem_set_access(base, 2 * gran, &dev, 1));
+  assert_false(read_faults(base + 128));
+  assert_ok(ops->mem_unmap(base, 2 * gran));
+  assert_true(read_faults(base + 128)); /* a reservation again */
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, base, 2 * gran));
+  assert_int_equal(used(), 0);
+}
+
+static void capacity_exhaustion_is_oom_and_leaves_state_intact(void **state) {
+  (void)state;
+  size_t free_b, total;
+  assert_ok(ops->mem_get_info(0, &free_b, &total));
+  assert_true(free_b <= total);
+  if (!is_sim) {
+    gca_memhandle_t h;
+    size_t huge = (total / gran + 1) * gran;
+    assert_status(ops->mem_create(0, huge, &h), GCA_ERR_OUT_OF_MEMORY, "mem_create");
+    return;
+  }
+  assert_int_equal(used(), 0);
+  assert_ok(gca_sim_set_capacity(0, 8 * gran));
+  assert_ok(ops->mem_get_info(0, &free_b, &total));
+  assert_int_equal(total, 8 * gran);
+  assert_int_equal(free_b, 8 * gran);
+
+  gca_memhandle_t h[3], extra;
+  gca_devptr_t base, p;
+  int dev = 0;
+  for (int i = 0; i < 3; i++)
+    assert_ok(ops->mem_create(0, 2 * gran, &h[i]));
+  assert_status(ops->mem_create(0, 4 * gran, &extra), GCA_ERR_OUT_OF_MEMORY, "mem_create");
+  assert_status(ops->mem_alloc(0, 2 * gran + 1, &p), GCA_ERR_OUT_OF_MEMORY, "mem_alloc");
+  assert_int_equal(used(), 6 * gran);
+  assert_ok(ops->mem_get_info(0, &free_b, &total));
+  assert_int_equal(free_b, 2 * gran);
+
+  /* What was allocated still works. */
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
+  assert_ok(ops->mem_map(base, 2 * gran, 0, h[1]));
+  assert_ok(ops->mem_set_access(base, 2 * gran, &dev, 1));
+  dev_write(base, 99);
+  assert_int_equal(dev_read(base), 99);
+
+  /* Freeing makes room again. */
+  assert_ok(ops->mem_release(h[0]));
+  assert_ok(ops->mem_create(0, 4 * gran, &extra));
+  assert_int_equal(used(), 8 * gran);
+  assert_status(ops->mem_alloc(0, 1, &p), GCA_ERR_OUT_OF_MEMORY, "mem_alloc");
+  assert_ok(ops->mem_release(extra));
+  assert_ok(ops->mem_alloc(0, 1, &p));
+  assert_ok(ops->mem_free(0, p));
+
+  assert_ok(ops->mem_unmap(base, 2 * gran));
+  assert_ok(ops->mem_address_free(0, base, 2 * gran));
+  assert_ok(ops->mem_release(h[1]));
+  assert_ok(ops->mem_release(h[2]));
+  assert_int_equal(used(), 0);
+  assert_ok(gca_sim_set_capacity(0, 16ull << 30));
+}
+
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
+      resident = 0;
+    fclose(f);
+  }
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void large_device_maps_without_touching_pages(void **state) {
+  (void)state;
+  if (!is_sim)
+    skip();
+  const uint64_t cap = 80ull << 30, size = 64ull << 30;
+  assert_ok(gca_sim_set_capacity(0, cap));
+  size_t free_b, total;
+  assert_ok(ops->mem_get_info(0, &free_b, &total));
+  assert_int_equal(total, cap);
+  long rss_before = rss_kib();
+  gca_devptr_t base;
+  gca_memhandle_t h;
+  int dev = 0;
+  assert_ok(ops->mem_address_reserve(0, size, 0, &base));
+  assert_ok(ops->mem_create(0, size, &h));
+  assert_ok(ops->mem_map(base, size, 0, h));
+  assert_ok(ops->mem_set_access(base, size, &dev, 1));
+  dev_write(base, 1);
+  dev_write(base + size / 2, 2);
+  dev_write(base + size - 4, 3);
+  assert_int_equal(dev_read(base) + dev_read(base + size / 2) + dev_read(base + size - 4), 6);
+  assert_int_equal(gca_sim_used_bytes(0), size);
+  long grown = rss_kib() - rss_before;
+  assert_true(grown < 256 * 1024); /* a few pages, not 64 GiB */
+  assert_ok(ops->mem_unmap(base, size));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, base, size));
+  assert_int_equal(used(), 0);
+  assert_ok(gca_sim_set_capacity(0, 16ull << 30));
+}
+
+static void classic_alloc_is_aligned_usable_and_freed(void **state) {
+  (void)state;
+  gca_devptr_t p, q;
+  assert_ok(ops->mem_alloc(0, 1000, &p));
+  assert_ok(ops->mem_alloc(0, 3 * gran, &q));
+  assert_int_equal(p % 256, 0);
+  if (is_sim) {
+    assert_int_equal(p % gran, 0);
+    assert_int_equal(used(), 4 * gran);
+  }
+  dev_write(p + 996, 0xc1a55);
+  dev_write(q + 3 * gran - 4, 0xc1a56);
+  assert_int_equal(dev_read(p + 996), 0xc1a55);
+  assert_int_equal(dev_read(q + 3 * gran - 4), 0xc1a56);
+  assert_ok(ops->mem_free(0, p));
+  assert_ok(ops->mem_free(0, q));
+  assert_ok(ops->mem_free(0, 0)); /* as cuMemFree(0) */
+  assert_int_equal(used(), 0);
+}
+
+static void exported_fd_imports_as_the_same_memory(void **state) {
+  (void)state;
+  int attr = 0;
+  assert_ok(ops->device_attr(0, GCA_ATTR_POSIX_FD_SUPPORTED, &attr));
+  if (!attr)
+    skip();
+  gca_memhandle_t h, h2;
+  gca_devptr_t a, b;
+  int fd = -1, dev = 0;
+  assert_ok(ops->mem_create(0, 2 * gran, &h));
+  assert_ok(ops->mem_export_fd(h, &fd));
+  assert_true(fd >= 0);
+  assert_ok(ops->mem_import_fd(0, fd, &h2));
+  assert_true(h2 != 0);
+  assert_int_equal(close(fd), 0);
+  if (is_sim)
+    assert_int_equal(used(), 2 * gran); /* importing takes no capacity */
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &a));
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &b));
+  assert_ok(ops->mem_map(a, 2 * gran, 0, h));
+  assert_ok(ops->mem_map(b, 2 * gran, 0, h2));
+  assert_ok(ops->mem_set_access(a, 2 * gran, &dev, 1));
+  assert_ok(ops->mem_set_access(b, 2 * gran, &dev, 1));
+  dev_write(a + 40, 0x1bc);
+  assert_int_equal(dev_read(b + 40), 0x1bc);
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_unmap(a, 2 * gran));
+  dev_write(b + 44, 0x1bd); /* still held by the imported handle's mapping */
+  assert_int_equal(dev_read(b + 44), 0x1bd);
+  assert_ok(ops->mem_unmap(b, 2 * gran));
+  assert_ok(ops->mem_release(h2));
+  assert_ok(ops->mem_address_free(0, a, 2 * gran));
+  assert_ok(ops->mem_address_free(0, b, 2 * gran));
+  assert_int_equal(used(), 0);
+}
+
+#define THREADS 4
+#define ROUNDS  40
+
+static void *vmm_worker(void *arg) {
+  uint32_t tag = (uint32_t)(uintptr_t)arg;
+  int dev = 0;
+  for (int i = 0; i < ROUNDS; i++) {
+    gca_devptr_t base;
+    gca_memhandle_t h;
+    if (ops->mem_address_reserve(0, 2 * gran, 0, &base) != GCA_OK)
+      return (void *)1;
+    if (ops->mem_create(0, gran, &h) != GCA_OK || ops->mem_map(base + gran, gran, 0, h) != GCA_OK ||
+        ops->mem_set_access(base + gran, gran, &dev, 1) != GCA_OK)
+      return (void *)2;
+    dev_write(base + gran + 4 * tag, tag * 1000 + (uint32_t)i);
+    if (dev_read(base + gran + 4 * tag) != tag * 1000 + (uint32_t)i)
+      return (void *)3;
+    if (ops->mem_unmap(base + gran, gran) != GCA_OK || ops->mem_release(h) != GCA_OK ||
+        ops->mem_address_free(0, base, 2 * gran) != GCA_OK)
+      return (void *)4;
+  }
+  return NULL;
+}
+
+static void concurrent_vmm_traffic_keeps_counts_and_bytes_exact(void **state) {
+  (void)state;
+  int64_t maps = is_sim ? gca_sim_call_count("mem_map") : 0;
+  pthread_t t[THREADS];
+  for (uintptr_t i = 0; i < THREADS; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, vmm_worker, (void *)i), 0);
+  for (int i = 0; i < THREADS; i++) {
+    void *ret = (void *)1;
+    pthread_join(t[i], &ret);
+    if (ret != NULL)
+      fail_msg("worker %d failed at step %d: %s", i, (int)(uintptr_t)ret, gca_last_error());
+  }
+  if (is_sim)
+    assert_int_equal(gca_sim_call_count("mem_map") - maps, THREADS * ROUNDS);
+  assert_int_equal(used(), 0);
+}
+
+static void device_reports_vmm_and_granularity(void **state) {
+  (void)state;
+  int v = 0, n = 0;
+  size_t rec = 0;
+  char name[64];
+  assert_ok(ops->device_count(&n));
+  assert_true(n >= 1);
+  assert_ok(ops->device_attr(0, GCA_ATTR_VMM_SUPPORTED, &v));
+  assert_int_equal(v, 1);
+  assert_ok(ops->mem_granularity(0, true, &rec));
+  assert_true(gran > 0 && rec >= gran && rec % gran == 0);
+  assert_ok(ops->device_name(0, name, sizeof(name)));
+  assert_true(strlen(name) > 0);
+  assert_ok(ops->device_can_access_peer(0, 0, &v));
+  assert_int_equal(v, 0); /* a device is not its own peer */
+  if (is_sim) {
+    assert_int_equal(gran, 2u << 20);
+    assert_int_equal(rec, 2u << 20);
+    assert_string_equal(name, "gca sim device 0");
+    assert_ok(ops->device_attr(0, GCA_ATTR_CC_MAJOR, &v));
+    assert_int_equal(v, 9);
+    assert_ok(ops->device_attr(0, GCA_ATTR_MULTIPROCESSOR_COUNT, &v));
+    assert_int_equal(v, 132);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(vmm_round_trip_returns_used_bytes_to_zero),
+      cmocka_unit_test(released_handle_lives_until_its_mapping_is_gone),
+      cmocka_unit_test(mappings_of_one_handle_alias),
+      cmocka_unit_test(unmap_may_span_adjacent_mappings_whole),
+      cmocka_unit_test(unmapped_and_inaccessible_addresses_fault),
+      cmocka_unit_test(capacity_exhaustion_is_oom_and_leaves_state_intact),
+      cmocka_unit_test(large_device_maps_without_touching_pages),
+      cmocka_unit_test(classic_alloc_is_aligned_usable_and_freed),
+      cmocka_unit_test(exported_fd_imports_as_the_same_memory),
+      cmocka_unit_test(concurrent_vmm_traffic_keeps_counts_and_bytes_exact),
+      cmocka_unit_test(device_reports_vmm_and_granularity),
+  };
+  return cmocka_run_group_tests(tests, setup, NULL);
+}

@@ -1,0 +1,433 @@
+/* test_contract_stream.c - the stream and event contract of the device table,
+ * written once against the ops and run on sim and on cuda: in-order
+ * asynchronous execution under load, events that complete only with the work
+ * before them, cross-stream waits, the legacy stream's implicit ordering,
+ * elapsed time, host functions in order, and refusal of bad handles.
+ *
+ * Ordering tests do not rely on timing: a host function blocked on a gate
+ * holds a stream back until the test opens the gate, so "not yet run" is
+ * checked while the gate is shut and the data once it is open.
+ */
+#include <pthread.h>
+
+#include "harness.h"
+
+#define N 256
+
+static const gca_device_ops_t *ops;
+static bool is_sim;
+
+typedef struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool open;
+} gate_t;
+
+static void gate_init(gate_t *g) {
+  pthread_mutex_init(&g->mu, "");
+  pthread_cond_init(&g->cv, "");
+  g->open = false;
+}
+
+static void gate_open(gate_t *g) {
+  pthread_mutex_lock(&g->mu);
+  g->open = true;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_pass(void *arg) {
+  gate_t *g = arg;
+  pthread_mutex_lock(&g->mu);
+  while (!g->open)
+    pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_fini(gate_t *g) {
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->cv);
+}
+
+static int setup(void **state) {
+  (void)state;
+  ops = test_backend();
+  is_sim = strcmp(ops->name, "sim") == 0;
+  return 0;
+}
+
+static gca_devptr_t dalloc(size_t bytes) {
+  gca_devptr_t p = 0;
+  assert_ok(ops->mem_alloc(0, bytes, &p));
+  return p;
+}
+
+/* Copies n words of device memory to host through a fresh stream. */
+static void dread(uint32_t *host, gca_devptr_t src, size_t n) {
+  gca_stream_t s;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->memcpy_async((gca_devptr_t)(uintptr_t)host, src, n * 4, s));
+  assert_ok(ops->stream_synchronize(s));
+  assert_ok(ops->stream_destroy(s));
+}
+
+static void expect_fill(gca_devptr_t p, uint32_t value, uint32_t step) {
+  uint32_t h[N];
+  dread(h, p, N);
+  for (uint32_t i = 0; i < N; i++)
+    if (h[i] != value + i * step)
+      fail_msg("word %u: %u, wanted %u", i, h[i], value + i * step);
+}
+
+static void stream_order_holds_under_heavy_async_load(void **state) {
+  (void)state;
+  enum { NS = 4, ROUNDS = 5000 };
+  gca_stream_t s[NS];
+  gca_devptr_t buf[NS], ones = dalloc(N * 4);
+  gca_stream_t init;
+  assert_ok(ops->stream_create(0, GCA_STREAM_DEFAULT, 0, &init));
+  assert_ok(ops->memset_d32_async(ones, 1, N, init));
+  assert_ok(ops->stream_synchronize(init));
+  for (int k = 0; k < NS; k++) {
+    buf[k] = dalloc(N * 4);
+    assert_ok(
+        ops->stream_create(0, k % 2 ? GCA_STREAM_NON_BLOCKING : GCA_STREAM_DEFAULT, 0, &s[k]));
+  }
+  uint64_t t0 = gca__now_ns();
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int k = 0; k < NS; k++) {
+      if (r == 0)
+        assert_ok(ops->kernel_fill_u32(buf[k], (uint32_t)k * 1000u, 1, N, s[k]));
+      else if (r % 1000 == 500)
+        assert_ok(ops->memcpy_async(buf[k], buf[k], N * 4, s[k]));
+      else
+        assert_ok(ops->kernel_add_u32(buf[k], buf[k], ones, N, s[k]));
+    }
+  }
+  for (int k = 0; k < NS; k++)
+    assert_ok(ops->stream_synchronize(s[k]));
+  printf("# %d items on %d streams in %.1f ms\n", NS * ROUNDS, NS,
+         (double)(gca__now_ns() - t0) / 1e6);
+  for (int k = 0; k < NS; k++) {
+    expect_fill(buf[k], (uint32_t)k * 1000u + ROUNDS - 1 - ROUNDS / 1000, 1);
+    assert_ok(ops->stream_destroy(s[k]));
+    assert_ok(ops->mem_free(0, buf[k]));
+  }
+  assert_ok(ops->stream_destroy(init));
+  assert_ok(ops->mem_free(0, ones));
+}
+
+static void event_after_slow_work_completes_only_with_it(void **state) {
+  (void)state;
+  gca_devptr_t p = dalloc(N * 4);
+  gca_stream_t s;
+  gca_event_t e;
+  gate_t g;
+  gate_init(&g);
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->event_create(0, GCA_EVENT_DEFAULT, &e));
+  assert_ok(ops->memset_d32_async(p, 0, N, s));
+  assert_ok(ops->launch_host_func(s, gate_pass, &g));
+  assert_ok(ops->kernel_sleep(20 * 1000 * 1000, s));
+  assert_ok(ops->kernel_fill_u32(p, 7, 3, N, s));
+  assert_ok(ops->event_record(e, s));
+  assert_status(ops->event_query(e), GCA_ERR_NOT_READY, "");
+  assert_status(ops->stream_query(s), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->event_synchronize(e));
+  assert_ok(ops->event_query(e));
+  expect_fill(p, 7, 3);
+  assert_ok(ops->stream_synchronize(s));
+  assert_ok(ops->stream_query(s));
+  assert_ok(ops->event_destroy(e));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, p));
+  gate_fini(&g);
+}
+
+static void never_recorded_event_is_complete(void **state) {
+  (void)state;
+  gca_event_t e;
+  gca_stream_t s;
+  assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &e));
+  assert_ok(ops->event_query(e));
+  assert_ok(ops->event_synchronize(e));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->stream_wait_event(s, e));
+  assert_ok(ops->stream_synchronize(s));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->event_destroy(e));
+}
+
+static void stream_wait_event_orders_cross_stream_work(void **state) {
+  (void)state;
+  gca_devptr_t a = dalloc(N * 4), out = dalloc(N * 4);
+  gca_stream_t s1, s2;
+  gca_event_t e;
+  gate_t g;
+  gate_init(&g);
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s1));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s2));
+  assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &e));
+  assert_ok(ops->memset_d32_async(a, 0, N, s1));
+  assert_ok(ops->memset_d32_async(out, 0, N, s1));
+  assert_ok(ops->stream_synchronize(s1));
+  assert_ok(ops->launch_host_func(s1, gate_pass, &g));
+  assert_ok(ops->kernel_fill_u32(a, 5, 1, N, s1));
+  assert_ok(ops->event_record(e, s1));
+  assert_ok(ops->stream_wait_event(s2, e));
+  assert_ok(ops->kernel_add_u32(out, a, a, N, s2));
+  assert_status(ops->stream_query(s2), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->stream_synchronize(s2));
+  expect_fill(out, 10, 2);
+  assert_ok(ops->event_destroy(e));
+  assert_ok(ops->stream_destroy(s1));
+  assert_ok(ops->stream_destroy(s2));
+  assert_ok(ops->mem_free(0, a));
+  assert_ok(ops->mem_free(0, out));
+  gate_fini(&g);
+}
+
+static void legacy_stream_orders_with_blocking_streams_only(void **state) {
+  (void)state;
+  gca_devptr_t a = dalloc(N * 4), out = dalloc(N * 4), x = dalloc(N * 4);
+  gca_stream_t blk, nb;
+  gate_t g1, g2;
+  gate_init(&g1);
+  gate_init(&g2);
+  assert_ok(ops->stream_create(0, GCA_STREAM_DEFAULT, 0, &blk));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &nb));
+  assert_ok(ops->memset_d32_async(a, 0, N, NULL));
+  assert_ok(ops->memset_d32_async(out, 0, N, NULL));
+  assert_ok(ops->memset_d32_async(x, 0, N, NULL));
+  assert_ok(ops->stream_synchronize(NULL));
+  /* blocking stream -> legacy -> blocking stream, ordered without events */
+  assert_ok(ops->launch_host_func(blk, gate_pass, &g1));
+  assert_ok(ops->kernel_fill_u32(a, 3, 0, N, blk));
+  assert_ok(ops->kernel_add_u32(out, a, a, N, NULL));
+  assert_ok(ops->kernel_fill_u32(a, 100, 0, N, blk));
+  assert_status(ops->stream_query(NULL), GCA_ERR_NOT_READY, "");
+  gate_open(&g1);
+  assert_ok(ops->stream_synchronize(blk));
+  expect_fill(out, 6, 0);
+  expect_fill(a, 100, 0);
+  /* a non-blocking stream is not waited for */
+  assert_ok(ops->launch_host_func(nb, gate_pass, &g2));
+  assert_ok(ops->kernel_fill_u32(x, 9, 1, N, NULL));
+  assert_ok(ops->stream_synchronize(NULL));
+  assert_status(ops->stream_query(nb), GCA_ERR_NOT_READY, "");
+  expect_fill(x, 9, 1);
+  gate_open(&g2);
+  assert_ok(ops->stream_synchronize(nb));
+  assert_ok(ops->stream_destroy(blk));
+  assert_ok(ops->stream_destroy(nb));
+  assert_ok(ops->mem_free(0, a));
+  assert_ok(ops->mem_free(0, out));
+  assert_ok(ops->mem_free(0, x));
+  gate_fini(&g1);
+  gate_fini(&g2);
+}
+
+static void elapsed_time_needs_two_completed_timed_events(void **state) {
+  (void)state;
+  gca_stream_t s;
+  gca_event_t e1, e2, untimed, unrecorded;
+  float ms = -1;
+  gate_t g;
+  gate_init(&g);
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->event_create(0, GCA_EVENT_DEFAULT, &e1));
+  assert_ok(ops->event_create(0, GCA_EVENT_DEFAULT, &e2));
+  assert_ok(ops->event_create(0, GCA_EVENT_DEFAULT, &unrecorded));
+  assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &untimed));
+  assert_ok(ops->event_record(e1, s));
+  assert_ok(ops->launch_host_func(s, gate_pass, &g));
+  assert_ok(ops->kernel_sleep(5 * 1000 * 1000, s));
+  assert_ok(ops->event_record(e2, s));
+  assert_ok(ops->event_record(untimed, s));
+  assert_status(ops->event_elapsed(e1, e2, &ms), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->event_synchronize(e2));
+  assert_ok(ops->event_elapsed(e1, e2, &ms));
+  assert_true(ms >= 0.0f);
+  printf("# 5 ms of sleep measured as %.3f ms\n", (double)ms);
+  assert_status(ops->event_elapsed(e1, untimed, &ms), GCA_ERR_INVALID_HANDLE, "");
+  assert_status(ops->event_elapsed(e1, unrecorded, &ms), GCA_ERR_INVALID_HANDLE, "");
+  assert_status(ops->event_elapsed(e1, e2, NULL), GCA_ERR_INVALID_ARGUMENT, "");
+  assert_ok(ops->event_destroy(e1));
+  assert_ok(ops->event_destroy(e2));
+  assert_ok(ops->event_destroy(untimed));
+  assert_ok(ops->event_destroy(unrecorded));
+  assert_ok(ops->stream_destroy(s));
+  gate_fini(&g);
+}
+
+typedef struct log {
+  pthread_mutex_t mu;
+  int v[2048];
+  int n;
+} log_t;
+
+typedef struct entry {
+  log_t *log;
+  int value;
+} entry_t;
+
+static void log_append(void *arg) {
+  entry_t *e = arg;
+  pthread_mutex_lock(&e->log->mu);
+  e->log->v[e->log->n++] = e->value;
+  pthread_mutex_unlock(&e->log->mu);
+}
+
+static void host_funcs_run_in_stream_order(void **state) {
+  (void)state;
+  enum { PER = 1000 };
+  static log_t logs[2];
+  static entry_t entries[2][PER];
+  gca_stream_t s[2];
+  for (int k = 0; k < 2; k++) {
+    pthread_mutex_init(&logs[k].mu, "");
+    logs[k].n = 0;
+    assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s[k]));
+  }
+  for (int i = 0; i < PER; i++)
+    for (int k = 0; k < 2; k++) {
+      entries[k][i] = (entry_t){&logs[k], i};
+      assert_ok(ops->launch_host_func(s[k], log_append, &entries[k][i]));
+    }
+  assert_ok(ops->ctx_synchronize(0));
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(logs[k].n, PER);
+    for (int i = 0; i < PER; i++)
+      assert_int_equal(logs[k].v[i], i);
+    assert_ok(ops->stream_destroy(s[k]));
+    pthread_mutex_destroy(&logs[k].mu);
+  }
+}
+
+static void destroyed_stream_still_completes_pending_work(void **state) {
+  (void)state;
+  gca_devptr_t p = dalloc(N * 4);
+  gca_stream_t s;
+  gca_event_t e;
+  gate_t g;
+  gate_init(&g);
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &e));
+  assert_ok(ops->launch_host_func(s, gate_pass, &g));
+  assert_ok(ops->kernel_fill_u32(p, 42, 1, N, s));
+  assert_ok(ops->event_record(e, s));
+  assert_ok(ops->stream_destroy(s));
+  assert_status(ops->event_query(e), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->event_synchronize(e));
+  assert_ok(ops->ctx_synchronize(0));
+  expect_fill(p, 42, 1);
+  assert_ok(ops->event_destroy(e));
+  assert_ok(ops->mem_free(0, p));
+  gate_fini(&g);
+}
+
+static void ctx_synchronize_waits_for_every_stream(void **state) {
+  (void)state;
+  gca_devptr_t p[3];
+  gca_stream_t s[3];
+  for (int k = 0; k < 3; k++) {
+    p[k] = dalloc(N * 4);
+    assert_ok(
+        ops->stream_create(0, k ? GCA_STREAM_NON_BLOCKING : GCA_STREAM_DEFAULT, k - 1, &s[k]));
+    assert_ok(ops->kernel_sleep(2 * 1000 * 1000, s[k]));
+    assert_ok(ops->kernel_fill_u32(p[k], (uint32_t)k, 2, N, s[k]));
+  }
+  assert_ok(ops->ctx_synchronize(0));
+  for (int k = 0; k < 3; k++) {
+    assert_ok(ops->stream_query(s[k]));
+    expect_fill(p[k], (uint32_t)k, 2);
+    assert_ok(ops->stream_destroy(s[k]));
+    assert_ok(ops->mem_free(0, p[k]));
+  }
+}
+
+static void bad_arguments_and_handles_are_refused(void **state) {
+  (void)state;
+  gca_stream_t s;
+  gca_event_t e;
+  float ms;
+  assert_status(ops->stream_create(0, 0, 0, NULL), GCA_ERR_INVALID_ARGUMENT, "");
+  assert_status(ops->event_create(0, 0, NULL), GCA_ERR_INVALID_ARGUMENT, "");
+  assert_status(ops->stream_create(4096, 0, 0, &s), GCA_ERR_INVALID_ARGUMENT, "");
+  assert_status(ops->event_create(4096, 0, &e), GCA_ERR_INVALID_ARGUMENT, "");
+  assert_status(ops->launch_host_func(NULL, NULL, NULL), GCA_ERR_INVALID_ARGUMENT, "");
+  if (!is_sim)
+    return; /* the driver may crash on destroyed handles; the sim must not */
+  assert_status(ops->stream_create(0, 0x80, 0, &s), GCA_ERR_INVALID_ARGUMENT, "flags");
+  assert_status(ops->event_create(0, 0x80, &e), GCA_ERR_INVALID_ARGUMENT, "flags");
+  assert_status(ops->stream_destroy(NULL), GCA_ERR_INVALID_HANDLE, "stream_destroy");
+  assert_status(ops->event_query(NULL), GCA_ERR_INVALID_HANDLE, "event_query");
+  assert_status(ops->kernel_fill_u32(0, 1, 1, N, NULL), GCA_ERR_INVALID_ARGUMENT,
+                "kernel_fill_u32");
+  assert_status(ops->memset_d32_async(2, 1, N, NULL), GCA_ERR_INVALID_ARGUMENT, "aligned");
+  assert_status(ops->memcpy_async(0, 8, 4, NULL), GCA_ERR_INVALID_ARGUMENT, "memcpy_async");
+  assert_ok(ops->stream_create(0, 0, 0, &s));
+  assert_ok(ops->event_create(0, 0, &e));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->event_destroy(e));
+  assert_status(ops->stream_synchronize(s), GCA_ERR_INVALID_HANDLE, "stream_synchronize");
+  assert_status(ops->stream_query(s), GCA_ERR_INVALID_HANDLE, "not a live stream");
+  assert_status(ops->kernel_sleep(1, s), GCA_ERR_INVALID_HANDLE, "kernel_sleep");
+  assert_status(ops->stream_destroy(s), GCA_ERR_INVALID_HANDLE, "stream_destroy");
+  assert_status(ops->event_record(e, NULL), GCA_ERR_INVALID_HANDLE, "not a live event");
+  assert_status(ops->event_synchronize(e), GCA_ERR_INVALID_HANDLE, "event_synchronize");
+  assert_status(ops->event_elapsed(e, e, &ms), GCA_ERR_INVALID_HANDLE, "event_elapsed");
+  assert_status(ops->stream_wait_event(NULL, e), GCA_ERR_INVALID_HANDLE, "stream_wait_event");
+  assert_status(ops->event_destroy(e), GCA_ERR_INVALID_HANDLE, "event_destroy");
+  /* a handle of one kind is not accepted as another */
+  assert_ok(ops->event_create(0, 0, &e));
+  assert_status(ops->stream_query((gca_stream_t)(void *)e), GCA_ERR_INVALID_HANDLE, "");
+  assert_status(ops->stream_query((gca_stream_t)(uintptr_t)0x1234), GCA_ERR_INVALID_HANDLE, "");
+  assert_ok(ops->event_destroy(e));
+}
+
+static void injected_faults_fail_one_call_and_leave_streams_usable(void **state) {
+  (void)state;
+  if (!is_sim)
+    skip();
+  gca_devptr_t p = dalloc(N * 4);
+  gca_stream_t s;
+  gca_event_t e;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->event_create(0, 0, &e));
+  assert_ok(gca_sim_fault_set("kernel_fill_u32:nth=1,event_record:nth=1,stream_create:nth=1"));
+  gca_stream_t s2;
+  assert_status(ops->stream_create(0, 0, 0, &s2), GCA_ERR_DRIVER, "stream_create: injected");
+  assert_status(ops->kernel_fill_u32(p, 1, 1, N, s), GCA_ERR_DRIVER, "kernel_fill_u32");
+  assert_status(ops->event_record(e, s), GCA_ERR_DRIVER, "event_record");
+  gca_sim_fault_clear();
+  assert_ok(ops->event_query(e));
+  assert_ok(ops->kernel_fill_u32(p, 4, 4, N, s));
+  assert_ok(ops->event_record(e, s));
+  assert_ok(ops->event_synchronize(e));
+  expect_fill(p, 4, 4);
+  assert_ok(ops->event_destroy(e));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, p));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(stream_order_holds_under_heavy_async_load),
+      cmocka_unit_test(event_after_slow_work_completes_only_with_it),
+      cmocka_unit_test(never_recorded_event_is_complete),
+      cmocka_unit_test(stream_wait_event_orders_cross_stream_work),
+      cmocka_unit_test(legacy_stream_orders_with_blocking_streams_only),
+      cmocka_unit_test(elapsed_time_needs_two_completed_timed_events),
+      cmocka_unit_test(host_funcs_run_in_stream_order),
+      cmocka_unit_test(destroyed_stream_still_completes_pending_work),
+      cmocka_unit_test(ctx_synchronize_waits_for_every_stream),
+      cmocka_unit_test(bad_arguments_and_handles_are_refused),
+      cmocka_unit_test(injected_faults_fail_one_call_and_leave_streams_usable),
+  };
+  return cmocka_run_group_tests(tests, setup, "");
+}

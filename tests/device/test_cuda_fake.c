@@ -1,0 +1,453 @@
+/* test_cuda_fake.c - the cuda backend's own logic against a pretend driver
+ * (fake_libcuda.c, path in GCA_TEST_FAKE_CUDA): symbol resolution at explicit
+ * ABI versions and the version guard, init's failure messages, optional entry
+ * points, CUresult -> status mapping with the driver's names, per-thread
+ * contexts, kernel argument marshalling and graph-update reporting.
+ *
+ * The backend initializes once per process, so each case runs in a forked
+ * child with its own FAKE_CUDA_* settings; the child reports through a
+ * temporary file and its exit code (0 passed, 1 failed).
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define CHILD_PASS 0
+#define CHILD_FAIL 1
+
+typedef struct report {
+  char text[4096];
+} report_t;
+
+typedef int (*child_fn)(report_t *r);
+
+GCA_PRINTF(2, 3) static int failf(report_t *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->text, sizeof(r->text), fmt, ap);
+  va_end(ap);
+  return CHILD_FAIL;
+}
+
+static bool mentions(const char *detail, const char *needle) {
+  return needle == NULL || strstr(detail, needle) != NULL;
+}
+
+/* Fails the child with the call text and detail unless call returns `want`
+ * with a detail containing `needle` (NULL: anything). */
+#define EXPECT(r, call, want, needle)                                                      \
+  do {                                                                                     \
+    gca_clear_last_error();                                                                \
+    gca_status_t e_st_ = (call);                                                           \
+    if (e_st_ != (want))                                                                   \
+      return failf((r), "line %d: %s -> %s (wanted %s): %s", __LINE__, #call,              \
+                   gca_status_name(e_st_), gca_status_name(want), gca_last_error());       \
+    if (!mentions(gca_last_error(), (needle)))                                             \
+      return failf((r), "line %d: %s: detail '%s' does not mention '%s'", __LINE__, #call, \
+                   gca_last_error(), (const char *)(needle));                              \
+  } while (0)
+#define EXPECT_OK(r, call) EXPECT(r, call, GCA_OK, NULL)
+#define CHECK(r, cond)                                                 \
+  do {                                                                 \
+    if (!(cond))                                                       \
+      return failf((r), "line %d: %s does not hold", __LINE__, #cond); \
+  } while (0)
+
+static const char *fake_path(void) {
+  return getenv("GCA_TEST_FAKE_CUDA");
+}
+
+/* Runs fn in a child whose environment has GCA_CUDA_LIBRARY at the fake and
+ * the NULL-terminated name=value pairs in `env`. */
+static void run_in_child(const char *const *env, child_fn fn) {
+  if (!fake_path()) {
+    printf("SKIP: GCA_TEST_FAKE_CUDA is not set\n");
+    skip();
+  }
+  FILE *out = tmpfile();
+  assert_non_null(out);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    report_t r = {{0}};
+    int code = CHILD_PASS;
+    if (setenv("GCA_CUDA_LIBRARY", fake_path(), 1) != 0)
+      code = failf(&r, "cannot set GCA_CUDA_LIBRARY");
+    for (size_t i = 0; code == CHILD_PASS && env && env[i]; i += 2)
+      if (setenv(env[i], env[i + 1], 1) != 0)
+        code = failf(&r, "cannot set %s", env[i]);
+    if (code == CHILD_PASS)
+      code = fn(&r);
+    fputs(r.text, out);
+    fflush(out);
+    _exit(code);
+  }
+  int wst = 0;
+  assert_int_equal(waitpid(pid, &wst, 0), pid);
+  char text[4096];
+  rewind(out);
+  size_t n = fread(text, 1, sizeof(text) - 1, out);
+  text[n] = '\0';
+  fclose(out);
+  if (!WIFEXITED(wst))
+    fail_msg("child died (signal %d): %s", WIFSIGNALED(wst) ? WTERMSIG(wst) : 0, text);
+  if (WEXITSTATUS(wst) != CHILD_PASS)
+    fail_msg("%s", text);
+}
+
+/* The fake's inspection function `name` (the backend has it loaded already). */
+static void *fake_fn(const char *name) {
+  void *h = dlopen(fake_path(), RTLD_NOW | RTLD_NOLOAD);
+  return h ? dlsym(h, name) : NULL;
+}
+
+static int fake_int(const char *name) {
+  int (*fn)(void) = (int (*)(void))(uintptr_t)fake_fn(name);
+  return fn ? fn() : -1;
+}
+
+typedef const char *(*last_kernel_fn)(unsigned *grid, unsigned *block, uint64_t args[4]);
+
+/* ---- children ---- */
+
+static int child_init_resolves_every_entry(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  EXPECT_OK(r, ops->init());
+  int n = 0;
+  EXPECT_OK(r, ops->device_count(&n));
+  CHECK(r, n == 2);
+  CHECK(r, fake_int("fake_cuda_over_version_asks") == 0);
+  CHECK(r, fake_int("fake_cuda_max_version_asked") == 12080);
+  char name[32];
+  EXPECT_OK(r, ops->device_name(1, name, sizeof(name)));
+  CHECK(r, strcmp(name, "Fake GPU") == 0);
+  int v = 0;
+  EXPECT_OK(r, ops->device_attr(0, GCA_ATTR_CC_MAJOR, &v));
+  CHECK(r, v == 9);
+  EXPECT(r, ops->device_attr(2, GCA_ATTR_CC_MAJOR, &v), GCA_ERR_INVALID_ARGUMENT,
+         "device_attr: device 2 is not in [0, 2)");
+  return CHILD_PASS;
+}
+
+static int child_old_driver(report_t *r) {
+  EXPECT(r, gca__cuda_ops()->init(), GCA_ERR_NO_DEVICE, "supports CUDA 11.8; gca needs 12.0");
+  EXPECT(r, gca__cuda_ops()->mem_alloc(0, 1, &(gca_devptr_t){0}), GCA_ERR_NO_DEVICE,
+         "mem_alloc: cuda backend unavailable: init: ");
+  return CHILD_PASS;
+}
+
+static int child_cuinit_fails(report_t *r) {
+  EXPECT(r, gca__cuda_ops()->init(), GCA_ERR_NO_DEVICE, "cuInit");
+  EXPECT(r, gca__cuda_ops()->init(), GCA_ERR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE (fake description)");
+  EXPECT(r, gca__cuda_ops()->init(), GCA_ERR_NO_DEVICE, fake_path());
+  return CHILD_PASS;
+}
+
+static int child_missing_required(report_t *r) {
+  EXPECT(r, gca__cuda_ops()->init(), GCA_ERR_NO_DEVICE, "lacks cuMemCreate at ABI version 10020");
+  return CHILD_PASS;
+}
+
+static int child_missing_optional(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  EXPECT_OK(r, ops->init());
+  EXPECT(r, ops->graph_upload((gca_graph_exec_t)(uintptr_t)0x7100, NULL), GCA_ERR_NOT_SUPPORTED,
+         "graph_upload: the driver lacks cuGraphUpload");
+  EXPECT_OK(r, ops->graph_launch((gca_graph_exec_t)(uintptr_t)0x7100, NULL));
+  return CHILD_PASS;
+}
+
+static int check_newest_forms(report_t *r, int want_form, uint64_t want_id, float want_ms) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  EXPECT_OK(r, ops->init());
+  CHECK(r, fake_int("fake_cuda_over_version_asks") == 0);
+  gca_stream_t s = NULL;
+  EXPECT_OK(r, ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  uint64_t id = 0;
+  EXPECT_OK(r, ops->stream_capture_info(s, &cs, &id));
+  CHECK(r, cs == GCA_CAPTURE_STATUS_ACTIVE);
+  CHECK(r, id == want_id);
+  CHECK(r, fake_int("fake_cuda_capture_info_form") == want_form);
+  EXPECT_OK(r, ops->stream_capture_info(s, &cs, NULL));
+  float ms = 0;
+  gca_event_t a, b;
+  EXPECT_OK(r, ops->event_create(0, GCA_EVENT_DEFAULT, &a));
+  EXPECT_OK(r, ops->event_create(0, GCA_EVENT_DEFAULT, &b));
+  EXPECT_OK(r, ops->event_elapsed(a, b, &ms));
+  CHECK(r, ms == want_ms);
+  EXPECT_OK(r, ops->stream_destroy(s));
+  return CHILD_PASS;
+}
+
+static int child_driver_12_2(report_t *r) {
+  return check_newest_forms(r, 2, 77, 1.0f);
+}
+
+static int child_driver_12_8(report_t *r) {
+  return check_newest_forms(r, 3, 78, 2.0f);
+}
+
+static int child_errors_map(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  gca_devptr_t p = 0;
+  EXPECT(r, ops->mem_alloc(0, 2ull << 30, &p), GCA_ERR_OUT_OF_MEMORY,
+         "mem_alloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
+  CHECK(r, p == 0);
+  EXPECT(r, ops->mem_create(1, 2ull << 30, &(gca_memhandle_t){0}), GCA_ERR_OUT_OF_MEMORY,
+         "mem_create: CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT(r, ops->mem_free(0, 0), GCA_ERR_INVALID_ARGUMENT, "mem_free: CUDA_ERROR_INVALID_VALUE");
+  gca_stream_t s = NULL;
+  EXPECT_OK(r, ops->stream_create(1, GCA_STREAM_DEFAULT, 0, &s));
+  EXPECT(r, ops->stream_query(s), GCA_ERR_NOT_READY, "stream_query: CUDA_ERROR_NOT_READY");
+  EXPECT(r, ops->stream_destroy(NULL), GCA_ERR_INVALID_HANDLE, "stream_destroy: ");
+  EXPECT(r, ops->mem_alloc(-1, 1, &p), GCA_ERR_INVALID_ARGUMENT, "mem_alloc: device -1");
+  EXPECT_OK(r, ops->stream_destroy(s));
+  return CHILD_PASS;
+}
+
+typedef struct thread_arg {
+  gca_stream_t stream;
+  gca_status_t st;
+  char detail[512];
+} thread_arg_t;
+
+static void *memset_on_other_thread(void *p) {
+  thread_arg_t *a = p;
+  a->st = gca__cuda_ops()->memset_d32_async(0x1000, 5, 16, a->stream);
+  snprintf(a->detail, sizeof(a->detail), "%s", gca_last_error());
+  return NULL;
+}
+
+static int child_contexts(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  gca_devptr_t p0 = 0, p1 = 0;
+  EXPECT_OK(r, ops->mem_alloc(1, 256, &p1));
+  EXPECT_OK(r, ops->mem_alloc(0, 256, &p0));
+  CHECK(r, p0 != p1);
+  int calls = fake_int("fake_cuda_set_current_calls");
+  EXPECT_OK(r, ops->mem_alloc(0, 256, &p0));
+  EXPECT_OK(r, ops->mem_get_info(0, &(size_t){0}, &(size_t){0}));
+  CHECK(r, fake_int("fake_cuda_set_current_calls") == calls);
+  gca_stream_t s1 = NULL;
+  EXPECT_OK(r, ops->stream_create(1, GCA_STREAM_NON_BLOCKING, 0, &s1));
+  EXPECT_OK(r, ops->mem_alloc(0, 256, &p0));
+  EXPECT_OK(r, ops->memcpy_async(p0, p1, 256, s1));
+  thread_arg_t a = {.stream = s1, .st = GCA_ERR_INTERNAL};
+  pthread_t t;
+  CHECK(r, pthread_create(&t, NULL, memset_on_other_thread, &a) == 0);
+  pthread_join(t, NULL);
+  if (a.st != GCA_OK)
+    return failf(r, "memset on a fresh thread: %s: %s", gca_status_name(a.st), a.detail);
+  EXPECT_OK(r, ops->memset_d8_async(p0, 1, 256, NULL));
+  EXPECT_OK(r, ops->stream_destroy(s1));
+  return CHILD_PASS;
+}
+
+static int host_fn_runs;
+static void host_fn(void *p) {
+  host_fn_runs += *(int *)p;
+}
+
+static int child_kernels(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  last_kernel_fn last = NULL;
+  gca_stream_t s1 = NULL, s0 = NULL;
+  EXPECT_OK(r, ops->stream_create(1, GCA_STREAM_NON_BLOCKING, 0, &s1));
+  EXPECT_OK(r, ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s0));
+  last = (last_kernel_fn)(uintptr_t)fake_fn("fake_cuda_last_kernel");
+  CHECK(r, last != NULL);
+  unsigned grid = 0, block = 0;
+  uint64_t args[4];
+
+  EXPECT_OK(r, ops->kernel_fill_u32(0xabc000, 7, 3, 1000, s1));
+  CHECK(r, strcmp(last(&grid, &block, args), "gca_fill_u32") == 0);
+  CHECK(r, args[0] == 0xabc000 && args[1] == 7 && args[2] == 3 && args[3] == 1000);
+  CHECK(r, (uint64_t)grid * block >= 1000 && block == 256);
+  CHECK(r, fake_int("fake_cuda_module_loads") == 1);
+
+  EXPECT_OK(r, ops->kernel_add_u32(0x1000, 0x2000, 0x3000, 1ull << 40, s1));
+  CHECK(r, strcmp(last(&grid, &block, args), "gca_add_u32") == 0);
+  CHECK(r, args[0] == 0x1000 && args[1] == 0x2000 && args[2] == 0x3000 && args[3] == 1ull << 40);
+  CHECK(r, grid == 4096);
+  CHECK(r, fake_int("fake_cuda_module_loads") == 1);
+
+  EXPECT_OK(r, ops->kernel_sleep(123456789, s0));
+  CHECK(r, strcmp(last(&grid, &block, args), "gca_sleep_ns") == 0);
+  CHECK(r, args[0] == 123456789 && grid == 1 && block == 1);
+  CHECK(r, fake_int("fake_cuda_module_loads") == 2);
+
+  EXPECT_OK(r, ops->kernel_fill_u32(0x1000, 1, 1, 0, s0));
+  CHECK(r, strcmp(last(&grid, &block, args), "gca_sleep_ns") == 0);
+
+  int two = 2;
+  EXPECT_OK(r, ops->launch_host_func(s0, host_fn, &two));
+  CHECK(r, host_fn_runs == 2);
+  gca_capture_mode_t mode = GCA_CAPTURE_MODE_RELAXED;
+  EXPECT_OK(r, ops->thread_exchange_capture_mode(&mode));
+  CHECK(r, mode == GCA_CAPTURE_MODE_GLOBAL);
+  EXPECT_OK(r, ops->stream_destroy(s0));
+  EXPECT_OK(r, ops->stream_destroy(s1));
+  return CHILD_PASS;
+}
+
+static int child_graphs(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  gca_stream_t s = NULL;
+  gca_graph_t g = NULL;
+  gca_graph_exec_t e = NULL;
+  size_t n = 0;
+  EXPECT_OK(r, ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  EXPECT_OK(r, ops->stream_begin_capture(s, GCA_CAPTURE_MODE_THREAD_LOCAL));
+  EXPECT_OK(r, ops->stream_end_capture(s, &g));
+  EXPECT_OK(r, ops->graph_node_count(g, &n));
+  CHECK(r, n == 5);
+  EXPECT_OK(r, ops->graph_instantiate(g, &e));
+  EXPECT_OK(r, ops->graph_upload(e, s));
+  EXPECT_OK(r, ops->graph_launch(e, s));
+  gca_graph_update_info_t info;
+  memset(&info, 0x5a, sizeof(info));
+  EXPECT_OK(r, ops->graph_exec_update(e, g, &info));
+  CHECK(r, info.result == GCA_GRAPH_UPDATE_SUCCESS && info.error_node_index == SIZE_MAX);
+  gca_graph_t other = (gca_graph_t)(uintptr_t)0x7777;
+  EXPECT(r, ops->graph_exec_update(e, other, &info), GCA_ERR_GRAPH_UPDATE,
+         "graph_exec_update: rejected at node 2: topology changed");
+  CHECK(r, info.result == GCA_GRAPH_UPDATE_TOPOLOGY_CHANGED);
+  CHECK(r, info.error_node_index == 2);
+  CHECK(r, strstr(info.reason, "node 2") != NULL);
+  EXPECT(r, ops->graph_exec_update(e, other, NULL), GCA_ERR_GRAPH_UPDATE, "node 2");
+  EXPECT_OK(r, ops->graph_exec_destroy(e));
+  EXPECT_OK(r, ops->graph_destroy(g));
+  EXPECT_OK(r, ops->stream_destroy(s));
+  return CHILD_PASS;
+}
+
+static int child_vmm(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  size_t g = 0;
+  EXPECT_OK(r, ops->mem_granularity(0, false, &g));
+  CHECK(r, g == 2u << 20);
+  EXPECT_OK(r, ops->mem_granularity(1, true, &g));
+  CHECK(r, g == 4u << 20);
+  gca_memhandle_t h0 = 0, h1 = 0;
+  /* The fake reports POSIX-fd support on device 1 only; the handle records what was asked. */
+  EXPECT_OK(r, ops->mem_create(0, 2u << 20, &h0));
+  EXPECT_OK(r, ops->mem_create(1, 2u << 20, &h1));
+  CHECK(r, h0 == 0x000);
+  CHECK(r, h1 == 0x101);
+  int fd = -1;
+  EXPECT_OK(r, ops->mem_export_fd(h1, &fd));
+  CHECK(r, fd == 42);
+  EXPECT(r, ops->mem_export_fd(h0, &fd), GCA_ERR_INVALID_ARGUMENT, "mem_export_fd: ");
+  gca_memhandle_t imp = 0;
+  EXPECT_OK(r, ops->mem_import_fd(1, 42, &imp));
+  CHECK(r, imp == 42);
+  gca_devptr_t va = 0;
+  EXPECT_OK(r, ops->mem_address_reserve(0, 4u << 20, 0, &va));
+  EXPECT_OK(r, ops->mem_map(va, 2u << 20, 0, h1));
+  int devs[] = {0, 1};
+  EXPECT_OK(r, ops->mem_set_access(va, 2u << 20, devs, 2));
+  int bad[] = {0, 5};
+  EXPECT(r, ops->mem_set_access(va, 2u << 20, bad, 2), GCA_ERR_INVALID_ARGUMENT,
+         "mem_set_access: device 5");
+  EXPECT(r, ops->mem_set_access(va, 2u << 20, devs, 0), GCA_ERR_INVALID_ARGUMENT,
+         "mem_set_access: no devices");
+  EXPECT_OK(r, ops->mem_unmap(va, 2u << 20));
+  EXPECT_OK(r, ops->mem_release(h1));
+  EXPECT_OK(r, ops->mem_address_free(0, va, 4u << 20));
+  int can = -1;
+  EXPECT_OK(r, ops->device_can_access_peer(0, 1, &can));
+  CHECK(r, can == 1);
+  EXPECT_OK(r, ops->ctx_synchronize(1));
+  return CHILD_PASS;
+}
+
+/* ---- tests ---- */
+
+static void init_resolves_every_entry_within_the_driver_version(void **state) {
+  (void)state;
+  run_in_child(NULL, child_init_resolves_every_entry);
+}
+
+static void driver_older_than_12_is_no_device_naming_versions(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_CUDA_VERSION", "11080", NULL};
+  run_in_child(env, child_old_driver);
+}
+
+static void cuinit_failure_is_no_device_with_the_driver_error_name(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_CUDA_INIT", "100", NULL};
+  run_in_child(env, child_cuinit_fails);
+}
+
+static void missing_required_entry_fails_init_naming_it(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_CUDA_MISSING", "cuMemCreate", NULL};
+  run_in_child(env, child_missing_required);
+}
+
+static void missing_optional_entry_makes_its_op_not_supported(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_CUDA_MISSING", "cuGraphUpload", NULL};
+  run_in_child(env, child_missing_optional);
+}
+
+static void driver_12_2_gets_the_older_capture_info_and_elapsed_forms(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_CUDA_VERSION", "12020", NULL};
+  run_in_child(env, child_driver_12_2);
+}
+
+static void driver_12_8_gets_the_newest_capture_info_and_elapsed_forms(void **state) {
+  (void)state;
+  run_in_child(NULL, child_driver_12_8);
+}
+
+static void driver_errors_map_to_statuses_with_the_driver_name(void **state) {
+  (void)state;
+  run_in_child(NULL, child_errors_map);
+}
+
+static void ops_make_the_right_context_current_on_each_thread(void **state) {
+  (void)state;
+  run_in_child(NULL, child_contexts);
+}
+
+static void kernels_load_once_per_device_and_marshal_arguments(void **state) {
+  (void)state;
+  run_in_child(NULL, child_kernels);
+}
+
+static void graph_update_rejection_reports_node_index(void **state) {
+  (void)state;
+  run_in_child(NULL, child_graphs);
+}
+
+static void vmm_requests_fd_handles_where_supported(void **state) {
+  (void)state;
+  run_in_child(NULL, child_vmm);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(init_resolves_every_entry_within_the_driver_version),
+      cmocka_unit_test(driver_older_than_12_is_no_device_naming_versions),
+      cmocka_unit_test(cuinit_failure_is_no_device_with_the_driver_error_name),
+      cmocka_unit_test(missing_required_entry_fails_init_naming_it),
+      cmocka_unit_test(missing_optional_entry_makes_its_op_not_supported),
+      cmocka_unit_test(driver_12_2_gets_the_older_capture_info_and_elapsed_forms),
+      cmocka_unit_test(driver_12_8_gets_the_newest_capture_info_and_elapsed_forms),
+      cmocka_unit_test(driver_errors_map_to_statuses_with_the_driver_name),
+      cmocka_unit_test(ops_make_the_right_context_current_on_each_thread),
+      cmocka_unit_test(kernels_load_once_per_device_and_marshal_arguments),
+      cmocka_unit_test(graph_update_rejection_reports_node_index),
+      cmocka_unit_test(vmm_requests_fd_handles_where_supported),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

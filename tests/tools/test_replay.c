@@ -1,0 +1,285 @@
+/* test_replay.c - gca-replay end to end: the tool (path in argv[1]) replays
+ * hand-written traces whose figures follow from the allocator's rules, rejects
+ * inconsistent traces naming the line, and writes JSON that parses.
+ *
+ * The rules used below (PyTorch's): requests <= 1 MiB come from 2 MiB
+ * segments of the small pool; larger requests below 10 MiB get a 20 MiB
+ * segment of the large pool; a block is split when the remainder is at least
+ * 512 B (small) or more than 1 MiB (large).
+ */
+#include "harness.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "json.h"
+
+#define HEADER "Thread,Time,Action,Pointer,Size,Stream\n"
+#define MiB    (1ull << 20)
+
+static const char *replay_exe;
+
+typedef struct run_out {
+  int exit_code;
+  char *text; /* stdout and stderr */
+} run_out_t;
+
+static char *write_trace(const char *body) {
+  static char path[64];
+  snprintf(path, sizeof(path), "/tmp/gca-replay-test-XXXXXX");
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  size_t len = strlen(body);
+  assert_int_equal(write(fd, body, len), (ssize_t)len);
+  close(fd);
+  return path;
+}
+
+/* Runs gca-replay on `body` with extra arguments; output captured. */
+static run_out_t run_replay(const char *body, const char *args) {
+  char *path = write_trace(body);
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "'%s' %s --no-progress --repeat 1 %s 2>&1", replay_exe, path, args);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t cap = 1 << 16, len = 0;
+  char *text = malloc(cap);
+  assert_non_null(text);
+  size_t n;
+  while ((n = fread(text + len, 1, cap - 1 - len, p)) > 0)
+    len += n;
+  text[len] = '\0';
+  int status = pclose(p);
+  unlink(path);
+  run_out_t out = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+  return out;
+}
+
+static gca_json_value_t *parse_json(const run_out_t *o) {
+  if (o->exit_code != 0)
+    fail_msg("gca-replay failed (%d): %s", o->exit_code, o->text);
+  gca_json_value_t *v = NULL;
+  if (gca__json_parse(o->text, strlen(o->text), &v, NULL) != GCA_OK)
+    fail_msg("output is not JSON (%s): %s", gca_last_error(), o->text);
+  return v;
+}
+
+static uint64_t u64_at(const gca_json_value_t *v, const char *key) {
+  uint64_t x = 0;
+  if (!gca__json_as_u64(gca__json_get(v, key), &x))
+    fail_msg("no unsigned '%s' in the JSON", key);
+  return x;
+}
+
+static double dbl_at(const gca_json_value_t *v, const char *key) {
+  double x = 0;
+  if (!gca__json_as_double(gca__json_get(v, key), &x))
+    fail_msg("no number '%s' in the JSON", key);
+  return x;
+}
+
+static void assert_fails_with(const char *body, const char *args, const char *needle) {
+  run_out_t o = run_replay(body, args);
+  if (o.exit_code != 1 || !strstr(o.text, needle))
+    fail_msg("wanted exit 1 with '%s', got %d: %s", needle, o.exit_code, o.text);
+  free(o.text);
+}
+
+static void three_small_allocations_fill_two_small_segments(void **state) {
+  run_out_t o = run_replay(HEADER "1,00:00:00.000001,allocate,0x100000,1048576,0x0\n"
+                                  "1,00:00:00.000002,allocate,0x200000,1048576,0x0\n"
+                                  "1,00:00:00.000003,allocate,0x300000,1048576,0x0\n"
+                                  "1,00:00:00.000004,free,0x100000,1048576,0x0\n",
+                           "--json");
+  gca_json_value_t *v = parse_json(&o);
+  assert_int_equal(u64_at(v, "events"), 4);
+  assert_int_equal(u64_at(v, "allocations"), 3);
+  assert_int_equal(u64_at(v, "frees"), 1);
+  assert_int_equal(u64_at(v, "peak_live_bytes"), 3 * MiB);
+  const gca_json_value_t *runs = gca__json_get(v, "runs");
+  assert_int_equal(gca__json_count(runs), 1);
+  const gca_json_value_t *r = gca__json_at(runs, 0);
+  assert_int_equal(u64_at(r, "peak_reserved_bytes"), 4 * MiB);
+  assert_int_equal(u64_at(r, "device_allocations"), 2);
+  assert_int_equal(u64_at(r, "ooms"), 0);
+  assert_true(dbl_at(r, "reserved_over_peak_live") == 4.0 / 3.0);
+  /* at the peak, the only free block is the second segment's 1 MiB tail */
+  assert_int_equal(u64_at(r, "free_bytes_at_peak_reserved"), 1 * MiB);
+  assert_true(dbl_at(r, "fragmentation_at_peak_reserved") == 0.0);
+  dbl_at(r, "ns_per_event");
+  dbl_at(r, "ns_per_event_warm");
+  gca__json_free(v);
+  free(o.text);
+}
+
+/* a (1 MiB) and b (512 KiB) split a small segment; a is freed; c (1.5 MiB)
+ * opens a 20 MiB large segment. At that peak the free blocks are 1 MiB and
+ * 512 KiB (small segment, not adjacent) and 18.5 MiB (large): fragmentation
+ * 1 - 18.5 / 20. */
+static void fragmentation_is_sampled_at_peak_reserved(void **state) {
+  run_out_t o = run_replay(HEADER "1,00:00:00.1,allocate,0xa00,1048576,0x0\n"
+                                  "1,00:00:00.2,allocate,0xb00,524288,0x0\n"
+                                  "1,00:00:00.3,free,0xa00,1048576,0x0\n"
+                                  "1,00:00:00.4,allocate,0xc00,1572864,0x0\n"
+                                  "1,00:00:00.5,free,0xb00,524288,0x0\n"
+                                  "1,00:00:00.6,free,0xc00,1572864,0x0\n",
+                           "--json");
+  gca_json_value_t *v = parse_json(&o);
+  assert_int_equal(u64_at(v, "peak_live_bytes"), 2 * MiB);
+  const gca_json_value_t *r = gca__json_at(gca__json_get(v, "runs"), 0);
+  assert_int_equal(u64_at(r, "peak_reserved_bytes"), 22 * MiB);
+  assert_true(dbl_at(r, "reserved_over_peak_live") == 11.0);
+  assert_int_equal(u64_at(r, "free_bytes_at_peak_reserved"), 20 * MiB);
+  assert_int_equal(u64_at(r, "largest_free_at_peak_reserved"), 18 * MiB + 512 * 1024);
+  assert_float_equal(dbl_at(r, "fragmentation_at_peak_reserved"), 0.075, 1e-12);
+  assert_int_equal(u64_at(r, "device_allocations"), 2);
+  gca__json_free(v);
+  free(o.text);
+}
+
+static void allocate_failures_are_skipped_and_streams_created(void **state) {
+  run_out_t o = run_replay(HEADER "1,00:00:00.1,allocate,0x10,4096,0xabc\n"
+                                  "1,00:00:00.2,allocate failure,0x0,999999999999999,0xabc\n"
+                                  "1,00:00:00.3,allocate,0x20,4096,0x0\n"
+                                  "1,00:00:00.4,free,0x10,4096,0xabc\n",
+                           "--json");
+  gca_json_value_t *v = parse_json(&o);
+  assert_int_equal(u64_at(v, "events"), 4);
+  assert_int_equal(u64_at(v, "allocate_failures_skipped"), 1);
+  assert_int_equal(u64_at(v, "streams"), 2);
+  assert_int_equal(u64_at(v, "peak_live_bytes"), 8192);
+  const gca_json_value_t *r = gca__json_at(gca__json_get(v, "runs"), 0);
+  assert_int_equal(u64_at(r, "ooms"), 0);
+  gca__json_free(v);
+  free(o.text);
+}
+
+static void each_config_is_replayed_side_by_side(void **state) {
+  const char *trace = HEADER "1,00:00:00.1,allocate,0x10,31457280,0x0\n"
+                             "1,00:00:00.2,free,0x10,31457280,0x0\n"
+                             "1,00:00:00.3,allocate,0x20,4096,0x0\n";
+  run_out_t o = run_replay(trace, "--json --config max_split_size_mb:64 --config "
+                                  "expandable_segments:False");
+  gca_json_value_t *v = parse_json(&o);
+  const gca_json_value_t *runs = gca__json_get(v, "runs");
+  assert_int_equal(gca__json_count(runs), 2);
+  assert_string_equal(gca__json_as_string(gca__json_get(gca__json_at(runs, 0), "config")),
+                      "max_split_size_mb:64");
+  assert_string_equal(gca__json_as_string(gca__json_get(gca__json_at(runs, 1), "config")),
+                      "expandable_segments:False");
+  for (size_t i = 0; i < 2; i++)
+    assert_int_equal(u64_at(gca__json_at(runs, i), "peak_reserved_bytes"), 30 * MiB + 2 * MiB);
+  gca__json_free(v);
+  free(o.text);
+  o = run_replay(trace, "--config max_split_size_mb:64");
+  assert_int_equal(o.exit_code, 0);
+  assert_non_null(strstr(o.text, "max_split_size_mb:64"));
+  assert_non_null(strstr(o.text, "peak reserved bytes"));
+  assert_non_null(strstr(o.text, "fragmentation at peak reserved"));
+  free(o.text);
+}
+
+static void device_memory_limit_turns_into_counted_ooms(void **state) {
+  run_out_t o = run_replay(HEADER "1,00:00:00.1,allocate,0x10,1048576,0x0\n"
+                                  "1,00:00:00.2,allocate,0x20,8388608,0x0\n"
+                                  "1,00:00:00.3,free,0x20,8388608,0x0\n"
+                                  "1,00:00:00.4,free,0x10,1048576,0x0\n",
+                           "--json --device-memory 4MiB");
+  gca_json_value_t *v = parse_json(&o);
+  assert_int_equal(u64_at(v, "device_memory"), 4 * MiB);
+  const gca_json_value_t *r = gca__json_at(gca__json_get(v, "runs"), 0);
+  assert_int_equal(u64_at(r, "ooms"), 1);
+  assert_int_equal(u64_at(r, "peak_reserved_bytes"), 2 * MiB);
+  gca__json_free(v);
+  free(o.text);
+}
+
+static void free_before_allocate_fails_with_line(void **state) {
+  assert_fails_with(HEADER "1,00:00:00.1,free,0x10,64,0x0\n"
+                           "1,00:00:00.2,allocate,0x10,64,0x0\n",
+                    "", "line 2: free of 0x10 before its allocation at line 3");
+}
+
+static void duplicate_allocate_of_live_pointer_fails_with_line(void **state) {
+  assert_fails_with(HEADER "1,00:00:00.1,allocate,0x10,64,0x0\n"
+                           "1,00:00:00.2,allocate,0x20,64,0x0\n"
+                           "1,00:00:00.3,allocate,0x10,64,0x0\n",
+                    "", "line 4: allocate of 0x10, which is already live (allocated at line 2)");
+}
+
+static void unknown_or_dead_free_fails_with_line(void **state) {
+  assert_fails_with(HEADER "1,00:00:00.1,allocate,0x10,64,0x0\n"
+                           "1,00:00:00.2,free,0x30,64,0x0\n",
+                    "", "line 3: free of unknown pointer 0x30");
+  assert_fails_with(HEADER "1,00:00:00.1,allocate,0x10,64,0x0\n"
+                           "1,00:00:00.2,free,0x10,64,0x0\n"
+                           "1,00:00:00.3,free,0x10,64,0x0\n",
+                    "", "line 4: free of 0x10, which is not live (freed at line 3)");
+}
+
+static void lenient_skips_and_counts_frees_of_pointers_not_live(void **state) {
+  run_out_t o = run_replay(HEADER "1,00:00:00.1,free,0x99,64,0x0\n"
+                                  "1,00:00:00.2,allocate,0x10,4096,0x0\n"
+                                  "1,00:00:00.3,free,0x10,4096,0x0\n"
+                                  "1,00:00:00.4,free,0x10,4096,0x0\n",
+                           "--json --lenient");
+  gca_json_value_t *v = parse_json(&o);
+  assert_int_equal(u64_at(v, "unmatched_frees_skipped"), 2);
+  assert_int_equal(u64_at(v, "frees"), 1);
+  assert_int_equal(u64_at(v, "peak_live_bytes"), 4096);
+  const gca_json_value_t *r = gca__json_at(gca__json_get(v, "runs"), 0);
+  assert_int_equal(u64_at(r, "peak_reserved_bytes"), 2 * MiB);
+  gca__json_free(v);
+  free(o.text);
+  o = run_replay(HEADER "1,00:00:00.1,free,0x99,64,0x0\n", "--lenient");
+  assert_int_equal(o.exit_code, 0);
+  assert_non_null(strstr(o.text, "1 free of pointers not live (--lenient), the first at line 2"));
+  free(o.text);
+}
+
+static void reallocating_a_freed_pointer_is_fine(void **state) {
+  run_out_t o = run_replay(HEADER "1,00:00:00.1,allocate,0x10,64,0x0\n"
+                                  "1,00:00:00.2,free,0x10,64,0x0\n"
+                                  "1,00:00:00.3,allocate,0x10,128,0x0\n"
+                                  "1,00:00:00.4,free,0x10,128,0x0\n",
+                           "--json");
+  gca_json_value_t *v = parse_json(&o);
+  assert_int_equal(u64_at(v, "peak_live_bytes"), 128);
+  assert_int_equal(u64_at(v, "allocations"), 2);
+  gca__json_free(v);
+  free(o.text);
+}
+
+static void malformed_csv_and_bad_arguments_fail(void **state) {
+  assert_fails_with("Thread,Time,Action\n", "", "line 1: bad header");
+  assert_fails_with(HEADER "1,00:00:00.1,allocate,0xzz,64,0x0\n", "",
+                    "line 2: Pointer '0xzz' is not a hex number");
+  assert_fails_with(HEADER "1,00:00:00.1,allocate,0x10,64,0x0\n", "--config no_such_key:1",
+                    "--config 'no_such_key:1'");
+  run_out_t o = run_replay(HEADER, "--device-memory lots");
+  assert_int_equal(o.exit_code, 2);
+  assert_non_null(strstr(o.text, "--device-memory"));
+  free(o.text);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_replay PATH/TO/gca-replay\n");
+    return 2;
+  }
+  replay_exe = argv[1];
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(three_small_allocations_fill_two_small_segments),
+      cmocka_unit_test(fragmentation_is_sampled_at_peak_reserved),
+      cmocka_unit_test(allocate_failures_are_skipped_and_streams_created),
+      cmocka_unit_test(each_config_is_replayed_side_by_side),
+      cmocka_unit_test(device_memory_limit_turns_into_counted_ooms),
+      cmocka_unit_test(free_before_allocate_fails_with_line),
+      cmocka_unit_test(duplicate_allocate_of_live_pointer_fails_with_line),
+      cmocka_unit_test(unknown_or_dead_free_fails_with_line),
+      cmocka_unit_test(lenient_skips_and_counts_frees_of_pointers_not_live),
+      cmocka_unit_test(reallocating_a_freed_pointer_is_fine),
+      cmocka_unit_test(malformed_csv_and_bad_arguments_fail),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

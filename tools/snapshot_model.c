@@ -1,0 +1,455 @@
+/* snapshot_model.c - loading a snapshot JSON into gca-snapshot's flat model:
+ * every field the renderers use is checked here, once, and a failure names
+ * the field and its place in the document. Integers may be JSON numbers or
+ * strings ("0x7f00..."), since addresses do not always fit a double.
+ */
+#include "snapshot_model.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+
+static const char *const state_names[SNAP_STATES] = {"active_allocated", "active_pending_free",
+                                                     "inactive"};
+
+const char *gca__snapshot_state_name(snap_state_t state) {
+  return (unsigned)state < SNAP_STATES ? state_names[state] : "?";
+}
+
+static const struct {
+  const char *name;
+  snap_action_t action;
+} action_names[] = {
+    {"alloc", SNAP_EV_ALLOC},
+    {"free_requested", SNAP_EV_FREE_REQUESTED},
+    {"free_completed", SNAP_EV_FREE_COMPLETED},
+    {"segment_alloc", SNAP_EV_SEGMENT_ALLOC},
+    {"segment_free", SNAP_EV_SEGMENT_FREE},
+    {"segment_map", SNAP_EV_SEGMENT_MAP},
+    {"segment_unmap", SNAP_EV_SEGMENT_UNMAP},
+};
+
+/* An unsigned integer member `key` of object v: a number, or a string in
+ * decimal or 0x-hex. Absent: *out = dflt when !required, else an error. */
+static gca_status_t get_u64(const gca_json_value_t *v, const char *key, bool required,
+                            uint64_t dflt, const char *where, uint64_t *out) {
+  const gca_json_value_t *m = gca__json_get(v, key);
+  if (!m || m->type == GCA_JSON_NULL) {
+    if (required)
+      return gca__error(GCA_ERR_PARSE, "snapshot: %s: missing '%s'", where, key);
+    *out = dflt;
+    return GCA_OK;
+  }
+  if (gca__json_as_u64(m, out))
+    return GCA_OK;
+  const char *s = gca__json_as_string(m);
+  if (s && *s) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 0);
+    if (errno == 0 && *end == '\0' && s[0] != '-') {
+      *out = x;
+      return GCA_OK;
+    }
+  }
+  return gca__error(GCA_ERR_PARSE, "snapshot: %s: '%s' is not a non-negative integer", where, key);
+}
+
+static gca_status_t get_i64(const gca_json_value_t *v, const char *key, int64_t dflt,
+                            const char *where, int64_t *out) {
+  const gca_json_value_t *m = gca__json_get(v, key);
+  if (!m || m->type == GCA_JSON_NULL) {
+    *out = dflt;
+    return GCA_OK;
+  }
+  if (gca__json_as_i64(m, out))
+    return GCA_OK;
+  return gca__error(GCA_ERR_PARSE, "snapshot: %s: '%s' is not an integer", where, key);
+}
+
+static gca_status_t get_array(const gca_json_value_t *v, const char *key, bool required,
+                              const char *where, const gca_json_value_t **out) {
+  const gca_json_value_t *m = gca__json_get(v, key);
+  *out = NULL;
+  if (!m || m->type == GCA_JSON_NULL) {
+    if (required)
+      return gca__error(GCA_ERR_PARSE, "snapshot: %s: missing '%s'", where, key);
+    return GCA_OK;
+  }
+  if (m->type != GCA_JSON_ARRAY)
+    return gca__error(GCA_ERR_PARSE, "snapshot: %s: '%s' is not an array", where, key);
+  *out = m;
+  return GCA_OK;
+}
+
+static char *dup_string(const gca_json_value_t *v) {
+  const char *s = gca__json_as_string(v);
+  if (!s && v && v->type == GCA_JSON_NUMBER) {
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%.17g", v->u.num.d);
+    return strdup(buf);
+  }
+  return strdup(s ? s : "");
+}
+
+/* Frames of a block: its own "frames", else those of its last "history" entry
+ * (the older PyTorch layout). */
+static gca_status_t load_frames(const gca_json_value_t *blk, const char *where, snap_block_t *b) {
+  const gca_json_value_t *frames;
+  GCA_CHECK(get_array(blk, "frames", false, where, &frames));
+  if (!frames) {
+    const gca_json_value_t *hist;
+    GCA_CHECK(get_array(blk, "history", false, where, &hist));
+    size_t n = gca__json_count(hist);
+    if (n > 0)
+      GCA_CHECK(get_array(gca__json_at(hist, n - 1), "frames", false, where, &frames));
+  }
+  size_t n = gca__json_count(frames);
+  if (n == 0)
+    return GCA_OK;
+  b->frames = calloc(n, sizeof(*b->frames));
+  if (!b->frames)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: %s: no memory for %zu frames", where, n);
+  for (size_t i = 0; i < n; i++) {
+    const gca_json_value_t *f = gca__json_at(frames, i);
+    snap_frame_t *fr = &b->frames[i];
+    b->nframes++;
+    if (f->type == GCA_JSON_STRING) {
+      fr->name = dup_string(f);
+      fr->filename = strdup("");
+    } else if (f->type == GCA_JSON_OBJECT) {
+      fr->name = dup_string(gca__json_get(f, "name"));
+      fr->filename = dup_string(gca__json_get(f, "filename"));
+      GCA_CHECK(get_i64(f, "line", 0, where, &fr->line));
+    } else {
+      return gca__error(GCA_ERR_PARSE,
+                        "snapshot: %s: frames[%zu] is neither an object nor a string", where, i);
+    }
+    if (!fr->name || !fr->filename)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: %s: no memory for frame names", where);
+  }
+  return GCA_OK;
+}
+
+static gca_status_t load_block(const gca_json_value_t *blk, const char *where, snap_block_t *b) {
+  if (!blk || blk->type != GCA_JSON_OBJECT)
+    return gca__error(GCA_ERR_PARSE, "snapshot: %s: expected an object", where);
+  GCA_CHECK(get_u64(blk, "address", true, 0, where, &b->address));
+  GCA_CHECK(get_u64(blk, "size", true, 0, where, &b->size));
+  GCA_CHECK(get_u64(blk, "requested_size", false, UINT64_MAX, where, &b->requested_size));
+  const gca_json_value_t *st = gca__json_get(blk, "state");
+  const char *state = gca__json_as_string(st);
+  if (!st)
+    return gca__error(GCA_ERR_PARSE, "snapshot: %s: missing 'state'", where);
+  int found = -1;
+  for (int i = 0; i < SNAP_STATES && state; i++)
+    if (strcmp(state, state_names[i]) == 0)
+      found = i;
+  if (found < 0)
+    return gca__error(GCA_ERR_PARSE,
+                      "snapshot: %s: 'state' must be active_allocated, active_pending_free or "
+                      "inactive, not '%s'",
+                      where, state ? state : "(not a string)");
+  b->state = (snap_state_t)found;
+  if (b->requested_size == UINT64_MAX)
+    b->requested_size = b->state == SNAP_INACTIVE ? 0 : b->size;
+  return load_frames(blk, where, b);
+}
+
+static gca_status_t load_segments(const gca_json_value_t *segs, snapshot_t *s) {
+  size_t nseg = gca__json_count(segs), nblk = 0;
+  char where[96];
+  for (size_t i = 0; i < nseg; i++) {
+    const gca_json_value_t *seg = gca__json_at(segs, i), *blocks;
+    snprintf(where, sizeof(where), "segments[%zu]", i);
+    if (seg->type != GCA_JSON_OBJECT)
+      return gca__error(GCA_ERR_PARSE, "snapshot: %s: expected an object", where);
+    GCA_CHECK(get_array(seg, "blocks", true, where, &blocks));
+    nblk += gca__json_count(blocks);
+  }
+  s->segments = calloc(nseg ? nseg : 1, sizeof(*s->segments));
+  s->blocks = calloc(nblk ? nblk : 1, sizeof(*s->blocks));
+  if (!s->segments || !s->blocks)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory for %zu segments, %zu blocks",
+                      nseg, nblk);
+  for (size_t i = 0; i < nseg; i++) {
+    const gca_json_value_t *seg = gca__json_at(segs, i), *blocks;
+    snap_segment_t *sg = &s->segments[i];
+    snprintf(where, sizeof(where), "segments[%zu]", i);
+    s->nsegments++;
+    GCA_CHECK(get_i64(seg, "device", 0, where, &sg->device));
+    GCA_CHECK(get_u64(seg, "address", true, 0, where, &sg->address));
+    GCA_CHECK(get_u64(seg, "total_size", true, 0, where, &sg->total_size));
+    GCA_CHECK(get_u64(seg, "stream", false, 0, where, &sg->stream));
+    const char *type = gca__json_as_string(gca__json_get(seg, "segment_type"));
+    sg->is_large = !type || strcmp(type, "small") != 0;
+    bool exp = false;
+    gca__json_as_bool(gca__json_get(seg, "is_expandable"), &exp);
+    sg->is_expandable = exp;
+    GCA_CHECK(get_array(seg, "blocks", true, where, &blocks));
+    sg->first_block = s->nblocks;
+    for (size_t j = 0; j < gca__json_count(blocks); j++) {
+      char bwhere[128];
+      snprintf(bwhere, sizeof(bwhere), "%s.blocks[%zu]", where, j);
+      snap_block_t *b = &s->blocks[s->nblocks++];
+      sg->nblocks++;
+      b->segment = i;
+      GCA_CHECK(load_block(gca__json_at(blocks, j), bwhere, b));
+      s->by_state[b->state] += b->size;
+      s->count_by_state[b->state]++;
+      if (b->state == SNAP_ACTIVE_ALLOCATED)
+        s->requested += b->requested_size;
+    }
+    s->reserved += sg->total_size;
+    bool seen = false;
+    for (size_t k = 0; k < i; k++)
+      seen = seen || s->segments[k].device == sg->device;
+    if (!seen)
+      s->ndevices++;
+  }
+  return GCA_OK;
+}
+
+/* Bytes a device holds at snapshot time: allocated (requested bytes of
+ * active_allocated blocks, the measure alloc/free_requested events carry) and
+ * reserved (segments). */
+static void device_totals(const snapshot_t *s, int64_t device, int64_t *alloc, int64_t *reserved) {
+  *alloc = *reserved = 0;
+  for (size_t i = 0; i < s->nsegments; i++) {
+    const snap_segment_t *sg = &s->segments[i];
+    if (sg->device != device)
+      continue;
+    *reserved += (int64_t)sg->total_size;
+    for (size_t j = 0; j < sg->nblocks; j++) {
+      const snap_block_t *b = &s->blocks[sg->first_block + j];
+      if (b->state == SNAP_ACTIVE_ALLOCATED)
+        *alloc += (int64_t)b->requested_size;
+    }
+  }
+}
+
+static void event_delta(const snap_event_t *e, int64_t *da, int64_t *dr) {
+  int64_t sz = (int64_t)e->size;
+  *da = e->action == SNAP_EV_ALLOC ? sz : e->action == SNAP_EV_FREE_REQUESTED ? -sz : 0;
+  *dr = (e->action == SNAP_EV_SEGMENT_ALLOC || e->action == SNAP_EV_SEGMENT_MAP)    ? sz
+        : (e->action == SNAP_EV_SEGMENT_FREE || e->action == SNAP_EV_SEGMENT_UNMAP) ? -sz
+                                                                                    : 0;
+}
+
+static gca_status_t load_trace(const gca_json_value_t *tr, size_t dev, snapshot_t *s) {
+  snap_trace_t *t = &s->traces[dev];
+  char where[96];
+  t->device = (int64_t)dev;
+  if (tr->type != GCA_JSON_ARRAY)
+    return gca__error(GCA_ERR_PARSE, "snapshot: device_traces[%zu] is not an array", dev);
+  size_t n = gca__json_count(tr);
+  t->events = calloc(n ? n : 1, sizeof(*t->events));
+  if (!t->events)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory for %zu events", n);
+  t->has_times = true;
+  for (size_t i = 0; i < n; i++) {
+    const gca_json_value_t *e = gca__json_at(tr, i);
+    snap_event_t *ev = &t->events[i];
+    snprintf(where, sizeof(where), "device_traces[%zu][%zu]", dev, i);
+    t->nevents++;
+    if (e->type != GCA_JSON_OBJECT)
+      return gca__error(GCA_ERR_PARSE, "snapshot: %s: expected an object", where);
+    const gca_json_value_t *a = gca__json_get(e, "action");
+    const char *action = gca__json_as_string(a);
+    if (!action)
+      return gca__error(GCA_ERR_PARSE, "snapshot: %s: %s 'action'", where,
+                        a ? "non-string" : "missing");
+    ev->action = SNAP_EV_OTHER;
+    for (size_t k = 0; k < GCA_ARRAY_SIZE(action_names); k++)
+      if (strcmp(action, action_names[k].name) == 0)
+        ev->action = action_names[k].action;
+    GCA_CHECK(get_u64(e, "addr", false, 0, where, &ev->addr));
+    GCA_CHECK(get_u64(e, "size", ev->action != SNAP_EV_OTHER, 0, where, &ev->size));
+    const gca_json_value_t *tm = gca__json_get(e, "time_us");
+    if (!gca__json_as_double(tm, &ev->time_us)) {
+      if (tm && tm->type != GCA_JSON_NULL)
+        return gca__error(GCA_ERR_PARSE, "snapshot: %s: 'time_us' is not a number", where);
+      t->has_times = false;
+    }
+  }
+  if (!t->has_times) {
+    for (size_t i = 0; i < n; i++)
+      t->events[i].time_us = (double)i;
+  }
+  int64_t alloc, reserved, da, dr;
+  device_totals(s, t->device, &alloc, &reserved);
+  for (size_t i = n; i-- > 0;) {
+    t->events[i].allocated_after = alloc;
+    t->events[i].reserved_after = reserved;
+    event_delta(&t->events[i], &da, &dr);
+    alloc -= da;
+    reserved -= dr;
+  }
+  t->allocated_before = t->peak_allocated = alloc;
+  t->reserved_before = t->peak_reserved = reserved;
+  for (size_t i = 0; i < n; i++) {
+    if (t->events[i].allocated_after > t->peak_allocated)
+      t->peak_allocated = t->events[i].allocated_after;
+    if (t->events[i].reserved_after > t->peak_reserved)
+      t->peak_reserved = t->events[i].reserved_after;
+  }
+  return GCA_OK;
+}
+
+typedef struct addr_index {
+  uint64_t address;
+  size_t block;
+} addr_index_t;
+
+static int cmp_addr(const void *a, const void *b) {
+  uint64_t x = ((const addr_index_t *)a)->address, y = ((const addr_index_t *)b)->address;
+  return x < y ? -1 : x > y;
+}
+
+/* Live blocks recorded without frames take those of the latest alloc event at
+ * their address on their device (gca's snapshots keep frames in the history
+ * only). */
+static gca_status_t attach_alloc_frames(snapshot_t *s, const gca_json_value_t *traces) {
+  size_t n = 0;
+  addr_index_t *idx = malloc((s->nblocks ? s->nblocks : 1) * sizeof(*idx));
+  if (!idx)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory to index %zu blocks", s->nblocks);
+  for (size_t i = 0; i < s->nblocks; i++)
+    if (s->blocks[i].state == SNAP_ACTIVE_ALLOCATED && s->blocks[i].nframes == 0)
+      idx[n++] = (addr_index_t){s->blocks[i].address, i};
+  qsort(idx, n, sizeof(*idx), cmp_addr);
+  gca_status_t st = GCA_OK;
+  char where[96];
+  for (size_t d = 0; d < s->ntraces && n > 0; d++) {
+    const snap_trace_t *t = &s->traces[d];
+    for (size_t i = t->nevents; i-- > 0;) {
+      if (t->events[i].action != SNAP_EV_ALLOC)
+        continue;
+      addr_index_t key = {t->events[i].addr, 0};
+      addr_index_t *hit = bsearch(&key, idx, n, sizeof(*idx), cmp_addr);
+      if (!hit)
+        continue;
+      snap_block_t *b = &s->blocks[hit->block];
+      if (b->nframes > 0 || s->segments[b->segment].device != t->device)
+        continue;
+      snprintf(where, sizeof(where), "device_traces[%zu][%zu]", d, i);
+      GCA_CHECK_GOTO(load_frames(gca__json_at(gca__json_at(traces, d), i), where, b), st, out);
+    }
+  }
+out:
+  free(idx);
+  return st;
+}
+
+gca_status_t gca__snapshot_load(const char *text, size_t len, snapshot_t *out) {
+  gca_json_value_t *root = NULL;
+  snapshot_t s = {0};
+  gca_status_t st = gca__json_parse(text, len, &root, NULL);
+  if (st != GCA_OK)
+    return gca__error_prefix(st, "snapshot");
+  const gca_json_value_t *segs, *traces;
+  if (root->type != GCA_JSON_OBJECT) {
+    st = gca__error(GCA_ERR_PARSE, "snapshot: the document is not an object");
+    goto fail;
+  }
+  GCA_CHECK_GOTO(get_array(root, "segments", true, "top level", &segs), st, fail);
+  GCA_CHECK_GOTO(get_array(root, "device_traces", true, "top level", &traces), st, fail);
+  GCA_CHECK_GOTO(load_segments(segs, &s), st, fail);
+  size_t nt = gca__json_count(traces);
+  s.traces = calloc(nt ? nt : 1, sizeof(*s.traces));
+  if (!s.traces) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory for %zu traces", nt);
+    goto fail;
+  }
+  for (size_t d = 0; d < nt; d++) {
+    s.ntraces++;
+    GCA_CHECK_GOTO(load_trace(gca__json_at(traces, d), d, &s), st, fail);
+  }
+  GCA_CHECK_GOTO(attach_alloc_frames(&s, traces), st, fail);
+  gca__json_free(root);
+  *out = s;
+  return GCA_OK;
+
+fail:
+  gca__snapshot_free(&s);
+  gca__json_free(root);
+  return st;
+}
+
+gca_status_t gca__snapshot_load_file(const char *path, snapshot_t *out) {
+  gca_status_t st;
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return gca__error(GCA_ERR_IO, "snapshot: cannot open '%s': %s", path, strerror(errno));
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len == cap) {
+      size_t ncap = cap ? cap * 2 : 1 << 16;
+      char *grown = realloc(buf, ncap);
+      if (!grown) {
+        st = gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory to read '%s'", path);
+        goto fail_buf;
+      }
+      buf = grown;
+      cap = ncap;
+    }
+    size_t got = fread(buf + len, 1, cap - len, f);
+    len += got;
+    if (got == 0)
+      break;
+  }
+  if (ferror(f)) {
+    st = gca__error(GCA_ERR_IO, "snapshot: error reading '%s'", path);
+    goto fail_buf;
+  }
+  st = gca__snapshot_load(buf, len, out);
+  if (st != GCA_OK)
+    gca__error_prefix(st, "%s", path);
+
+fail_buf:
+  free(buf);
+  fclose(f);
+  return st;
+}
+
+void gca__snapshot_free(snapshot_t *s) {
+  for (size_t i = 0; i < s->nblocks; i++) {
+    for (size_t j = 0; j < s->blocks[i].nframes; j++) {
+      free(s->blocks[i].frames[j].name);
+      free(s->blocks[i].frames[j].filename);
+    }
+    free(s->blocks[i].frames);
+  }
+  for (size_t i = 0; i < s->ntraces; i++)
+    free(s->traces[i].events);
+  free(s->blocks);
+  free(s->segments);
+  free(s->traces);
+  *s = (snapshot_t){0};
+}
+
+size_t gca__snapshot_largest(const snapshot_t *s, size_t *idx, size_t max) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->nblocks; i++) {
+    const snap_block_t *b = &s->blocks[i];
+    if (b->state != SNAP_ACTIVE_ALLOCATED)
+      continue;
+    size_t pos = n;
+    while (pos > 0) {
+      const snap_block_t *p = &s->blocks[idx[pos - 1]];
+      if (p->size > b->size || (p->size == b->size && p->address < b->address))
+        break;
+      pos--;
+    }
+    if (pos >= max)
+      continue;
+    if (n < max)
+      n++;
+    memmove(&idx[pos + 1], &idx[pos], (n - 1 - pos) * sizeof(*idx));
+    idx[pos] = i;
+  }
+  return n;
+}
