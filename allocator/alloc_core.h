@@ -11,7 +11,8 @@
  *   allocator.c  the per-device allocator: malloc/free, splitting, coalescing,
  *                stream-ordered reuse, OOM handling, statistics, the public API
  *   freetree.c   the free structure of a pool (an intrusive treap)
- *   ptrmap.c     the process-wide pointer -> block map, sharded by pointer hash
+ *   ptrmap.c     the per-device pointer -> block map, and the lock-free map from
+ *                address granules to devices that lets a free find its device
  *   check.c      the invariant walker and the read-only walk for snapshots
  */
 #ifndef GCA_ALLOC_CORE_H
@@ -29,14 +30,14 @@
 #include "gca/allocator.h"
 
 /* PyTorch's size constants (CUDACachingAllocator.cpp). */
-#define GCA__MIN_BLOCK_SIZE ((size_t)512)            /* all sizes are rounded to this */
-#define GCA__SMALL_SIZE ((size_t)1 << 20)            /* largest request of the small pool */
-#define GCA__SMALL_BUFFER ((size_t)2 << 20)          /* small pool segment size */
-#define GCA__LARGE_BUFFER ((size_t)20 << 20)         /* segment size for 1 MiB < r < 10 MiB */
-#define GCA__MIN_LARGE_ALLOC ((size_t)10 << 20)      /* from here segments are sized to fit */
-#define GCA__ROUND_LARGE ((size_t)2 << 20)           /* ...rounded up to this */
-#define GCA__MAX_REQUEST ((size_t)1 << 62)           /* beyond any device; rounding cannot overflow */
-#define GCA__MAX_DEVICES 64
+#define GCA__MIN_BLOCK_SIZE  ((size_t)512)      /* all sizes are rounded to this */
+#define GCA__SMALL_SIZE      ((size_t)1 << 20)  /* largest request of the small pool */
+#define GCA__SMALL_BUFFER    ((size_t)2 << 20)  /* small pool segment size */
+#define GCA__LARGE_BUFFER    ((size_t)20 << 20) /* segment size for 1 MiB < r < 10 MiB */
+#define GCA__MIN_LARGE_ALLOC ((size_t)10 << 20) /* from here segments are sized to fit */
+#define GCA__ROUND_LARGE     ((size_t)2 << 20)  /* ...rounded up to this */
+#define GCA__MAX_REQUEST     ((size_t)1 << 62)  /* beyond any device; rounding cannot overflow */
+#define GCA__MAX_DEVICES     64
 
 typedef struct gca__block gca__block_t;
 typedef struct gca__segment gca__segment_t;
@@ -56,20 +57,20 @@ typedef struct gca__devalloc gca__devalloc_t;
 struct gca__block {
   gca_devptr_t addr;
   size_t size;
-  size_t requested;   /* the caller's size while active, else 0 */
+  size_t requested;    /* the caller's size while active, else 0 */
   gca_stream_t stream; /* the allocation stream (the segment's) */
   gca__pool_t *pool;
   gca__segment_t *seg;
-  gca__block_t *prev, *next;   /* address neighbours within the segment */
-  gca__block_t *left, *right;  /* free tree links */
-  uint64_t prio;               /* free tree heap priority */
-  uint64_t gc_base;            /* pool->free_calls when it became free (GC age) */
-  gca_stream_t *uses;          /* other streams recorded with gca_record_stream */
+  gca__block_t *prev, *next;  /* address neighbours within the segment */
+  gca__block_t *left, *right; /* free tree links */
+  uint64_t prio;              /* free tree heap priority */
+  uint64_t gc_base;           /* pool->free_calls when it became free (GC age) */
+  gca_stream_t *uses;         /* other streams recorded with gca_record_stream */
   uint32_t nuses, cap_uses;
-  uint32_t event_count;        /* pending events before the block is free */
+  uint32_t event_count; /* pending events before the block is free */
   bool allocated;
   bool in_tree;
-  bool oversize;               /* counted in oversize_allocations at allocation */
+  bool oversize; /* counted in oversize_allocations at allocation */
 };
 
 /* A segment: one device allocation, carved into blocks.
@@ -100,6 +101,14 @@ struct gca__pool {
   bool is_small;
 };
 
+/* A device's pointer -> block map of its allocated blocks.
+ * Invariant: count == allocated blocks of the device; count * 2 <= cap. */
+typedef struct gca__ptrmap {
+  gca_devptr_t *keys; /* 0 = empty slot */
+  gca__block_t **vals;
+  uint32_t cap, count;
+} gca__ptrmap_t;
+
 /* A freed block waiting for an event recorded on a stream that used it. */
 typedef struct gca__pending {
   gca_event_t event;
@@ -113,8 +122,10 @@ struct gca__devalloc {
   int device;
   const gca_device_ops_t *ops;
   gca_alloc_config_t cfg; /* copy of the process settings, refreshed by gca_set_config */
+  bool has_divisions;     /* some roundup_power2_divisions entry is > 1 */
   bool caching;
   gca__pool_t small, large;
+  gca__ptrmap_t ptrs; /* allocated blocks by address */
   gca_stats_t stats;
   size_t total_memory;     /* device total (mem_get_info at creation) */
   size_t reserved;         /* bytes of all segments */
@@ -165,19 +176,23 @@ long gca__tree_validate(const gca__pool_t *p);
 
 /* ---- ptrmap.c ---- */
 
-/* Maps a live block's address to the block. Insert fails only when the host is
- * out of memory (GCA_ERR_OUT_OF_MEMORY, detail set). */
-gca_status_t gca__ptrmap_insert(gca_devptr_t addr, gca__block_t *b);
-/* The block at addr, or NULL. Only meaningful while the owner's lock is held. */
-gca__block_t *gca__ptrmap_find(gca_devptr_t addr);
-/* The device of the live block at addr (and its size when `size` is not
- * NULL), or -1; safe without any device lock. */
-int gca__ptrmap_device(gca_devptr_t addr, size_t *size);
-/* Removes addr and returns its block if the block belongs to d, else NULL. */
-gca__block_t *gca__ptrmap_take(gca_devptr_t addr, const gca__devalloc_t *d);
-/* Number of entries whose block belongs to d. */
-size_t gca__ptrmap_count_device(const gca__devalloc_t *d);
-/* Drops every entry of d (reset). */
-void gca__ptrmap_drop_device(const gca__devalloc_t *d);
+/* Maps a live block's address to the block (the device's pointer map; the
+ * caller holds the device lock). Insert fails only when the host is out of
+ * memory (GCA_ERR_OUT_OF_MEMORY, detail set) and never right after a take. */
+gca_status_t gca__ptrmap_insert(gca__ptrmap_t *m, gca_devptr_t addr, gca__block_t *b);
+/* The block at addr, or NULL. */
+gca__block_t *gca__ptrmap_find(const gca__ptrmap_t *m, gca_devptr_t addr);
+/* Removes addr and returns its block, or NULL when absent. */
+gca__block_t *gca__ptrmap_take(gca__ptrmap_t *m, gca_devptr_t addr);
+void gca__ptrmap_destroy(gca__ptrmap_t *m);
+
+/* Notes that device `device` has a segment at [base, base+size); GCA_ERR_OUT_OF_MEMORY
+ * when the host cannot grow the map (nothing noted then). */
+gca_status_t gca__owner_add(gca_devptr_t base, size_t size, int device);
+void gca__owner_remove(gca_devptr_t base, size_t size, int device);
+/* The device whose segment covers addr, -1 when none, GCA__OWNER_ANY when the
+ * map cannot tell (ask every device). Lock-free. */
+#define GCA__OWNER_ANY (-2)
+int gca__owner_device(gca_devptr_t addr);
 
 #endif

@@ -5,9 +5,9 @@
  * out again without asking the driver. The rules (sizes, pools, splitting,
  * max_split_size, coalescing, out-of-memory retries, statistics) are those of
  * PyTorch's CUDACachingAllocator, so that users moving from it see the same
- * numbers. Each device has one allocator behind one mutex; the cached
- * alloc/free pair takes that mutex and one pointer-map shard, and makes no
- * device call and no host allocation.
+ * numbers. Each device has one allocator behind one mutex, which also guards
+ * its pointer map; the cached alloc/free pair takes that mutex and nothing
+ * else, and makes no device call and no host allocation.
  *
  * Note [Stream-ordered reuse]. A block belongs to the stream it was allocated
  * on, and work on one stream runs in order, so a block freed by the host may
@@ -31,7 +31,7 @@
 #include "history.h"
 #include "introspect.h"
 
-#define SLAB_BLOCKS 256
+#define SLAB_BLOCKS   256
 #define MAX_OBSERVERS 32
 
 typedef struct observer {
@@ -50,13 +50,13 @@ static bool g_caching = true;
 static bool g_trace_opened;
 static observer_t g_observers[MAX_OBSERVERS];
 static int g_nobservers;
-static _Thread_local int t_device;
+static _Thread_local int t_device __attribute__((tls_model("initial-exec")));
 
 #ifdef GCA_DEBUG_CHECKS
-#define DEBUG_CHECK(d)                                                                              \
-  do {                                                                                              \
-    if (gca__devalloc_check_locked(d) != GCA_OK)                                                    \
-      gca__assert_fail(__FILE__, __LINE__, gca_last_error());                                       \
+#define DEBUG_CHECK(d)                                        \
+  do {                                                        \
+    if (gca__devalloc_check_locked(d) != GCA_OK)              \
+      gca__assert_fail(__FILE__, __LINE__, gca_last_error()); \
   } while (0)
 #else
 #define DEBUG_CHECK(d) ((void)0)
@@ -123,8 +123,21 @@ static inline void stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
   stat_change(&arr[p->is_small ? GCA_STAT_SMALL : GCA_STAT_LARGE], n);
 }
 
-static int64_t max_split_stat(const gca_alloc_config_t *cfg) {
-  return cfg->max_split_size >= (uint64_t)INT64_MAX ? -1 : (int64_t)cfg->max_split_size;
+static void set_config_locked(gca__devalloc_t *d, const gca_alloc_config_t *cfg) {
+  d->cfg = *cfg;
+  d->has_divisions = false;
+  for (int i = 0; i < GCA_ROUNDUP_INTERVALS; i++)
+    d->has_divisions |= cfg->roundup_power2_divisions[i] > 1;
+  d->stats.max_split_size =
+      cfg->max_split_size >= (uint64_t)INT64_MAX ? -1 : (int64_t)cfg->max_split_size;
+}
+
+static inline size_t round_request(const gca__devalloc_t *d, size_t size) {
+  if (GCA_UNLIKELY(d->has_divisions))
+    return gca__alloc_round_size(&d->cfg, size);
+  if (size < GCA__MIN_BLOCK_SIZE)
+    return GCA__MIN_BLOCK_SIZE;
+  return (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
 }
 
 /* ---- block structs ---- */
@@ -157,14 +170,23 @@ static gca__block_t *block_take(gca__devalloc_t *d) {
   gca__block_t *b = d->block_free;
   GCA_ASSERT(b != NULL);
   d->block_free = b->next;
-  memset(b, 0, sizeof(*b));
+  /* field by field: a memset of the whole struct costs more than the rest of a pair */
+  b->requested = 0;
+  b->prev = b->next = b->left = b->right = NULL;
+  b->gc_base = 0;
+  b->uses = NULL;
+  b->nuses = b->cap_uses = 0;
+  b->event_count = 0;
+  b->allocated = b->in_tree = b->oversize = false;
   d->live_blocks++;
   return b;
 }
 
 static void block_put(gca__devalloc_t *d, gca__block_t *b) {
-  free(b->uses);
-  b->uses = NULL;
+  if (GCA_UNLIKELY(b->uses != NULL)) {
+    free(b->uses);
+    b->uses = NULL;
+  }
   b->next = d->block_free;
   d->block_free = b;
   d->live_blocks--;
@@ -195,6 +217,7 @@ static gca_status_t segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   if (seg == NULL)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a segment record");
   GCA_CHECK_GOTO(d->ops->mem_alloc(d->device, size, &ptr), st, fail_seg);
+  GCA_CHECK_GOTO(gca__owner_add(ptr, size, d->device), st, fail_mem);
   gca__block_t *b = block_take(d);
   b->addr = ptr;
   b->size = size;
@@ -222,6 +245,8 @@ static gca_status_t segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   *out = b;
   return GCA_OK;
 
+fail_mem:
+  (void)d->ops->mem_free(d->device, ptr);
 fail_seg:
   free(seg);
   return st;
@@ -236,6 +261,7 @@ static gca_status_t segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
   if (st != GCA_OK)
     return gca__error_prefix(st, "release of segment 0x%" PRIx64 " (%zu bytes)", seg->base,
                              seg->size);
+  gca__owner_remove(seg->base, seg->size, d->device);
   gca__tree_erase(pool, b);
   block_put(d, b);
   if (seg->prev != NULL)
@@ -639,21 +665,23 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: host out of memory for device %d", op, device);
   size_t free_bytes = 0;
   GCA_CHECK_GOTO(ops->mem_get_info(device, &free_bytes, &d->total_memory), st, fail);
-  pthread_mutex_init(&d->lock, NULL);
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  /* critical sections are short: spin briefly before sleeping */
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+  pthread_mutex_init(&d->lock, &attr);
+  pthread_mutexattr_destroy(&attr);
   d->device = device;
   d->ops = ops;
-  d->cfg = g_cfg;
+  set_config_locked(d, &g_cfg);
   d->caching = g_caching;
   d->small.dev = d->large.dev = d;
   d->small.is_small = true;
-  d->stats.max_split_size = max_split_stat(&d->cfg);
   apply_limit_from_config(d);
-  int single = atomic_load(&g_single_dev);
   bool first = true;
   for (int i = 0; i < GCA__MAX_DEVICES && first; i++)
     first = gca__devalloc_peek(i) == NULL;
   atomic_store(&g_single_dev, first ? device : -1);
-  (void)single;
   if (device + 1 > atomic_load(&g_ndevs))
     atomic_store(&g_ndevs, device + 1);
   atomic_store_explicit(&g_devs[device], d, memory_order_release);
@@ -734,7 +762,7 @@ static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_
   if (GCA_UNLIKELY(d->npending != 0))
     GCA_CHECK_GOTO(process_events(d), st, fail);
   GCA_CHECK_GOTO(block_reserve(d), st, fail);
-  size_t rounded = gca__alloc_round_size(&d->cfg, size);
+  size_t rounded = round_request(d, size);
   gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
   size_t seg_size = d->caching ? gca__alloc_segment_size(rounded) : rounded;
   if (GCA_LIKELY(d->caching))
@@ -763,7 +791,7 @@ static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_
     if (st != GCA_OK)
       goto fail;
   }
-  st = gca__ptrmap_insert(b->addr, b);
+  st = gca__ptrmap_insert(&d->ptrs, b->addr, b);
   if (st != GCA_OK) {
     b->gc_base = pool->free_calls;
     gca__tree_insert(pool, b);
@@ -778,7 +806,7 @@ static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_
   return GCA_OK;
 
 fail_unmap:
-  gca__ptrmap_take(b->addr, d);
+  gca__ptrmap_take(&d->ptrs, b->addr);
   b->gc_base = pool->free_calls;
   gca__tree_insert(pool, b);
 fail:
@@ -856,10 +884,34 @@ static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
                     op, addr);
 }
 
-/* The device that owns live `addr`, or -1. */
-static inline int owner_device(gca_devptr_t addr) {
-  int single = atomic_load_explicit(&g_single_dev, memory_order_relaxed);
-  return single >= 0 ? single : gca__ptrmap_device(addr, NULL);
+/* Finds the live block at addr and returns with its device's lock held, or
+ * NULL (no lock held). With `take` the block leaves the pointer map. */
+static gca__block_t *lock_live(gca_devptr_t addr, bool take, gca__devalloc_t **out) {
+  int dev = atomic_load_explicit(&g_single_dev, memory_order_relaxed);
+  int first = dev, last = dev;
+  if (dev < 0) {
+    dev = gca__owner_device(addr);
+    if (dev == -1)
+      return NULL;
+    first = last = dev;
+    if (dev == GCA__OWNER_ANY) {
+      first = 0;
+      last = atomic_load(&g_ndevs) - 1;
+    }
+  }
+  for (int i = first; i <= last; i++) {
+    gca__devalloc_t *d = gca__devalloc_peek(i);
+    if (d == NULL)
+      continue;
+    pthread_mutex_lock(&d->lock);
+    gca__block_t *b = take ? gca__ptrmap_take(&d->ptrs, addr) : gca__ptrmap_find(&d->ptrs, addr);
+    if (GCA_LIKELY(b != NULL)) {
+      *out = d;
+      return b;
+    }
+    pthread_mutex_unlock(&d->lock);
+  }
+  return NULL;
 }
 
 static gca_status_t dev_free(gca__devalloc_t *d, gca__block_t *b) {
@@ -894,22 +946,16 @@ static gca_status_t free_impl(void *ptr, int expected_dev) {
   gca_status_t st;
   if (ptr == NULL)
     return GCA_OK;
-  int dev = owner_device(addr);
-  gca__devalloc_t *d = gca__devalloc_peek(dev);
-  if (d == NULL)
+  gca__devalloc_t *d;
+  gca__block_t *b = lock_live(addr, true, &d);
+  if (GCA_UNLIKELY(b == NULL))
     return bad_pointer("free", addr);
-  pthread_mutex_lock(&d->lock);
-  gca__block_t *b = gca__ptrmap_take(addr, d);
-  if (GCA_UNLIKELY(b == NULL)) {
-    pthread_mutex_unlock(&d->lock);
-    return bad_pointer("free", addr);
-  }
-  if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != dev)) {
-    GCA_ASSERT(gca__ptrmap_insert(addr, b) == GCA_OK);
+  if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
+    GCA_ASSERT(gca__ptrmap_insert(&d->ptrs, addr, b) == GCA_OK);
     pthread_mutex_unlock(&d->lock);
     return gca__error(GCA_ERR_INVALID_POINTER,
-                      "free: pointer 0x%" PRIx64 " belongs to device %d, not device %d", addr, dev,
-                      expected_dev);
+                      "free: pointer 0x%" PRIx64 " belongs to device %d, not device %d", addr,
+                      d->device, expected_dev);
   }
   if (GCA_UNLIKELY(d->npending != 0)) {
     st = process_events(d);
@@ -924,7 +970,7 @@ static gca_status_t free_impl(void *ptr, int expected_dev) {
   return GCA_OK;
 
 fail:
-  GCA_ASSERT(gca__ptrmap_insert(addr, b) == GCA_OK); /* room is left by the take */
+  GCA_ASSERT(gca__ptrmap_insert(&d->ptrs, addr, b) == GCA_OK); /* room is left by the take */
   DEBUG_CHECK(d);
   pthread_mutex_unlock(&d->lock);
   return st;
@@ -937,15 +983,10 @@ GCA_API gca_status_t gca_free(void *ptr) {
 GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   gca_status_t st = GCA_OK;
-  gca__devalloc_t *d = gca__devalloc_peek(owner_device(addr));
-  if (d == NULL)
+  gca__devalloc_t *d;
+  gca__block_t *b = lock_live(addr, false, &d);
+  if (b == NULL)
     return bad_pointer("record_stream", addr);
-  pthread_mutex_lock(&d->lock);
-  gca__block_t *b = gca__ptrmap_find(addr);
-  if (b == NULL || b->pool->dev != d) {
-    pthread_mutex_unlock(&d->lock);
-    return bad_pointer("record_stream", addr);
-  }
   if (stream == b->stream)
     goto out;
   for (uint32_t i = 0; i < b->nuses; i++)
@@ -970,10 +1011,13 @@ out:
 
 GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *device) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
-  size_t size = 0;
-  int dev = gca__ptrmap_device(addr, &size);
-  if (dev < 0)
+  gca__devalloc_t *d;
+  gca__block_t *b = lock_live(addr, false, &d);
+  if (b == NULL)
     return bad_pointer("pointer_info", addr);
+  size_t size = b->size;
+  int dev = d->device;
+  pthread_mutex_unlock(&d->lock);
   if (block_size != NULL)
     *block_size = size;
   if (device != NULL)
@@ -1015,8 +1059,8 @@ GCA_API gca_status_t gca_empty_cache(void) {
 GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction) {
   gca__devalloc_t *d;
   if (!(fraction > 0.0 && fraction <= 1.0))
-    return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "set_memory_fraction: fraction %g is not in (0, 1]", fraction);
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "set_memory_fraction: fraction %g is not in (0, 1]",
+                      fraction);
   GCA_CHECK(devalloc_get("set_memory_fraction", device, &d));
   pthread_mutex_lock(&d->lock);
   d->set_fraction = true;
@@ -1056,8 +1100,7 @@ GCA_API gca_status_t gca_set_config(const char *conf) {
     if (d == NULL)
       continue;
     pthread_mutex_lock(&d->lock);
-    d->cfg = cfg;
-    d->stats.max_split_size = max_split_stat(&cfg);
+    set_config_locked(d, &cfg);
     apply_limit_from_config(d);
     pthread_mutex_unlock(&d->lock);
   }
@@ -1133,17 +1176,17 @@ static void reset_accum(gca_stat_t *s, size_t n) {
     s[i].allocated = s[i].freed = 0;
 }
 
-#define FOR_EACH_STAT_ARRAY(X, st)                                                                  \
-  X((st).allocation, GCA_STAT_TYPES);                                                               \
-  X((st).segment, GCA_STAT_TYPES);                                                                  \
-  X((st).active, GCA_STAT_TYPES);                                                                   \
-  X((st).inactive_split, GCA_STAT_TYPES);                                                           \
-  X((st).allocated_bytes, GCA_STAT_TYPES);                                                          \
-  X((st).reserved_bytes, GCA_STAT_TYPES);                                                           \
-  X((st).active_bytes, GCA_STAT_TYPES);                                                             \
-  X((st).inactive_split_bytes, GCA_STAT_TYPES);                                                     \
-  X((st).requested_bytes, GCA_STAT_TYPES);                                                          \
-  X(&(st).oversize_allocations, 1);                                                                 \
+#define FOR_EACH_STAT_ARRAY(X, st)              \
+  X((st).allocation, GCA_STAT_TYPES);           \
+  X((st).segment, GCA_STAT_TYPES);              \
+  X((st).active, GCA_STAT_TYPES);               \
+  X((st).inactive_split, GCA_STAT_TYPES);       \
+  X((st).allocated_bytes, GCA_STAT_TYPES);      \
+  X((st).reserved_bytes, GCA_STAT_TYPES);       \
+  X((st).active_bytes, GCA_STAT_TYPES);         \
+  X((st).inactive_split_bytes, GCA_STAT_TYPES); \
+  X((st).requested_bytes, GCA_STAT_TYPES);      \
+  X(&(st).oversize_allocations, 1);             \
   X(&(st).oversize_segments, 1)
 
 GCA_API gca_status_t gca_reset_peak_stats(int device) {
@@ -1177,8 +1220,8 @@ GCA_API gca_status_t gca_register_oom_observer(gca_oom_observer_t fn, void *ctx)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "register_oom_observer: the function is NULL");
   pthread_mutex_lock(&g_lock);
   if (g_nobservers == MAX_OBSERVERS)
-    st = gca__error(GCA_ERR_INVALID_STATE,
-                    "register_oom_observer: all %d observer slots are taken", MAX_OBSERVERS);
+    st = gca__error(GCA_ERR_INVALID_STATE, "register_oom_observer: all %d observer slots are taken",
+                    MAX_OBSERVERS);
   else
     g_observers[g_nobservers++] = (observer_t){fn, ctx};
   pthread_mutex_unlock(&g_lock);
@@ -1222,7 +1265,7 @@ static void devalloc_destroy(gca__devalloc_t *d) {
   }
   for (size_t i = 0; i < d->nevents; i++)
     (void)d->ops->event_destroy(d->event_pool[i]);
-  gca__ptrmap_drop_device(d);
+  gca__ptrmap_destroy(&d->ptrs);
   gca__pool_t *pools[2] = {&d->small, &d->large};
   for (int k = 0; k < 2; k++) {
     for (gca__segment_t *s = pools[k]->segments, *next; s != NULL; s = next) {
@@ -1230,6 +1273,7 @@ static void devalloc_destroy(gca__devalloc_t *d) {
       for (gca__block_t *b = s->head; b != NULL; b = b->next)
         free(b->uses);
       (void)d->ops->mem_free(d->device, s->base);
+      gca__owner_remove(s->base, s->size, d->device);
       free(s);
     }
   }

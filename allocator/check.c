@@ -37,6 +37,10 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
       return BROKEN("segment 0x%" PRIx64 ": bad pool or list links", s->base);
     if (s->head == NULL || s->head->prev != NULL || s->head->addr != s->base)
       return BROKEN("segment 0x%" PRIx64 ": head block does not start it", s->base);
+    int owner = gca__owner_device(s->base + s->size - 1);
+    if (gca__owner_device(s->base) != owner || (owner != d->device && owner != GCA__OWNER_ANY))
+      return BROKEN("segment 0x%" PRIx64 ": the address map says device %d, not %d", s->base, owner,
+                    d->device);
     sum->segment++;
     sum->reserved_bytes += (int64_t)s->size;
     if (s->oversize)
@@ -68,15 +72,14 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
         return BROKEN("blocks 0x%" PRIx64 " and 0x%" PRIx64 ": adjacent free blocks not coalesced",
                       b->addr, b->next->addr);
       if (b->allocated) {
-        if (gca__ptrmap_find(b->addr) != b)
+        if (gca__ptrmap_find(&d->ptrs, b->addr) != b)
           return BROKEN("block 0x%" PRIx64 ": allocated but not in the pointer map", b->addr);
         sum->allocation++;
         sum->allocated_bytes += (int64_t)b->size;
         if (b->oversize)
           (*oversize_alloc)++;
       } else if (b->nuses != 0) {
-        return BROKEN("block 0x%" PRIx64 ": not allocated but still has recorded streams",
-                      b->addr);
+        return BROKEN("block 0x%" PRIx64 ": not allocated but still has recorded streams", b->addr);
       }
       if (b->allocated || b->event_count > 0) {
         sum->active++;
@@ -128,7 +131,7 @@ gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
   const int64_t *lg = (const int64_t *)&sums[GCA_STAT_LARGE];
   for (size_t i = 0; i < sizeof(sums_t) / sizeof(int64_t); i++)
     a[i] = sm[i] + lg[i];
-  size_t in_map = gca__ptrmap_count_device(d);
+  size_t in_map = d->ptrs.count;
   if ((int64_t)in_map != sums[GCA_STAT_ALL].allocation)
     return BROKEN("device %d: pointer map holds %zu entries for %" PRId64 " allocated blocks",
                   d->device, in_map, sums[GCA_STAT_ALL].allocation);
@@ -151,20 +154,20 @@ gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
                       s->allocated_bytes));
     GCA_CHECK(compare(d->device, "active", t, st->active[t].current, s->active));
     GCA_CHECK(compare(d->device, "active_bytes", t, st->active_bytes[t].current, s->active_bytes));
-    GCA_CHECK(compare(d->device, "inactive_split", t, st->inactive_split[t].current,
-                      s->inactive_split));
+    GCA_CHECK(
+        compare(d->device, "inactive_split", t, st->inactive_split[t].current, s->inactive_split));
     GCA_CHECK(compare(d->device, "inactive_split_bytes", t, st->inactive_split_bytes[t].current,
                       s->inactive_split_bytes));
     GCA_CHECK(compare(d->device, "requested_bytes", t, st->requested_bytes[t].current,
                       s->requested_bytes));
     GCA_CHECK(compare(d->device, "segment", t, st->segment[t].current, s->segment));
-    GCA_CHECK(compare(d->device, "reserved_bytes", t, st->reserved_bytes[t].current,
-                      s->reserved_bytes));
+    GCA_CHECK(
+        compare(d->device, "reserved_bytes", t, st->reserved_bytes[t].current, s->reserved_bytes));
   }
   GCA_CHECK(compare(d->device, "oversize_allocations", -1, st->oversize_allocations.current,
                     oversize_alloc));
-  GCA_CHECK(compare(d->device, "oversize_segments", -1, st->oversize_segments.current,
-                    oversize_seg));
+  GCA_CHECK(
+      compare(d->device, "oversize_segments", -1, st->oversize_segments.current, oversize_seg));
   return GCA_OK;
 }
 

@@ -1,66 +1,39 @@
-/* ptrmap.c - the process-wide map from a live block's address to its block,
- * which is how gca_free finds the owning device and block.
+/* ptrmap.c - how a pointer finds its block: a per-device pointer -> block
+ * hash, and a process-wide, lock-free map from 2 MiB address granules to the
+ * device whose segments cover them.
  *
- * The map is split into shards chosen by a hash of the address, each an
- * open-addressing table (linear probing, backward-shift deletion, so no
- * tombstones) behind its own tiny spinlock. Threads freeing different pointers
- * almost never meet on a shard, so the map does not serialize them; entries
- * only change while the owning device's lock is held, which makes the map
- * and the device's blocks agree whenever that lock is free.
+ * The one idea: the pointer map lives inside the device allocator and is
+ * guarded by the device's own lock, so the cached alloc/free pair pays for
+ * that one lock and nothing else. Finding the device of a pointer (only
+ * needed once a process uses more than one device) reads the granule map with
+ * two plain atomic loads: no lock at all, so frees on different devices never
+ * meet. Granule entries change only when segments come and go.
+ *
+ * The pointer map is open addressing with linear probing and backward-shift
+ * deletion (no tombstones), kept at most half full.
  */
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc_core.h"
 
-#define SHARD_BITS 6
-#define NSHARDS (1u << SHARD_BITS)
 #define INITIAL_CAP 64u
-
-typedef struct shard {
-  atomic_int lock;
-  uint32_t count;
-  uint32_t cap; /* power of two; count <= cap / 2 */
-  gca_devptr_t *keys; /* 0 = empty slot */
-  gca__block_t **vals;
-  char pad[64 - 4 - 4 - 4 - 2 * sizeof(void *)];
-} shard_t;
-
-static shard_t shards[NSHARDS] __attribute__((aligned(64)));
 
 static inline uint64_t hash_addr(gca_devptr_t a) {
   uint64_t x = a * 0x9e3779b97f4a7c15ull;
   return x ^ (x >> 29);
 }
 
-static inline shard_t *shard_of(uint64_t h) {
-  return &shards[h >> (64 - SHARD_BITS)];
-}
-
-static inline void shard_lock(shard_t *s) {
-  for (;;) {
-    if (!atomic_exchange_explicit(&s->lock, 1, memory_order_acquire))
-      return;
-    while (atomic_load_explicit(&s->lock, memory_order_relaxed))
-      sched_yield();
-  }
-}
-
-static inline void shard_unlock(shard_t *s) {
-  atomic_store_explicit(&s->lock, 0, memory_order_release);
-}
-
 /* Slot holding addr, or the empty slot where it would go. */
-static inline uint32_t probe(const shard_t *s, uint64_t h, gca_devptr_t addr) {
-  uint32_t mask = s->cap - 1, i = (uint32_t)h & mask;
-  while (s->keys[i] != 0 && s->keys[i] != addr)
+static inline uint32_t probe(const gca__ptrmap_t *m, gca_devptr_t addr) {
+  uint32_t mask = m->cap - 1, i = (uint32_t)hash_addr(addr) & mask;
+  while (m->keys[i] != 0 && m->keys[i] != addr)
     i = (i + 1) & mask;
   return i;
 }
 
-static gca_status_t grow(shard_t *s) {
-  uint32_t ncap = s->cap ? s->cap * 2 : INITIAL_CAP;
+static gca_status_t grow(gca__ptrmap_t *m) {
+  uint32_t ncap = m->cap ? m->cap * 2 : INITIAL_CAP;
   gca_devptr_t *nk = calloc(ncap, sizeof(*nk));
   gca__block_t **nv = calloc(ncap, sizeof(*nv));
   if (nk == NULL || nv == NULL) {
@@ -69,131 +42,162 @@ static gca_status_t grow(shard_t *s) {
     return gca__error(GCA_ERR_OUT_OF_MEMORY,
                       "malloc: host out of memory growing the pointer map to %u entries", ncap);
   }
-  shard_t old = *s;
-  s->keys = nk;
-  s->vals = nv;
-  s->cap = ncap;
+  gca__ptrmap_t old = *m;
+  m->keys = nk;
+  m->vals = nv;
+  m->cap = ncap;
   for (uint32_t i = 0; i < old.cap; i++) {
     if (old.keys[i] == 0)
       continue;
-    uint32_t j = probe(s, hash_addr(old.keys[i]), old.keys[i]);
-    s->keys[j] = old.keys[i];
-    s->vals[j] = old.vals[i];
+    uint32_t j = probe(m, old.keys[i]);
+    m->keys[j] = old.keys[i];
+    m->vals[j] = old.vals[i];
   }
   free(old.keys);
   free(old.vals);
   return GCA_OK;
 }
 
-gca_status_t gca__ptrmap_insert(gca_devptr_t addr, gca__block_t *b) {
-  uint64_t h = hash_addr(addr);
-  shard_t *s = shard_of(h);
-  gca_status_t st = GCA_OK;
-  shard_lock(s);
-  if ((s->count + 1) * 2 > s->cap)
-    st = grow(s);
-  if (st == GCA_OK) {
-    uint32_t i = probe(s, h, addr);
-    GCA_ASSERT(s->keys[i] == 0);
-    s->keys[i] = addr;
-    s->vals[i] = b;
-    s->count++;
-  }
-  shard_unlock(s);
-  return st;
+gca_status_t gca__ptrmap_insert(gca__ptrmap_t *m, gca_devptr_t addr, gca__block_t *b) {
+  if (GCA_UNLIKELY((m->count + 1) * 2 > m->cap))
+    GCA_CHECK(grow(m));
+  uint32_t i = probe(m, addr);
+  GCA_ASSERT(m->keys[i] == 0);
+  m->keys[i] = addr;
+  m->vals[i] = b;
+  m->count++;
+  return GCA_OK;
 }
 
-gca__block_t *gca__ptrmap_find(gca_devptr_t addr) {
-  uint64_t h = hash_addr(addr);
-  shard_t *s = shard_of(h);
-  gca__block_t *b = NULL;
-  shard_lock(s);
-  if (s->cap != 0) {
-    uint32_t i = probe(s, h, addr);
-    if (s->keys[i] == addr)
-      b = s->vals[i];
-  }
-  shard_unlock(s);
-  return b;
+gca__block_t *gca__ptrmap_find(const gca__ptrmap_t *m, gca_devptr_t addr) {
+  if (m->cap == 0 || addr == 0)
+    return NULL;
+  uint32_t i = probe(m, addr);
+  return m->keys[i] == addr ? m->vals[i] : NULL;
 }
 
-int gca__ptrmap_device(gca_devptr_t addr, size_t *size) {
-  uint64_t h = hash_addr(addr);
-  shard_t *s = shard_of(h);
-  int dev = -1;
-  shard_lock(s);
-  if (s->cap != 0) {
-    uint32_t i = probe(s, h, addr);
-    if (s->keys[i] == addr) {
-      dev = s->vals[i]->pool->dev->device;
-      if (size != NULL)
-        *size = s->vals[i]->size;
-    }
-  }
-  shard_unlock(s);
-  return dev;
-}
-
-static void remove_slot(shard_t *s, uint32_t i) {
-  uint32_t mask = s->cap - 1;
-  uint32_t j = i;
-  for (;;) {
+gca__block_t *gca__ptrmap_take(gca__ptrmap_t *m, gca_devptr_t addr) {
+  if (m->cap == 0 || addr == 0)
+    return NULL;
+  uint32_t mask = m->cap - 1, i = probe(m, addr);
+  if (m->keys[i] != addr)
+    return NULL;
+  gca__block_t *b = m->vals[i];
+  for (uint32_t j = i;;) {
     j = (j + 1) & mask;
-    if (s->keys[j] == 0)
+    if (m->keys[j] == 0)
       break;
-    uint32_t home = (uint32_t)hash_addr(s->keys[j]) & mask;
+    uint32_t home = (uint32_t)hash_addr(m->keys[j]) & mask;
     /* move j back into the hole at i unless its home lies cyclically in (i, j] */
     bool stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
     if (!stays) {
-      s->keys[i] = s->keys[j];
-      s->vals[i] = s->vals[j];
+      m->keys[i] = m->keys[j];
+      m->vals[i] = m->vals[j];
       i = j;
     }
   }
-  s->keys[i] = 0;
-  s->vals[i] = NULL;
-  s->count--;
-}
-
-gca__block_t *gca__ptrmap_take(gca_devptr_t addr, const gca__devalloc_t *d) {
-  uint64_t h = hash_addr(addr);
-  shard_t *s = shard_of(h);
-  gca__block_t *b = NULL;
-  shard_lock(s);
-  if (s->cap != 0) {
-    uint32_t i = probe(s, h, addr);
-    if (s->keys[i] == addr && s->vals[i]->pool->dev == d) {
-      b = s->vals[i];
-      remove_slot(s, i);
-    }
-  }
-  shard_unlock(s);
+  m->keys[i] = 0;
+  m->vals[i] = NULL;
+  m->count--;
   return b;
 }
 
-size_t gca__ptrmap_count_device(const gca__devalloc_t *d) {
-  size_t n = 0;
-  for (uint32_t k = 0; k < NSHARDS; k++) {
-    shard_t *s = &shards[k];
-    shard_lock(s);
-    for (uint32_t i = 0; i < s->cap; i++)
-      if (s->keys[i] != 0 && s->vals[i]->pool->dev == d)
-        n++;
-    shard_unlock(s);
-  }
-  return n;
+void gca__ptrmap_destroy(gca__ptrmap_t *m) {
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof(*m));
 }
 
-void gca__ptrmap_drop_device(const gca__devalloc_t *d) {
-  for (uint32_t k = 0; k < NSHARDS; k++) {
-    shard_t *s = &shards[k];
-    shard_lock(s);
-    for (uint32_t i = 0; i < s->cap;) {
-      if (s->keys[i] != 0 && s->vals[i]->pool->dev == d)
-        remove_slot(s, i); /* a later entry may have moved into i: look again */
-      else
-        i++;
-    }
-    shard_unlock(s);
+/* ---- the granule -> device map ----
+ * Entry of a granule: 0 when no segment covers it, else (device + 1) << 24 |
+ * number of segments touching it. Segments of two devices never share a
+ * granule on either backend; if they ever did, the entry says AMBIGUOUS and
+ * lookups fall back to asking every device. */
+
+#define GRANULE_SHIFT 21
+#define LEAF_BITS     14
+#define TOP_BITS      14 /* covers 2^(21 + 14 + 14) = 512 TiB of address space */
+#define AMBIGUOUS     0xff000000u
+#define COUNT_MASK    0x00ffffffu
+
+static _Atomic(_Atomic uint32_t *) top[1u << TOP_BITS];
+static atomic_bool beyond; /* a segment lies outside the covered range */
+
+static _Atomic uint32_t *leaf_for(uint64_t g, bool create) {
+  uint64_t t = g >> LEAF_BITS;
+  if (t >= (1u << TOP_BITS))
+    return NULL;
+  _Atomic uint32_t *leaf = atomic_load_explicit(&top[t], memory_order_acquire);
+  if (leaf != NULL || !create)
+    return leaf;
+  _Atomic uint32_t *fresh = calloc(1u << LEAF_BITS, sizeof(*fresh));
+  if (fresh == NULL)
+    return NULL;
+  _Atomic uint32_t *expected = NULL;
+  if (!atomic_compare_exchange_strong_explicit(&top[t], &expected, fresh, memory_order_acq_rel,
+                                               memory_order_acquire)) {
+    free(fresh);
+    return expected;
   }
+  return fresh;
+}
+
+static void entry_add(_Atomic uint32_t *e, int device, int delta) {
+  uint32_t old = atomic_load_explicit(e, memory_order_relaxed), val;
+  do {
+    uint32_t owner = old & ~COUNT_MASK, count = old & COUNT_MASK;
+    uint32_t me = (uint32_t)(device + 1) << 24;
+    count = (uint32_t)((int)count + delta);
+    if (count == 0)
+      val = 0;
+    else if (owner == 0 || owner == me)
+      val = me | count;
+    else
+      val = AMBIGUOUS | count;
+  } while (!atomic_compare_exchange_weak_explicit(e, &old, val, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+gca_status_t gca__owner_add(gca_devptr_t base, size_t size, int device) {
+  uint64_t g0 = base >> GRANULE_SHIFT, g1 = (base + size - 1) >> GRANULE_SHIFT;
+  for (uint64_t g = g0; g <= g1; g++) {
+    if ((g >> LEAF_BITS) >= (1u << TOP_BITS)) {
+      atomic_store(&beyond, true);
+      continue;
+    }
+    _Atomic uint32_t *leaf = leaf_for(g, true);
+    if (leaf == NULL) {
+      if (g > g0)
+        gca__owner_remove(base, (size_t)((g << GRANULE_SHIFT) - base), device);
+      return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                        "malloc: host out of memory for the address map of 0x%llx",
+                        (unsigned long long)base);
+    }
+    entry_add(&leaf[g & ((1u << LEAF_BITS) - 1)], device, 1);
+  }
+  return GCA_OK;
+}
+
+void gca__owner_remove(gca_devptr_t base, size_t size, int device) {
+  uint64_t g0 = base >> GRANULE_SHIFT, g1 = (base + size - 1) >> GRANULE_SHIFT;
+  for (uint64_t g = g0; g <= g1; g++) {
+    _Atomic uint32_t *leaf = leaf_for(g, false);
+    if (leaf != NULL)
+      entry_add(&leaf[g & ((1u << LEAF_BITS) - 1)], device, -1);
+  }
+}
+
+int gca__owner_device(gca_devptr_t addr) {
+  uint64_t g = addr >> GRANULE_SHIFT;
+  if ((g >> LEAF_BITS) >= (1u << TOP_BITS))
+    return atomic_load_explicit(&beyond, memory_order_relaxed) ? GCA__OWNER_ANY : -1;
+  _Atomic uint32_t *leaf = leaf_for(g, false);
+  if (leaf == NULL)
+    return -1;
+  uint32_t e = atomic_load_explicit(&leaf[g & ((1u << LEAF_BITS) - 1)], memory_order_acquire);
+  if (e == 0)
+    return -1;
+  if ((e & ~COUNT_MASK) == AMBIGUOUS)
+    return GCA__OWNER_ANY;
+  return (int)(e >> 24) - 1;
 }

@@ -36,6 +36,7 @@ static int64_t device_calls(const gca_stats_t *s) {
 
 int main(void) {
   char buf[64];
+  setvbuf(stdout, NULL, _IOLBF, 0);
   STEP_OK(gca_device_init());
   const gca_device_ops_t *dev = gca__device();
   int ndev = 0;

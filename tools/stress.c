@@ -662,8 +662,14 @@ static void report(shared_t *sh, const counters_t *c, uint64_t digest, double el
            after->num_device_free, after->num_alloc_retries, after->num_ooms);
     if (sh->failed) {
       printf(",\n \"error\": \"");
-      for (const char *p = sh->fail_msg; *p; p++)
-        printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+      for (const unsigned char *p = (const unsigned char *)sh->fail_msg; *p; p++) {
+        if (*p == '"' || *p == '\\')
+          printf("\\%c", *p);
+        else if (*p < 0x20)
+          printf("\\u%04x", *p);
+        else
+          putchar(*p);
+      }
       printf("\"");
     }
     printf("}\n");

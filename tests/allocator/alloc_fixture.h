@@ -75,8 +75,9 @@ typedef struct layout {
   size_t nfree[64];
 } layout_t;
 
-__attribute__((unused)) static void layout_fn(const gca_segment_info_t *seg, const gca_block_info_t *blocks,
-                      size_t nblocks, void *ctx) {
+__attribute__((unused)) static void layout_fn(const gca_segment_info_t *seg,
+                                              const gca_block_info_t *blocks, size_t nblocks,
+                                              void *ctx) {
   layout_t *l = ctx;
   if (l->nsegs < 64) {
     l->seg_size[l->nsegs] = seg->total_size;

@@ -162,6 +162,43 @@ static void torch_entry_points_round_trip(void **state) {
   assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
 }
 
+/* Run with GCA_SIM_DEVICES=2 (meson sets it): pointers find their own device
+ * and a free naming the other device is refused. */
+static void two_devices_keep_their_pointers(void **state) {
+  (void)state;
+  int n = 0;
+  assert_ok(ops->device_count(&n));
+  if (n < 2)
+    skip();
+  assert_ok(gca_sim_set_capacity(1, 1 * GiB));
+  void *a = alloc_on(4096, NULL);
+  void *b = NULL;
+  assert_ok(gca_malloc_device(1, &b, 4096, NULL));
+  check();
+  int dev = -1;
+  assert_ok(gca_pointer_info(b, NULL, &dev));
+  assert_int_equal(dev, 1);
+  gca_clear_last_error();
+  gca_torch_free(b, 4096, 0, NULL);
+  assert_non_null(strstr(gca_last_error(), "belongs to device 1, not device 0"));
+  assert_ok(gca_set_device(1));
+  void *c = alloc_on(8192, NULL);
+  assert_ok(gca_pointer_info(c, NULL, &dev));
+  assert_int_equal(dev, 1);
+  assert_ok(gca_set_device(0));
+  gca_stats_t s1;
+  assert_ok(gca_get_stats(1, &s1));
+  assert_int_equal(s1.allocation[GCA_STAT_ALL].current, 2);
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 1);
+  free_ok(c);
+  free_ok(b);
+  assert_status(gca_free(b), GCA_ERR_INVALID_POINTER, "device 1");
+  free_ok(a);
+  assert_ok(gca_empty_cache());
+  check();
+  assert_int_equal(gca_sim_used_bytes(1), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(double_free_is_reported_and_harmless, alloc_setup,
@@ -175,8 +212,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(huge_sizes_fail_cleanly, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(bad_devices_and_arguments, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(bad_config_changes_nothing, alloc_setup, alloc_teardown),
-      cmocka_unit_test_setup_teardown(torch_entry_points_round_trip, alloc_setup,
-                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(torch_entry_points_round_trip, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(two_devices_keep_their_pointers, alloc_setup, alloc_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

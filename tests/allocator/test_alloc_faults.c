@@ -80,7 +80,7 @@ static void event_faults_fail_the_free_and_keep_the_pointer(void **state) {
                      before.allocation[GCA_STAT_ALL].current);
     size_t sz;
     assert_ok(gca_pointer_info(p, &sz, NULL)); /* still live */
-    free_ok(p);                                 /* and still recorded on b and c */
+    free_ok(p);                                /* and still recorded on b and c */
     assert_int_equal(stats().active[GCA_STAT_ALL].current, 1);
     assert_ok(ops->stream_synchronize(b));
     assert_ok(ops->stream_synchronize(c));
@@ -182,10 +182,10 @@ static void workload(gca_stream_t s1, gca_stream_t s2, void **live, int *nlive) 
 
 static void sweep_every_call_of_every_op(void **state) {
   (void)state;
-  static const char *op_names[] = {"mem_get_info", "mem_alloc",   "mem_free",
-                                   "event_create", "event_record", "event_query",
+  static const char *op_names[] = {"mem_get_info",      "mem_alloc",         "mem_free",
+                                   "event_create",      "event_record",      "event_query",
                                    "event_synchronize", "stream_synchronize"};
-  int injected = 0;
+  int injected = 0, per_op[GCA_ARRAY_SIZE(op_names)] = {0};
   for (int caching = 1; caching >= 0; caching--) {
     for (size_t o = 0; o < GCA_ARRAY_SIZE(op_names); o++) {
       for (int nth = 1; nth <= 6; nth++) {
@@ -203,8 +203,10 @@ static void sweep_every_call_of_every_op(void **state) {
         void *live[32];
         int nlive = 0;
         workload(s1, s2, live, &nlive);
-        if (gca_sim_call_count(op_names[o]) >= nth)
+        if (gca_sim_call_count(op_names[o]) >= nth) {
           injected++;
+          per_op[o]++;
+        }
         drain_and_expect_empty(live, nlive);
         assert_ok(ops->stream_synchronize(s2));
         assert_ok(ops->stream_destroy(s1));
@@ -213,19 +215,21 @@ static void sweep_every_call_of_every_op(void **state) {
     }
   }
   print_message("faults injected into the workload: %d\n", injected);
-  assert_true(injected >= 30);
+  /* how often event_synchronize is reached depends on when events complete */
+  for (size_t o = 0; o < GCA_ARRAY_SIZE(op_names); o++)
+    if (per_op[o] == 0 && strcmp(op_names[o], "event_synchronize") != 0)
+      fail_msg("the workload never reached %s", op_names[o]);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(mem_alloc_fault_once_is_retried, alloc_setup,
-                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(mem_alloc_fault_once_is_retried, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(mem_alloc_failing_always_is_an_oom, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(mem_free_fault_leaves_segment_cached, alloc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(event_faults_fail_the_free_and_keep_the_pointer,
-                                      alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(event_faults_fail_the_free_and_keep_the_pointer, alloc_setup,
+                                      alloc_teardown),
       cmocka_unit_test_setup_teardown(event_query_fault_fails_malloc_cleanly, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(event_synchronize_fault_fails_empty_cache_cleanly,

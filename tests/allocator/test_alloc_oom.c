@@ -20,7 +20,7 @@ static void retry_after_releasing_cache_succeeds(void **state) {
   assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
   void *a = alloc_on(5 * MiB, NULL);
   void *b = alloc_on(1000, NULL);
-  free_ok(a); /* its 20 MiB segment stays cached for the NULL stream */
+  free_ok(a);                     /* its 20 MiB segment stays cached for the NULL stream */
   void *c = alloc_on(4 * MiB, s); /* needs a new segment: the cache is released first */
   gca_stats_t st = stats();
   assert_int_equal(st.num_alloc_retries, 1);
@@ -40,8 +40,7 @@ typedef struct seen {
   int64_t ooms_inside;
 } seen_t;
 
-static void observer(int device, size_t requested, size_t allocated, size_t free_bytes,
-                     void *ctx) {
+static void observer(int device, size_t requested, size_t allocated, size_t free_bytes, void *ctx) {
   seen_t *s = ctx;
   s->calls++;
   s->device = device;
@@ -63,9 +62,9 @@ static void impossible_request_fails_with_full_message(void **state) {
   void *p = (void *)1;
   assert_status(gca_malloc(&p, 100 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "malloc: out of memory");
   const char *msg = gca_last_error();
-  const char *want[] = {"device 0",         "tried to allocate 100.00 MiB",
-                        "104857600 bytes",  "device total 8.00 MiB",
-                        "6.00 MiB free",    "allocated 1.00 KiB",
+  const char *want[] = {"device 0",          "tried to allocate 100.00 MiB",
+                        "104857600 bytes",   "device total 8.00 MiB",
+                        "6.00 MiB free",     "allocated 1.00 KiB",
                         "reserved 2.00 MiB", "reserved but unallocated 2.00 MiB",
                         "private pools 0 B"};
   for (size_t i = 0; i < GCA_ARRAY_SIZE(want); i++)

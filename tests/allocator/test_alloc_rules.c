@@ -155,7 +155,7 @@ static void best_fit_picks_smallest_then_lowest_address(void **state) {
   free_ok(a); /* free 2 MiB at the start */
   free_ok(e); /* free 2 MiB between c and f */
   void *g = alloc_on(1536 * KiB, NULL);
-  assert_ptr_equal(g, a); /* smallest fit, lowest address among equals */
+  assert_ptr_equal(g, a);                      /* smallest fit, lowest address among equals */
   assert_int_equal(block_size_of(g), 2 * MiB); /* 512 KiB remainder stays attached */
   free_ok(g);
   free_ok(b);

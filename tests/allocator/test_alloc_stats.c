@@ -3,14 +3,15 @@
  * counters, resets of peaks and of accumulated values. */
 #include "alloc_fixture.h"
 
-#define expect_stat(st, cur, pk, al, fr)                                                           \
-  do {                                                                                              \
-    gca_stat_t s_ = (st);                                                                           \
-    if (s_.current != (cur) || s_.peak != (pk) || s_.allocated != (al) || s_.freed != (fr))         \
-      fail_msg("%s = {cur %lld, peak %lld, alloc %lld, freed %lld}, want {%lld, %lld, %lld, %lld}", \
-               #st, (long long)s_.current, (long long)s_.peak, (long long)s_.allocated,             \
-               (long long)s_.freed, (long long)(cur), (long long)(pk), (long long)(al),             \
-               (long long)(fr));                                                                    \
+#define expect_stat(st, cur, pk, al, fr)                                                       \
+  do {                                                                                         \
+    gca_stat_t s_ = (st);                                                                      \
+    if (s_.current != (cur) || s_.peak != (pk) || s_.allocated != (al) || s_.freed != (fr))    \
+      fail_msg(                                                                                \
+          "%s = {cur %lld, peak %lld, alloc %lld, freed %lld}, want {%lld, %lld, %lld, %lld}", \
+          #st, (long long)s_.current, (long long)s_.peak, (long long)s_.allocated,             \
+          (long long)s_.freed, (long long)(cur), (long long)(pk), (long long)(al),             \
+          (long long)(fr));                                                                    \
   } while (0)
 
 enum { ALL = GCA_STAT_ALL, SMALL = GCA_STAT_SMALL, LARGE = GCA_STAT_LARGE };
@@ -125,8 +126,7 @@ static void peaks_track_high_water_marks(void **state) {
     p[i] = alloc_on(64 * KiB, NULL);
   gca_stats_t s = stats();
   expect_stat(s.allocation[ALL], 3, 8, 11, 8);
-  expect_stat(s.allocated_bytes[ALL], 3 * 64 * 1024, 8 * 64 * 1024, 11 * 64 * 1024,
-              8 * 64 * 1024);
+  expect_stat(s.allocated_bytes[ALL], 3 * 64 * 1024, 8 * 64 * 1024, 11 * 64 * 1024, 8 * 64 * 1024);
   assert_int_equal(s.segment[ALL].current, 1);
   for (int i = 0; i < 3; i++)
     free_ok(p[i]);
@@ -149,8 +149,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(oversize_stats_follow_max_split_size, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(peaks_track_high_water_marks, alloc_setup, alloc_teardown),
-      cmocka_unit_test_setup_teardown(stats_of_unused_device_are_zero, alloc_setup,
-                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(stats_of_unused_device_are_zero, alloc_setup, alloc_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

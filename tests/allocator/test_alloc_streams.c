@@ -209,6 +209,28 @@ static void caching_off_empties_the_cache(void **state) {
   assert_ok(gca_set_caching(true));
 }
 
+static const char *no_caching_env(const char *name, void *ctx) {
+  (void)ctx;
+  if (strcmp(name, "GCA_NO_CACHING") == 0)
+    return "1";
+  return getenv(name);
+}
+
+static void no_caching_env_frees_to_the_driver(void **state) {
+  (void)state;
+  gca__allocator_reset();
+  gca__env_set_hook(no_caching_env, NULL);
+  void *p = alloc_on(4096, NULL);
+  void *q = alloc_on(5 * MiB, NULL);
+  free_ok(p);
+  free_ok(q);
+  gca_stats_t s = stats();
+  assert_int_equal(s.num_device_alloc, 2);
+  assert_int_equal(s.num_device_free, 2);
+  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 0);
+  gca__env_set_hook(NULL, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(block_waits_for_recorded_stream_before_reuse, alloc_setup,
@@ -217,8 +239,7 @@ int main(void) {
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(cached_pair_makes_no_device_call, alloc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(record_on_own_stream_is_a_no_op, alloc_setup,
-                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(record_on_own_stream_is_a_no_op, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(events_are_pooled, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(multiple_streams_all_must_finish, alloc_setup,
                                       alloc_teardown),
@@ -227,6 +248,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(no_caching_returns_memory_after_recorded_work, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(caching_off_empties_the_cache, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(no_caching_env_frees_to_the_driver, alloc_setup,
+                                      alloc_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,15 +2,17 @@
  * the legacy stream with random sizes, stamping every block by writing its
  * memory directly (sim device memory is host memory), handing blocks to other
  * threads that check the stamps and free them, sometimes after recording them
- * on yet another stream. Run under TSan and ASan too. The seed is printed. */
+ * on yet another stream. With two sim devices (meson sets GCA_SIM_DEVICES=2)
+ * half the threads allocate on device 1, so frees must find the device. Run
+ * under TSan and ASan too. The seed is printed. */
 #include <pthread.h>
 #include <time.h>
 
 #include "alloc_fixture.h"
 
 #define NTHREADS 4
-#define ITERS 3000
-#define QCAP 256
+#define ITERS    3000
+#define QCAP     256
 
 typedef struct item {
   uint64_t *p;
@@ -22,6 +24,7 @@ static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
 static item_t queue[QCAP];
 static int q_len;
 static gca_stream_t streams[NTHREADS];
+static int ndevices;
 static unsigned seed;
 static int failures;
 static char first_failure[512];
@@ -91,14 +94,16 @@ static void *worker(void *arg) {
     gca_stream_t s = (rnd(&r) & 1) ? streams[id] : NULL;
     size_t size = pick_size(&r);
     void *p = NULL;
-    if (gca_malloc(&p, size, s) != GCA_OK || p == NULL) {
+    int dev = ndevices > 1 ? id % 2 : 0;
+    if (gca_malloc_device(dev, &p, size, dev == 0 ? s : NULL) != GCA_OK || p == NULL) {
       note_failure("malloc");
       continue;
     }
     uint64_t tag = rnd(&r) | 1;
     if (size >= 8)
       stamp(p, size, tag);
-    if (rnd(&r) % 5 == 0 && gca_record_stream(p, streams[(id + 1) % NTHREADS]) != GCA_OK)
+    if (dev == 0 && rnd(&r) % 5 == 0 &&
+        gca_record_stream(p, streams[(id + 1) % NTHREADS]) != GCA_OK)
       note_failure("record_stream");
     item_t mine = {p, size, tag}, victim = {0};
     bool have_victim = false;
@@ -124,6 +129,9 @@ static void threads_share_blocks_across_streams(void **state) {
   if (env != NULL)
     seed = (unsigned)strtoul(env, NULL, 10);
   print_message("seed %u (GCA_TEST_SEED to repeat)\n", seed);
+  assert_ok(ops->device_count(&ndevices));
+  if (ndevices > 1)
+    assert_ok(gca_sim_set_capacity(1, 16 * GiB));
   for (int i = 0; i < NTHREADS; i++)
     assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &streams[i]));
   pthread_t t[NTHREADS];
@@ -142,10 +150,15 @@ static void threads_share_blocks_across_streams(void **state) {
   check();
   assert_ok(gca_empty_cache());
   check();
-  gca_stats_t s = stats();
-  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
-  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 0);
-  assert_int_equal(s.allocation[GCA_STAT_ALL].allocated, NTHREADS * ITERS);
+  int64_t total = 0;
+  for (int dev = 0; dev < (ndevices > 1 ? 2 : 1); dev++) {
+    gca_stats_t s;
+    assert_ok(gca_get_stats(dev, &s));
+    assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+    assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 0);
+    total += s.allocation[GCA_STAT_ALL].allocated;
+  }
+  assert_int_equal(total, NTHREADS * ITERS);
   for (int i = 0; i < NTHREADS; i++)
     assert_ok(ops->stream_destroy(streams[i]));
 }

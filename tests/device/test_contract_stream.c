@@ -24,8 +24,8 @@ typedef struct gate {
 } gate_t;
 
 static void gate_init(gate_t *g) {
-  pthread_mutex_init(&g->mu, "");
-  pthread_cond_init(&g->cv, "");
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->cv, NULL);
   g->open = false;
 }
 
@@ -288,7 +288,7 @@ static void host_funcs_run_in_stream_order(void **state) {
   static entry_t entries[2][PER];
   gca_stream_t s[2];
   for (int k = 0; k < 2; k++) {
-    pthread_mutex_init(&logs[k].mu, "");
+    pthread_mutex_init(&logs[k].mu, NULL);
     logs[k].n = 0;
     assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s[k]));
   }
@@ -429,5 +429,5 @@ int main(void) {
       cmocka_unit_test(bad_arguments_and_handles_are_refused),
       cmocka_unit_test(injected_faults_fail_one_call_and_leave_streams_usable),
   };
-  return cmocka_run_group_tests(tests, setup, "");
+  return cmocka_run_group_tests(tests, setup, NULL);
 }

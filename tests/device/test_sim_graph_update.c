@@ -1,5 +1,253 @@
-/* placeholder */
-int main(void);
-int main(void) {
+/* test_sim_graph_update.c - graph_exec_update on the sim: a graph of the same
+ * topology and node kinds hands its parameters to the exec (the next launch
+ * uses them); any other graph is refused with the driver's result code, the
+ * offending node's index and a reason, and the exec keeps running as before.
+ */
+#include "harness.h"
+
+#define N 64
+
+static const gca_device_ops_t *ops;
+static gca_stream_t s, s2;
+static gca_devptr_t a, b, c;
+
+static int setup(void **state) {
+  (void)state;
+  ops = test_backend();
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s2));
+  assert_ok(ops->mem_alloc(0, N * 4, &a));
+  assert_ok(ops->mem_alloc(0, N * 4, &b));
+  assert_ok(ops->mem_alloc(0, N * 4, &c));
   return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  assert_ok(ops->mem_free(0, a));
+  assert_ok(ops->mem_free(0, b));
+  assert_ok(ops->mem_free(0, c));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->stream_destroy(s2));
+  return 0;
+}
+
+static void reset(void) {
+  assert_ok(ops->memset_d32_async(a, 0, N, s));
+  assert_ok(ops->memset_d32_async(b, 0, N, s));
+  assert_ok(ops->memset_d32_async(c, 0, N, s));
+  assert_ok(ops->stream_synchronize(s));
+}
+
+static void expect_fill(gca_devptr_t p, uint32_t value, uint32_t step) {
+  const uint32_t *h = (const uint32_t *)(uintptr_t)p; /* sim: device memory is host memory */
+  for (uint32_t i = 0; i < N; i++)
+    if (h[i] != value + i * step)
+      fail_msg("word %u: %u, wanted %u", i, h[i], value + i * step);
+}
+
+typedef enum shape { FILL, FILL_FILL, MEMSET, ADD, FORKED, LINEAR2 } shape_t;
+
+/* Captures a small graph of the given shape writing to dst. */
+static gca_graph_t capture(shape_t shape, gca_devptr_t dst, uint32_t value) {
+  gca_graph_t g;
+  gca_event_t e1, e2;
+  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  switch (shape) {
+  case FILL:
+    assert_ok(ops->kernel_fill_u32(dst, value, 2, N, s));
+    break;
+  case FILL_FILL:
+    assert_ok(ops->kernel_fill_u32(dst, value, 2, N, s));
+    assert_ok(ops->kernel_fill_u32(dst, value, 3, N, s));
+    break;
+  case MEMSET:
+    assert_ok(ops->memset_d32_async(dst, value, N, s));
+    break;
+  case ADD:
+    assert_ok(ops->kernel_add_u32(dst, dst, dst, N, s));
+    break;
+  case FORKED:  /* two independent fills joined by an add: deps {}, {}, {0,1} */
+  case LINEAR2: /* the same nodes in a chain: deps {}, {0}, {1} */
+    assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &e1));
+    assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &e2));
+    if (shape == FORKED) {
+      assert_ok(ops->event_record(e1, s));
+      assert_ok(ops->stream_wait_event(s2, e1));
+      assert_ok(ops->kernel_fill_u32(dst, value, 1, N, s));
+      assert_ok(ops->kernel_fill_u32(c, value, 0, N, s2));
+      assert_ok(ops->event_record(e2, s2));
+      assert_ok(ops->stream_wait_event(s, e2));
+    } else {
+      assert_ok(ops->kernel_fill_u32(dst, value, 1, N, s));
+      assert_ok(ops->kernel_fill_u32(c, value, 0, N, s));
+    }
+    assert_ok(ops->kernel_add_u32(dst, dst, c, N, s));
+    assert_ok(ops->event_destroy(e1));
+    assert_ok(ops->event_destroy(e2));
+    break;
+  }
+  assert_ok(ops->stream_end_capture(s, &g));
+  return g;
+}
+
+static void launch(gca_graph_exec_t x) {
+  assert_ok(ops->graph_launch(x, s));
+  assert_ok(ops->stream_synchronize(s));
+}
+
+static void same_topology_update_takes_new_parameters(void **state) {
+  (void)state;
+  gca_graph_t g1 = capture(FILL, a, 1), g2 = capture(FILL, b, 7);
+  gca_graph_exec_t x;
+  gca_graph_update_info_t info;
+  reset();
+  assert_ok(ops->graph_instantiate(g1, &x));
+  launch(x);
+  expect_fill(a, 1, 2);
+  expect_fill(b, 0, 0);
+  reset();
+  assert_ok(ops->graph_exec_update(x, g2, &info));
+  assert_int_equal(info.result, GCA_GRAPH_UPDATE_SUCCESS);
+  assert_int_equal(info.error_node_index, SIZE_MAX);
+  expect_fill(b, 0, 0); /* an update runs nothing */
+  /* the exec keeps its own copy: the source graph may go */
+  assert_ok(ops->graph_destroy(g2));
+  launch(x);
+  expect_fill(a, 0, 0);
+  expect_fill(b, 7, 2);
+  /* a forked graph updates from another forked graph */
+  gca_graph_t f1 = capture(FORKED, a, 1), f2 = capture(FORKED, b, 5);
+  gca_graph_exec_t xf;
+  assert_ok(ops->graph_instantiate(f1, &xf));
+  assert_ok(ops->graph_exec_update(xf, f2, &info));
+  reset();
+  launch(xf);
+  expect_fill(b, 10, 1);
+  assert_ok(ops->graph_exec_destroy(xf));
+  assert_ok(ops->graph_destroy(f1));
+  assert_ok(ops->graph_destroy(f2));
+  assert_ok(ops->graph_exec_destroy(x));
+  assert_ok(ops->graph_destroy(g1));
+}
+
+/* The update of an exec of `from` by a graph of `to` is refused with `result`
+ * at node `index`, the reason mentions `needle`, and the exec still runs `from`. */
+static void expect_refused(shape_t from, shape_t to, gca_graph_update_result_t result, size_t index,
+                           const char *needle) {
+  gca_graph_t g1 = capture(from, a, 1), g2 = capture(to, b, 7);
+  gca_graph_exec_t x;
+  gca_graph_update_info_t info;
+  assert_ok(ops->graph_instantiate(g1, &x));
+  assert_status(ops->graph_exec_update(x, g2, &info), GCA_ERR_GRAPH_UPDATE, needle);
+  assert_int_equal(info.result, result);
+  assert_int_equal(info.error_node_index, index);
+  if (strstr(info.reason, needle) == NULL)
+    fail_msg("reason '%s' does not mention '%s'", info.reason, needle);
+  reset();
+  launch(x);
+  expect_fill(b, 0, 0);
+  assert_ok(ops->graph_exec_destroy(x));
+  assert_ok(ops->graph_destroy(g1));
+  assert_ok(ops->graph_destroy(g2));
+}
+
+static void node_count_change_is_topology_changed(void **state) {
+  (void)state;
+  expect_refused(FILL, FILL_FILL, GCA_GRAPH_UPDATE_TOPOLOGY_CHANGED, 1, "2 nodes, the exec 1");
+  expect_refused(FILL_FILL, FILL, GCA_GRAPH_UPDATE_TOPOLOGY_CHANGED, 1, "1 nodes, the exec 2");
+}
+
+static void dependency_change_is_topology_changed(void **state) {
+  (void)state;
+  expect_refused(FORKED, LINEAR2, GCA_GRAPH_UPDATE_TOPOLOGY_CHANGED, 1, "dependencies changed");
+}
+
+static void node_kind_change_is_node_type_changed(void **state) {
+  (void)state;
+  expect_refused(FILL, MEMSET, GCA_GRAPH_UPDATE_NODE_TYPE_CHANGED, 0,
+                 "kernel fill_u32 became memset");
+}
+
+static void kernel_change_is_function_changed(void **state) {
+  (void)state;
+  expect_refused(FILL, ADD, GCA_GRAPH_UPDATE_FUNCTION_CHANGED, 0,
+                 "kernel fill_u32 became kernel add_u32");
+}
+
+static void update_refuses_bad_arguments_and_injected_faults(void **state) {
+  (void)state;
+  gca_graph_t g1 = capture(FILL, a, 1), g2 = capture(FILL, b, 7);
+  gca_graph_exec_t x;
+  gca_graph_update_info_t info;
+  assert_ok(ops->graph_instantiate(g1, &x));
+  assert_status(ops->graph_exec_update(x, g2, NULL), GCA_ERR_INVALID_ARGUMENT, "info");
+  assert_status(ops->graph_exec_update(x, (gca_graph_t)(void *)x, &info), GCA_ERR_INVALID_HANDLE,
+                "not a live graph");
+  assert_ok(gca_sim_fault_set("graph_exec_update:nth=1"));
+  assert_status(ops->graph_exec_update(x, g2, &info), GCA_ERR_DRIVER, "graph_exec_update");
+  gca_sim_fault_clear();
+  reset();
+  launch(x); /* still the original parameters */
+  expect_fill(a, 1, 2);
+  expect_fill(b, 0, 0);
+  assert_ok(ops->graph_exec_destroy(x));
+  assert_status(ops->graph_exec_update(x, g2, &info), GCA_ERR_INVALID_HANDLE, "not a live exec");
+  assert_ok(ops->graph_destroy(g1));
+  assert_ok(ops->graph_destroy(g2));
+}
+
+/* Captures a launch of an exec of `inner` (a child-graph node) followed by a memset of c. */
+static gca_graph_t capture_outer(shape_t inner, gca_devptr_t dst, uint32_t value) {
+  gca_graph_t gi = capture(inner, dst, value), g;
+  gca_graph_exec_t xi;
+  assert_ok(ops->graph_instantiate(gi, &xi));
+  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(ops->graph_launch(xi, s));
+  assert_ok(ops->memset_d32_async(c, 3, N, s));
+  assert_ok(ops->stream_end_capture(s, &g));
+  assert_ok(ops->graph_exec_destroy(xi));
+  assert_ok(ops->graph_destroy(gi));
+  return g;
+}
+
+static void captured_graph_launch_is_a_child_graph_node(void **state) {
+  (void)state;
+  gca_graph_t g1 = capture_outer(FILL, a, 1), g2 = capture_outer(FILL, b, 7),
+              g3 = capture_outer(ADD, b, 7);
+  gca_graph_exec_t x;
+  gca_graph_update_info_t info;
+  size_t count;
+  assert_ok(ops->graph_node_count(g1, &count));
+  assert_int_equal(count, 2);
+  reset();
+  assert_ok(ops->graph_instantiate(g1, &x));
+  launch(x);
+  expect_fill(a, 1, 2);
+  expect_fill(c, 3, 0);
+  assert_ok(ops->graph_exec_update(x, g2, &info));
+  reset();
+  launch(x);
+  expect_fill(a, 0, 0);
+  expect_fill(b, 7, 2);
+  assert_status(ops->graph_exec_update(x, g3, &info), GCA_ERR_GRAPH_UPDATE, "child graph");
+  assert_int_equal(info.result, GCA_GRAPH_UPDATE_FUNCTION_CHANGED);
+  assert_int_equal(info.error_node_index, 0);
+  assert_ok(ops->graph_exec_destroy(x));
+  assert_ok(ops->graph_destroy(g1));
+  assert_ok(ops->graph_destroy(g2));
+  assert_ok(ops->graph_destroy(g3));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(same_topology_update_takes_new_parameters),
+      cmocka_unit_test(node_count_change_is_topology_changed),
+      cmocka_unit_test(dependency_change_is_topology_changed),
+      cmocka_unit_test(node_kind_change_is_node_type_changed),
+      cmocka_unit_test(kernel_change_is_function_changed),
+      cmocka_unit_test(update_refuses_bad_arguments_and_injected_faults),
+      cmocka_unit_test(captured_graph_launch_is_a_child_graph_node),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -150,8 +150,8 @@ static bool image_compatible(const gca__sim_image_t *from, const gca__sim_image_
   if (from->n != to->n) {
     info->result = GCA_GRAPH_UPDATE_TOPOLOGY_CHANGED;
     info->error_node_index = from->n < to->n ? from->n : to->n;
-    snprintf(info->reason, sizeof(info->reason), "%sthe graph has %zu nodes, the exec %zu",
-             prefix, to->n, from->n);
+    snprintf(info->reason, sizeof(info->reason), "%sthe graph has %zu nodes, the exec %zu", prefix,
+             to->n, from->n);
     return false;
   }
   for (size_t i = 0; i < from->n; i++) {
@@ -163,7 +163,8 @@ static bool image_compatible(const gca__sim_image_t *from, const gca__sim_image_
                node_name(&a->work), node_name(&b->work));
       return false;
     }
-    if (a->ndeps != b->ndeps || memcmp(a->deps, b->deps, a->ndeps * sizeof(*a->deps)) != 0) {
+    if (a->ndeps != b->ndeps ||
+        (a->ndeps > 0 && memcmp(a->deps, b->deps, a->ndeps * sizeof(*a->deps)) != 0)) {
       info->result = GCA_GRAPH_UPDATE_TOPOLOGY_CHANGED;
       snprintf(info->reason, sizeof(info->reason), "%snode %zu (%s): its dependencies changed",
                prefix, i, node_name(&a->work));
@@ -531,8 +532,8 @@ gca_status_t gca__sim_capture_wait(const char *op, gca_stream_t s, int dev, bool
       st = invalidated_error(op, ce->cap);
     } else if (cs) {
       if (!idxs_union(&cs->tail, &ce->nodes))
-        st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to join event %p", op,
-                        (void *)e);
+        st =
+            gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to join event %p", op, (void *)e);
     } else if (legacy) {
       ce->cap->invalidated = true;
       st = gca__error(GCA_ERR_CAPTURE_IMPLICIT,
@@ -628,7 +629,7 @@ static gca_status_t sim_stream_begin_capture(gca_stream_t stream, gca_capture_mo
   pthread_mutex_lock(&cap_mu);
   capture_t *other;
   if (find_stream(stream, &other)) {
-    st = gca__error(GCA_ERR_INVALID_STATE,
+    st = gca__error(GCA_ERR_DRIVER,
                     "stream_begin_capture: stream %p already takes part in capture %llu "
                     "(CUDA_ERROR_ILLEGAL_STATE)",
                     (void *)stream, (unsigned long long)other->id);
@@ -940,10 +941,11 @@ static gca_status_t sim_graph_exec_update(gca_graph_exec_t exec, gca_graph_t gra
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "graph_exec_update: info is NULL");
   GCA_CHECK(exec_get("graph_exec_update", exec, &x));
   GCA_CHECK_GOTO(graph_get("graph_exec_update", graph, &g), st, fail_graph);
-  *info = (gca_graph_update_info_t){.result = GCA_GRAPH_UPDATE_SUCCESS,
-                                    .error_node_index = SIZE_MAX};
+  *info =
+      (gca_graph_update_info_t){.result = GCA_GRAPH_UPDATE_SUCCESS, .error_node_index = SIZE_MAX};
   pthread_mutex_lock(&x->mu);
   if (image_compatible(x->img, g->img, info, "")) {
+    info->error_node_index = SIZE_MAX;
     gca__sim_image_ref(g->img);
     gca__sim_image_unref(x->img);
     x->img = g->img;

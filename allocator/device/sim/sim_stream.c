@@ -26,8 +26,8 @@
 /* ---- handle registry (Note [Sim handles]) ---- */
 
 #define HANDLE_KIND_SHIFT 56
-#define HANDLE_GEN_SHIFT 24
-#define HANDLE_SLOT_MASK ((1u << HANDLE_GEN_SHIFT) - 1)
+#define HANDLE_GEN_SHIFT  24
+#define HANDLE_SLOT_MASK  ((1u << HANDLE_GEN_SHIFT) - 1)
 
 /* objs[i] != NULL iff slot i is live; gens[i] changes each time slot i is reused. */
 static struct {
@@ -200,7 +200,7 @@ typedef enum item_kind { ITEM_WORK, ITEM_MARK, ITEM_WAIT } item_kind_t;
 typedef struct item {
   struct item *next;
   item_kind_t kind;
-  gca__sim_work_t work;     /* ITEM_WORK */
+  gca__sim_work_t work;      /* ITEM_WORK */
   gca__sim_marker_t *marker; /* ITEM_MARK: the marker to stamp; ITEM_WAIT: the one to wait for */
 } item_t;
 
@@ -504,8 +504,8 @@ static gca_status_t stream_push(const char *op, sim_stream_t *s, item_t *first, 
   return GCA_OK;
 }
 
-gca_status_t gca__sim_stream_describe(const char *op, gca_stream_t stream, int *dev,
-                                      bool *blocking, bool *legacy) {
+gca_status_t gca__sim_stream_describe(const char *op, gca_stream_t stream, int *dev, bool *blocking,
+                                      bool *legacy) {
   sim_stream_t *s = NULL;
   GCA_CHECK(stream_get(op, stream, &s));
   *dev = s->dev;
@@ -678,8 +678,8 @@ static gca_status_t sim_stream_synchronize(gca_stream_t stream) {
   sim_stream_t *s = NULL;
   gca_status_t st;
   GCA_CHECK(stream_get("stream_synchronize", stream, &s));
-  GCA_CHECK_GOTO(gca__sim_capture_check_stream("stream_synchronize", stream, s->dev, s->legacy),
-                 st, out);
+  GCA_CHECK_GOTO(gca__sim_capture_check_stream("stream_synchronize", stream, s->dev, s->legacy), st,
+                 out);
   st = stream_drain("stream_synchronize", s);
 out:
   stream_unref(s);
@@ -708,8 +708,7 @@ static gca_status_t sim_stream_query(gca_stream_t stream) {
   sim_stream_t *s = NULL;
   gca_status_t st;
   GCA_CHECK(stream_get("stream_query", stream, &s));
-  GCA_CHECK_GOTO(gca__sim_capture_check_stream("stream_query", stream, s->dev, s->legacy), st,
-                 out);
+  GCA_CHECK_GOTO(gca__sim_capture_check_stream("stream_query", stream, s->dev, s->legacy), st, out);
   if (!stream_idle(s))
     st = gca__error(GCA_ERR_NOT_READY, "stream_query: stream %p has pending work", (void *)stream);
 out:
@@ -831,13 +830,13 @@ static gca_status_t sim_event_record(gca_event_t event, gca_stream_t stream) {
   GCA_CHECK_GOTO(stream_get("event_record", stream, &s), st, fail_stream);
   if (s->dev != e->dev) {
     st = gca__error(GCA_ERR_INVALID_HANDLE,
-                    "event_record: event %p is on device %d, stream %p on device %d",
-                    (void *)event, e->dev, (void *)stream, s->dev);
+                    "event_record: event %p is on device %d, stream %p on device %d", (void *)event,
+                    e->dev, (void *)stream, s->dev);
     goto out;
   }
-  GCA_CHECK_GOTO(gca__sim_capture_record("event_record", event, stream, s->dev, s->legacy,
-                                         &captured),
-                 st, out);
+  GCA_CHECK_GOTO(
+      gca__sim_capture_record("event_record", event, stream, s->dev, s->legacy, &captured), st,
+      out);
   if (!captured) {
     gca__sim_marker_t *m;
     GCA_CHECK_GOTO(stream_mark("event_record", s, &m), st, out);
@@ -963,8 +962,7 @@ static gca_status_t sim_memset_d8_async(gca_devptr_t dst, uint8_t value, size_t 
                                         gca_stream_t stream) {
   GCA_SIM_ENTER(memset_d8_async, 0);
   if (count > 0 && !dst)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "memset_d8_async: dst is NULL (count %zu)",
-                      count);
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "memset_d8_async: dst is NULL (count %zu)", count);
   gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMSET8, .dst = dst, .value = value, .count = count};
   return gca__sim_stream_submit("memset_d8_async", stream, &w, NULL);
 }

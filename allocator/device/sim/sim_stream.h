@@ -80,8 +80,8 @@ void gca__sim_work_release(gca__sim_work_t *w);
 
 /* Device, blocking-ness and legacy-ness of a stream (NULL: the legacy stream of
  * device 0). GCA_ERR_INVALID_HANDLE naming `op` when the stream is not live. */
-gca_status_t gca__sim_stream_describe(const char *op, gca_stream_t stream, int *dev,
-                                      bool *blocking, bool *legacy);
+gca_status_t gca__sim_stream_describe(const char *op, gca_stream_t stream, int *dev, bool *blocking,
+                                      bool *legacy);
 /* Queues (or, while the stream captures, records) a copy of w on the stream. */
 gca_status_t gca__sim_stream_submit(const char *op, gca_stream_t stream, const gca__sim_work_t *w,
                                     bool *captured);
@@ -91,8 +91,7 @@ typedef struct gca__sim_marker gca__sim_marker_t;
 /* Marks the stream's current end (not while capturing); NULL on allocation failure. */
 gca__sim_marker_t *gca__sim_stream_mark(gca_stream_t stream);
 /* Makes later work on the stream wait for the marker. */
-gca_status_t gca__sim_stream_wait_marker(const char *op, gca_stream_t stream,
-                                         gca__sim_marker_t *m);
+gca_status_t gca__sim_stream_wait_marker(const char *op, gca_stream_t stream, gca__sim_marker_t *m);
 void gca__sim_marker_unref(gca__sim_marker_t *m);
 
 /* ---- sim_graph.c ---- */
@@ -110,8 +109,7 @@ gca_status_t gca__sim_capture_submit(const char *op, gca_stream_t s, int dev, bo
 gca_status_t gca__sim_capture_record(const char *op, gca_event_t e, gca_stream_t s, int dev,
                                      bool legacy, bool *captured);
 gca_status_t gca__sim_capture_wait(const char *op, gca_stream_t s, int dev, bool blocking,
-                                   bool legacy, gca_event_t e, bool event_recorded,
-                                   bool *captured);
+                                   bool legacy, gca_event_t e, bool event_recorded, bool *captured);
 /* Stream synchronize/query: refused for a capturing stream, the legacy stream
  * of a device whose blocking streams capture, or an unsafe call. */
 gca_status_t gca__sim_capture_check_stream(const char *op, gca_stream_t s, int dev, bool legacy);
