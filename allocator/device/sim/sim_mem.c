@@ -246,11 +246,91 @@ fail_give:
 
 /* ---- reservations ---- */
 
-/* mmaps a PROT_NONE, MAP_NORESERVE range of `size` bytes aligned to `align`. */
+/* Note [Sim address space]: device addresses come from one arena of host
+ * address space reserved at first use (PROT_NONE, MAP_NORESERVE), as a GPU's
+ * unified virtual address space is separate from the host's heap. Ranges are
+ * handed out first-fit in address order and returned on free, so the same
+ * sequence of reservations yields the same addresses on every run: a seeded
+ * workload replays exactly, whatever host threads map around it. When the
+ * arena is full (or could not be made), plain mmap() ranges are used. */
+#define VA_ARENA_MAX ((uint64_t)1 << 40)
+#define VA_ARENA_MIN ((uint64_t)64 << 30)
+
+typedef struct va_range {
+  uint64_t base;
+  uint64_t size;
+} va_range_t;
+
+static struct {
+  pthread_mutex_t lock;
+  uint64_t base, size; /* the arena; size 0 before first use or when none */
+  bool tried;
+  vec_t free; /* va_range_t by base, disjoint and coalesced */
+} va = {.lock = PTHREAD_MUTEX_INITIALIZER, .free = {.esz = sizeof(va_range_t)}};
+
+static void va_arena_init_locked(void) {
+  va.tried = true;
+  for (uint64_t size = VA_ARENA_MAX; size >= VA_ARENA_MIN; size /= 2) {
+    void *raw =
+        mmap(NULL, size + GRAN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED)
+      continue;
+    uint64_t start = (uint64_t)(uintptr_t)raw;
+    uint64_t base = (start + GRAN - 1) & ~(GRAN - 1);
+    if (base > start)
+      munmap(raw, (size_t)(base - start));
+    if (start + GRAN > base)
+      munmap((void *)(uintptr_t)(base + size), (size_t)(start + GRAN - base));
+    va_range_t all = {.base = base, .size = size};
+    if (!vec_insert(&va.free, 0, &all)) {
+      munmap((void *)(uintptr_t)base, size);
+      return;
+    }
+    va.base = base;
+    va.size = size;
+    return;
+  }
+}
+
+/* First fit of `size` bytes aligned to `align` in the arena; false when none. */
+static bool va_take_locked(uint64_t size, uint64_t align, uint64_t *out) {
+  for (size_t i = 0; i < va.free.len; i++) {
+    va_range_t *r = vec_at(&va.free, i);
+    uint64_t start = (r->base + align - 1) & ~(align - 1);
+    if (start < r->base || start - r->base > r->size || r->size - (start - r->base) < size)
+      continue;
+    uint64_t end = start + size, rend = r->base + r->size;
+    va_range_t tail = {.base = end, .size = rend - end};
+    if (start > r->base) {
+      r->size = start - r->base;
+      if (tail.size && !vec_insert(&va.free, i + 1, &tail)) {
+        r->size = rend - r->base;
+        return false;
+      }
+    } else if (tail.size) {
+      *r = tail;
+    } else {
+      vec_remove(&va.free, i, 1);
+    }
+    *out = start;
+    return true;
+  }
+  return false;
+}
+
+/* Reserves a PROT_NONE, MAP_NORESERVE range of `size` bytes aligned to `align`
+ * (Note [Sim address space]). */
 static gca_status_t reserve_range(const char *op, uint64_t size, uint64_t align, uint64_t *out) {
   if (size > UINT64_MAX - align)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: %llu bytes cannot be reserved", op,
                       (unsigned long long)size);
+  pthread_mutex_lock(&va.lock);
+  if (!va.tried)
+    va_arena_init_locked();
+  bool got = va.size && va_take_locked(size, align, out);
+  pthread_mutex_unlock(&va.lock);
+  if (got)
+    return GCA_OK;
   size_t span = (size_t)(size + align);
   void *raw = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED)
@@ -265,6 +345,40 @@ static gca_status_t reserve_range(const char *op, uint64_t size, uint64_t align,
     munmap((void *)(uintptr_t)(base + size), (size_t)tail);
   *out = base;
   return GCA_OK;
+}
+
+/* Gives back a range from reserve_range: its pages are dropped and, inside the
+ * arena, the range becomes free for later reservations. */
+static void unreserve_range(uint64_t base, uint64_t size) {
+  pthread_mutex_lock(&va.lock);
+  if (!va.size || base < va.base || base - va.base >= va.size) {
+    pthread_mutex_unlock(&va.lock);
+    munmap((void *)(uintptr_t)base, (size_t)size);
+    return;
+  }
+  mmap((void *)(uintptr_t)base, (size_t)size, PROT_NONE,
+       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  size_t i = vec_lower(&va.free, base);
+  va_range_t *next = i < va.free.len ? vec_at(&va.free, i) : NULL;
+  va_range_t *prev = i > 0 ? vec_at(&va.free, i - 1) : NULL;
+  bool join_prev = prev && prev->base + prev->size == base;
+  bool join_next = next && base + size == next->base;
+  if (join_prev && join_next) {
+    prev->size += size + next->size;
+    vec_remove(&va.free, i, 1);
+  } else if (join_prev) {
+    prev->size += size;
+  } else if (join_next) {
+    next->base = base;
+    next->size += size;
+  } else {
+    va_range_t r = {.base = base, .size = size};
+    if (!vec_insert(&va.free, i, &r))
+      GCA_LOG_WARN("sim: no host memory to track a freed address range; 0x%llx + %llu stays "
+                   "reserved",
+                   (unsigned long long)base, (unsigned long long)size);
+  }
+  pthread_mutex_unlock(&va.lock);
 }
 
 /* Turns [ptr, ptr+size) back into reservation pages: PROT_NONE, no backing. */
@@ -428,7 +542,7 @@ static gca_status_t sim_mem_address_reserve(int dev, size_t size, size_t alignme
   bool ok = vec_insert(&mem.resvs, vec_lower(&mem.resvs, base), &r);
   pthread_mutex_unlock(&mem.lock);
   if (!ok) {
-    munmap((void *)(uintptr_t)base, size);
+    unreserve_range(base, size);
     return gca__error(GCA_ERR_OUT_OF_MEMORY,
                       "mem_address_reserve: no host memory for the reservation table");
   }
@@ -454,7 +568,7 @@ static gca_status_t sim_mem_address_free(int dev, gca_devptr_t ptr, size_t size)
                     "them first",
                     (unsigned long long)ptr, (unsigned long long)r->mapped);
   } else {
-    munmap((void *)(uintptr_t)ptr, size);
+    unreserve_range(ptr, size);
     vec_remove(&mem.resvs, i, 1);
   }
   pthread_mutex_unlock(&mem.lock);
@@ -710,7 +824,7 @@ static gca_status_t sim_mem_alloc(int dev, size_t size, gca_devptr_t *out) {
   return GCA_OK;
 
 fail_resv:
-  munmap((void *)(uintptr_t)base, rounded);
+  unreserve_range(base, rounded);
 fail_phys:
   pthread_mutex_lock(&mem.lock);
   p->refs = 1;
@@ -745,7 +859,7 @@ static gca_status_t sim_mem_free(int dev, gca_devptr_t ptr) {
   piece_t *pc = piece_at(pi);
   GCA_ASSERT(pi < mem.pieces.len && pc->base == ptr);
   phys_t *p = pc->phys;
-  munmap((void *)(uintptr_t)ptr, r->size);
+  unreserve_range(ptr, r->size);
   vec_remove(&mem.pieces, pi, 1);
   vec_remove(&mem.resvs, ri, 1);
   phys_unref(p);
