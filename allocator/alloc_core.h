@@ -14,6 +14,11 @@
  *   ptrmap.c     the per-device pointer -> block map, and the lock-free map from
  *                address granules to devices that lets a free find its device
  *   check.c      the invariant walker and the read-only walk for snapshots
+ *   expandable.c expandable segments: one reserved range per (stream, pool),
+ *                physical memory mapped into it as it grows, unmapped when freed
+ *   pool.c       private pools: handles, use counts, routing of allocations
+ *                (stream filters, thread scopes, captures), use_on_oom
+ *   checkpoint.c checkpoint and restore of a private pool's block layout
  */
 #ifndef GCA_ALLOC_CORE_H
 #define GCA_ALLOC_CORE_H
@@ -43,6 +48,8 @@ typedef struct gca__block gca__block_t;
 typedef struct gca__segment gca__segment_t;
 typedef struct gca__pool gca__pool_t;
 typedef struct gca__devalloc gca__devalloc_t;
+typedef struct gca__mempool gca__mempool_t;
+typedef struct gca__route gca__route_t;
 
 /* A block: a contiguous piece of a segment.
  * Invariants (checked by gca__allocator_check):
@@ -71,10 +78,24 @@ struct gca__block {
   bool allocated;
   bool in_tree;
   bool oversize; /* counted in oversize_allocations at allocation */
+  bool unmapped; /* expandable segments only: address space with no memory behind it;
+                    never allocated, never in the tree, never next to another unmapped
+                    block, both ends on the granularity (Note [Expandable segments]) */
 };
 
+/* One physical allocation mapped into an expandable segment: the handle
+ * (mem_create of exactly `size` bytes) is mapped whole at base + offset. */
+typedef struct gca__mapping {
+  size_t offset, size;
+  gca_memhandle_t handle;
+} gca__mapping_t;
+
 /* A segment: one device allocation, carved into blocks.
- * Invariant: sum of its blocks' sizes == size; head->addr == base. */
+ * Invariant: sum of its blocks' sizes == size; head->addr == base.
+ * Expandable segments (Note [Expandable segments]): the blocks tile the
+ * reservation [base, base + reserved_size) instead, unmapped blocks included;
+ * size == sum of the mapped blocks' sizes == sum of maps[].size; maps is
+ * sorted by offset, disjoint, and covers exactly the mapped blocks. */
 struct gca__segment {
   gca_devptr_t base;
   size_t size;
@@ -83,7 +104,10 @@ struct gca__segment {
   gca__block_t *head;
   gca__segment_t *prev, *next; /* the pool's segment list */
   bool oversize;               /* counted in oversize_segments at creation */
-  bool expandable;             /* always false for now (classic segments) */
+  bool expandable;             /* an expandable segment (expandable.c) */
+  size_t reserved_size;        /* expandable: bytes of address space reserved */
+  gca__mapping_t *maps;        /* expandable: the mappings, by offset */
+  size_t nmaps, cap_maps;
 };
 
 /* A pool: segments and the free tree over their free blocks. The default
@@ -99,6 +123,8 @@ struct gca__pool {
   uint64_t free_calls; /* get_free_block calls while GC is on (block ages) */
   uint64_t id[2];      /* {0,0} for the default pools */
   bool is_small;
+  bool no_split;           /* never split a block (private pools created with no_split) */
+  gca__mempool_t *owner;   /* the private pool holding this tree, NULL for the default pools */
 };
 
 /* A device's pointer -> block map of its allocated blocks.
@@ -139,6 +165,18 @@ struct gca__devalloc {
   void **slabs;
   size_t nslabs, cap_slabs;
   size_t live_blocks; /* block structs in use */
+  size_t granularity; /* expandable segments: mem_granularity, queried on first use */
+  int peers[GCA__MAX_DEVICES]; /* devices given access to this device's expandable memory */
+  int npeers;
+  /* Private pools (pool.c). routing == nroutes + thread scopes naming this
+   * device, read with one relaxed load on the hot path (0: no routing). */
+  gca__mempool_t *mempools; /* live and dying private pools */
+  gca__route_t *routes;
+  size_t nroutes, cap_routes;
+  atomic_uint routing;
+  unsigned ncaptures;      /* capture routes; while > 0 no event is queried */
+  gca__block_t **deferred; /* Note [Frees during capture] */
+  size_t ndeferred, cap_deferred;
 };
 
 /* ---- allocator.c ---- */
@@ -158,6 +196,89 @@ bool gca__alloc_block_fits(const gca_alloc_config_t *cfg, size_t block_size, siz
 gca__devalloc_t *gca__devalloc_peek(int device);
 /* Validates one device allocator; the caller holds d->lock. */
 gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d);
+
+/* Block records for code outside allocator.c: gca__block_new() takes one
+ * (GCA_ERR_OUT_OF_MEMORY with the detail set when the host has none left),
+ * gca__block_free() gives it back. */
+gca_status_t gca__block_new(gca__devalloc_t *d, gca__block_t **out);
+void gca__block_free(gca__devalloc_t *d, gca__block_t *b);
+
+/* ---- expandable.c ---- */
+
+/* Serves `rounded` bytes from the expandable segment of (pool, stream),
+ * creating it on first use: a free block followed by unmapped space (or an
+ * unmapped hole) is mapped just enough, growing by at least `step` bytes
+ * where room allows. Returns the block free and outside the tree.
+ * GCA_ERR_OUT_OF_MEMORY when the limit or the driver refuses; every driver
+ * failure is undone and names its operation. */
+gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                               size_t rounded, size_t step, gca__block_t **out);
+/* Unmaps every mapping of `seg` that lies wholly inside a free block and
+ * releases its handle, synchronizing only seg's stream first; frees the
+ * reservation when nothing stays mapped. *released += bytes unmapped. */
+gca_status_t gca__expand_release(gca__devalloc_t *d, gca__segment_t *seg, size_t *released);
+/* Unmaps, releases and unreserves everything of an expandable segment regardless
+ * of its blocks (allocator reset); the caller frees the record itself. */
+void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg);
+/* Gives `peer` access to every mapping of d's expandable segments and to
+ * every later one. The caller holds d->lock. */
+gca_status_t gca__expand_add_peer(gca__devalloc_t *d, int peer);
+/* Checks a segment's expandable invariants (mappings vs blocks). */
+gca_status_t gca__expand_check(const gca__devalloc_t *d, const gca__segment_t *seg);
+
+/* For pool.c and checkpoint.c (the caller holds d->lock). */
+/* Adds n to the all/small/large entries of a statistic array for pool p. */
+void gca__stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n);
+void gca__stat_add(gca_stat_t *s, int64_t n);
+/* Returns a segment whose single block is free to the driver. */
+gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg);
+/* Best fit for (stream, rounded) in pool, removed from its tree, or NULL. */
+gca__block_t *gca__pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                 size_t rounded);
+/* Waits for every pending free of the device (event_synchronize). */
+gca_status_t gca__alloc_sync_pending(gca__devalloc_t *d);
+/* Records the events of the frees deferred during capture; those that fail
+ * stay deferred. Call once no capture is under way on the device. */
+gca_status_t gca__alloc_flush_deferred(gca__devalloc_t *d);
+
+/* ---- pool.c ---- */
+
+/* A private pool. Invariants: small.owner == large.owner == this;
+ * nactive == allocated + pending-free blocks of its segments;
+ * use_count == 0 -> no handle reaches it ("dying"), and it is destroyed
+ * (segments released, unlinked) as soon as nactive == 0 and no capture is
+ * under way on the device. */
+struct gca__mempool {
+  gca__devalloc_t *dev;
+  uint64_t handle; /* the public handle's value; never reused in the process */
+  gca__pool_t small, large;
+  int use_count; /* creator, retains, routes and thread scopes */
+  size_t nactive;
+  bool use_on_oom;
+  gca__mempool_t *prev, *next; /* the device's list */
+};
+
+/* The pools of d in a fixed order: small, large, then each private pool's
+ * small and large; NULL after the last. Start with &d->small. */
+gca__pool_t *gca__pool_next(gca__devalloc_t *d, gca__pool_t *p);
+/* The private pool the request on `stream` is routed to, or NULL. */
+gca__mempool_t *gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream);
+/* A block of `m` became free (completion of a free); may destroy a dying pool. */
+void gca__mempool_block_freed(gca__devalloc_t *d, gca__mempool_t *m);
+/* Tries the free trees of the use_on_oom pools; the block is out of its tree. */
+gca__block_t *gca__mempool_take_on_oom(gca__devalloc_t *d, gca_stream_t stream, size_t rounded);
+/* Bytes of segments held by private pools. */
+size_t gca__mempools_reserved_locked(const gca__devalloc_t *d);
+/* Destroys every private pool's segments and records (allocator teardown). */
+void gca__mempools_destroy_locked(gca__devalloc_t *d);
+/* Checks m's invariants (owner links, nactive) for the walker. */
+gca_status_t gca__mempool_check_locked(const gca__devalloc_t *d, const gca__mempool_t *m);
+/* Whether a capture route names m. */
+bool gca__mempool_capturing_locked(const gca__devalloc_t *d, const gca__mempool_t *m);
+/* Looks a public handle up and returns with its device's lock held; a dead or
+ * foreign handle is GCA_ERR_INVALID_HANDLE naming `op` (no lock held then). */
+gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devalloc_t **d,
+                                 gca__mempool_t **m);
 
 /* ---- freetree.c ---- */
 

@@ -177,7 +177,7 @@ static gca__block_t *block_take(gca__devalloc_t *d) {
   b->uses = NULL;
   b->nuses = b->cap_uses = 0;
   b->event_count = 0;
-  b->allocated = b->in_tree = b->oversize = false;
+  b->allocated = b->in_tree = b->oversize = b->unmapped = false;
   d->live_blocks++;
   return b;
 }
@@ -192,6 +192,16 @@ static void block_put(gca__devalloc_t *d, gca__block_t *b) {
   d->live_blocks--;
 }
 
+gca_status_t gca__block_new(gca__devalloc_t *d, gca__block_t **out) {
+  GCA_CHECK(block_reserve(d));
+  *out = block_take(d);
+  return GCA_OK;
+}
+
+void gca__block_free(gca__devalloc_t *d, gca__block_t *b) {
+  block_put(d, b);
+}
+
 static inline bool block_whole(const gca__block_t *b) {
   return b->prev == NULL && b->next == NULL;
 }
@@ -199,14 +209,18 @@ static inline bool block_whole(const gca__block_t *b) {
 /* ---- segments ---- */
 
 /* Gets a new segment of `size` bytes from the driver; its single block is
- * returned free and outside the tree. GCA_ERR_OUT_OF_MEMORY when the driver
- * or the memory limit refuses. */
+ * returned free and outside the tree. With expandable segments, grows the
+ * (pool, stream) expandable segment instead by what `rounded` needs, at least
+ * `size` where room allows, and returns the block that serves it.
+ * GCA_ERR_OUT_OF_MEMORY when the driver or the memory limit refuses. */
 static gca_status_t segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
-                                  size_t size, bool retry, gca__block_t **out) {
+                                  size_t size, size_t rounded, bool retry, gca__block_t **out) {
   gca_status_t st;
   gca_devptr_t ptr = 0;
   if (retry)
     d->stats.num_alloc_retries++;
+  if (d->cfg.expandable_segments)
+    return gca__expand_alloc(d, pool, stream, rounded, size, out);
   if (d->set_fraction && d->reserved + size > d->allowed_max)
     return gca__error(GCA_ERR_OUT_OF_MEMORY,
                       "malloc: a %zu-byte segment would pass device %d's limit of %zu bytes "
@@ -256,6 +270,8 @@ fail_seg:
 static gca_status_t segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
   gca__block_t *b = seg->head;
   gca__pool_t *pool = seg->pool;
+  if (seg->expandable)
+    return gca__expand_release(d, seg, NULL);
   GCA_ASSERT(block_whole(b) && b->in_tree);
   gca_status_t st = d->ops->mem_free(d->device, seg->base);
   if (st != GCA_OK)
@@ -292,6 +308,7 @@ static bool gc_enabled(const gca__devalloc_t *d) {
  * with free neighbours (PyTorch's free_block). */
 static void block_free_complete(gca__devalloc_t *d, gca__block_t *b) {
   gca__pool_t *pool = b->pool;
+  gca__mempool_t *owner = pool->owner;
   size_t orig_size = b->size, requested = b->requested;
   int64_t net_blocks = 0, net_bytes = 0;
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, b->addr, requested, b->stream);
@@ -337,6 +354,8 @@ static void block_free_complete(gca__devalloc_t *d, gca__block_t *b) {
     if (st != GCA_OK)
       GCA_LOG_WARN("free: caching is off but the segment stays cached: %s", gca_last_error());
   }
+  if (GCA_UNLIKELY(owner != NULL))
+    gca__mempool_block_freed(d, owner); /* may release b's segment */
 }
 
 /* Best fit in the pool for the stream (PyTorch's get_free_block); removes it
@@ -358,7 +377,8 @@ static gca__block_t *pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_st
 static void block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, size_t requested) {
   gca__pool_t *pool = b->pool;
   bool already_split = !block_whole(b);
-  if (gca__alloc_should_split(&d->cfg, pool->is_small, b->size, rounded)) {
+  if (!pool->no_split &&
+      gca__alloc_should_split(&d->cfg, pool->is_small || b->seg->expandable, b->size, rounded)) {
     gca__block_t *r = block_take(d);
     r->addr = b->addr + rounded;
     r->size = b->size - rounded;
@@ -431,6 +451,24 @@ static gca_status_t events_reserve(gca__devalloc_t *d, size_t n) {
   return GCA_OK;
 }
 
+/* Parks a block used on other streams while a capture is under way: it is
+ * pending (event_count 1) until gca__alloc_flush_deferred records its events
+ * (Note [Frees during capture], pool.c). */
+static gca_status_t defer_free(gca__devalloc_t *d, gca__block_t *b) {
+  if (d->ndeferred == d->cap_deferred) {
+    size_t ncap = d->cap_deferred ? d->cap_deferred * 2 : 16;
+    gca__block_t **n = realloc(d->deferred, ncap * sizeof(*n));
+    if (n == NULL)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                        "free: host out of memory deferring the free of 0x%" PRIx64, b->addr);
+    d->deferred = n;
+    d->cap_deferred = ncap;
+  }
+  d->deferred[d->ndeferred++] = b;
+  b->event_count = 1;
+  return GCA_OK;
+}
+
 /* Records an event on each stream that used b; b becomes pending. On failure
  * nothing changed. */
 static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b) {
@@ -466,6 +504,10 @@ static gca_status_t process_events(gca__devalloc_t *d) {
   gca_stream_t busy[16];
   size_t nbusy = 0, w = 0, i;
   gca_status_t st = GCA_OK;
+  if (d->ncaptures != 0) /* Note [Frees during capture] */
+    return GCA_OK;
+  if (d->ndeferred != 0)
+    GCA_CHECK(gca__alloc_flush_deferred(d));
   for (i = 0; i < d->npending; i++) {
     gca__pending_t e = d->pending[i];
     bool skip = false;
@@ -515,7 +557,9 @@ static gca_status_t sync_pending(gca__devalloc_t *d) {
 static gca_status_t pool_release_all(gca__devalloc_t *d, gca__pool_t *pool) {
   for (gca__segment_t *s = pool->segments, *next; s != NULL; s = next) {
     next = s->next;
-    if (block_whole(s->head) && s->head->in_tree)
+    if (s->expandable)
+      GCA_CHECK(gca__expand_release(d, s, NULL));
+    else if (block_whole(s->head) && s->head->in_tree)
       GCA_CHECK(segment_release(d, s));
   }
   return GCA_OK;
@@ -601,6 +645,11 @@ static gca_status_t garbage_collect(gca__devalloc_t *d) {
         count--;
       }
     }
+  }
+  for (gca__segment_t *s = pool->segments, *next; s != NULL && reclaimed < target; s = next) {
+    next = s->next;
+    if (s->expandable)
+      GCA_CHECK(gca__expand_release(d, s, &reclaimed));
   }
   return GCA_OK;
 }
@@ -715,12 +764,31 @@ static gca_status_t devalloc_get(const char *op, int device, gca__devalloc_t **o
 
 /* ---- malloc ---- */
 
+/* The pool of a routed request: the matching private pool's tree of the same
+ * size class, or `pool` when no route matches. */
+static gca__pool_t *routed_pool(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                size_t rounded) {
+  gca__mempool_t *m = gca__route_select_locked(d, stream);
+  if (m == NULL)
+    return pool;
+  return rounded <= GCA__SMALL_SIZE ? &m->small : &m->large;
+}
+
+/* A no_split pool's segment holds exactly one block: sized to fit. */
+static size_t no_split_segment_size(size_t rounded) {
+  if (rounded <= GCA__SMALL_SIZE)
+    return GCA__SMALL_BUFFER;
+  return GCA__ROUND_LARGE * ((rounded + GCA__ROUND_LARGE - 1) / GCA__ROUND_LARGE);
+}
+
 static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_stream_t stream) {
   char s_req[32], s_tot[32], s_free[32], s_alloc[32], s_res[32], s_unal[32], s_lim[48] = "";
   size_t free_bytes = 0, total = d->total_memory;
   gca_status_t info = d->ops->mem_get_info(d->device, &free_bytes, &total);
   size_t allocated = (size_t)d->stats.allocated_bytes[GCA_STAT_ALL].current;
   size_t reserved = (size_t)d->stats.reserved_bytes[GCA_STAT_ALL].current;
+  size_t private_bytes = gca__mempools_reserved_locked(d);
+  char s_priv[32];
   d->stats.num_ooms++;
   gca__history_event(GCA_HA_OOM, d->device, free_bytes, seg_size, stream);
   gca__history_alloc_failure(d->device, size, stream);
@@ -752,36 +820,53 @@ static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_strea
              info == GCA_OK ? "" : " (mem_get_info failed)",
              gca__format_size(allocated, s_alloc, sizeof(s_alloc)),
              gca__format_size(reserved, s_res, sizeof(s_res)),
-             gca__format_size(reserved - allocated, s_unal, sizeof(s_unal)), "0 B", s_lim);
+             gca__format_size(reserved - allocated, s_unal, sizeof(s_unal)),
+             gca__format_size(private_bytes, s_priv, sizeof(s_priv)), s_lim);
 }
 
 static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_stream_t stream) {
   gca_status_t st;
   gca__block_t *b = NULL;
   pthread_mutex_lock(&d->lock);
-  if (GCA_UNLIKELY(d->npending != 0))
+  if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0))
     GCA_CHECK_GOTO(process_events(d), st, fail);
   GCA_CHECK_GOTO(block_reserve(d), st, fail);
   size_t rounded = round_request(d, size);
   gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
+  if (GCA_UNLIKELY(atomic_load_explicit(&d->routing, memory_order_relaxed) != 0))
+    pool = routed_pool(d, pool, stream, rounded);
   size_t seg_size = d->caching ? gca__alloc_segment_size(rounded) : rounded;
+  if (GCA_UNLIKELY(pool->no_split))
+    seg_size = no_split_segment_size(rounded);
   if (GCA_LIKELY(d->caching))
     b = pool_take_fit(d, pool, stream, rounded);
   if (b == NULL) {
+    /* a capture may be under way: segment calls must not invalidate it (PyTorch's
+     * cudaMallocMaybeCapturing) */
+    gca_capture_mode_t mode = GCA_CAPTURE_MODE_RELAXED;
+    bool relaxed =
+        GCA_UNLIKELY(d->ncaptures != 0) && d->ops->thread_exchange_capture_mode(&mode) == GCA_OK;
     if (GCA_UNLIKELY(gc_enabled(d)))
       GCA_CHECK_GOTO(garbage_collect(d), st, fail);
-    st = segment_alloc(d, pool, stream, seg_size, false, &b);
+    st = segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
     if (st == GCA_ERR_OUT_OF_MEMORY) {
       bool released = false;
       gca_status_t rst = release_available(d, pool, stream, rounded, &released);
       if (rst != GCA_OK)
         st = rst;
       else if (released)
-        st = segment_alloc(d, pool, stream, seg_size, false, &b);
+        st = segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
     }
-    if (st == GCA_ERR_OUT_OF_MEMORY) {
+    if (st == GCA_ERR_OUT_OF_MEMORY && d->ncaptures == 0) {
       gca_status_t rst = release_cached(d);
-      st = rst != GCA_OK ? rst : segment_alloc(d, pool, stream, seg_size, true, &b);
+      st = rst != GCA_OK ? rst : segment_alloc(d, pool, stream, seg_size, rounded, true, &b);
+    }
+    if (GCA_UNLIKELY(relaxed))
+      (void)d->ops->thread_exchange_capture_mode(&mode);
+    if (st == GCA_ERR_OUT_OF_MEMORY && pool->owner == NULL && d->mempools != NULL &&
+        (b = gca__mempool_take_on_oom(d, stream, rounded)) != NULL) {
+      pool = b->pool;
+      st = GCA_OK;
     }
     if (st == GCA_ERR_OUT_OF_MEMORY) {
       DEBUG_CHECK(d);
@@ -799,6 +884,8 @@ static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_
   }
   GCA_CHECK_GOTO(block_reserve(d), st, fail_unmap);
   block_activate(d, b, rounded, size);
+  if (GCA_UNLIKELY(pool->owner != NULL))
+    pool->owner->nactive++;
   gca__history_event(GCA_HA_ALLOC, d->device, b->addr, size, stream);
   DEBUG_CHECK(d);
   pthread_mutex_unlock(&d->lock);
@@ -848,10 +935,9 @@ static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
     if (d == NULL)
       continue;
     pthread_mutex_lock(&d->lock);
-    gca__pool_t *pools[2] = {&d->small, &d->large};
-    for (int k = 0; k < 2; k++) {
-      for (gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next) {
-        if (addr < s->base || addr >= s->base + s->size)
+    for (gca__pool_t *pool = &d->small; pool != NULL; pool = gca__pool_next(d, pool)) {
+      for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
+        if (addr < s->base || addr >= s->base + (s->expandable ? s->reserved_size : s->size))
           continue;
         gca__block_t *b = s->head;
         while (b->next != NULL && b->next->addr <= addr)
@@ -917,7 +1003,9 @@ static gca__block_t *lock_live(gca_devptr_t addr, bool take, gca__devalloc_t **o
 static gca_status_t dev_free(gca__devalloc_t *d, gca__block_t *b) {
   gca__pool_t *pool = b->pool;
   if (b->nuses != 0) {
-    if (d->caching) {
+    if (GCA_UNLIKELY(d->ncaptures != 0)) {
+      GCA_CHECK(defer_free(d, b));
+    } else if (d->caching) {
       GCA_CHECK(block_insert_events(d, b));
     } else {
       for (uint32_t i = 0; i < b->nuses; i++) {
@@ -957,7 +1045,7 @@ static gca_status_t free_impl(void *ptr, int expected_dev) {
                       "free: pointer 0x%" PRIx64 " belongs to device %d, not device %d", addr,
                       d->device, expected_dev);
   }
-  if (GCA_UNLIKELY(d->npending != 0)) {
+  if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0)) {
     st = process_events(d);
     if (st != GCA_OK)
       goto fail;
@@ -1067,6 +1155,16 @@ GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction) {
   d->allowed_max = (size_t)(fraction * (double)d->total_memory);
   pthread_mutex_unlock(&d->lock);
   return GCA_OK;
+}
+
+GCA_API gca_status_t gca_enable_peer_access(int device, int peer) {
+  gca__devalloc_t *d;
+  GCA_CHECK(check_device_index("enable_peer_access", peer, NULL));
+  GCA_CHECK(devalloc_get("enable_peer_access", device, &d));
+  pthread_mutex_lock(&d->lock);
+  gca_status_t st = gca__expand_add_peer(d, peer);
+  pthread_mutex_unlock(&d->lock);
+  return st;
 }
 
 GCA_API gca_status_t gca_set_memory_limit(int device, uint64_t bytes) {
@@ -1266,14 +1364,19 @@ static void devalloc_destroy(gca__devalloc_t *d) {
   for (size_t i = 0; i < d->nevents; i++)
     (void)d->ops->event_destroy(d->event_pool[i]);
   gca__ptrmap_destroy(&d->ptrs);
+  gca__mempools_destroy_locked(d);
   gca__pool_t *pools[2] = {&d->small, &d->large};
   for (int k = 0; k < 2; k++) {
     for (gca__segment_t *s = pools[k]->segments, *next; s != NULL; s = next) {
       next = s->next;
       for (gca__block_t *b = s->head; b != NULL; b = b->next)
         free(b->uses);
-      (void)d->ops->mem_free(d->device, s->base);
-      gca__owner_remove(s->base, s->size, d->device);
+      if (s->expandable) {
+        gca__expand_destroy(d, s);
+      } else {
+        (void)d->ops->mem_free(d->device, s->base);
+        gca__owner_remove(s->base, s->size, d->device);
+      }
       free(s);
     }
   }
@@ -1303,4 +1406,43 @@ void gca__allocator_reset(void) {
   g_nobservers = 0;
   t_device = 0;
   pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- for pool.c and checkpoint.c ---- */
+
+void gca__stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
+  stat_pool(arr, p, n);
+}
+
+void gca__stat_add(gca_stat_t *s, int64_t n) {
+  stat_change(s, n);
+}
+
+gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
+  return segment_release(d, seg);
+}
+
+gca__block_t *gca__pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                 size_t rounded) {
+  return pool_take_fit(d, pool, stream, rounded);
+}
+
+gca_status_t gca__alloc_sync_pending(gca__devalloc_t *d) {
+  return sync_pending(d);
+}
+
+gca_status_t gca__alloc_flush_deferred(gca__devalloc_t *d) {
+  while (d->ndeferred > 0) {
+    gca__block_t *b = d->deferred[d->ndeferred - 1];
+    b->event_count = 0;
+    gca_status_t st = block_insert_events(d, b);
+    if (st != GCA_OK) {
+      b->event_count = 1;
+      return st;
+    }
+    d->ndeferred--;
+    if (b->event_count == 0)
+      block_free_complete(d, b);
+  }
+  return GCA_OK;
 }

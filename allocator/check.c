@@ -37,11 +37,13 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
       return BROKEN("segment 0x%" PRIx64 ": bad pool or list links", s->base);
     if (s->head == NULL || s->head->prev != NULL || s->head->addr != s->base)
       return BROKEN("segment 0x%" PRIx64 ": head block does not start it", s->base);
-    int owner = gca__owner_device(s->base + s->size - 1);
+    size_t extent = s->expandable ? s->reserved_size : s->size;
+    int owner = gca__owner_device(s->base + extent - 1);
     if (gca__owner_device(s->base) != owner || (owner != d->device && owner != GCA__OWNER_ANY))
       return BROKEN("segment 0x%" PRIx64 ": the address map says device %d, not %d", s->base, owner,
                     d->device);
-    sum->segment++;
+    if (!s->expandable)
+      sum->segment++; /* as PyTorch, the segment count leaves expandable segments out */
     sum->reserved_bytes += (int64_t)s->size;
     if (s->oversize)
       (*oversize_seg)++;
@@ -61,6 +63,11 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
       if (b->next && b->next->prev != b)
         return BROKEN("block 0x%" PRIx64 ": next block's prev link is wrong", b->addr);
       at += b->size;
+      if (b->unmapped) {
+        if (!s->expandable)
+          return BROKEN("block 0x%" PRIx64 ": unmapped in a classic segment", b->addr);
+        continue; /* gca__expand_check() covers it */
+      }
       bool is_free = !b->allocated && b->event_count == 0;
       if (b->in_tree != is_free)
         return BROKEN("block 0x%" PRIx64 ": %s but %sin the free tree", b->addr,
@@ -68,7 +75,8 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
       if (is_free && !gca__tree_contains(p, b))
         return BROKEN("block 0x%" PRIx64 ": marked in the tree but not reachable by its key",
                       b->addr);
-      if (is_free && b->next && !b->next->allocated && b->next->event_count == 0)
+      if (is_free && b->next && !b->next->allocated && b->next->event_count == 0 &&
+          !b->next->unmapped)
         return BROKEN("blocks 0x%" PRIx64 " and 0x%" PRIx64 ": adjacent free blocks not coalesced",
                       b->addr, b->next->addr);
       if (b->allocated) {
@@ -78,7 +86,7 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
         sum->allocated_bytes += (int64_t)b->size;
         if (b->oversize)
           (*oversize_alloc)++;
-      } else if (b->nuses != 0) {
+      } else if (b->nuses != 0 && b->event_count == 0) { /* deferred frees keep theirs */
         return BROKEN("block 0x%" PRIx64 ": not allocated but still has recorded streams", b->addr);
       }
       if (b->allocated || b->event_count > 0) {
@@ -95,9 +103,11 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
         }
       }
     }
-    if (at != s->base + s->size)
+    if (at != s->base + extent)
       return BROKEN("segment 0x%" PRIx64 ": blocks cover %" PRIu64 " of %zu bytes", s->base,
-                    at - s->base, s->size);
+                    at - s->base, extent);
+    if (s->expandable)
+      GCA_CHECK(gca__expand_check(d, s));
   }
   if (nfree != p->nfree)
     return BROKEN("device %d %s pool: %zu free blocks but the tree holds %zu", d->device,
@@ -123,6 +133,11 @@ gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
   memset(sums, 0, sizeof(sums));
   GCA_CHECK(check_pool(d, &d->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live));
   GCA_CHECK(check_pool(d, &d->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live));
+  for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
+    GCA_CHECK(check_pool(d, &m->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live));
+    GCA_CHECK(check_pool(d, &m->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live));
+    GCA_CHECK(gca__mempool_check_locked(d, m));
+  }
   if (live != d->live_blocks)
     return BROKEN("device %d: %zu blocks in segments but %zu block records in use", d->device, live,
                   d->live_blocks);
@@ -198,15 +213,16 @@ gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx) {
   if (d == NULL || fn == NULL)
     return GCA_OK;
   pthread_mutex_lock(&d->lock);
-  size_t nseg = d->small.nsegments + d->large.nsegments, k = 0, maxb = 0;
+  size_t nseg = 0, k = 0, maxb = 0;
+  for (gca__pool_t *p = &d->small; p != NULL; p = gca__pool_next(d, p))
+    nseg += p->nsegments;
   segs = malloc((nseg ? nseg : 1) * sizeof(*segs));
   if (segs == NULL) {
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "allocator_walk: host out of memory");
     goto out;
   }
-  gca__pool_t *pools[2] = {&d->small, &d->large};
-  for (int p = 0; p < 2; p++) {
-    for (gca__segment_t *s = pools[p]->segments; s != NULL; s = s->next) {
+  for (gca__pool_t *p = &d->small; p != NULL; p = gca__pool_next(d, p)) {
+    for (gca__segment_t *s = p->segments; s != NULL; s = s->next) {
       size_t nb = 0;
       for (gca__block_t *b = s->head; b != NULL; b = b->next)
         nb++;
@@ -221,35 +237,43 @@ gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx) {
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "allocator_walk: host out of memory");
     goto out;
   }
+  /* an expandable segment is reported as PyTorch does: one segment per
+   * contiguous mapped run, total_size its mapped bytes */
   for (size_t i = 0; i < nseg; i++) {
     gca__segment_t *s = segs[i];
-    gca_segment_info_t si = {.device = device,
-                             .address = s->base,
-                             .total_size = s->size,
-                             .stream = s->stream,
-                             .is_large = !s->pool->is_small,
-                             .is_expandable = s->expandable,
-                             .pool_id = {s->pool->id[0], s->pool->id[1]}};
-    size_t nb = 0;
-    for (gca__block_t *b = s->head; b != NULL; b = b->next, nb++) {
-      gca_block_info_t *bi = &blocks[nb];
-      bi->address = b->addr;
-      bi->size = b->size;
-      bi->requested_size = b->requested;
-      if (b->allocated) {
-        bi->state = GCA_BLOCK_ACTIVE_ALLOCATED;
-        si.allocated_size += b->size;
-      } else if (b->event_count > 0) {
-        bi->state = GCA_BLOCK_ACTIVE_PENDING_FREE;
-      } else {
-        bi->state = GCA_BLOCK_INACTIVE;
+    for (gca__block_t *b = s->head; b != NULL;) {
+      if (b->unmapped) {
+        b = b->next;
+        continue;
       }
-      if (bi->state != GCA_BLOCK_INACTIVE) {
-        si.active_size += b->size;
-        si.requested_size += b->requested;
+      gca_segment_info_t si = {.device = device,
+                               .address = b->addr,
+                               .stream = s->stream,
+                               .is_large = !s->pool->is_small,
+                               .is_expandable = s->expandable,
+                               .pool_id = {s->pool->id[0], s->pool->id[1]}};
+      size_t nb = 0;
+      for (; b != NULL && !b->unmapped; b = b->next, nb++) {
+        gca_block_info_t *bi = &blocks[nb];
+        bi->address = b->addr;
+        bi->size = b->size;
+        bi->requested_size = b->requested;
+        si.total_size += b->size;
+        if (b->allocated) {
+          bi->state = GCA_BLOCK_ACTIVE_ALLOCATED;
+          si.allocated_size += b->size;
+        } else if (b->event_count > 0) {
+          bi->state = GCA_BLOCK_ACTIVE_PENDING_FREE;
+        } else {
+          bi->state = GCA_BLOCK_INACTIVE;
+        }
+        if (bi->state != GCA_BLOCK_INACTIVE) {
+          si.active_size += b->size;
+          si.requested_size += b->requested;
+        }
       }
+      fn(&si, blocks, nb, ctx);
     }
-    fn(&si, blocks, nb, ctx);
   }
 out:
   pthread_mutex_unlock(&d->lock);

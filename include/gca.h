@@ -5,5 +5,6 @@
 #include "gca/status.h"
 #include "gca/device.h"
 #include "gca/allocator.h"
+#include "gca/pool.h"
 
 #endif

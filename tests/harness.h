@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -58,6 +60,32 @@ static inline const gca_device_ops_t *test_backend(void) {
   }
   gca__device_override(ops);
   return ops;
+}
+
+/* Runs argv (searched in PATH when it has no slash) with stdout and stderr
+ * into a malloc'd *out; returns the exit status, or -1 when the child did not
+ * exit normally. */
+static inline int test_run_capture(char *const argv[], char **out) {
+  char tmpl[] = "/tmp/gca-test-XXXXXX";
+  int fd = mkstemp(tmpl);
+  assert_true(fd >= 0);
+  unlink(tmpl);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  off_t len = lseek(fd, 0, SEEK_END);
+  *out = calloc(1, (size_t)len + 1);
+  assert_non_null(*out);
+  assert_int_equal(pread(fd, *out, (size_t)len, 0), len);
+  close(fd);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 #endif

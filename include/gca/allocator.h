@@ -43,6 +43,10 @@ GCA_API gca_status_t gca_empty_cache(void);
 GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction);
 /* Caps the device's reserved memory at `bytes` (0 removes the cap). */
 GCA_API gca_status_t gca_set_memory_limit(int device, uint64_t bytes);
+/* Gives device `peer` read-write access to `device`'s expandable segments:
+ * every range mapped now and every one mapped later (expandable_segments).
+ * GCA_ERR_NOT_SUPPORTED when the driver says peer cannot access device. */
+GCA_API gca_status_t gca_enable_peer_access(int device, int peer);
 
 /* Applies a configuration string with GCA_ALLOC_CONF's syntax
  * ("max_split_size_mb:256,garbage_collection_threshold:0.8"). On error nothing

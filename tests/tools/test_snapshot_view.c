@@ -19,31 +19,6 @@
 static const char *snapshot_path;
 static const char *tool_path;
 
-/* Runs argv with stdout and stderr into a malloc'd *out; returns the exit
- * status, or -1 when it did not exit normally. */
-static int run_capture(char *const argv[], char **out) {
-  char tmpl[] = "/tmp/gca-snapshot-test-XXXXXX";
-  int fd = mkstemp(tmpl);
-  assert_true(fd >= 0);
-  unlink(tmpl);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  int status = 0;
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  off_t len = lseek(fd, 0, SEEK_END);
-  *out = calloc(1, (size_t)len + 1);
-  assert_non_null(*out);
-  assert_int_equal(pread(fd, *out, (size_t)len, 0), len);
-  close(fd);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 static gca_status_t load_text(const char *json, snapshot_t *s) {
   return gca__snapshot_load(json, strlen(json), s);
 }
@@ -292,20 +267,20 @@ static void command_exits_2_on_bad_input_and_0_on_text(void **state) {
   close(fd);
   char *out = NULL;
   char *args_bad[] = {(char *)tool_path, "--text", bad, NULL};
-  assert_int_equal(run_capture(args_bad, &out), 2);
+  assert_int_equal(test_run_capture(args_bad, &out), 2);
   assert_non_null(strstr(out, "gca-snapshot: "));
   assert_non_null(strstr(out, "json: line 1 column"));
   free(out);
   char *args_missing[] = {(char *)tool_path, "/nonexistent/x.json", NULL};
-  assert_int_equal(run_capture(args_missing, &out), 2);
+  assert_int_equal(test_run_capture(args_missing, &out), 2);
   assert_non_null(strstr(out, "cannot open"));
   free(out);
   char *args_usage[] = {(char *)tool_path, NULL};
-  assert_int_equal(run_capture(args_usage, &out), 2);
+  assert_int_equal(test_run_capture(args_usage, &out), 2);
   assert_non_null(strstr(out, "usage:"));
   free(out);
   char *args_text[] = {(char *)tool_path, "--text", (char *)snapshot_path, NULL};
-  assert_int_equal(run_capture(args_text, &out), 0);
+  assert_int_equal(test_run_capture(args_text, &out), 0);
   assert_non_null(strstr(out, "  reserved                   23068672"));
   free(out);
   unlink(bad);
@@ -347,7 +322,7 @@ static void page_draws_its_plots_in_headless_chromium(void **state) {
   snprintf(profile_arg, sizeof(profile_arg), "--user-data-dir=%s", profile);
   char *out = NULL;
   char *gen[] = {(char *)tool_path, (char *)snapshot_path, "-o", page, NULL};
-  assert_int_equal(run_capture(gen, &out), 0);
+  assert_int_equal(test_run_capture(gen, &out), 0);
   free(out);
   char *render[] = {(char *)chromium,
                     "--headless",
@@ -358,7 +333,7 @@ static void page_draws_its_plots_in_headless_chromium(void **state) {
                     "--dump-dom",
                     url,
                     NULL};
-  int rc = run_capture(render, &out);
+  int rc = test_run_capture(render, &out);
   if (rc != 0)
     fail_msg("chromium exited %d: %.2000s", rc, out);
   assert_non_null(strstr(out, "data-gca-drawn=\"1\""));
@@ -370,7 +345,7 @@ static void page_draws_its_plots_in_headless_chromium(void **state) {
   assert_non_null(strstr(out, "load_weights (weights.c:3)"));
   free(out);
   char *rm[] = {"rm", "-rf", dir, NULL};
-  assert_int_equal(run_capture(rm, &out), 0);
+  assert_int_equal(test_run_capture(rm, &out), 0);
   free(out);
 }
 

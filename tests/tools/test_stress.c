@@ -16,31 +16,6 @@
 
 static const char *tool_path;
 
-/* Runs argv with stdout and stderr into a malloc'd *out; returns the exit
- * status, or -1 when it did not exit normally. */
-static int run_capture(char *const argv[], char **out) {
-  char tmpl[] = "/tmp/gca-stress-test-XXXXXX";
-  int fd = mkstemp(tmpl);
-  assert_true(fd >= 0);
-  unlink(tmpl);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(argv[0], argv);
-    _exit(127);
-  }
-  int status = 0;
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  off_t len = lseek(fd, 0, SEEK_END);
-  *out = calloc(1, (size_t)len + 1);
-  assert_non_null(*out);
-  assert_int_equal(pread(fd, *out, (size_t)len, 0), len);
-  close(fd);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* The integer after "\"key\": " in a --json report. */
 static long long json_field(const char *out, const char *key) {
   char pat[64];
@@ -260,8 +235,8 @@ static void seeded_single_thread_run_is_reproducible(void **state) {
                   "500",
                   "--json",
                   NULL};
-  assert_int_equal(run_capture(run1, &a), 0);
-  assert_int_equal(run_capture(run1, &b), 0);
+  assert_int_equal(test_run_capture(run1, &a), 0);
+  assert_int_equal(test_run_capture(run1, &b), 0);
   char da[32], db[32], dc[32];
   assert_string_equal(json_string_field(a, "digest", da, sizeof(da)),
                       json_string_field(b, "digest", db, sizeof(db)));
@@ -281,7 +256,7 @@ static void seeded_single_thread_run_is_reproducible(void **state) {
 
   char *run2[] = {(char *)tool_path, "--threads", "1",      "--streams", "3", "--ops", "3000",
                   "--seed",          "43",        "--json", NULL};
-  assert_int_equal(run_capture(run2, &c), 0);
+  assert_int_equal(test_run_capture(run2, &c), 0);
   assert_string_not_equal(da, json_string_field(c, "digest", dc, sizeof(dc)));
   free(a);
   free(b);
@@ -306,8 +281,8 @@ static void without_cross_stream_frees_allocator_stats_repeat_too(void **state) 
                  "700",
                  "--json",
                  NULL};
-  assert_int_equal(run_capture(run, &a), 0);
-  assert_int_equal(run_capture(run, &b), 0);
+  assert_int_equal(test_run_capture(run, &a), 0);
+  assert_int_equal(test_run_capture(run, &b), 0);
   static const char *same[] = {
       "allocations",      "allocated_bytes_total", "allocated_bytes_peak", "reserved_bytes_peak",
       "num_device_alloc", "num_device_free",       "num_alloc_retries",    "num_ooms"};
@@ -325,7 +300,7 @@ static void overwrite_after_free_is_caught_with_seed_and_block(void **state) {
   char *argv[] = {
       (char *)tool_path,      "--threads", "1", "--ops", "5000", "--seed", "3", "--inject-bug",
       "overwrite-after-free", NULL};
-  assert_int_equal(run_capture(argv, &out), 1);
+  assert_int_equal(test_run_capture(argv, &out), 1);
   const char *msg = strstr(out, "FAILED (seed 3): CORRUPTION in block #");
   if (!msg)
     fail_msg("no corruption report:\n%s", out);
@@ -340,7 +315,7 @@ static void overwrite_after_free_is_caught_with_seed_and_block(void **state) {
   char *threaded[] = {
       (char *)tool_path,      "--threads", "3", "--ops", "20000", "--seed", "11", "--inject-bug",
       "overwrite-after-free", "--json",    NULL};
-  assert_int_equal(run_capture(threaded, &out), 1);
+  assert_int_equal(test_run_capture(threaded, &out), 1);
   assert_non_null(strstr(out, "\"ok\": false"));
   assert_non_null(strstr(out, "CORRUPTION in block #"));
   free(out);
@@ -367,7 +342,7 @@ static void injected_faults_are_counted_not_fatal(void **state) {
                   "100",
                   "--json",
                   NULL};
-  int rc = run_capture(argv, &out);
+  int rc = test_run_capture(argv, &out);
   if (rc != 0)
     fail_msg("exit %d:\n%s", rc, out);
   assert_true(json_field(out, "alloc_failures_oom") > 0);
@@ -383,7 +358,7 @@ static void injected_faults_are_counted_not_fatal(void **state) {
   char *retry[] = {
       (char *)tool_path,   "--threads",           "2",  "--ops",  "3000", "--seed", "6", "--faults",
       "mem_alloc:every=4", "--empty-cache-every", "50", "--json", NULL};
-  rc = run_capture(retry, &out);
+  rc = test_run_capture(retry, &out);
   if (rc != 0)
     fail_msg("exit %d:\n%s", rc, out);
   assert_true(json_field(out, "num_alloc_retries") > 0);
@@ -407,7 +382,7 @@ static void small_device_runs_out_of_memory_without_failing(void **state) {
                   "uniform:1MiB:8MiB",
                   "--json",
                   NULL};
-  int rc = run_capture(argv, &out);
+  int rc = test_run_capture(argv, &out);
   if (rc != 0)
     fail_msg("exit %d:\n%s", rc, out);
   assert_true(json_field(out, "alloc_failures_oom") > 0);
@@ -429,7 +404,7 @@ static void trace_sizes_drive_a_run(void **state) {
   char *out = NULL;
   char *argv[] = {(char *)tool_path, "--threads", "2",      "--ops", "2000", "--seed", "4",
                   "--sizes",         spec,        "--json", NULL};
-  assert_int_equal(run_capture(argv, &out), 0);
+  assert_int_equal(test_run_capture(argv, &out), 0);
   long long allocs = json_field(out, "allocs");
   long long bytes = json_field(out, "bytes_requested");
   assert_true(allocs > 0);
@@ -455,14 +430,14 @@ static void bad_usage_exits_2_with_a_message(void **state) {
   for (size_t i = 0; i < GCA_ARRAY_SIZE(cases); i++) {
     char *out = NULL;
     char *argv[] = {(char *)tool_path, (char *)cases[i].a, (char *)cases[i].b, NULL};
-    int rc = run_capture(argv, &out);
+    int rc = test_run_capture(argv, &out);
     if (rc != 2 || !strstr(out, cases[i].needle))
       fail_msg("%s %s: exit %d, output:\n%s", cases[i].a, cases[i].b ? cases[i].b : "", rc, out);
     free(out);
   }
   char *out = NULL;
   char *both[] = {(char *)tool_path, "--seconds", "1", "--ops", "5", NULL};
-  assert_int_equal(run_capture(both, &out), 2);
+  assert_int_equal(test_run_capture(both, &out), 2);
   assert_non_null(strstr(out, "exclude each other"));
   free(out);
 }

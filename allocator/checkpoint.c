@@ -1,0 +1,484 @@
+/* checkpoint.c - saving a private pool's block layout and restoring it
+ * (DESIGN.md "Note [Checkpoints]", PyTorch's getCheckpointState /
+ * setCheckpointPoolState).
+ *
+ * The one idea: a segment's layout is just the sequence of its block sizes
+ * with a live flag each, so a restore needs no allocation calls at all. Under
+ * the device lock it takes every block of a saved segment out of the pointer
+ * map and the free tree, re-tiles the segment with the saved blocks, and puts
+ * them back: live ones in the pointer map, free ones in the tree. Everything
+ * that can fail (validation, host memory for block records, result arrays and
+ * pointer-map growth) happens before the first change, so a refused restore
+ * leaves the pool exactly as it was.
+ *
+ * Expandable segments are saved with their unmapped blocks, so the mapped
+ * extent is part of the state: a restore re-tiles only the mapped space and
+ * refuses (stale) when the segment's mapped extent differs from the saved one.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc_core.h"
+#include "gca/pool.h"
+
+typedef struct saved_block {
+  size_t size;
+  size_t requested; /* 0 unless allocated */
+  bool allocated;
+  bool unmapped; /* expandable segments: address space only */
+} saved_block_t;
+
+/* A saved segment; its blocks are blocks[first .. first + nblocks), in address
+ * order, tiling [base, base + extent), no two free ones adjacent. extent is
+ * the reservation of an expandable segment, else its size. */
+typedef struct saved_seg {
+  gca_devptr_t base;
+  size_t extent;
+  gca_stream_t stream;
+  bool is_small;
+  bool expandable;
+  size_t first, nblocks;
+} saved_seg_t;
+
+struct gca_pool_state {
+  uint64_t pool; /* handle of the pool it was taken from */
+  int device;
+  saved_seg_t *segs;
+  size_t nsegs;
+  saved_block_t *blocks;
+  size_t nblocks;
+};
+
+GCA_API void gca_pool_state_free(gca_pool_state_t *state) {
+  if (state == NULL)
+    return;
+  free(state->segs);
+  free(state->blocks);
+  free(state);
+}
+
+GCA_API void gca_pool_changes_free(gca_pool_changes_t *changes) {
+  if (changes == NULL)
+    return;
+  free(changes->freed);
+  free(changes->allocated);
+  memset(changes, 0, sizeof(*changes));
+}
+
+static size_t seg_extent(const gca__segment_t *seg) {
+  return seg->expandable ? seg->reserved_size : seg->size;
+}
+
+/* Appends b's saved form to blocks[*n], merging a free block into a free
+ * predecessor (pending frees count as free: they are by the time of a
+ * restore); returns whether a record was added. */
+static bool save_block(saved_block_t *blocks, size_t *n, bool first, const gca__block_t *b) {
+  saved_block_t *last = first ? NULL : &blocks[*n - 1];
+  bool is_free = !b->allocated && !b->unmapped;
+  if (is_free && last != NULL && !last->allocated && !last->unmapped) {
+    last->size += b->size;
+    return false;
+  }
+  blocks[(*n)++] = (saved_block_t){.size = b->size,
+                                   .requested = b->allocated ? b->requested : 0,
+                                   .allocated = b->allocated,
+                                   .unmapped = b->unmapped};
+  return true;
+}
+
+GCA_API gca_status_t gca_pool_checkpoint(gca_pool_t *pool, gca_pool_state_t **state) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  gca_status_t st = GCA_OK;
+  if (state == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_checkpoint: the output pointer is NULL");
+  *state = NULL;
+  GCA_CHECK(gca__mempool_lookup("pool_checkpoint", pool, &d, &m));
+  gca_pool_state_t *s = calloc(1, sizeof(*s));
+  size_t nsegs = m->small.nsegments + m->large.nsegments, nblocks = 0;
+  gca__pool_t *pools[2] = {&m->small, &m->large};
+  for (int k = 0; k < 2; k++)
+    for (gca__segment_t *seg = pools[k]->segments; seg != NULL; seg = seg->next)
+      for (gca__block_t *b = seg->head; b != NULL; b = b->next)
+        nblocks++;
+  if (s != NULL) {
+    s->segs = malloc((nsegs ? nsegs : 1) * sizeof(*s->segs));
+    s->blocks = malloc((nblocks ? nblocks : 1) * sizeof(*s->blocks));
+  }
+  if (s == NULL || s->segs == NULL || s->blocks == NULL) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY,
+                    "pool_checkpoint: host out of memory for %zu segments and %zu blocks", nsegs,
+                    nblocks);
+    goto fail;
+  }
+  s->pool = m->handle;
+  s->device = d->device;
+  for (int k = 0; k < 2; k++) {
+    for (gca__segment_t *seg = pools[k]->segments; seg != NULL; seg = seg->next) {
+      saved_seg_t *ss = &s->segs[s->nsegs++];
+      *ss = (saved_seg_t){.base = seg->base,
+                          .extent = seg_extent(seg),
+                          .stream = seg->stream,
+                          .is_small = pools[k]->is_small,
+                          .expandable = seg->expandable,
+                          .first = s->nblocks};
+      for (gca__block_t *b = seg->head; b != NULL; b = b->next)
+        ss->nblocks += save_block(s->blocks, &s->nblocks, ss->nblocks == 0, b);
+    }
+  }
+  pthread_mutex_unlock(&d->lock);
+  *state = s;
+  return GCA_OK;
+
+fail:
+  pthread_mutex_unlock(&d->lock);
+  gca_pool_state_free(s);
+  return st;
+}
+
+/* ---- restore ---- */
+
+/* What a segment becomes: its saved blocks, or (a segment made since the
+ * checkpoint) its mapped runs as free blocks and its unmapped blocks kept. */
+typedef struct target {
+  const saved_block_t *blocks;
+  size_t n;
+  saved_block_t *owned; /* the derived list, freed after the restore */
+} target_t;
+
+static gca__segment_t *find_segment(gca__mempool_t *m, const saved_seg_t *ss) {
+  gca__pool_t *p = ss->is_small ? &m->small : &m->large;
+  for (gca__segment_t *seg = p->segments; seg != NULL; seg = seg->next)
+    if (seg->base == ss->base)
+      return seg;
+  return NULL;
+}
+
+static const saved_seg_t *saved_of(const gca_pool_state_t *s, const gca__segment_t *seg) {
+  for (size_t i = 0; i < s->nsegs; i++)
+    if (s->segs[i].base == seg->base)
+      return &s->segs[i];
+  return NULL;
+}
+
+/* Whether seg's unmapped blocks are exactly the saved ones. */
+static bool same_mapped_extent(const gca__segment_t *seg, const gca_pool_state_t *s,
+                               const saved_seg_t *ss) {
+  const gca__block_t *b = seg->head;
+  gca_devptr_t at = seg->base;
+  for (size_t i = 0; i < ss->nblocks; i++) {
+    const saved_block_t *sb = &s->blocks[ss->first + i];
+    if (sb->unmapped) {
+      while (b != NULL && b->addr < at)
+        b = b->next;
+      if (b == NULL || b->addr != at || !b->unmapped || b->size != sb->size)
+        return false;
+    }
+    at += sb->size;
+  }
+  size_t unmapped_now = 0, unmapped_then = 0;
+  for (b = seg->head; b != NULL; b = b->next)
+    unmapped_now += b->unmapped;
+  for (size_t i = 0; i < ss->nblocks; i++)
+    unmapped_then += s->blocks[ss->first + i].unmapped;
+  return unmapped_now == unmapped_then;
+}
+
+/* Refuses a state that cannot be applied to m, naming why. */
+static gca_status_t restore_validate(gca__devalloc_t *d, gca__mempool_t *m,
+                                     const gca_pool_state_t *s, const void *pool) {
+  if (s->pool != m->handle)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "pool_restore: the state was taken from pool %#" PRIx64 ", not from pool %p",
+                      s->pool, pool);
+  if (gca__mempool_capturing_locked(d, m))
+    return gca__error(GCA_ERR_INVALID_STATE,
+                      "pool_restore: pool %p has a capture under way; end it first", pool);
+  for (size_t i = 0; i < s->nsegs; i++) {
+    const saved_seg_t *ss = &s->segs[i];
+    gca__segment_t *seg = find_segment(m, ss);
+    if (seg == NULL)
+      return gca__error(GCA_ERR_INVALID_STATE,
+                        "pool_restore: stale state: segment 0x%" PRIx64 " (%zu bytes) of the "
+                        "checkpoint is no longer in pool %p",
+                        ss->base, ss->extent, pool);
+    if (seg_extent(seg) != ss->extent || seg->stream != ss->stream ||
+        seg->expandable != ss->expandable)
+      return gca__error(GCA_ERR_INVALID_STATE,
+                        "pool_restore: stale state: segment 0x%" PRIx64 " is now %zu bytes on "
+                        "stream %p, the checkpoint saved %zu bytes on stream %p",
+                        ss->base, seg_extent(seg), (void *)seg->stream, ss->extent,
+                        (void *)ss->stream);
+    if (seg->expandable && !same_mapped_extent(seg, s, ss))
+      return gca__error(GCA_ERR_INVALID_STATE,
+                        "pool_restore: stale state: the mapped extent of expandable segment "
+                        "0x%" PRIx64 " changed since the checkpoint (%zu bytes mapped now)",
+                        ss->base, seg->size);
+  }
+  return GCA_OK;
+}
+
+/* Whether a block of m waits for stream events (pending or deferred free). */
+static bool pool_has_pending(gca__mempool_t *m) {
+  gca__pool_t *pools[2] = {&m->small, &m->large};
+  for (int k = 0; k < 2; k++)
+    for (gca__segment_t *seg = pools[k]->segments; seg != NULL; seg = seg->next)
+      for (gca__block_t *b = seg->head; b != NULL; b = b->next)
+        if (!b->allocated && b->event_count > 0)
+          return true;
+  return false;
+}
+
+static gca_status_t target_of(const gca__segment_t *seg, const gca_pool_state_t *s, target_t *t) {
+  const saved_seg_t *ss = saved_of(s, seg);
+  *t = (target_t){0};
+  if (ss != NULL) {
+    t->blocks = &s->blocks[ss->first];
+    t->n = ss->nblocks;
+    return GCA_OK;
+  }
+  size_t n = 0;
+  for (const gca__block_t *b = seg->head; b != NULL; b = b->next)
+    n++;
+  t->owned = malloc(n * sizeof(*t->owned));
+  if (t->owned == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_restore: host out of memory");
+  for (const gca__block_t *b = seg->head; b != NULL; b = b->next) {
+    gca__block_t freed = *b;
+    freed.allocated = false;
+    save_block(t->owned, &t->n, t->n == 0, &freed);
+  }
+  for (size_t i = 0; i < t->n; i++)
+    t->owned[i].requested = 0;
+  t->blocks = t->owned;
+  return GCA_OK;
+}
+
+/* Takes a segment's blocks out of the pointer map, the tree and the stats. */
+static void seg_unaccount(gca__devalloc_t *d, gca__segment_t *seg) {
+  gca__pool_t *p = seg->pool;
+  bool split = seg->head->next != NULL;
+  for (gca__block_t *b = seg->head; b != NULL; b = b->next) {
+    if (b->unmapped)
+      continue;
+    if (b->allocated) {
+      GCA_ASSERT(gca__ptrmap_take(&d->ptrs, b->addr) == b);
+      gca__stat_pool(d->stats.allocation, p, -1);
+      gca__stat_pool(d->stats.allocated_bytes, p, -(int64_t)b->size);
+      gca__stat_pool(d->stats.active, p, -1);
+      gca__stat_pool(d->stats.active_bytes, p, -(int64_t)b->size);
+      gca__stat_pool(d->stats.requested_bytes, p, -(int64_t)b->requested);
+      if (b->oversize)
+        gca__stat_add(&d->stats.oversize_allocations, -1);
+      p->owner->nactive--;
+    } else {
+      gca__tree_erase(p, b);
+      if (split) {
+        gca__stat_pool(d->stats.inactive_split, p, -1);
+        gca__stat_pool(d->stats.inactive_split_bytes, p, -(int64_t)b->size);
+      }
+    }
+  }
+}
+
+/* Puts a re-tiled segment's blocks back (the inverse of seg_unaccount). */
+static void seg_account(gca__devalloc_t *d, gca__segment_t *seg) {
+  gca__pool_t *p = seg->pool;
+  bool split = seg->head->next != NULL;
+  for (gca__block_t *b = seg->head; b != NULL; b = b->next) {
+    if (b->unmapped)
+      continue;
+    if (b->allocated) {
+      GCA_ASSERT(gca__ptrmap_insert(&d->ptrs, b->addr, b) == GCA_OK); /* grown beforehand */
+      b->oversize = b->size >= d->cfg.max_split_size;
+      gca__stat_pool(d->stats.allocation, p, 1);
+      gca__stat_pool(d->stats.allocated_bytes, p, (int64_t)b->size);
+      gca__stat_pool(d->stats.active, p, 1);
+      gca__stat_pool(d->stats.active_bytes, p, (int64_t)b->size);
+      gca__stat_pool(d->stats.requested_bytes, p, (int64_t)b->requested);
+      if (b->oversize)
+        gca__stat_add(&d->stats.oversize_allocations, 1);
+      p->owner->nactive++;
+    } else {
+      b->gc_base = p->free_calls;
+      gca__tree_insert(p, b);
+      if (split) {
+        gca__stat_pool(d->stats.inactive_split, p, 1);
+        gca__stat_pool(d->stats.inactive_split_bytes, p, (int64_t)b->size);
+      }
+    }
+  }
+}
+
+/* Replaces seg's blocks by the target's, taking block records from *spare. */
+static void seg_retile(gca__devalloc_t *d, gca__segment_t *seg, const target_t *t,
+                       gca__block_t **spare) {
+  for (gca__block_t *b = seg->head, *next; b != NULL; b = next) {
+    next = b->next;
+    free(b->uses);
+    b->uses = NULL;
+    b->nuses = b->cap_uses = 0;
+    b->unmapped = false;
+    gca__block_free(d, b);
+  }
+  gca_devptr_t at = seg->base;
+  gca__block_t *prev = NULL;
+  for (size_t i = 0; i < t->n; i++) {
+    gca__block_t *b = *spare;
+    *spare = b->next;
+    memset(b, 0, sizeof(*b));
+    b->addr = at;
+    b->size = t->blocks[i].size;
+    b->requested = t->blocks[i].requested;
+    b->allocated = t->blocks[i].allocated;
+    b->unmapped = t->blocks[i].unmapped;
+    b->stream = seg->stream;
+    b->pool = seg->pool;
+    b->seg = seg;
+    b->prev = prev;
+    if (prev != NULL)
+      prev->next = b;
+    else
+      seg->head = b;
+    prev = b;
+    at += b->size;
+  }
+  GCA_ASSERT(at == seg->base + seg_extent(seg));
+}
+
+static int addr_cmp(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Fills the changes of one segment: live blocks before (current) and after
+ * (the target) compared by address and size. */
+static void seg_changes(const gca__segment_t *seg, const target_t *t, gca_pool_changes_t *c) {
+  const gca__block_t *b = seg->head;
+  size_t i = 0;
+  gca_devptr_t at = seg->base;
+  for (;;) {
+    while (i < t->n && !t->blocks[i].allocated)
+      at += t->blocks[i++].size;
+    while (b != NULL && !b->allocated)
+      b = b->next;
+    if (b == NULL && i >= t->n)
+      break;
+    if (b != NULL && i < t->n && b->addr == at && b->size == t->blocks[i].size) {
+      b = b->next;
+      at += t->blocks[i++].size;
+    } else if (i >= t->n || (b != NULL && b->addr < at)) {
+      c->freed[c->nfreed++] = (void *)(uintptr_t)b->addr;
+      b = b->next;
+    } else {
+      c->allocated[c->nallocated++] = (void *)(uintptr_t)at;
+      at += t->blocks[i++].size;
+    }
+  }
+}
+
+GCA_API gca_status_t gca_pool_restore(gca_pool_t *pool, const gca_pool_state_t *state,
+                                      gca_pool_changes_t *changes) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  gca_status_t st;
+  gca_pool_changes_t c = {0};
+  gca__block_t *spare = NULL;
+  target_t *targets = NULL;
+  size_t ntargets = 0;
+  if (changes != NULL)
+    memset(changes, 0, sizeof(*changes));
+  if (state == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_restore: the state is NULL");
+  GCA_CHECK(gca__mempool_lookup("pool_restore", pool, &d, &m));
+  GCA_CHECK_GOTO(restore_validate(d, m, state, pool), st, out);
+  if (pool_has_pending(m)) {
+    if (d->ncaptures == 0 && d->ndeferred == 0)
+      GCA_CHECK_GOTO(gca__alloc_sync_pending(d), st, out);
+    if (pool_has_pending(m)) {
+      st = gca__error(GCA_ERR_INVALID_STATE,
+                      "pool_restore: blocks of pool %p wait for stream events while a capture is "
+                      "under way on device %d",
+                      (void *)pool, d->device);
+      goto out;
+    }
+  }
+  gca__pool_t *pools[2] = {&m->small, &m->large};
+  size_t nsegs = m->small.nsegments + m->large.nsegments;
+  targets = calloc(nsegs ? nsegs : 1, sizeof(*targets));
+  if (targets == NULL) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_restore: host out of memory");
+    goto out;
+  }
+  size_t live_now = 0, live_then = 0, records = 0;
+  for (int k = 0; k < 2; k++) {
+    for (gca__segment_t *seg = pools[k]->segments; seg != NULL; seg = seg->next) {
+      target_t *t = &targets[ntargets++];
+      GCA_CHECK_GOTO(target_of(seg, state, t), st, out);
+      records += t->n;
+      for (size_t i = 0; i < t->n; i++)
+        live_then += t->blocks[i].allocated;
+      for (gca__block_t *b = seg->head; b != NULL; b = b->next)
+        live_now += b->allocated;
+    }
+  }
+  c.freed = malloc((live_now ? live_now : 1) * sizeof(void *));
+  c.allocated = malloc((live_then ? live_then : 1) * sizeof(void *));
+  if (c.freed == NULL || c.allocated == NULL) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_restore: host out of memory for the changes");
+    goto out;
+  }
+  for (size_t i = 0; i < records; i++) {
+    gca__block_t *b;
+    GCA_CHECK_GOTO(gca__block_new(d, &b), st, out);
+    b->next = spare;
+    spare = b;
+  }
+  /* grow the pointer map now so that re-inserting the live blocks cannot fail;
+   * odd addresses are never block addresses */
+  size_t extra = live_then > live_now ? live_then - live_now : 0;
+  for (size_t i = 0; i < extra; i++) {
+    st = gca__ptrmap_insert(&d->ptrs, (gca_devptr_t)(2 * i + 1), NULL);
+    if (st != GCA_OK) {
+      while (i-- > 0)
+        gca__ptrmap_take(&d->ptrs, (gca_devptr_t)(2 * i + 1));
+      goto out;
+    }
+  }
+  for (size_t i = 0; i < extra; i++)
+    gca__ptrmap_take(&d->ptrs, (gca_devptr_t)(2 * i + 1));
+
+  size_t ti = 0;
+  for (int k = 0; k < 2; k++) {
+    for (gca__segment_t *seg = pools[k]->segments; seg != NULL; seg = seg->next, ti++) {
+      seg_changes(seg, &targets[ti], &c);
+      seg_unaccount(d, seg);
+      seg_retile(d, seg, &targets[ti], &spare);
+      seg_account(d, seg);
+    }
+  }
+  GCA_ASSERT(spare == NULL);
+  st = GCA_OK;
+out:
+  while (spare != NULL) {
+    gca__block_t *next = spare->next;
+    gca__block_free(d, spare);
+    spare = next;
+  }
+  pthread_mutex_unlock(&d->lock);
+  for (size_t i = 0; i < ntargets; i++)
+    free(targets[i].owned);
+  free(targets);
+  if (st != GCA_OK) {
+    gca_pool_changes_free(&c);
+    return st;
+  }
+  qsort(c.freed, c.nfreed, sizeof(void *), addr_cmp);
+  qsort(c.allocated, c.nallocated, sizeof(void *), addr_cmp);
+  if (changes != NULL)
+    *changes = c;
+  else
+    gca_pool_changes_free(&c);
+  return GCA_OK;
+}

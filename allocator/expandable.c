@@ -1,0 +1,587 @@
+/* expandable.c - expandable segments: per (device, stream, pool) one range of
+ * address space, reserved once, with physical memory mapped into it as the
+ * pool grows and unmapped again when the cache is released.
+ *
+ * The one idea: a request that no cached block serves extends the address
+ * space that is already there instead of starting a new segment, so memory
+ * freed at the end of a segment, or in a hole that was unmapped, is reused
+ * at any size and the pool's footprint follows live memory closely.
+ *
+ * Note [Expandable segments]. The blocks of an expandable segment tile its
+ * whole reservation; a block is either mapped (allocated, pending, or free in
+ * the pool's tree, exactly as in a classic segment) or unmapped (address space
+ * only). A request first takes the best cached fit; failing that, the best
+ * candidate is an unmapped block together with the free blocks on either side
+ * of it (free + unmapped + free), smallest total first, so holes fill before
+ * the tail grows: a free 6 MiB block at the frontier and a 10 MiB request map
+ * 4 MiB more. Growth maps what the request lacks, rounded up to the driver's
+ * granularity and to at least the pool's step (2 MiB for the small pool; for
+ * the large pool the classic segment size, so mid-size requests map 20 MiB
+ * as PyTorch's pages do), as one mem_create + mem_map + mem_set_access: the
+ * cost of a growth does not depend on its size, where PyTorch pays one
+ * handle per 2 or 20 MiB page.
+ *
+ * The trade-off: the driver unmaps whole mappings only, so releasing memory
+ * (empty_cache, the out-of-memory retry, garbage collection) unmaps every
+ * mapping that lies entirely inside a free block and keeps a mapping that a
+ * live block still touches, even when most of it is free. Fewer, larger
+ * mappings make growth cheap and release coarse; the bytes that stay mapped
+ * are bounded by the free parts of mappings that straddle live blocks.
+ * Unmapping waits for the segment's own stream (stream_synchronize), never
+ * the whole device: freed blocks may still be in use by queued work on it.
+ *
+ * Statistics follow PyTorch's expandable segments: reserved_bytes counts
+ * mapped bytes, num_device_alloc / num_device_free count mappings made and
+ * unmapped, the segment count leaves expandable segments out, and history
+ * records segment_map / segment_unmap.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc_core.h"
+#include "history.h"
+
+static inline size_t round_up(size_t x, size_t g) {
+  return (x + g - 1) / g * g;
+}
+
+static inline void stat_change(gca_stat_t *s, int64_t n) {
+  s->current += n;
+  if (n > 0) {
+    s->allocated += n;
+    if (s->current > s->peak)
+      s->peak = s->current;
+  } else {
+    s->freed -= n;
+  }
+}
+
+static inline void stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
+  stat_change(&arr[GCA_STAT_ALL], n);
+  stat_change(&arr[p->is_small ? GCA_STAT_SMALL : GCA_STAT_LARGE], n);
+}
+
+/* Adds (sign 1) or removes (-1) a free block's share of inactive_split, by
+ * allocator.c's rule: a free block counts unless it is alone in its segment. */
+static void split_account(gca__devalloc_t *d, const gca__block_t *b, int sign) {
+  if (b->prev == NULL && b->next == NULL)
+    return;
+  stat_pool(d->stats.inactive_split, b->pool, sign);
+  stat_pool(d->stats.inactive_split_bytes, b->pool, sign * (int64_t)b->size);
+}
+
+static inline bool is_free(const gca__block_t *b) {
+  return b != NULL && b->in_tree;
+}
+
+/* ---- the driver side: reservation and mappings ---- */
+
+static gca_status_t granularity(gca__devalloc_t *d, size_t *out) {
+  if (d->granularity == 0) {
+    size_t g = 0;
+    gca_status_t st = d->ops->mem_granularity(d->device, false, &g);
+    if (st != GCA_OK)
+      return gca__error_prefix(st, "malloc: expandable segment on device %d", d->device);
+    if (g == 0 || (g & (g - 1)) != 0 || g % GCA__MIN_BLOCK_SIZE != 0)
+      return gca__error(GCA_ERR_DRIVER,
+                        "mem_granularity: device %d reports %zu bytes, expected a power of two "
+                        "multiple of %zu",
+                        d->device, g, GCA__MIN_BLOCK_SIZE);
+    d->granularity = g;
+  }
+  *out = d->granularity;
+  return GCA_OK;
+}
+
+/* The devices that get access to new mappings: d's own, then its peers. */
+static int access_list(const gca__devalloc_t *d, int *devs) {
+  devs[0] = d->device;
+  for (int i = 0; i < d->npeers; i++)
+    devs[1 + i] = d->peers[i];
+  return 1 + d->npeers;
+}
+
+/* Maps [base + off, + len) with one new handle and records the mapping. On
+ * failure nothing stays created, mapped or recorded. */
+static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t off, size_t len) {
+  gca_status_t st;
+  gca_memhandle_t h = 0;
+  gca_devptr_t ptr = seg->base + off;
+  int devs[GCA__MAX_DEVICES + 1];
+  if (d->set_fraction && d->reserved + len > d->allowed_max)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "malloc: mapping %zu more bytes would pass device %d's limit of %zu bytes "
+                      "(%zu reserved)",
+                      len, d->device, d->allowed_max, d->reserved);
+  if (seg->nmaps == seg->cap_maps) {
+    size_t ncap = seg->cap_maps ? seg->cap_maps * 2 : 8;
+    gca__mapping_t *n = realloc(seg->maps, ncap * sizeof(*n));
+    if (n == NULL)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a mapping record");
+    seg->maps = n;
+    seg->cap_maps = ncap;
+  }
+  GCA_CHECK(d->ops->mem_create(d->device, len, &h));
+  GCA_CHECK_GOTO(d->ops->mem_map(ptr, len, 0, h), st, fail_create);
+  GCA_CHECK_GOTO(d->ops->mem_set_access(ptr, len, devs, access_list(d, devs)), st, fail_map);
+  size_t i = seg->nmaps;
+  while (i > 0 && seg->maps[i - 1].offset > off) {
+    seg->maps[i] = seg->maps[i - 1];
+    i--;
+  }
+  seg->maps[i] = (gca__mapping_t){off, len, h};
+  seg->nmaps++;
+  seg->size += len;
+  d->reserved += len;
+  stat_pool(d->stats.reserved_bytes, seg->pool, (int64_t)len);
+  d->stats.num_device_alloc++;
+  gca__history_event(GCA_HA_SEGMENT_MAP, d->device, ptr, len, seg->stream);
+  return GCA_OK;
+
+fail_map:
+  if (d->ops->mem_unmap(ptr, len) != GCA_OK)
+    GCA_LOG_WARN("malloc: undoing a mapping at 0x%" PRIx64 " failed", ptr);
+fail_create:
+  if (d->ops->mem_release(h) != GCA_OK)
+    GCA_LOG_WARN("malloc: releasing handle 0x%" PRIx64 " after a failed growth failed", h);
+  return st;
+}
+
+/* Unmaps mapping i and releases its handle. A failed unmap changes nothing; a
+ * failed release leaves the range unmapped and the mapping forgotten (the
+ * status says so). */
+static gca_status_t unmap_one(gca__devalloc_t *d, gca__segment_t *seg, size_t i) {
+  gca__mapping_t m = seg->maps[i];
+  gca_devptr_t ptr = seg->base + m.offset;
+  gca_status_t st = d->ops->mem_unmap(ptr, m.size);
+  if (st != GCA_OK)
+    return gca__error_prefix(st, "release of 0x%" PRIx64 " (%zu bytes) of an expandable segment",
+                             ptr, m.size);
+  memmove(&seg->maps[i], &seg->maps[i + 1], (seg->nmaps - i - 1) * sizeof(seg->maps[0]));
+  seg->nmaps--;
+  seg->size -= m.size;
+  d->reserved -= m.size;
+  stat_pool(d->stats.reserved_bytes, seg->pool, -(int64_t)m.size);
+  d->stats.num_device_free++;
+  gca__history_event(GCA_HA_SEGMENT_UNMAP, d->device, ptr, m.size, seg->stream);
+  st = d->ops->mem_release(m.handle);
+  if (st != GCA_OK)
+    return gca__error_prefix(st, "release of 0x%" PRIx64 " (%zu bytes) of an expandable segment",
+                             ptr, m.size);
+  return GCA_OK;
+}
+
+/* ---- segments ---- */
+
+static gca__segment_t *find_segment(gca__pool_t *pool, gca_stream_t stream) {
+  for (gca__segment_t *s = pool->segments; s != NULL; s = s->next)
+    if (s->expandable && s->stream == stream)
+      return s;
+  return NULL;
+}
+
+/* Reserves 1.125 x the device's memory (PyTorch's headroom for holes that
+ * are unmapped and mapped again at the end) as one unmapped block. */
+static gca_status_t segment_create(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                   gca__segment_t **out) {
+  gca_status_t st;
+  size_t g;
+  gca__block_t *b;
+  gca_devptr_t base = 0;
+  GCA_CHECK(granularity(d, &g));
+  size_t size = round_up(d->total_memory + d->total_memory / 8, g);
+  GCA_CHECK(gca__block_new(d, &b));
+  gca__segment_t *seg = calloc(1, sizeof(*seg));
+  if (seg == NULL) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a segment record");
+    goto fail_block;
+  }
+  st = d->ops->mem_address_reserve(d->device, size, 0, &base);
+  if (st != GCA_OK) {
+    gca__error_prefix(st, "malloc: reserving %zu bytes for an expandable segment", size);
+    goto fail_seg;
+  }
+  GCA_CHECK_GOTO(gca__owner_add(base, size, d->device), st, fail_reserve);
+  b->addr = base;
+  b->size = size;
+  b->stream = stream;
+  b->pool = pool;
+  b->seg = seg;
+  b->unmapped = true;
+  seg->base = base;
+  seg->reserved_size = size;
+  seg->stream = stream;
+  seg->pool = pool;
+  seg->head = b;
+  seg->expandable = true;
+  seg->next = pool->segments;
+  if (pool->segments != NULL)
+    pool->segments->prev = seg;
+  pool->segments = seg;
+  pool->nsegments++;
+  *out = seg;
+  return GCA_OK;
+
+fail_reserve:
+  (void)d->ops->mem_address_free(d->device, base, size);
+fail_seg:
+  free(seg);
+fail_block:
+  gca__block_free(d, b);
+  return st;
+}
+
+/* Removes a segment with nothing mapped (one unmapped block) and frees its
+ * reservation; on failure it stays as it was. */
+static gca_status_t segment_remove(gca__devalloc_t *d, gca__segment_t *seg) {
+  gca__pool_t *pool = seg->pool;
+  GCA_ASSERT(seg->nmaps == 0 && seg->head->unmapped && seg->head->next == NULL);
+  gca_status_t st = d->ops->mem_address_free(d->device, seg->base, seg->reserved_size);
+  if (st != GCA_OK)
+    return gca__error_prefix(st, "release of expandable segment 0x%" PRIx64, seg->base);
+  gca__owner_remove(seg->base, seg->reserved_size, d->device);
+  seg->head->unmapped = false;
+  gca__block_free(d, seg->head);
+  if (seg->prev != NULL)
+    seg->prev->next = seg->next;
+  else
+    pool->segments = seg->next;
+  if (seg->next != NULL)
+    seg->next->prev = seg->prev;
+  pool->nsegments--;
+  free(seg->maps);
+  free(seg);
+  return GCA_OK;
+}
+
+/* ---- growth ---- */
+
+/* Merges src, the address neighbour of dst, into dst; src's record is freed. */
+static void absorb(gca__devalloc_t *d, gca__block_t *dst, gca__block_t *src) {
+  if (src == dst->prev) {
+    dst->addr = src->addr;
+    dst->prev = src->prev;
+    if (dst->prev != NULL)
+      dst->prev->next = dst;
+    else
+      dst->seg->head = dst;
+  } else {
+    dst->next = src->next;
+    if (dst->next != NULL)
+      dst->next->prev = dst;
+  }
+  dst->size += src->size;
+  src->unmapped = false;
+  gca__block_free(d, src);
+}
+
+gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                               size_t rounded, size_t step, gca__block_t **out) {
+  gca__segment_t *seg = find_segment(pool, stream);
+  gca__block_t *rest = NULL;
+  gca_status_t st;
+  size_t g;
+  if (seg == NULL)
+    GCA_CHECK(segment_create(d, pool, stream, &seg));
+  GCA_CHECK(granularity(d, &g));
+  gca__block_t *u = NULL;
+  size_t best = SIZE_MAX;
+  for (gca__block_t *b = seg->head; b != NULL; b = b->next) {
+    if (!b->unmapped)
+      continue;
+    size_t avail =
+        b->size + (is_free(b->prev) ? b->prev->size : 0) + (is_free(b->next) ? b->next->size : 0);
+    if (avail >= rounded && avail < best) {
+      u = b;
+      best = avail;
+    }
+  }
+  if (u == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "malloc: the expandable segment at 0x%" PRIx64 " (%zu bytes of address "
+                      "space, %zu mapped) has no room for %zu bytes",
+                      seg->base, seg->reserved_size, seg->size, rounded);
+  gca__block_t *p = is_free(u->prev) ? u->prev : NULL;
+  gca__block_t *n = is_free(u->next) ? u->next : NULL;
+  size_t psz = p ? p->size : 0;
+  if (psz >= rounded) {
+    /* the cached fit passed p over (max_split_size rules): take it as it is */
+    gca__tree_erase(pool, p);
+    *out = p;
+    return GCA_OK;
+  }
+  size_t need = rounded - psz, len;
+  if (need >= u->size) {
+    len = u->size;
+  } else {
+    size_t want = step > psz ? step - psz : 0;
+    len = round_up(want > need ? want : need, g);
+    if (len > u->size)
+      len = u->size;
+  }
+  if (len < u->size)
+    GCA_CHECK(gca__block_new(d, &rest));
+  st = map_range(d, seg, u->addr - seg->base, len);
+  if (st != GCA_OK) {
+    if (rest != NULL)
+      gca__block_free(d, rest);
+    return st;
+  }
+  if (rest != NULL) {
+    rest->addr = u->addr + len;
+    rest->size = u->size - len;
+    rest->stream = stream;
+    rest->pool = pool;
+    rest->seg = seg;
+    rest->unmapped = true;
+    rest->prev = u;
+    rest->next = u->next;
+    if (rest->next != NULL)
+      rest->next->prev = rest;
+    u->next = rest;
+    u->size = len;
+    n = NULL;
+  }
+  gca__block_t *m = u;
+  m->unmapped = false;
+  m->gc_base = pool->free_calls;
+  if (p != NULL) {
+    split_account(d, p, -1);
+    gca__tree_erase(pool, p);
+    absorb(d, p, m);
+    m = p;
+  }
+  if (n != NULL) {
+    split_account(d, n, -1);
+    gca__tree_erase(pool, n);
+    absorb(d, m, n);
+  }
+  split_account(d, m, 1);
+  *out = m;
+  return GCA_OK;
+}
+
+/* ---- release ---- */
+
+/* Turns [ms, me), the range of a mapping just unmapped inside the free block
+ * b, into an unmapped block, with free blocks for what remains of b on either
+ * side; spare[] holds two block records, used ones are set to NULL. Returns
+ * the block after the new unmapped one, or NULL. */
+static gca__block_t *carve(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t ms, gca_devptr_t me,
+                           gca__block_t **spare) {
+  gca__pool_t *pool = b->pool;
+  gca__block_t *before = NULL, *after = NULL;
+  split_account(d, b, -1);
+  gca__tree_erase(pool, b);
+  if (ms > b->addr) {
+    before = spare[0];
+    spare[0] = NULL;
+    *before = (gca__block_t){.addr = b->addr,
+                             .size = ms - b->addr,
+                             .stream = b->stream,
+                             .pool = pool,
+                             .seg = b->seg,
+                             .prev = b->prev,
+                             .next = b,
+                             .gc_base = b->gc_base};
+    if (before->prev != NULL)
+      before->prev->next = before;
+    else
+      b->seg->head = before;
+    b->prev = before;
+  }
+  if (me < b->addr + b->size) {
+    after = spare[1];
+    spare[1] = NULL;
+    *after = (gca__block_t){.addr = me,
+                            .size = b->addr + b->size - me,
+                            .stream = b->stream,
+                            .pool = pool,
+                            .seg = b->seg,
+                            .prev = b,
+                            .next = b->next,
+                            .gc_base = b->gc_base};
+    if (after->next != NULL)
+      after->next->prev = after;
+    b->next = after;
+  }
+  b->addr = ms;
+  b->size = me - ms;
+  b->unmapped = true;
+  b->gc_base = 0;
+  if (b->prev != NULL && b->prev->unmapped)
+    absorb(d, b, b->prev);
+  if (b->next != NULL && b->next->unmapped)
+    absorb(d, b, b->next);
+  if (before != NULL) {
+    gca__tree_insert(pool, before);
+    split_account(d, before, 1);
+  }
+  if (after != NULL) {
+    gca__tree_insert(pool, after);
+    split_account(d, after, 1);
+  }
+  return b->next;
+}
+
+/* Index of the first mapping wholly inside [lo, hi), or nmaps. */
+static size_t mapping_inside(const gca__segment_t *seg, size_t lo, size_t hi) {
+  size_t a = 0, z = seg->nmaps;
+  while (a < z) {
+    size_t mid = (a + z) / 2;
+    if (seg->maps[mid].offset < lo)
+      a = mid + 1;
+    else
+      z = mid;
+  }
+  if (a < seg->nmaps && seg->maps[a].offset + seg->maps[a].size <= hi)
+    return a;
+  return seg->nmaps;
+}
+
+gca_status_t gca__expand_release(gca__devalloc_t *d, gca__segment_t *seg, size_t *released) {
+  gca_status_t st = GCA_OK;
+  gca__block_t *spare[2] = {NULL, NULL};
+  bool synced = false;
+  for (gca__block_t *b = seg->head; b != NULL;) {
+    if (!b->in_tree) {
+      b = b->next;
+      continue;
+    }
+    size_t lo = b->addr - seg->base;
+    size_t i = mapping_inside(seg, lo, lo + b->size);
+    if (i == seg->nmaps) {
+      b = b->next;
+      continue;
+    }
+    if (!synced) {
+      st = d->ops->stream_synchronize(seg->stream);
+      if (st != GCA_OK) {
+        gca__error_prefix(st, "release of expandable segment 0x%" PRIx64, seg->base);
+        goto out;
+      }
+      synced = true;
+    }
+    for (int k = 0; k < 2; k++)
+      if (spare[k] == NULL && (st = gca__block_new(d, &spare[k])) != GCA_OK)
+        goto out;
+    gca__mapping_t m = seg->maps[i];
+    gca_status_t ust = unmap_one(d, seg, i);
+    if (ust != GCA_OK && seg->nmaps > i && seg->maps[i].offset == m.offset) {
+      st = ust; /* still mapped: nothing changed */
+      goto out;
+    }
+    if (released != NULL)
+      *released += m.size;
+    b = carve(d, b, seg->base + m.offset, seg->base + m.offset + m.size, spare);
+    if (ust != GCA_OK) {
+      st = ust;
+      goto out;
+    }
+  }
+  if (seg->nmaps == 0)
+    st = segment_remove(d, seg);
+out:
+  for (int k = 0; k < 2; k++)
+    if (spare[k] != NULL)
+      gca__block_free(d, spare[k]);
+  return st;
+}
+
+void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
+  for (size_t i = 0; i < seg->nmaps; i++) {
+    (void)d->ops->mem_unmap(seg->base + seg->maps[i].offset, seg->maps[i].size);
+    (void)d->ops->mem_release(seg->maps[i].handle);
+  }
+  (void)d->ops->mem_address_free(d->device, seg->base, seg->reserved_size);
+  gca__owner_remove(seg->base, seg->reserved_size, d->device);
+  free(seg->maps);
+  seg->maps = NULL;
+  seg->nmaps = 0;
+}
+
+/* ---- peer access ---- */
+
+gca_status_t gca__expand_add_peer(gca__devalloc_t *d, int peer) {
+  int devs[GCA__MAX_DEVICES + 1];
+  if (peer == d->device)
+    return GCA_OK;
+  for (int i = 0; i < d->npeers; i++)
+    if (d->peers[i] == peer)
+      return GCA_OK;
+  int can = 0;
+  GCA_CHECK(d->ops->device_can_access_peer(peer, d->device, &can));
+  if (!can)
+    return gca__error(GCA_ERR_NOT_SUPPORTED,
+                      "enable_peer_access: device %d cannot access device %d's memory", peer,
+                      d->device);
+  int ndevs = access_list(d, devs);
+  devs[ndevs++] = peer;
+  for (gca__pool_t *pool = &d->small; pool != NULL; pool = gca__pool_next(d, pool)) {
+    for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
+      for (size_t i = 0; s->expandable && i < s->nmaps; i++) {
+        gca_status_t st =
+            d->ops->mem_set_access(s->base + s->maps[i].offset, s->maps[i].size, devs, ndevs);
+        if (st != GCA_OK)
+          return gca__error_prefix(st, "enable_peer_access: device %d for device %d's 0x%" PRIx64,
+                                   peer, d->device, s->base + s->maps[i].offset);
+      }
+    }
+  }
+  d->peers[d->npeers++] = peer;
+  return GCA_OK;
+}
+
+/* ---- invariants ---- */
+
+#define BROKEN(...) gca__error(GCA_ERR_INTERNAL, "allocator_check: " __VA_ARGS__)
+
+gca_status_t gca__expand_check(const gca__devalloc_t *d, const gca__segment_t *seg) {
+  size_t g = d->granularity, mi = 0, mapped = 0;
+  if (g == 0 || seg->reserved_size % g != 0 || seg->base % g != 0)
+    return BROKEN("expandable segment 0x%" PRIx64 ": reservation not on the granularity",
+                  seg->base);
+  for (size_t i = 0; i < seg->nmaps; i++) {
+    const gca__mapping_t *m = &seg->maps[i];
+    if (m->size == 0 || m->offset % g || m->size % g || m->offset + m->size > seg->reserved_size ||
+        (i > 0 && seg->maps[i - 1].offset + seg->maps[i - 1].size > m->offset))
+      return BROKEN("expandable segment 0x%" PRIx64 ": mapping %zu (+%zu, %zu bytes) misplaced",
+                    seg->base, i, m->offset, m->size);
+    mapped += m->size;
+  }
+  if (mapped != seg->size)
+    return BROKEN("expandable segment 0x%" PRIx64 ": mappings hold %zu bytes, size says %zu",
+                  seg->base, mapped, seg->size);
+  for (const gca__block_t *b = seg->head; b != NULL;) {
+    size_t lo = b->addr - seg->base;
+    if (b->unmapped) {
+      if (lo % g || b->size % g || b->allocated || b->in_tree || b->event_count || b->requested)
+        return BROKEN("unmapped block 0x%" PRIx64 ": misaligned or marked in use", b->addr);
+      if (b->next != NULL && b->next->unmapped)
+        return BROKEN("unmapped blocks 0x%" PRIx64 " and 0x%" PRIx64 " not merged", b->addr,
+                      b->next->addr);
+      if (mi < seg->nmaps && seg->maps[mi].offset < lo + b->size)
+        return BROKEN("unmapped block 0x%" PRIx64 ": a mapping lies inside it", b->addr);
+      b = b->next;
+      continue;
+    }
+    size_t hi = lo;
+    while (b != NULL && !b->unmapped) {
+      hi += b->size;
+      b = b->next;
+    }
+    for (size_t at = lo; at < hi; at += seg->maps[mi++].size)
+      if (mi == seg->nmaps || seg->maps[mi].offset != at)
+        return BROKEN("expandable segment 0x%" PRIx64 ": mapped blocks at +%zu..+%zu are not "
+                      "covered by mappings",
+                      seg->base, lo, hi);
+    if (mi > 0 && seg->maps[mi - 1].offset + seg->maps[mi - 1].size != hi)
+      return BROKEN("expandable segment 0x%" PRIx64 ": a mapping crosses +%zu into unmapped space",
+                    seg->base, hi);
+  }
+  if (mi != seg->nmaps)
+    return BROKEN("expandable segment 0x%" PRIx64 ": %zu mappings under no block", seg->base,
+                  seg->nmaps - mi);
+  return GCA_OK;
+}

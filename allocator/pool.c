@@ -1,0 +1,523 @@
+/* pool.c - private pools: their handles and use counts, and the routes that
+ * send a device's allocations to them (stream filters, per-thread scopes,
+ * stream captures).
+ *
+ * The one idea: a private pool is two more free trees (small, large) with
+ * segments of their own, exactly like the default pools, so every allocation
+ * rule applies unchanged; only the choice of tree differs. That choice is
+ * made under the device lock from the device's route list, and costs the hot
+ * path a single relaxed load (d->routing) while no route exists.
+ *
+ * A public handle is a name, not an address: its value is (serial << 8 |
+ * device), serials are never reused, and every call looks the handle up in
+ * its device's list under the device lock. A released or unknown handle is
+ * therefore a status and a message, never a use-after-free.
+ *
+ * Note [Frees during capture]. While a capture is under way on a device, the
+ * driver forbids querying events that may belong to it, and an event recorded
+ * on a capturing stream would become a graph node. So the allocator queries
+ * no event then (pending frees wait), and a free of a block used on other
+ * streams is parked on d->deferred with event_count = 1; when the device's
+ * last capture ends the events are recorded (PyTorch's
+ * insert_events_deferred_until_no_capture).
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc_core.h"
+#include "gca/pool.h"
+
+#define MAX_SCOPES 16
+
+typedef enum route_kind { ROUTE_FILTER, ROUTE_CAPTURE } route_kind_t;
+
+/* A route: allocations matching it go to `pool`. Holds one use of the pool. */
+struct gca__route {
+  gca__mempool_t *pool;
+  route_kind_t kind;
+  gca_stream_filter_t filter; /* ROUTE_FILTER */
+  void *ctx;
+  gca_stream_t stream; /* ROUTE_CAPTURE: the stream named at begin */
+  uint64_t capture_id; /* ROUTE_CAPTURE: its capture */
+};
+
+static atomic_uint_fast64_t g_serial;
+/* The calling thread's use scopes, innermost last; each holds one use. */
+static _Thread_local gca__mempool_t *t_scopes[MAX_SCOPES];
+static _Thread_local int t_nscopes;
+
+static inline uint64_t handle_of(const void *pool) {
+  return (uint64_t)(uintptr_t)pool;
+}
+
+/* ---- lookup and lifetime ---- */
+
+gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devalloc_t **dout,
+                                 gca__mempool_t **mout) {
+  uint64_t h = handle_of(handle);
+  int device = (int)(h & 0xff);
+  if (handle == NULL)
+    return gca__error(GCA_ERR_INVALID_HANDLE, "%s: the pool handle is NULL", op);
+  gca__devalloc_t *d = gca__devalloc_peek(device);
+  if (d == NULL || (h >> 8) == 0 || (h >> 8) > atomic_load(&g_serial))
+    return gca__error(GCA_ERR_INVALID_HANDLE, "%s: %p is not a pool handle", op, handle);
+  pthread_mutex_lock(&d->lock);
+  for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
+    if (m->handle != h)
+      continue;
+    if (m->use_count == 0)
+      break;
+    *dout = d;
+    *mout = m;
+    return GCA_OK;
+  }
+  pthread_mutex_unlock(&d->lock);
+  return gca__error(GCA_ERR_INVALID_HANDLE,
+                    "%s: pool %p (device %d) was released: its use count reached zero", op, handle,
+                    device);
+}
+
+static void pool_init(gca__pool_t *p, gca__devalloc_t *d, gca__mempool_t *m, bool small,
+                      bool no_split) {
+  memset(p, 0, sizeof(*p));
+  p->dev = d;
+  p->is_small = small;
+  p->no_split = no_split;
+  p->owner = m;
+  p->id[0] = 0;
+  p->id[1] = m->handle >> 8;
+}
+
+/* Releases every segment of m and unlinks and frees it; all its blocks are
+ * free (nactive == 0). On a driver failure m stays, dying, for a later try. */
+static gca_status_t mempool_destroy(gca__devalloc_t *d, gca__mempool_t *m) {
+  GCA_ASSERT(m->nactive == 0 && m->use_count == 0);
+  gca__pool_t *pools[2] = {&m->small, &m->large};
+  for (int k = 0; k < 2; k++) {
+    for (gca__segment_t *s = pools[k]->segments, *next; s != NULL; s = next) {
+      next = s->next;
+      gca_status_t st = gca__segment_release(d, s);
+      if (st != GCA_OK)
+        return gca__error_prefix(st, "pool_release: pool %#" PRIx64, m->handle);
+    }
+  }
+  if (m->small.segments != NULL || m->large.segments != NULL)
+    return gca__error(GCA_ERR_INTERNAL,
+                      "pool_release: pool %#" PRIx64 " kept segments that hold "
+                      "no live block",
+                      m->handle);
+  if (m->prev != NULL)
+    m->prev->next = m->next;
+  else
+    d->mempools = m->next;
+  if (m->next != NULL)
+    m->next->prev = m->prev;
+  free(m);
+  return GCA_OK;
+}
+
+/* Destroys m if it is dying and idle, and no capture forbids freeing memory. */
+static void mempool_maybe_destroy(gca__devalloc_t *d, gca__mempool_t *m) {
+  if (m->use_count != 0 || m->nactive != 0 || d->ncaptures != 0)
+    return;
+  if (mempool_destroy(d, m) != GCA_OK)
+    GCA_LOG_WARN("%s (the pool's memory stays until its next free or capture end)",
+                 gca_last_error());
+}
+
+static void sweep_dying(gca__devalloc_t *d) {
+  for (gca__mempool_t *m = d->mempools, *next; m != NULL; m = next) {
+    next = m->next;
+    mempool_maybe_destroy(d, m);
+  }
+}
+
+/* Drops one use of m (the caller holds d->lock). */
+static void mempool_unuse(gca__devalloc_t *d, gca__mempool_t *m) {
+  GCA_ASSERT(m->use_count > 0);
+  if (--m->use_count == 0)
+    mempool_maybe_destroy(d, m);
+}
+
+void gca__mempool_block_freed(gca__devalloc_t *d, gca__mempool_t *m) {
+  GCA_ASSERT(m->nactive > 0);
+  if (--m->nactive == 0)
+    mempool_maybe_destroy(d, m);
+}
+
+GCA_API gca_status_t gca_pool_create(int device, const gca_pool_options_t *opts,
+                                     gca_pool_t **pool) {
+  gca_pool_options_t o = GCA_POOL_OPTIONS_INIT;
+  if (pool == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_create: the output pointer is NULL");
+  *pool = NULL;
+  if (opts != NULL) {
+    if (opts->size < offsetof(gca_pool_options_t, no_split) + sizeof(bool) ||
+        opts->size > sizeof(o))
+      return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                        "pool_create: options size %zu is not that of gca_pool_options_t (%zu); "
+                        "initialize them with GCA_POOL_OPTIONS_INIT",
+                        opts->size, sizeof(o));
+    memcpy(&o, opts, opts->size);
+  }
+  /* creates the device allocator on first use, as a malloc would */
+  gca_stats_t probe;
+  gca_status_t st = gca_get_stats(device, &probe);
+  if (st != GCA_OK)
+    return gca__error_prefix(st, "pool_create");
+  gca__devalloc_t *d = gca__devalloc_peek(device);
+  GCA_ASSERT(d != NULL);
+  gca__mempool_t *m = calloc(1, sizeof(*m));
+  if (m == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_create: host out of memory for a pool");
+  m->dev = d;
+  m->handle = (atomic_fetch_add(&g_serial, 1) + 1) << 8 | (uint64_t)device;
+  m->use_count = 1;
+  m->use_on_oom = o.use_on_oom;
+  pool_init(&m->small, d, m, true, o.no_split);
+  pool_init(&m->large, d, m, false, o.no_split);
+  pthread_mutex_lock(&d->lock);
+  m->next = d->mempools;
+  if (d->mempools != NULL)
+    d->mempools->prev = m;
+  d->mempools = m;
+  pthread_mutex_unlock(&d->lock);
+  *pool = (gca_pool_t *)(uintptr_t)m->handle;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_pool_retain(gca_pool_t *pool) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  GCA_CHECK(gca__mempool_lookup("pool_retain", pool, &d, &m));
+  m->use_count++;
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_pool_release(gca_pool_t *pool) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  GCA_CHECK(gca__mempool_lookup("pool_release", pool, &d, &m));
+  mempool_unuse(d, m);
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_pool_use_count(gca_pool_t *pool, int *count) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  if (count == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_use_count: the output pointer is NULL");
+  GCA_CHECK(gca__mempool_lookup("pool_use_count", pool, &d, &m));
+  *count = m->use_count;
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_pool_id(gca_pool_t *pool, uint64_t id[2]) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  if (id == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_id: the output pointer is NULL");
+  GCA_CHECK(gca__mempool_lookup("pool_id", pool, &d, &m));
+  id[0] = m->small.id[0];
+  id[1] = m->small.id[1];
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+}
+
+static size_t pool_bytes(const gca__pool_t *p, bool allocated_only) {
+  size_t n = 0;
+  for (const gca__segment_t *s = p->segments; s != NULL; s = s->next) {
+    if (!allocated_only) {
+      n += s->size;
+      continue;
+    }
+    for (const gca__block_t *b = s->head; b != NULL; b = b->next)
+      if (b->allocated)
+        n += b->size;
+  }
+  return n;
+}
+
+GCA_API gca_status_t gca_pool_memory(gca_pool_t *pool, size_t *reserved, size_t *allocated) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  GCA_CHECK(gca__mempool_lookup("pool_memory", pool, &d, &m));
+  if (reserved != NULL)
+    *reserved = pool_bytes(&m->small, false) + pool_bytes(&m->large, false);
+  if (allocated != NULL)
+    *allocated = pool_bytes(&m->small, true) + pool_bytes(&m->large, true);
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+}
+
+size_t gca__mempools_reserved_locked(const gca__devalloc_t *d) {
+  size_t n = 0;
+  for (const gca__mempool_t *m = d->mempools; m != NULL; m = m->next)
+    n += pool_bytes(&m->small, false) + pool_bytes(&m->large, false);
+  return n;
+}
+
+void gca__mempools_destroy_locked(gca__devalloc_t *d) {
+  for (gca__mempool_t *m = d->mempools, *next; m != NULL; m = next) {
+    next = m->next;
+    gca__pool_t *pools[2] = {&m->small, &m->large};
+    for (int k = 0; k < 2; k++) {
+      for (gca__segment_t *s = pools[k]->segments, *snext; s != NULL; s = snext) {
+        snext = s->next;
+        for (gca__block_t *b = s->head; b != NULL; b = b->next)
+          free(b->uses);
+        if (s->expandable) {
+          gca__expand_destroy(d, s);
+        } else {
+          (void)d->ops->mem_free(d->device, s->base);
+          gca__owner_remove(s->base, s->size, d->device);
+        }
+        free(s);
+      }
+    }
+    free(m);
+  }
+  d->mempools = NULL;
+  free(d->routes);
+  d->routes = NULL;
+  d->nroutes = d->cap_routes = 0;
+  atomic_store(&d->routing, 0);
+  d->ncaptures = 0;
+  free(d->deferred);
+  d->deferred = NULL;
+  d->ndeferred = d->cap_deferred = 0;
+}
+
+/* ---- routes ---- */
+
+static gca_status_t route_add(const char *op, gca__devalloc_t *d, const gca__route_t *r) {
+  if (d->nroutes == d->cap_routes) {
+    size_t ncap = d->cap_routes ? d->cap_routes * 2 : 4;
+    gca__route_t *n = realloc(d->routes, ncap * sizeof(*n));
+    if (n == NULL)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: host out of memory for a route", op);
+    d->routes = n;
+    d->cap_routes = ncap;
+  }
+  d->routes[d->nroutes++] = *r;
+  r->pool->use_count++;
+  if (r->kind == ROUTE_CAPTURE)
+    d->ncaptures++;
+  atomic_fetch_add_explicit(&d->routing, 1, memory_order_relaxed);
+  return GCA_OK;
+}
+
+/* Removes route i (order kept: later routes take precedence). */
+static void route_remove(gca__devalloc_t *d, size_t i) {
+  gca__route_t r = d->routes[i];
+  memmove(&d->routes[i], &d->routes[i + 1], (d->nroutes - i - 1) * sizeof(*d->routes));
+  d->nroutes--;
+  atomic_fetch_sub_explicit(&d->routing, 1, memory_order_relaxed);
+  if (r.kind == ROUTE_CAPTURE && --d->ncaptures == 0) {
+    gca_status_t st = gca__alloc_flush_deferred(d);
+    if (st != GCA_OK)
+      GCA_LOG_WARN("pool_end_capture: deferred frees stay pending: %s", gca_last_error());
+  }
+  mempool_unuse(d, r.pool);
+  if (d->ncaptures == 0)
+    sweep_dying(d);
+}
+
+bool gca__mempool_capturing_locked(const gca__devalloc_t *d, const gca__mempool_t *m) {
+  for (size_t i = 0; i < d->nroutes; i++)
+    if (d->routes[i].pool == m && d->routes[i].kind == ROUTE_CAPTURE)
+      return true;
+  return false;
+}
+
+gca__mempool_t *gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream) {
+  for (int i = t_nscopes - 1; i >= 0; i--)
+    if (t_scopes[i]->dev == d)
+      return t_scopes[i];
+  bool queried = false;
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  uint64_t id = 0;
+  for (size_t i = d->nroutes; i-- > 0;) {
+    const gca__route_t *r = &d->routes[i];
+    if (r->kind == ROUTE_FILTER) {
+      if (r->filter(stream, r->ctx))
+        return r->pool;
+      continue;
+    }
+    if (stream == NULL) /* the legacy stream is never captured; asking would invalidate */
+      continue;
+    if (!queried) {
+      queried = true;
+      if (d->ops->stream_capture_info(stream, &cs, &id) != GCA_OK)
+        cs = GCA_CAPTURE_STATUS_NONE;
+    }
+    if (cs == GCA_CAPTURE_STATUS_ACTIVE && id == r->capture_id)
+      return r->pool;
+  }
+  return NULL;
+}
+
+GCA_API gca_status_t gca_pool_begin_allocate(gca_pool_t *pool, gca_stream_filter_t filter,
+                                             void *ctx) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  if (filter == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_begin_allocate: the filter is NULL");
+  GCA_CHECK(gca__mempool_lookup("pool_begin_allocate", pool, &d, &m));
+  gca__route_t r = {.pool = m, .kind = ROUTE_FILTER, .filter = filter, .ctx = ctx};
+  gca_status_t st = route_add("pool_begin_allocate", d, &r);
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+GCA_API gca_status_t gca_pool_end_allocate(gca_pool_t *pool) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  bool found = false;
+  GCA_CHECK(gca__mempool_lookup("pool_end_allocate", pool, &d, &m));
+  m->use_count++; /* keeps m while its routes go */
+  for (size_t i = d->nroutes; i-- > 0;) {
+    if (d->routes[i].pool == m && d->routes[i].kind == ROUTE_FILTER) {
+      route_remove(d, i);
+      found = true;
+    }
+  }
+  mempool_unuse(d, m);
+  pthread_mutex_unlock(&d->lock);
+  if (!found)
+    return gca__error(GCA_ERR_INVALID_STATE,
+                      "pool_end_allocate: pool %p has no allocation route to end", (void *)pool);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_pool_use_begin(gca_pool_t *pool) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  GCA_CHECK(gca__mempool_lookup("pool_use_begin", pool, &d, &m));
+  if (t_nscopes == MAX_SCOPES) {
+    pthread_mutex_unlock(&d->lock);
+    return gca__error(GCA_ERR_INVALID_STATE,
+                      "pool_use_begin: this thread already has %d nested pool scopes", MAX_SCOPES);
+  }
+  t_scopes[t_nscopes++] = m;
+  m->use_count++;
+  atomic_fetch_add_explicit(&d->routing, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_pool_use_end(gca_pool_t *pool) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  GCA_CHECK(gca__mempool_lookup("pool_use_end", pool, &d, &m));
+  if (t_nscopes == 0 || t_scopes[t_nscopes - 1] != m) {
+    pthread_mutex_unlock(&d->lock);
+    return gca__error(GCA_ERR_INVALID_STATE,
+                      "pool_use_end: pool %p is not this thread's innermost pool scope",
+                      (void *)pool);
+  }
+  t_scopes[--t_nscopes] = NULL;
+  atomic_fetch_sub_explicit(&d->routing, 1, memory_order_relaxed);
+  mempool_unuse(d, m);
+  pthread_mutex_unlock(&d->lock);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_pool_begin_capture(gca_pool_t *pool, gca_stream_t stream) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  uint64_t id = 0;
+  gca_status_t st;
+  if (stream == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "pool_begin_capture: the legacy stream (NULL) cannot capture");
+  GCA_CHECK(gca__mempool_lookup("pool_begin_capture", pool, &d, &m));
+  st = d->ops->stream_capture_info(stream, &cs, &id);
+  if (st != GCA_OK) {
+    st = gca__error_prefix(st, "pool_begin_capture: stream %p", (void *)stream);
+    goto out;
+  }
+  if (cs != GCA_CAPTURE_STATUS_ACTIVE) {
+    st = gca__error(GCA_ERR_INVALID_STATE, "pool_begin_capture: stream %p is not capturing (%s)",
+                    (void *)stream, cs == GCA_CAPTURE_STATUS_NONE ? "no capture" : "invalidated");
+    goto out;
+  }
+  for (size_t i = 0; i < d->nroutes; i++) {
+    if (d->routes[i].kind == ROUTE_CAPTURE && d->routes[i].capture_id == id) {
+      st = gca__error(GCA_ERR_INVALID_STATE,
+                      "pool_begin_capture: capture %" PRIu64 " of stream %p is already routed", id,
+                      (void *)stream);
+      goto out;
+    }
+  }
+  gca__route_t r = {.pool = m, .kind = ROUTE_CAPTURE, .stream = stream, .capture_id = id};
+  st = route_add("pool_begin_capture", d, &r);
+out:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+GCA_API gca_status_t gca_pool_end_capture(gca_pool_t *pool, gca_stream_t stream) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  GCA_CHECK(gca__mempool_lookup("pool_end_capture", pool, &d, &m));
+  for (size_t i = 0; i < d->nroutes; i++) {
+    if (d->routes[i].pool == m && d->routes[i].kind == ROUTE_CAPTURE &&
+        d->routes[i].stream == stream) {
+      route_remove(d, i);
+      pthread_mutex_unlock(&d->lock);
+      return GCA_OK;
+    }
+  }
+  pthread_mutex_unlock(&d->lock);
+  return gca__error(GCA_ERR_INVALID_STATE,
+                    "pool_end_capture: pool %p has no capture begun on stream %p", (void *)pool,
+                    (void *)stream);
+}
+
+/* ---- out of memory ---- */
+
+gca__block_t *gca__mempool_take_on_oom(gca__devalloc_t *d, gca_stream_t stream, size_t rounded) {
+  for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
+    if (!m->use_on_oom || m->use_count == 0)
+      continue;
+    gca__pool_t *p = rounded <= GCA__SMALL_SIZE ? &m->small : &m->large;
+    gca__block_t *b = gca__pool_take_fit(d, p, stream, rounded);
+    if (b != NULL)
+      return b;
+  }
+  return NULL;
+}
+
+gca__pool_t *gca__pool_next(gca__devalloc_t *d, gca__pool_t *p) {
+  if (p == &d->small)
+    return &d->large;
+  gca__mempool_t *m = p->owner;
+  if (m != NULL && p == &m->small)
+    return &m->large;
+  m = m == NULL ? d->mempools : m->next;
+  return m != NULL ? &m->small : NULL;
+}
+
+gca_status_t gca__mempool_check_locked(const gca__devalloc_t *d, const gca__mempool_t *m) {
+  size_t active = 0;
+  const gca__pool_t *pools[2] = {&m->small, &m->large};
+  if (m->dev != d || m->small.owner != m || m->large.owner != m || !m->small.is_small ||
+      m->large.is_small)
+    return gca__error(GCA_ERR_INTERNAL, "allocator_check: pool %#" PRIx64 ": bad owner links",
+                      m->handle);
+  for (int k = 0; k < 2; k++)
+    for (const gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next)
+      for (const gca__block_t *b = s->head; b != NULL; b = b->next)
+        active += b->allocated || b->event_count > 0;
+  if (active != m->nactive)
+    return gca__error(GCA_ERR_INTERNAL,
+                      "allocator_check: pool %#" PRIx64 ": %zu active blocks, count says %zu",
+                      m->handle, active, m->nactive);
+  return GCA_OK;
+}

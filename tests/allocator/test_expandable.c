@@ -1,0 +1,482 @@
+/* test_expandable.c - expandable segments on the sim backend: one reservation
+ * per (stream, pool) grown by one mapping per growth, free space next to
+ * unmapped space counted as one fit, release unmapping whole mappings inside
+ * free blocks, the out-of-memory retry, faults in the middle of a growth,
+ * statistics, history, the walk, and peer access (GCA_SIM_DEVICES=2).
+ * Driver-level effects are read from the sim's call counters and used bytes. */
+#include <inttypes.h>
+
+#include "alloc_fixture.h"
+#include "history.h"
+
+static int exp_setup(void **state) {
+  alloc_setup(state);
+  assert_ok(gca_set_config("expandable_segments:True"));
+  return 0;
+}
+
+static int64_t calls(const char *op) {
+  return gca_sim_call_count(op);
+}
+
+static int64_t reserved_now(void) {
+  return stats().reserved_bytes[GCA_STAT_ALL].current;
+}
+
+/* Everything freed and the cache emptied leaves nothing behind in the
+ * driver: every handle created released, every reservation freed (calls
+ * that an injected fault failed are counted too, so tests with faults pass
+ * how many failed). */
+static void expect_all_returned_after(int64_t failed_creates, int64_t failed_reserves) {
+  assert_ok(gca_empty_cache());
+  check();
+  assert_int_equal(reserved_now(), 0);
+  assert_int_equal(gca_sim_used_bytes(0), 0);
+  assert_int_equal(calls("mem_create") - failed_creates, calls("mem_release"));
+  assert_int_equal(calls("mem_address_reserve") - failed_reserves, calls("mem_address_free"));
+  assert_int_equal(layout().nsegs, 0);
+}
+
+static void expect_all_returned(void) {
+  expect_all_returned_after(0, 0);
+  assert_int_equal(calls("mem_map"), calls("mem_unmap"));
+}
+
+static void growth_is_one_create_map_and_set_access(void **state) {
+  (void)state;
+  char *a = alloc_on(10 * MiB, NULL);
+  assert_int_equal(calls("mem_create"), 1);
+  assert_int_equal(calls("mem_map"), 1);
+  assert_int_equal(calls("mem_set_access"), 1);
+  assert_int_equal(calls("mem_alloc"), 0);
+  char *b = alloc_on(30 * MiB, NULL);
+  assert_ptr_equal(b, a + 10 * MiB); /* the same range, extended */
+  assert_int_equal(calls("mem_create"), 2);
+  assert_int_equal(calls("mem_map"), 2);
+  assert_int_equal(calls("mem_set_access"), 2);
+  assert_int_equal(calls("mem_address_reserve"), 1);
+  assert_int_equal(gca_sim_used_bytes(0), 40 * MiB);
+  gca_stats_t s = stats();
+  assert_int_equal(s.reserved_bytes[GCA_STAT_LARGE].current, 40 * MiB);
+  assert_int_equal(s.segment[GCA_STAT_ALL].current, 0); /* PyTorch leaves them out */
+  assert_int_equal(s.num_device_alloc, 2);
+  layout_t l = layout();
+  assert_int_equal(l.nsegs, 1);
+  assert_int_equal(l.seg_size[0], 40 * MiB);
+  free_ok(a);
+  free_ok(b);
+  expect_all_returned();
+  assert_int_equal(stats().num_device_free, 2);
+}
+
+static void small_requests_grow_the_small_pool_by_two_mib(void **state) {
+  (void)state;
+  char *p[5];
+  for (int i = 0; i < 5; i++)
+    p[i] = alloc_on(512 * KiB, NULL);
+  assert_ptr_equal(p[1], p[0] + 512 * KiB);
+  assert_int_equal(calls("mem_create"), 2); /* 2 MiB, then 2 MiB more for the fifth */
+  gca_stats_t s = stats();
+  assert_int_equal(s.reserved_bytes[GCA_STAT_SMALL].current, 4 * MiB);
+  assert_int_equal(s.reserved_bytes[GCA_STAT_LARGE].current, 0);
+  for (int i = 0; i < 5; i++)
+    free_ok(p[i]);
+  expect_all_returned();
+}
+
+static void free_tail_block_plus_unmapped_space_is_one_fit(void **state) {
+  (void)state;
+  char *x = alloc_on(16 * MiB, NULL);
+  free_ok(x);
+  char *y = alloc_on(10 * MiB, NULL); /* cached fit: 10 MiB + a free 6 MiB tail */
+  assert_ptr_equal(y, x);
+  assert_int_equal(calls("mem_create"), 1);
+  char *z = alloc_on(10 * MiB, NULL); /* the free 6 MiB + 4 MiB newly mapped */
+  assert_ptr_equal(z, y + 10 * MiB);
+  assert_int_equal(calls("mem_create"), 2);
+  assert_int_equal(gca_sim_used_bytes(0), 20 * MiB);
+  assert_int_equal(reserved_now(), 20 * MiB);
+  free_ok(y);
+  free_ok(z);
+  expect_all_returned();
+}
+
+/* Four 10 MiB blocks, each its own mapping; freeing the first and third
+ * leaves two 10 MiB holes. A 16 MiB request fits neither hole. The tail rule
+ * serves it past the last block; with a 40 MiB limit that growth (56 MiB)
+ * is refused, the out-of-memory path unmaps the two holes (whole mappings
+ * inside free blocks) and the retry maps 16 MiB at the tail. What is
+ * asserted: afterwards reserved == mapped == live (B + D + E = 36 MiB),
+ * nothing else stays mapped, and E sits right after D. */
+static void holes_are_unmapped_to_serve_a_larger_request_under_a_limit(void **state) {
+  (void)state;
+  char *p[4];
+  for (int i = 0; i < 4; i++)
+    p[i] = alloc_on(10 * MiB, NULL);
+  free_ok(p[0]);
+  free_ok(p[2]);
+  assert_ok(gca_set_memory_limit(0, 40 * MiB));
+  char *e = alloc_on(16 * MiB, NULL);
+  assert_ptr_equal(e, p[3] + 10 * MiB);
+  gca_stats_t s = stats();
+  assert_int_equal(s.num_alloc_retries, 1);
+  assert_int_equal(s.num_ooms, 0);
+  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 36 * MiB);
+  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 36 * MiB);
+  assert_int_equal(gca_sim_used_bytes(0), 36 * MiB);
+  assert_int_equal(calls("mem_unmap"), 2);
+  assert_int_equal(calls("mem_release"), 2);
+  assert_int_equal(s.num_device_free, 2);
+  /* the walk shows the mapped runs: B, then D + E */
+  layout_t l = layout();
+  assert_int_equal(l.nsegs, 2);
+  assert_int_equal(l.seg_size[0], 10 * MiB);
+  assert_int_equal(l.seg_size[1], 26 * MiB);
+  /* the holes are address space again: a 10 MiB request maps the first one */
+  assert_ok(gca_set_memory_limit(0, 0));
+  char *f = alloc_on(10 * MiB, NULL);
+  assert_ptr_equal(f, p[0]);
+  free_ok(f);
+  free_ok(e);
+  free_ok(p[1]);
+  free_ok(p[3]);
+  expect_all_returned();
+}
+
+/* Without a limit the same sequence keeps the holes cached: growth at the
+ * tail (56 MiB mapped) until the cache is emptied (36 MiB). */
+static void holes_stay_cached_until_empty_cache(void **state) {
+  (void)state;
+  char *p[4];
+  for (int i = 0; i < 4; i++)
+    p[i] = alloc_on(10 * MiB, NULL);
+  free_ok(p[0]);
+  free_ok(p[2]);
+  char *e = alloc_on(16 * MiB, NULL);
+  assert_ptr_equal(e, p[3] + 10 * MiB);
+  assert_int_equal(reserved_now(), 56 * MiB);
+  assert_ok(gca_empty_cache());
+  check();
+  assert_int_equal(reserved_now(), 36 * MiB);
+  assert_int_equal(gca_sim_used_bytes(0), 36 * MiB);
+  free_ok(e);
+  free_ok(p[1]);
+  free_ok(p[3]);
+  expect_all_returned();
+}
+
+/* A mapping that a live block still touches stays mapped (Note [Expandable
+ * segments]): only whole mappings inside free blocks go. */
+static void mapping_under_a_live_block_stays_mapped(void **state) {
+  (void)state;
+  char *x = alloc_on(20 * MiB, NULL); /* one 20 MiB mapping */
+  free_ok(x);
+  char *a = alloc_on(10 * MiB, NULL);
+  assert_ok(gca_empty_cache());
+  check();
+  assert_int_equal(reserved_now(), 20 * MiB);
+  free_ok(a);
+  expect_all_returned();
+}
+
+static void every_stream_and_pool_has_its_own_segment(void **state) {
+  (void)state;
+  gca_stream_t s1;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s1));
+  void *a = alloc_on(12 * MiB, NULL);
+  void *b = alloc_on(12 * MiB, s1);
+  void *c = alloc_on(4 * KiB, s1);
+  assert_int_equal(calls("mem_address_reserve"), 3);
+  free_ok(a);
+  free_ok(b);
+  free_ok(c);
+  expect_all_returned();
+  assert_ok(ops->stream_destroy(s1));
+}
+
+static void data_survives_growth_and_release(void **state) {
+  (void)state;
+  size_t n = 10 * MiB / sizeof(uint32_t);
+  uint32_t *a = alloc_on(10 * MiB, NULL);
+  for (size_t i = 0; i < n; i += 1024)
+    a[i] = (uint32_t)(i * 2654435761u);
+  uint32_t *hole = alloc_on(10 * MiB, NULL);
+  uint32_t *b = alloc_on(30 * MiB, NULL); /* growth after a and the hole */
+  for (size_t i = 0; i < 3 * n; i += 1024)
+    b[i] = (uint32_t)~i;
+  free_ok(hole);
+  assert_ok(gca_empty_cache()); /* unmaps the hole between a and b */
+  check();
+  assert_int_equal(reserved_now(), 40 * MiB);
+  for (size_t i = 0; i < n; i += 1024)
+    assert_int_equal(a[i], (uint32_t)(i * 2654435761u));
+  for (size_t i = 0; i < 3 * n; i += 1024)
+    assert_int_equal(b[i], (uint32_t)~i);
+  free_ok(a);
+  free_ok(b);
+  expect_all_returned();
+}
+
+/* A fault in the middle of a growth: the partial mapping is undone (handle
+ * released, range unmapped), the status names the operation, the live block
+ * keeps its data, and nothing leaks. */
+static void fault_mid_growth_is_undone(void **state) {
+  (void)state;
+  const char *ops_[] = {"mem_map", "mem_set_access"};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(ops_); k++) {
+    uint32_t *live = alloc_on(10 * MiB, NULL);
+    live[0] = 0xfeedu;
+    int64_t creates = calls("mem_create"), releases = calls("mem_release");
+    gca_stats_t before = stats();
+    char spec[64];
+    snprintf(spec, sizeof(spec), "%s:nth=1", ops_[k]);
+    assert_ok(gca_sim_fault_set(spec));
+    void *p = NULL;
+    assert_status(gca_malloc(&p, 30 * MiB, NULL), GCA_ERR_DRIVER, ops_[k]);
+    gca_sim_fault_clear();
+    assert_null(p);
+    check();
+    assert_int_equal(calls("mem_create") - creates, 1);
+    assert_int_equal(calls("mem_release") - releases, 1);
+    assert_int_equal(gca_sim_used_bytes(0), 10 * MiB);
+    gca_stats_t after = stats();
+    assert_int_equal(after.reserved_bytes[GCA_STAT_ALL].current,
+                     before.reserved_bytes[GCA_STAT_ALL].current);
+    assert_int_equal(after.num_device_alloc, before.num_device_alloc);
+    assert_int_equal(live[0], 0xfeedu);
+    void *q = alloc_on(30 * MiB, NULL); /* the range is usable again */
+    assert_ptr_equal(q, (char *)live + 10 * MiB);
+    free_ok(q);
+    free_ok(live);
+    expect_all_returned_after(0, 0);
+  }
+}
+
+/* mem_create failing is an out-of-memory condition: released cache, retried. */
+static void mem_create_fault_is_retried(void **state) {
+  (void)state;
+  assert_ok(gca_sim_fault_set("mem_create:nth=1"));
+  void *p = alloc_on(10 * MiB, NULL);
+  gca_sim_fault_clear();
+  assert_int_equal(stats().num_alloc_retries, 1);
+  assert_int_equal(calls("mem_create"), 2);
+  assert_int_equal(calls("mem_release"), 0);
+  free_ok(p);
+  expect_all_returned_after(1, 0);
+}
+
+static void mem_create_failing_always_is_an_oom_with_the_usual_fields(void **state) {
+  (void)state;
+  void *keep = alloc_on(10 * MiB, NULL);
+  assert_ok(gca_sim_fault_set("mem_create:always"));
+  void *p;
+  assert_status(gca_malloc(&p, 30 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "reserved 10.00 MiB");
+  assert_non_null(strstr(gca_last_error(), "allocated 10.00 MiB"));
+  gca_sim_fault_clear();
+  check();
+  assert_int_equal(stats().num_ooms, 1);
+  assert_int_equal(gca_sim_used_bytes(0), 10 * MiB);
+  int64_t failed = calls("mem_create") - 1;
+  free_ok(keep);
+  expect_all_returned_after(failed, 0);
+}
+
+/* A refused reservation is an out-of-memory condition: retried once, and
+ * when it keeps failing, an OOM that leaves no segment behind. */
+static void reserve_fault_leaves_nothing(void **state) {
+  (void)state;
+  assert_ok(gca_sim_fault_set("mem_address_reserve:nth=1"));
+  void *p = alloc_on(10 * MiB, NULL);
+  assert_int_equal(stats().num_alloc_retries, 1);
+  free_ok(p);
+  expect_all_returned_after(0, 1);
+  assert_ok(gca_sim_fault_set("mem_address_reserve:always"));
+  assert_status(gca_malloc(&p, 10 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "out of memory");
+  gca_sim_fault_clear();
+  check();
+  assert_int_equal(layout().nsegs, 0);
+  assert_int_equal(calls("mem_create"), calls("mem_release"));
+  assert_int_equal(gca_sim_used_bytes(0), 0);
+}
+
+static void unmap_fault_keeps_the_mapping(void **state) {
+  (void)state;
+  void *a = alloc_on(10 * MiB, NULL);
+  void *b = alloc_on(10 * MiB, NULL);
+  free_ok(a);
+  assert_ok(gca_sim_fault_set("mem_unmap:nth=1"));
+  assert_status(gca_empty_cache(), GCA_ERR_DRIVER, "mem_unmap");
+  gca_sim_fault_clear();
+  check();
+  assert_int_equal(reserved_now(), 20 * MiB);
+  assert_int_equal(gca_sim_used_bytes(0), 20 * MiB);
+  free_ok(b);
+  expect_all_returned_after(0, 0);
+}
+
+/* Unmapping synchronizes the owning stream only: slow work on another stream
+ * is still running when empty_cache returns. */
+static void unmap_syncs_only_the_owning_stream(void **state) {
+  (void)state;
+  gca_stream_t own, other;
+  gca_event_t ev;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &own));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &other));
+  assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &ev));
+  void *p = alloc_on(10 * MiB, own);
+  free_ok(p);
+  assert_ok(ops->kernel_sleep(2000000000ull, other));
+  assert_ok(ops->event_record(ev, other));
+  gca_sim_counters_reset();
+  assert_ok(gca_empty_cache());
+  assert_int_equal(calls("stream_synchronize"), 1);
+  assert_int_equal(calls("ctx_synchronize"), 0);
+  assert_int_equal(calls("mem_unmap"), 1);
+  assert_int_equal(ops->event_query(ev), GCA_ERR_NOT_READY);
+  check();
+  assert_int_equal(gca_sim_used_bytes(0), 0);
+  assert_ok(ops->stream_synchronize(other));
+  assert_ok(ops->event_destroy(ev));
+  assert_ok(ops->stream_destroy(own));
+  assert_ok(ops->stream_destroy(other));
+}
+
+static void history_records_map_and_unmap(void **state) {
+  (void)state;
+  assert_ok(gca_record_history(true, 64, false));
+  void *p = alloc_on(10 * MiB, NULL);
+  free_ok(p);
+  assert_ok(gca_empty_cache());
+  gca_history_entry_t *e = NULL;
+  size_t n = 0;
+  assert_ok(gca__history_copy(0, &e, &n));
+  int maps = 0, unmaps = 0, seg_allocs = 0;
+  for (size_t i = 0; i < n; i++) {
+    maps += e[i].action == GCA_HA_SEGMENT_MAP && e[i].addr == (uintptr_t)p && e[i].size == 10 * MiB;
+    unmaps += e[i].action == GCA_HA_SEGMENT_UNMAP && e[i].addr == (uintptr_t)p;
+    seg_allocs += e[i].action == GCA_HA_SEGMENT_ALLOC;
+  }
+  free(e);
+  assert_int_equal(maps, 1);
+  assert_int_equal(unmaps, 1);
+  assert_int_equal(seg_allocs, 0);
+  assert_ok(gca_record_history(false, 0, false));
+}
+
+typedef struct seen {
+  int n;
+  bool expandable;
+  size_t total;
+} seen_t;
+
+static void walk_fn(const gca_segment_info_t *seg, const gca_block_info_t *blocks, size_t nblocks,
+                    void *ctx) {
+  seen_t *seen = ctx;
+  size_t sum = 0;
+  for (size_t i = 0; i < nblocks; i++)
+    sum += blocks[i].size;
+  assert_int_equal(sum, seg->total_size);
+  seen->n++;
+  seen->expandable = seg->is_expandable;
+  seen->total += seg->total_size;
+}
+
+static void walk_reports_expandable_with_mapped_size(void **state) {
+  (void)state;
+  seen_t seen = {0, false, 0};
+  void *p = alloc_on(12 * MiB, NULL);
+  assert_ok(gca__allocator_walk(0, walk_fn, &seen));
+  assert_int_equal(seen.n, 1);
+  assert_true(seen.expandable);
+  assert_int_equal(seen.total, 12 * MiB);
+  free_ok(p);
+  expect_all_returned();
+}
+
+/* ---- peer access: a recording wrapper around the sim's mem_set_access ---- */
+
+static gca_device_ops_t wrapped;
+static int last_ndevs, set_access_calls;
+static bool last_has_peer;
+
+static gca_status_t rec_set_access(gca_devptr_t ptr, size_t size, const int *devs, int ndevs) {
+  last_ndevs = ndevs;
+  last_has_peer = false;
+  for (int i = 0; i < ndevs; i++)
+    last_has_peer |= devs[i] == 1;
+  set_access_calls++;
+  return gca__sim_ops()->mem_set_access(ptr, size, devs, ndevs);
+}
+
+static void peer_access_covers_existing_and_new_mappings(void **state) {
+  (void)state;
+  gca__allocator_reset();
+  wrapped = *gca__sim_ops();
+  wrapped.mem_set_access = rec_set_access;
+  gca__device_override(&wrapped);
+  assert_ok(gca_set_config("expandable_segments:True"));
+  set_access_calls = 0;
+  void *a = alloc_on(10 * MiB, NULL);
+  void *b = alloc_on(4 * KiB, NULL);
+  assert_int_equal(set_access_calls, 2);
+  assert_int_equal(last_ndevs, 1);
+  assert_ok(gca_enable_peer_access(0, 1));
+  assert_int_equal(set_access_calls, 4); /* one per existing mapping */
+  assert_int_equal(last_ndevs, 2);
+  assert_true(last_has_peer);
+  assert_ok(gca_enable_peer_access(0, 1)); /* already on: nothing to do */
+  assert_int_equal(set_access_calls, 4);
+  void *c = alloc_on(30 * MiB, NULL);
+  assert_int_equal(set_access_calls, 5);
+  assert_int_equal(last_ndevs, 2);
+  assert_true(last_has_peer);
+  assert_status(gca_enable_peer_access(0, 7), GCA_ERR_INVALID_ARGUMENT, "enable_peer_access");
+  assert_ok(gca_enable_peer_access(0, 0)); /* a device always reaches its own memory */
+  check();
+  free_ok(a);
+  free_ok(b);
+  free_ok(c);
+  expect_all_returned();
+  gca__device_override(gca__sim_ops());
+}
+
+static void peer_access_fault_leaves_the_peer_off(void **state) {
+  (void)state;
+  void *a = alloc_on(10 * MiB, NULL);
+  assert_ok(gca_sim_fault_set("mem_set_access:nth=1"));
+  assert_status(gca_enable_peer_access(0, 1), GCA_ERR_DRIVER, "mem_set_access");
+  gca_sim_fault_clear();
+  check();
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  assert_int_equal(d->npeers, 0);
+  assert_ok(gca_enable_peer_access(0, 1));
+  assert_int_equal(d->npeers, 1);
+  free_ok(a);
+  expect_all_returned();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_setup_teardown(f, exp_setup, alloc_teardown)
+      T(growth_is_one_create_map_and_set_access),
+      T(small_requests_grow_the_small_pool_by_two_mib),
+      T(free_tail_block_plus_unmapped_space_is_one_fit),
+      T(holes_are_unmapped_to_serve_a_larger_request_under_a_limit),
+      T(holes_stay_cached_until_empty_cache),
+      T(mapping_under_a_live_block_stays_mapped),
+      T(every_stream_and_pool_has_its_own_segment),
+      T(data_survives_growth_and_release),
+      T(fault_mid_growth_is_undone),
+      T(mem_create_fault_is_retried),
+      T(mem_create_failing_always_is_an_oom_with_the_usual_fields),
+      T(reserve_fault_leaves_nothing),
+      T(unmap_fault_keeps_the_mapping),
+      T(unmap_syncs_only_the_owning_stream),
+      T(history_records_map_and_unmap),
+      T(walk_reports_expandable_with_mapped_size),
+      T(peer_access_covers_existing_and_new_mappings),
+      T(peer_access_fault_leaves_the_peer_off),
+#undef T
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
