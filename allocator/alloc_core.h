@@ -105,8 +105,12 @@ struct gca__segment {
   gca__segment_t *prev, *next; /* the pool's segment list */
   bool oversize;               /* counted in oversize_segments at creation */
   bool expandable;             /* an expandable segment (expandable.c) */
+  bool suspended;              /* pool.c: memory released by gca_pool_suspend; maps[]
+                                  keep their places, reserved counts none of it */
   size_t reserved_size;        /* expandable: bytes of address space reserved */
-  gca__mapping_t *maps;        /* expandable: the mappings, by offset */
+  gca__mapping_t *maps;        /* expandable: the mappings, by offset; classic: NULL, or the
+                                  one handle of a VMM-backed segment (Note [VMM-backed
+                                  classic segments], allocator.c) */
   size_t nmaps, cap_maps;
 };
 
@@ -123,8 +127,8 @@ struct gca__pool {
   uint64_t free_calls; /* get_free_block calls while GC is on (block ages) */
   uint64_t id[2];      /* {0,0} for the default pools */
   bool is_small;
-  bool no_split;           /* never split a block (private pools created with no_split) */
-  gca__mempool_t *owner;   /* the private pool holding this tree, NULL for the default pools */
+  bool no_split;         /* never split a block (private pools created with no_split) */
+  gca__mempool_t *owner; /* the private pool holding this tree, NULL for the default pools */
 };
 
 /* A device's pointer -> block map of its allocated blocks.
@@ -164,8 +168,8 @@ struct gca__devalloc {
   gca__block_t *block_free; /* slab free list (linked through ->next) */
   void **slabs;
   size_t nslabs, cap_slabs;
-  size_t live_blocks; /* block structs in use */
-  size_t granularity; /* expandable segments: mem_granularity, queried on first use */
+  size_t live_blocks;          /* block structs in use */
+  size_t granularity;          /* expandable segments: mem_granularity, queried on first use */
   int peers[GCA__MAX_DEVICES]; /* devices given access to this device's expandable memory */
   int npeers;
   /* Private pools (pool.c). routing == nroutes + thread scopes naming this
@@ -232,6 +236,11 @@ void gca__stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n);
 void gca__stat_add(gca_stat_t *s, int64_t n);
 /* Returns a segment whose single block is free to the driver. */
 gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg);
+/* Returns a classic segment's memory to the driver whatever its blocks
+ * (teardown): mem_free, or for a VMM-backed one (Note [VMM-backed classic
+ * segments], seg->maps != NULL) unmap, release and unreserve. The caller
+ * removes the owner entry and frees the record. */
+gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg);
 /* Best fit for (stream, rounded) in pool, removed from its tree, or NULL. */
 gca__block_t *gca__pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                  size_t rounded);
@@ -255,6 +264,9 @@ struct gca__mempool {
   int use_count; /* creator, retains, routes and thread scopes */
   size_t nactive;
   bool use_on_oom;
+  bool suspended;              /* gca_pool_suspend: every segment suspended */
+  struct gca__suspended *susp; /* one per mapping released, while suspended */
+  size_t nsusp;
   gca__mempool_t *prev, *next; /* the device's list */
 };
 

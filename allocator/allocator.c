@@ -208,6 +208,70 @@ static inline bool block_whole(const gca__block_t *b) {
 
 /* ---- segments ---- */
 
+/* Note [VMM-backed classic segments]. With ipc_handles:True a classic segment
+ * is one mem_create handle of the segment's size, reserved and mapped once at
+ * offset 0 (seg->maps[0], nmaps == 1, expandable false), instead of a
+ * mem_alloc allocation, so that gca_ipc_export can hand it to another process
+ * as a file descriptor. It behaves as any classic segment: it never grows,
+ * counts one num_device_alloc / num_device_free, and is released whole. */
+
+/* Creates, reserves, maps and opens [*out, *out + size) for d's device and its
+ * peers, recording the handle in seg->maps; on failure nothing is left. */
+static gca_status_t vmm_segment_create(gca__devalloc_t *d, gca__segment_t *seg, size_t size,
+                                       gca_devptr_t *out) {
+  gca_status_t st;
+  gca_memhandle_t h = 0;
+  gca_devptr_t ptr = 0;
+  int devs[GCA__MAX_DEVICES + 1];
+  gca__mapping_t *m = calloc(1, sizeof(*m));
+  if (m == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a segment mapping");
+  GCA_CHECK_GOTO(d->ops->mem_create(d->device, size, &h), st, fail_rec);
+  GCA_CHECK_GOTO(d->ops->mem_address_reserve(d->device, size, 0, &ptr), st, fail_handle);
+  GCA_CHECK_GOTO(d->ops->mem_map(ptr, size, 0, h), st, fail_range);
+  devs[0] = d->device;
+  for (int i = 0; i < d->npeers; i++)
+    devs[1 + i] = d->peers[i];
+  GCA_CHECK_GOTO(d->ops->mem_set_access(ptr, size, devs, 1 + d->npeers), st, fail_map);
+  m->offset = 0;
+  m->size = size;
+  m->handle = h;
+  seg->maps = m;
+  seg->nmaps = seg->cap_maps = 1;
+  *out = ptr;
+  return GCA_OK;
+
+fail_map:
+  (void)d->ops->mem_unmap(ptr, size);
+fail_range:
+  (void)d->ops->mem_address_free(d->device, ptr, size);
+fail_handle:
+  (void)d->ops->mem_release(h);
+fail_rec:
+  free(m);
+  return st;
+}
+
+/* Returns a classic segment's memory to the driver: mem_free, or for a
+ * VMM-backed one unmap (after its stream is done when `sync`), release and
+ * unreserve; once unmapped the memory is gone, so later failures are only
+ * logged. The caller keeps the record and its owner entry. */
+static gca_status_t segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg, bool sync) {
+  if (seg->maps == NULL)
+    return d->ops->mem_free(d->device, seg->base);
+  if (sync)
+    GCA_CHECK(d->ops->stream_synchronize(seg->stream));
+  GCA_CHECK(d->ops->mem_unmap(seg->base, seg->size));
+  if (d->ops->mem_release(seg->maps[0].handle) != GCA_OK ||
+      d->ops->mem_address_free(d->device, seg->base, seg->size) != GCA_OK)
+    GCA_LOG_WARN("segment 0x%" PRIx64 " (%zu bytes) unmapped but not fully released: %s",
+                 seg->base, seg->size, gca_last_error());
+  free(seg->maps);
+  seg->maps = NULL;
+  seg->nmaps = seg->cap_maps = 0;
+  return GCA_OK;
+}
+
 /* Gets a new segment of `size` bytes from the driver; its single block is
  * returned free and outside the tree. With expandable segments, grows the
  * (pool, stream) expandable segment instead by what `rounded` needs, at least
@@ -221,6 +285,19 @@ static gca_status_t segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
     d->stats.num_alloc_retries++;
   if (d->cfg.expandable_segments)
     return gca__expand_alloc(d, pool, stream, rounded, size, out);
+  if (d->cfg.ipc_handles) {
+    if (d->granularity == 0) {
+      GCA_CHECK(d->ops->mem_granularity(d->device, false, &d->granularity));
+      if (d->granularity == 0 || (d->granularity & (d->granularity - 1)) != 0) {
+        size_t g = d->granularity;
+        d->granularity = 0;
+        return gca__error(GCA_ERR_DRIVER,
+                          "mem_granularity: device %d reports %zu bytes, expected a power of two",
+                          d->device, g);
+      }
+    }
+    size = (size + d->granularity - 1) & ~(d->granularity - 1);
+  }
   if (d->set_fraction && d->reserved + size > d->allowed_max)
     return gca__error(GCA_ERR_OUT_OF_MEMORY,
                       "malloc: a %zu-byte segment would pass device %d's limit of %zu bytes "
@@ -230,7 +307,13 @@ static gca_status_t segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   gca__segment_t *seg = calloc(1, sizeof(*seg));
   if (seg == NULL)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a segment record");
-  GCA_CHECK_GOTO(d->ops->mem_alloc(d->device, size, &ptr), st, fail_seg);
+  if (d->cfg.ipc_handles)
+    GCA_CHECK_GOTO(vmm_segment_create(d, seg, size, &ptr), st, fail_seg);
+  else
+    GCA_CHECK_GOTO(d->ops->mem_alloc(d->device, size, &ptr), st, fail_seg);
+  seg->base = ptr;
+  seg->size = size;
+  seg->stream = stream;
   GCA_CHECK_GOTO(gca__owner_add(ptr, size, d->device), st, fail_mem);
   gca__block_t *b = block_take(d);
   b->addr = ptr;
@@ -238,9 +321,6 @@ static gca_status_t segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   b->stream = stream;
   b->pool = pool;
   b->seg = seg;
-  seg->base = ptr;
-  seg->size = size;
-  seg->stream = stream;
   seg->pool = pool;
   seg->head = b;
   seg->oversize = size >= d->cfg.max_split_size;
@@ -260,7 +340,7 @@ static gca_status_t segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   return GCA_OK;
 
 fail_mem:
-  (void)d->ops->mem_free(d->device, ptr);
+  (void)segment_memory_free(d, seg, false);
 fail_seg:
   free(seg);
   return st;
@@ -273,7 +353,7 @@ static gca_status_t segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
   if (seg->expandable)
     return gca__expand_release(d, seg, NULL);
   GCA_ASSERT(block_whole(b) && b->in_tree);
-  gca_status_t st = d->ops->mem_free(d->device, seg->base);
+  gca_status_t st = segment_memory_free(d, seg, true);
   if (st != GCA_OK)
     return gca__error_prefix(st, "release of segment 0x%" PRIx64 " (%zu bytes)", seg->base,
                              seg->size);
@@ -833,8 +913,16 @@ static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_
   GCA_CHECK_GOTO(block_reserve(d), st, fail);
   size_t rounded = round_request(d, size);
   gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
-  if (GCA_UNLIKELY(atomic_load_explicit(&d->routing, memory_order_relaxed) != 0))
+  if (GCA_UNLIKELY(atomic_load_explicit(&d->routing, memory_order_relaxed) != 0)) {
     pool = routed_pool(d, pool, stream, rounded);
+    if (pool->owner != NULL && pool->owner->suspended) {
+      st = gca__error(GCA_ERR_INVALID_STATE,
+                      "malloc: the pool %#" PRIx64 " this request is routed to is suspended; "
+                      "resume it first",
+                      pool->owner->handle);
+      goto fail;
+    }
+  }
   size_t seg_size = d->caching ? gca__alloc_segment_size(rounded) : rounded;
   if (GCA_UNLIKELY(pool->no_split))
     seg_size = no_split_segment_size(rounded);
@@ -1374,7 +1462,7 @@ static void devalloc_destroy(gca__devalloc_t *d) {
       if (s->expandable) {
         gca__expand_destroy(d, s);
       } else {
-        (void)d->ops->mem_free(d->device, s->base);
+        (void)segment_memory_free(d, s, false);
         gca__owner_remove(s->base, s->size, d->device);
       }
       free(s);
@@ -1420,6 +1508,10 @@ void gca__stat_add(gca_stat_t *s, int64_t n) {
 
 gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
   return segment_release(d, seg);
+}
+
+gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg) {
+  return segment_memory_free(d, seg, false);
 }
 
 gca__block_t *gca__pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,

@@ -44,7 +44,8 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
                     d->device);
     if (!s->expandable)
       sum->segment++; /* as PyTorch, the segment count leaves expandable segments out */
-    sum->reserved_bytes += (int64_t)s->size;
+    if (!s->suspended)
+      sum->reserved_bytes += (int64_t)s->size;
     if (s->oversize)
       (*oversize_seg)++;
     bool split = s->head->next != NULL;
@@ -134,8 +135,10 @@ gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
   GCA_CHECK(check_pool(d, &d->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live));
   GCA_CHECK(check_pool(d, &d->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live));
   for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
-    GCA_CHECK(check_pool(d, &m->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live));
-    GCA_CHECK(check_pool(d, &m->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live));
+    GCA_CHECK(
+        check_pool(d, &m->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live));
+    GCA_CHECK(
+        check_pool(d, &m->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live));
     GCA_CHECK(gca__mempool_check_locked(d, m));
   }
   if (live != d->live_blocks)

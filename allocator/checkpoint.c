@@ -162,27 +162,25 @@ static const saved_seg_t *saved_of(const gca_pool_state_t *s, const gca__segment
   return NULL;
 }
 
-/* Whether seg's unmapped blocks are exactly the saved ones. */
-static bool same_mapped_extent(const gca__segment_t *seg, const gca_pool_state_t *s,
+/* Whether every block mapped in the checkpoint is mapped now (the segment
+ * may have grown since, never shrunk). */
+static bool saved_still_mapped(const gca__segment_t *seg, const gca_pool_state_t *s,
                                const saved_seg_t *ss) {
-  const gca__block_t *b = seg->head;
   gca_devptr_t at = seg->base;
+  const gca__block_t *b = seg->head;
   for (size_t i = 0; i < ss->nblocks; i++) {
     const saved_block_t *sb = &s->blocks[ss->first + i];
-    if (sb->unmapped) {
-      while (b != NULL && b->addr < at)
+    gca_devptr_t end = at + sb->size;
+    if (!sb->unmapped) {
+      while (b != NULL && b->addr + b->size <= at)
         b = b->next;
-      if (b == NULL || b->addr != at || !b->unmapped || b->size != sb->size)
-        return false;
+      for (const gca__block_t *c = b; c != NULL && c->addr < end; c = c->next)
+        if (c->unmapped)
+          return false;
     }
-    at += sb->size;
+    at = end;
   }
-  size_t unmapped_now = 0, unmapped_then = 0;
-  for (b = seg->head; b != NULL; b = b->next)
-    unmapped_now += b->unmapped;
-  for (size_t i = 0; i < ss->nblocks; i++)
-    unmapped_then += s->blocks[ss->first + i].unmapped;
-  return unmapped_now == unmapped_then;
+  return true;
 }
 
 /* Refuses a state that cannot be applied to m, naming why. */
@@ -210,10 +208,10 @@ static gca_status_t restore_validate(gca__devalloc_t *d, gca__mempool_t *m,
                         "stream %p, the checkpoint saved %zu bytes on stream %p",
                         ss->base, seg_extent(seg), (void *)seg->stream, ss->extent,
                         (void *)ss->stream);
-    if (seg->expandable && !same_mapped_extent(seg, s, ss))
+    if (seg->expandable && !saved_still_mapped(seg, s, ss))
       return gca__error(GCA_ERR_INVALID_STATE,
-                        "pool_restore: stale state: the mapped extent of expandable segment "
-                        "0x%" PRIx64 " changed since the checkpoint (%zu bytes mapped now)",
+                        "pool_restore: stale state: memory of expandable segment 0x%" PRIx64
+                        " mapped at the checkpoint was unmapped since (%zu bytes mapped now)",
                         ss->base, seg->size);
   }
   return GCA_OK;
@@ -230,28 +228,59 @@ static bool pool_has_pending(gca__mempool_t *m) {
   return false;
 }
 
+/* Appends a free or unmapped piece to t->owned, merging it with a last piece
+ * of the same kind. */
+static void emit_piece(target_t *t, size_t size, bool unmapped) {
+  saved_block_t *last = t->n ? &t->owned[t->n - 1] : NULL;
+  if (last != NULL && !last->allocated && last->unmapped == unmapped) {
+    last->size += size;
+    return;
+  }
+  t->owned[t->n++] = (saved_block_t){.size = size, .unmapped = unmapped};
+}
+
+/* The target of seg: the saved blocks, except that space mapped since the
+ * checkpoint (inside a saved unmapped block) becomes free; a segment made
+ * since the checkpoint becomes its mapped runs as free blocks. */
 static gca_status_t target_of(const gca__segment_t *seg, const gca_pool_state_t *s, target_t *t) {
   const saved_seg_t *ss = saved_of(s, seg);
   *t = (target_t){0};
-  if (ss != NULL) {
+  if (ss != NULL && !seg->expandable) {
     t->blocks = &s->blocks[ss->first];
     t->n = ss->nblocks;
     return GCA_OK;
   }
-  size_t n = 0;
+  size_t n = ss ? ss->nblocks : 0;
   for (const gca__block_t *b = seg->head; b != NULL; b = b->next)
-    n++;
+    n += 2;
   t->owned = malloc(n * sizeof(*t->owned));
   if (t->owned == NULL)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_restore: host out of memory");
-  for (const gca__block_t *b = seg->head; b != NULL; b = b->next) {
-    gca__block_t freed = *b;
-    freed.allocated = false;
-    save_block(t->owned, &t->n, t->n == 0, &freed);
-  }
-  for (size_t i = 0; i < t->n; i++)
-    t->owned[i].requested = 0;
   t->blocks = t->owned;
+  gca_devptr_t at = seg->base, end = seg->base + seg_extent(seg);
+  size_t i = 0;
+  const gca__block_t *b = seg->head;
+  while (at < end) {
+    const saved_block_t *sb = ss && i < ss->nblocks ? &s->blocks[ss->first + i] : NULL;
+    gca_devptr_t stop = sb ? at + sb->size : end;
+    if (sb != NULL && !sb->unmapped) {
+      if (sb->allocated)
+        t->owned[t->n++] = *sb;
+      else
+        emit_piece(t, sb->size, false);
+    } else {
+      /* the current blocks decide, piece by piece */
+      for (gca_devptr_t p = at; p < stop;) {
+        while (b->addr + b->size <= p)
+          b = b->next;
+        gca_devptr_t q = b->addr + b->size < stop ? b->addr + b->size : stop;
+        emit_piece(t, q - p, b->unmapped);
+        p = q;
+      }
+    }
+    at = stop;
+    i++;
+  }
   return GCA_OK;
 }
 

@@ -243,6 +243,7 @@ static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t
       "per_process_memory_fraction",
       "graph_capture_record_stream_reuse",
       "backend",
+      "ipc_handles",
   };
   size_t k = 0;
   while (k < GCA_ARRAY_SIZE(keys) && strcmp(key, keys[k]) != 0)
@@ -254,7 +255,7 @@ static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t
                       "roundup_power2_divisions, expandable_segments, release_lock_on_cudamalloc, "
                       "pinned_use_cuda_host_register, pinned_num_register_threads, "
                       "pinned_use_background_threads, per_process_memory_fraction, "
-                      "graph_capture_record_stream_reuse, backend)",
+                      "graph_capture_record_stream_reuse, backend, ipc_handles)",
                       key);
   if (strcmp(tok_at(t, i + 1), ":") != 0)
     return gca__error(GCA_ERR_CONFIG, "%s%s: expected ':' and a value after '%s'", key,
@@ -313,6 +314,9 @@ static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t
     break;
   case 10:
     GCA_CHECK(read_bool(key, val, &cfg->graph_capture_record_stream_reuse));
+    break;
+  case 12:
+    GCA_CHECK(read_bool(key, val, &cfg->ipc_handles));
     break;
   default:
     if (strcmp(val, "cudaMallocAsync") == 0)
@@ -441,6 +445,8 @@ gca_status_t gca__config_format(const gca_alloc_config_t *cfg, char *buf, size_t
          fmt_double(cfg->per_process_memory_fraction, num, sizeof(num)));
   emit(&o, "graph_capture_record_stream_reuse:%s,",
        cfg->graph_capture_record_stream_reuse ? "True" : "False");
+  if (cfg->ipc_handles)
+    emit(&o, "ipc_handles:True,");
   emit(&o, "backend:%s", cfg->backend[0] ? cfg->backend : "native");
   if (o.overflow)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,

@@ -7,6 +7,13 @@
  * and falls back to PYTORCH_CUDA_ALLOC_CONF. Unknown keys and bad values are
  * GCA_ERR_CONFIG with the offending text quoted; a failed parse leaves the
  * output untouched.
+ *
+ * gca adds one key of its own: ipc_handles:True makes classic (non-expandable)
+ * segments VMM-backed (one mem_create handle of the segment's size, mapped
+ * once) instead of mem_alloc'd, so that their blocks can be exported to other
+ * processes with gca_ipc_export (gca/ipc.h); they behave as classic segments
+ * otherwise. Formatted only when True. Expandable segments are always
+ * exportable.
  */
 #ifndef GCA_ALLOC_CONFIG_H
 #define GCA_ALLOC_CONFIG_H
@@ -34,6 +41,7 @@ typedef struct gca_alloc_config {
   bool pinned_use_background_threads;
   double per_process_memory_fraction;  /* 0 = unset; else in (0, 1] */
   bool graph_capture_record_stream_reuse;
+  bool ipc_handles;                    /* gca's own key: VMM-backed classic segments */
   char backend[16];                    /* "native" (default) or "cudaMallocAsync" (rejected
                                           with a message: gca is the allocator) */
 } gca_alloc_config_t;

@@ -20,6 +20,11 @@
  * streams is parked on d->deferred with event_count = 1; when the device's
  * last capture ends the events are recorded (PyTorch's
  * insert_events_deferred_until_no_capture).
+ *
+ * Suspending a pool releases the memory of its expandable segments' mappings
+ * but keeps the segments, their maps[] (as places to map again) and every
+ * block as they were: to the allocator a suspended pool looks unchanged, only
+ * reserved_bytes drops and routing to it is refused until the resume.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -46,6 +51,13 @@ static atomic_uint_fast64_t g_serial;
 /* The calling thread's use scopes, innermost last; each holds one use. */
 static _Thread_local gca__mempool_t *t_scopes[MAX_SCOPES];
 static _Thread_local int t_nscopes;
+
+/* A mapping released by gca_pool_suspend, with its contents when saved. */
+struct gca__suspended {
+  gca__segment_t *seg;
+  size_t map; /* index into seg->maps */
+  void *copy;
+};
 
 static inline uint64_t handle_of(const void *pool) {
   return (uint64_t)(uintptr_t)pool;
@@ -89,10 +101,14 @@ static void pool_init(gca__pool_t *p, gca__devalloc_t *d, gca__mempool_t *m, boo
   p->id[1] = m->handle >> 8;
 }
 
+static gca_status_t pool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m);
+
 /* Releases every segment of m and unlinks and frees it; all its blocks are
  * free (nactive == 0). On a driver failure m stays, dying, for a later try. */
 static gca_status_t mempool_destroy(gca__devalloc_t *d, gca__mempool_t *m) {
   GCA_ASSERT(m->nactive == 0 && m->use_count == 0);
+  if (m->suspended)
+    GCA_CHECK(pool_resume_locked(d, m)); /* the release path needs mappings to unmap */
   gca__pool_t *pools[2] = {&m->small, &m->large};
   for (int k = 0; k < 2; k++) {
     for (gca__segment_t *s = pools[k]->segments, *next; s != NULL; s = next) {
@@ -232,7 +248,7 @@ static size_t pool_bytes(const gca__pool_t *p, bool allocated_only) {
   size_t n = 0;
   for (const gca__segment_t *s = p->segments; s != NULL; s = s->next) {
     if (!allocated_only) {
-      n += s->size;
+      n += s->suspended ? 0 : s->size;
       continue;
     }
     for (const gca__block_t *b = s->head; b != NULL; b = b->next)
@@ -265,15 +281,20 @@ void gca__mempools_destroy_locked(gca__devalloc_t *d) {
   for (gca__mempool_t *m = d->mempools, *next; m != NULL; m = next) {
     next = m->next;
     gca__pool_t *pools[2] = {&m->small, &m->large};
+    for (size_t i = 0; i < m->nsusp; i++)
+      free(m->susp[i].copy);
+    free(m->susp);
     for (int k = 0; k < 2; k++) {
       for (gca__segment_t *s = pools[k]->segments, *snext; s != NULL; s = snext) {
         snext = s->next;
+        if (s->suspended)
+          s->nmaps = 0; /* nothing mapped to unmap or release */
         for (gca__block_t *b = s->head; b != NULL; b = b->next)
           free(b->uses);
         if (s->expandable) {
           gca__expand_destroy(d, s);
         } else {
-          (void)d->ops->mem_free(d->device, s->base);
+          (void)gca__segment_memory_free(d, s);
           gca__owner_remove(s->base, s->size, d->device);
         }
         free(s);
@@ -484,7 +505,7 @@ GCA_API gca_status_t gca_pool_end_capture(gca_pool_t *pool, gca_stream_t stream)
 
 gca__block_t *gca__mempool_take_on_oom(gca__devalloc_t *d, gca_stream_t stream, size_t rounded) {
   for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
-    if (!m->use_on_oom || m->use_count == 0)
+    if (!m->use_on_oom || m->use_count == 0 || m->suspended)
       continue;
     gca__pool_t *p = rounded <= GCA__SMALL_SIZE ? &m->small : &m->large;
     gca__block_t *b = gca__pool_take_fit(d, p, stream, rounded);
@@ -520,4 +541,209 @@ gca_status_t gca__mempool_check_locked(const gca__devalloc_t *d, const gca__memp
                       "allocator_check: pool %#" PRIx64 ": %zu active blocks, count says %zu",
                       m->handle, active, m->nactive);
   return GCA_OK;
+}
+
+/* ---- suspend and resume ---- */
+
+static int access_devices(const gca__devalloc_t *d, int *devs) {
+  int n = 0;
+  devs[n++] = d->device;
+  for (int i = 0; i < d->npeers; i++)
+    devs[n++] = d->peers[i];
+  return n;
+}
+
+static void suspended_account(gca__devalloc_t *d, gca__segment_t *seg, bool suspended) {
+  int64_t n = suspended ? -(int64_t)seg->size : (int64_t)seg->size;
+  seg->suspended = suspended;
+  d->reserved = (size_t)((int64_t)d->reserved + n);
+  gca__stat_pool(d->stats.reserved_bytes, seg->pool, n);
+}
+
+/* Unmaps and releases the memory of record r (contents already saved). */
+static gca_status_t release_one(gca__devalloc_t *d, const struct gca__suspended *r) {
+  gca__mapping_t *mp = &r->seg->maps[r->map];
+  gca_devptr_t ptr = r->seg->base + mp->offset;
+  gca_status_t st = d->ops->mem_unmap(ptr, mp->size);
+  if (st == GCA_OK) {
+    (void)d->ops->mem_release(mp->handle); /* unmapped: the memory goes with the last mapping */
+    mp->handle = 0;
+  }
+  return st;
+}
+
+/* Maps fresh memory for record r and copies its contents back (queued on the
+ * segment's stream). On failure nothing stays mapped. */
+static gca_status_t map_one(gca__devalloc_t *d, const struct gca__suspended *r) {
+  int devs[GCA__MAX_DEVICES + 1];
+  gca__mapping_t *mp = &r->seg->maps[r->map];
+  gca_devptr_t ptr = r->seg->base + mp->offset;
+  gca_memhandle_t h;
+  gca_status_t st;
+  GCA_CHECK(d->ops->mem_create(d->device, mp->size, &h));
+  GCA_CHECK_GOTO(d->ops->mem_map(ptr, mp->size, 0, h), st, fail_release);
+  GCA_CHECK_GOTO(d->ops->mem_set_access(ptr, mp->size, devs, access_devices(d, devs)), st,
+                 fail_unmap);
+  if (r->copy != NULL)
+    GCA_CHECK_GOTO(
+        d->ops->memcpy_async(ptr, (gca_devptr_t)(uintptr_t)r->copy, mp->size, r->seg->stream), st,
+        fail_unmap);
+  mp->handle = h;
+  return GCA_OK;
+
+fail_unmap:
+  (void)d->ops->mem_unmap(ptr, mp->size);
+fail_release:
+  (void)d->ops->mem_release(h);
+  return st;
+}
+
+/* Waits for the copies queued on the streams of m's suspended segments. */
+static gca_status_t sync_copies(gca__devalloc_t *d, gca__mempool_t *m) {
+  for (size_t i = 0; i < m->nsusp; i++)
+    if (i == 0 || m->susp[i].seg->stream != m->susp[i - 1].seg->stream)
+      GCA_CHECK(d->ops->stream_synchronize(m->susp[i].seg->stream));
+  return GCA_OK;
+}
+
+static void susp_free(gca__mempool_t *m) {
+  for (size_t i = 0; i < m->nsusp; i++)
+    free(m->susp[i].copy);
+  free(m->susp);
+  m->susp = NULL;
+  m->nsusp = 0;
+}
+
+static gca_status_t pool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m) {
+  gca_status_t st = GCA_OK;
+  size_t i;
+  for (i = 0; i < m->nsusp; i++) {
+    st = map_one(d, &m->susp[i]);
+    if (st != GCA_OK)
+      break;
+  }
+  if (st == GCA_OK)
+    st = sync_copies(d, m);
+  if (st != GCA_OK) {
+    for (size_t k = 0; k < i && k < m->nsusp; k++)
+      (void)release_one(d, &m->susp[k]);
+    return gca__error_prefix(st, "pool_resume: pool %#" PRIx64 " stays suspended", m->handle);
+  }
+  for (size_t k = 0; k < m->nsusp; k++)
+    if (m->susp[k].seg->suspended)
+      suspended_account(d, m->susp[k].seg, false);
+  gca__pool_t *pools[2] = {&m->small, &m->large};
+  for (int k = 0; k < 2; k++)
+    for (gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next)
+      if (s->suspended)
+        suspended_account(d, s, false); /* nothing was mapped in it */
+  susp_free(m);
+  m->suspended = false;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_pool_suspend(gca_pool_t *pool, unsigned flags) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  gca_status_t st = GCA_OK;
+  size_t n = 0, i = 0;
+  if ((flags & ~GCA_POOL_SUSPEND_SAVE) != 0)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_suspend: unknown flags %#x", flags);
+  GCA_CHECK(gca__mempool_lookup("pool_suspend", pool, &d, &m));
+  gca__pool_t *pools[2] = {&m->small, &m->large};
+  if (m->suspended) {
+    st = gca__error(GCA_ERR_INVALID_STATE, "pool_suspend: pool %p is already suspended",
+                    (void *)pool);
+    goto out;
+  }
+  if (d->ncaptures != 0) {
+    st = gca__error(GCA_ERR_INVALID_STATE,
+                    "pool_suspend: a capture is under way on device %d%s; end it first", d->device,
+                    gca__mempool_capturing_locked(d, m) ? " into this pool" : "");
+    goto out;
+  }
+  for (int k = 0; k < 2; k++) {
+    for (gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next) {
+      if (!s->expandable) {
+        st = gca__error(GCA_ERR_NOT_SUPPORTED,
+                        "pool_suspend: segment 0x%" PRIx64 " (%zu bytes) of pool %p is a classic "
+                        "segment; only expandable segments (expandable_segments:True) can give "
+                        "their memory back and keep their addresses",
+                        s->base, s->size, (void *)pool);
+        goto out;
+      }
+      n += s->nmaps;
+    }
+  }
+  m->susp = calloc(n ? n : 1, sizeof(*m->susp));
+  if (m->susp == NULL) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_suspend: host out of memory");
+    goto out;
+  }
+  for (int k = 0; k < 2; k++) {
+    for (gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next) {
+      for (size_t j = 0; j < s->nmaps; j++, i++) {
+        m->susp[i] = (struct gca__suspended){.seg = s, .map = j};
+        if (!(flags & GCA_POOL_SUSPEND_SAVE))
+          continue;
+        m->susp[i].copy = malloc(s->maps[j].size);
+        if (m->susp[i].copy == NULL) {
+          m->nsusp = i + 1;
+          st = gca__error(GCA_ERR_OUT_OF_MEMORY,
+                          "pool_suspend: host out of memory for a %zu-byte copy of 0x%" PRIx64,
+                          s->maps[j].size, s->base + s->maps[j].offset);
+          goto fail;
+        }
+      }
+    }
+  }
+  m->nsusp = n;
+  GCA_CHECK_GOTO(d->ops->ctx_synchronize(d->device), st, fail);
+  for (i = 0; i < n; i++) {
+    struct gca__suspended *r = &m->susp[i];
+    if (r->copy == NULL)
+      continue;
+    gca__mapping_t *mp = &r->seg->maps[r->map];
+    GCA_CHECK_GOTO(d->ops->memcpy_async((gca_devptr_t)(uintptr_t)r->copy, r->seg->base + mp->offset,
+                                        mp->size, r->seg->stream),
+                   st, fail);
+  }
+  GCA_CHECK_GOTO(sync_copies(d, m), st, fail);
+  for (i = 0; i < n; i++) {
+    st = release_one(d, &m->susp[i]);
+    if (st != GCA_OK) {
+      gca__error_prefix(st, "pool_suspend: pool %p", (void *)pool);
+      for (size_t k = 0; k < i; k++) /* map back what was released; contents from the copies */
+        if (map_one(d, &m->susp[k]) != GCA_OK || m->susp[k].copy == NULL)
+          GCA_LOG_ERR("pool_suspend: 0x%" PRIx64 " of pool %p lost its contents on the undo",
+                      m->susp[k].seg->base + m->susp[k].seg->maps[m->susp[k].map].offset,
+                      (void *)pool);
+      (void)sync_copies(d, m);
+      goto fail;
+    }
+  }
+  for (int k = 0; k < 2; k++)
+    for (gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next)
+      suspended_account(d, s, true);
+  m->suspended = true;
+  goto out;
+
+fail:
+  susp_free(m);
+out:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+GCA_API gca_status_t gca_pool_resume(gca_pool_t *pool) {
+  gca__devalloc_t *d;
+  gca__mempool_t *m;
+  gca_status_t st = GCA_OK;
+  GCA_CHECK(gca__mempool_lookup("pool_resume", pool, &d, &m));
+  if (!m->suspended)
+    st = gca__error(GCA_ERR_INVALID_STATE, "pool_resume: pool %p is not suspended", (void *)pool);
+  else
+    st = pool_resume_locked(d, m);
+  pthread_mutex_unlock(&d->lock);
+  return st;
 }

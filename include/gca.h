@@ -6,5 +6,6 @@
 #include "gca/device.h"
 #include "gca/allocator.h"
 #include "gca/pool.h"
+#include "gca/ipc.h"
 
 #endif

@@ -73,6 +73,23 @@ GCA_API gca_status_t gca_pool_use_end(gca_pool_t *pool);
 GCA_API gca_status_t gca_pool_begin_capture(gca_pool_t *pool, gca_stream_t stream);
 GCA_API gca_status_t gca_pool_end_capture(gca_pool_t *pool, gca_stream_t stream);
 
+/* ---- suspend and resume ---- */
+
+#define GCA_POOL_SUSPEND_SAVE 0x1u /* keep the contents in host memory for the resume */
+
+/* Releases the physical memory of the pool's segments while every address
+ * stays reserved and every block keeps its state, so pointers and graphs
+ * recorded against the pool stay valid. Needs expandable segments
+ * (expandable_segments:True when the pool's memory was allocated): a classic
+ * segment is GCA_ERR_NOT_SUPPORTED; a capture under way on the device is
+ * GCA_ERR_INVALID_STATE; in both cases nothing changes. Waits for the
+ * device's queued work. Allocations routed to a suspended pool fail with
+ * GCA_ERR_INVALID_STATE. */
+GCA_API gca_status_t gca_pool_suspend(gca_pool_t *pool, unsigned flags);
+/* Maps fresh memory at the same addresses and, when the suspend saved them,
+ * copies the contents back. On failure the pool stays suspended. */
+GCA_API gca_status_t gca_pool_resume(gca_pool_t *pool);
+
 /* ---- checkpoints (DESIGN.md "Note [Checkpoints]") ---- */
 
 /* Pointers whose state a restore changed. Arrays are owned by the struct;
