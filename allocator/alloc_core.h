@@ -183,6 +183,60 @@ struct gca__devalloc {
   size_t ndeferred, cap_deferred;
 };
 
+/* ---- statistics (inline: they are on the hot path) ----
+ *
+ * Note [Statistics]: PyTorch's shape, each statistic as current/peak/
+ * allocated/freed for all/small/large. A change for pool p touches p's entry
+ * (small or large) and ALL's current and peak; ALL.allocated and ALL.freed are
+ * not kept on the hot path, since they always equal small + large: they are
+ * filled in when statistics are read (gca__stats_fill_all). The caller holds
+ * the device lock. */
+
+/* Adds n >= 0 to a single statistic. */
+static inline void gca__stat_inc1(gca_stat_t *s, int64_t n) {
+  s->current += n;
+  s->allocated += n;
+  if (s->current > s->peak)
+    s->peak = s->current;
+}
+
+/* Removes n >= 0 from a single statistic. */
+static inline void gca__stat_dec1(gca_stat_t *s, int64_t n) {
+  s->current -= n;
+  s->freed += n;
+}
+
+/* Adds n (either sign) to a single statistic. */
+static inline void gca__stat_add(gca_stat_t *s, int64_t n) {
+  if (n >= 0)
+    gca__stat_inc1(s, n);
+  else
+    gca__stat_dec1(s, -n);
+}
+
+/* Adds n >= 0 to the statistic array `arr` for pool p. */
+static inline void gca__stat_inc(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
+  gca__stat_inc1(&arr[p->is_small ? GCA_STAT_SMALL : GCA_STAT_LARGE], n);
+  gca_stat_t *all = &arr[GCA_STAT_ALL];
+  all->current += n;
+  if (all->current > all->peak)
+    all->peak = all->current;
+}
+
+/* Removes n >= 0 from the statistic array `arr` for pool p. */
+static inline void gca__stat_dec(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
+  gca__stat_dec1(&arr[p->is_small ? GCA_STAT_SMALL : GCA_STAT_LARGE], n);
+  arr[GCA_STAT_ALL].current -= n;
+}
+
+/* Adds n (either sign) to the statistic array `arr` for pool p. */
+static inline void gca__stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
+  if (n >= 0)
+    gca__stat_inc(arr, p, n);
+  else
+    gca__stat_dec(arr, p, -n);
+}
+
 /* ---- allocator.c ---- */
 
 /* PyTorch's round_size: 512-byte minimum and multiple, or the next
@@ -198,6 +252,9 @@ bool gca__alloc_should_split(const gca_alloc_config_t *cfg, bool small_pool, siz
 bool gca__alloc_block_fits(const gca_alloc_config_t *cfg, size_t block_size, size_t rounded);
 /* The allocator of `device` if it was created, else NULL. */
 gca__devalloc_t *gca__devalloc_peek(int device);
+/* Fills ALL.allocated/freed of every statistic array from small + large
+ * (Note [Statistics]); for copies handed to readers. */
+void gca__stats_fill_all(gca_stats_t *s);
 /* Validates one device allocator; the caller holds d->lock. */
 gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d);
 
@@ -231,9 +288,6 @@ gca_status_t gca__expand_add_peer(gca__devalloc_t *d, int peer);
 gca_status_t gca__expand_check(const gca__devalloc_t *d, const gca__segment_t *seg);
 
 /* For pool.c and checkpoint.c (the caller holds d->lock). */
-/* Adds n to the all/small/large entries of a statistic array for pool p. */
-void gca__stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n);
-void gca__stat_add(gca_stat_t *s, int64_t n);
 /* Returns a segment whose single block is free to the driver. */
 gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg);
 /* Returns a classic segment's memory to the driver whatever its blocks

@@ -107,20 +107,16 @@ bool gca__alloc_block_fits(const gca_alloc_config_t *cfg, size_t block_size, siz
 
 /* ---- statistics ---- */
 
-static inline void stat_change(gca_stat_t *s, int64_t n) {
-  s->current += n;
-  if (n > 0) {
-    s->allocated += n;
-    if (s->current > s->peak)
-      s->peak = s->current;
-  } else {
-    s->freed -= n;
+void gca__stats_fill_all(gca_stats_t *s) {
+  gca_stat_t *arrays[] = {
+      s->allocation,      s->segment,        s->active,       s->inactive_split,
+      s->allocated_bytes, s->reserved_bytes, s->active_bytes, s->inactive_split_bytes,
+      s->requested_bytes};
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(arrays); i++) {
+    gca_stat_t *a = arrays[i];
+    a[GCA_STAT_ALL].allocated = a[GCA_STAT_SMALL].allocated + a[GCA_STAT_LARGE].allocated;
+    a[GCA_STAT_ALL].freed = a[GCA_STAT_SMALL].freed + a[GCA_STAT_LARGE].freed;
   }
-}
-
-static inline void stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
-  stat_change(&arr[GCA_STAT_ALL], n);
-  stat_change(&arr[p->is_small ? GCA_STAT_SMALL : GCA_STAT_LARGE], n);
 }
 
 static void set_config_locked(gca__devalloc_t *d, const gca_alloc_config_t *cfg) {
@@ -264,8 +260,8 @@ static gca_status_t segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg,
   GCA_CHECK(d->ops->mem_unmap(seg->base, seg->size));
   if (d->ops->mem_release(seg->maps[0].handle) != GCA_OK ||
       d->ops->mem_address_free(d->device, seg->base, seg->size) != GCA_OK)
-    GCA_LOG_WARN("segment 0x%" PRIx64 " (%zu bytes) unmapped but not fully released: %s",
-                 seg->base, seg->size, gca_last_error());
+    GCA_LOG_WARN("segment 0x%" PRIx64 " (%zu bytes) unmapped but not fully released: %s", seg->base,
+                 seg->size, gca_last_error());
   free(seg->maps);
   seg->maps = NULL;
   seg->nmaps = seg->cap_maps = 0;
@@ -330,10 +326,10 @@ static gca_status_t segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   pool->segments = seg;
   pool->nsegments++;
   d->reserved += size;
-  stat_pool(d->stats.segment, pool, 1);
-  stat_pool(d->stats.reserved_bytes, pool, (int64_t)size);
+  gca__stat_pool(d->stats.segment, pool, 1);
+  gca__stat_pool(d->stats.reserved_bytes, pool, (int64_t)size);
   if (seg->oversize)
-    stat_change(&d->stats.oversize_segments, 1);
+    gca__stat_add(&d->stats.oversize_segments, 1);
   d->stats.num_device_alloc++;
   gca__history_event(GCA_HA_SEGMENT_ALLOC, d->device, ptr, size, stream);
   *out = b;
@@ -368,10 +364,10 @@ static gca_status_t segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
     seg->next->prev = seg->prev;
   pool->nsegments--;
   d->reserved -= seg->size;
-  stat_pool(d->stats.segment, pool, -1);
-  stat_pool(d->stats.reserved_bytes, pool, -(int64_t)seg->size);
+  gca__stat_pool(d->stats.segment, pool, -1);
+  gca__stat_pool(d->stats.reserved_bytes, pool, -(int64_t)seg->size);
   if (seg->oversize)
-    stat_change(&d->stats.oversize_segments, -1);
+    gca__stat_add(&d->stats.oversize_segments, -1);
   d->stats.num_device_free++;
   gca__history_event(GCA_HA_SEGMENT_FREE, d->device, seg->base, seg->size, seg->stream);
   free(seg);
@@ -424,11 +420,11 @@ static void block_free_complete(gca__devalloc_t *d, gca__block_t *b) {
     net_blocks++;
     net_bytes += (int64_t)b->size;
   }
-  stat_pool(d->stats.inactive_split, pool, net_blocks);
-  stat_pool(d->stats.inactive_split_bytes, pool, net_bytes);
-  stat_pool(d->stats.active, pool, -1);
-  stat_pool(d->stats.active_bytes, pool, -(int64_t)orig_size);
-  stat_pool(d->stats.requested_bytes, pool, -(int64_t)requested);
+  gca__stat_pool(d->stats.inactive_split, pool, net_blocks);
+  gca__stat_pool(d->stats.inactive_split_bytes, pool, net_bytes);
+  gca__stat_dec(d->stats.active, pool, 1);
+  gca__stat_dec(d->stats.active_bytes, pool, (int64_t)orig_size);
+  gca__stat_dec(d->stats.requested_bytes, pool, (int64_t)requested);
   if (!d->caching && block_whole(b)) {
     gca_status_t st = segment_release(d, b->seg);
     if (st != GCA_OK)
@@ -474,25 +470,25 @@ static void block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, 
     r->gc_base = pool->free_calls;
     gca__tree_insert(pool, r);
     if (already_split) {
-      stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)rounded);
+      gca__stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)rounded);
     } else {
-      stat_pool(d->stats.inactive_split_bytes, pool, (int64_t)r->size);
-      stat_pool(d->stats.inactive_split, pool, 1);
+      gca__stat_pool(d->stats.inactive_split_bytes, pool, (int64_t)r->size);
+      gca__stat_pool(d->stats.inactive_split, pool, 1);
     }
   } else if (already_split) {
-    stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)b->size);
-    stat_pool(d->stats.inactive_split, pool, -1);
+    gca__stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)b->size);
+    gca__stat_pool(d->stats.inactive_split, pool, -1);
   }
   b->allocated = true;
   b->requested = requested;
-  stat_pool(d->stats.allocation, pool, 1);
-  stat_pool(d->stats.allocated_bytes, pool, (int64_t)b->size);
-  stat_pool(d->stats.active, pool, 1);
-  stat_pool(d->stats.active_bytes, pool, (int64_t)b->size);
-  stat_pool(d->stats.requested_bytes, pool, (int64_t)requested);
+  gca__stat_inc(d->stats.allocation, pool, 1);
+  gca__stat_inc(d->stats.allocated_bytes, pool, (int64_t)b->size);
+  gca__stat_inc(d->stats.active, pool, 1);
+  gca__stat_inc(d->stats.active_bytes, pool, (int64_t)b->size);
+  gca__stat_inc(d->stats.requested_bytes, pool, (int64_t)requested);
   b->oversize = b->size >= d->cfg.max_split_size;
   if (b->oversize)
-    stat_change(&d->stats.oversize_allocations, 1);
+    gca__stat_add(&d->stats.oversize_allocations, 1);
 }
 
 /* ---- pending frees (Note [Stream-ordered reuse]) ---- */
@@ -1105,10 +1101,10 @@ static gca_status_t dev_free(gca__devalloc_t *d, gca__block_t *b) {
     }
   }
   b->allocated = false;
-  stat_pool(d->stats.allocation, pool, -1);
-  stat_pool(d->stats.allocated_bytes, pool, -(int64_t)b->size);
+  gca__stat_dec(d->stats.allocation, pool, 1);
+  gca__stat_dec(d->stats.allocated_bytes, pool, (int64_t)b->size);
   if (b->oversize)
-    stat_change(&d->stats.oversize_allocations, -1);
+    gca__stat_add(&d->stats.oversize_allocations, -1);
   b->oversize = false;
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, b->addr, b->requested, b->stream);
   if (b->event_count == 0)
@@ -1349,6 +1345,7 @@ GCA_API gca_status_t gca_get_stats(int device, gca_stats_t *out) {
   pthread_mutex_lock(&d->lock);
   *out = d->stats;
   pthread_mutex_unlock(&d->lock);
+  gca__stats_fill_all(out);
   return GCA_OK;
 }
 
@@ -1497,14 +1494,6 @@ void gca__allocator_reset(void) {
 }
 
 /* ---- for pool.c and checkpoint.c ---- */
-
-void gca__stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
-  stat_pool(arr, p, n);
-}
-
-void gca__stat_add(gca_stat_t *s, int64_t n) {
-  stat_change(s, n);
-}
 
 gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
   return segment_release(d, seg);

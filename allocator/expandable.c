@@ -46,29 +46,13 @@ static inline size_t round_up(size_t x, size_t g) {
   return (x + g - 1) / g * g;
 }
 
-static inline void stat_change(gca_stat_t *s, int64_t n) {
-  s->current += n;
-  if (n > 0) {
-    s->allocated += n;
-    if (s->current > s->peak)
-      s->peak = s->current;
-  } else {
-    s->freed -= n;
-  }
-}
-
-static inline void stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
-  stat_change(&arr[GCA_STAT_ALL], n);
-  stat_change(&arr[p->is_small ? GCA_STAT_SMALL : GCA_STAT_LARGE], n);
-}
-
 /* Adds (sign 1) or removes (-1) a free block's share of inactive_split, by
  * allocator.c's rule: a free block counts unless it is alone in its segment. */
 static void split_account(gca__devalloc_t *d, const gca__block_t *b, int sign) {
   if (b->prev == NULL && b->next == NULL)
     return;
-  stat_pool(d->stats.inactive_split, b->pool, sign);
-  stat_pool(d->stats.inactive_split_bytes, b->pool, sign * (int64_t)b->size);
+  gca__stat_pool(d->stats.inactive_split, b->pool, sign);
+  gca__stat_pool(d->stats.inactive_split_bytes, b->pool, sign * (int64_t)b->size);
 }
 
 static inline bool is_free(const gca__block_t *b) {
@@ -134,7 +118,7 @@ static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t of
   seg->nmaps++;
   seg->size += len;
   d->reserved += len;
-  stat_pool(d->stats.reserved_bytes, seg->pool, (int64_t)len);
+  gca__stat_pool(d->stats.reserved_bytes, seg->pool, (int64_t)len);
   d->stats.num_device_alloc++;
   gca__history_event(GCA_HA_SEGMENT_MAP, d->device, ptr, len, seg->stream);
   return GCA_OK;
@@ -162,7 +146,7 @@ static gca_status_t unmap_one(gca__devalloc_t *d, gca__segment_t *seg, size_t i)
   seg->nmaps--;
   seg->size -= m.size;
   d->reserved -= m.size;
-  stat_pool(d->stats.reserved_bytes, seg->pool, -(int64_t)m.size);
+  gca__stat_pool(d->stats.reserved_bytes, seg->pool, -(int64_t)m.size);
   d->stats.num_device_free++;
   gca__history_event(GCA_HA_SEGMENT_UNMAP, d->device, ptr, m.size, seg->stream);
   st = d->ops->mem_release(m.handle);
