@@ -504,7 +504,7 @@ gca_status_t gca__expand_add_peer(gca__devalloc_t *d, int peer) {
   devs[ndevs++] = peer;
   for (gca__pool_t *pool = &d->small; pool != NULL; pool = gca__pool_next(d, pool)) {
     for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
-      for (size_t i = 0; s->expandable && i < s->nmaps; i++) {
+      for (size_t i = 0; i < s->nmaps; i++) { /* expandable and VMM-backed classic */
         gca_status_t st =
             d->ops->mem_set_access(s->base + s->maps[i].offset, s->maps[i].size, devs, ndevs);
         if (st != GCA_OK)

@@ -14,9 +14,6 @@
  * pointer. The registry has its own mutex; no allocator lock is taken while
  * it is held.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -99,8 +96,8 @@ GCA_API void gca_ipc_handle_free(gca_ipc_handle_t *h) {
   free(h);
 }
 
-GCA_API gca_status_t gca_ipc_handle_info(const gca_ipc_handle_t *h, int *device,
-                                         size_t *block_size, size_t *nhandles, uint8_t id[16]) {
+GCA_API gca_status_t gca_ipc_handle_info(const gca_ipc_handle_t *h, int *device, size_t *block_size,
+                                         size_t *nhandles, uint8_t id[16]) {
   if (h == NULL)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "ipc_handle_info: handle is NULL");
   if (device)
@@ -123,9 +120,9 @@ static gca_status_t check_layout(const char *op, const gca_ipc_handle_t *h) {
   if (h->device < 0 || h->device >= GCA__MAX_DEVICES)
     return gca__error(GCA_ERR_PARSE, "%s: device %d is out of range", op, h->device);
   if (h->block_size == 0 || h->block_size > MAX_BYTES)
-    return gca__error(GCA_ERR_PARSE, "%s: block size %" PRIu64 " is absurd (expected 1 to %" PRIu64
-                      ")",
-                      op, h->block_size, MAX_BYTES);
+    return gca__error(GCA_ERR_PARSE,
+                      "%s: block size %" PRIu64 " is absurd (expected 1 to %" PRIu64 ")", op,
+                      h->block_size, MAX_BYTES);
   int64_t next = h->e[0].rel;
   for (uint32_t i = 0; i < h->n; i++) {
     const ipc_entry_t *e = &h->e[i];
@@ -137,8 +134,8 @@ static gca_status_t check_layout(const char *op, const gca_ipc_handle_t *h) {
                         op, i, e->map_size, e->handle_offset, e->handle_size);
     if (e->rel < -(int64_t)MAX_BYTES || e->rel > (int64_t)MAX_BYTES || e->rel != next)
       return gca__error(GCA_ERR_PARSE,
-                        "%s: handle %" PRIu32 " sits at %" PRId64 " from the block, expected %" PRId64
-                        " (mappings must be contiguous)",
+                        "%s: handle %" PRIu32 " sits at %" PRId64
+                        " from the block, expected %" PRId64 " (mappings must be contiguous)",
                         op, i, e->rel, next);
     next = e->rel + (int64_t)e->map_size;
   }
@@ -471,8 +468,8 @@ GCA_API gca_status_t gca_ipc_recv(int socket_fd, gca_ipc_handle_t **out) {
   GCA_CHECK_GOTO(recv_all(socket_fd, body, body_len, &fds), st, fail);
   if (fds.overflow || fds.len != nfds) {
     st = gca__error(GCA_ERR_PARSE,
-                    "ipc_recv: %" PRIu32 " descriptors announced, %s%" PRIu32 " received",
-                    nfds, fds.overflow ? "more than " : "", fds.len);
+                    "ipc_recv: %" PRIu32 " descriptors announced, %s%" PRIu32 " received", nfds,
+                    fds.overflow ? "more than " : "", fds.len);
     goto fail;
   }
   if (get_u32(body + 20) != nfds) {

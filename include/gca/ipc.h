@@ -47,8 +47,8 @@
 extern "C" {
 #endif
 
-#define GCA_IPC_MAGIC 0x49414347u /* "GCAI" read as a little-endian u32 */
-#define GCA_IPC_VERSION 1u
+#define GCA_IPC_MAGIC       0x49414347u /* "GCAI" read as a little-endian u32 */
+#define GCA_IPC_VERSION     1u
 #define GCA_IPC_FDS_PER_MSG 64u   /* descriptors per SCM_RIGHTS message */
 #define GCA_IPC_MAX_HANDLES 4096u /* more entries than this is a malformed message */
 
@@ -66,8 +66,8 @@ GCA_API gca_status_t gca_ipc_export(void *ptr, gca_ipc_handle_t **out);
 /* Closes the descriptors the handle owns and frees it; NULL is ignored. */
 GCA_API void gca_ipc_handle_free(gca_ipc_handle_t *h);
 /* What a handle describes; any output may be NULL. id receives 16 bytes. */
-GCA_API gca_status_t gca_ipc_handle_info(const gca_ipc_handle_t *h, int *device,
-                                         size_t *block_size, size_t *nhandles, uint8_t id[16]);
+GCA_API gca_status_t gca_ipc_handle_info(const gca_ipc_handle_t *h, int *device, size_t *block_size,
+                                         size_t *nhandles, uint8_t id[16]);
 
 /* Sends a handle over a connected Unix socket (the descriptors are
  * duplicated into the peer; h keeps its own). GCA_ERR_IO when the socket

@@ -440,6 +440,33 @@ static void peer_access_covers_existing_and_new_mappings(void **state) {
   gca__device_override(gca__sim_ops());
 }
 
+/* Classic segments backed by VMM handles (ipc_handles:True) carry their one
+ * mapping in seg->maps too, and a peer enabled later must reach it. */
+static void peer_access_covers_existing_vmm_backed_classic_segments(void **state) {
+  (void)state;
+  gca__allocator_reset();
+  wrapped = *gca__sim_ops();
+  wrapped.mem_set_access = rec_set_access;
+  gca__device_override(&wrapped);
+  assert_ok(gca_set_config("ipc_handles:True"));
+  set_access_calls = 0;
+  void *a = alloc_on(10 * MiB, NULL);
+  assert_int_equal(set_access_calls, 1);
+  assert_int_equal(last_ndevs, 1);
+  assert_ok(gca_enable_peer_access(0, 1));
+  assert_int_equal(set_access_calls, 2);
+  assert_int_equal(last_ndevs, 2);
+  assert_true(last_has_peer);
+  void *b = alloc_on(30 * MiB, NULL);
+  assert_int_equal(set_access_calls, 3);
+  assert_true(last_has_peer);
+  check();
+  free_ok(a);
+  free_ok(b);
+  expect_all_returned();
+  gca__device_override(gca__sim_ops());
+}
+
 static void peer_access_fault_leaves_the_peer_off(void **state) {
   (void)state;
   void *a = alloc_on(10 * MiB, NULL);
@@ -475,6 +502,7 @@ int main(void) {
       T(history_records_map_and_unmap),
       T(walk_reports_expandable_with_mapped_size),
       T(peer_access_covers_existing_and_new_mappings),
+      T(peer_access_covers_existing_vmm_backed_classic_segments),
       T(peer_access_fault_leaves_the_peer_off),
 #undef T
   };
