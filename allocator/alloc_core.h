@@ -350,6 +350,11 @@ gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devall
 
 void gca__tree_insert(gca__pool_t *p, gca__block_t *b);
 void gca__tree_erase(gca__pool_t *p, gca__block_t *b);
+/* Puts nb (not in the tree) in old's place when nb's key lies strictly between
+ * old's in-order neighbours, so no rebalancing is needed, and returns true;
+ * returns false, changing nothing, otherwise. For a split remainder taking its
+ * block's place, or a merged block taking its free neighbour's. */
+bool gca__tree_replace(gca__pool_t *p, gca__block_t *old, gca__block_t *nb);
 /* Smallest block with key >= (stream, size, 0), or NULL. */
 gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size);
 /* Largest block with key < (stream, size, 0), or NULL. */

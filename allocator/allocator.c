@@ -388,9 +388,13 @@ static void block_free_complete(gca__devalloc_t *d, gca__block_t *b) {
   size_t orig_size = b->size, requested = b->requested;
   int64_t net_blocks = 0, net_bytes = 0;
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, b->addr, requested, b->stream);
-  gca__block_t *p = b->prev;
-  if (p != NULL && p->in_tree) {
-    gca__tree_erase(pool, p);
+  gca__block_t *p = b->prev, *n = b->next;
+  bool pfree = p != NULL && p->in_tree, nfree = n != NULL && n->in_tree;
+  /* with exactly one free neighbour, b may take its tree place (Note [Tree places]) */
+  gca__block_t *slot = pfree != nfree ? (pfree ? p : n) : NULL;
+  if (pfree) {
+    if (p != slot)
+      gca__tree_erase(pool, p);
     b->addr = p->addr;
     b->size += p->size;
     b->prev = p->prev;
@@ -400,22 +404,28 @@ static void block_free_complete(gca__devalloc_t *d, gca__block_t *b) {
       b->seg->head = b;
     net_blocks--;
     net_bytes -= (int64_t)p->size;
-    block_put(d, p);
   }
-  gca__block_t *n = b->next;
-  if (n != NULL && n->in_tree) {
-    gca__tree_erase(pool, n);
+  if (nfree) {
+    if (n != slot)
+      gca__tree_erase(pool, n);
     b->size += n->size;
     b->next = n->next;
     if (b->next != NULL)
       b->next->prev = b;
     net_blocks--;
     net_bytes -= (int64_t)n->size;
-    block_put(d, n);
   }
   b->requested = 0;
   b->gc_base = pool->free_calls;
-  gca__tree_insert(pool, b);
+  if (slot == NULL || !gca__tree_replace(pool, slot, b)) {
+    if (slot != NULL)
+      gca__tree_erase(pool, slot);
+    gca__tree_insert(pool, b);
+  }
+  if (pfree)
+    block_put(d, p);
+  if (nfree)
+    block_put(d, n);
   if (!block_whole(b)) {
     net_blocks++;
     net_bytes += (int64_t)b->size;
@@ -443,16 +453,22 @@ static gca__block_t *pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_st
   gca__block_t *b = gca__tree_lower_bound(pool, stream, rounded);
   if (b == NULL || b->stream != stream || !gca__alloc_block_fits(&d->cfg, b->size, rounded))
     return NULL;
-  gca__tree_erase(pool, b);
-  return b;
+  return b; /* still in the tree: block_activate takes it out (Note [Tree places]) */
 }
 
 /* Makes a free block (outside the tree) active for a request, splitting off
  * the remainder when the rules say so (PyTorch's alloc_found_block). A block
  * struct must have been reserved. */
+/* Note [Tree places]: a fitting block found in its pool's free tree stays there
+ * until block_activate; a split remainder (key: same stream, smaller size,
+ * higher address) then usually takes the block's own place, and a freed block
+ * merged with one free neighbour usually takes that neighbour's, each without
+ * rebalancing (gca__tree_replace). Blocks from a new segment arrive outside
+ * the tree. */
 static void block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, size_t requested) {
   gca__pool_t *pool = b->pool;
   bool already_split = !block_whole(b);
+  bool in_tree = b->in_tree;
   if (!pool->no_split &&
       gca__alloc_should_split(&d->cfg, pool->is_small || b->seg->expandable, b->size, rounded)) {
     gca__block_t *r = block_take(d);
@@ -461,23 +477,31 @@ static void block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, 
     r->stream = b->stream;
     r->pool = pool;
     r->seg = b->seg;
+    r->gc_base = pool->free_calls;
+    if (!in_tree || !gca__tree_replace(pool, b, r)) {
+      if (in_tree)
+        gca__tree_erase(pool, b);
+      gca__tree_insert(pool, r);
+    }
     r->prev = b;
     r->next = b->next;
     if (r->next != NULL)
       r->next->prev = r;
     b->next = r;
     b->size = rounded;
-    r->gc_base = pool->free_calls;
-    gca__tree_insert(pool, r);
     if (already_split) {
       gca__stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)rounded);
     } else {
       gca__stat_pool(d->stats.inactive_split_bytes, pool, (int64_t)r->size);
       gca__stat_pool(d->stats.inactive_split, pool, 1);
     }
-  } else if (already_split) {
-    gca__stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)b->size);
-    gca__stat_pool(d->stats.inactive_split, pool, -1);
+  } else {
+    if (in_tree)
+      gca__tree_erase(pool, b);
+    if (already_split) {
+      gca__stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)b->size);
+      gca__stat_pool(d->stats.inactive_split, pool, -1);
+    }
   }
   b->allocated = true;
   b->requested = requested;
@@ -962,8 +986,10 @@ static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_
   }
   st = gca__ptrmap_insert(&d->ptrs, b->addr, b);
   if (st != GCA_OK) {
-    b->gc_base = pool->free_calls;
-    gca__tree_insert(pool, b);
+    if (!b->in_tree) {
+      b->gc_base = pool->free_calls;
+      gca__tree_insert(pool, b);
+    }
     goto fail;
   }
   GCA_CHECK_GOTO(block_reserve(d), st, fail_unmap);
@@ -978,8 +1004,10 @@ static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_
 
 fail_unmap:
   gca__ptrmap_take(&d->ptrs, b->addr);
-  b->gc_base = pool->free_calls;
-  gca__tree_insert(pool, b);
+  if (!b->in_tree) {
+    b->gc_base = pool->free_calls;
+    gca__tree_insert(pool, b);
+  }
 fail:
   gca__history_alloc_failure(d->device, size, stream);
   DEBUG_CHECK(d);

@@ -87,6 +87,39 @@ void gca__tree_erase(gca__pool_t *p, gca__block_t *b) {
   p->nfree--;
 }
 
+bool gca__tree_replace(gca__pool_t *p, gca__block_t *old, gca__block_t *nb) {
+  GCA_ASSERT_DEBUG(old->in_tree && !nb->in_tree);
+  gca__block_t **link = &p->root;
+  const gca__block_t *lo = NULL, *hi = NULL; /* nearest ancestors bounding old's key */
+  while (*link != old) {
+    GCA_ASSERT(*link != NULL);
+    if (block_less(old, *link)) {
+      hi = *link;
+      link = &(*link)->left;
+    } else {
+      lo = *link;
+      link = &(*link)->right;
+    }
+  }
+  const gca__block_t *pred = lo, *succ = hi;
+  if (old->left != NULL)
+    for (pred = old->left; pred->right != NULL; pred = pred->right)
+      ;
+  if (old->right != NULL)
+    for (succ = old->right; succ->left != NULL; succ = succ->left)
+      ;
+  if ((pred != NULL && !block_less(pred, nb)) || (succ != NULL && !block_less(nb, succ)))
+    return false;
+  *link = nb;
+  nb->left = old->left;
+  nb->right = old->right;
+  nb->prio = old->prio;
+  nb->in_tree = true;
+  old->left = old->right = NULL;
+  old->in_tree = false;
+  return true;
+}
+
 gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size) {
   gca__block_t *best = NULL;
   for (gca__block_t *t = p->root; t != NULL;) {
