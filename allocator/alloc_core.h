@@ -31,6 +31,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "lock.h"
 #include "device.h"
 #include "gca/allocator.h"
 
@@ -148,7 +149,7 @@ typedef struct gca__pending {
 
 /* The allocator of one device. Everything below `lock` is guarded by it. */
 struct gca__devalloc {
-  pthread_mutex_t lock;
+  gca__mutex_t lock;
   int device;
   const gca_device_ops_t *ops;
   gca_alloc_config_t cfg; /* copy of the process settings, refreshed by gca_set_config */

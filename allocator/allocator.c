@@ -814,12 +814,7 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: host out of memory for device %d", op, device);
   size_t free_bytes = 0;
   GCA_CHECK_GOTO(ops->mem_get_info(device, &free_bytes, &d->total_memory), st, fail);
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  /* critical sections are short: spin briefly before sleeping */
-  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-  pthread_mutex_init(&d->lock, &attr);
-  pthread_mutexattr_destroy(&attr);
+  gca__mutex_init(&d->lock);
   d->device = device;
   d->ops = ops;
   set_config_locked(d, &g_cfg);
@@ -897,7 +892,7 @@ static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_strea
   int device = d->device;
   bool limited = d->set_fraction;
   size_t allowed = d->allowed_max;
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
 
   pthread_mutex_lock(&g_lock);
   nobs = g_nobservers;
@@ -927,7 +922,7 @@ static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_strea
 static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_stream_t stream) {
   gca_status_t st;
   gca__block_t *b = NULL;
-  pthread_mutex_lock(&d->lock);
+  gca__mutex_lock(&d->lock);
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0))
     GCA_CHECK_GOTO(process_events(d), st, fail);
   GCA_CHECK_GOTO(block_reserve(d), st, fail);
@@ -998,7 +993,7 @@ static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_
     pool->owner->nactive++;
   gca__history_event(GCA_HA_ALLOC, d->device, b->addr, size, stream);
   DEBUG_CHECK(d);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   *out = (void *)(uintptr_t)b->addr;
   return GCA_OK;
 
@@ -1011,7 +1006,7 @@ fail_unmap:
 fail:
   gca__history_alloc_failure(d->device, size, stream);
   DEBUG_CHECK(d);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return gca__error_prefix(st, "malloc of %zu bytes on device %d", size, d->device);
 }
 
@@ -1046,7 +1041,7 @@ static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    pthread_mutex_lock(&d->lock);
+    gca__mutex_lock(&d->lock);
     for (gca__pool_t *pool = &d->small; pool != NULL; pool = gca__pool_next(d, pool)) {
       for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
         if (addr < s->base || addr >= s->base + (s->expandable ? s->reserved_size : s->size))
@@ -1057,7 +1052,7 @@ static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
         gca_devptr_t start = b->addr;
         size_t size = b->size;
         bool live = b->allocated;
-        pthread_mutex_unlock(&d->lock);
+        gca__mutex_unlock(&d->lock);
         if (live)
           return gca__error(GCA_ERR_INVALID_POINTER,
                             "%s: pointer 0x%" PRIx64 " is inside the live block at 0x%" PRIx64
@@ -1074,7 +1069,7 @@ static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
                           op, addr, i, start);
       }
     }
-    pthread_mutex_unlock(&d->lock);
+    gca__mutex_unlock(&d->lock);
   }
   return gca__error(GCA_ERR_INVALID_POINTER,
                     "%s: pointer 0x%" PRIx64 " was not allocated by gca (or was already freed "
@@ -1101,13 +1096,13 @@ static gca__block_t *lock_live(gca_devptr_t addr, bool take, gca__devalloc_t **o
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    pthread_mutex_lock(&d->lock);
+    gca__mutex_lock(&d->lock);
     gca__block_t *b = take ? gca__ptrmap_take(&d->ptrs, addr) : gca__ptrmap_find(&d->ptrs, addr);
     if (GCA_LIKELY(b != NULL)) {
       *out = d;
       return b;
     }
-    pthread_mutex_unlock(&d->lock);
+    gca__mutex_unlock(&d->lock);
   }
   return NULL;
 }
@@ -1152,7 +1147,7 @@ static gca_status_t free_impl(void *ptr, int expected_dev) {
     return bad_pointer("free", addr);
   if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
     GCA_ASSERT(gca__ptrmap_insert(&d->ptrs, addr, b) == GCA_OK);
-    pthread_mutex_unlock(&d->lock);
+    gca__mutex_unlock(&d->lock);
     return gca__error(GCA_ERR_INVALID_POINTER,
                       "free: pointer 0x%" PRIx64 " belongs to device %d, not device %d", addr,
                       d->device, expected_dev);
@@ -1166,13 +1161,13 @@ static gca_status_t free_impl(void *ptr, int expected_dev) {
   if (st != GCA_OK)
     goto fail;
   DEBUG_CHECK(d);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return GCA_OK;
 
 fail:
   GCA_ASSERT(gca__ptrmap_insert(&d->ptrs, addr, b) == GCA_OK); /* room is left by the take */
   DEBUG_CHECK(d);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return st;
 }
 
@@ -1205,7 +1200,7 @@ GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
   }
   b->uses[b->nuses++] = stream;
 out:
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return st;
 }
 
@@ -1217,7 +1212,7 @@ GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *
     return bad_pointer("pointer_info", addr);
   size_t size = b->size;
   int dev = d->device;
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   if (block_size != NULL)
     *block_size = size;
   if (device != NULL)
@@ -1246,10 +1241,10 @@ GCA_API gca_status_t gca_empty_cache(void) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    pthread_mutex_lock(&d->lock);
+    gca__mutex_lock(&d->lock);
     gca_status_t st = release_cached(d);
     DEBUG_CHECK(d);
-    pthread_mutex_unlock(&d->lock);
+    gca__mutex_unlock(&d->lock);
     if (st != GCA_OK)
       return gca__error_prefix(st, "empty_cache: device %d", i);
   }
@@ -1262,10 +1257,10 @@ GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction) {
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "set_memory_fraction: fraction %g is not in (0, 1]",
                       fraction);
   GCA_CHECK(devalloc_get("set_memory_fraction", device, &d));
-  pthread_mutex_lock(&d->lock);
+  gca__mutex_lock(&d->lock);
   d->set_fraction = true;
   d->allowed_max = (size_t)(fraction * (double)d->total_memory);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
 
@@ -1273,19 +1268,19 @@ GCA_API gca_status_t gca_enable_peer_access(int device, int peer) {
   gca__devalloc_t *d;
   GCA_CHECK(check_device_index("enable_peer_access", peer, NULL));
   GCA_CHECK(devalloc_get("enable_peer_access", device, &d));
-  pthread_mutex_lock(&d->lock);
+  gca__mutex_lock(&d->lock);
   gca_status_t st = gca__expand_add_peer(d, peer);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return st;
 }
 
 GCA_API gca_status_t gca_set_memory_limit(int device, uint64_t bytes) {
   gca__devalloc_t *d;
   GCA_CHECK(devalloc_get("set_memory_limit", device, &d));
-  pthread_mutex_lock(&d->lock);
+  gca__mutex_lock(&d->lock);
   d->set_fraction = bytes != 0;
   d->allowed_max = bytes;
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
 
@@ -1309,10 +1304,10 @@ GCA_API gca_status_t gca_set_config(const char *conf) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    pthread_mutex_lock(&d->lock);
+    gca__mutex_lock(&d->lock);
     set_config_locked(d, &cfg);
     apply_limit_from_config(d);
-    pthread_mutex_unlock(&d->lock);
+    gca__mutex_unlock(&d->lock);
   }
 out:
   pthread_mutex_unlock(&g_lock);
@@ -1352,11 +1347,11 @@ GCA_API gca_status_t gca_set_caching(bool enabled) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    pthread_mutex_lock(&d->lock);
+    gca__mutex_lock(&d->lock);
     d->caching = enabled;
     if (!enabled)
       st = release_cached(d);
-    pthread_mutex_unlock(&d->lock);
+    gca__mutex_unlock(&d->lock);
     if (st != GCA_OK)
       return gca__error_prefix(st, "set_caching: device %d", i);
   }
@@ -1370,9 +1365,9 @@ GCA_API gca_status_t gca_get_stats(int device, gca_stats_t *out) {
   if (out == NULL)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "get_stats: the output pointer is NULL");
   GCA_CHECK(devalloc_get("get_stats", device, &d));
-  pthread_mutex_lock(&d->lock);
+  gca__mutex_lock(&d->lock);
   *out = d->stats;
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   gca__stats_fill_all(out);
   return GCA_OK;
 }
@@ -1403,23 +1398,23 @@ static void reset_accum(gca_stat_t *s, size_t n) {
 GCA_API gca_status_t gca_reset_peak_stats(int device) {
   gca__devalloc_t *d;
   GCA_CHECK(devalloc_get("reset_peak_stats", device, &d));
-  pthread_mutex_lock(&d->lock);
+  gca__mutex_lock(&d->lock);
   FOR_EACH_STAT_ARRAY(reset_peak, d->stats);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
 
 GCA_API gca_status_t gca_reset_accumulated_stats(int device) {
   gca__devalloc_t *d;
   GCA_CHECK(devalloc_get("reset_accumulated_stats", device, &d));
-  pthread_mutex_lock(&d->lock);
+  gca__mutex_lock(&d->lock);
   FOR_EACH_STAT_ARRAY(reset_accum, d->stats);
   d->stats.num_alloc_retries = 0;
   d->stats.num_ooms = 0;
   d->stats.num_sync_all_streams = 0;
   d->stats.num_device_alloc = 0;
   d->stats.num_device_free = 0;
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
 
@@ -1469,7 +1464,7 @@ int gca__allocator_device_count(void) {
 }
 
 static void devalloc_destroy(gca__devalloc_t *d) {
-  pthread_mutex_lock(&d->lock);
+  gca__mutex_lock(&d->lock);
   for (size_t i = 0; i < d->npending; i++) {
     (void)d->ops->event_synchronize(d->pending[i].event);
     (void)d->ops->event_destroy(d->pending[i].event);
@@ -1498,8 +1493,7 @@ static void devalloc_destroy(gca__devalloc_t *d) {
   free(d->slabs);
   free(d->pending);
   free(d->event_pool);
-  pthread_mutex_unlock(&d->lock);
-  pthread_mutex_destroy(&d->lock);
+  gca__mutex_unlock(&d->lock);
   free(d);
 }
 

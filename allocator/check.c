@@ -195,9 +195,9 @@ gca_status_t gca__allocator_check(void) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    pthread_mutex_lock(&d->lock);
+    gca__mutex_lock(&d->lock);
     gca_status_t st = gca__devalloc_check_locked(d);
-    pthread_mutex_unlock(&d->lock);
+    gca__mutex_unlock(&d->lock);
     GCA_CHECK(st);
   }
   return GCA_OK;
@@ -215,7 +215,7 @@ gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx) {
   gca_block_info_t *blocks = NULL;
   if (d == NULL || fn == NULL)
     return GCA_OK;
-  pthread_mutex_lock(&d->lock);
+  gca__mutex_lock(&d->lock);
   size_t nseg = 0, k = 0, maxb = 0;
   for (gca__pool_t *p = &d->small; p != NULL; p = gca__pool_next(d, p))
     nseg += p->nsegments;
@@ -279,7 +279,7 @@ gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx) {
     }
   }
 out:
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   free(blocks);
   free(segs);
   return st;

@@ -127,12 +127,12 @@ GCA_API gca_status_t gca_pool_checkpoint(gca_pool_t *pool, gca_pool_state_t **st
         ss->nblocks += save_block(s->blocks, &s->nblocks, ss->nblocks == 0, b);
     }
   }
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   *state = s;
   return GCA_OK;
 
 fail:
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   gca_pool_state_free(s);
   return st;
 }
@@ -495,7 +495,7 @@ out:
     gca__block_free(d, spare);
     spare = next;
   }
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   for (size_t i = 0; i < ntargets; i++)
     free(targets[i].owned);
   free(targets);

@@ -163,13 +163,13 @@ static gca__block_t *find_live(gca_devptr_t addr, gca__devalloc_t **out) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    pthread_mutex_lock(&d->lock);
+    gca__mutex_lock(&d->lock);
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
     if (b != NULL) {
       *out = d;
       return b;
     }
-    pthread_mutex_unlock(&d->lock);
+    gca__mutex_unlock(&d->lock);
   }
   return NULL;
 }
@@ -260,7 +260,7 @@ GCA_API gca_status_t gca_ipc_export(void *ptr, gca_ipc_handle_t **out) {
   }
   *out = h;
 out:
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return st;
 }
 

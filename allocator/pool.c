@@ -74,7 +74,7 @@ gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devall
   gca__devalloc_t *d = gca__devalloc_peek(device);
   if (d == NULL || (h >> 8) == 0 || (h >> 8) > atomic_load(&g_serial))
     return gca__error(GCA_ERR_INVALID_HANDLE, "%s: %p is not a pool handle", op, handle);
-  pthread_mutex_lock(&d->lock);
+  gca__mutex_lock(&d->lock);
   for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
     if (m->handle != h)
       continue;
@@ -84,7 +84,7 @@ gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devall
     *mout = m;
     return GCA_OK;
   }
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return gca__error(GCA_ERR_INVALID_HANDLE,
                     "%s: pool %p (device %d) was released: its use count reached zero", op, handle,
                     device);
@@ -193,12 +193,12 @@ GCA_API gca_status_t gca_pool_create(int device, const gca_pool_options_t *opts,
   m->use_on_oom = o.use_on_oom;
   pool_init(&m->small, d, m, true, o.no_split);
   pool_init(&m->large, d, m, false, o.no_split);
-  pthread_mutex_lock(&d->lock);
+  gca__mutex_lock(&d->lock);
   m->next = d->mempools;
   if (d->mempools != NULL)
     d->mempools->prev = m;
   d->mempools = m;
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   *pool = (gca_pool_t *)(uintptr_t)m->handle;
   return GCA_OK;
 }
@@ -208,7 +208,7 @@ GCA_API gca_status_t gca_pool_retain(gca_pool_t *pool) {
   gca__mempool_t *m;
   GCA_CHECK(gca__mempool_lookup("pool_retain", pool, &d, &m));
   m->use_count++;
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
 
@@ -217,7 +217,7 @@ GCA_API gca_status_t gca_pool_release(gca_pool_t *pool) {
   gca__mempool_t *m;
   GCA_CHECK(gca__mempool_lookup("pool_release", pool, &d, &m));
   mempool_unuse(d, m);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
 
@@ -228,7 +228,7 @@ GCA_API gca_status_t gca_pool_use_count(gca_pool_t *pool, int *count) {
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_use_count: the output pointer is NULL");
   GCA_CHECK(gca__mempool_lookup("pool_use_count", pool, &d, &m));
   *count = m->use_count;
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
 
@@ -240,7 +240,7 @@ GCA_API gca_status_t gca_pool_id(gca_pool_t *pool, uint64_t id[2]) {
   GCA_CHECK(gca__mempool_lookup("pool_id", pool, &d, &m));
   id[0] = m->small.id[0];
   id[1] = m->small.id[1];
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
 
@@ -266,7 +266,7 @@ GCA_API gca_status_t gca_pool_memory(gca_pool_t *pool, size_t *reserved, size_t 
     *reserved = pool_bytes(&m->small, false) + pool_bytes(&m->large, false);
   if (allocated != NULL)
     *allocated = pool_bytes(&m->small, true) + pool_bytes(&m->large, true);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
 
@@ -391,7 +391,7 @@ GCA_API gca_status_t gca_pool_begin_allocate(gca_pool_t *pool, gca_stream_filter
   GCA_CHECK(gca__mempool_lookup("pool_begin_allocate", pool, &d, &m));
   gca__route_t r = {.pool = m, .kind = ROUTE_FILTER, .filter = filter, .ctx = ctx};
   gca_status_t st = route_add("pool_begin_allocate", d, &r);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return st;
 }
 
@@ -408,7 +408,7 @@ GCA_API gca_status_t gca_pool_end_allocate(gca_pool_t *pool) {
     }
   }
   mempool_unuse(d, m);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   if (!found)
     return gca__error(GCA_ERR_INVALID_STATE,
                       "pool_end_allocate: pool %p has no allocation route to end", (void *)pool);
@@ -420,14 +420,14 @@ GCA_API gca_status_t gca_pool_use_begin(gca_pool_t *pool) {
   gca__mempool_t *m;
   GCA_CHECK(gca__mempool_lookup("pool_use_begin", pool, &d, &m));
   if (t_nscopes == MAX_SCOPES) {
-    pthread_mutex_unlock(&d->lock);
+    gca__mutex_unlock(&d->lock);
     return gca__error(GCA_ERR_INVALID_STATE,
                       "pool_use_begin: this thread already has %d nested pool scopes", MAX_SCOPES);
   }
   t_scopes[t_nscopes++] = m;
   m->use_count++;
   atomic_fetch_add_explicit(&d->routing, 1, memory_order_relaxed);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
 
@@ -436,7 +436,7 @@ GCA_API gca_status_t gca_pool_use_end(gca_pool_t *pool) {
   gca__mempool_t *m;
   GCA_CHECK(gca__mempool_lookup("pool_use_end", pool, &d, &m));
   if (t_nscopes == 0 || t_scopes[t_nscopes - 1] != m) {
-    pthread_mutex_unlock(&d->lock);
+    gca__mutex_unlock(&d->lock);
     return gca__error(GCA_ERR_INVALID_STATE,
                       "pool_use_end: pool %p is not this thread's innermost pool scope",
                       (void *)pool);
@@ -444,7 +444,7 @@ GCA_API gca_status_t gca_pool_use_end(gca_pool_t *pool) {
   t_scopes[--t_nscopes] = NULL;
   atomic_fetch_sub_explicit(&d->routing, 1, memory_order_relaxed);
   mempool_unuse(d, m);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
 
@@ -479,7 +479,7 @@ GCA_API gca_status_t gca_pool_begin_capture(gca_pool_t *pool, gca_stream_t strea
   gca__route_t r = {.pool = m, .kind = ROUTE_CAPTURE, .stream = stream, .capture_id = id};
   st = route_add("pool_begin_capture", d, &r);
 out:
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return st;
 }
 
@@ -491,11 +491,11 @@ GCA_API gca_status_t gca_pool_end_capture(gca_pool_t *pool, gca_stream_t stream)
     if (d->routes[i].pool == m && d->routes[i].kind == ROUTE_CAPTURE &&
         d->routes[i].stream == stream) {
       route_remove(d, i);
-      pthread_mutex_unlock(&d->lock);
+      gca__mutex_unlock(&d->lock);
       return GCA_OK;
     }
   }
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return gca__error(GCA_ERR_INVALID_STATE,
                     "pool_end_capture: pool %p has no capture begun on stream %p", (void *)pool,
                     (void *)stream);
@@ -731,7 +731,7 @@ GCA_API gca_status_t gca_pool_suspend(gca_pool_t *pool, unsigned flags) {
 fail:
   susp_free(m);
 out:
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return st;
 }
 
@@ -744,6 +744,6 @@ GCA_API gca_status_t gca_pool_resume(gca_pool_t *pool) {
     st = gca__error(GCA_ERR_INVALID_STATE, "pool_resume: pool %p is not suspended", (void *)pool);
   else
     st = pool_resume_locked(d, m);
-  pthread_mutex_unlock(&d->lock);
+  gca__mutex_unlock(&d->lock);
   return st;
 }
