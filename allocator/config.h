@@ -35,15 +35,15 @@ typedef struct gca_alloc_config {
   double garbage_collection_threshold; /* 0 = off; else in (0, 1) */
   uint32_t roundup_power2_divisions[GCA_ROUNDUP_INTERVALS]; /* 0 = no extra rounding */
   bool expandable_segments;
-  bool release_lock_on_device_alloc;   /* key: release_lock_on_cudamalloc */
-  bool pinned_use_host_register;       /* key: pinned_use_cuda_host_register */
+  bool release_lock_on_device_alloc;    /* key: release_lock_on_cudamalloc */
+  bool pinned_use_host_register;        /* key: pinned_use_cuda_host_register */
   uint32_t pinned_num_register_threads; /* power of two, 1..128; default 1 */
   bool pinned_use_background_threads;
-  double per_process_memory_fraction;  /* 0 = unset; else in (0, 1] */
+  double per_process_memory_fraction; /* 0 = unset; else in (0, 1] */
   bool graph_capture_record_stream_reuse;
-  bool ipc_handles;                    /* gca's own key: VMM-backed classic segments */
-  char backend[16];                    /* "native" (default) or "cudaMallocAsync" (rejected
-                                          with a message: gca is the allocator) */
+  bool ipc_handles; /* gca's own key: VMM-backed classic segments */
+  char backend[16]; /* "native" (default) or "cudaMallocAsync" (rejected
+                       with a message: gca is the allocator) */
 } gca_alloc_config_t;
 
 /* ---- config.c ---- */

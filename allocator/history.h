@@ -17,15 +17,15 @@
 #include "gca/device.h"
 
 /* PyTorch's trace-entry actions, in snapshot spelling. */
-#define GCA_HISTORY_ACTION_MAP(X)                                                                   \
-  X(ALLOC, "alloc")                                                                                 \
-  X(FREE_REQUESTED, "free_requested")                                                               \
-  X(FREE_COMPLETED, "free_completed")                                                               \
-  X(SEGMENT_ALLOC, "segment_alloc")                                                                 \
-  X(SEGMENT_FREE, "segment_free")                                                                   \
-  X(SEGMENT_MAP, "segment_map")                                                                     \
-  X(SEGMENT_UNMAP, "segment_unmap")                                                                 \
-  X(SNAPSHOT, "snapshot")                                                                           \
+#define GCA_HISTORY_ACTION_MAP(X)     \
+  X(ALLOC, "alloc")                   \
+  X(FREE_REQUESTED, "free_requested") \
+  X(FREE_COMPLETED, "free_completed") \
+  X(SEGMENT_ALLOC, "segment_alloc")   \
+  X(SEGMENT_FREE, "segment_free")     \
+  X(SEGMENT_MAP, "segment_map")       \
+  X(SEGMENT_UNMAP, "segment_unmap")   \
+  X(SNAPSHOT, "snapshot")             \
   X(OOM, "oom")
 
 typedef enum gca_history_action {
@@ -43,8 +43,8 @@ typedef struct gca_history_entry {
   gca_devptr_t addr;
   uint64_t size;
   gca_stream_t stream;
-  uint64_t time_ns;           /* gca__now_ns() */
-  int nframes;                /* 0 unless stacks were requested */
+  uint64_t time_ns; /* gca__now_ns() */
+  int nframes;      /* 0 unless stacks were requested */
   void *frames[GCA_HISTORY_MAX_FRAMES];
 } gca_history_entry_t;
 

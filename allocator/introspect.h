@@ -16,9 +16,9 @@
 #include "gca/device.h"
 
 typedef enum gca_block_state {
-  GCA_BLOCK_ACTIVE_ALLOCATED = 0,   /* "active_allocated" */
+  GCA_BLOCK_ACTIVE_ALLOCATED = 0,    /* "active_allocated" */
   GCA_BLOCK_ACTIVE_PENDING_FREE = 1, /* "active_pending_free": freed, waiting on stream events */
-  GCA_BLOCK_INACTIVE = 2,           /* "inactive": cached, free */
+  GCA_BLOCK_INACTIVE = 2,            /* "inactive": cached, free */
 } gca_block_state_t;
 
 typedef struct gca_block_info {
@@ -36,9 +36,9 @@ typedef struct gca_segment_info {
   size_t active_size;    /* allocated + pending free */
   size_t requested_size;
   gca_stream_t stream;
-  bool is_large;         /* segment_type "large" / "small" */
+  bool is_large; /* segment_type "large" / "small" */
   bool is_expandable;
-  uint64_t pool_id[2];   /* segment_pool_id; {0,0} for the default pools */
+  uint64_t pool_id[2]; /* segment_pool_id; {0,0} for the default pools */
 } gca_segment_info_t;
 
 typedef void (*gca_walk_fn)(const gca_segment_info_t *seg, const gca_block_info_t *blocks,

@@ -17,11 +17,11 @@
 
 #include "gca/status.h"
 
-#define GCA_UNUSED(x) ((void)(x))
-#define GCA_LIKELY(x) __builtin_expect(!!(x), 1)
-#define GCA_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define GCA_UNUSED(x)     ((void)(x))
+#define GCA_LIKELY(x)     __builtin_expect(!!(x), 1)
+#define GCA_UNLIKELY(x)   __builtin_expect(!!(x), 0)
 #define GCA_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define GCA_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define GCA_PRINTF(f, a)  __attribute__((format(printf, f, a)))
 
 /* ---- status.c ---- */
 
@@ -34,30 +34,30 @@ gca_status_t gca__error_prefix(gca_status_t status, const char *fmt, ...) GCA_PR
 /* Logs a propagated failure at debug level with its origin. */
 void gca__error_trace(const char *file, int line, const char *expr, gca_status_t status);
 
-#define GCA_CHECK(call)                                                                             \
-  do {                                                                                              \
-    gca_status_t gca_st_ = (call);                                                                  \
-    if (GCA_UNLIKELY(gca_st_ != GCA_OK)) {                                                          \
-      gca__error_trace(__FILE__, __LINE__, #call, gca_st_);                                         \
-      return gca_st_;                                                                               \
-    }                                                                                               \
+#define GCA_CHECK(call)                                     \
+  do {                                                      \
+    gca_status_t gca_st_ = (call);                          \
+    if (GCA_UNLIKELY(gca_st_ != GCA_OK)) {                  \
+      gca__error_trace(__FILE__, __LINE__, #call, gca_st_); \
+      return gca_st_;                                       \
+    }                                                       \
   } while (0)
 
 /* Stores the failing status in `st` and jumps to `label`. */
-#define GCA_CHECK_GOTO(call, st, label)                                                             \
-  do {                                                                                              \
-    (st) = (call);                                                                                  \
-    if (GCA_UNLIKELY((st) != GCA_OK)) {                                                             \
-      gca__error_trace(__FILE__, __LINE__, #call, (st));                                            \
-      goto label;                                                                                   \
-    }                                                                                               \
+#define GCA_CHECK_GOTO(call, st, label)                  \
+  do {                                                   \
+    (st) = (call);                                       \
+    if (GCA_UNLIKELY((st) != GCA_OK)) {                  \
+      gca__error_trace(__FILE__, __LINE__, #call, (st)); \
+      goto label;                                        \
+    }                                                    \
   } while (0)
 
 /* A broken internal invariant: abort with file:line. */
-#define GCA_ASSERT(cond)                                                                            \
-  do {                                                                                              \
-    if (GCA_UNLIKELY(!(cond)))                                                                      \
-      gca__assert_fail(__FILE__, __LINE__, #cond);                                                  \
+#define GCA_ASSERT(cond)                           \
+  do {                                             \
+    if (GCA_UNLIKELY(!(cond)))                     \
+      gca__assert_fail(__FILE__, __LINE__, #cond); \
   } while (0)
 #ifdef GCA_DEBUG_CHECKS
 #define GCA_ASSERT_DEBUG(cond) GCA_ASSERT(cond)
@@ -70,13 +70,13 @@ __attribute__((noreturn)) void gca__assert_fail(const char *file, int line, cons
 
 bool gca__log_enabled(gca_log_level_t level);
 void gca__log(gca_log_level_t level, const char *fmt, ...) GCA_PRINTF(2, 3);
-#define GCA_LOG_ERR(...) gca__log(GCA_LOG_ERROR, __VA_ARGS__)
+#define GCA_LOG_ERR(...)  gca__log(GCA_LOG_ERROR, __VA_ARGS__)
 #define GCA_LOG_WARN(...) gca__log(GCA_LOG_WARN, __VA_ARGS__)
 #define GCA_LOG_INFO(...) gca__log(GCA_LOG_INFO, __VA_ARGS__)
-#define GCA_LOG_DEBUG(...)                                                                          \
-  do {                                                                                              \
-    if (gca__log_enabled(GCA_LOG_DEBUG))                                                            \
-      gca__log(GCA_LOG_DEBUG, __VA_ARGS__);                                                         \
+#define GCA_LOG_DEBUG(...)                  \
+  do {                                      \
+    if (gca__log_enabled(GCA_LOG_DEBUG))    \
+      gca__log(GCA_LOG_DEBUG, __VA_ARGS__); \
   } while (0)
 
 /* ---- env.c ---- (the one place environment and clock are read) */

@@ -45,10 +45,20 @@ gca_status_t gca__parse_size(const char *text, uint64_t *out) {
     const char *suffix;
     uint64_t mult;
   } units[] = {
-      {"", 1},           {"b", 1},           {"k", 1ull << 10},  {"kb", 1ull << 10},
-      {"kib", 1ull << 10}, {"m", 1ull << 20},  {"mb", 1ull << 20}, {"mib", 1ull << 20},
-      {"g", 1ull << 30}, {"gb", 1ull << 30}, {"gib", 1ull << 30}, {"t", 1ull << 40},
-      {"tb", 1ull << 40}, {"tib", 1ull << 40},
+      {"", 1},
+      {"b", 1},
+      {"k", 1ull << 10},
+      {"kb", 1ull << 10},
+      {"kib", 1ull << 10},
+      {"m", 1ull << 20},
+      {"mb", 1ull << 20},
+      {"mib", 1ull << 20},
+      {"g", 1ull << 30},
+      {"gb", 1ull << 30},
+      {"gib", 1ull << 30},
+      {"t", 1ull << 40},
+      {"tb", 1ull << 40},
+      {"tib", 1ull << 40},
   };
   if (!text || !out)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "size: null argument");
@@ -85,8 +95,8 @@ gca_status_t gca__parse_size(const char *text, uint64_t *out) {
       return GCA_OK;
     }
   }
-  return gca__error(GCA_ERR_PARSE, "'%s': unknown size unit '%s' (use B, KiB, MiB, GiB, TiB)",
-                    text, suffix);
+  return gca__error(GCA_ERR_PARSE, "'%s': unknown size unit '%s' (use B, KiB, MiB, GiB, TiB)", text,
+                    suffix);
 }
 
 gca_status_t gca__parse_bool(const char *text, bool *out) {

@@ -20,8 +20,8 @@ static int level_from_env(void) {
       return i;
   if (strcasecmp(v, "warning") == 0)
     return GCA_LOG_WARN;
-  fprintf(stderr, "gca: warn: GCA_LOG_LEVEL='%s' is not one of error, warn, info, debug; using warn\n",
-          v);
+  fprintf(stderr,
+          "gca: warn: GCA_LOG_LEVEL='%s' is not one of error, warn, info, debug; using warn\n", v);
   return GCA_LOG_WARN;
 }
 

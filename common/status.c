@@ -12,8 +12,8 @@ static _Thread_local char last_detail[DETAIL_MAX];
 
 GCA_API const char *gca_status_name(gca_status_t status) {
   switch (status) {
-#define NAME_CASE(name, value, desc)                                                                \
-  case GCA_##name:                                                                                  \
+#define NAME_CASE(name, value, desc) \
+  case GCA_##name:                   \
     return "GCA_" #name;
     GCA_STATUS_MAP(NAME_CASE)
 #undef NAME_CASE
@@ -23,8 +23,8 @@ GCA_API const char *gca_status_name(gca_status_t status) {
 
 GCA_API const char *gca_status_string(gca_status_t status) {
   switch (status) {
-#define STRING_CASE(name, value, desc)                                                              \
-  case GCA_##name:                                                                                  \
+#define STRING_CASE(name, value, desc) \
+  case GCA_##name:                     \
     return desc;
     GCA_STATUS_MAP(STRING_CASE)
 #undef STRING_CASE
@@ -89,7 +89,7 @@ GCA_API int gca_version(void) {
 }
 
 #define STR_(x) #x
-#define STR(x) STR_(x)
+#define STR(x)  STR_(x)
 GCA_API const char *gca_version_string(void) {
   return STR(GCA_VERSION_MAJOR) "." STR(GCA_VERSION_MINOR) "." STR(GCA_VERSION_PATCH);
 }

@@ -20,32 +20,31 @@
 #include "device.h"
 
 /* Asserts a call returned GCA_OK, printing the detail otherwise. */
-#define assert_ok(call)                                                                             \
-  do {                                                                                              \
-    gca_status_t t_st_ = (call);                                                                    \
-    if (t_st_ != GCA_OK)                                                                            \
-      fail_msg("%s -> %s: %s", #call, gca_status_name(t_st_), gca_last_error());                    \
+#define assert_ok(call)                                                          \
+  do {                                                                           \
+    gca_status_t t_st_ = (call);                                                 \
+    if (t_st_ != GCA_OK)                                                         \
+      fail_msg("%s -> %s: %s", #call, gca_status_name(t_st_), gca_last_error()); \
   } while (0)
 
 /* Asserts a call returned `expected` and that the detail contains `needle`. */
-#define assert_status(call, expected, needle)                                                       \
-  do {                                                                                              \
-    gca_clear_last_error();                                                                         \
-    gca_status_t t_st_ = (call);                                                                    \
-    if (t_st_ != (expected))                                                                        \
-      fail_msg("%s -> %s (wanted %s): %s", #call, gca_status_name(t_st_),                           \
-               gca_status_name(expected), gca_last_error());                                        \
-    if ((needle) != NULL && strstr(gca_last_error(), (needle)) == NULL)                             \
-      fail_msg("%s: detail '%s' does not mention '%s'", #call, gca_last_error(),                    \
-               (const char *)(needle));                                                             \
+#define assert_status(call, expected, needle)                                    \
+  do {                                                                           \
+    gca_clear_last_error();                                                      \
+    gca_status_t t_st_ = (call);                                                 \
+    if (t_st_ != (expected))                                                     \
+      fail_msg("%s -> %s (wanted %s): %s", #call, gca_status_name(t_st_),        \
+               gca_status_name(expected), gca_last_error());                     \
+    if ((needle) != NULL && strstr(gca_last_error(), (needle)) == NULL)          \
+      fail_msg("%s: detail '%s' does not mention '%s'", #call, gca_last_error(), \
+               (const char *)(needle));                                          \
   } while (0)
 
 /* The backend named by GCA_TEST_BACKEND (default sim), initialized. For cuda
  * without a usable GPU the process exits 77 (meson: skipped) with a message. */
 static inline const gca_device_ops_t *test_backend(void) {
   const char *b = getenv("GCA_TEST_BACKEND");
-  const gca_device_ops_t *ops =
-      (b && strcmp(b, "cuda") == 0) ? gca__cuda_ops() : gca__sim_ops();
+  const gca_device_ops_t *ops = (b && strcmp(b, "cuda") == 0) ? gca__cuda_ops() : gca__sim_ops();
   gca_status_t st = ops->init();
   int n = 0;
   if (st == GCA_OK)

@@ -14,14 +14,14 @@
 
 static int failures;
 
-#define STEP_OK(call)                                                                               \
-  do {                                                                                              \
-    gca_status_t st_ = (call);                                                                      \
-    if (st_ != GCA_OK) {                                                                            \
-      fprintf(stderr, "gca-demo: %s failed: %s: %s\n", #call, gca_status_name(st_),                \
-              gca_last_error());                                                                    \
-      exit(1);                                                                                      \
-    }                                                                                               \
+#define STEP_OK(call)                                                               \
+  do {                                                                              \
+    gca_status_t st_ = (call);                                                      \
+    if (st_ != GCA_OK) {                                                            \
+      fprintf(stderr, "gca-demo: %s failed: %s: %s\n", #call, gca_status_name(st_), \
+              gca_last_error());                                                    \
+      exit(1);                                                                      \
+    }                                                                               \
   } while (0)
 
 static void expect(int cond, const char *what) {
@@ -53,8 +53,9 @@ int main(void) {
   STEP_OK(dev->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s1));
   STEP_OK(dev->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s2));
 
-  printf("\n1. A first allocation reaches the driver; after a free, the same size is served from the "
-         "cache.\n");
+  printf(
+      "\n1. A first allocation reaches the driver; after a free, the same size is served from the "
+      "cache.\n");
   gca_stats_t st;
   void *a = NULL;
   STEP_OK(gca_malloc(&a, 3 << 20, s1));
@@ -102,8 +103,8 @@ int main(void) {
   uint32_t host[4];
   STEP_OK(dev->memset_d32_async((gca_devptr_t)(uintptr_t)z, 0, n, s1));
   STEP_OK(dev->graph_launch(exec, s1));
-  STEP_OK(dev->memcpy_async((gca_devptr_t)(uintptr_t)host, (gca_devptr_t)(uintptr_t)z,
-                            sizeof(host), s1));
+  STEP_OK(dev->memcpy_async((gca_devptr_t)(uintptr_t)host, (gca_devptr_t)(uintptr_t)z, sizeof(host),
+                            s1));
   STEP_OK(dev->stream_synchronize(s1));
   expect(host[0] == 101 && host[3] == 104, "replay computed z = x + y (101, 102, 103, 104, ...)");
   STEP_OK(dev->graph_exec_destroy(exec));
@@ -129,6 +130,7 @@ int main(void) {
 
   STEP_OK(dev->stream_destroy(s1));
   STEP_OK(dev->stream_destroy(s2));
-  printf("\n%s\n", failures ? "gca-demo: some steps did not behave as expected" : "gca-demo: all steps ok");
+  printf("\n%s\n",
+         failures ? "gca-demo: some steps did not behave as expected" : "gca-demo: all steps ok");
   return failures ? 1 : 0;
 }

@@ -65,8 +65,8 @@ static void select_backend(void) {
       }
     }
   } else {
-    select_status = gca__error(GCA_ERR_CONFIG,
-                               "GCA_DEVICE='%s' is not one of cuda, sim, auto", want);
+    select_status =
+        gca__error(GCA_ERR_CONFIG, "GCA_DEVICE='%s' is not one of cuda, sim, auto", want);
   }
   if (select_status != GCA_OK)
     snprintf(select_detail, sizeof(select_detail), "%s", gca_last_error());

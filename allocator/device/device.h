@@ -35,54 +35,54 @@
 #include "gca/device.h"
 
 /* X(name): one entry per operation, in table order. */
-#define GCA_DEVICE_OP_MAP(X)                                                                        \
-  X(init)                                                                                           \
-  X(device_count)                                                                                   \
-  X(device_attr)                                                                                    \
-  X(device_name)                                                                                    \
-  X(device_can_access_peer)                                                                         \
-  X(mem_get_info)                                                                                   \
-  X(mem_alloc)                                                                                      \
-  X(mem_free)                                                                                       \
-  X(mem_granularity)                                                                                \
-  X(mem_address_reserve)                                                                            \
-  X(mem_address_free)                                                                               \
-  X(mem_create)                                                                                     \
-  X(mem_release)                                                                                    \
-  X(mem_map)                                                                                        \
-  X(mem_unmap)                                                                                      \
-  X(mem_set_access)                                                                                 \
-  X(mem_export_fd)                                                                                  \
-  X(mem_import_fd)                                                                                  \
-  X(ctx_synchronize)                                                                                \
-  X(stream_create)                                                                                  \
-  X(stream_destroy)                                                                                 \
-  X(stream_synchronize)                                                                             \
-  X(stream_query)                                                                                   \
-  X(stream_wait_event)                                                                              \
-  X(event_create)                                                                                   \
-  X(event_destroy)                                                                                  \
-  X(event_record)                                                                                   \
-  X(event_query)                                                                                    \
-  X(event_synchronize)                                                                              \
-  X(event_elapsed)                                                                                  \
-  X(launch_host_func)                                                                               \
-  X(memcpy_async)                                                                                   \
-  X(memset_d8_async)                                                                                \
-  X(memset_d32_async)                                                                               \
-  X(kernel_fill_u32)                                                                                \
-  X(kernel_add_u32)                                                                                 \
-  X(kernel_sleep)                                                                                   \
-  X(stream_begin_capture)                                                                           \
-  X(stream_end_capture)                                                                             \
-  X(stream_capture_info)                                                                            \
-  X(thread_exchange_capture_mode)                                                                   \
-  X(graph_node_count)                                                                               \
-  X(graph_instantiate)                                                                              \
-  X(graph_upload)                                                                                   \
-  X(graph_launch)                                                                                   \
-  X(graph_exec_update)                                                                              \
-  X(graph_destroy)                                                                                  \
+#define GCA_DEVICE_OP_MAP(X)      \
+  X(init)                         \
+  X(device_count)                 \
+  X(device_attr)                  \
+  X(device_name)                  \
+  X(device_can_access_peer)       \
+  X(mem_get_info)                 \
+  X(mem_alloc)                    \
+  X(mem_free)                     \
+  X(mem_granularity)              \
+  X(mem_address_reserve)          \
+  X(mem_address_free)             \
+  X(mem_create)                   \
+  X(mem_release)                  \
+  X(mem_map)                      \
+  X(mem_unmap)                    \
+  X(mem_set_access)               \
+  X(mem_export_fd)                \
+  X(mem_import_fd)                \
+  X(ctx_synchronize)              \
+  X(stream_create)                \
+  X(stream_destroy)               \
+  X(stream_synchronize)           \
+  X(stream_query)                 \
+  X(stream_wait_event)            \
+  X(event_create)                 \
+  X(event_destroy)                \
+  X(event_record)                 \
+  X(event_query)                  \
+  X(event_synchronize)            \
+  X(event_elapsed)                \
+  X(launch_host_func)             \
+  X(memcpy_async)                 \
+  X(memset_d8_async)              \
+  X(memset_d32_async)             \
+  X(kernel_fill_u32)              \
+  X(kernel_add_u32)               \
+  X(kernel_sleep)                 \
+  X(stream_begin_capture)         \
+  X(stream_end_capture)           \
+  X(stream_capture_info)          \
+  X(thread_exchange_capture_mode) \
+  X(graph_node_count)             \
+  X(graph_instantiate)            \
+  X(graph_upload)                 \
+  X(graph_launch)                 \
+  X(graph_exec_update)            \
+  X(graph_destroy)                \
   X(graph_exec_destroy)
 
 typedef enum gca_dev_op {
@@ -97,19 +97,19 @@ typedef enum gca_dev_attr {
   GCA_ATTR_CC_MAJOR,
   GCA_ATTR_CC_MINOR,
   GCA_ATTR_MULTIPROCESSOR_COUNT,
-  GCA_ATTR_VMM_SUPPORTED,             /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
-  GCA_ATTR_POSIX_FD_SUPPORTED,        /* ..._HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED */
-  GCA_ATTR_FABRIC_SUPPORTED,          /* ..._HANDLE_TYPE_FABRIC_SUPPORTED */
-  GCA_ATTR_MEMORY_POOLS_SUPPORTED,    /* CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED */
+  GCA_ATTR_VMM_SUPPORTED,          /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+  GCA_ATTR_POSIX_FD_SUPPORTED,     /* ..._HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED */
+  GCA_ATTR_FABRIC_SUPPORTED,       /* ..._HANDLE_TYPE_FABRIC_SUPPORTED */
+  GCA_ATTR_MEMORY_POOLS_SUPPORTED, /* CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED */
   GCA_ATTR_UNIFIED_ADDRESSING,
 } gca_dev_attr_t;
 
 /* Stream flags (CU_STREAM_*). */
-#define GCA_STREAM_DEFAULT 0x0u
+#define GCA_STREAM_DEFAULT      0x0u
 #define GCA_STREAM_NON_BLOCKING 0x1u
 /* Event flags (CU_EVENT_*). */
-#define GCA_EVENT_DEFAULT 0x0u
-#define GCA_EVENT_BLOCKING_SYNC 0x1u
+#define GCA_EVENT_DEFAULT        0x0u
+#define GCA_EVENT_BLOCKING_SYNC  0x1u
 #define GCA_EVENT_DISABLE_TIMING 0x2u
 
 /* Capture modes and status, numerically equal to CUstreamCaptureMode/Status. */

@@ -18,11 +18,11 @@
 extern "C" {
 #endif
 
-typedef uint64_t gca_devptr_t;                 /* CUdeviceptr */
-typedef uint64_t gca_memhandle_t;              /* CUmemGenericAllocationHandle */
-typedef struct CUstream_st *gca_stream_t;      /* CUstream, cudaStream_t; NULL = legacy stream */
-typedef struct CUevent_st *gca_event_t;        /* CUevent, cudaEvent_t */
-typedef struct CUgraph_st *gca_graph_t;        /* CUgraph, cudaGraph_t */
+typedef uint64_t gca_devptr_t;                   /* CUdeviceptr */
+typedef uint64_t gca_memhandle_t;                /* CUmemGenericAllocationHandle */
+typedef struct CUstream_st *gca_stream_t;        /* CUstream, cudaStream_t; NULL = legacy stream */
+typedef struct CUevent_st *gca_event_t;          /* CUevent, cudaEvent_t */
+typedef struct CUgraph_st *gca_graph_t;          /* CUgraph, cudaGraph_t */
 typedef struct CUgraphExec_st *gca_graph_exec_t; /* CUgraphExec, cudaGraphExec_t */
 
 typedef enum gca_backend_kind {

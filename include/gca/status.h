@@ -21,35 +21,34 @@ extern "C" {
 #define GCA_API
 #endif
 
-#define GCA_VERSION_MAJOR 0
-#define GCA_VERSION_MINOR 1
-#define GCA_VERSION_PATCH 0
-#define GCA_VERSION_NUMBER                                                                          \
-  (GCA_VERSION_MAJOR * 10000 + GCA_VERSION_MINOR * 100 + GCA_VERSION_PATCH)
+#define GCA_VERSION_MAJOR  0
+#define GCA_VERSION_MINOR  1
+#define GCA_VERSION_PATCH  0
+#define GCA_VERSION_NUMBER (GCA_VERSION_MAJOR * 10000 + GCA_VERSION_MINOR * 100 + GCA_VERSION_PATCH)
 
 /* X(name, value, description) */
-#define GCA_STATUS_MAP(X)                                                                           \
-  X(OK, 0, "success")                                                                               \
-  X(ERR_INVALID_ARGUMENT, 1, "invalid argument")                                                    \
-  X(ERR_OUT_OF_MEMORY, 2, "out of memory")                                                          \
-  X(ERR_NO_DEVICE, 3, "no usable device or driver")                                                 \
-  X(ERR_NOT_SUPPORTED, 4, "operation not supported")                                                \
-  X(ERR_NOT_READY, 5, "work not yet complete")                                                      \
-  X(ERR_INVALID_HANDLE, 6, "invalid handle")                                                        \
-  X(ERR_INVALID_POINTER, 7, "pointer not owned by gca or not live")                                 \
-  X(ERR_INVALID_STATE, 8, "operation not valid in the current state")                               \
-  X(ERR_CAPTURE_UNSUPPORTED, 9, "operation not permitted while a stream is capturing")              \
-  X(ERR_CAPTURE_INVALIDATED, 10, "stream capture was invalidated")                                  \
-  X(ERR_CAPTURE_IMPLICIT, 11, "implicit dependency on a capturing stream")                          \
-  X(ERR_CAPTURE_UNMATCHED, 12, "capture not begun or ended on this stream")                         \
-  X(ERR_CAPTURE_WRONG_THREAD, 13, "capture ended from the wrong thread")                            \
-  X(ERR_CAPTURE_UNJOINED, 14, "capture ended with a forked stream not joined back")                 \
-  X(ERR_GRAPH_UPDATE, 15, "graph exec update rejected")                                             \
-  X(ERR_CONFIG, 16, "invalid configuration")                                                        \
-  X(ERR_DRIVER, 17, "device driver error")                                                          \
-  X(ERR_IO, 18, "input/output error")                                                               \
-  X(ERR_PARSE, 19, "malformed input")                                                               \
-  X(ERR_NOT_FOUND, 20, "not found")                                                                 \
+#define GCA_STATUS_MAP(X)                                                              \
+  X(OK, 0, "success")                                                                  \
+  X(ERR_INVALID_ARGUMENT, 1, "invalid argument")                                       \
+  X(ERR_OUT_OF_MEMORY, 2, "out of memory")                                             \
+  X(ERR_NO_DEVICE, 3, "no usable device or driver")                                    \
+  X(ERR_NOT_SUPPORTED, 4, "operation not supported")                                   \
+  X(ERR_NOT_READY, 5, "work not yet complete")                                         \
+  X(ERR_INVALID_HANDLE, 6, "invalid handle")                                           \
+  X(ERR_INVALID_POINTER, 7, "pointer not owned by gca or not live")                    \
+  X(ERR_INVALID_STATE, 8, "operation not valid in the current state")                  \
+  X(ERR_CAPTURE_UNSUPPORTED, 9, "operation not permitted while a stream is capturing") \
+  X(ERR_CAPTURE_INVALIDATED, 10, "stream capture was invalidated")                     \
+  X(ERR_CAPTURE_IMPLICIT, 11, "implicit dependency on a capturing stream")             \
+  X(ERR_CAPTURE_UNMATCHED, 12, "capture not begun or ended on this stream")            \
+  X(ERR_CAPTURE_WRONG_THREAD, 13, "capture ended from the wrong thread")               \
+  X(ERR_CAPTURE_UNJOINED, 14, "capture ended with a forked stream not joined back")    \
+  X(ERR_GRAPH_UPDATE, 15, "graph exec update rejected")                                \
+  X(ERR_CONFIG, 16, "invalid configuration")                                           \
+  X(ERR_DRIVER, 17, "device driver error")                                             \
+  X(ERR_IO, 18, "input/output error")                                                  \
+  X(ERR_PARSE, 19, "malformed input")                                                  \
+  X(ERR_NOT_FOUND, 20, "not found")                                                    \
   X(ERR_INTERNAL, 21, "internal error")
 
 typedef enum gca_status {
