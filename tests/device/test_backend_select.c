@@ -10,82 +10,17 @@
  * does not exist wherever the case needs "no driver", so the cases hold on
  * machines with a GPU too.
  */
-#include <stdbool.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include "harness.h"
+#include "child.h"
 
 #define MISSING_LIBRARY "/nonexistent/gca-test/libcuda.so.1"
-#define CHILD_PASS      0
-#define CHILD_FAIL      1
-#define CHILD_SKIP      77
-
-typedef struct report {
-  char text[4096];
-} report_t;
-
-typedef int (*child_fn)(report_t *r);
-
-GCA_PRINTF(2, 3) static int failf(report_t *r, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(r->text, sizeof(r->text), fmt, ap);
-  va_end(ap);
-  return CHILD_FAIL;
-}
-
-static int set_or_unset(const char *var, const char *value) {
-  return value ? setenv(var, value, 1) : unsetenv(var);
-}
-
-static void read_all(FILE *f, char *buf, size_t len) {
-  rewind(f);
-  size_t n = fread(buf, 1, len - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-}
 
 /* Runs fn in a child with the given GCA_DEVICE and GCA_CUDA_LIBRARY (NULL:
  * unset) and returns what the child wrote to stderr in `err`; a failing or
  * skipping child fails or skips the calling test. */
 static void run_in_child(const char *device, const char *library, child_fn fn, char *err,
                          size_t errlen) {
-  FILE *out = tmpfile();
-  FILE *errf = tmpfile();
-  assert_non_null(out);
-  assert_non_null(errf);
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    report_t r = {{0}};
-    int code;
-    if (dup2(fileno(errf), STDERR_FILENO) < 0)
-      code = failf(&r, "cannot redirect stderr");
-    else if (set_or_unset("GCA_DEVICE", device) != 0 ||
-             set_or_unset("GCA_CUDA_LIBRARY", library) != 0)
-      code = failf(&r, "cannot set the environment");
-    else
-      code = fn(&r);
-    fputs(r.text, out);
-    fflush(NULL);
-    _exit(code);
-  }
-  int wst = 0;
-  assert_int_equal(waitpid(pid, &wst, 0), pid);
-  char text[4096];
-  read_all(out, text, sizeof(text));
-  read_all(errf, err, errlen);
-  if (!WIFEXITED(wst))
-    fail_msg("child died (signal %d): %s; stderr: %s", WIFSIGNALED(wst) ? WTERMSIG(wst) : 0, text,
-             err);
-  if (WEXITSTATUS(wst) == CHILD_SKIP) {
-    printf("SKIP: %s\n", text);
-    skip();
-  }
-  if (WEXITSTATUS(wst) != CHILD_PASS)
-    fail_msg("%s; stderr: %s", text, err);
+  const char *env[] = {"GCA_DEVICE", device, "GCA_CUDA_LIBRARY", library, NULL};
+  run_child(env, fn, err, errlen);
 }
 
 static int count_lines(const char *s) {

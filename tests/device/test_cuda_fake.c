@@ -10,28 +10,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdbool.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include "harness.h"
-
-#define CHILD_PASS 0
-#define CHILD_FAIL 1
-
-typedef struct report {
-  char text[4096];
-} report_t;
-
-typedef int (*child_fn)(report_t *r);
-
-GCA_PRINTF(2, 3) static int failf(report_t *r, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(r->text, sizeof(r->text), fmt, ap);
-  va_end(ap);
-  return CHILD_FAIL;
-}
+#include "child.h"
 
 static bool mentions(const char *detail, const char *needle) {
   return needle == NULL || strstr(detail, needle) != NULL;
@@ -68,36 +47,15 @@ static void run_in_child(const char *const *env, child_fn fn) {
     printf("SKIP: GCA_TEST_FAKE_CUDA is not set\n");
     skip();
   }
-  FILE *out = tmpfile();
-  assert_non_null(out);
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    report_t r = {{0}};
-    int code = CHILD_PASS;
-    if (setenv("GCA_CUDA_LIBRARY", fake_path(), 1) != 0)
-      code = failf(&r, "cannot set GCA_CUDA_LIBRARY");
-    for (size_t i = 0; code == CHILD_PASS && env && env[i]; i += 2)
-      if (setenv(env[i], env[i + 1], 1) != 0)
-        code = failf(&r, "cannot set %s", env[i]);
-    if (code == CHILD_PASS)
-      code = fn(&r);
-    fputs(r.text, out);
-    fflush(out);
-    _exit(code);
+  const char *all[32] = {"GCA_CUDA_LIBRARY", fake_path()};
+  size_t n = 2;
+  for (size_t i = 0; env && env[i]; i += 2) {
+    assert_true(n + 3 < GCA_ARRAY_SIZE(all));
+    all[n++] = env[i];
+    all[n++] = env[i + 1];
   }
-  int wst = 0;
-  assert_int_equal(waitpid(pid, &wst, 0), pid);
-  char text[4096];
-  rewind(out);
-  size_t n = fread(text, 1, sizeof(text) - 1, out);
-  text[n] = '\0';
-  fclose(out);
-  if (!WIFEXITED(wst))
-    fail_msg("child died (signal %d): %s", WIFSIGNALED(wst) ? WTERMSIG(wst) : 0, text);
-  if (WEXITSTATUS(wst) != CHILD_PASS)
-    fail_msg("%s", text);
+  all[n] = NULL;
+  run_child(all, fn, NULL, 0);
 }
 
 /* The fake's inspection function `name` (the backend has it loaded already). */

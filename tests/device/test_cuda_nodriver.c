@@ -8,30 +8,9 @@
  * Cases that expect no driver skip when a real driver and device are present;
  * a build without cuda.h checks only that every op fails with NOT_SUPPORTED.
  */
-#include <stdbool.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include "harness.h"
+#include "child.h"
 
 #define MISSING_LIBRARY "/nonexistent/gca-test/libcuda.so.1"
-#define CHILD_PASS      0
-#define CHILD_FAIL      1
-#define CHILD_SKIP      77
-
-typedef struct report {
-  char text[4096];
-} report_t;
-
-typedef int (*child_fn)(report_t *r);
-
-GCA_PRINTF(2, 3) static int failf(report_t *r, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(r->text, sizeof(r->text), fmt, ap);
-  va_end(ap);
-  return CHILD_FAIL;
-}
 
 GCA_PRINTF(2, 3) static int skipf(report_t *r, const char *fmt, ...) {
   va_list ap;
@@ -44,37 +23,8 @@ GCA_PRINTF(2, 3) static int skipf(report_t *r, const char *fmt, ...) {
 /* Runs fn in a child with GCA_CUDA_LIBRARY set to `library` (NULL: unset) and
  * turns its exit code into a cmocka pass, failure or skip. */
 static void run_in_child(const char *library, child_fn fn) {
-  FILE *out = tmpfile();
-  assert_non_null(out);
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    report_t r = {{0}};
-    int code;
-    if ((library ? setenv("GCA_CUDA_LIBRARY", library, 1) : unsetenv("GCA_CUDA_LIBRARY")) != 0)
-      code = failf(&r, "cannot set GCA_CUDA_LIBRARY");
-    else
-      code = fn(&r);
-    fputs(r.text, out);
-    fflush(out);
-    _exit(code);
-  }
-  int wst = 0;
-  assert_int_equal(waitpid(pid, &wst, 0), pid);
-  char text[4096] = "";
-  rewind(out);
-  size_t n = fread(text, 1, sizeof(text) - 1, out);
-  text[n] = '\0';
-  fclose(out);
-  if (!WIFEXITED(wst))
-    fail_msg("child died (signal %d): %s", WIFSIGNALED(wst) ? WTERMSIG(wst) : 0, text);
-  if (WEXITSTATUS(wst) == CHILD_SKIP) {
-    printf("SKIP: %s\n", text);
-    skip();
-  }
-  if (WEXITSTATUS(wst) != CHILD_PASS)
-    fail_msg("%s", text);
+  const char *env[] = {"GCA_CUDA_LIBRARY", library, NULL};
+  run_child(env, fn, NULL, 0);
 }
 
 static bool built_without_cuda_h(gca_status_t st) {
