@@ -1,13 +1,16 @@
-/* ipc.c - sharing blocks between processes: export as file descriptors, the
- * socket protocol that carries them, import and the registry of imports.
+/* ipc.c - sharing blocks between processes: export as file descriptors or
+ * fabric handles, the socket protocol that carries them, import and the
+ * registry of imports.
  *
  * The one idea: a block is described by the physical handles behind it, each
  * with where its mapping sits relative to the block's first byte, so the
  * importer can rebuild the same layout in an address range of its own with
- * the same driver calls the exporter used (mem_import_fd instead of
- * mem_create). Everything that arrives from a socket is distrusted: the
- * receiver checks the framing, the counts, every size and the layout before
- * anything reaches the driver, and closes what it received when it refuses.
+ * the same driver calls the exporter used (mem_import_fd or mem_import_fabric
+ * instead of mem_create). Which kind of handle a block travels as changes
+ * only how each handle is exported, carried and imported, never the layout.
+ * Everything that arrives from a socket is distrusted: the receiver checks
+ * the framing, the counts, every size and the layout before anything reaches
+ * the driver, and closes what it received when it refuses.
  *
  * Imports are kept in a registry keyed by the pointer gca_ipc_open returned,
  * so that gca_ipc_close can tell a live import from a foreign or stale
@@ -31,22 +34,29 @@
 #define PREAMBLE_LEN 16u
 #define BODY_HEAD    32u
 #define ENTRY_LEN    32u
+#define FABRIC_LEN   GCA_FABRIC_HANDLE_LEN
+#define FENTRY_LEN   (ENTRY_LEN + FABRIC_LEN) /* an entry of a fabric message */
 #define MAX_BYTES    ((uint64_t)1 << 50) /* larger than any device; beyond it a size is absurd */
+
+_Static_assert(FABRIC_LEN == 64, "ipc.h documents 64-byte fabric handles");
 
 /* One physical handle of an exported block: bytes [handle_offset,
  * handle_offset + map_size) of a handle_size-byte allocation appear at block
- * start + rel. fd is owned by the handle (-1 once closed). */
+ * start + rel. fd is owned by the handle (-1 once closed, and always -1 in a
+ * fabric handle, which names the allocation by `fabric` instead). */
 typedef struct ipc_entry {
   int fd;
   uint64_t handle_size, handle_offset, map_size;
   int64_t rel;
+  uint8_t fabric[FABRIC_LEN];
 } ipc_entry_t;
 
 /* Invariant (check_layout): 1 <= n <= GCA_IPC_MAX_HANDLES; e[] contiguous in
  * rel order, e[0].rel <= 0 < e[0].rel + e[0].map_size, and the last entry
- * ends at or after block_size. */
+ * ends at or after block_size. fabric: every e[i].fd == -1. */
 struct gca_ipc_handle {
   uint8_t id[16];
+  bool fabric;
   int device;
   uint64_t block_size;
   uint32_t n;
@@ -71,10 +81,11 @@ static struct {
 
 /* ---- handles ---- */
 
-static gca_ipc_handle_t *handle_new(uint32_t n) {
+static gca_ipc_handle_t *handle_new(uint32_t n, bool fabric) {
   gca_ipc_handle_t *h = calloc(1, sizeof(*h));
   if (h == NULL)
     return NULL;
+  h->fabric = fabric;
   h->e = calloc(n, sizeof(*h->e));
   if (h->e == NULL) {
     free(h);
@@ -108,6 +119,14 @@ GCA_API gca_status_t gca_ipc_handle_info(const gca_ipc_handle_t *h, int *device,
     *nhandles = h->n;
   if (id)
     memcpy(id, h->id, sizeof(h->id));
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_ipc_handle_flags(const gca_ipc_handle_t *h, unsigned *flags) {
+  if (h == NULL || flags == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "ipc_handle_flags: %s is NULL",
+                      h == NULL ? "handle" : "flags");
+  *flags = h->fabric ? GCA_IPC_FABRIC : 0u;
   return GCA_OK;
 }
 
@@ -175,9 +194,9 @@ static gca__block_t *find_live(gca_devptr_t addr, gca__devalloc_t **out) {
 }
 
 /* Fills h's entries with the mappings of b's segment that meet b, exporting
- * each handle as an fd. The caller holds d->lock; on failure h's fds are
- * closed by gca_ipc_handle_free. */
-static gca_status_t export_entries(gca__devalloc_t *d, const gca__block_t *b,
+ * each handle as an fd, or as a fabric handle when `fabric`. The caller holds
+ * d->lock; on failure h's fds are closed by gca_ipc_handle_free. */
+static gca_status_t export_entries(gca__devalloc_t *d, const gca__block_t *b, bool fabric,
                                    gca_ipc_handle_t **out) {
   const gca__segment_t *seg = b->seg;
   gca_devptr_t lo = b->addr, hi = b->addr + b->size;
@@ -191,7 +210,7 @@ static gca_status_t export_entries(gca__devalloc_t *d, const gca__block_t *b,
     return gca__error(GCA_ERR_NOT_SUPPORTED,
                       "ipc_export: block 0x%" PRIx64 " spans %" PRIu32 " handles, at most %u",
                       b->addr, n, GCA_IPC_MAX_HANDLES);
-  gca_ipc_handle_t *h = handle_new(n);
+  gca_ipc_handle_t *h = handle_new(n, fabric);
   if (h == NULL)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "ipc_export: no host memory for the handle");
   h->device = d->device;
@@ -202,7 +221,8 @@ static gca_status_t export_entries(gca__devalloc_t *d, const gca__block_t *b,
     gca_devptr_t ms = seg->base + m->offset;
     if (!(ms < hi && ms + m->size > lo))
       continue;
-    gca_status_t st = d->ops->mem_export_fd(m->handle, &h->e[k].fd);
+    gca_status_t st = fabric ? d->ops->mem_export_fabric(m->handle, h->e[k].fabric)
+                             : d->ops->mem_export_fd(m->handle, &h->e[k].fd);
     if (st != GCA_OK) {
       h->e[k].fd = -1;
       gca_ipc_handle_free(h);
@@ -218,13 +238,42 @@ static gca_status_t export_entries(gca__devalloc_t *d, const gca__block_t *b,
   return GCA_OK;
 }
 
+/* GCA_ERR_NOT_SUPPORTED naming `op` unless `dev` reports support for the
+ * handle kind (fd, or fabric when `fabric`). */
+static gca_status_t check_kind(const char *op, const gca_device_ops_t *ops, int dev, bool fabric) {
+  int ok = 0;
+  gca_status_t st =
+      ops->device_attr(dev, fabric ? GCA_ATTR_FABRIC_SUPPORTED : GCA_ATTR_POSIX_FD_SUPPORTED, &ok);
+  if (st != GCA_OK)
+    return gca__error_prefix(st, "%s: device %d", op, dev);
+  if (ok)
+    return GCA_OK;
+  if (fabric)
+    return gca__error(GCA_ERR_NOT_SUPPORTED,
+                      "%s: device %d does not support fabric handles (the driver reports "
+                      "HANDLE_TYPE_FABRIC_SUPPORTED = 0); share through file descriptors "
+                      "instead (no GCA_IPC_FABRIC)",
+                      op, dev);
+  return gca__error(GCA_ERR_NOT_SUPPORTED,
+                    "%s: device %d does not support POSIX file descriptor handles", op, dev);
+}
+
 GCA_API gca_status_t gca_ipc_export(void *ptr, gca_ipc_handle_t **out) {
+  return gca_ipc_export_ex(ptr, 0, out);
+}
+
+GCA_API gca_status_t gca_ipc_export_ex(void *ptr, unsigned flags, gca_ipc_handle_t **out) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   gca__devalloc_t *d;
   gca_ipc_handle_t *h = NULL;
   gca_status_t st;
+  bool fabric = (flags & GCA_IPC_FABRIC) != 0;
   if (ptr == NULL || out == NULL)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "ipc_export: %s is NULL", ptr ? "out" : "ptr");
+  if (flags & ~GCA_IPC_FABRIC)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "ipc_export: unknown flags 0x%x (known: GCA_IPC_FABRIC = 0x%x)",
+                      flags & ~GCA_IPC_FABRIC, GCA_IPC_FABRIC);
   gca__block_t *b = find_live(addr, &d);
   if (b == NULL)
     return gca__error(GCA_ERR_INVALID_POINTER,
@@ -234,25 +283,14 @@ GCA_API gca_status_t gca_ipc_export(void *ptr, gca_ipc_handle_t **out) {
   if (!b->seg->expandable && b->seg->maps == NULL) {
     st = gca__error(GCA_ERR_NOT_SUPPORTED,
                     "ipc_export: pointer 0x%" PRIx64 " lies in a segment from mem_alloc "
-                    "(cuMemAlloc), which the driver cannot export as a file descriptor; set "
+                    "(cuMemAlloc), which the driver cannot export as a %s; set "
                     "ipc_handles:True or expandable_segments:True in GCA_ALLOC_CONF before the "
                     "memory is allocated",
-                    addr);
+                    addr, fabric ? "fabric handle" : "file descriptor");
     goto out;
   }
-  int fd_ok = 0;
-  st = d->ops->device_attr(d->device, GCA_ATTR_POSIX_FD_SUPPORTED, &fd_ok);
-  if (st != GCA_OK) {
-    st = gca__error_prefix(st, "ipc_export: device %d", d->device);
-    goto out;
-  }
-  if (!fd_ok) {
-    st = gca__error(GCA_ERR_NOT_SUPPORTED,
-                    "ipc_export: device %d does not support POSIX file descriptor handles",
-                    d->device);
-    goto out;
-  }
-  GCA_CHECK_GOTO(export_entries(d, b, &h), st, out);
+  GCA_CHECK_GOTO(check_kind("ipc_export", d->ops, d->device, fabric), st, out);
+  GCA_CHECK_GOTO(export_entries(d, b, fabric, &h), st, out);
   if (getrandom(h->id, sizeof(h->id), 0) != (ssize_t)sizeof(h->id)) {
     st = gca__error(GCA_ERR_IO, "ipc_export: getrandom failed: %s", strerror(errno));
     gca_ipc_handle_free(h);
@@ -320,16 +358,18 @@ GCA_API gca_status_t gca_ipc_send(int socket_fd, const gca_ipc_handle_t *h) {
   if (h == NULL || socket_fd < 0)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "ipc_send: %s",
                       h == NULL ? "handle is NULL" : "socket fd is negative");
-  for (uint32_t i = 0; i < h->n; i++)
+  for (uint32_t i = 0; i < h->n && !h->fabric; i++)
     if (h->e[i].fd < 0)
       return gca__error(GCA_ERR_INVALID_ARGUMENT, "ipc_send: handle %" PRIu32 " has no fd", i);
-  size_t body_len = BODY_HEAD + (size_t)ENTRY_LEN * h->n;
+  size_t entry_len = h->fabric ? FENTRY_LEN : ENTRY_LEN;
+  size_t body_len = BODY_HEAD + entry_len * h->n;
   uint8_t pre[PREAMBLE_LEN] = {0};
   put_u32(pre, GCA_IPC_MAGIC);
-  uint16_t version = GCA_IPC_VERSION;
+  uint16_t version = GCA_IPC_VERSION, kind = h->fabric ? GCA_IPC_KIND_FABRIC : GCA_IPC_KIND_FD;
   memcpy(pre + 4, &version, sizeof(version));
+  memcpy(pre + 6, &kind, sizeof(kind));
   put_u32(pre + 8, (uint32_t)body_len);
-  put_u32(pre + 12, h->n);
+  put_u32(pre + 12, h->fabric ? 0 : h->n);
   uint8_t *body = calloc(1, body_len);
   int *fds = calloc(h->n, sizeof(int));
   gca_status_t st = GCA_OK;
@@ -343,14 +383,20 @@ GCA_API gca_status_t gca_ipc_send(int socket_fd, const gca_ipc_handle_t *h) {
   put_u32(body + 20, h->n);
   put_u64(body + 24, h->block_size);
   for (uint32_t i = 0; i < h->n; i++) {
-    uint8_t *p = body + BODY_HEAD + (size_t)ENTRY_LEN * i;
+    uint8_t *p = body + BODY_HEAD + entry_len * i;
     put_u64(p, h->e[i].handle_size);
     put_u64(p + 8, h->e[i].handle_offset);
     put_u64(p + 16, h->e[i].map_size);
     put_u64(p + 24, (uint64_t)h->e[i].rel);
+    if (h->fabric)
+      memcpy(p + ENTRY_LEN, h->e[i].fabric, FABRIC_LEN);
     fds[i] = h->e[i].fd;
   }
   GCA_CHECK_GOTO(send_all(socket_fd, pre, sizeof(pre), NULL, 0), st, out);
+  if (h->fabric) {
+    st = send_all(socket_fd, body, body_len, NULL, 0);
+    goto out;
+  }
   uint32_t groups = (h->n + GCA_IPC_FDS_PER_MSG - 1) / GCA_IPC_FDS_PER_MSG;
   for (uint32_t g = 0; g < groups; g++) {
     size_t from = body_len * g / groups, to = body_len * (g + 1) / groups;
@@ -436,8 +482,9 @@ GCA_API gca_status_t gca_ipc_recv(int socket_fd, gca_ipc_handle_t **out) {
     goto fail;
   }
   uint32_t magic = get_u32(pre), body_len = get_u32(pre + 8), nfds = get_u32(pre + 12);
-  uint16_t version;
+  uint16_t version, kind;
   memcpy(&version, pre + 4, sizeof(version));
+  memcpy(&kind, pre + 6, sizeof(kind));
   if (magic != GCA_IPC_MAGIC) {
     st = gca__error(GCA_ERR_PARSE,
                     "ipc_recv: magic 0x%08" PRIx32 ", expected 0x%08x (not a gca IPC message)",
@@ -449,8 +496,26 @@ GCA_API gca_status_t gca_ipc_recv(int socket_fd, gca_ipc_handle_t **out) {
                     (unsigned)version, GCA_IPC_VERSION);
     goto fail;
   }
-  if (nfds == 0 || nfds > GCA_IPC_MAX_HANDLES ||
-      body_len != BODY_HEAD + (uint64_t)ENTRY_LEN * nfds) {
+  if (kind != GCA_IPC_KIND_FD && kind != GCA_IPC_KIND_FABRIC) {
+    st = gca__error(GCA_ERR_PARSE, "ipc_recv: handle kind %u, expected %u (fd) or %u (fabric)",
+                    (unsigned)kind, GCA_IPC_KIND_FD, GCA_IPC_KIND_FABRIC);
+    goto fail;
+  }
+  bool fabric = kind == GCA_IPC_KIND_FABRIC;
+  uint32_t n = nfds;
+  if (fabric) {
+    n = body_len >= BODY_HEAD ? (body_len - BODY_HEAD) / FENTRY_LEN : 0;
+    if (nfds != 0 || n == 0 || n > GCA_IPC_MAX_HANDLES ||
+        body_len != BODY_HEAD + (uint64_t)FENTRY_LEN * n) {
+      st = gca__error(GCA_ERR_PARSE,
+                      "ipc_recv: fabric message with %" PRIu32 " descriptors and a %" PRIu32
+                      "-byte body announced; expected none and %u + %u bytes for each of 1 to "
+                      "%u handles",
+                      nfds, body_len, BODY_HEAD, FENTRY_LEN, GCA_IPC_MAX_HANDLES);
+      goto fail;
+    }
+  } else if (nfds == 0 || nfds > GCA_IPC_MAX_HANDLES ||
+             body_len != BODY_HEAD + (uint64_t)ENTRY_LEN * nfds) {
     st = gca__error(GCA_ERR_PARSE,
                     "ipc_recv: %" PRIu32 " descriptors and a %" PRIu32
                     "-byte body announced; expected 1 to %u descriptors and %u + %u bytes each",
@@ -458,7 +523,7 @@ GCA_API gca_status_t gca_ipc_recv(int socket_fd, gca_ipc_handle_t **out) {
     goto fail;
   }
   body = malloc(body_len);
-  fds.v = calloc(nfds, sizeof(int));
+  fds.v = calloc(n, sizeof(int));
   if (body == NULL || fds.v == NULL) {
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "ipc_recv: no host memory for a %" PRIu32 "-byte body",
                     body_len);
@@ -472,13 +537,13 @@ GCA_API gca_status_t gca_ipc_recv(int socket_fd, gca_ipc_handle_t **out) {
                     fds.overflow ? "more than " : "", fds.len);
     goto fail;
   }
-  if (get_u32(body + 20) != nfds) {
+  if (get_u32(body + 20) != n) {
     st = gca__error(GCA_ERR_PARSE,
                     "ipc_recv: the body lists %" PRIu32 " handles, the preamble %" PRIu32,
-                    get_u32(body + 20), nfds);
+                    get_u32(body + 20), n);
     goto fail;
   }
-  h = handle_new(nfds);
+  h = handle_new(n, fabric);
   if (h == NULL) {
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "ipc_recv: no host memory for the handle");
     goto fail;
@@ -486,12 +551,14 @@ GCA_API gca_status_t gca_ipc_recv(int socket_fd, gca_ipc_handle_t **out) {
   memcpy(h->id, body, sizeof(h->id));
   h->device = (int32_t)get_u32(body + 16);
   h->block_size = get_u64(body + 24);
-  for (uint32_t i = 0; i < nfds; i++) {
-    const uint8_t *p = body + BODY_HEAD + (size_t)ENTRY_LEN * i;
+  for (uint32_t i = 0; i < n; i++) {
+    const uint8_t *p = body + BODY_HEAD + (size_t)(fabric ? FENTRY_LEN : ENTRY_LEN) * i;
     h->e[i].handle_size = get_u64(p);
     h->e[i].handle_offset = get_u64(p + 8);
     h->e[i].map_size = get_u64(p + 16);
     h->e[i].rel = (int64_t)get_u64(p + 24);
+    if (fabric)
+      memcpy(h->e[i].fabric, p + ENTRY_LEN, FABRIC_LEN);
   }
   GCA_CHECK_GOTO(check_layout("ipc_recv", h), st, fail);
   for (uint32_t i = 0; i < nfds; i++)
@@ -570,19 +637,16 @@ GCA_API gca_status_t gca_ipc_open(const gca_ipc_handle_t *h, int device, void **
   const gca_device_ops_t *ops = gca__device_get(&st);
   if (ops == NULL)
     return gca__error_prefix(st, "ipc_open");
-  int count = 0, fd_ok = 0;
+  int count = 0;
   size_t gran = 0;
   GCA_CHECK(ops->device_count(&count));
   if (device < 0 || device >= count)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "ipc_open: device %d does not exist (%d devices)",
                       device, count);
-  GCA_CHECK(ops->device_attr(device, GCA_ATTR_POSIX_FD_SUPPORTED, &fd_ok));
-  if (!fd_ok)
-    return gca__error(GCA_ERR_NOT_SUPPORTED,
-                      "ipc_open: device %d does not support POSIX file descriptor handles", device);
+  GCA_CHECK(check_kind("ipc_open", ops, device, h->fabric));
   GCA_CHECK(ops->mem_granularity(device, false, &gran));
   for (uint32_t i = 0; i < h->n; i++) {
-    if (h->e[i].fd < 0)
+    if (!h->fabric && h->e[i].fd < 0)
       return gca__error(GCA_ERR_INVALID_ARGUMENT, "ipc_open: handle %" PRIu32 " has no fd", i);
     if (gran == 0 || h->e[i].map_size % gran || h->e[i].handle_offset % gran)
       return gca__error(GCA_ERR_INVALID_ARGUMENT,
@@ -599,7 +663,10 @@ GCA_API gca_status_t gca_ipc_open(const gca_ipc_handle_t *h, int device, void **
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "ipc_open: no host memory for %" PRIu32 " handles",
                       h->n);
   for (; imp.n < h->n; imp.n++)
-    GCA_CHECK_GOTO(ops->mem_import_fd(device, h->e[imp.n].fd, &imp.handles[imp.n]), st, fail);
+    GCA_CHECK_GOTO(h->fabric
+                       ? ops->mem_import_fabric(device, h->e[imp.n].fabric, &imp.handles[imp.n])
+                       : ops->mem_import_fd(device, h->e[imp.n].fd, &imp.handles[imp.n]),
+                   st, fail);
   GCA_CHECK_GOTO(ops->mem_address_reserve(device, span, 0, &imp.base), st, fail);
   imp.span = span;
   for (uint32_t i = 0; i < h->n; i++) {

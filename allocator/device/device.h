@@ -83,7 +83,9 @@
   X(graph_launch)                 \
   X(graph_exec_update)            \
   X(graph_destroy)                \
-  X(graph_exec_destroy)
+  X(graph_exec_destroy)           \
+  X(mem_export_fabric)            \
+  X(mem_import_fabric)
 
 typedef enum gca_dev_op {
 #define GCA__OP_ENUM(name) GCA_OP_##name,
@@ -103,6 +105,9 @@ typedef enum gca_dev_attr {
   GCA_ATTR_MEMORY_POOLS_SUPPORTED, /* CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED */
   GCA_ATTR_UNIFIED_ADDRESSING,
 } gca_dev_attr_t;
+
+/* Bytes of a fabric handle (CUmemFabricHandle, CU_IPC_HANDLE_SIZE). */
+#define GCA_FABRIC_HANDLE_LEN 64u
 
 /* Stream flags (CU_STREAM_*). */
 #define GCA_STREAM_DEFAULT      0x0u
@@ -167,7 +172,8 @@ typedef struct gca_device_ops {
   gca_status_t (*mem_address_reserve)(int dev, size_t size, size_t alignment, gca_devptr_t *out);
   gca_status_t (*mem_address_free)(int dev, gca_devptr_t ptr, size_t size);
   /* cuMemCreate of pinned device memory on `dev`, exportable as a POSIX fd when
-   * the device supports it. GCA_ERR_OUT_OF_MEMORY when capacity is exhausted. */
+   * the device supports it, and as a fabric handle when it supports that too.
+   * GCA_ERR_OUT_OF_MEMORY when capacity is exhausted. */
   gca_status_t (*mem_create)(int dev, size_t size, gca_memhandle_t *out);
   /* cuMemRelease: the memory is freed once no mapping refers to it. */
   gca_status_t (*mem_release)(gca_memhandle_t handle);
@@ -241,6 +247,15 @@ typedef struct gca_device_ops {
                                     gca_graph_update_info_t *info);
   gca_status_t (*graph_destroy)(gca_graph_t graph);
   gca_status_t (*graph_exec_destroy)(gca_graph_exec_t exec);
+
+  /* cuMemExportToShareableHandle / cuMemImportFromShareableHandle with
+   * CU_MEM_HANDLE_TYPE_FABRIC: GCA_FABRIC_HANDLE_LEN opaque bytes that name the
+   * allocation across nodes of one NVLink fabric (where an fd cannot go). Only
+   * memory created while the device reports GCA_ATTR_FABRIC_SUPPORTED can be
+   * exported; GCA_ERR_NOT_SUPPORTED on devices (and the sim) without it. */
+  gca_status_t (*mem_export_fabric)(gca_memhandle_t handle, uint8_t out[GCA_FABRIC_HANDLE_LEN]);
+  gca_status_t (*mem_import_fabric)(int dev, const uint8_t in[GCA_FABRIC_HANDLE_LEN],
+                                    gca_memhandle_t *out);
 } gca_device_ops_t;
 
 /* ---- device.c ---- */

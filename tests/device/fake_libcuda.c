@@ -12,6 +12,11 @@
  *   FAKE_CUDA_VERSION=<n>          cuDriverGetVersion (default 12080)
  *   FAKE_CUDA_DEVICES=<n>          device count (default 2)
  *   FAKE_CUDA_MISSING=<name>       one entry point cuGetProcAddress does not know
+ *   FAKE_CUDA_FABRIC=<mode>        fabric handles: "on" (devices report support
+ *                                  and memory may request them), "denied"
+ *                                  (reported, but cuMemCreate refuses them
+ *                                  with CUDA_ERROR_NOT_PERMITTED, as without
+ *                                  an IMEX channel); default off
  * and inspected through the fake_cuda_* functions at the bottom.
  */
 #include <cuda.h>
@@ -30,12 +35,16 @@ typedef struct fake_stream {
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int init_result, driver_version = 12080, ndev = 2;
 static char missing[128];
+enum { FABRIC_OFF, FABRIC_ON, FABRIC_DENIED };
+static int fabric_mode;
 static int initialized;
 static __thread CUcontext current;
 
 /* Records (inspected by tests). */
 static int max_version_asked, over_version_asks, set_current_calls, capture_info_form;
 static int module_loads;
+static int fabric_exports, fabric_imports, fabric_refusals;
+static CUmemGenericAllocationHandle last_fabric_import;
 static char last_kernel[32];
 static unsigned last_grid, last_block;
 static uint64_t last_args[4];
@@ -50,6 +59,8 @@ static void setup(void) {
     ndev = atoi(v);
   if ((v = getenv("FAKE_CUDA_MISSING")))
     strncpy(missing, v, sizeof(missing) - 1);
+  if ((v = getenv("FAKE_CUDA_FABRIC")))
+    fabric_mode = strcmp(v, "on") == 0 ? FABRIC_ON : strcmp(v, "denied") == 0 ? FABRIC_DENIED : 0;
 }
 
 static CUcontext primary(int dev) {
@@ -123,7 +134,10 @@ static CUresult f_device_count(int *n) {
 }
 static CUresult f_device_attr(int *v, CUdevice_attribute a, CUdevice d) {
   NEED_INIT();
-  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : (int)(d - 100);
+  if (a == CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED)
+    *v = fabric_mode != FABRIC_OFF;
+  else
+    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : (int)(d - 100);
   return CUDA_SUCCESS;
 }
 static CUresult f_device_name(char *name, int len, CUdevice d) {
@@ -199,7 +213,15 @@ static CUresult f_mem_create(CUmemGenericAllocationHandle *h, size_t s,
                              const CUmemAllocationProp *prop, unsigned long long fl) {
   if (s > MEM_LIMIT)
     return CUDA_ERROR_OUT_OF_MEMORY;
-  /* The handle records the device and whether an fd handle type was requested. */
+  if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) {
+    if (fabric_mode == FABRIC_OFF)
+      return CUDA_ERROR_INVALID_VALUE;
+    if (fabric_mode == FABRIC_DENIED) {
+      fabric_refusals++;
+      return CUDA_ERROR_NOT_PERMITTED;
+    }
+  }
+  /* The handle records the device and the handle types requested. */
   *h = ((uint64_t)prop->location.id << 8) | (uint64_t)prop->requestedHandleTypes;
   return CUDA_SUCCESS;
 }
@@ -219,15 +241,42 @@ static CUresult f_set_access(CUdeviceptr p, size_t s, const CUmemAccessDesc *d, 
       return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
+/* A fabric handle: "FAKEFAB" then the allocation handle, then a pattern. */
+static const char fabric_magic[8] = "FAKEFAB";
+
 static CUresult f_export(void *sh, CUmemGenericAllocationHandle h, CUmemAllocationHandleType t,
                          unsigned long long fl) {
+  if (t == CU_MEM_HANDLE_TYPE_FABRIC) {
+    if (!(h & CU_MEM_HANDLE_TYPE_FABRIC))
+      return CUDA_ERROR_INVALID_VALUE;
+    CUmemFabricHandle *fh = sh;
+    memcpy(fh->data, fabric_magic, sizeof(fabric_magic));
+    memcpy(fh->data + 8, &h, sizeof(h));
+    for (size_t i = 16; i < sizeof(fh->data); i++)
+      fh->data[i] = (unsigned char)i;
+    fabric_exports++;
+    return CUDA_SUCCESS;
+  }
   if (t != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
       !(h & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
     return CUDA_ERROR_INVALID_VALUE;
   *(int *)sh = 42;
   return CUDA_SUCCESS;
 }
+/* A fabric import yields the exported handle with bit 16 set. */
 static CUresult f_import(CUmemGenericAllocationHandle *h, void *sh, CUmemAllocationHandleType t) {
+  if (t == CU_MEM_HANDLE_TYPE_FABRIC) {
+    const CUmemFabricHandle *fh = sh;
+    if (fabric_mode != FABRIC_ON)
+      return CUDA_ERROR_NOT_PERMITTED;
+    if (memcmp(fh->data, fabric_magic, sizeof(fabric_magic)) != 0)
+      return CUDA_ERROR_INVALID_VALUE;
+    memcpy(h, fh->data + 8, sizeof(*h));
+    *h |= 1u << 16;
+    last_fabric_import = *h;
+    fabric_imports++;
+    return CUDA_SUCCESS;
+  }
   *h = (uint64_t)(uintptr_t)sh;
   return CUDA_SUCCESS;
 }
@@ -526,6 +575,10 @@ EXPORT int fake_cuda_over_version_asks(void);
 EXPORT int fake_cuda_set_current_calls(void);
 EXPORT int fake_cuda_capture_info_form(void);
 EXPORT int fake_cuda_module_loads(void);
+EXPORT int fake_cuda_fabric_exports(void);
+EXPORT int fake_cuda_fabric_imports(void);
+EXPORT int fake_cuda_fabric_refusals(void);
+EXPORT uint64_t fake_cuda_last_fabric_import(void);
 EXPORT const char *fake_cuda_last_kernel(unsigned *grid, unsigned *block, uint64_t args[4]);
 
 EXPORT int fake_cuda_max_version_asked(void) {
@@ -542,6 +595,18 @@ EXPORT int fake_cuda_capture_info_form(void) {
 }
 EXPORT int fake_cuda_module_loads(void) {
   return module_loads;
+}
+EXPORT int fake_cuda_fabric_exports(void) {
+  return fabric_exports;
+}
+EXPORT int fake_cuda_fabric_imports(void) {
+  return fabric_imports;
+}
+EXPORT int fake_cuda_fabric_refusals(void) {
+  return fabric_refusals;
+}
+EXPORT uint64_t fake_cuda_last_fabric_import(void) {
+  return last_fabric_import;
 }
 EXPORT const char *fake_cuda_last_kernel(unsigned *grid, unsigned *block, uint64_t args[4]) {
   *grid = last_grid;

@@ -2,7 +2,8 @@
  * (fake_libcuda.c, path in GCA_TEST_FAKE_CUDA): symbol resolution at explicit
  * ABI versions and the version guard, init's failure messages, optional entry
  * points, CUresult -> status mapping with the driver's names, per-thread
- * contexts, kernel argument marshalling and graph-update reporting.
+ * contexts, kernel argument marshalling, graph-update reporting and fabric
+ * handles (requested at mem_create, exported and imported as 64 bytes).
  *
  * The backend initializes once per process, so each case runs in a forked
  * child with its own FAKE_CUDA_* settings; the child reports through a
@@ -325,6 +326,103 @@ static int child_vmm(report_t *r) {
   return CHILD_PASS;
 }
 
+static uint64_t fake_u64(const char *name) {
+  uint64_t (*fn)(void) = (uint64_t(*)(void))(uintptr_t)fake_fn(name);
+  return fn ? fn() : UINT64_MAX;
+}
+
+static int child_fabric(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  int v = 0;
+  EXPECT_OK(r, ops->device_attr(0, GCA_ATTR_FABRIC_SUPPORTED, &v));
+  CHECK(r, v == 1);
+  gca_memhandle_t h0 = 0, h1 = 0;
+  /* Device 1 has POSIX fds too: both types are requested (0x1 | 0x8). */
+  EXPECT_OK(r, ops->mem_create(0, 2u << 20, &h0));
+  EXPECT_OK(r, ops->mem_create(1, 2u << 20, &h1));
+  CHECK(r, h0 == 0x008);
+  CHECK(r, h1 == 0x109);
+  uint8_t bytes[GCA_FABRIC_HANDLE_LEN];
+  memset(bytes, 0xee, sizeof(bytes));
+  EXPECT_OK(r, ops->mem_export_fabric(h1, bytes));
+  CHECK(r, fake_int("fake_cuda_fabric_exports") == 1);
+  CHECK(r, memcmp(bytes, "FAKEFAB", 8) == 0);
+  uint64_t named = 0;
+  memcpy(&named, bytes + 8, sizeof(named));
+  CHECK(r, named == h1);
+  CHECK(r, bytes[GCA_FABRIC_HANDLE_LEN - 1] == GCA_FABRIC_HANDLE_LEN - 1);
+  gca_memhandle_t imp = 0;
+  EXPECT_OK(r, ops->mem_import_fabric(0, bytes, &imp));
+  CHECK(r, fake_int("fake_cuda_fabric_imports") == 1);
+  CHECK(r, imp == (h1 | 0x10000));
+  CHECK(r, fake_u64("fake_cuda_last_fabric_import") == imp);
+  int fd = -1;
+  EXPECT_OK(r, ops->mem_export_fd(h1, &fd));
+  CHECK(r, fd == 42);
+
+  uint8_t junk[GCA_FABRIC_HANDLE_LEN] = {0};
+  gca_memhandle_t untouched = 5;
+  EXPECT(r, ops->mem_import_fabric(0, junk, &untouched), GCA_ERR_INVALID_ARGUMENT,
+         "mem_import_fabric: ");
+  CHECK(r, untouched == 5);
+  EXPECT(r, ops->mem_import_fabric(2, bytes, &untouched), GCA_ERR_INVALID_ARGUMENT,
+         "mem_import_fabric: device 2 is not in [0, 2)");
+  EXPECT(r, ops->mem_import_fabric(0, bytes, NULL), GCA_ERR_INVALID_ARGUMENT,
+         "mem_import_fabric: out is NULL");
+  EXPECT(r, ops->mem_export_fabric(h1, NULL), GCA_ERR_INVALID_ARGUMENT,
+         "mem_export_fabric: out is NULL");
+  CHECK(r, fake_int("fake_cuda_fabric_imports") == 1);
+  EXPECT_OK(r, ops->mem_release(imp));
+  EXPECT_OK(r, ops->mem_release(h0));
+  EXPECT_OK(r, ops->mem_release(h1));
+  return CHILD_PASS;
+}
+
+static int child_fabric_denied(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  gca_memhandle_t h = 0;
+  EXPECT_OK(r, ops->mem_create(1, 2u << 20, &h));
+  CHECK(r, fake_int("fake_cuda_fabric_refusals") == 1);
+  CHECK(r, h == 0x101);
+  EXPECT_OK(r, ops->mem_create(1, 2u << 20, &h));
+  CHECK(r, fake_int("fake_cuda_fabric_refusals") == 1);
+  CHECK(r, h == 0x101);
+  /* Device 0 still asks once: the refusal is remembered per device. */
+  EXPECT_OK(r, ops->mem_create(0, 2u << 20, &h));
+  CHECK(r, fake_int("fake_cuda_fabric_refusals") == 2);
+  CHECK(r, h == 0x000);
+  uint8_t bytes[GCA_FABRIC_HANDLE_LEN];
+  EXPECT(r, ops->mem_export_fabric(h, bytes), GCA_ERR_INVALID_ARGUMENT, "mem_export_fabric: ");
+  CHECK(r, fake_int("fake_cuda_fabric_exports") == 0);
+  return CHILD_PASS;
+}
+
+static int child_fabric_off(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  int v = -1;
+  EXPECT_OK(r, ops->device_attr(1, GCA_ATTR_FABRIC_SUPPORTED, &v));
+  CHECK(r, v == 0);
+  gca_memhandle_t h = 0;
+  EXPECT_OK(r, ops->mem_create(1, 2u << 20, &h));
+  CHECK(r, h == 0x101);
+  uint8_t bytes[GCA_FABRIC_HANDLE_LEN];
+  EXPECT(r, ops->mem_export_fabric(h, bytes), GCA_ERR_INVALID_ARGUMENT, "mem_export_fabric: ");
+  memset(bytes, 0, sizeof(bytes));
+  EXPECT(r, ops->mem_import_fabric(1, bytes, &h), GCA_ERR_DRIVER, "mem_import_fabric: ");
+  return CHILD_PASS;
+}
+
+static int child_fabric_without_export_entry(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  EXPECT_OK(r, ops->init());
+  uint8_t bytes[GCA_FABRIC_HANDLE_LEN] = {0};
+  gca_memhandle_t h = 0;
+  EXPECT(r, ops->mem_export_fabric(0x109, bytes), GCA_ERR_NOT_SUPPORTED,
+         "mem_export_fabric: the driver lacks cuMemExportToShareableHandle");
+  EXPECT_OK(r, ops->mem_create(1, 2u << 20, &h));
+  return CHILD_PASS;
+}
+
 /* ---- tests ---- */
 
 static void init_resolves_every_entry_within_the_driver_version(void **state) {
@@ -392,6 +490,30 @@ static void vmm_requests_fd_handles_where_supported(void **state) {
   run_in_child(NULL, child_vmm);
 }
 
+static void fabric_handles_are_requested_exported_and_imported_as_64_bytes(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_CUDA_FABRIC", "on", NULL};
+  run_in_child(env, child_fabric);
+}
+
+static void fabric_refused_at_create_falls_back_once_per_device(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_CUDA_FABRIC", "denied", NULL};
+  run_in_child(env, child_fabric_denied);
+}
+
+static void fabric_ops_without_fabric_support_fail_in_the_driver(void **state) {
+  (void)state;
+  run_in_child(NULL, child_fabric_off);
+}
+
+static void fabric_export_without_the_entry_point_is_not_supported(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_CUDA_FABRIC", "on", "FAKE_CUDA_MISSING",
+                       "cuMemExportToShareableHandle", NULL};
+  run_in_child(env, child_fabric_without_export_entry);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(init_resolves_every_entry_within_the_driver_version),
@@ -406,6 +528,10 @@ int main(void) {
       cmocka_unit_test(kernels_load_once_per_device_and_marshal_arguments),
       cmocka_unit_test(graph_update_rejection_reports_node_index),
       cmocka_unit_test(vmm_requests_fd_handles_where_supported),
+      cmocka_unit_test(fabric_handles_are_requested_exported_and_imported_as_64_bytes),
+      cmocka_unit_test(fabric_refused_at_create_falls_back_once_per_device),
+      cmocka_unit_test(fabric_ops_without_fabric_support_fail_in_the_driver),
+      cmocka_unit_test(fabric_export_without_the_entry_point_is_not_supported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -90,7 +90,9 @@ static void host_fn(void *p) {
   X(graph_launch, ops->graph_launch(FAKE_EXEC, NULL))                                      \
   X(graph_exec_update, ops->graph_exec_update(FAKE_EXEC, FAKE_GRAPH, &info))               \
   X(graph_destroy, ops->graph_destroy(FAKE_GRAPH))                                         \
-  X(graph_exec_destroy, ops->graph_exec_destroy(FAKE_EXEC))
+  X(graph_exec_destroy, ops->graph_exec_destroy(FAKE_EXEC))                                \
+  X(mem_export_fabric, ops->mem_export_fabric(1, fabric))                                  \
+  X(mem_import_fabric, ops->mem_import_fabric(0, fabric, &handle))
 
 #define COUNT_ONE(name, call) +1
 enum { EVERY_OP_COUNT = 0 EVERY_OP(COUNT_ONE) };
@@ -116,6 +118,7 @@ static int every_op_fails(report_t *r, gca_status_t want, const char *needle) {
   memset(&info, 0x5a, sizeof(info));
   uint64_t id = 5;
   float ms = 5.0f;
+  uint8_t fabric[GCA_FABRIC_HANDLE_LEN] = {0};
   char prefix[64];
 #define CALL_ONE(op, call)                                                                       \
   do {                                                                                           \

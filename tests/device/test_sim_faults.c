@@ -502,6 +502,22 @@ static gca_status_t call_graph_exec_destroy(void) {
   graph_down(f);
   return first_st;
 }
+static gca_status_t call_mem_export_fabric(void) {
+  gca_memhandle_t h = 0;
+  uint8_t bytes[GCA_FABRIC_HANDLE_LEN];
+  begin();
+  TRY(ops->mem_create(0, 2 * MIB, &h));
+  TRY(ops->mem_export_fabric(h, bytes));
+  ops->mem_release(h);
+  return first_st;
+}
+static gca_status_t call_mem_import_fabric(void) {
+  gca_memhandle_t h = 0;
+  uint8_t bytes[GCA_FABRIC_HANDLE_LEN] = {0};
+  begin();
+  TRY(ops->mem_import_fabric(0, bytes, &h));
+  return first_st;
+}
 
 typedef struct op_call {
   gca_status_t (*call)(void);

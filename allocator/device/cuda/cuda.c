@@ -104,6 +104,8 @@ STUB(graph_launch, gca_graph_exec_t e, gca_stream_t s)
 STUB(graph_exec_update, gca_graph_exec_t e, gca_graph_t g, gca_graph_update_info_t *info)
 STUB(graph_destroy, gca_graph_t g)
 STUB(graph_exec_destroy, gca_graph_exec_t e)
+STUB(mem_export_fabric, gca_memhandle_t h, uint8_t out[GCA_FABRIC_HANDLE_LEN])
+STUB(mem_import_fabric, int dev, const uint8_t in[GCA_FABRIC_HANDLE_LEN], gca_memhandle_t *out)
 #undef STUB
 
 static const gca_device_ops_t cuda_ops = {.name = "cuda",
@@ -292,11 +294,13 @@ static const symbol_t symbols[] = {
 /* ---- state ---- */
 
 /* Per device, filled lazily under dev_lock; once set, ctx, fd_support and
- * module/fns never change (read without the lock after an acquire load). */
+ * module/fns never change (read without the lock after an acquire load).
+ * fabric goes from 1 to 0 at most once (Note [Fabric handles]). */
 typedef struct cuda_device {
   CUdevice cudev;
   CUcontext _Atomic ctx; /* retained primary context, NULL until first use */
   int fd_support;        /* POSIX fd handles: 1 yes, 0 no (read at init) */
+  int _Atomic fabric;    /* request fabric handles in mem_create: 1 yes, 0 no */
   CUmodule _Atomic module;
   CUfunction fn_fill, fn_add, fn_sleep; /* valid once module != NULL */
 } cuda_device_t;
@@ -514,6 +518,11 @@ static gca_status_t load_devices(void) {
                                cu.dev[i].cudev) != CUDA_SUCCESS)
       fd = 0;
     cu.dev[i].fd_support = fd != 0;
+    int fabric = 0;
+    if (drv.DeviceGetAttribute(&fabric, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,
+                               cu.dev[i].cudev) != CUDA_SUCCESS)
+      fabric = 0;
+    atomic_store_explicit(&cu.dev[i].fabric, fabric != 0, memory_order_relaxed);
   }
   cu.ndev = n;
   return GCA_OK;
@@ -740,21 +749,37 @@ static gca_status_t cuda_mem_free(int dev, gca_devptr_t ptr) {
 
 /* ---- virtual memory management ---- */
 
-/* Pinned device memory on `dev`, exportable as a POSIX fd where supported. */
-static CUmemAllocationProp alloc_prop(int dev) {
+/* Note [Fabric handles]: a device that reports HANDLE_TYPE_FABRIC_SUPPORTED
+ * gets its memory created with POSIX_FD | FABRIC requested, so every handle can
+ * later be exported either way. The attribute says what the hardware can do,
+ * not whether this process may: without an IMEX channel cuMemCreate refuses
+ * the fabric request (CUDA_ERROR_NOT_PERMITTED, or NOT_SUPPORTED). Then the
+ * create is retried without it and the device stops asking, so memory stays
+ * fd-exportable and a later mem_export_fabric fails in the driver. */
+
+/* Pinned device memory on `dev`, exportable as a POSIX fd where supported and
+ * as a fabric handle while `fabric` is set. */
+static CUmemAllocationProp alloc_prop(int dev, bool fabric) {
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof(prop));
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = dev;
-  prop.requestedHandleTypes =
+  unsigned types =
       cu.dev[dev].fd_support ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  if (fabric)
+    types |= CU_MEM_HANDLE_TYPE_FABRIC;
+  prop.requestedHandleTypes = (CUmemAllocationHandleType)types;
   return prop;
+}
+
+static bool wants_fabric(int dev) {
+  return atomic_load_explicit(&cu.dev[dev].fabric, memory_order_relaxed) != 0;
 }
 
 static gca_status_t cuda_mem_granularity(int dev, bool recommended, size_t *granularity) {
   GCA_CHECK(check_dev("mem_granularity", dev));
-  CUmemAllocationProp prop = alloc_prop(dev);
+  CUmemAllocationProp prop = alloc_prop(dev, wants_fabric(dev));
   CU_CHECK("mem_granularity",
            drv.MemGetAllocationGranularity(granularity, &prop,
                                            recommended ? CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
@@ -779,9 +804,20 @@ static gca_status_t cuda_mem_address_free(int dev, gca_devptr_t ptr, size_t size
 
 static gca_status_t cuda_mem_create(int dev, size_t size, gca_memhandle_t *out) {
   GCA_CHECK(check_dev("mem_create", dev));
-  CUmemAllocationProp prop = alloc_prop(dev);
+  bool fabric = wants_fabric(dev);
+  CUmemAllocationProp prop = alloc_prop(dev, fabric);
   CUmemGenericAllocationHandle h = 0;
-  CU_CHECK("mem_create", drv.MemCreate(&h, size, &prop, 0));
+  CUresult r = drv.MemCreate(&h, size, &prop, 0);
+  if (fabric && (r == CUDA_ERROR_NOT_PERMITTED || r == CUDA_ERROR_NOT_SUPPORTED)) {
+    char what[256];
+    GCA_LOG_INFO("mem_create: device %d refused fabric handles (%s); creating memory without "
+                 "them from now on (Note [Fabric handles])",
+                 dev, describe(r, what, sizeof(what)));
+    atomic_store_explicit(&cu.dev[dev].fabric, 0, memory_order_relaxed);
+    prop = alloc_prop(dev, false);
+    r = drv.MemCreate(&h, size, &prop, 0);
+  }
+  CU_CHECK("mem_create", r);
   *out = (gca_memhandle_t)h;
   return GCA_OK;
 }
@@ -852,6 +888,41 @@ static gca_status_t cuda_mem_import_fd(int dev, int fd, gca_memhandle_t *out) {
   CU_CHECK("mem_import_fd",
            drv.MemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  *out = (gca_memhandle_t)h;
+  return GCA_OK;
+}
+
+static gca_status_t cuda_mem_export_fabric(gca_memhandle_t handle,
+                                           uint8_t out[GCA_FABRIC_HANDLE_LEN]) {
+  GCA_CHECK(ready("mem_export_fabric"));
+  if (!drv.MemExportToShareableHandle)
+    return gca__error(GCA_ERR_NOT_SUPPORTED,
+                      "mem_export_fabric: the driver lacks cuMemExportToShareableHandle");
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_export_fabric: out is NULL");
+  CUmemFabricHandle fh;
+  _Static_assert(sizeof(fh.data) == GCA_FABRIC_HANDLE_LEN, "CUmemFabricHandle size");
+  memset(&fh, 0, sizeof(fh));
+  CU_CHECK("mem_export_fabric",
+           drv.MemExportToShareableHandle(&fh, (CUmemGenericAllocationHandle)handle,
+                                          CU_MEM_HANDLE_TYPE_FABRIC, 0));
+  memcpy(out, fh.data, GCA_FABRIC_HANDLE_LEN);
+  return GCA_OK;
+}
+
+static gca_status_t cuda_mem_import_fabric(int dev, const uint8_t in[GCA_FABRIC_HANDLE_LEN],
+                                           gca_memhandle_t *out) {
+  GCA_CHECK(check_dev("mem_import_fabric", dev));
+  if (!drv.MemImportFromShareableHandle)
+    return gca__error(GCA_ERR_NOT_SUPPORTED,
+                      "mem_import_fabric: the driver lacks cuMemImportFromShareableHandle");
+  if (!in || !out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_import_fabric: %s is NULL", in ? "out" : "in");
+  CUmemFabricHandle fh;
+  memcpy(fh.data, in, GCA_FABRIC_HANDLE_LEN);
+  CUmemGenericAllocationHandle h = 0;
+  CU_CHECK("mem_import_fabric",
+           drv.MemImportFromShareableHandle(&h, &fh, CU_MEM_HANDLE_TYPE_FABRIC));
   *out = (gca_memhandle_t)h;
   return GCA_OK;
 }

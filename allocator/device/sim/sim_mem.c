@@ -781,6 +781,29 @@ out:
   return st;
 }
 
+/* The sim reports GCA_ATTR_FABRIC_SUPPORTED = 0, as a GPU outside a multi-node
+ * NVLink fabric does: both fabric ops refuse after counting and fault checks. */
+static gca_status_t sim_mem_export_fabric(gca_memhandle_t handle,
+                                          uint8_t out[GCA_FABRIC_HANDLE_LEN]) {
+  GCA_SIM_ENTER(mem_export_fabric, 0);
+  (void)out;
+  return gca__error(GCA_ERR_NOT_SUPPORTED,
+                    "mem_export_fabric: handle 0x%llx: the sim device has no fabric handles "
+                    "(GCA_ATTR_FABRIC_SUPPORTED is 0)",
+                    (unsigned long long)handle);
+}
+
+static gca_status_t sim_mem_import_fabric(int dev, const uint8_t in[GCA_FABRIC_HANDLE_LEN],
+                                          gca_memhandle_t *out) {
+  GCA_SIM_ENTER(mem_import_fabric, 0);
+  (void)in;
+  (void)out;
+  return gca__error(GCA_ERR_NOT_SUPPORTED,
+                    "mem_import_fabric: sim device %d has no fabric handles "
+                    "(GCA_ATTR_FABRIC_SUPPORTED is 0)",
+                    dev);
+}
+
 static gca_status_t sim_mem_alloc(int dev, size_t size, gca_devptr_t *out) {
   uint64_t rounded = ((uint64_t)size + GRAN - 1) / GRAN * GRAN;
   GCA_SIM_ENTER(mem_alloc, rounded);
@@ -900,4 +923,6 @@ void gca__sim_mem_ops(gca_device_ops_t *ops) {
   ops->mem_set_access = sim_mem_set_access;
   ops->mem_export_fd = sim_mem_export_fd;
   ops->mem_import_fd = sim_mem_import_fd;
+  ops->mem_export_fabric = sim_mem_export_fabric;
+  ops->mem_import_fabric = sim_mem_import_fabric;
 }
