@@ -4,6 +4,8 @@
  * device when nothing is pending; running out of memory waits for pending
  * frees; with caching off, frees wait for the recorded streams and return the
  * memory. */
+#include <sched.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "alloc_fixture.h"
@@ -21,13 +23,33 @@ static void nap_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
+/* A stream held by hold_stream stays busy until the test opens the gate, so
+ * "still pending" never depends on how long a sleep kernel takes. */
+static atomic_int gate = 1;
+
+static void hold_stream(void *arg) {
+  (void)arg;
+  while (atomic_load(&gate) == 0)
+    sched_yield();
+}
+
+static void hold(gca_stream_t s) {
+  atomic_store(&gate, 0);
+  assert_ok(ops->launch_host_func(s, hold_stream, NULL));
+}
+
+static int streams_teardown(void **state) {
+  atomic_store(&gate, 1); /* a failed test must not leave a stream held */
+  return alloc_teardown(state);
+}
+
 static void block_waits_for_recorded_stream_before_reuse(void **state) {
   (void)state;
   gca_stream_t a = mk_stream(), b = mk_stream();
   const size_t n = 4096 / 4;
   uint32_t *p = alloc_on(4096, a);
   assert_ok(gca_record_stream(p, b));
-  assert_ok(ops->kernel_sleep(SLEEP_NS, b));
+  hold(b);
   assert_ok(ops->kernel_fill_u32((gca_devptr_t)(uintptr_t)p, 0xabc00000u, 1, n, b));
   free_ok(p);
   /* pending: same-size requests on the block's own stream get other memory */
@@ -37,6 +59,7 @@ static void block_waits_for_recorded_stream_before_reuse(void **state) {
   assert_int_equal(s.allocation[GCA_STAT_ALL].current, 1);
   assert_int_equal(s.active[GCA_STAT_ALL].current, 2); /* the pending block is still active */
   free_ok(q);
+  atomic_store(&gate, 1);
   void *r = NULL;
   for (int i = 0; i < 400; i++) {
     r = alloc_on(4096, a);
@@ -146,12 +169,13 @@ static void multiple_streams_all_must_finish(void **state) {
   assert_ok(gca_record_stream(p, b));
   assert_ok(gca_record_stream(p, c));
   assert_ok(ops->kernel_sleep(SLEEP_NS / 3, b));
-  assert_ok(ops->kernel_sleep(SLEEP_NS, c));
+  hold(c);
   free_ok(p);
   assert_ok(ops->stream_synchronize(b));
   void *q = alloc_on(4096, NULL);
   assert_ptr_not_equal(p, q); /* c has not finished */
   free_ok(q);
+  atomic_store(&gate, 1);
   assert_ok(ops->stream_synchronize(c));
   q = alloc_on(4096, NULL);
   assert_ptr_equal(p, q);
@@ -234,7 +258,7 @@ static void no_caching_env_frees_to_the_driver(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(block_waits_for_recorded_stream_before_reuse, alloc_setup,
-                                      alloc_teardown),
+                                      streams_teardown),
       cmocka_unit_test_setup_teardown(pending_block_shows_as_pending_free, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(cached_pair_makes_no_device_call, alloc_setup,
@@ -242,7 +266,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(record_on_own_stream_is_a_no_op, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(events_are_pooled, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(multiple_streams_all_must_finish, alloc_setup,
-                                      alloc_teardown),
+                                      streams_teardown),
       cmocka_unit_test_setup_teardown(empty_cache_waits_for_pending_frees, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(no_caching_returns_memory_after_recorded_work, alloc_setup,

@@ -372,6 +372,38 @@ static void restore_waits_for_pending_frees_of_the_pool(void **state) {
   assert_ok(ops->stream_destroy(user));
 }
 
+static void restore_sync_failure_leaves_the_pool_as_it_was(void **state) {
+  (void)state;
+  gca_stream_t user;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &user));
+  gca_pool_t *pool = NULL;
+  assert_ok(gca_pool_create(0, NULL, &pool));
+  gca_pool_state_t *st = NULL;
+  void *a = pool_alloc(pool, 4096);
+  assert_ok(gca_pool_checkpoint(pool, &st));
+  void *b = pool_alloc(pool, 4096);
+  assert_ok(gca_record_stream(b, user));
+  free_ok(b); /* pending on user's event */
+  pool_view_t before = *view_of(pool);
+  assert_ok(gca_sim_fault_set("event_synchronize:nth=1"));
+  gca_pool_changes_t ch = {.nfreed = 99, .nallocated = 99};
+  assert_status(gca_pool_restore(pool, st, &ch), GCA_ERR_DRIVER, "event_synchronize");
+  gca_sim_fault_clear();
+  assert_int_equal(ch.nfreed, 0);
+  assert_int_equal(ch.nallocated, 0);
+  assert_same_view(&before, view_of(pool));
+  check();
+  assert_ok(gca_pool_restore(pool, st, &ch)); /* the retry waits and applies the state */
+  assert_int_equal(ch.nfreed, 0);
+  assert_int_equal(ch.nallocated, 0);
+  gca_pool_changes_free(&ch);
+  check();
+  free_ok(a);
+  gca_pool_state_free(st);
+  assert_ok(gca_pool_release(pool));
+  assert_ok(ops->stream_destroy(user));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(restore_rebuilds_the_checkpointed_layout_exactly, alloc_setup,
@@ -385,6 +417,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(restore_during_a_capture_of_the_pool_is_refused, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(restore_waits_for_pending_frees_of_the_pool, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(restore_sync_failure_leaves_the_pool_as_it_was, alloc_setup,
                                       alloc_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,6 +5,8 @@
  * statistics, history, the walk, and peer access (GCA_SIM_DEVICES=2).
  * Driver-level effects are read from the sim's call counters and used bytes. */
 #include <inttypes.h>
+#include <sched.h>
+#include <stdatomic.h>
 
 #include "alloc_fixture.h"
 #include "history.h"
@@ -13,6 +15,20 @@ static int exp_setup(void **state) {
   alloc_setup(state);
   assert_ok(gca_set_config("expandable_segments:True"));
   return 0;
+}
+
+/* A stream running hold_stream stays busy until the test opens the gate. */
+static atomic_int gate = 1;
+
+static void hold_stream(void *arg) {
+  (void)arg;
+  while (atomic_load(&gate) == 0)
+    sched_yield();
+}
+
+static int exp_teardown(void **state) {
+  atomic_store(&gate, 1); /* a failed test must not leave a stream held */
+  return alloc_teardown(state);
 }
 
 static int64_t calls(const char *op) {
@@ -315,7 +331,7 @@ static void unmap_fault_keeps_the_mapping(void **state) {
 }
 
 /* Unmapping synchronizes the owning stream only: slow work on another stream
- * is still running when empty_cache returns. */
+ * is still held when empty_cache returns. */
 static void unmap_syncs_only_the_owning_stream(void **state) {
   (void)state;
   gca_stream_t own, other;
@@ -325,7 +341,8 @@ static void unmap_syncs_only_the_owning_stream(void **state) {
   assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &ev));
   void *p = alloc_on(10 * MiB, own);
   free_ok(p);
-  assert_ok(ops->kernel_sleep(2000000000ull, other));
+  atomic_store(&gate, 0);
+  assert_ok(ops->launch_host_func(other, hold_stream, NULL));
   assert_ok(ops->event_record(ev, other));
   gca_sim_counters_reset();
   assert_ok(gca_empty_cache());
@@ -335,6 +352,7 @@ static void unmap_syncs_only_the_owning_stream(void **state) {
   assert_int_equal(ops->event_query(ev), GCA_ERR_NOT_READY);
   check();
   assert_int_equal(gca_sim_used_bytes(0), 0);
+  atomic_store(&gate, 1);
   assert_ok(ops->stream_synchronize(other));
   assert_ok(ops->event_destroy(ev));
   assert_ok(ops->stream_destroy(own));
@@ -484,7 +502,7 @@ static void peer_access_fault_leaves_the_peer_off(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_setup_teardown(f, exp_setup, alloc_teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, exp_setup, exp_teardown)
       T(growth_is_one_create_map_and_set_access),
       T(small_requests_grow_the_small_pool_by_two_mib),
       T(free_tail_block_plus_unmapped_space_is_one_fit),

@@ -678,6 +678,33 @@ static void import_faults_leave_nothing_behind(void **state) {
   assert_int_equal(gca_sim_used_bytes(0), 0); /* no import kept the memory referenced */
 }
 
+static void close_fault_keeps_the_mapping_open_for_a_retry(void **state) {
+  (void)state;
+  void *keep = alloc_on(3 * MiB, NULL);
+  char *p = alloc_on(30 * MiB, NULL);
+  gca_ipc_handle_t *h = NULL;
+  assert_ok(gca_ipc_export(p, &h));
+  char *q = NULL;
+  assert_ok(gca_ipc_open(h, 0, (void **)&q));
+  gca_ipc_handle_free(h);
+  int64_t released = calls("mem_release"), freed = calls("mem_address_free");
+  assert_ok(gca_sim_fault_set("mem_unmap:nth=1"));
+  assert_status(gca_ipc_close(q), GCA_ERR_DRIVER, "ipc_close");
+  gca_sim_fault_clear();
+  assert_int_equal(calls("mem_release"), released);
+  assert_int_equal(calls("mem_address_free"), freed);
+  fill(p, 30 * MiB, SEED_B);
+  assert_int_equal(mismatch(q, 30 * MiB, SEED_B), -1); /* still mapped */
+  assert_ok(gca_ipc_close(q));
+  assert_int_equal(calls("mem_release") - released, 2);
+  assert_int_equal(calls("mem_address_free") - freed, 1);
+  assert_status(gca_ipc_close(q), GCA_ERR_INVALID_POINTER, "already closed");
+  free_ok(p);
+  free_ok(keep);
+  assert_ok(gca_empty_cache());
+  assert_int_equal(gca_sim_used_bytes(0), 0);
+}
+
 static void open_in_the_same_process_aliases_the_block(void **state) {
   (void)state;
   void *keep = alloc_on(3 * MiB, NULL);
@@ -731,6 +758,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(export_fault_closes_the_fds_already_exported, exp_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(import_faults_leave_nothing_behind, exp_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(close_fault_keeps_the_mapping_open_for_a_retry, exp_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(open_in_the_same_process_aliases_the_block, exp_setup,
                                       alloc_teardown),

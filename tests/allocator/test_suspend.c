@@ -200,6 +200,74 @@ static void driver_failures_leave_the_pool_as_it_was(void **state) {
   assert_ok(gca_pool_release(pool));
 }
 
+static void suspend_copy_failures_leave_the_pool_as_it_was(void **state) {
+  (void)state;
+  gca_pool_t *pool = new_pool();
+  void *a = pool_alloc(pool, N * 4), *b = pool_alloc(pool, 5 * MiB); /* two segments */
+  fill(a, 21, N);
+  fill(b, 400, 5 * MiB / 4);
+  int64_t reserved = reserved_now();
+  uint64_t used = gca_sim_used_bytes(0);
+  static const char *const faults[][2] = {
+      {"ctx_synchronize:nth=1", "ctx_synchronize"},
+      {"memcpy_async:nth=1", "memcpy_async"},
+      {"mem_unmap:nth=2", "pool_suspend"}, /* the first mapping is mapped back from its copy */
+  };
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(faults); i++) {
+    assert_ok(gca_sim_fault_set(faults[i][0]));
+    assert_status(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE), GCA_ERR_DRIVER, faults[i][1]);
+    gca_sim_fault_clear();
+    check();
+    assert_int_equal(reserved_now(), reserved);
+    assert_int_equal(gca_sim_used_bytes(0), used);
+    assert_filled(a, 21, N);
+    assert_filled(b, 400, 5 * MiB / 4);
+    assert_status(gca_pool_resume(pool), GCA_ERR_INVALID_STATE, "not suspended");
+  }
+  assert_ok(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE)); /* and a later suspend works */
+  assert_ok(gca_pool_resume(pool));
+  assert_filled(a, 21, N);
+  assert_filled(b, 400, 5 * MiB / 4);
+  free_ok(a);
+  free_ok(b);
+  assert_ok(gca_pool_release(pool));
+}
+
+static void resume_failures_before_any_copy_keep_the_pool_suspended(void **state) {
+  (void)state;
+  gca_pool_t *pool = new_pool();
+  void *a = pool_alloc(pool, N * 4), *b = pool_alloc(pool, 5 * MiB);
+  fill(a, 9, N);
+  fill(b, 123, 5 * MiB / 4);
+  int64_t reserved = reserved_now();
+  assert_ok(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE));
+  static const char *const faults[][2] = {
+      {"mem_set_access:nth=1", "mem_set_access"},
+      {"memcpy_async:nth=1", "memcpy_async"},
+  };
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(faults); i++) {
+    gca_sim_counters_reset();
+    assert_ok(gca_sim_fault_set(faults[i][0]));
+    assert_status(gca_pool_resume(pool), GCA_ERR_DRIVER, "stays suspended");
+    assert_non_null(strstr(gca_last_error(), faults[i][1]));
+    gca_sim_fault_clear();
+    check();
+    assert_int_equal(reserved_now(), 0);
+    assert_int_equal(gca_sim_used_bytes(0), 0);
+    assert_int_equal(gca_sim_call_count("mem_unmap"), gca_sim_call_count("mem_map"));
+    assert_int_equal(gca_sim_call_count("mem_release"), gca_sim_call_count("mem_create"));
+    assert_status(gca_pool_suspend(pool, 0), GCA_ERR_INVALID_STATE, "already suspended");
+  }
+  assert_ok(gca_pool_resume(pool));
+  check();
+  assert_int_equal(reserved_now(), reserved);
+  assert_filled(a, 9, N);
+  assert_filled(b, 123, 5 * MiB / 4);
+  free_ok(a);
+  free_ok(b);
+  assert_ok(gca_pool_release(pool));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(saved_contents_survive_and_reserved_drops_to_zero,
@@ -214,6 +282,10 @@ int main(void) {
                                       suspend_teardown),
       cmocka_unit_test_setup_teardown(driver_failures_leave_the_pool_as_it_was, suspend_setup,
                                       suspend_teardown),
+      cmocka_unit_test_setup_teardown(suspend_copy_failures_leave_the_pool_as_it_was, suspend_setup,
+                                      suspend_teardown),
+      cmocka_unit_test_setup_teardown(resume_failures_before_any_copy_keep_the_pool_suspended,
+                                      suspend_setup, suspend_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
