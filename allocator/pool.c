@@ -27,6 +27,7 @@
  * reserved_bytes drops and routing to it is refused until the resume.
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -606,6 +607,22 @@ static gca_status_t sync_copies(gca__devalloc_t *d, gca__mempool_t *m) {
   return GCA_OK;
 }
 
+/* Waits for every copy queued on m's streams before their host buffers are
+ * freed or their device memory unmapped on a failure path. A failed
+ * synchronize leaves the copies queued all the same, so it falls back to the
+ * whole device; false when that fails too (a broken device: the caller must
+ * then leak rather than free what a copy may still touch). */
+static bool drain_copies(gca__devalloc_t *d, gca__mempool_t *m) {
+  if (sync_copies(d, m) == GCA_OK)
+    return true;
+  if (d->ops->ctx_synchronize(d->device) == GCA_OK)
+    return true;
+  GCA_LOG_ERR("pool: cannot wait for the copies of pool %#" PRIx64
+              " on device %d; their memory is left in place",
+              m->handle, d->device);
+  return false;
+}
+
 static void susp_free(gca__mempool_t *m) {
   for (size_t i = 0; i < m->nsusp; i++)
     free(m->susp[i].copy);
@@ -625,8 +642,12 @@ static gca_status_t pool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m) {
   if (st == GCA_OK)
     st = sync_copies(d, m);
   if (st != GCA_OK) {
-    for (size_t k = 0; k < i && k < m->nsusp; k++)
-      (void)release_one(d, &m->susp[k]);
+    char why[512];
+    snprintf(why, sizeof(why), "%s", gca_last_error());
+    if (drain_copies(d, m)) /* copies back may still target what we unmap */
+      for (size_t k = 0; k < i && k < m->nsusp; k++)
+        (void)release_one(d, &m->susp[k]);
+    gca__error(st, "%s", why);
     return gca__error_prefix(st, "pool_resume: pool %#" PRIx64 " stays suspended", m->handle);
   }
   for (size_t k = 0; k < m->nsusp; k++)
@@ -647,6 +668,7 @@ GCA_API gca_status_t gca_pool_suspend(gca_pool_t *pool, unsigned flags) {
   gca__mempool_t *m;
   gca_status_t st = GCA_OK;
   size_t n = 0, i = 0;
+  bool copies_queued = false;
   if ((flags & ~GCA_POOL_SUSPEND_SAVE) != 0)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_suspend: unknown flags %#x", flags);
   GCA_CHECK(gca__mempool_lookup("pool_suspend", pool, &d, &m));
@@ -699,6 +721,7 @@ GCA_API gca_status_t gca_pool_suspend(gca_pool_t *pool, unsigned flags) {
   }
   m->nsusp = n;
   GCA_CHECK_GOTO(d->ops->ctx_synchronize(d->device), st, fail);
+  copies_queued = true; /* from here a failure waits for them (drain_copies) */
   for (i = 0; i < n; i++) {
     struct gca__suspended *r = &m->susp[i];
     if (r->copy == NULL)
@@ -712,13 +735,11 @@ GCA_API gca_status_t gca_pool_suspend(gca_pool_t *pool, unsigned flags) {
   for (i = 0; i < n; i++) {
     st = release_one(d, &m->susp[i]);
     if (st != GCA_OK) {
-      gca__error_prefix(st, "pool_suspend: pool %p", (void *)pool);
       for (size_t k = 0; k < i; k++) /* map back what was released; contents from the copies */
         if (map_one(d, &m->susp[k]) != GCA_OK || m->susp[k].copy == NULL)
           GCA_LOG_ERR("pool_suspend: 0x%" PRIx64 " of pool %p lost its contents on the undo",
                       m->susp[k].seg->base + m->susp[k].seg->maps[m->susp[k].map].offset,
                       (void *)pool);
-      (void)sync_copies(d, m);
       goto fail;
     }
   }
@@ -729,7 +750,13 @@ GCA_API gca_status_t gca_pool_suspend(gca_pool_t *pool, unsigned flags) {
   goto out;
 
 fail:
-  susp_free(m);
+  gca__error_prefix(st, "pool_suspend: pool %p", (void *)pool);
+  if (copies_queued && !drain_copies(d, m)) {
+    m->susp = NULL; /* a copy may still write into them: leaked, not freed */
+    m->nsusp = 0;
+  } else {
+    susp_free(m);
+  }
 out:
   gca__mutex_unlock(&d->lock);
   return st;

@@ -268,6 +268,45 @@ static void resume_failures_before_any_copy_keep_the_pool_suspended(void **state
   assert_ok(gca_pool_release(pool));
 }
 
+/* A failure after copies were queued (a later copy, or the wait for them)
+ * must not free the host copies or unmap device memory under them: the
+ * cleanup waits for the queued copies first. Two 64 MiB mappings keep the
+ * first copy in flight when the second step fails. */
+static void failures_after_copies_were_queued_wait_for_them(void **state) {
+  (void)state;
+  const size_t big = 64 * MiB;
+  static const char *const faults[] = {"memcpy_async:nth=2", "stream_synchronize:nth=1"};
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(faults); i++) {
+    gca_pool_t *pool = new_pool();
+    void *a = pool_alloc(pool, big), *b = pool_alloc(pool, big); /* one mapping each */
+    fill(a, 7, big / 4);
+    fill(b, 70, big / 4);
+    int64_t reserved = reserved_now();
+    /* suspend fails after the first copy was queued: nothing changes */
+    assert_ok(gca_sim_fault_set(faults[i]));
+    assert_status(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE), GCA_ERR_DRIVER, "pool_suspend");
+    gca_sim_fault_clear();
+    check();
+    assert_int_equal(reserved_now(), reserved);
+    assert_filled(a, 7, big / 4);
+    assert_filled(b, 70, big / 4);
+    /* resume fails after the first copy back was queued: still suspended */
+    assert_ok(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE));
+    assert_ok(gca_sim_fault_set(faults[i]));
+    assert_status(gca_pool_resume(pool), GCA_ERR_DRIVER, "stays suspended");
+    gca_sim_fault_clear();
+    check();
+    assert_int_equal(reserved_now(), 0);
+    assert_int_equal(gca_sim_used_bytes(0), 0);
+    assert_ok(gca_pool_resume(pool));
+    assert_filled(a, 7, big / 4);
+    assert_filled(b, 70, big / 4);
+    free_ok(a);
+    free_ok(b);
+    assert_ok(gca_pool_release(pool));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(saved_contents_survive_and_reserved_drops_to_zero,
@@ -284,6 +323,8 @@ int main(void) {
                                       suspend_teardown),
       cmocka_unit_test_setup_teardown(suspend_copy_failures_leave_the_pool_as_it_was, suspend_setup,
                                       suspend_teardown),
+      cmocka_unit_test_setup_teardown(failures_after_copies_were_queued_wait_for_them,
+                                      suspend_setup, suspend_teardown),
       cmocka_unit_test_setup_teardown(resume_failures_before_any_copy_keep_the_pool_suspended,
                                       suspend_setup, suspend_teardown),
   };
