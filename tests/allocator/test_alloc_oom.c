@@ -5,6 +5,9 @@
  * message, counts an OOM, calls the observers without locks held, and leaves
  * the allocator working; memory fraction and limit cap what is reserved. */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "alloc_fixture.h"
@@ -107,6 +110,26 @@ static void oversize_blocks_are_released_first(void **state) {
   free_ok(keep);
 }
 
+/* Work on a stream that lasts until the test opens the gate; the opener waits
+ * until the allocator has begun to wait for it (the sim counts the
+ * event_synchronize call at its entry), so the order is certain. */
+static atomic_int oom_gate;
+static int64_t sync_calls_before;
+
+static void hold_until_open(void *arg) {
+  (void)arg;
+  while (atomic_load(&oom_gate) == 0)
+    usleep(100);
+}
+
+static void *open_once_synchronizing(void *arg) {
+  (void)arg;
+  while (gca_sim_call_count("event_synchronize") <= sync_calls_before)
+    usleep(100);
+  atomic_store(&oom_gate, 1);
+  return NULL;
+}
+
 static void pending_frees_are_awaited_before_failing(void **state) {
   (void)state;
   small_device(2 * MiB);
@@ -115,9 +138,14 @@ static void pending_frees_are_awaited_before_failing(void **state) {
   assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &u));
   void *a = alloc_on(1000, NULL);
   assert_ok(gca_record_stream(a, u));
-  assert_ok(ops->kernel_sleep(50ull * 1000 * 1000, u));
-  free_ok(a);
-  void *b = alloc_on(1000, s);
+  atomic_store(&oom_gate, 0);
+  assert_ok(ops->launch_host_func(u, hold_until_open, NULL));
+  free_ok(a); /* pending on u's event, which cannot complete before the gate opens */
+  sync_calls_before = gca_sim_call_count("event_synchronize");
+  pthread_t opener;
+  assert_int_equal(pthread_create(&opener, NULL, open_once_synchronizing, NULL), 0);
+  void *b = alloc_on(1000, s); /* the device is full: must wait for u */
+  pthread_join(opener, NULL);
   gca_stats_t st = stats();
   assert_int_equal(st.num_sync_all_streams, 1);
   assert_int_equal(st.num_alloc_retries, 1);
