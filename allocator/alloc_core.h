@@ -279,6 +279,12 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
  * releases its handle, synchronizing only seg's stream first; frees the
  * reservation when nothing stays mapped. *released += bytes unmapped. */
 gca_status_t gca__expand_release(gca__devalloc_t *d, gca__segment_t *seg, size_t *released);
+/* Unmaps, as gca__expand_release does, the mappings of `seg` that lie wholly
+ * inside [base + offset, + len) and wholly inside a free block, but keeps the
+ * segment even when nothing stays mapped. Stops at the first failure; what was
+ * unmapped before it stays unmapped, the failed mapping stays mapped and free. */
+gca_status_t gca__expand_release_range(gca__devalloc_t *d, gca__segment_t *seg, size_t offset,
+                                       size_t len, size_t *released);
 /* Unmaps, releases and unreserves everything of an expandable segment regardless
  * of its blocks (allocator reset); the caller frees the record itself. */
 void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg);

@@ -12,8 +12,17 @@
  * leaves the pool exactly as it was.
  *
  * Expandable segments are saved with their unmapped blocks, so the mapped
- * extent is part of the state: a restore re-tiles only the mapped space and
- * refuses (stale) when the segment's mapped extent differs from the saved one.
+ * extent is part of the state. A restore refuses (stale) a segment that lost
+ * memory mapped at the checkpoint; space mapped since is re-tiled as free and
+ * then, once the state is applied, trimmed: every whole mapping lying inside
+ * space the checkpoint had unmapped (or in a segment made since) is unmapped
+ * by the release path of empty_cache (the segment's stream synchronized,
+ * reserved_bytes, num_device_free and segment_unmap history as there). A
+ * mapping that straddles the boundary stays mapped, its outside part free.
+ * The trim is best effort: it runs after the all-or-nothing part, so a failed
+ * unmap is a warning, leaves that mapping mapped and free (the next restore
+ * tries again; the pool's release frees it), and the restore still succeeds.
+ * While a capture is under way on the device the trim is skipped.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -407,6 +416,51 @@ static void seg_changes(const gca__segment_t *seg, const target_t *t, gca_pool_c
   }
 }
 
+/* Gives back the mappings of seg that lie wholly inside space the checkpoint
+ * had unmapped (all of a segment made since it, the reservation included),
+ * through the release path of empty_cache. Best effort: a failure is a
+ * warning and leaves that mapping mapped and free. */
+static void trim_segment(gca__devalloc_t *d, gca__segment_t *seg, const gca_pool_state_t *s) {
+  const saved_seg_t *ss = saved_of(s, seg);
+  gca_devptr_t base = seg->base;
+  if (ss == NULL) {
+    if (gca__expand_release(d, seg, NULL) != GCA_OK)
+      GCA_LOG_WARN("pool_restore: expandable segment 0x%" PRIx64 " made since the checkpoint "
+                   "is not all given back: %s",
+                   base, gca_last_error());
+    return;
+  }
+  size_t off = 0;
+  for (size_t i = 0; i < ss->nblocks; i++) {
+    const saved_block_t *sb = &s->blocks[ss->first + i];
+    if (sb->unmapped && gca__expand_release_range(d, seg, off, sb->size, NULL) != GCA_OK)
+      GCA_LOG_WARN("pool_restore: space at 0x%" PRIx64 " (%zu bytes) unmapped at the checkpoint "
+                   "stays partly mapped: %s",
+                   base + off, sb->size, gca_last_error());
+    off += sb->size;
+  }
+}
+
+/* Note [Checkpoints]: after the state is applied, memory mapped since the
+ * checkpoint outside its mapped space goes back to the driver. A mapping that
+ * straddles the boundary (part of it mapped at the checkpoint) stays mapped;
+ * its part outside the saved mapped space is free. Suspended segments keep
+ * their mapping records for the resume and are left alone; while a capture is
+ * under way on the device nothing is trimmed, since unmapping synchronizes a
+ * stream (the next restore trims). */
+static void trim(gca__devalloc_t *d, gca__mempool_t *m, const gca_pool_state_t *s) {
+  gca__pool_t *pools[2] = {&m->small, &m->large};
+  if (d->ncaptures != 0)
+    return;
+  for (int k = 0; k < 2; k++) {
+    for (gca__segment_t *seg = pools[k]->segments, *next; seg != NULL; seg = next) {
+      next = seg->next; /* a segment made since the checkpoint may go */
+      if (seg->expandable && !seg->suspended)
+        trim_segment(d, seg, s);
+    }
+  }
+}
+
 GCA_API gca_status_t gca_pool_restore(gca_pool_t *pool, const gca_pool_state_t *state,
                                       gca_pool_changes_t *changes) {
   gca__devalloc_t *d;
@@ -488,6 +542,7 @@ GCA_API gca_status_t gca_pool_restore(gca_pool_t *pool, const gca_pool_state_t *
     }
   }
   GCA_ASSERT(spare == NULL);
+  trim(d, m, state);
   st = GCA_OK;
 out:
   while (spare != NULL) {

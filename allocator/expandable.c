@@ -424,17 +424,21 @@ static size_t mapping_inside(const gca__segment_t *seg, size_t lo, size_t hi) {
   return seg->nmaps;
 }
 
-gca_status_t gca__expand_release(gca__devalloc_t *d, gca__segment_t *seg, size_t *released) {
+/* Unmaps every mapping that lies wholly inside [lo, hi) (offsets into seg) and
+ * wholly inside a free block, syncing seg's stream once before the first; stops
+ * at the first failure, keeping what was released before it. */
+static gca_status_t release_in(gca__devalloc_t *d, gca__segment_t *seg, size_t lo, size_t hi,
+                               size_t *released) {
   gca_status_t st = GCA_OK;
   gca__block_t *spare[2] = {NULL, NULL};
   bool synced = false;
   for (gca__block_t *b = seg->head; b != NULL;) {
-    if (!b->in_tree) {
+    size_t blo = b->addr - seg->base, bhi = blo + b->size;
+    if (!b->in_tree || bhi <= lo || blo >= hi) {
       b = b->next;
       continue;
     }
-    size_t lo = b->addr - seg->base;
-    size_t i = mapping_inside(seg, lo, lo + b->size);
+    size_t i = mapping_inside(seg, blo > lo ? blo : lo, bhi < hi ? bhi : hi);
     if (i == seg->nmaps) {
       b = b->next;
       continue;
@@ -464,13 +468,24 @@ gca_status_t gca__expand_release(gca__devalloc_t *d, gca__segment_t *seg, size_t
       goto out;
     }
   }
-  if (seg->nmaps == 0)
-    st = segment_remove(d, seg);
 out:
   for (int k = 0; k < 2; k++)
     if (spare[k] != NULL)
       gca__block_free(d, spare[k]);
   return st;
+}
+
+gca_status_t gca__expand_release(gca__devalloc_t *d, gca__segment_t *seg, size_t *released) {
+  GCA_CHECK(release_in(d, seg, 0, seg->reserved_size, released));
+  if (seg->nmaps == 0)
+    return segment_remove(d, seg);
+  return GCA_OK;
+}
+
+gca_status_t gca__expand_release_range(gca__devalloc_t *d, gca__segment_t *seg, size_t offset,
+                                       size_t len, size_t *released) {
+  GCA_ASSERT(offset <= seg->reserved_size && len <= seg->reserved_size - offset);
+  return release_in(d, seg, offset, offset + len, released);
 }
 
 void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg) {

@@ -107,6 +107,14 @@ GCA_API gca_status_t gca_pool_checkpoint(gca_pool_t *pool, gca_pool_state_t **st
  * block re-created with its exact split, and those not live in the state are
  * free. Refused with nothing changed for a state of another pool, a state
  * whose segments the pool no longer has, or a pool with a capture under way.
+ * With expandable segments, once the state is applied, every whole mapping
+ * lying in space the checkpoint had unmapped (or in a segment made since) is
+ * given back to the driver as gca_empty_cache would; a mapping partly mapped
+ * at the checkpoint stays mapped, its other part free. This trim is best
+ * effort: a failed unmap logs a warning and leaves that mapping mapped and
+ * free (the next restore tries again), and the restore still returns GCA_OK
+ * with its pointer sets; while a capture is under way on the device (of
+ * another pool) the trim is skipped likewise.
  * changes may be NULL. */
 GCA_API gca_status_t gca_pool_restore(gca_pool_t *pool, const gca_pool_state_t *state,
                                       gca_pool_changes_t *changes);
