@@ -357,11 +357,12 @@ gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devall
 
 void gca__tree_insert(gca__pool_t *p, gca__block_t *b);
 void gca__tree_erase(gca__pool_t *p, gca__block_t *b);
-/* Puts nb (not in the tree) in old's place when nb's key lies strictly between
- * old's in-order neighbours, so no rebalancing is needed, and returns true;
- * returns false, changing nothing, otherwise. For a split remainder taking its
- * block's place, or a merged block taking its free neighbour's. */
-bool gca__tree_replace(gca__pool_t *p, gca__block_t *old, gca__block_t *nb);
+/* Replaces old (in the tree) by nb (not in it): nb takes old's place when its
+ * key still lies between old's in-order neighbours, so no rebalancing is
+ * needed; otherwise old is taken out and nb inserted. One descent either way.
+ * For a split remainder replacing its block, or a merged block replacing its
+ * free neighbour (Note [Tree places]). */
+void gca__tree_swap(gca__pool_t *p, gca__block_t *old, gca__block_t *nb);
 /* Smallest block with key >= (stream, size, 0), or NULL. */
 gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size);
 /* Largest block with key < (stream, size, 0), or NULL. */

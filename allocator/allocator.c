@@ -417,11 +417,10 @@ static void block_free_complete(gca__devalloc_t *d, gca__block_t *b) {
   }
   b->requested = 0;
   b->gc_base = pool->free_calls;
-  if (slot == NULL || !gca__tree_replace(pool, slot, b)) {
-    if (slot != NULL)
-      gca__tree_erase(pool, slot);
+  if (slot != NULL)
+    gca__tree_swap(pool, slot, b);
+  else
     gca__tree_insert(pool, b);
-  }
   if (pfree)
     block_put(d, p);
   if (nfree)
@@ -463,7 +462,7 @@ static gca__block_t *pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_st
  * until block_activate; a split remainder (key: same stream, smaller size,
  * higher address) then usually takes the block's own place, and a freed block
  * merged with one free neighbour usually takes that neighbour's, each without
- * rebalancing (gca__tree_replace). Blocks from a new segment arrive outside
+ * rebalancing (gca__tree_swap). Blocks from a new segment arrive outside
  * the tree. */
 static void block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, size_t requested) {
   gca__pool_t *pool = b->pool;
@@ -478,11 +477,10 @@ static void block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, 
     r->pool = pool;
     r->seg = b->seg;
     r->gc_base = pool->free_calls;
-    if (!in_tree || !gca__tree_replace(pool, b, r)) {
-      if (in_tree)
-        gca__tree_erase(pool, b);
+    if (in_tree)
+      gca__tree_swap(pool, b, r);
+    else
       gca__tree_insert(pool, r);
-    }
     r->prev = b;
     r->next = b->next;
     if (r->next != NULL)

@@ -61,13 +61,8 @@ void gca__tree_insert(gca__pool_t *p, gca__block_t *b) {
   p->nfree++;
 }
 
-void gca__tree_erase(gca__pool_t *p, gca__block_t *b) {
-  GCA_ASSERT_DEBUG(b->in_tree);
-  gca__block_t **link = &p->root;
-  while (*link != b) {
-    GCA_ASSERT(*link != NULL);
-    link = block_less(b, *link) ? &(*link)->left : &(*link)->right;
-  }
+/* Takes b out of the tree, *link being the link that points at it. */
+static void erase_at(gca__pool_t *p, gca__block_t **link, gca__block_t *b) {
   /* merge b's subtrees (every key of a is below every key of c) */
   gca__block_t *a = b->left, *c = b->right;
   while (a != NULL && c != NULL) {
@@ -87,7 +82,17 @@ void gca__tree_erase(gca__pool_t *p, gca__block_t *b) {
   p->nfree--;
 }
 
-bool gca__tree_replace(gca__pool_t *p, gca__block_t *old, gca__block_t *nb) {
+void gca__tree_erase(gca__pool_t *p, gca__block_t *b) {
+  GCA_ASSERT_DEBUG(b->in_tree);
+  gca__block_t **link = &p->root;
+  while (*link != b) {
+    GCA_ASSERT(*link != NULL);
+    link = block_less(b, *link) ? &(*link)->left : &(*link)->right;
+  }
+  erase_at(p, link, b);
+}
+
+void gca__tree_swap(gca__pool_t *p, gca__block_t *old, gca__block_t *nb) {
   GCA_ASSERT_DEBUG(old->in_tree && !nb->in_tree);
   gca__block_t **link = &p->root;
   const gca__block_t *lo = NULL, *hi = NULL; /* nearest ancestors bounding old's key */
@@ -101,15 +106,26 @@ bool gca__tree_replace(gca__pool_t *p, gca__block_t *old, gca__block_t *nb) {
       link = &(*link)->right;
     }
   }
-  const gca__block_t *pred = lo, *succ = hi;
-  if (old->left != NULL)
-    for (pred = old->left; pred->right != NULL; pred = pred->right)
-      ;
-  if (old->right != NULL)
-    for (succ = old->right; succ->left != NULL; succ = succ->left)
-      ;
-  if ((pred != NULL && !block_less(pred, nb)) || (succ != NULL && !block_less(nb, succ)))
-    return false;
+  /* nb's key moves away from old's on one side only: check that neighbour */
+  bool fits;
+  if (block_less(nb, old)) {
+    const gca__block_t *pred = lo;
+    if (old->left != NULL)
+      for (pred = old->left; pred->right != NULL; pred = pred->right)
+        ;
+    fits = pred == NULL || block_less(pred, nb);
+  } else {
+    const gca__block_t *succ = hi;
+    if (old->right != NULL)
+      for (succ = old->right; succ->left != NULL; succ = succ->left)
+        ;
+    fits = succ == NULL || block_less(nb, succ);
+  }
+  if (!fits) {
+    erase_at(p, link, old);
+    gca__tree_insert(p, nb);
+    return;
+  }
   *link = nb;
   nb->left = old->left;
   nb->right = old->right;
@@ -117,7 +133,6 @@ bool gca__tree_replace(gca__pool_t *p, gca__block_t *old, gca__block_t *nb) {
   nb->in_tree = true;
   old->left = old->right = NULL;
   old->in_tree = false;
-  return true;
 }
 
 gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size) {
