@@ -2,7 +2,7 @@
  * caching allocator and reports how much device memory it reserved.
  *
  *   gca-replay TRACE.csv [--config STR]... [--device-memory 80GiB] [--repeat N]
- *              [--lenient] [--json] [--no-progress]
+ *              [--lenient] [--json] [--no-progress] [--snapshot FILE]
  *
  * The one idea: all checking happens once, while the trace is read. A hash
  * table from trace pointer to its allocation resolves every free to the slot
@@ -98,6 +98,7 @@ typedef struct options {
   uint64_t device_memory;
   int repeat;
   bool json, progress, lenient;
+  const char *snapshot; /* --snapshot: JSON after the first configuration's measured pass */
 } options_t;
 
 /* ---- pointer map ---- */
@@ -457,8 +458,24 @@ static gca_status_t free_remaining(const trace_t *t, void **live) {
   return GCA_OK;
 }
 
+/* Writes gca_snapshot_json() to `path` (the history recorded during the pass
+ * gives gca-snapshot its timeline). */
+static gca_status_t write_snapshot(const char *path) {
+  char *json = NULL;
+  size_t len = 0;
+  GCA_CHECK(gca_snapshot_json(&json, &len));
+  gca_status_t st = GCA_OK;
+  FILE *f = fopen(path, "w");
+  if (f == NULL || fwrite(json, 1, len, f) != len)
+    st = gca__error(GCA_ERR_IO, "replay: --snapshot %s: %s", path, strerror(errno));
+  if (f != NULL && fclose(f) != 0 && st == GCA_OK)
+    st = gca__error(GCA_ERR_IO, "replay: --snapshot %s: %s", path, strerror(errno));
+  gca_string_free(json);
+  return st;
+}
+
 static gca_status_t run_config(const options_t *o, const trace_t *t, const char *conf,
-                               run_result_t *res) {
+                               bool snapshot, run_result_t *res) {
   gca_status_t st;
   memset(res, 0, sizeof(*res));
   res->config = conf;
@@ -478,7 +495,13 @@ static gca_status_t run_config(const options_t *o, const trace_t *t, const char 
                       t->nallocs);
   map_calls = 0;
   uint64_t ns = 0;
+  if (snapshot) /* slows the measured pass a little: every event is also recorded */
+    GCA_CHECK_GOTO(gca_record_history(true, t->nevents * 2 + 64, false), st, out);
   GCA_CHECK_GOTO(replay_pass(t, live, true, res, &ns, &res->ooms, o->progress), st, out);
+  if (snapshot) {
+    GCA_CHECK_GOTO(write_snapshot(o->snapshot), st, out);
+    GCA_CHECK_GOTO(gca_record_history(false, 0, false), st, out);
+  }
   res->ns_per_event = t->nevents ? (double)ns / (double)t->nevents : 0;
   gca_stats_t s;
   GCA_CHECK_GOTO(gca_get_stats(0, &s), st, out);
@@ -655,14 +678,16 @@ static void print_table(const options_t *o, const trace_t *t, const run_result_t
 
 static void usage(FILE *f) {
   fprintf(f, "usage: gca-replay TRACE.csv [--config STR]... [--device-memory SIZE] [--repeat N]\n"
-             "                  [--lenient] [--json] [--no-progress]\n"
+             "                  [--lenient] [--json] [--no-progress] [--snapshot FILE]\n"
              "Replays an RMM log CSV trace through the caching allocator, once per --config\n"
              "(default: the settings from GCA_ALLOC_CONF, else the defaults), and reports peak\n"
              "live and reserved bytes, fragmentation at peak, ns per event and device calls.\n"
              "  --device-memory SIZE  capacity of the simulated device (e.g. 80GiB)\n"
              "  --repeat N            warm passes timed after the measured one (default 3)\n"
              "  --lenient             skip (and count) frees of pointers that are not live, as\n"
-             "                        in traces whose recording began after some allocations\n");
+             "                        in traces whose recording began after some allocations\n"
+             "  --snapshot FILE       write a snapshot (JSON, for gca-snapshot) at the end of the\n"
+             "                        first configuration's measured pass, with its history\n");
 }
 
 static int parse_args(int argc, char **argv, options_t *o) {
@@ -679,6 +704,8 @@ static int parse_args(int argc, char **argv, options_t *o) {
       o->lenient = true;
     } else if (strcmp(a, "--no-progress") == 0) {
       o->progress = false;
+    } else if (strcmp(a, "--snapshot") == 0 && i + 1 < argc) {
+      o->snapshot = argv[++i];
     } else if (strcmp(a, "--config") == 0 && i + 1 < argc) {
       if (o->nconfigs == MAX_CONFIGS) {
         fprintf(stderr, "gca-replay: at most %d --config\n", MAX_CONFIGS);
@@ -734,7 +761,8 @@ int main(int argc, char **argv) {
   GCA_CHECK_GOTO(install_wrapper(), st, fail_trace);
   GCA_CHECK_GOTO(create_streams(t), st, fail_streams);
   for (int i = 0; i < o.nconfigs; i++) {
-    GCA_CHECK_GOTO(run_config(&o, t, o.configs[i], &res[i]), st, fail_streams);
+    GCA_CHECK_GOTO(run_config(&o, t, o.configs[i], o.snapshot != NULL && i == 0, &res[i]), st,
+                   fail_streams);
   }
   if (o.json)
     GCA_CHECK_GOTO(print_json(&o, t, res, o.nconfigs), st, fail_streams);

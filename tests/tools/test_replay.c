@@ -262,6 +262,54 @@ static void malformed_csv_and_bad_arguments_fail(void **state) {
   free(o.text);
 }
 
+/* --snapshot writes PyTorch's snapshot fields after the first configuration's
+ * measured pass: the block still live then is in a segment, and the history
+ * holds its alloc. */
+static void snapshot_option_writes_the_state_after_the_pass(void **state) {
+  (void)state;
+  char snap[] = "/tmp/gca-replay-snap-XXXXXX";
+  int fd = mkstemp(snap);
+  assert_true(fd >= 0);
+  close(fd);
+  char args[128];
+  snprintf(args, sizeof(args), "--snapshot %s", snap);
+  run_out_t o = run_replay(HEADER "1,00:00:00.000001,allocate,0x1000,1048576,0x0\n"
+                                  "1,00:00:00.000002,allocate,0x2000,4096,0x0\n"
+                                  "1,00:00:00.000003,free,0x2000,4096,0x0\n",
+                           args);
+  if (o.exit_code != 0)
+    fail_msg("gca-replay failed (%d): %s", o.exit_code, o.text);
+  FILE *f = fopen(snap, "r");
+  assert_non_null(f);
+  char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof(buf), f);
+  fclose(f);
+  unlink(snap);
+  gca_json_value_t *v = NULL;
+  if (gca__json_parse(buf, n, &v, NULL) != GCA_OK)
+    fail_msg("snapshot is not JSON: %s", gca_last_error());
+  const gca_json_value_t *segs = gca__json_get(v, "segments");
+  assert_int_equal(gca__json_count(segs), 1); /* one 2 MiB small-pool segment */
+  assert_int_equal(u64_at(gca__json_at(segs, 0), "allocated_size"), 1048576);
+  const gca_json_value_t *traces = gca__json_get(v, "device_traces");
+  const gca_json_value_t *dev0 = gca__json_at(traces, 0);
+  size_t allocs = 0;
+  for (size_t i = 0; i < gca__json_count(dev0); i++) {
+    const char *action = gca__json_as_string(gca__json_get(gca__json_at(dev0, i), "action"));
+    allocs += action && strcmp(action, "alloc") == 0;
+  }
+  assert_int_equal(allocs, 2);
+  assert_non_null(gca__json_get(v, "allocator_settings"));
+  gca__json_free(v);
+  free(o.text);
+  /* an unwritable path is an error naming it */
+  run_out_t bad = run_replay(HEADER "1,00:00:00.000001,allocate,0x1000,4096,0x0\n",
+                             "--snapshot /nonexistent-dir/snap.json");
+  assert_int_equal(bad.exit_code, 1);
+  assert_non_null(strstr(bad.text, "/nonexistent-dir/snap.json"));
+  free(bad.text);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: test_replay PATH/TO/gca-replay\n");
@@ -280,6 +328,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(lenient_skips_and_counts_frees_of_pointers_not_live),
       cmocka_unit_test(reallocating_a_freed_pointer_is_fine),
       cmocka_unit_test(malformed_csv_and_bad_arguments_fail),
+      cmocka_unit_test(snapshot_option_writes_the_state_after_the_pass),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
