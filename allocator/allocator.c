@@ -51,6 +51,8 @@ static bool g_trace_opened;
 static observer_t g_observers[MAX_OBSERVERS];
 static int g_nobservers;
 static _Thread_local int t_device __attribute__((tls_model("initial-exec")));
+/* t_device has been passed to the device layer's ctx_set_device on this thread. */
+static _Thread_local bool t_device_told __attribute__((tls_model("initial-exec")));
 
 #ifdef GCA_DEBUG_CHECKS
 #define DEBUG_CHECK(d)                                        \
@@ -1221,7 +1223,14 @@ GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *
 /* ---- devices, cache, limits ---- */
 
 GCA_API gca_status_t gca_set_device(int device) {
-  GCA_CHECK(check_device_index("set_device", device, NULL));
+  const gca_device_ops_t *ops;
+  GCA_CHECK(check_device_index("set_device", device, &ops));
+  if (!t_device_told || device != t_device) {
+    gca_status_t st = ops->ctx_set_device(device);
+    if (st != GCA_OK)
+      return gca__error_prefix(st, "set_device");
+    t_device_told = true;
+  }
   t_device = device;
   return GCA_OK;
 }
@@ -1509,7 +1518,11 @@ void gca__allocator_reset(void) {
   g_cfg_loaded = false;
   g_caching = true;
   g_nobservers = 0;
+  const gca_device_ops_t *ops = gca__device();
+  if (t_device_told && t_device != 0 && ops != NULL)
+    (void)ops->ctx_set_device(0);
   t_device = 0;
+  t_device_told = false;
   pthread_mutex_unlock(&g_lock);
 }
 

@@ -85,7 +85,9 @@
   X(graph_destroy)                \
   X(graph_exec_destroy)           \
   X(mem_export_fabric)            \
-  X(mem_import_fabric)
+  X(mem_import_fabric)            \
+  X(ctx_set_device)               \
+  X(ctx_get_device)
 
 typedef enum gca_dev_op {
 #define GCA__OP_ENUM(name) GCA_OP_##name,
@@ -256,6 +258,14 @@ typedef struct gca_device_ops {
   gca_status_t (*mem_export_fabric)(gca_memhandle_t handle, uint8_t out[GCA_FABRIC_HANDLE_LEN]);
   gca_status_t (*mem_import_fabric)(int dev, const uint8_t in[GCA_FABRIC_HANDLE_LEN],
                                     gca_memhandle_t *out);
+
+  /* The calling thread's current device, which a NULL stream refers to:
+   * cuCtxSetCurrent(primary context of dev) / cuCtxGetDevice (the device last
+   * set, even after ops naming another device switched the driver's context).
+   * Per thread; a thread that never set one is on device 0.
+   * GCA_ERR_INVALID_ARGUMENT for a device index out of range. */
+  gca_status_t (*ctx_set_device)(int dev);
+  gca_status_t (*ctx_get_device)(int *dev);
 } gca_device_ops_t;
 
 /* ---- device.c ---- */

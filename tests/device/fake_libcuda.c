@@ -43,6 +43,8 @@ static __thread CUcontext current;
 /* Records (inspected by tests). */
 static int max_version_asked, over_version_asks, set_current_calls, capture_info_form;
 static int module_loads;
+static int null_stream_device =
+    -1; /* device whose context was current at the last NULL-stream op */
 static int fabric_exports, fabric_imports, fabric_refusals;
 static CUmemGenericAllocationHandle last_fabric_import;
 static char last_kernel[32];
@@ -301,6 +303,8 @@ static CUresult f_stream_get_ctx(CUstream s, CUcontext *c) {
 /* Stream work must run with the stream's context current, as the driver wants. */
 static CUresult stream_ok(CUstream s) {
   NEED_CTX();
+  if (!s)
+    null_stream_device = ctx_device(current);
   if (s && ((fake_stream_t *)(void *)s)->ctx != current)
     return CUDA_ERROR_INVALID_CONTEXT;
   return CUDA_SUCCESS;
@@ -574,6 +578,8 @@ EXPORT int fake_cuda_max_version_asked(void);
 EXPORT int fake_cuda_over_version_asks(void);
 EXPORT int fake_cuda_set_current_calls(void);
 EXPORT int fake_cuda_capture_info_form(void);
+EXPORT int fake_cuda_null_stream_device(void);
+EXPORT int fake_cuda_current_device(void);
 EXPORT int fake_cuda_module_loads(void);
 EXPORT int fake_cuda_fabric_exports(void);
 EXPORT int fake_cuda_fabric_imports(void);
@@ -592,6 +598,13 @@ EXPORT int fake_cuda_set_current_calls(void) {
 }
 EXPORT int fake_cuda_capture_info_form(void) {
   return capture_info_form;
+}
+EXPORT int fake_cuda_null_stream_device(void) {
+  return null_stream_device;
+}
+/* The device of the calling thread's current context, -1 when none is. */
+EXPORT int fake_cuda_current_device(void) {
+  return current ? ctx_device(current) : -1;
 }
 EXPORT int fake_cuda_module_loads(void) {
   return module_loads;

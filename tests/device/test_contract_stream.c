@@ -2,13 +2,16 @@
  * written once against the ops and run on sim and on cuda: in-order
  * asynchronous execution under load, events that complete only with the work
  * before them, cross-stream waits, the legacy stream's implicit ordering,
- * elapsed time, host functions in order, and refusal of bad handles.
+ * elapsed time, host functions in order, the NULL stream as the legacy stream
+ * of the calling thread's current device (captures on one device leave the
+ * others' legacy streams alone), and refusal of bad handles.
  *
  * Ordering tests do not rely on timing: a host function blocked on a gate
  * holds a stream back until the test opens the gate, so "not yet run" is
  * checked while the gate is shut and the data once it is open.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "harness.h"
 
@@ -390,6 +393,174 @@ static void bad_arguments_and_handles_are_refused(void **state) {
   assert_ok(ops->event_destroy(e));
 }
 
+static void flag_set(void *arg) {
+  atomic_store((atomic_int *)arg, 1);
+}
+
+/* What a thread on device 1 did with the NULL stream: the first failure, if any. */
+typedef struct dev1_work {
+  gca_event_t ev1, ev0; /* created on device 1 and device 0 */
+  atomic_int ran1, ran0;
+  int seen_dev;
+  gca_status_t st;
+  char detail[256];
+  const char *what;
+} dev1_work_t;
+
+#define DEV1_TRY(w, call)                                                 \
+  do {                                                                    \
+    gca_status_t d_st_ = (call);                                          \
+    if (d_st_ != GCA_OK) {                                                \
+      (w)->st = d_st_;                                                    \
+      (w)->what = #call;                                                  \
+      snprintf((w)->detail, sizeof((w)->detail), "%s", gca_last_error()); \
+      return NULL;                                                        \
+    }                                                                     \
+  } while (0)
+
+/* Sets device 1, runs work on its legacy stream to completion, then sets
+ * device 0 again and queues more NULL-stream work (behind the main gate). */
+static void *null_stream_on_device_1(void *arg) {
+  dev1_work_t *w = arg;
+  DEV1_TRY(w, ops->ctx_set_device(1));
+  DEV1_TRY(w, ops->ctx_get_device(&w->seen_dev));
+  DEV1_TRY(w, ops->launch_host_func(NULL, flag_set, &w->ran1));
+  DEV1_TRY(w, ops->event_record(w->ev1, NULL));
+  DEV1_TRY(w, ops->stream_wait_event(NULL, w->ev1));
+  DEV1_TRY(w, ops->event_synchronize(w->ev1));
+  DEV1_TRY(w, ops->stream_synchronize(NULL));
+  DEV1_TRY(w, ops->stream_query(NULL));
+  DEV1_TRY(w, ops->ctx_set_device(0));
+  DEV1_TRY(w, ops->launch_host_func(NULL, flag_set, &w->ran0));
+  DEV1_TRY(w, ops->event_record(w->ev0, NULL));
+  return NULL;
+}
+
+static void null_stream_is_the_calling_threads_current_device(void **state) {
+  (void)state;
+  int n = 0, dev = -1;
+  assert_ok(ops->device_count(&n));
+  if (n < 2) {
+    printf("SKIP: needs two devices for per-thread legacy streams (found %d)\n", n);
+    skip();
+  }
+  gate_t g;
+  gate_init(&g);
+  dev1_work_t w = {.st = GCA_OK, .seen_dev = -1};
+  atomic_init(&w.ran1, 0);
+  atomic_init(&w.ran0, 0);
+  assert_ok(ops->event_create(1, GCA_EVENT_DISABLE_TIMING, &w.ev1));
+  assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &w.ev0));
+  assert_ok(ops->ctx_get_device(&dev));
+  assert_int_equal(dev, 0);
+  assert_ok(ops->launch_host_func(NULL, gate_pass, &g));
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, null_stream_on_device_1, &w), 0);
+  pthread_join(t, NULL);
+  if (w.st != GCA_OK) {
+    gate_open(&g);
+    fail_msg("device-1 thread: %s -> %s: %s", w.what, gca_status_name(w.st), w.detail);
+  }
+  assert_int_equal(w.seen_dev, 1);
+  assert_int_equal(atomic_load(&w.ran1), 1);
+  /* this thread never set a device: still device 0, whose legacy stream is held */
+  assert_ok(ops->ctx_get_device(&dev));
+  assert_int_equal(dev, 0);
+  assert_int_equal(atomic_load(&w.ran0), 0);
+  assert_status(ops->event_query(w.ev0), GCA_ERR_NOT_READY, "");
+  assert_status(ops->stream_query(NULL), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->stream_synchronize(NULL));
+  assert_int_equal(atomic_load(&w.ran0), 1);
+  assert_ok(ops->event_query(w.ev0));
+  assert_ok(ops->event_destroy(w.ev0));
+  assert_ok(ops->event_destroy(w.ev1));
+  gate_fini(&g);
+}
+
+static void count_up(void *arg) {
+  atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* Device 1's legacy stream work, as a thread that set device 1 (status of the first failure). */
+typedef struct dev1_legacy {
+  atomic_int ran;
+  gca_status_t st;
+} dev1_legacy_t;
+
+static void *legacy_work_on_device_1(void *arg) {
+  dev1_legacy_t *w = arg;
+  w->st = ops->ctx_set_device(1);
+  if (w->st == GCA_OK)
+    w->st = ops->launch_host_func(NULL, count_up, &w->ran);
+  if (w->st == GCA_OK)
+    w->st = ops->stream_synchronize(NULL);
+  return NULL;
+}
+
+static void capture_on_device_0_leaves_device_1_legacy_stream_usable(void **state) {
+  (void)state;
+  int n = 0;
+  assert_ok(ops->device_count(&n));
+  if (n < 2) {
+    printf("SKIP: needs two devices for per-thread legacy streams (found %d)\n", n);
+    skip();
+  }
+  gca_stream_t s0;
+  gca_graph_t g = NULL;
+  atomic_int captured_runs;
+  atomic_init(&captured_runs, 0);
+  dev1_legacy_t w = {.st = GCA_ERR_INTERNAL};
+  atomic_init(&w.ran, 0);
+  assert_ok(ops->stream_create(0, GCA_STREAM_DEFAULT, 0, &s0));
+  assert_ok(ops->stream_begin_capture(s0, GCA_CAPTURE_MODE_RELAXED));
+  assert_ok(ops->launch_host_func(s0, count_up, &captured_runs));
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, legacy_work_on_device_1, &w), 0);
+  pthread_join(t, NULL);
+  assert_int_equal(w.st, GCA_OK);
+  assert_int_equal(atomic_load(&w.ran), 1);
+  assert_ok(ops->stream_end_capture(s0, &g));
+  assert_non_null(g);
+  assert_int_equal(atomic_load(&captured_runs), 0);
+  assert_ok(ops->graph_destroy(g));
+  assert_ok(ops->stream_destroy(s0));
+}
+
+static void *set_device_1_and_read(void *arg) {
+  int *seen = arg;
+  if (ops->ctx_set_device(1) != GCA_OK || ops->ctx_get_device(seen) != GCA_OK)
+    *seen = -2;
+  return NULL;
+}
+
+static void current_device_is_per_thread_and_validated(void **state) {
+  (void)state;
+  int n = 0, dev = -1;
+  assert_ok(ops->device_count(&n));
+  assert_status(ops->ctx_set_device(99), GCA_ERR_INVALID_ARGUMENT, "ctx_set_device");
+  assert_status(ops->ctx_set_device(-1), GCA_ERR_INVALID_ARGUMENT, "ctx_set_device");
+  assert_status(ops->ctx_get_device(NULL), GCA_ERR_INVALID_ARGUMENT, "ctx_get_device");
+  assert_ok(ops->ctx_get_device(&dev));
+  assert_int_equal(dev, 0);
+  assert_ok(ops->ctx_set_device(n - 1));
+  assert_ok(ops->ctx_get_device(&dev));
+  assert_int_equal(dev, n - 1);
+  assert_status(ops->ctx_set_device(n), GCA_ERR_INVALID_ARGUMENT, "ctx_set_device");
+  assert_ok(ops->ctx_get_device(&dev));
+  assert_int_equal(dev, n - 1);
+  assert_ok(ops->ctx_set_device(0));
+  if (n < 2)
+    return;
+  int seen = -1;
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, set_device_1_and_read, &seen), 0);
+  pthread_join(t, NULL);
+  assert_int_equal(seen, 1);
+  assert_ok(ops->ctx_get_device(&dev));
+  assert_int_equal(dev, 0);
+}
+
 static void injected_faults_fail_one_call_and_leave_streams_usable(void **state) {
   (void)state;
   if (!is_sim)
@@ -427,6 +598,9 @@ int main(void) {
       cmocka_unit_test(destroyed_stream_still_completes_pending_work),
       cmocka_unit_test(ctx_synchronize_waits_for_every_stream),
       cmocka_unit_test(bad_arguments_and_handles_are_refused),
+      cmocka_unit_test(null_stream_is_the_calling_threads_current_device),
+      cmocka_unit_test(current_device_is_per_thread_and_validated),
+      cmocka_unit_test(capture_on_device_0_leaves_device_1_legacy_stream_usable),
       cmocka_unit_test(injected_faults_fail_one_call_and_leave_streams_usable),
   };
   return cmocka_run_group_tests(tests, setup, NULL);

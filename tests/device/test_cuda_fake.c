@@ -2,8 +2,9 @@
  * (fake_libcuda.c, path in GCA_TEST_FAKE_CUDA): symbol resolution at explicit
  * ABI versions and the version guard, init's failure messages, optional entry
  * points, CUresult -> status mapping with the driver's names, per-thread
- * contexts, kernel argument marshalling, graph-update reporting and fabric
- * handles (requested at mem_create, exported and imported as 64 bytes).
+ * contexts and current devices, kernel argument marshalling, graph-update
+ * reporting and fabric handles (requested at mem_create, exported and
+ * imported as 64 bytes).
  *
  * The backend initializes once per process, so each case runs in a forked
  * child with its own FAKE_CUDA_* settings; the child reports through a
@@ -205,6 +206,47 @@ static int child_contexts(report_t *r) {
     return failf(r, "memset on a fresh thread: %s: %s", gca_status_name(a.st), a.detail);
   EXPECT_OK(r, ops->memset_d8_async(p0, 1, 256, NULL));
   EXPECT_OK(r, ops->stream_destroy(s1));
+  return CHILD_PASS;
+}
+
+/* ctx_set_device makes the primary context current and NULL-stream work then
+ * runs there, even after ops naming another device switched contexts; a
+ * thread that never set a device uses device 0's. */
+static int child_current_device(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  int dev = -1;
+  gca_devptr_t p0 = 0;
+  EXPECT_OK(r, ops->init());
+  EXPECT_OK(r, ops->ctx_get_device(&dev));
+  CHECK(r, dev == 0);
+  EXPECT_OK(r, ops->ctx_set_device(1));
+  CHECK(r, fake_int("fake_cuda_current_device") == 1);
+  EXPECT_OK(r, ops->ctx_get_device(&dev));
+  CHECK(r, dev == 1);
+  EXPECT_OK(r, ops->mem_alloc(0, 256, &p0));
+  CHECK(r, fake_int("fake_cuda_current_device") == 0);
+  EXPECT_OK(r, ops->stream_synchronize(NULL));
+  CHECK(r, fake_int("fake_cuda_null_stream_device") == 1);
+  EXPECT_OK(r, ops->memset_d8_async(p0, 1, 256, NULL));
+  CHECK(r, fake_int("fake_cuda_null_stream_device") == 1);
+  EXPECT_OK(r, ops->ctx_get_device(&dev));
+  CHECK(r, dev == 1);
+  thread_arg_t a = {.stream = NULL, .st = GCA_ERR_INTERNAL};
+  pthread_t t;
+  CHECK(r, pthread_create(&t, NULL, memset_on_other_thread, &a) == 0);
+  pthread_join(t, NULL);
+  if (a.st != GCA_OK)
+    return failf(r, "NULL-stream memset on a fresh thread: %s: %s", gca_status_name(a.st),
+                 a.detail);
+  CHECK(r, fake_int("fake_cuda_null_stream_device") == 0);
+  EXPECT(r, ops->ctx_set_device(2), GCA_ERR_INVALID_ARGUMENT, "ctx_set_device: device 2");
+  EXPECT(r, ops->ctx_get_device(NULL), GCA_ERR_INVALID_ARGUMENT, "ctx_get_device");
+  EXPECT_OK(r, ops->ctx_get_device(&dev));
+  CHECK(r, dev == 1);
+  EXPECT_OK(r, ops->ctx_set_device(0));
+  EXPECT_OK(r, ops->stream_synchronize(NULL));
+  CHECK(r, fake_int("fake_cuda_null_stream_device") == 0);
+  EXPECT_OK(r, ops->mem_free(0, p0));
   return CHILD_PASS;
 }
 
@@ -475,6 +517,11 @@ static void ops_make_the_right_context_current_on_each_thread(void **state) {
   run_in_child(NULL, child_contexts);
 }
 
+static void set_device_makes_its_primary_context_current_for_null_streams(void **state) {
+  (void)state;
+  run_in_child(NULL, child_current_device);
+}
+
 static void kernels_load_once_per_device_and_marshal_arguments(void **state) {
   (void)state;
   run_in_child(NULL, child_kernels);
@@ -525,6 +572,7 @@ int main(void) {
       cmocka_unit_test(driver_12_8_gets_the_newest_capture_info_and_elapsed_forms),
       cmocka_unit_test(driver_errors_map_to_statuses_with_the_driver_name),
       cmocka_unit_test(ops_make_the_right_context_current_on_each_thread),
+      cmocka_unit_test(set_device_makes_its_primary_context_current_for_null_streams),
       cmocka_unit_test(kernels_load_once_per_device_and_marshal_arguments),
       cmocka_unit_test(graph_update_rejection_reports_node_index),
       cmocka_unit_test(vmm_requests_fd_handles_where_supported),

@@ -519,6 +519,18 @@ static gca_status_t call_mem_import_fabric(void) {
   return first_st;
 }
 
+static gca_status_t call_ctx_set_device(void) {
+  begin();
+  TRY(ops->ctx_set_device(0));
+  return first_st;
+}
+static gca_status_t call_ctx_get_device(void) {
+  int dev = -1;
+  begin();
+  TRY(ops->ctx_get_device(&dev));
+  return first_st;
+}
+
 typedef struct op_call {
   gca_status_t (*call)(void);
   bool present; /* the table has a function for the op */

@@ -13,11 +13,15 @@
  * Note [Cuda contexts]: each device's primary context is retained lazily and
  * kept for the life of the process. Before acting, an op makes the right
  * context current on the calling thread: the device's for ops that name one,
- * the stream's (cuStreamGetCtx) for stream work, and for ops on events and
- * graphs whatever is current, else device 0's. cuCtxSetCurrent is called only
- * when the thread's current context differs, which is checked with
- * cuCtxGetCurrent (a thread-local read in the driver) rather than remembered,
- * since the program may switch contexts behind our back.
+ * the stream's (cuStreamGetCtx) for stream work, the thread's current device's
+ * (ctx_set_device, default 0) for work on the NULL stream, and for ops on
+ * events and graphs whatever is current, else the current device's.
+ * cuCtxSetCurrent is called only when the thread's current context differs,
+ * which is checked with cuCtxGetCurrent (a thread-local read in the driver)
+ * rather than remembered, since the program may switch contexts behind our
+ * back. The current device itself is remembered per thread: ops that name a
+ * device switch the driver's current context, so the driver's cannot say
+ * which device's legacy stream NULL means.
  *
  * Built without cuda.h (or with one older than 12.0) the table still exists and
  * every op fails with GCA_ERR_NOT_SUPPORTED "built without cuda.h".
@@ -106,6 +110,8 @@ STUB(graph_destroy, gca_graph_t g)
 STUB(graph_exec_destroy, gca_graph_exec_t e)
 STUB(mem_export_fabric, gca_memhandle_t h, uint8_t out[GCA_FABRIC_HANDLE_LEN])
 STUB(mem_import_fabric, int dev, const uint8_t in[GCA_FABRIC_HANDLE_LEN], gca_memhandle_t *out)
+STUB(ctx_set_device, int dev)
+STUB(ctx_get_device, int *dev)
 #undef STUB
 
 static const gca_device_ops_t cuda_ops = {.name = "cuda",
@@ -618,22 +624,26 @@ static gca_status_t enter_dev(const char *op, int dev) {
   return make_current(op, ctx);
 }
 
-/* Ensures some context is current: the thread's own, else device 0's. */
+/* The calling thread's current device (ctx_set_device); 0 until set. */
+static _Thread_local int t_current_dev;
+
+/* Ensures some context is current: the thread's own, else its current device's. */
 static gca_status_t enter_any(const char *op) {
   GCA_CHECK(ready(op));
   CUcontext cur = NULL;
   CU_CHECK(op, drv.CtxGetCurrent(&cur));
   if (cur)
     return GCA_OK;
-  return enter_dev(op, 0);
+  return enter_dev(op, t_current_dev);
 }
 
-/* Makes the context of `stream` current (for NULL: as enter_any). When `dev`
- * is not NULL, stores the device index, or GCA_ERR_INVALID_HANDLE when the
- * stream lives in a context other than a device's primary one. */
+/* Makes the context of `stream` current (for NULL: the current device's
+ * primary context). When `dev` is not NULL, stores the device index, or
+ * GCA_ERR_INVALID_HANDLE when the stream lives in a context other than a
+ * device's primary one. */
 static gca_status_t enter_stream(const char *op, gca_stream_t stream, int *dev) {
   if (stream == NULL) {
-    GCA_CHECK(enter_any(op));
+    GCA_CHECK(enter_dev(op, t_current_dev));
   } else {
     GCA_CHECK(ready(op));
     CUcontext ctx = NULL;
@@ -924,6 +934,20 @@ static gca_status_t cuda_mem_import_fabric(int dev, const uint8_t in[GCA_FABRIC_
   CU_CHECK("mem_import_fabric",
            drv.MemImportFromShareableHandle(&h, &fh, CU_MEM_HANDLE_TYPE_FABRIC));
   *out = (gca_memhandle_t)h;
+  return GCA_OK;
+}
+
+static gca_status_t cuda_ctx_set_device(int dev) {
+  GCA_CHECK(enter_dev("ctx_set_device", dev));
+  t_current_dev = dev;
+  return GCA_OK;
+}
+
+static gca_status_t cuda_ctx_get_device(int *dev) {
+  GCA_CHECK(ready("ctx_get_device"));
+  if (!dev)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "ctx_get_device: dev is NULL");
+  *dev = t_current_dev;
   return GCA_OK;
 }
 

@@ -912,7 +912,7 @@ static gca_status_t sim_graph_launch(gca_graph_exec_t exec, gca_stream_t stream)
   pthread_mutex_lock(&cap_mu);
   bool capturing = find_stream(stream, &c) != NULL;
   pthread_mutex_unlock(&cap_mu);
-  if (!capturing && x->last_launch && x->last_stream != stream)
+  if (!capturing && x->last_launch && (x->last_stream != stream || !stream))
     GCA_CHECK_GOTO(gca__sim_stream_wait_marker("graph_launch", stream, x->last_launch), st, out);
   bool captured = false;
   GCA_CHECK_GOTO(gca__sim_stream_submit("graph_launch", stream, &w, &captured), st, out);

@@ -402,10 +402,13 @@ static gca_status_t legacy_stream(const char *op, int dev, sim_stream_t **out) {
   return st;
 }
 
-/* The stream behind a handle (NULL: device 0's legacy stream), referenced. */
+/* The calling thread's current device (ctx_set_device); 0 until set. */
+static _Thread_local int t_current_dev;
+
+/* The stream behind a handle (NULL: the current device's legacy stream), referenced. */
 static gca_status_t stream_get(const char *op, gca_stream_t h, sim_stream_t **out) {
   if (!h)
-    return legacy_stream(op, 0, out);
+    return legacy_stream(op, t_current_dev, out);
   gca__sim_obj_t *obj = gca__sim_handle_get(GCA__SIM_STREAM, (uint64_t)(uintptr_t)h);
   if (!obj)
     return gca__error(GCA_ERR_INVALID_HANDLE, "%s: stream %p is not a live stream", op, (void *)h);
@@ -716,6 +719,21 @@ out:
   return st;
 }
 
+static gca_status_t sim_ctx_set_device(int dev) {
+  GCA_SIM_ENTER(ctx_set_device, 0);
+  GCA_CHECK(gca__sim_check_device("ctx_set_device", dev));
+  t_current_dev = dev;
+  return GCA_OK;
+}
+
+static gca_status_t sim_ctx_get_device(int *dev) {
+  GCA_SIM_ENTER(ctx_get_device, 0);
+  if (!dev)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "ctx_get_device: dev is NULL");
+  *dev = t_current_dev;
+  return GCA_OK;
+}
+
 static gca_status_t sim_ctx_synchronize(int dev) {
   GCA_SIM_ENTER(ctx_synchronize, 0);
   GCA_CHECK(gca__sim_check_device("ctx_synchronize", dev));
@@ -1010,6 +1028,8 @@ static gca_status_t sim_kernel_sleep(uint64_t ns, gca_stream_t stream) {
 
 void gca__sim_stream_ops(gca_device_ops_t *ops) {
   ops->ctx_synchronize = sim_ctx_synchronize;
+  ops->ctx_set_device = sim_ctx_set_device;
+  ops->ctx_get_device = sim_ctx_get_device;
   ops->stream_create = sim_stream_create;
   ops->stream_destroy = sim_stream_destroy;
   ops->stream_synchronize = sim_stream_synchronize;

@@ -79,7 +79,8 @@ void gca__sim_work_hold(const gca__sim_work_t *w);
 void gca__sim_work_release(gca__sim_work_t *w);
 
 /* Device, blocking-ness and legacy-ness of a stream (NULL: the legacy stream of
- * device 0). GCA_ERR_INVALID_HANDLE naming `op` when the stream is not live. */
+ * the calling thread's current device). GCA_ERR_INVALID_HANDLE naming `op` when
+ * the stream is not live. */
 gca_status_t gca__sim_stream_describe(const char *op, gca_stream_t stream, int *dev, bool *blocking,
                                       bool *legacy);
 /* Queues (or, while the stream captures, records) a copy of w on the stream. */
