@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,6 +60,17 @@ static inline const gca_device_ops_t *test_backend(void) {
   }
   gca__device_override(ops);
   return ops;
+}
+
+/* Number of file descriptors the process has open (for leak checks). */
+static inline int test_fd_count(void) {
+  DIR *d = opendir("/proc/self/fd");
+  assert_non_null(d);
+  int n = 0;
+  while (readdir(d) != NULL)
+    n++;
+  closedir(d);
+  return n;
 }
 
 /* Runs argv (searched in PATH when it has no slash) with stdout and stderr

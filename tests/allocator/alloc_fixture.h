@@ -97,4 +97,21 @@ static inline layout_t layout(void) {
   return l;
 }
 
+/* A per-word pattern derived from `seed`, written through host access (device
+ * memory is host memory on sim), and the index of the first word that differs
+ * from it (-1 when none). */
+static inline void stamp_fill(void *p, size_t size, uint32_t seed) {
+  uint32_t *w = p;
+  for (size_t i = 0; i < size / 4; i++)
+    w[i] = seed ^ (uint32_t)(i * 2654435761u);
+}
+
+static inline long stamp_mismatch(const void *p, size_t size, uint32_t seed) {
+  const uint32_t *w = p;
+  for (size_t i = 0; i < size / 4; i++)
+    if (w[i] != (seed ^ (uint32_t)(i * 2654435761u)))
+      return (long)i;
+  return -1;
+}
+
 #endif

@@ -31,10 +31,6 @@ static int exp_teardown(void **state) {
   return alloc_teardown(state);
 }
 
-static int64_t calls(const char *op) {
-  return gca_sim_call_count(op);
-}
-
 static int64_t reserved_now(void) {
   return stats().reserved_bytes[GCA_STAT_ALL].current;
 }
@@ -48,29 +44,31 @@ static void expect_all_returned_after(int64_t failed_creates, int64_t failed_res
   check();
   assert_int_equal(reserved_now(), 0);
   assert_int_equal(gca_sim_used_bytes(0), 0);
-  assert_int_equal(calls("mem_create") - failed_creates, calls("mem_release"));
-  assert_int_equal(calls("mem_address_reserve") - failed_reserves, calls("mem_address_free"));
+  assert_int_equal(gca_sim_call_count("mem_create") - failed_creates,
+                   gca_sim_call_count("mem_release"));
+  assert_int_equal(gca_sim_call_count("mem_address_reserve") - failed_reserves,
+                   gca_sim_call_count("mem_address_free"));
   assert_int_equal(layout().nsegs, 0);
 }
 
 static void expect_all_returned(void) {
   expect_all_returned_after(0, 0);
-  assert_int_equal(calls("mem_map"), calls("mem_unmap"));
+  assert_int_equal(gca_sim_call_count("mem_map"), gca_sim_call_count("mem_unmap"));
 }
 
 static void growth_is_one_create_map_and_set_access(void **state) {
   (void)state;
   char *a = alloc_on(10 * MiB, NULL);
-  assert_int_equal(calls("mem_create"), 1);
-  assert_int_equal(calls("mem_map"), 1);
-  assert_int_equal(calls("mem_set_access"), 1);
-  assert_int_equal(calls("mem_alloc"), 0);
+  assert_int_equal(gca_sim_call_count("mem_create"), 1);
+  assert_int_equal(gca_sim_call_count("mem_map"), 1);
+  assert_int_equal(gca_sim_call_count("mem_set_access"), 1);
+  assert_int_equal(gca_sim_call_count("mem_alloc"), 0);
   char *b = alloc_on(30 * MiB, NULL);
   assert_ptr_equal(b, a + 10 * MiB); /* the same range, extended */
-  assert_int_equal(calls("mem_create"), 2);
-  assert_int_equal(calls("mem_map"), 2);
-  assert_int_equal(calls("mem_set_access"), 2);
-  assert_int_equal(calls("mem_address_reserve"), 1);
+  assert_int_equal(gca_sim_call_count("mem_create"), 2);
+  assert_int_equal(gca_sim_call_count("mem_map"), 2);
+  assert_int_equal(gca_sim_call_count("mem_set_access"), 2);
+  assert_int_equal(gca_sim_call_count("mem_address_reserve"), 1);
   assert_int_equal(gca_sim_used_bytes(0), 40 * MiB);
   gca_stats_t s = stats();
   assert_int_equal(s.reserved_bytes[GCA_STAT_LARGE].current, 40 * MiB);
@@ -91,7 +89,7 @@ static void small_requests_grow_the_small_pool_by_two_mib(void **state) {
   for (int i = 0; i < 5; i++)
     p[i] = alloc_on(512 * KiB, NULL);
   assert_ptr_equal(p[1], p[0] + 512 * KiB);
-  assert_int_equal(calls("mem_create"), 2); /* 2 MiB, then 2 MiB more for the fifth */
+  assert_int_equal(gca_sim_call_count("mem_create"), 2); /* 2 MiB, then 2 MiB more for the fifth */
   gca_stats_t s = stats();
   assert_int_equal(s.reserved_bytes[GCA_STAT_SMALL].current, 4 * MiB);
   assert_int_equal(s.reserved_bytes[GCA_STAT_LARGE].current, 0);
@@ -106,10 +104,10 @@ static void free_tail_block_plus_unmapped_space_is_one_fit(void **state) {
   free_ok(x);
   char *y = alloc_on(10 * MiB, NULL); /* cached fit: 10 MiB + a free 6 MiB tail */
   assert_ptr_equal(y, x);
-  assert_int_equal(calls("mem_create"), 1);
+  assert_int_equal(gca_sim_call_count("mem_create"), 1);
   char *z = alloc_on(10 * MiB, NULL); /* the free 6 MiB + 4 MiB newly mapped */
   assert_ptr_equal(z, y + 10 * MiB);
-  assert_int_equal(calls("mem_create"), 2);
+  assert_int_equal(gca_sim_call_count("mem_create"), 2);
   assert_int_equal(gca_sim_used_bytes(0), 20 * MiB);
   assert_int_equal(reserved_now(), 20 * MiB);
   free_ok(y);
@@ -140,8 +138,8 @@ static void holes_are_unmapped_to_serve_a_larger_request_under_a_limit(void **st
   assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 36 * MiB);
   assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 36 * MiB);
   assert_int_equal(gca_sim_used_bytes(0), 36 * MiB);
-  assert_int_equal(calls("mem_unmap"), 2);
-  assert_int_equal(calls("mem_release"), 2);
+  assert_int_equal(gca_sim_call_count("mem_unmap"), 2);
+  assert_int_equal(gca_sim_call_count("mem_release"), 2);
   assert_int_equal(s.num_device_free, 2);
   /* the walk shows the mapped runs: B, then D + E */
   layout_t l = layout();
@@ -202,7 +200,7 @@ static void every_stream_and_pool_has_its_own_segment(void **state) {
   void *a = alloc_on(12 * MiB, NULL);
   void *b = alloc_on(12 * MiB, s1);
   void *c = alloc_on(4 * KiB, s1);
-  assert_int_equal(calls("mem_address_reserve"), 3);
+  assert_int_equal(gca_sim_call_count("mem_address_reserve"), 3);
   free_ok(a);
   free_ok(b);
   free_ok(c);
@@ -242,7 +240,8 @@ static void fault_mid_growth_is_undone(void **state) {
   for (size_t k = 0; k < GCA_ARRAY_SIZE(ops_); k++) {
     uint32_t *live = alloc_on(10 * MiB, NULL);
     live[0] = 0xfeedu;
-    int64_t creates = calls("mem_create"), releases = calls("mem_release");
+    int64_t creates = gca_sim_call_count("mem_create"),
+            releases = gca_sim_call_count("mem_release");
     gca_stats_t before = stats();
     char spec[64];
     snprintf(spec, sizeof(spec), "%s:nth=1", ops_[k]);
@@ -252,8 +251,8 @@ static void fault_mid_growth_is_undone(void **state) {
     gca_sim_fault_clear();
     assert_null(p);
     check();
-    assert_int_equal(calls("mem_create") - creates, 1);
-    assert_int_equal(calls("mem_release") - releases, 1);
+    assert_int_equal(gca_sim_call_count("mem_create") - creates, 1);
+    assert_int_equal(gca_sim_call_count("mem_release") - releases, 1);
     assert_int_equal(gca_sim_used_bytes(0), 10 * MiB);
     gca_stats_t after = stats();
     assert_int_equal(after.reserved_bytes[GCA_STAT_ALL].current,
@@ -275,8 +274,8 @@ static void mem_create_fault_is_retried(void **state) {
   void *p = alloc_on(10 * MiB, NULL);
   gca_sim_fault_clear();
   assert_int_equal(stats().num_alloc_retries, 1);
-  assert_int_equal(calls("mem_create"), 2);
-  assert_int_equal(calls("mem_release"), 0);
+  assert_int_equal(gca_sim_call_count("mem_create"), 2);
+  assert_int_equal(gca_sim_call_count("mem_release"), 0);
   free_ok(p);
   expect_all_returned_after(1, 0);
 }
@@ -292,7 +291,7 @@ static void mem_create_failing_always_is_an_oom_with_the_usual_fields(void **sta
   check();
   assert_int_equal(stats().num_ooms, 1);
   assert_int_equal(gca_sim_used_bytes(0), 10 * MiB);
-  int64_t failed = calls("mem_create") - 1;
+  int64_t failed = gca_sim_call_count("mem_create") - 1;
   free_ok(keep);
   expect_all_returned_after(failed, 0);
 }
@@ -311,7 +310,7 @@ static void reserve_fault_leaves_nothing(void **state) {
   gca_sim_fault_clear();
   check();
   assert_int_equal(layout().nsegs, 0);
-  assert_int_equal(calls("mem_create"), calls("mem_release"));
+  assert_int_equal(gca_sim_call_count("mem_create"), gca_sim_call_count("mem_release"));
   assert_int_equal(gca_sim_used_bytes(0), 0);
 }
 
@@ -346,9 +345,9 @@ static void unmap_syncs_only_the_owning_stream(void **state) {
   assert_ok(ops->event_record(ev, other));
   gca_sim_counters_reset();
   assert_ok(gca_empty_cache());
-  assert_int_equal(calls("stream_synchronize"), 1);
-  assert_int_equal(calls("ctx_synchronize"), 0);
-  assert_int_equal(calls("mem_unmap"), 1);
+  assert_int_equal(gca_sim_call_count("stream_synchronize"), 1);
+  assert_int_equal(gca_sim_call_count("ctx_synchronize"), 0);
+  assert_int_equal(gca_sim_call_count("mem_unmap"), 1);
   assert_int_equal(ops->event_query(ev), GCA_ERR_NOT_READY);
   check();
   assert_int_equal(gca_sim_used_bytes(0), 0);

@@ -366,29 +366,19 @@ static void trace_is_flushed_at_exit(void **state) {
   free(path);
 }
 
-static int open_fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  assert_non_null(d);
-  int n = 0;
-  while (readdir(d) != NULL)
-    n++;
-  closedir(d);
-  return n;
-}
-
 static void unset_trace_variable_opens_nothing(void **state) {
   (void)state;
-  int before = open_fd_count();
+  int before = test_fd_count();
   trace_path = NULL;
   gca__env_set_hook(fake_getenv, NULL);
   assert_ok(gca__trace_open_from_env());
-  assert_int_equal(open_fd_count(), before);
+  assert_int_equal(test_fd_count(), before);
   trace_path = "";
   assert_ok(gca__trace_open_from_env());
-  assert_int_equal(open_fd_count(), before);
+  assert_int_equal(test_fd_count(), before);
   gca__history_event(GCA_HA_ALLOC, 0, 0x1, 1, NULL); /* goes nowhere */
   gca__trace_close();                                /* closing nothing is fine */
-  assert_int_equal(open_fd_count(), before);
+  assert_int_equal(test_fd_count(), before);
 }
 
 int main(void) {

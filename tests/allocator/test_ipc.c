@@ -19,35 +19,6 @@
 #define SEED_A 0x5eed0001u
 #define SEED_B 0xb0b00002u
 
-static int64_t calls(const char *op) {
-  return gca_sim_call_count(op);
-}
-
-static int fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  assert_non_null(d);
-  int n = 0;
-  while (readdir(d) != NULL)
-    n++;
-  closedir(d);
-  return n;
-}
-
-static void fill(void *p, size_t size, uint32_t seed) {
-  uint32_t *w = p;
-  for (size_t i = 0; i < size / 4; i++)
-    w[i] = seed ^ (uint32_t)(i * 2654435761u);
-}
-
-/* Index of the first word that differs from the pattern, or -1. */
-static long mismatch(const void *p, size_t size, uint32_t seed) {
-  const uint32_t *w = p;
-  for (size_t i = 0; i < size / 4; i++)
-    if (w[i] != (seed ^ (uint32_t)(i * 2654435761u)))
-      return (long)i;
-  return -1;
-}
-
 static void put_byte(int fd, char c) {
   assert_int_equal(write(fd, &c, 1), 1);
 }
@@ -83,13 +54,13 @@ static int child_import(int sock) {
   if (gca_ipc_open(h, 0, &p) != GCA_OK)
     CHILD_FAIL("open failed");
   gca_ipc_handle_free(h);
-  if (mismatch(p, size, SEED_A) >= 0)
-    CHILD_FAIL("the exporter's pattern differs at word %ld", mismatch(p, size, SEED_A));
-  fill(p, size, SEED_B);
+  if (stamp_mismatch(p, size, SEED_A) >= 0)
+    CHILD_FAIL("the exporter's pattern differs at word %ld", stamp_mismatch(p, size, SEED_A));
+  stamp_fill(p, size, SEED_B);
   put_byte(sock, 'R');
   if (get_byte(sock) != 'X')
     CHILD_FAIL("no 'X' from the exporter");
-  if (mismatch(p, size, SEED_B) >= 0)
+  if (stamp_mismatch(p, size, SEED_B) >= 0)
     CHILD_FAIL("the memory changed after the exporter let go");
   int64_t before = gca_sim_call_count("mem_release");
   if (gca_ipc_close(p) != GCA_OK)
@@ -113,7 +84,7 @@ static int child_export(int sock, const char *conf, size_t first, size_t size) {
     CHILD_FAIL("set_config '%s' failed", conf);
   if ((first && gca_malloc(&keep, first, NULL) != GCA_OK) || gca_malloc(&p, size, NULL) != GCA_OK)
     CHILD_FAIL("malloc failed");
-  fill(p, size, SEED_A);
+  stamp_fill(p, size, SEED_A);
   if (gca_ipc_export(p, &h) != GCA_OK)
     CHILD_FAIL("export failed");
   if (gca_ipc_send(sock, h) != GCA_OK)
@@ -121,8 +92,8 @@ static int child_export(int sock, const char *conf, size_t first, size_t size) {
   gca_ipc_handle_free(h);
   if (get_byte(sock) != 'R')
     CHILD_FAIL("no 'R' from the importer");
-  if (mismatch(p, size, SEED_B) >= 0)
-    CHILD_FAIL("the importer's reply differs at word %ld", mismatch(p, size, SEED_B));
+  if (stamp_mismatch(p, size, SEED_B) >= 0)
+    CHILD_FAIL("the importer's reply differs at word %ld", stamp_mismatch(p, size, SEED_B));
   if (gca_free(p) != GCA_OK || gca_free(keep) != GCA_OK || gca_empty_cache() != GCA_OK)
     CHILD_FAIL("free failed");
   if (gca_sim_used_bytes(0) != 0)
@@ -195,7 +166,7 @@ static int exp_setup(void **state) {
 static void export_to_child(size_t first, size_t size, size_t want_handles) {
   void *keep = first ? alloc_on(first, NULL) : NULL;
   void *p = alloc_on(size, NULL);
-  fill(p, size, SEED_A);
+  stamp_fill(p, size, SEED_A);
   gca_ipc_handle_t *h = NULL;
   assert_ok(gca_ipc_export(p, &h));
   size_t bsize = 0, n = 0;
@@ -210,17 +181,17 @@ static void export_to_child(size_t first, size_t size, size_t want_handles) {
   assert_ok(gca_ipc_send(sock, h));
   gca_ipc_handle_free(h);
   assert_int_equal(get_byte(sock), 'R');
-  assert_int_equal(mismatch(p, size, SEED_B), -1);
+  assert_int_equal(stamp_mismatch(p, size, SEED_B), -1);
 
   /* the exporter lets go first: its handles are released, its device memory
    * is accounted free, and the child still has the memory */
   free_ok(p);
   if (keep)
     free_ok(keep);
-  int64_t created = calls("mem_create");
+  int64_t created = gca_sim_call_count("mem_create");
   assert_ok(gca_empty_cache());
   assert_int_equal(gca_sim_used_bytes(0), 0);
-  assert_int_equal(calls("mem_release"), created);
+  assert_int_equal(gca_sim_call_count("mem_release"), created);
   put_byte(sock, 'X');
   assert_int_equal(get_byte(sock), 'D');
   close(sock);
@@ -240,7 +211,7 @@ static void expandable_block_over_two_mappings_is_shared_with_a_child_process(vo
 
 /* The parent imports from a child that exits after letting go. */
 static void import_from_child(const char *conf, size_t first, size_t size, size_t want_handles) {
-  int fds_before = fd_count();
+  int fds_before = test_fd_count();
   pid_t pid;
   int sock = spawn(&pid, "export", conf, first, size);
   gca_ipc_handle_t *h = NULL;
@@ -253,20 +224,21 @@ static void import_from_child(const char *conf, size_t first, size_t size, size_
   void *p = NULL;
   assert_ok(gca_ipc_open(h, 0, &p));
   gca_ipc_handle_free(h);
-  assert_int_equal(mismatch(p, bsize, SEED_A), -1);
+  assert_int_equal(stamp_mismatch(p, bsize, SEED_A), -1);
   assert_int_equal(gca_sim_used_bytes(0), 0); /* imported memory is the exporter's */
-  fill(p, bsize, SEED_B);
+  stamp_fill(p, bsize, SEED_B);
   put_byte(sock, 'R');
   assert_int_equal(get_byte(sock), 'F');
   close(sock);
   reap(pid);
   /* the exporter freed everything and exited; the memory lives here */
-  assert_int_equal(mismatch(p, bsize, SEED_B), -1);
-  int64_t released = calls("mem_release");
+  assert_int_equal(stamp_mismatch(p, bsize, SEED_B), -1);
+  int64_t released = gca_sim_call_count("mem_release");
   assert_ok(gca_ipc_close(p));
-  assert_int_equal(calls("mem_release") - released, (int64_t)n);
-  assert_int_equal(calls("mem_address_reserve"), calls("mem_address_free"));
-  assert_int_equal(fd_count(), fds_before);
+  assert_int_equal(gca_sim_call_count("mem_release") - released, (int64_t)n);
+  assert_int_equal(gca_sim_call_count("mem_address_reserve"),
+                   gca_sim_call_count("mem_address_free"));
+  assert_int_equal(test_fd_count(), fds_before);
   assert_status(gca_ipc_close(p), GCA_ERR_INVALID_POINTER, "already closed");
 }
 
@@ -307,15 +279,15 @@ static void ipc_handles_segments_behave_as_classic_segments(void **state) {
   (void)state;
   void *a = alloc_on(3 * MiB, NULL);
   void *b = alloc_on(4 * MiB, NULL); /* same 20 MiB segment: no growth, no driver call */
-  assert_int_equal(calls("mem_alloc"), 0);
-  assert_int_equal(calls("mem_create"), 1);
-  assert_int_equal(calls("mem_map"), 1);
+  assert_int_equal(gca_sim_call_count("mem_alloc"), 0);
+  assert_int_equal(gca_sim_call_count("mem_create"), 1);
+  assert_int_equal(gca_sim_call_count("mem_map"), 1);
   gca_stats_t s = stats();
   assert_int_equal(s.num_device_alloc, 1);
   assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 20 * MiB);
   assert_int_equal(layout().nsegs, 1);
   void *c = alloc_on(100 * KiB, NULL); /* small pool: its own 2 MiB segment */
-  assert_int_equal(calls("mem_create"), 2);
+  assert_int_equal(gca_sim_call_count("mem_create"), 2);
   assert_int_equal(gca_sim_used_bytes(0), 22 * MiB);
   free_ok(a);
   free_ok(b);
@@ -323,9 +295,9 @@ static void ipc_handles_segments_behave_as_classic_segments(void **state) {
   assert_ok(gca_empty_cache());
   s = stats();
   assert_int_equal(s.num_device_free, 2);
-  assert_int_equal(calls("mem_release"), 2);
-  assert_int_equal(calls("mem_unmap"), 2);
-  assert_int_equal(calls("mem_address_free"), 2);
+  assert_int_equal(gca_sim_call_count("mem_release"), 2);
+  assert_int_equal(gca_sim_call_count("mem_unmap"), 2);
+  assert_int_equal(gca_sim_call_count("mem_address_free"), 2);
   assert_int_equal(gca_sim_used_bytes(0), 0);
 }
 
@@ -349,12 +321,13 @@ static void ipc_handles_segment_faults_leave_nothing_behind(void **state) {
       assert_non_null(strstr(gca_last_error(), op));
     check();
     /* what succeeded was undone: created - failed == released, and so on */
-    int64_t created = strcmp(op, "mem_create") == 0 ? 0 : calls("mem_create");
-    int64_t reserved = strcmp(op, "mem_address_reserve") == 0 ? 0 : calls("mem_address_reserve");
-    int64_t mapped = strcmp(op, "mem_map") == 0 ? 0 : calls("mem_map");
-    assert_int_equal(calls("mem_release"), created);
-    assert_int_equal(calls("mem_address_free"), reserved);
-    assert_int_equal(calls("mem_unmap"), mapped);
+    int64_t created = strcmp(op, "mem_create") == 0 ? 0 : gca_sim_call_count("mem_create");
+    int64_t reserved =
+        strcmp(op, "mem_address_reserve") == 0 ? 0 : gca_sim_call_count("mem_address_reserve");
+    int64_t mapped = strcmp(op, "mem_map") == 0 ? 0 : gca_sim_call_count("mem_map");
+    assert_int_equal(gca_sim_call_count("mem_release"), created);
+    assert_int_equal(gca_sim_call_count("mem_address_free"), reserved);
+    assert_int_equal(gca_sim_call_count("mem_unmap"), mapped);
     assert_int_equal(gca_sim_used_bytes(0), 0);
     assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
     assert_int_equal(layout().nsegs, 0);
@@ -370,8 +343,8 @@ static void teardown_releases_vmm_segments(void **state) {
   (void)alloc_on(3 * MiB, NULL); /* left live: the reset must release it */
   gca__allocator_reset();
   assert_int_equal(gca_sim_used_bytes(0), 0);
-  assert_int_equal(calls("mem_release"), 1);
-  assert_int_equal(calls("mem_address_free"), 1);
+  assert_int_equal(gca_sim_call_count("mem_release"), 1);
+  assert_int_equal(gca_sim_call_count("mem_address_free"), 1);
 }
 
 /* ---- refusals ---- */
@@ -383,7 +356,7 @@ static void export_of_mem_alloc_segment_is_not_supported(void **state) {
   assert_status(gca_ipc_export(p, &h), GCA_ERR_NOT_SUPPORTED, "ipc_handles:True");
   assert_status(gca_ipc_export(p, &h), GCA_ERR_NOT_SUPPORTED, "expandable_segments:True");
   assert_null(h);
-  assert_int_equal(calls("mem_export_fd"), 0);
+  assert_int_equal(gca_sim_call_count("mem_export_fd"), 0);
   free_ok(p);
 }
 
@@ -411,9 +384,9 @@ static void closing_twice_or_a_foreign_pointer_is_invalid(void **state) {
   assert_status(gca_ipc_close(p), GCA_ERR_INVALID_POINTER, "not an open IPC mapping");
   assert_status(gca_ipc_close((char *)q + 4096), GCA_ERR_INVALID_POINTER, "ipc_close");
   assert_status(gca_ipc_close(NULL), GCA_ERR_INVALID_POINTER, "ipc_close");
-  int64_t released = calls("mem_release");
+  int64_t released = gca_sim_call_count("mem_release");
   assert_ok(gca_ipc_close(q));
-  assert_int_equal(calls("mem_release") - released, 1);
+  assert_int_equal(gca_sim_call_count("mem_release") - released, 1);
   assert_status(gca_ipc_close(q), GCA_ERR_INVALID_POINTER, "already closed");
   gca_ipc_handle_free(h);
   free_ok(p);
@@ -507,7 +480,7 @@ static void set_u64(uint8_t *p, uint64_t v) {
  * refuse with GCA_ERR_PARSE mentioning `needle`, leaking no descriptor. */
 static void expect_refused(const wire_t *w, const uint8_t *pre, const uint8_t *body,
                            size_t body_len, int nfds, bool fds_on_preamble, const char *needle) {
-  int before = fd_count();
+  int before = test_fd_count();
   int sv[2];
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   int fds[8];
@@ -522,14 +495,14 @@ static void expect_refused(const wire_t *w, const uint8_t *pre, const uint8_t *b
   assert_null(h);
   close(sv[0]);
   close(sv[1]);
-  assert_int_equal(fd_count(), before);
+  assert_int_equal(test_fd_count(), before);
 }
 
 static void malformed_messages_are_parse_errors_and_leak_no_fd(void **state) {
   (void)state;
   void *p = alloc_on(3 * MiB, NULL);
   wire_t w = valid_wire(p);
-  int before = fd_count();
+  int before = test_fd_count();
   uint8_t pre[16], body[64];
 
   /* the untouched message is accepted (the fixture is sound) */
@@ -543,7 +516,7 @@ static void malformed_messages_are_parse_errors_and_leak_no_fd(void **state) {
     gca_ipc_handle_free(h);
     close(sv[0]);
     close(sv[1]);
-    assert_int_equal(fd_count(), before);
+    assert_int_equal(test_fd_count(), before);
   }
   /* truncated: half the body, then the writer closes */
   expect_refused(&w, w.pre, w.body, 20, 1, false, "truncated");
@@ -615,16 +588,16 @@ static void export_fault_closes_the_fds_already_exported(void **state) {
   (void)state;
   void *keep = alloc_on(3 * MiB, NULL);
   void *p = alloc_on(30 * MiB, NULL); /* two mappings */
-  int before = fd_count();
+  int before = test_fd_count();
   gca_ipc_handle_t *h = NULL;
   assert_ok(gca_sim_fault_set("mem_export_fd:nth=2"));
   assert_status(gca_ipc_export(p, &h), GCA_ERR_DRIVER, "mem_export_fd");
   assert_null(h);
-  assert_int_equal(fd_count(), before);
+  assert_int_equal(test_fd_count(), before);
   check();
   assert_ok(gca_ipc_export(p, &h)); /* the block is intact and exportable */
   gca_ipc_handle_free(h);
-  assert_int_equal(fd_count(), before);
+  assert_int_equal(test_fd_count(), before);
   free_ok(p);
   free_ok(keep);
   assert_ok(gca_empty_cache());
@@ -637,7 +610,7 @@ static void import_faults_leave_nothing_behind(void **state) {
   void *p = alloc_on(30 * MiB, NULL); /* two mappings: faults land between them */
   gca_ipc_handle_t *h = NULL;
   assert_ok(gca_ipc_export(p, &h));
-  int before = fd_count();
+  int before = test_fd_count();
   static const struct {
     const char *spec, *op;
     gca_status_t st;
@@ -658,14 +631,15 @@ static void import_faults_leave_nothing_behind(void **state) {
     assert_null(q);
     gca_sim_fault_clear();
     /* every handle imported was released, every range reserved freed */
-    int64_t imported = calls("mem_import_fd") - (strcmp(faults[i].op, "mem_import_fd") == 0);
-    int64_t reserved =
-        calls("mem_address_reserve") - (strcmp(faults[i].op, "mem_address_reserve") == 0);
-    int64_t mapped = calls("mem_map") - (strcmp(faults[i].op, "mem_map") == 0);
-    assert_int_equal(calls("mem_release"), imported);
-    assert_int_equal(calls("mem_address_free"), reserved);
-    assert_int_equal(calls("mem_unmap"), mapped > 0 ? 1 : 0);
-    assert_int_equal(fd_count(), before);
+    int64_t imported =
+        gca_sim_call_count("mem_import_fd") - (strcmp(faults[i].op, "mem_import_fd") == 0);
+    int64_t reserved = gca_sim_call_count("mem_address_reserve") -
+                       (strcmp(faults[i].op, "mem_address_reserve") == 0);
+    int64_t mapped = gca_sim_call_count("mem_map") - (strcmp(faults[i].op, "mem_map") == 0);
+    assert_int_equal(gca_sim_call_count("mem_release"), imported);
+    assert_int_equal(gca_sim_call_count("mem_address_free"), reserved);
+    assert_int_equal(gca_sim_call_count("mem_unmap"), mapped > 0 ? 1 : 0);
+    assert_int_equal(test_fd_count(), before);
   }
   /* and a later open works */
   void *q = NULL;
@@ -687,17 +661,18 @@ static void close_fault_keeps_the_mapping_open_for_a_retry(void **state) {
   char *q = NULL;
   assert_ok(gca_ipc_open(h, 0, (void **)&q));
   gca_ipc_handle_free(h);
-  int64_t released = calls("mem_release"), freed = calls("mem_address_free");
+  int64_t released = gca_sim_call_count("mem_release"),
+          freed = gca_sim_call_count("mem_address_free");
   assert_ok(gca_sim_fault_set("mem_unmap:nth=1"));
   assert_status(gca_ipc_close(q), GCA_ERR_DRIVER, "ipc_close");
   gca_sim_fault_clear();
-  assert_int_equal(calls("mem_release"), released);
-  assert_int_equal(calls("mem_address_free"), freed);
-  fill(p, 30 * MiB, SEED_B);
-  assert_int_equal(mismatch(q, 30 * MiB, SEED_B), -1); /* still mapped */
+  assert_int_equal(gca_sim_call_count("mem_release"), released);
+  assert_int_equal(gca_sim_call_count("mem_address_free"), freed);
+  stamp_fill(p, 30 * MiB, SEED_B);
+  assert_int_equal(stamp_mismatch(q, 30 * MiB, SEED_B), -1); /* still mapped */
   assert_ok(gca_ipc_close(q));
-  assert_int_equal(calls("mem_release") - released, 2);
-  assert_int_equal(calls("mem_address_free") - freed, 1);
+  assert_int_equal(gca_sim_call_count("mem_release") - released, 2);
+  assert_int_equal(gca_sim_call_count("mem_address_free") - freed, 1);
   assert_status(gca_ipc_close(q), GCA_ERR_INVALID_POINTER, "already closed");
   free_ok(p);
   free_ok(keep);
@@ -714,8 +689,8 @@ static void open_in_the_same_process_aliases_the_block(void **state) {
   char *q = NULL;
   assert_ok(gca_ipc_open(h, 0, (void **)&q));
   gca_ipc_handle_free(h);
-  fill(p, 30 * MiB, SEED_A);
-  assert_int_equal(mismatch(q, 30 * MiB, SEED_A), -1);
+  stamp_fill(p, 30 * MiB, SEED_A);
+  assert_int_equal(stamp_mismatch(q, 30 * MiB, SEED_A), -1);
   q[30 * MiB - 1] = 0x7f;
   assert_int_equal(p[30 * MiB - 1], 0x7f);
   assert_ok(gca_ipc_close(q));

@@ -21,35 +21,6 @@
 
 #define SEED 0xfab0c0deu
 
-static int64_t calls(const char *op) {
-  return gca_sim_call_count(op);
-}
-
-static int fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  assert_non_null(d);
-  int n = 0;
-  while (readdir(d) != NULL)
-    n++;
-  closedir(d);
-  return n;
-}
-
-static void fill(void *p, size_t size, uint32_t seed) {
-  uint32_t *w = p;
-  for (size_t i = 0; i < size / 4; i++)
-    w[i] = seed ^ (uint32_t)(i * 2654435761u);
-}
-
-/* Index of the first word that differs from the pattern, or -1. */
-static long mismatch(const void *p, size_t size, uint32_t seed) {
-  const uint32_t *w = p;
-  for (size_t i = 0; i < size / 4; i++)
-    if (w[i] != (seed ^ (uint32_t)(i * 2654435761u)))
-      return (long)i;
-  return -1;
-}
-
 /* ---- a fabric-capable sim ---- */
 
 #define MAX_SLOTS 16
@@ -157,8 +128,8 @@ static void sim_fabric_ops_refuse_naming_the_op(void **state) {
   assert_status(ops->mem_import_fabric(0, bytes, &out), GCA_ERR_NOT_SUPPORTED,
                 "mem_import_fabric: sim device 0 has no fabric handles");
   assert_int_equal(out, 7);
-  assert_int_equal(calls("mem_export_fabric"), 1);
-  assert_int_equal(calls("mem_import_fabric"), 1);
+  assert_int_equal(gca_sim_call_count("mem_export_fabric"), 1);
+  assert_int_equal(gca_sim_call_count("mem_import_fabric"), 1);
   assert_ok(ops->mem_release(h));
 }
 
@@ -183,22 +154,22 @@ static void fabric_op_faults_reach_the_caller_by_name(void **state) {
 static void fabric_export_on_sim_is_not_supported_and_leaks_nothing(void **state) {
   (void)state;
   void *p = alloc_on(3 * MiB, NULL);
-  int before = fd_count();
+  int before = test_fd_count();
   gca_ipc_handle_t *h = NULL;
   assert_status(gca_ipc_export_ex(p, GCA_IPC_FABRIC, &h), GCA_ERR_NOT_SUPPORTED,
                 "ipc_export: device 0 does not support fabric handles");
   assert_non_null(strstr(gca_last_error(), "GCA_IPC_FABRIC"));
   assert_null(h);
-  assert_int_equal(calls("mem_export_fabric"), 0);
-  assert_int_equal(calls("mem_export_fd"), 0);
-  assert_int_equal(fd_count(), before);
+  assert_int_equal(gca_sim_call_count("mem_export_fabric"), 0);
+  assert_int_equal(gca_sim_call_count("mem_export_fd"), 0);
+  assert_int_equal(test_fd_count(), before);
   /* the block is untouched and still exports as fds */
   assert_ok(gca_ipc_export_ex(p, 0, &h));
   unsigned flags = 99;
   assert_ok(gca_ipc_handle_flags(h, &flags));
   assert_int_equal(flags, 0);
   gca_ipc_handle_free(h);
-  assert_int_equal(fd_count(), before);
+  assert_int_equal(test_fd_count(), before);
   free_ok(p);
   assert_ok(gca_empty_cache());
   assert_int_equal(gca_sim_used_bytes(0), 0);
@@ -325,7 +296,7 @@ static gca_status_t recv_wire(const uint8_t *pre, const uint8_t *body, size_t bo
 }
 
 static void expect_refused(const fwire_t *w, size_t body_len, int nfds, const char *needle) {
-  int before = fd_count();
+  int before = test_fd_count();
   gca_ipc_handle_t *h = NULL;
   gca_status_t st = recv_wire(w->pre, w->body, body_len, nfds, &h);
   if (st != GCA_ERR_PARSE)
@@ -333,7 +304,7 @@ static void expect_refused(const fwire_t *w, size_t body_len, int nfds, const ch
   if (strstr(gca_last_error(), needle) == NULL)
     fail_msg("detail '%s' does not mention '%s'", gca_last_error(), needle);
   assert_null(h);
-  assert_int_equal(fd_count(), before);
+  assert_int_equal(test_fd_count(), before);
 }
 
 static void hand_written_fabric_message_is_received(void **state) {
@@ -394,8 +365,8 @@ static void fabric_open_on_sim_is_not_supported_and_touches_nothing(void **state
   assert_status(gca_ipc_open(h, 0, &q), GCA_ERR_NOT_SUPPORTED,
                 "ipc_open: device 0 does not support fabric handles");
   assert_null(q);
-  assert_int_equal(calls("mem_import_fabric"), 0);
-  assert_int_equal(calls("mem_address_reserve"), 0);
+  assert_int_equal(gca_sim_call_count("mem_import_fabric"), 0);
+  assert_int_equal(gca_sim_call_count("mem_address_reserve"), 0);
   gca_ipc_handle_free(h);
   assert_int_equal(gca_sim_used_bytes(0), 0);
 }
@@ -406,11 +377,11 @@ static void fabric_handles_round_trip_through_a_socketpair(void **state) {
   (void)state;
   void *keep = alloc_on(3 * MiB, NULL);
   void *p = alloc_on(30 * MiB, NULL); /* over two mappings of the expandable segment */
-  fill(p, 30 * MiB, SEED);
-  int before = fd_count();
+  stamp_fill(p, 30 * MiB, SEED);
+  int before = test_fd_count();
   gca_ipc_handle_t *h = NULL;
   assert_ok(gca_ipc_export_ex(p, GCA_IPC_FABRIC, &h));
-  assert_int_equal(calls("mem_export_fabric"), 2);
+  assert_int_equal(gca_sim_call_count("mem_export_fabric"), 2);
   unsigned flags = 0;
   size_t size = 0, n = 0;
   uint8_t id[16], id2[16];
@@ -445,7 +416,7 @@ static void fabric_handles_round_trip_through_a_socketpair(void **state) {
   assert_ok(gca_ipc_recv(sv[1], &r));
   close(sv[0]);
   close(sv[1]);
-  assert_int_equal(fd_count(), before + 2); /* the two slots the wrapper keeps */
+  assert_int_equal(test_fd_count(), before + 2); /* the two slots the wrapper keeps */
   assert_ok(gca_ipc_handle_flags(r, &flags));
   assert_int_equal(flags, GCA_IPC_FABRIC);
   assert_ok(gca_ipc_handle_info(r, NULL, &size, &n, id2));
@@ -454,12 +425,12 @@ static void fabric_handles_round_trip_through_a_socketpair(void **state) {
   void *q = NULL;
   assert_ok(gca_ipc_open(r, 0, &q));
   gca_ipc_handle_free(r);
-  assert_int_equal(calls("mem_import_fabric"), 2);
-  assert_int_equal(calls("mem_import_fd"), 2);
+  assert_int_equal(gca_sim_call_count("mem_import_fabric"), 2);
+  assert_int_equal(gca_sim_call_count("mem_import_fd"), 2);
   assert_true(q != p);
-  assert_int_equal(mismatch(q, 30 * MiB, SEED), -1);
-  fill(q, 30 * MiB, SEED ^ 1u);
-  assert_int_equal(mismatch(p, 30 * MiB, SEED ^ 1u), -1);
+  assert_int_equal(stamp_mismatch(q, 30 * MiB, SEED), -1);
+  stamp_fill(q, 30 * MiB, SEED ^ 1u);
+  assert_int_equal(stamp_mismatch(p, 30 * MiB, SEED ^ 1u), -1);
   assert_ok(gca_ipc_close(q));
   assert_status(gca_ipc_close(q), GCA_ERR_INVALID_POINTER, "ipc_close");
   free_ok(p);
@@ -472,7 +443,7 @@ static void fabric_export_fault_reaches_the_caller_and_leaks_nothing(void **stat
   (void)state;
   void *keep = alloc_on(3 * MiB, NULL);
   void *p = alloc_on(30 * MiB, NULL);
-  int before = fd_count();
+  int before = test_fd_count();
   for (int nth = 1; nth <= 2; nth++) {
     char spec[64];
     snprintf(spec, sizeof(spec), "mem_export_fabric:nth=%d", nth);
@@ -483,7 +454,7 @@ static void fabric_export_fault_reaches_the_caller_and_leaks_nothing(void **stat
     assert_non_null(strstr(gca_last_error(), "ipc_export"));
     assert_null(h);
     gca_sim_fault_clear();
-    assert_int_equal(fd_count(), before + (nth - 1)); /* only the wrapper's slots */
+    assert_int_equal(test_fd_count(), before + (nth - 1)); /* only the wrapper's slots */
   }
   check();
   free_ok(p);
@@ -498,7 +469,7 @@ static void fabric_import_faults_leave_nothing_behind(void **state) {
   void *p = alloc_on(30 * MiB, NULL);
   gca_ipc_handle_t *h = NULL;
   assert_ok(gca_ipc_export_ex(p, GCA_IPC_FABRIC, &h));
-  int before = fd_count();
+  int before = test_fd_count();
   for (int nth = 1; nth <= 2; nth++) {
     char spec[64];
     snprintf(spec, sizeof(spec), "mem_import_fabric:nth=%d", nth);
@@ -509,9 +480,9 @@ static void fabric_import_faults_leave_nothing_behind(void **state) {
     assert_non_null(strstr(gca_last_error(), "ipc_open"));
     assert_null(q);
     gca_sim_fault_clear();
-    assert_int_equal(calls("mem_release"), nth - 1);
-    assert_int_equal(calls("mem_address_reserve"), 0);
-    assert_int_equal(fd_count(), before);
+    assert_int_equal(gca_sim_call_count("mem_release"), nth - 1);
+    assert_int_equal(gca_sim_call_count("mem_address_reserve"), 0);
+    assert_int_equal(test_fd_count(), before);
   }
   void *q = NULL;
   assert_ok(gca_ipc_open(h, 0, &q));
@@ -534,7 +505,7 @@ static void fabric_handle_of_another_kind_of_device_is_refused_at_open(void **st
   void *q = NULL;
   assert_status(gca_ipc_open(h, 0, &q), GCA_ERR_NOT_SUPPORTED,
                 "ipc_open: device 0 does not support fabric handles");
-  assert_int_equal(calls("mem_import_fabric"), 0);
+  assert_int_equal(gca_sim_call_count("mem_import_fabric"), 0);
   gca__device_override(&fab.ops);
   assert_null(q);
   gca_ipc_handle_free(h);
