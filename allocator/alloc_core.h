@@ -58,8 +58,11 @@ typedef struct gca__route gca__route_t;
  *   prev->addr + prev->size == addr; the blocks of a segment tile it exactly.
  *   allocated                      -> in the pointer map, not in the free tree
  *   !allocated && event_count > 0  -> pending free: in neither (Note [Stream-ordered reuse])
+ *   cached                         -> freed into the free cache: not allocated, in
+ *                                     the pointer map and a cache bin, in no tree
+ *                                     (Note [Free cache], allocator.c)
  *   !allocated && event_count == 0 -> in its pool's free tree (in_tree), and
- *                                     neither neighbour is also free (coalesced)
+ *     && !cached                      neither neighbour is also in it (coalesced)
  *   stream == seg->stream, pool == seg->pool.
  */
 struct gca__block {
@@ -76,9 +79,12 @@ struct gca__block {
   gca_stream_t *uses;         /* other streams recorded with gca_record_stream */
   uint32_t nuses, cap_uses;
   uint32_t event_count; /* pending events before the block is free */
+  int32_t fc_blocks;    /* cached: its (inactive_split, _bytes) change when cached */
+  int64_t fc_bytes;
   bool allocated;
   bool in_tree;
   bool oversize; /* counted in oversize_allocations at allocation */
+  bool cached;   /* in the free cache (Note [Free cache]); bin link: left */
   bool unmapped; /* expandable segments only: address space with no memory behind it;
                     never allocated, never in the tree, never next to another unmapped
                     block, both ends on the granularity (Note [Expandable segments]) */
@@ -147,6 +153,17 @@ typedef struct gca__pending {
   gca__block_t *block;
 } gca__pending_t;
 
+/* A free cache bin: the cached blocks of one (stream, size), newest first,
+ * linked through ->left (Note [Free cache]). */
+#define GCA__FC_BINS    64 /* bins per device, a power of two */
+#define GCA__FC_BIN_MAX 8  /* blocks per bin */
+typedef struct gca__fcbin {
+  gca_stream_t stream;
+  size_t size;
+  gca__block_t *head;
+  uint32_t n;
+} gca__fcbin_t;
+
 /* The allocator of one device. Everything below `lock` is guarded by it. */
 struct gca__devalloc {
   gca__mutex_t lock;
@@ -182,6 +199,11 @@ struct gca__devalloc {
   unsigned ncaptures;      /* capture routes; while > 0 no event is queried */
   gca__block_t **deferred; /* Note [Frees during capture] */
   size_t ndeferred, cap_deferred;
+  /* Note [Free cache]: fc_on says frees may be cached now (free_cache key,
+   * caching on, no garbage collection); fc_count blocks are cached. */
+  bool fc_on;
+  size_t fc_count;
+  gca__fcbin_t fc_bins[GCA__FC_BINS];
 };
 
 /* ---- statistics (inline: they are on the hot path) ----
@@ -215,27 +237,43 @@ static inline void gca__stat_add(gca_stat_t *s, int64_t n) {
     gca__stat_dec1(s, -n);
 }
 
-/* Adds n >= 0 to the statistic array `arr` for pool p. */
-static inline void gca__stat_inc(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
-  gca__stat_inc1(&arr[p->is_small ? GCA_STAT_SMALL : GCA_STAT_LARGE], n);
+/* The statistic type of pool p: GCA_STAT_SMALL or GCA_STAT_LARGE. */
+static inline int gca__stat_type(const gca__pool_t *p) {
+  return p->is_small ? GCA_STAT_SMALL : GCA_STAT_LARGE;
+}
+
+/* Adds n >= 0 to the statistic array `arr` for type t (small or large). */
+static inline void gca__stat_inc_t(gca_stat_t *arr, int t, int64_t n) {
+  gca__stat_inc1(&arr[t], n);
   gca_stat_t *all = &arr[GCA_STAT_ALL];
   all->current += n;
   if (all->current > all->peak)
     all->peak = all->current;
 }
 
-/* Removes n >= 0 from the statistic array `arr` for pool p. */
-static inline void gca__stat_dec(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
-  gca__stat_dec1(&arr[p->is_small ? GCA_STAT_SMALL : GCA_STAT_LARGE], n);
+/* Removes n >= 0 from the statistic array `arr` for type t. */
+static inline void gca__stat_dec_t(gca_stat_t *arr, int t, int64_t n) {
+  gca__stat_dec1(&arr[t], n);
   arr[GCA_STAT_ALL].current -= n;
 }
 
-/* Adds n (either sign) to the statistic array `arr` for pool p. */
-static inline void gca__stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
+/* Adds n (either sign) to the statistic array `arr` for type t. */
+static inline void gca__stat_add_t(gca_stat_t *arr, int t, int64_t n) {
   if (n >= 0)
-    gca__stat_inc(arr, p, n);
+    gca__stat_inc_t(arr, t, n);
   else
-    gca__stat_dec(arr, p, -n);
+    gca__stat_dec_t(arr, t, -n);
+}
+
+/* The same for pool p. */
+static inline void gca__stat_inc(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
+  gca__stat_inc_t(arr, gca__stat_type(p), n);
+}
+static inline void gca__stat_dec(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
+  gca__stat_dec_t(arr, gca__stat_type(p), n);
+}
+static inline void gca__stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
+  gca__stat_add_t(arr, gca__stat_type(p), n);
 }
 
 /* ---- allocator.c ---- */
@@ -305,6 +343,9 @@ gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg);
 /* Best fit for (stream, rounded) in pool, removed from its tree, or NULL. */
 gca__block_t *gca__pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                  size_t rounded);
+/* Returns every block of the free cache to its pool's free tree, coalesced
+ * (Note [Free cache]); statistics do not change. */
+void gca__fcache_flush(gca__devalloc_t *d);
 /* Waits for every pending free of the device (event_synchronize). */
 gca_status_t gca__alloc_sync_pending(gca__devalloc_t *d);
 /* Records the events of the frees deferred during capture; those that fail
@@ -380,8 +421,26 @@ long gca__tree_validate(const gca__pool_t *p);
  * caller holds the device lock). Insert fails only when the host is out of
  * memory (GCA_ERR_OUT_OF_MEMORY, detail set) and never right after a take. */
 gca_status_t gca__ptrmap_insert(gca__ptrmap_t *m, gca_devptr_t addr, gca__block_t *b);
-/* The block at addr, or NULL. */
-gca__block_t *gca__ptrmap_find(const gca__ptrmap_t *m, gca_devptr_t addr);
+static inline uint64_t gca__ptrmap_hash(gca_devptr_t a) {
+  uint64_t x = a * 0x9e3779b97f4a7c15ull;
+  return x ^ (x >> 29);
+}
+
+/* Slot holding addr, or the empty slot where it would go (cap > 0). */
+static inline uint32_t gca__ptrmap_probe(const gca__ptrmap_t *m, gca_devptr_t addr) {
+  uint32_t mask = m->cap - 1, i = (uint32_t)gca__ptrmap_hash(addr) & mask;
+  while (m->keys[i] != 0 && m->keys[i] != addr)
+    i = (i + 1) & mask;
+  return i;
+}
+
+/* The block at addr, or NULL (inline: free looks every pointer up). */
+static inline gca__block_t *gca__ptrmap_find(const gca__ptrmap_t *m, gca_devptr_t addr) {
+  if (m->cap == 0 || addr == 0)
+    return NULL;
+  uint32_t i = gca__ptrmap_probe(m, addr);
+  return m->keys[i] == addr ? m->vals[i] : NULL;
+}
 /* Removes addr and returns its block, or NULL when absent. */
 gca__block_t *gca__ptrmap_take(gca__ptrmap_t *m, gca_devptr_t addr);
 void gca__ptrmap_destroy(gca__ptrmap_t *m);

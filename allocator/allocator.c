@@ -121,6 +121,8 @@ void gca__stats_fill_all(gca_stats_t *s) {
   }
 }
 
+static void fc_update(gca__devalloc_t *d);
+
 static void set_config_locked(gca__devalloc_t *d, const gca_alloc_config_t *cfg) {
   d->cfg = *cfg;
   d->has_divisions = false;
@@ -128,6 +130,7 @@ static void set_config_locked(gca__devalloc_t *d, const gca_alloc_config_t *cfg)
     d->has_divisions |= cfg->roundup_power2_divisions[i] > 1;
   d->stats.max_split_size =
       cfg->max_split_size >= (uint64_t)INT64_MAX ? -1 : (int64_t)cfg->max_split_size;
+  fc_update(d);
 }
 
 static inline size_t round_request(const gca__devalloc_t *d, size_t size) {
@@ -175,7 +178,7 @@ static gca__block_t *block_take(gca__devalloc_t *d) {
   b->uses = NULL;
   b->nuses = b->cap_uses = 0;
   b->event_count = 0;
-  b->allocated = b->in_tree = b->oversize = b->unmapped = false;
+  b->allocated = b->in_tree = b->oversize = b->unmapped = b->cached = false;
   d->live_blocks++;
   return b;
 }
@@ -382,14 +385,89 @@ static bool gc_enabled(const gca__devalloc_t *d) {
   return d->set_fraction && d->cfg.garbage_collection_threshold > 0.0;
 }
 
-/* Puts a block whose last use has completed into the free tree, merging it
- * with free neighbours (PyTorch's free_block). */
-static void block_free_complete(gca__devalloc_t *d, gca__block_t *b) {
+/* ---- the free cache ----
+ *
+ * Note [Free cache]. The cached alloc/free pair of PyTorch's rules splits a
+ * free block on every malloc and merges it back on every free: with the tree
+ * updates, the pointer map and the statistics that is several hundred
+ * instructions, where glibc's malloc+free of a small size is a few dozen. So a
+ * free may instead put the block into a small per-device cache, binned by
+ * (stream, size), without coalescing it, and a later malloc of exactly that
+ * rounded size on that stream takes the newest one back: no tree, no split,
+ * no merge, and the block never left the pointer map. Only plain frees are
+ * cached: the block has no recorded streams, belongs to a default pool, no
+ * capture is under way, caching is on, garbage collection is off, and the
+ * free_cache key is True (its default).
+ *
+ * A malloc that misses (any other size or stream) flushes the whole cache
+ * first, so it searches exactly the free blocks PyTorch's rules would have,
+ * merged as they would be; the cache only defers coalescing until then.
+ *
+ * What stays exactly as without the cache:
+ * - Statistics, peaks included, at every moment. A cached block counts as
+ *   free, and inactive_split counts it as if it had been merged with its free
+ *   neighbours (fc_run_delta). For that to be computable in O(1), a block is
+ *   cached only when no block within two places of it is cached, so the
+ *   logical free run of a cached block X is just {prev if free, X, next if
+ *   free}, and that run cannot change while X is cached: anything about to
+ *   touch it takes X out of the cache first (fc_evict_near, called by
+ *   block_free_complete and pool_take_fit).
+ * - Memory use: a miss flushes before it searches, and every release path
+ *   (empty_cache, out of memory, garbage collection, turning caching off)
+ *   flushes first, so cached blocks never cost a segment.
+ * - What snapshots show: the walk flushes first.
+ * - Error reports: a cached pointer is not live (double free, record_stream,
+ *   pointer_info, IPC export say so).
+ * What differs: which block a request of a cached (stream, size) receives.
+ * PyTorch's best fit would search the merged free blocks (and could pick a
+ * smaller-keyed one); the cache returns the block of that size freed last.
+ * free_cache:False restores PyTorch's placement exactly. */
+
+static inline gca__fcbin_t *fc_bin(gca__devalloc_t *d, gca_stream_t stream, size_t size) {
+  uint64_t h = ((uint64_t)(uintptr_t)stream ^ (size >> 9)) * 0x9e3779b97f4a7c15ull;
+  return &d->fc_bins[h >> (64 - 6)];
+}
+_Static_assert(GCA__FC_BINS == 64, "fc_bin takes 6 bits of the hash");
+
+/* The change in (inactive_split, inactive_split_bytes) when b, not free,
+ * becomes free and merges with its free neighbours (PyTorch's free_block);
+ * the negation when it stops being free again. */
+static inline void fc_run_delta(const gca__block_t *b, int64_t *blocks, int64_t *bytes) {
+  const gca__block_t *p = b->prev, *n = b->next;
+  bool pfree = p != NULL && p->in_tree, nfree = n != NULL && n->in_tree;
+  int64_t nb = 0, nby = 0;
+  size_t run = b->size;
+  if (pfree) {
+    nb--;
+    nby -= (int64_t)p->size;
+    run += p->size;
+  }
+  if (nfree) {
+    nb--;
+    nby -= (int64_t)n->size;
+    run += n->size;
+  }
+  if ((pfree ? p->prev : p) != NULL || (nfree ? n->next : n) != NULL) {
+    nb++;
+    nby += (int64_t)run;
+  }
+  *blocks = nb;
+  *bytes = nby;
+}
+
+static inline bool fc_near(const gca__block_t *b) {
+  const gca__block_t *p = b->prev, *n = b->next;
+  return (p != NULL && (p->cached || (p->in_tree && p->prev != NULL && p->prev->cached))) ||
+         (n != NULL && (n->cached || (n->in_tree && n->next != NULL && n->next->cached)));
+}
+
+/* Merges b (free, outside the tree) with its free neighbours and puts the
+ * result in the tree, taking a neighbour's tree place where it can (Note
+ * [Tree places]). Returns the change in inactive_split through the pointers;
+ * statistics are the caller's. */
+static void block_coalesce(gca__devalloc_t *d, gca__block_t *b, int64_t *blocks, int64_t *bytes) {
   gca__pool_t *pool = b->pool;
-  gca__mempool_t *owner = pool->owner;
-  size_t orig_size = b->size, requested = b->requested;
   int64_t net_blocks = 0, net_bytes = 0;
-  gca__history_event(GCA_HA_FREE_COMPLETED, d->device, b->addr, requested, b->stream);
   gca__block_t *p = b->prev, *n = b->next;
   bool pfree = p != NULL && p->in_tree, nfree = n != NULL && n->in_tree;
   /* with exactly one free neighbour, b may take its tree place (Note [Tree places]) */
@@ -417,7 +495,6 @@ static void block_free_complete(gca__devalloc_t *d, gca__block_t *b) {
     net_blocks--;
     net_bytes -= (int64_t)n->size;
   }
-  b->requested = 0;
   b->gc_base = pool->free_calls;
   if (slot != NULL)
     gca__tree_swap(pool, slot, b);
@@ -431,6 +508,166 @@ static void block_free_complete(gca__devalloc_t *d, gca__block_t *b) {
     net_blocks++;
     net_bytes += (int64_t)b->size;
   }
+  *blocks = net_blocks;
+  *bytes = net_bytes;
+}
+
+/* Whether a neighbour of the tree block b is cached (its free run then
+ * includes that block). */
+static inline bool fc_near_tree(const gca__block_t *b) {
+  return (b->prev != NULL && b->prev->cached) || (b->next != NULL && b->next->cached);
+}
+
+/* Takes b out of its bin; the caller clears b->cached. */
+static void fc_unlink(gca__devalloc_t *d, gca__block_t *b) {
+  gca__fcbin_t *bin = fc_bin(d, b->stream, b->size);
+  gca__block_t **link = &bin->head;
+  while (*link != b) {
+    GCA_ASSERT(*link != NULL);
+    link = &(*link)->left;
+  }
+  *link = b->left;
+  b->left = NULL;
+  bin->n--;
+  d->fc_count--;
+}
+
+/* Returns a cached block to the free tree: out of the pointer map, merged
+ * with its free neighbours. Statistics already count it as merged. */
+static void fc_evict(gca__devalloc_t *d, gca__block_t *b) {
+  int64_t blocks, bytes;
+  fc_unlink(d, b);
+  b->cached = false;
+  GCA_ASSERT(gca__ptrmap_take(&d->ptrs, b->addr) == b);
+  block_coalesce(d, b, &blocks, &bytes);
+}
+
+/* Evicts the cached blocks whose free run includes b's neighbours, before
+ * b (neither free nor cached) becomes free (Note [Free cache]). */
+static void fc_evict_near(gca__devalloc_t *d, gca__block_t *b) {
+  gca__block_t *p = b->prev, *n = b->next;
+  if (p != NULL && p->cached)
+    fc_evict(d, p);
+  else if (p != NULL && p->in_tree && p->prev != NULL && p->prev->cached)
+    fc_evict(d, p->prev);
+  n = b->next;
+  if (n != NULL && n->cached)
+    fc_evict(d, n);
+  else if (n != NULL && n->in_tree && n->next != NULL && n->next->cached)
+    fc_evict(d, n->next);
+}
+
+/* Evicts the cached neighbours of the tree block b; b itself is merged into
+ * them (and its record may be reused). */
+static void fc_evict_adjacent(gca__devalloc_t *d, gca__block_t *b) {
+  gca__block_t *p = b->prev, *n = b->next;
+  if (p != NULL && p->cached)
+    fc_evict(d, p);
+  if (n != NULL && n->cached)
+    fc_evict(d, n);
+}
+
+static void fc_evict_bin(gca__devalloc_t *d, gca__fcbin_t *bin) {
+  while (bin->head != NULL)
+    fc_evict(d, bin->head);
+}
+
+void gca__fcache_flush(gca__devalloc_t *d) {
+  for (size_t i = 0; i < GCA__FC_BINS && d->fc_count != 0; i++)
+    fc_evict_bin(d, &d->fc_bins[i]);
+}
+
+/* Recomputes fc_on after a setting changed; flushes when caching stops. */
+static void fc_update(gca__devalloc_t *d) {
+  d->fc_on = d->cfg.free_cache && d->caching &&
+             !(d->set_fraction && d->cfg.garbage_collection_threshold > 0.0);
+  if (!d->fc_on)
+    gca__fcache_flush(d);
+}
+
+/* Frees the allocated block b (out of nothing: it stays in the pointer map)
+ * into the free cache, with the statistics of a completed free; false when
+ * its bin is full or a cached block is too near. */
+static inline __attribute__((always_inline)) bool fc_put(gca__devalloc_t *d, gca__block_t *b) {
+  gca__fcbin_t *bin = fc_bin(d, b->stream, b->size);
+  if (bin->n != 0 && (bin->stream != b->stream || bin->size != b->size))
+    fc_evict_bin(d, bin); /* another (stream, size) hashed here: the newer wins */
+  if (bin->n == GCA__FC_BIN_MAX || fc_near(b))
+    return false;
+  int t = gca__stat_type(b->pool);
+  int64_t blocks, bytes;
+  fc_run_delta(b, &blocks, &bytes);
+  b->fc_blocks = (int32_t)blocks; /* the run cannot change while b is cached */
+  b->fc_bytes = bytes;
+  b->allocated = false;
+  gca__stat_dec_t(d->stats.allocation, t, 1);
+  gca__stat_dec_t(d->stats.allocated_bytes, t, (int64_t)b->size);
+  if (b->oversize)
+    gca__stat_add(&d->stats.oversize_allocations, -1);
+  b->oversize = false;
+  gca__history_event(GCA_HA_FREE_REQUESTED, d->device, b->addr, b->requested, b->stream);
+  gca__history_event(GCA_HA_FREE_COMPLETED, d->device, b->addr, b->requested, b->stream);
+  gca__stat_add_t(d->stats.inactive_split, t, blocks);
+  gca__stat_add_t(d->stats.inactive_split_bytes, t, bytes);
+  gca__stat_dec_t(d->stats.active, t, 1);
+  gca__stat_dec_t(d->stats.active_bytes, t, (int64_t)b->size);
+  gca__stat_dec_t(d->stats.requested_bytes, t, (int64_t)b->requested);
+  b->requested = 0;
+  b->cached = true;
+  bin->stream = b->stream;
+  bin->size = b->size;
+  b->left = bin->head;
+  bin->head = b;
+  bin->n++;
+  d->fc_count++;
+  return true;
+}
+
+/* The newest cached block of exactly (stream, rounded) in `pool`, made
+ * active for `requested` bytes (PyTorch's statistics of an allocation that
+ * did not split), or NULL. */
+static inline __attribute__((always_inline)) gca__block_t *
+fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t rounded,
+        size_t requested) {
+  gca__fcbin_t *bin = fc_bin(d, stream, rounded);
+  gca__block_t *b = bin->head;
+  if (b == NULL || bin->stream != stream || bin->size != rounded || b->pool != pool)
+    return NULL;
+  bin->head = b->left;
+  b->left = NULL;
+  bin->n--;
+  d->fc_count--;
+  b->cached = false;
+  int t = gca__stat_type(pool);
+  gca__stat_add_t(d->stats.inactive_split, t, -(int64_t)b->fc_blocks);
+  gca__stat_add_t(d->stats.inactive_split_bytes, t, -b->fc_bytes);
+  b->allocated = true;
+  b->requested = requested;
+  gca__stat_inc_t(d->stats.allocation, t, 1);
+  gca__stat_inc_t(d->stats.allocated_bytes, t, (int64_t)b->size);
+  gca__stat_inc_t(d->stats.active, t, 1);
+  gca__stat_inc_t(d->stats.active_bytes, t, (int64_t)b->size);
+  gca__stat_inc_t(d->stats.requested_bytes, t, (int64_t)requested);
+  b->oversize = b->size >= d->cfg.max_split_size;
+  if (b->oversize)
+    gca__stat_add(&d->stats.oversize_allocations, 1);
+  return b;
+}
+
+/* ---- freeing into the tree ---- */
+
+/* Puts a block whose last use has completed into the free tree, merging it
+ * with free neighbours (PyTorch's free_block). */
+static void block_free_complete(gca__devalloc_t *d, gca__block_t *b) {
+  gca__pool_t *pool = b->pool;
+  gca__mempool_t *owner = pool->owner;
+  size_t orig_size = b->size, requested = b->requested;
+  int64_t net_blocks, net_bytes;
+  gca__history_event(GCA_HA_FREE_COMPLETED, d->device, b->addr, requested, b->stream);
+  if (GCA_UNLIKELY(d->fc_count != 0))
+    fc_evict_near(d, b);
+  b->requested = 0;
+  block_coalesce(d, b, &net_blocks, &net_bytes);
   gca__stat_pool(d->stats.inactive_split, pool, net_blocks);
   gca__stat_pool(d->stats.inactive_split_bytes, pool, net_bytes);
   gca__stat_dec(d->stats.active, pool, 1);
@@ -452,6 +689,11 @@ static gca__block_t *pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_st
   if (GCA_UNLIKELY(gc_enabled(d)))
     pool->free_calls++;
   gca__block_t *b = gca__tree_lower_bound(pool, stream, rounded);
+  /* a cached neighbour's free run is about to change: merge it in and look again */
+  while (GCA_UNLIKELY(d->fc_count != 0) && b != NULL && fc_near_tree(b)) {
+    fc_evict_adjacent(d, b);
+    b = gca__tree_lower_bound(pool, stream, rounded);
+  }
   if (b == NULL || b->stream != stream || !gca__alloc_block_fits(&d->cfg, b->size, rounded))
     return NULL;
   return b; /* still in the tree: block_activate takes it out (Note [Tree places]) */
@@ -668,6 +910,7 @@ static gca_status_t pool_release_all(gca__devalloc_t *d, gca__pool_t *pool) {
 /* PyTorch's release_cached_blocks: wait for pending frees, then free every
  * cached whole segment. */
 static gca_status_t release_cached(gca__devalloc_t *d) {
+  gca__fcache_flush(d);
   GCA_CHECK(sync_pending(d));
   GCA_CHECK(pool_release_all(d, &d->large));
   GCA_CHECK(pool_release_all(d, &d->small));
@@ -718,6 +961,7 @@ static gca_status_t garbage_collect(gca__devalloc_t *d) {
   if (d->reserved <= threshold)
     return GCA_OK;
   size_t target = d->reserved - threshold, reclaimed = 0;
+  gca__fcache_flush(d);
   uint64_t total_age = 0;
   size_t count = 0;
   for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
@@ -822,6 +1066,7 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
   d->small.dev = d->large.dev = d;
   d->small.is_small = true;
   apply_limit_from_config(d);
+  fc_update(d);
   bool first = true;
   for (int i = 0; i < GCA__MAX_DEVICES && first; i++)
     first = gca__devalloc_peek(i) == NULL;
@@ -837,13 +1082,21 @@ fail:
   return st;
 }
 
+static gca_status_t devalloc_get_slow(const char *op, int device, gca__devalloc_t **out);
+
 /* The allocator of `device`, created on first use. */
-static gca_status_t devalloc_get(const char *op, int device, gca__devalloc_t **out) {
-  gca__devalloc_t *d = gca__devalloc_peek(device);
-  if (GCA_LIKELY(d != NULL)) {
+static inline gca_status_t devalloc_get(const char *op, int device, gca__devalloc_t **out) {
+  gca__devalloc_t *d;
+  if (GCA_LIKELY((unsigned)device < GCA__MAX_DEVICES &&
+                 (d = atomic_load_explicit(&g_devs[device], memory_order_acquire)) != NULL)) {
     *out = d;
     return GCA_OK;
   }
+  return devalloc_get_slow(op, device, out);
+}
+
+static gca_status_t devalloc_get_slow(const char *op, int device, gca__devalloc_t **out) {
+  gca__devalloc_t *d;
   if (device < 0 || device >= GCA__MAX_DEVICES)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: device %d is out of range", op, device);
   pthread_mutex_lock(&g_lock);
@@ -919,10 +1172,11 @@ static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_strea
              gca__format_size(private_bytes, s_priv, sizeof(s_priv)), s_lim);
 }
 
-static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_stream_t stream) {
+/* malloc with d->lock held; returns with it released. */
+static gca_status_t dev_malloc_locked(gca__devalloc_t *d, void **out, size_t size,
+                                      gca_stream_t stream) {
   gca_status_t st;
   gca__block_t *b = NULL;
-  gca__mutex_lock(&d->lock);
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0))
     GCA_CHECK_GOTO(process_events(d), st, fail);
   GCA_CHECK_GOTO(block_reserve(d), st, fail);
@@ -937,6 +1191,18 @@ static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_
                       pool->owner->handle);
       goto fail;
     }
+  }
+  if (d->fc_count != 0 && pool->owner == NULL) {
+    b = fc_take(d, pool, stream, rounded, size);
+    if (b != NULL) {
+      gca__history_event(GCA_HA_ALLOC, d->device, b->addr, size, stream);
+      DEBUG_CHECK(d);
+      gca__mutex_unlock(&d->lock);
+      *out = (void *)(uintptr_t)b->addr;
+      return GCA_OK;
+    }
+    /* a miss searches what PyTorch's rules would: every earlier free merged */
+    gca__fcache_flush(d);
   }
   size_t seg_size = d->caching ? gca__alloc_segment_size(rounded) : rounded;
   if (GCA_UNLIKELY(pool->no_split))
@@ -1010,8 +1276,34 @@ fail:
   return gca__error_prefix(st, "malloc of %zu bytes on device %d", size, d->device);
 }
 
+static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_stream_t stream) {
+  gca__mutex_lock(&d->lock);
+  return dev_malloc_locked(d, out, size, stream);
+}
+
 GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_stream_t stream) {
   gca__devalloc_t *d;
+  /* the free cache's hit (Note [Free cache]): the common case, checked first */
+  if (GCA_LIKELY(ptr != NULL && size - 1 < GCA__MAX_REQUEST &&
+                 (unsigned)device < GCA__MAX_DEVICES &&
+                 (d = atomic_load_explicit(&g_devs[device], memory_order_acquire)) != NULL)) {
+    gca__mutex_lock(&d->lock);
+    if (GCA_LIKELY(d->fc_count != 0 && (d->npending | d->ndeferred) == 0 &&
+                   atomic_load_explicit(&d->routing, memory_order_relaxed) == 0)) {
+      size_t rounded = round_request(d, size);
+      gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
+      gca__block_t *b = fc_take(d, pool, stream, rounded, size);
+      if (GCA_LIKELY(b != NULL)) {
+        gca__history_event(GCA_HA_ALLOC, d->device, b->addr, size, stream);
+        DEBUG_CHECK(d);
+        gca__mutex_unlock(&d->lock);
+        *ptr = (void *)(uintptr_t)b->addr;
+        return GCA_OK;
+      }
+    }
+    *ptr = NULL;
+    return dev_malloc_locked(d, ptr, size, stream);
+  }
   if (ptr == NULL)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "malloc: the output pointer is NULL");
   *ptr = NULL;
@@ -1078,8 +1370,8 @@ static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
 }
 
 /* Finds the live block at addr and returns with its device's lock held, or
- * NULL (no lock held). With `take` the block leaves the pointer map. */
-static gca__block_t *lock_live(gca_devptr_t addr, bool take, gca__devalloc_t **out) {
+ * NULL (no lock held). A block in the free cache is not live. */
+static gca__block_t *lock_live(gca_devptr_t addr, gca__devalloc_t **out) {
   int dev = atomic_load_explicit(&g_single_dev, memory_order_relaxed);
   int first = dev, last = dev;
   if (dev < 0) {
@@ -1097,8 +1389,8 @@ static gca__block_t *lock_live(gca_devptr_t addr, bool take, gca__devalloc_t **o
     if (d == NULL)
       continue;
     gca__mutex_lock(&d->lock);
-    gca__block_t *b = take ? gca__ptrmap_take(&d->ptrs, addr) : gca__ptrmap_find(&d->ptrs, addr);
-    if (GCA_LIKELY(b != NULL)) {
+    gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
+    if (GCA_LIKELY(b != NULL && !b->cached)) {
       *out = d;
       return b;
     }
@@ -1135,18 +1427,11 @@ static gca_status_t dev_free(gca__devalloc_t *d, gca__block_t *b) {
   return GCA_OK;
 }
 
-/* Frees `ptr`; expected_dev >= 0 also requires it to belong to that device. */
-static gca_status_t free_impl(void *ptr, int expected_dev) {
-  gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
+/* Frees the live block b at addr with d->lock held; returns with it released. */
+static gca_status_t free_locked(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr,
+                                int expected_dev) {
   gca_status_t st;
-  if (ptr == NULL)
-    return GCA_OK;
-  gca__devalloc_t *d;
-  gca__block_t *b = lock_live(addr, true, &d);
-  if (GCA_UNLIKELY(b == NULL))
-    return bad_pointer("free", addr);
   if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
-    GCA_ASSERT(gca__ptrmap_insert(&d->ptrs, addr, b) == GCA_OK);
     gca__mutex_unlock(&d->lock);
     return gca__error(GCA_ERR_INVALID_POINTER,
                       "free: pointer 0x%" PRIx64 " belongs to device %d, not device %d", addr,
@@ -1154,9 +1439,18 @@ static gca_status_t free_impl(void *ptr, int expected_dev) {
   }
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0)) {
     st = process_events(d);
-    if (st != GCA_OK)
-      goto fail;
+    if (st != GCA_OK) {
+      DEBUG_CHECK(d);
+      gca__mutex_unlock(&d->lock);
+      return st;
+    }
   }
+  if (d->fc_on && b->nuses == 0 && b->pool->owner == NULL && d->ncaptures == 0 && fc_put(d, b)) {
+    DEBUG_CHECK(d);
+    gca__mutex_unlock(&d->lock);
+    return GCA_OK;
+  }
+  gca__ptrmap_take(&d->ptrs, addr);
   st = dev_free(d, b);
   if (st != GCA_OK)
     goto fail;
@@ -1171,7 +1465,38 @@ fail:
   return st;
 }
 
+/* Frees `ptr`; expected_dev >= 0 also requires it to belong to that device. */
+static gca_status_t free_impl(void *ptr, int expected_dev) {
+  gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
+  if (ptr == NULL)
+    return GCA_OK;
+  gca__devalloc_t *d;
+  gca__block_t *b = lock_live(addr, &d);
+  if (GCA_UNLIKELY(b == NULL))
+    return bad_pointer("free", addr);
+  return free_locked(d, b, addr, expected_dev);
+}
+
 GCA_API gca_status_t gca_free(void *ptr) {
+  gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
+  int dev = atomic_load_explicit(&g_single_dev, memory_order_relaxed);
+  gca__devalloc_t *d;
+  /* one device (the common case): its map is the only place to look */
+  if (GCA_LIKELY(dev >= 0 && addr != 0 &&
+                 (d = atomic_load_explicit(&g_devs[dev], memory_order_acquire)) != NULL)) {
+    gca__mutex_lock(&d->lock);
+    gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
+    if (GCA_LIKELY(b != NULL && !b->cached)) {
+      if (GCA_LIKELY(d->fc_on && b->nuses == 0 && (d->npending | d->ndeferred) == 0 &&
+                     d->ncaptures == 0 && b->pool->owner == NULL && fc_put(d, b))) {
+        DEBUG_CHECK(d);
+        gca__mutex_unlock(&d->lock);
+        return GCA_OK;
+      }
+      return free_locked(d, b, addr, -1);
+    }
+    gca__mutex_unlock(&d->lock);
+  }
   return free_impl(ptr, -1);
 }
 
@@ -1179,7 +1504,7 @@ GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   gca_status_t st = GCA_OK;
   gca__devalloc_t *d;
-  gca__block_t *b = lock_live(addr, false, &d);
+  gca__block_t *b = lock_live(addr, &d);
   if (b == NULL)
     return bad_pointer("record_stream", addr);
   if (stream == b->stream)
@@ -1207,7 +1532,7 @@ out:
 GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *device) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   gca__devalloc_t *d;
-  gca__block_t *b = lock_live(addr, false, &d);
+  gca__block_t *b = lock_live(addr, &d);
   if (b == NULL)
     return bad_pointer("pointer_info", addr);
   size_t size = b->size;
@@ -1267,6 +1592,7 @@ GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction) {
   gca__mutex_lock(&d->lock);
   d->set_fraction = true;
   d->allowed_max = (size_t)(fraction * (double)d->total_memory);
+  fc_update(d);
   gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
@@ -1287,6 +1613,7 @@ GCA_API gca_status_t gca_set_memory_limit(int device, uint64_t bytes) {
   gca__mutex_lock(&d->lock);
   d->set_fraction = bytes != 0;
   d->allowed_max = bytes;
+  fc_update(d);
   gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
@@ -1314,6 +1641,7 @@ GCA_API gca_status_t gca_set_config(const char *conf) {
     gca__mutex_lock(&d->lock);
     set_config_locked(d, &cfg);
     apply_limit_from_config(d);
+    fc_update(d);
     gca__mutex_unlock(&d->lock);
   }
 out:
@@ -1356,6 +1684,7 @@ GCA_API gca_status_t gca_set_caching(bool enabled) {
       continue;
     gca__mutex_lock(&d->lock);
     d->caching = enabled;
+    fc_update(d);
     if (!enabled)
       st = release_cached(d);
     gca__mutex_unlock(&d->lock);

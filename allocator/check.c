@@ -21,8 +21,36 @@ typedef struct sums {
 
 #define BROKEN(...) gca__error(GCA_ERR_INTERNAL, "allocator_check: " __VA_ARGS__)
 
+/* Free in the statistics' sense: in the tree or in the free cache. */
+static inline bool free_or_cached(const gca__block_t *b) {
+  return b->in_tree || b->cached;
+}
+
+/* Whether the segment has more than one block once every free run is merged
+ * (Note [Free cache]: statistics count cached blocks as merged). */
+static bool logically_split(const gca__segment_t *s) {
+  for (const gca__block_t *b = s->head; b != NULL; b = b->next)
+    if (!free_or_cached(b))
+      return s->head->next != NULL;
+  return false;
+}
+
+static gca_status_t check_cached(gca__devalloc_t *d, const gca__pool_t *p, const gca__block_t *b) {
+  const gca__block_t *pv = b->prev, *nx = b->next;
+  if (gca__ptrmap_find(&d->ptrs, b->addr) != b)
+    return BROKEN("block 0x%" PRIx64 ": cached but not in the pointer map", b->addr);
+  if (b->allocated || b->in_tree || b->event_count != 0 || b->requested != 0 || b->nuses != 0 ||
+      b->unmapped || p->owner != NULL)
+    return BROKEN("block 0x%" PRIx64 ": cached in a state that may not be cached", b->addr);
+  if ((pv != NULL && (pv->cached || (pv->in_tree && pv->prev != NULL && pv->prev->cached))) ||
+      (nx != NULL && (nx->cached || (nx->in_tree && nx->next != NULL && nx->next->cached))))
+    return BROKEN("block 0x%" PRIx64 ": another cached block shares its free run", b->addr);
+  return GCA_OK;
+}
+
 static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
-                               int64_t *oversize_alloc, int64_t *oversize_seg, size_t *live) {
+                               int64_t *oversize_alloc, int64_t *oversize_seg, size_t *live,
+                               size_t *ncached) {
   size_t nfree = 0, nseg = 0;
   long tree_count = gca__tree_validate(p);
   if (tree_count < 0)
@@ -48,7 +76,7 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
       sum->reserved_bytes += (int64_t)s->size;
     if (s->oversize)
       (*oversize_seg)++;
-    bool split = s->head->next != NULL;
+    bool split = logically_split(s);
     gca_devptr_t at = s->base;
     for (gca__block_t *b = s->head; b != NULL; b = b->next) {
       (*live)++;
@@ -69,15 +97,18 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
           return BROKEN("block 0x%" PRIx64 ": unmapped in a classic segment", b->addr);
         continue; /* gca__expand_check() covers it */
       }
-      bool is_free = !b->allocated && b->event_count == 0;
+      if (b->cached) {
+        GCA_CHECK(check_cached(d, p, b));
+        (*ncached)++;
+      }
+      bool is_free = !b->allocated && b->event_count == 0 && !b->cached;
       if (b->in_tree != is_free)
         return BROKEN("block 0x%" PRIx64 ": %s but %sin the free tree", b->addr,
                       is_free ? "free" : "in use", b->in_tree ? "" : "not ");
       if (is_free && !gca__tree_contains(p, b))
         return BROKEN("block 0x%" PRIx64 ": marked in the tree but not reachable by its key",
                       b->addr);
-      if (is_free && b->next && !b->next->allocated && b->next->event_count == 0 &&
-          !b->next->unmapped)
+      if (is_free && b->next && b->next->in_tree)
         return BROKEN("blocks 0x%" PRIx64 " and 0x%" PRIx64 ": adjacent free blocks not coalesced",
                       b->addr, b->next->addr);
       if (b->allocated) {
@@ -95,11 +126,14 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
         sum->active_bytes += (int64_t)b->size;
         sum->requested_bytes += (int64_t)b->requested;
       } else {
-        nfree++;
+        nfree += !b->cached;
         if (b->requested != 0)
           return BROKEN("block 0x%" PRIx64 ": free with a requested size", b->addr);
         if (split) {
-          sum->inactive_split++;
+          /* one inactive split block per free run: a cached block and its free
+           * neighbours count once (Note [Free cache]) */
+          if (b->prev == NULL || !free_or_cached(b->prev))
+            sum->inactive_split++;
           sum->inactive_split_bytes += (int64_t)b->size;
         }
       }
@@ -130,15 +164,17 @@ static gca_status_t compare(int device, const char *name, int type, int64_t kept
 gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
   sums_t sums[GCA_STAT_TYPES];
   int64_t oversize_alloc = 0, oversize_seg = 0;
-  size_t live = 0;
+  size_t live = 0, ncached = 0;
   memset(sums, 0, sizeof(sums));
-  GCA_CHECK(check_pool(d, &d->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live));
-  GCA_CHECK(check_pool(d, &d->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live));
+  GCA_CHECK(check_pool(d, &d->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live,
+                       &ncached));
+  GCA_CHECK(check_pool(d, &d->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live,
+                       &ncached));
   for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
-    GCA_CHECK(
-        check_pool(d, &m->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live));
-    GCA_CHECK(
-        check_pool(d, &m->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live));
+    GCA_CHECK(check_pool(d, &m->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live,
+                         &ncached));
+    GCA_CHECK(check_pool(d, &m->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live,
+                         &ncached));
     GCA_CHECK(gca__mempool_check_locked(d, m));
   }
   if (live != d->live_blocks)
@@ -150,9 +186,29 @@ gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
   for (size_t i = 0; i < sizeof(sums_t) / sizeof(int64_t); i++)
     a[i] = sm[i] + lg[i];
   size_t in_map = d->ptrs.count;
-  if ((int64_t)in_map != sums[GCA_STAT_ALL].allocation)
-    return BROKEN("device %d: pointer map holds %zu entries for %" PRId64 " allocated blocks",
-                  d->device, in_map, sums[GCA_STAT_ALL].allocation);
+  if ((int64_t)in_map != sums[GCA_STAT_ALL].allocation + (int64_t)ncached)
+    return BROKEN("device %d: pointer map holds %zu entries for %" PRId64
+                  " allocated and %zu cached blocks",
+                  d->device, in_map, sums[GCA_STAT_ALL].allocation, ncached);
+  size_t in_bins = 0;
+  for (size_t i = 0; i < GCA__FC_BINS; i++) {
+    const gca__fcbin_t *bin = &d->fc_bins[i];
+    uint32_t n = 0;
+    for (const gca__block_t *b = bin->head; b != NULL; b = b->left, n++)
+      if (!b->cached || b->stream != bin->stream || b->size != bin->size || n >= GCA__FC_BIN_MAX)
+        return BROKEN("device %d: free cache bin %zu holds block 0x%" PRIx64
+                      " that does not belong there",
+                      d->device, i, b->addr);
+    if (n != bin->n)
+      return BROKEN("device %d: free cache bin %zu holds %u blocks, count says %u", d->device, i, n,
+                    bin->n);
+    in_bins += n;
+  }
+  if (in_bins != ncached || ncached != d->fc_count)
+    return BROKEN("device %d: %zu cached blocks in segments, %zu in bins, count says %zu",
+                  d->device, ncached, in_bins, d->fc_count);
+  if (ncached != 0 && !d->fc_on)
+    return BROKEN("device %d: %zu blocks cached while the free cache is off", d->device, ncached);
   if ((int64_t)d->reserved != sums[GCA_STAT_ALL].reserved_bytes)
     return BROKEN("device %d: reserved counter %zu, segments add up to %" PRId64, d->device,
                   d->reserved, sums[GCA_STAT_ALL].reserved_bytes);
@@ -216,6 +272,7 @@ gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx) {
   if (d == NULL || fn == NULL)
     return GCA_OK;
   gca__mutex_lock(&d->lock);
+  gca__fcache_flush(d); /* the layout as PyTorch's rules leave it (Note [Free cache]) */
   size_t nseg = 0, k = 0, maxb = 0;
   for (gca__pool_t *p = &d->small; p != NULL; p = gca__pool_next(d, p))
     nseg += p->nsegments;

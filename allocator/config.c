@@ -39,6 +39,7 @@ void gca__config_defaults(gca_alloc_config_t *cfg) {
   cfg->garbage_collection_threshold = 0.0;
   cfg->pinned_num_register_threads = 1;
   cfg->per_process_memory_fraction = 0.0;
+  cfg->free_cache = true;
   snprintf(cfg->backend, sizeof(cfg->backend), "native");
 }
 
@@ -244,6 +245,7 @@ static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t
       "graph_capture_record_stream_reuse",
       "backend",
       "ipc_handles",
+      "free_cache",
   };
   size_t k = 0;
   while (k < GCA_ARRAY_SIZE(keys) && strcmp(key, keys[k]) != 0)
@@ -255,7 +257,7 @@ static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t
                       "roundup_power2_divisions, expandable_segments, release_lock_on_cudamalloc, "
                       "pinned_use_cuda_host_register, pinned_num_register_threads, "
                       "pinned_use_background_threads, per_process_memory_fraction, "
-                      "graph_capture_record_stream_reuse, backend, ipc_handles)",
+                      "graph_capture_record_stream_reuse, backend, ipc_handles, free_cache)",
                       key);
   if (strcmp(tok_at(t, i + 1), ":") != 0)
     return gca__error(GCA_ERR_CONFIG, "%s%s: expected ':' and a value after '%s'", key,
@@ -317,6 +319,9 @@ static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t
     break;
   case 12:
     GCA_CHECK(read_bool(key, val, &cfg->ipc_handles));
+    break;
+  case 13:
+    GCA_CHECK(read_bool(key, val, &cfg->free_cache));
     break;
   default:
     if (strcmp(val, "cudaMallocAsync") == 0)
@@ -447,6 +452,8 @@ gca_status_t gca__config_format(const gca_alloc_config_t *cfg, char *buf, size_t
        cfg->graph_capture_record_stream_reuse ? "True" : "False");
   if (cfg->ipc_handles)
     emit(&o, "ipc_handles:True,");
+  if (!cfg->free_cache)
+    emit(&o, "free_cache:False,");
   emit(&o, "backend:%s", cfg->backend[0] ? cfg->backend : "native");
   if (o.overflow)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,

@@ -8,7 +8,10 @@
  * GCA_ERR_CONFIG with the offending text quoted; a failed parse leaves the
  * output untouched.
  *
- * gca adds one key of its own: ipc_handles:True makes classic (non-expandable)
+ * gca adds two keys of its own. free_cache (default True) keeps the last
+ * frees of each (stream, size) uncoalesced for the next request of that size
+ * (Note [Free cache], allocator.c); False gives PyTorch's placement exactly.
+ * Formatted only when False. ipc_handles:True makes classic (non-expandable)
  * segments VMM-backed (one mem_create handle of the segment's size, mapped
  * once) instead of mem_alloc'd, so that their blocks can be exported to other
  * processes with gca_ipc_export (gca/ipc.h); they behave as classic segments
@@ -42,6 +45,7 @@ typedef struct gca_alloc_config {
   double per_process_memory_fraction; /* 0 = unset; else in (0, 1] */
   bool graph_capture_record_stream_reuse;
   bool ipc_handles; /* gca's own key: VMM-backed classic segments */
+  bool free_cache;  /* gca's own key: Note [Free cache] (default true) */
   char backend[16]; /* "native" (default) or "cudaMallocAsync" (rejected
                        with a message: gca is the allocator) */
 } gca_alloc_config_t;

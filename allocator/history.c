@@ -23,7 +23,8 @@
 
 enum { ON_HISTORY = 1u, ON_TRACE = 2u };
 
-static atomic_uint recorders;
+atomic_uint gca__history_recorders;
+#define recorders gca__history_recorders
 static atomic_size_t ring_capacity;
 static atomic_bool want_stacks;
 static atomic_int devices_seen; /* 1 + the highest device that recorded */
@@ -155,10 +156,10 @@ __attribute__((noinline)) static void record_slow(unsigned on, gca_history_actio
   pthread_mutex_unlock(&r->lock);
 }
 
-void gca__history_event(gca_history_action_t action, int device, gca_devptr_t addr, uint64_t size,
-                        gca_stream_t stream) {
+void gca__history_event_slow(gca_history_action_t action, int device, gca_devptr_t addr,
+                             uint64_t size, gca_stream_t stream) {
   unsigned on = atomic_load_explicit(&recorders, memory_order_relaxed);
-  if (GCA_LIKELY(on == 0))
+  if (on == 0)
     return;
   record_slow(on, action, device, addr, size, stream);
   __asm__ volatile("" ::: "memory"); /* no tail call: keeps this frame for the frame count */

@@ -9,6 +9,7 @@
 #ifndef GCA_ALLOC_HISTORY_H
 #define GCA_ALLOC_HISTORY_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,10 +51,18 @@ typedef struct gca_history_entry {
 
 /* ---- history.c ---- */
 
+/* Which recorders are on (0: none); read once per event on the hot path. */
+extern atomic_uint gca__history_recorders;
+void gca__history_event_slow(gca_history_action_t action, int device, gca_devptr_t addr,
+                             uint64_t size, gca_stream_t stream);
+
 /* Records one event into the device's ring and, for ALLOC and FREE_REQUESTED
  * (the user-visible allocate/free), into the GCA_TRACE file. Thread-safe. */
-void gca__history_event(gca_history_action_t action, int device, gca_devptr_t addr, uint64_t size,
-                        gca_stream_t stream);
+static inline void gca__history_event(gca_history_action_t action, int device, gca_devptr_t addr,
+                                      uint64_t size, gca_stream_t stream) {
+  if (GCA_UNLIKELY(atomic_load_explicit(&gca__history_recorders, memory_order_relaxed) != 0))
+    gca__history_event_slow(action, device, addr, size, stream);
+}
 /* Notes a failed allocation request ("allocate failure" in the trace). */
 void gca__history_alloc_failure(int device, uint64_t size, gca_stream_t stream);
 /* Backs gca_record_history(). */

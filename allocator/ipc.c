@@ -184,7 +184,7 @@ static gca__block_t *find_live(gca_devptr_t addr, gca__devalloc_t **out) {
       continue;
     gca__mutex_lock(&d->lock);
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
-    if (b != NULL) {
+    if (b != NULL && !b->cached) { /* a cached block is free (Note [Free cache]) */
       *out = d;
       return b;
     }

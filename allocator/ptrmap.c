@@ -19,18 +19,8 @@
 
 #define INITIAL_CAP 64u
 
-static inline uint64_t hash_addr(gca_devptr_t a) {
-  uint64_t x = a * 0x9e3779b97f4a7c15ull;
-  return x ^ (x >> 29);
-}
-
-/* Slot holding addr, or the empty slot where it would go. */
-static inline uint32_t probe(const gca__ptrmap_t *m, gca_devptr_t addr) {
-  uint32_t mask = m->cap - 1, i = (uint32_t)hash_addr(addr) & mask;
-  while (m->keys[i] != 0 && m->keys[i] != addr)
-    i = (i + 1) & mask;
-  return i;
-}
+#define hash_addr gca__ptrmap_hash
+#define probe     gca__ptrmap_probe
 
 static gca_status_t grow(gca__ptrmap_t *m) {
   uint32_t ncap = m->cap ? m->cap * 2 : INITIAL_CAP;
@@ -67,13 +57,6 @@ gca_status_t gca__ptrmap_insert(gca__ptrmap_t *m, gca_devptr_t addr, gca__block_
   m->vals[i] = b;
   m->count++;
   return GCA_OK;
-}
-
-gca__block_t *gca__ptrmap_find(const gca__ptrmap_t *m, gca_devptr_t addr) {
-  if (m->cap == 0 || addr == 0)
-    return NULL;
-  uint32_t i = probe(m, addr);
-  return m->keys[i] == addr ? m->vals[i] : NULL;
 }
 
 gca__block_t *gca__ptrmap_take(gca__ptrmap_t *m, gca_devptr_t addr) {
