@@ -1,0 +1,362 @@
+/* test_free_cache.c - the free cache (Note [Free cache], allocator.c): a
+ * plain free waits uncoalesced for the next request of its (stream, size);
+ * statistics stay exactly those of PyTorch's rules at every step, misses and
+ * release paths see every free merged, and free_cache:False gives PyTorch's
+ * placement. */
+#include <stdlib.h>
+
+#include "alloc_fixture.h"
+
+static size_t fc_count(void) {
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  return d != NULL ? d->fc_count : 0;
+}
+
+static int64_t total_device_calls(void) {
+  int64_t n = 0;
+  for (int i = 0; i < gca_sim_op_count(); i++)
+    n += gca_sim_call_count(gca_sim_op_name(i));
+  return n;
+}
+
+/* Every field of every statistic that does not depend on which block a
+ * request receives. */
+static void assert_usage_stats_equal(const gca_stats_t *a, const gca_stats_t *b, const char *when) {
+  const gca_stat_t *arrs_a[] = {a->allocation, a->allocated_bytes, a->active, a->active_bytes,
+                                a->requested_bytes};
+  const gca_stat_t *arrs_b[] = {b->allocation, b->allocated_bytes, b->active, b->active_bytes,
+                                b->requested_bytes};
+  static const char *names[] = {"allocation", "allocated_bytes", "active", "active_bytes",
+                                "requested_bytes"};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(arrs_a); k++) {
+    for (int t = 0; t < GCA_STAT_TYPES; t++) {
+      const gca_stat_t *x = &arrs_a[k][t], *y = &arrs_b[k][t];
+      if (x->current != y->current || x->peak != y->peak || x->allocated != y->allocated ||
+          x->freed != y->freed)
+        fail_msg("%s: %s[%d] differs: %lld/%lld/%lld/%lld vs %lld/%lld/%lld/%lld", when, names[k],
+                 t, (long long)x->current, (long long)x->peak, (long long)x->allocated,
+                 (long long)x->freed, (long long)y->current, (long long)y->peak,
+                 (long long)y->allocated, (long long)y->freed);
+    }
+  }
+  assert_int_equal(a->oversize_allocations.current, b->oversize_allocations.current);
+  assert_int_equal(a->oversize_allocations.peak, b->oversize_allocations.peak);
+}
+
+static void assert_all_stats_equal(const gca_stats_t *a, const gca_stats_t *b) {
+  assert_usage_stats_equal(a, b, "pair");
+  const gca_stat_t *xa[] = {a->segment, a->reserved_bytes, a->inactive_split,
+                            a->inactive_split_bytes};
+  const gca_stat_t *xb[] = {b->segment, b->reserved_bytes, b->inactive_split,
+                            b->inactive_split_bytes};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(xa); k++)
+    assert_memory_equal(xa[k], xb[k], sizeof(gca_stat_t) * GCA_STAT_TYPES);
+  assert_int_equal(a->num_device_alloc, b->num_device_alloc);
+  assert_int_equal(a->num_device_free, b->num_device_free);
+}
+
+/* The benchmark's pattern: alloc+free of one size on an otherwise idle
+ * allocator. The block is reused, no device call is made, and every
+ * statistic, peaks included, equals what PyTorch's rules give (measured here
+ * with the cache off). */
+static void pair_reuses_block_with_exact_statistics(void **state) {
+  (void)state;
+  gca_stats_t with[3], without[3];
+  for (int pass = 0; pass < 2; pass++) {
+    gca__allocator_reset();
+    assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
+    gca_stats_t *out = pass == 0 ? with : without;
+    void *p = alloc_on(600, NULL);
+    free_ok(p);
+    out[0] = stats();
+    assert_int_equal(fc_count(), pass == 0 ? 1 : 0);
+    gca_sim_counters_reset();
+    for (int i = 0; i < 1000; i++) {
+      void *q = alloc_on(700, NULL); /* same rounded size, another requested size */
+      assert_ptr_equal(q, p);
+      if (i == 0)
+        out[1] = stats();
+      free_ok(q);
+    }
+    assert_int_equal(total_device_calls(), 0);
+    out[2] = stats();
+  }
+  assert_ok(gca_set_config("free_cache:True"));
+  for (int i = 0; i < 3; i++)
+    assert_all_stats_equal(&with[i], &without[i]);
+  /* a freed block merged back into its 2 MiB segment: nothing inactive split */
+  assert_int_equal(with[0].inactive_split[GCA_STAT_ALL].current, 0);
+  assert_int_equal(with[1].inactive_split[GCA_STAT_SMALL].current, 1);
+  assert_int_equal(with[1].inactive_split_bytes[GCA_STAT_SMALL].current, 2 * MiB - 1024);
+  assert_int_equal(with[2].requested_bytes[GCA_STAT_SMALL].allocated, 600 + 1000 * 700);
+}
+
+/* Random scripts on two streams, run with and without the cache: after every
+ * step the usage statistics (every field) are equal and the walker, which
+ * recomputes inactive_split from the layout, passes; at the end everything
+ * returns to the device. */
+static void random_scripts_keep_statistics_exact(void **state) {
+  (void)state;
+  static const size_t sizes[] = {512, 1000, 4096, 65536, 1 << 20, 3 << 20, 12 << 20};
+  gca_stream_t streams[2] = {NULL, NULL};
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &streams[1]));
+  enum { STEPS = 1500, LIVE = 48 };
+  for (unsigned seed = 1; seed <= 6; seed++) {
+    gca_stats_t *trace[2];
+    for (int pass = 0; pass < 2; pass++) {
+      gca__allocator_reset();
+      assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
+      trace[pass] = calloc(STEPS, sizeof(gca_stats_t));
+      assert_non_null(trace[pass]);
+      void *live[LIVE] = {0};
+      unsigned r = seed;
+      size_t hits = 0;
+      for (int step = 0; step < STEPS; step++) {
+        r = r * 1103515245u + 12345u;
+        unsigned slot = (r >> 8) % LIVE;
+        if (live[slot] != NULL) {
+          free_ok(live[slot]);
+          live[slot] = NULL;
+        } else {
+          size_t size = sizes[(r >> 16) % GCA_ARRAY_SIZE(sizes)] - ((r >> 4) & 7);
+          size_t before = fc_count();
+          live[slot] = alloc_on(size, streams[(r >> 20) & 1]);
+          hits += fc_count() + 1 == before;
+        }
+        trace[pass][step] = stats();
+      }
+      for (int i = 0; i < LIVE; i++)
+        if (live[i] != NULL)
+          free_ok(live[i]);
+      assert_ok(gca_empty_cache());
+      check();
+      assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+      assert_int_equal(fc_count(), 0);
+      if (pass == 0)
+        assert_true(hits > 50); /* the scripts do exercise the cache */
+    }
+    for (int step = 0; step < STEPS; step++) {
+      char when[64];
+      snprintf(when, sizeof(when), "seed %u step %d", seed, step);
+      assert_usage_stats_equal(&trace[0][step], &trace[1][step], when);
+    }
+    free(trace[0]);
+    free(trace[1]);
+  }
+  assert_ok(gca_set_config("free_cache:True"));
+  assert_ok(ops->stream_destroy(streams[1]));
+}
+
+/* A block freed next to a cached one merges with it, as PyTorch's free does. */
+static void freeing_a_neighbour_merges_the_cached_block(void **state) {
+  (void)state;
+  char *a = alloc_on(512, NULL);
+  char *b = alloc_on(512, NULL);
+  char *c = alloc_on(512, NULL);
+  assert_ptr_equal(b, a + 512);
+  assert_ptr_equal(c, b + 512);
+  free_ok(b); /* cached: a and c are in use */
+  assert_int_equal(fc_count(), 1);
+  gca_stats_t s = stats();
+  assert_int_equal(s.inactive_split[GCA_STAT_SMALL].current, 2); /* b, and the remainder */
+  assert_int_equal(s.inactive_split_bytes[GCA_STAT_SMALL].current, 2 * MiB - 1024);
+  free_ok(a); /* a's neighbour b is cached: a is freed into the tree and b merged into it */
+  assert_int_equal(fc_count(), 0);
+  s = stats();
+  assert_int_equal(s.inactive_split[GCA_STAT_SMALL].current, 2); /* a+b, and the remainder */
+  assert_int_equal(s.inactive_split_bytes[GCA_STAT_SMALL].current, 2 * MiB - 512);
+  layout_t l = layout();
+  assert_int_equal(l.nsegs, 1);
+  assert_int_equal(l.nblocks[0], 3); /* [a+b free][c][rest free] */
+  assert_int_equal(l.nfree[0], 2);
+  void *ab = alloc_on(1024, NULL); /* the merged block fits exactly */
+  assert_ptr_equal(ab, a);
+  free_ok(ab);
+  free_ok(c);
+  l = layout();
+  assert_int_equal(l.nblocks[0], 1);
+  assert_int_equal(stats().inactive_split[GCA_STAT_ALL].current, 0);
+}
+
+/* A request of another size flushes the cache first, so it finds the cached
+ * memory merged, exactly where PyTorch's best fit would, and no segment is
+ * created for it. */
+static void a_miss_sees_cached_blocks_merged(void **state) {
+  (void)state;
+  char *a = alloc_on(1 * MiB, NULL);
+  char *b = alloc_on(1 * MiB, NULL); /* the 2 MiB segment is full */
+  assert_ptr_equal(b, a + MiB);
+  free_ok(a);
+  assert_int_equal(fc_count(), 1);
+  int64_t segs = stats().num_device_alloc;
+  char *c = alloc_on(512 * KiB, NULL);
+  assert_ptr_equal(c, a); /* best fit: a's block, split */
+  assert_int_equal(fc_count(), 0);
+  assert_int_equal(stats().num_device_alloc, segs);
+  char *e = alloc_on(512 * KiB, NULL);
+  assert_ptr_equal(e, a + 512 * KiB);
+  free_ok(c);
+  free_ok(e);
+  free_ok(b);
+}
+
+/* Where the cache and PyTorch's best fit part ways: a request of a cached
+ * (stream, size) gets the block freed last, even when an older free block of
+ * that size lies lower; free_cache:False gives the lower one, as PyTorch
+ * does. Statistics agree either way. */
+static void free_cache_false_restores_pytorch_placement(void **state) {
+  (void)state;
+  gca_stream_t s2;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s2));
+  gca_stats_t st[2];
+  for (int pass = 0; pass < 2; pass++) {
+    gca__allocator_reset();
+    assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
+    char *y = alloc_on(512 * KiB, NULL);
+    char *g1 = alloc_on(512 * KiB, NULL);
+    char *x = alloc_on(512 * KiB, NULL);
+    char *g2 = alloc_on(512 * KiB, NULL);
+    free_ok(y);
+    void *other = alloc_on(512, s2); /* a miss: y goes to the tree */
+    free_ok(x);
+    void *z = alloc_on(512 * KiB, NULL);
+    assert_ptr_equal(z, pass == 0 ? x : y);
+    st[pass] = stats();
+    free_ok(z);
+    free_ok(g1);
+    free_ok(g2);
+    free_ok(other);
+  }
+  assert_usage_stats_equal(&st[0], &st[1], "placement");
+  assert_int_equal(st[0].inactive_split[GCA_STAT_ALL].current,
+                   st[1].inactive_split[GCA_STAT_ALL].current);
+  assert_ok(gca_set_config("free_cache:True"));
+  assert_ok(ops->stream_destroy(s2));
+}
+
+/* A cached pointer is not live: a second free, record_stream and
+ * pointer_info say so, and nothing changes. */
+static void cached_pointer_is_not_live(void **state) {
+  (void)state;
+  void *p = alloc_on(4096, NULL);
+  free_ok(p);
+  gca_stats_t before = stats();
+  assert_status(gca_free(p), GCA_ERR_INVALID_POINTER, "already freed");
+  assert_status(gca_record_stream(p, NULL), GCA_ERR_INVALID_POINTER, "record_stream");
+  size_t sz;
+  assert_status(gca_pointer_info(p, &sz, NULL), GCA_ERR_INVALID_POINTER, "pointer_info");
+  assert_status(gca_free((char *)p + 512), GCA_ERR_INVALID_POINTER, "not live");
+  check();
+  gca_stats_t after = stats();
+  assert_all_stats_equal(&before, &after);
+  assert_int_equal(fc_count(), 1);
+  void *q = alloc_on(4096, NULL); /* still served from the cache */
+  assert_ptr_equal(q, p);
+  free_ok(q);
+}
+
+/* Only plain frees are cached: not with recorded streams, not in a private
+ * pool, not while garbage collection or caching-off is in force; turning
+ * caching off or emptying the cache flushes. */
+static void only_plain_frees_are_cached(void **state) {
+  (void)state;
+  gca_stream_t s2;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s2));
+  void *p = alloc_on(8192, NULL);
+  assert_ok(gca_record_stream(p, s2));
+  free_ok(p);
+  assert_int_equal(fc_count(), 0);
+  assert_ok(ops->stream_synchronize(s2));
+
+  gca_pool_t *pool;
+  assert_ok(gca_pool_create(0, NULL, &pool));
+  assert_ok(gca_pool_use_begin(pool));
+  void *q = alloc_on(8192, NULL);
+  assert_ok(gca_pool_use_end(pool));
+  free_ok(q);
+  assert_int_equal(fc_count(), 0);
+  assert_ok(gca_pool_release(pool));
+
+  void *r = alloc_on(8192, NULL);
+  free_ok(r);
+  assert_int_equal(fc_count(), 1);
+  assert_ok(gca_empty_cache());
+  assert_int_equal(fc_count(), 0);
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+
+  r = alloc_on(8192, NULL);
+  free_ok(r);
+  assert_int_equal(fc_count(), 1);
+  assert_ok(gca_set_caching(false));
+  assert_int_equal(fc_count(), 0);
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  r = alloc_on(8192, NULL);
+  free_ok(r);
+  assert_int_equal(fc_count(), 0);
+  assert_ok(gca_set_caching(true));
+
+  assert_ok(gca_set_config("garbage_collection_threshold:0.5"));
+  assert_ok(gca_set_memory_fraction(0, 0.5));
+  r = alloc_on(8192, NULL);
+  free_ok(r);
+  assert_int_equal(fc_count(), 0); /* block ages must be kept: no cache under GC */
+  assert_ok(gca_set_memory_limit(0, 0)); /* no limit: no GC, frees are cached again */
+  r = alloc_on(8192, NULL);
+  free_ok(r);
+  assert_int_equal(fc_count(), 1);
+  assert_ok(ops->stream_destroy(s2));
+}
+
+/* The snapshot walk shows the layout PyTorch's rules leave (cached blocks
+ * merged), and its free bytes add up to the statistics. */
+static void snapshot_walk_shows_merged_layout(void **state) {
+  (void)state;
+  void *a = alloc_on(2048, NULL);
+  void *b = alloc_on(2048, NULL);
+  free_ok(b); /* cached, next to the free remainder */
+  gca_stats_t s = stats();
+  assert_int_equal(s.inactive_split[GCA_STAT_ALL].current, 1);
+  layout_t l = layout();
+  assert_int_equal(l.nblocks[0], 2); /* [a][b + remainder] */
+  assert_int_equal(l.nfree[0], 1);
+  assert_int_equal(fc_count(), 0);
+  gca_stats_t s2 = stats();
+  assert_all_stats_equal(&s, &s2);
+  free_ok(a);
+}
+
+/* The key parses, prints back only when False, and a bad value is quoted. */
+static void free_cache_key_parses(void **state) {
+  (void)state;
+  char buf[1024];
+  assert_ok(gca_set_config("free_cache:False"));
+  assert_ok(gca_get_config(buf, sizeof(buf)));
+  assert_non_null(strstr(buf, "free_cache:False"));
+  assert_ok(gca_set_config("free_cache:True"));
+  assert_ok(gca_get_config(buf, sizeof(buf)));
+  assert_null(strstr(buf, "free_cache"));
+  assert_status(gca_set_config("free_cache:sometimes"), GCA_ERR_CONFIG, "free_cache:sometimes");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(pair_reuses_block_with_exact_statistics, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(random_scripts_keep_statistics_exact, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(freeing_a_neighbour_merges_the_cached_block, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(a_miss_sees_cached_blocks_merged, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(free_cache_false_restores_pytorch_placement, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(cached_pointer_is_not_live, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(only_plain_frees_are_cached, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(snapshot_walk_shows_merged_layout, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(free_cache_key_parses, alloc_setup, alloc_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
