@@ -450,10 +450,8 @@ gca_status_t gca__config_format(const gca_alloc_config_t *cfg, char *buf, size_t
          fmt_double(cfg->per_process_memory_fraction, num, sizeof(num)));
   emit(&o, "graph_capture_record_stream_reuse:%s,",
        cfg->graph_capture_record_stream_reuse ? "True" : "False");
-  if (cfg->ipc_handles)
-    emit(&o, "ipc_handles:True,");
-  if (!cfg->free_cache)
-    emit(&o, "free_cache:False,");
+  emit(&o, "ipc_handles:%s,", cfg->ipc_handles ? "True" : "False");
+  emit(&o, "free_cache:%s,", cfg->free_cache ? "True" : "False");
   emit(&o, "backend:%s", cfg->backend[0] ? cfg->backend : "native");
   if (o.overflow)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,

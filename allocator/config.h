@@ -11,12 +11,13 @@
  * gca adds two keys of its own. free_cache (default True) keeps the last
  * frees of each (stream, size) uncoalesced for the next request of that size
  * (Note [Free cache], allocator.c); False gives PyTorch's placement exactly.
- * Formatted only when False. ipc_handles:True makes classic (non-expandable)
+ * ipc_handles:True makes classic (non-expandable)
  * segments VMM-backed (one mem_create handle of the segment's size, mapped
  * once) instead of mem_alloc'd, so that their blocks can be exported to other
  * processes with gca_ipc_export (gca/ipc.h); they behave as classic segments
- * otherwise. Formatted only when True. Expandable segments are always
- * exportable.
+ * otherwise. Expandable segments are always exportable. Both keys are always
+ * formatted, so that a formatted string restores them when parsed on top of
+ * other settings.
  */
 #ifndef GCA_ALLOC_CONFIG_H
 #define GCA_ALLOC_CONFIG_H

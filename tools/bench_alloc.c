@@ -5,7 +5,9 @@
  * For each size (512 B to 64 MiB) it times gca_malloc+gca_free pairs served
  * from a warm cache, on one thread and on two threads at once (each thread on
  * its own stream), and times malloc+free of the same sizes in the same run, so
- * the ratio is measured under the same machine load. Each figure is the mean
+ * the ratio is measured under the same machine load. "exact" is the single
+ * thread pair with free_cache:False (PyTorch's placement: a split and a merge
+ * on every pair) beside the default configuration. Each figure is the mean
  * over as many pairs as fit in S seconds (default 0.08) per measurement.
  * Nothing is asserted: the figures are printed for a person or a dashboard.
  */
@@ -25,10 +27,10 @@
 static const size_t sizes[] = {512, 4u << 10, 64u << 10, 1u << 20, 8u << 20, 64u << 20};
 #define NSIZES GCA_ARRAY_SIZE(sizes)
 
-enum { KIND_GCA = 0, KIND_MALLOC = 1 };
+enum { KIND_GCA = 0, KIND_MALLOC = 1, KIND_EXACT = 2, KINDS = 3 };
 
 typedef struct bench_row {
-  double ns[2][NTHREADS_MAX]; /* [kind][threads-1]: ns per pair, mean over threads */
+  double ns[KINDS][NTHREADS_MAX]; /* [kind][threads-1]: ns per pair, mean over threads */
 } bench_row_t;
 
 typedef struct worker {
@@ -67,7 +69,7 @@ static gca_status_t malloc_pairs(worker_t *w, int n) {
 }
 
 static gca_status_t pairs(worker_t *w, int n) {
-  return w->kind == KIND_GCA ? gca_pairs(w, n) : malloc_pairs(w, n);
+  return w->kind == KIND_MALLOC ? malloc_pairs(w, n) : gca_pairs(w, n);
 }
 
 static void *worker_main(void *arg) {
@@ -141,18 +143,19 @@ static double ratio(double a, double b) {
 static void print_table(const bench_row_t *rows) {
   printf("ns per alloc+free pair, warm cache (2 threads: mean per thread, each on its own "
          "stream)\n");
-  printf("%-8s %12s %12s %8s %12s %12s %8s\n", "size", "gca 1T", "malloc 1T", "ratio", "gca 2T",
-         "malloc 2T", "ratio");
+  printf("%-8s %10s %10s %8s %10s %8s %10s %10s %8s\n", "size", "gca 1T", "malloc 1T", "ratio",
+         "exact 1T", "ratio", "gca 2T", "malloc 2T", "ratio");
   for (size_t i = 0; i < NSIZES; i++) {
     char name[32];
     size_name(sizes[i], name, sizeof(name));
     const bench_row_t *r = &rows[i];
-    printf("%-8s %12.1f %12.1f %8.2f %12.1f %12.1f %8.2f\n", name, r->ns[KIND_GCA][0],
+    printf("%-8s %10.1f %10.1f %8.2f %10.1f %8.2f %10.1f %10.1f %8.2f\n", name, r->ns[KIND_GCA][0],
            r->ns[KIND_MALLOC][0], ratio(r->ns[KIND_GCA][0], r->ns[KIND_MALLOC][0]),
+           r->ns[KIND_EXACT][0], ratio(r->ns[KIND_EXACT][0], r->ns[KIND_MALLOC][0]),
            r->ns[KIND_GCA][1], r->ns[KIND_MALLOC][1],
            ratio(r->ns[KIND_GCA][1], r->ns[KIND_MALLOC][1]));
   }
-  printf("ratio = gca / malloc (below 1: gca is faster)\n");
+  printf("ratio = gca / malloc (below 1: gca is faster); exact = free_cache:False\n");
 }
 
 static gca_status_t print_json(const bench_row_t *rows, double seconds) {
@@ -176,6 +179,10 @@ static gca_status_t print_json(const bench_row_t *rows, double seconds) {
     gca__json_double(&w, r->ns[KIND_MALLOC][0]);
     gca__json_key(&w, "ratio_1t");
     gca__json_double(&w, ratio(r->ns[KIND_GCA][0], r->ns[KIND_MALLOC][0]));
+    gca__json_key(&w, "exact_ns_1t");
+    gca__json_double(&w, r->ns[KIND_EXACT][0]);
+    gca__json_key(&w, "ratio_exact_1t");
+    gca__json_double(&w, ratio(r->ns[KIND_EXACT][0], r->ns[KIND_MALLOC][0]));
     gca__json_key(&w, "gca_ns_2t");
     gca__json_double(&w, r->ns[KIND_GCA][1]);
     gca__json_key(&w, "malloc_ns_2t");
@@ -202,6 +209,8 @@ static gca_status_t run(double seconds, bool json) {
   int nstreams = 0;
   bench_row_t rows[NSIZES];
   memset(rows, 0, sizeof(rows));
+  char saved[1024];
+  GCA_CHECK(gca_get_config(saved, sizeof(saved)));
   for (; nstreams < NTHREADS_MAX; nstreams++)
     GCA_CHECK_GOTO(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &streams[nstreams]), st, out);
   for (size_t i = 0; i < NSIZES; i++) {
@@ -213,6 +222,11 @@ static gca_status_t run(double seconds, bool json) {
           measure(KIND_MALLOC, sizes[i], nt, seconds, streams, &rows[i].ns[KIND_MALLOC][nt - 1]),
           st, out);
     }
+    GCA_CHECK_GOTO(gca_set_config("free_cache:False"), st, out);
+    gca_status_t mst =
+        measure(KIND_EXACT, sizes[i], 1, seconds, streams, &rows[i].ns[KIND_EXACT][0]);
+    GCA_CHECK_GOTO(gca_set_config(saved), st, out); /* the caller's settings again */
+    GCA_CHECK_GOTO(mst, st, out);
   }
   if (json)
     GCA_CHECK_GOTO(print_json(rows, seconds), st, out);
