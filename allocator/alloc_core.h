@@ -5,7 +5,9 @@
  * into blocks that tile each segment; a free block lives in exactly one place,
  * its pool's free tree, keyed (stream, size, address), so that the best fit is
  * a single O(log n) search and the cached alloc/free pair touches no list and
- * makes no device call.
+ * makes no device call. The one exception is the free cache (Note [Free
+ * cache], allocator.c): a plain free may wait, uncoalesced and out of the
+ * tree, in a (stream, size) bin for the next request of that size.
  *
  * Module map:
  *   allocator.c  the per-device allocator: malloc/free, splitting, coalescing,
