@@ -345,6 +345,26 @@ gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg);
 /* Best fit for (stream, rounded) in pool, removed from its tree, or NULL. */
 gca__block_t *gca__pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                  size_t rounded);
+/* The cached block sharing a free run with b on b's lower (upper) side: the
+ * neighbour itself, or the block past a free neighbour; NULL when none
+ * (Note [Free cache]: a cached block's run holds no other cached block). */
+static inline gca__block_t *gca__fc_cached_below(const gca__block_t *b) {
+  gca__block_t *p = b->prev;
+  if (p == NULL)
+    return NULL;
+  if (p->cached)
+    return p;
+  return p->in_tree && p->prev != NULL && p->prev->cached ? p->prev : NULL;
+}
+static inline gca__block_t *gca__fc_cached_above(const gca__block_t *b) {
+  gca__block_t *n = b->next;
+  if (n == NULL)
+    return NULL;
+  if (n->cached)
+    return n;
+  return n->in_tree && n->next != NULL && n->next->cached ? n->next : NULL;
+}
+
 /* Returns every block of the free cache to its pool's free tree, coalesced
  * (Note [Free cache]); statistics do not change. */
 void gca__fcache_flush(gca__devalloc_t *d);

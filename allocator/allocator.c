@@ -455,12 +455,6 @@ static inline void fc_run_delta(const gca__block_t *b, int64_t *blocks, int64_t 
   *bytes = nby;
 }
 
-static inline bool fc_near(const gca__block_t *b) {
-  const gca__block_t *p = b->prev, *n = b->next;
-  return (p != NULL && (p->cached || (p->in_tree && p->prev != NULL && p->prev->cached))) ||
-         (n != NULL && (n->cached || (n->in_tree && n->next != NULL && n->next->cached)));
-}
-
 /* Merges b (free, outside the tree) with its free neighbours and puts the
  * result in the tree, taking a neighbour's tree place where it can (Note
  * [Tree places]). Returns the change in inactive_split through the pointers;
@@ -512,12 +506,6 @@ static void block_coalesce(gca__devalloc_t *d, gca__block_t *b, int64_t *blocks,
   *bytes = net_bytes;
 }
 
-/* Whether a neighbour of the tree block b is cached (its free run then
- * includes that block). */
-static inline bool fc_near_tree(const gca__block_t *b) {
-  return (b->prev != NULL && b->prev->cached) || (b->next != NULL && b->next->cached);
-}
-
 /* Takes b out of its bin; the caller clears b->cached. */
 static void fc_unlink(gca__devalloc_t *d, gca__block_t *b) {
   gca__fcbin_t *bin = fc_bin(d, b->stream, b->size);
@@ -540,31 +528,23 @@ static void fc_evict(gca__devalloc_t *d, gca__block_t *b) {
   b->cached = false;
   GCA_ASSERT(gca__ptrmap_take(&d->ptrs, b->addr) == b);
   block_coalesce(d, b, &blocks, &bytes);
+  GCA_ASSERT(blocks == b->fc_blocks && bytes == b->fc_bytes); /* its run did not change */
 }
 
-/* Evicts the cached blocks whose free run includes b's neighbours, before
- * b (neither free nor cached) becomes free (Note [Free cache]). */
+/* Whether a cached block shares a free run with b's neighbours. */
+static inline bool fc_near(const gca__block_t *b) {
+  return gca__fc_cached_below(b) != NULL || gca__fc_cached_above(b) != NULL;
+}
+
+/* Evicts the cached blocks that share a free run with b's neighbours, before
+ * b's state changes (Note [Free cache]). Both are found first: when b is in
+ * the tree, the first eviction merges b away. */
 static void fc_evict_near(gca__devalloc_t *d, gca__block_t *b) {
-  gca__block_t *p = b->prev, *n = b->next;
-  if (p != NULL && p->cached)
-    fc_evict(d, p);
-  else if (p != NULL && p->in_tree && p->prev != NULL && p->prev->cached)
-    fc_evict(d, p->prev);
-  n = b->next;
-  if (n != NULL && n->cached)
-    fc_evict(d, n);
-  else if (n != NULL && n->in_tree && n->next != NULL && n->next->cached)
-    fc_evict(d, n->next);
-}
-
-/* Evicts the cached neighbours of the tree block b; b itself is merged into
- * them (and its record may be reused). */
-static void fc_evict_adjacent(gca__devalloc_t *d, gca__block_t *b) {
-  gca__block_t *p = b->prev, *n = b->next;
-  if (p != NULL && p->cached)
-    fc_evict(d, p);
-  if (n != NULL && n->cached)
-    fc_evict(d, n);
+  gca__block_t *below = gca__fc_cached_below(b), *above = gca__fc_cached_above(b);
+  if (below != NULL)
+    fc_evict(d, below);
+  if (above != NULL)
+    fc_evict(d, above);
 }
 
 static void fc_evict_bin(gca__devalloc_t *d, gca__fcbin_t *bin) {
@@ -579,8 +559,7 @@ void gca__fcache_flush(gca__devalloc_t *d) {
 
 /* Recomputes fc_on after a setting changed; flushes when caching stops. */
 static void fc_update(gca__devalloc_t *d) {
-  d->fc_on = d->cfg.free_cache && d->caching &&
-             !(d->set_fraction && d->cfg.garbage_collection_threshold > 0.0);
+  d->fc_on = d->cfg.free_cache && d->caching && !gc_enabled(d); /* GC needs block ages */
   if (!d->fc_on)
     gca__fcache_flush(d);
 }
@@ -654,6 +633,21 @@ fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t round
   return b;
 }
 
+/* Serves a malloc from the free cache when it holds a block of exactly
+ * (stream, rounded): records it, releases d->lock and returns true. */
+static inline __attribute__((always_inline)) bool fc_serve(gca__devalloc_t *d, gca__pool_t *pool,
+                                                           gca_stream_t stream, size_t rounded,
+                                                           size_t size, void **out) {
+  gca__block_t *b = fc_take(d, pool, stream, rounded, size);
+  if (b == NULL)
+    return false;
+  gca__history_event(GCA_HA_ALLOC, d->device, b->addr, size, stream);
+  DEBUG_CHECK(d);
+  gca__mutex_unlock(&d->lock);
+  *out = (void *)(uintptr_t)b->addr;
+  return true;
+}
+
 /* ---- freeing into the tree ---- */
 
 /* Puts a block whose last use has completed into the free tree, merging it
@@ -690,8 +684,8 @@ static gca__block_t *pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_st
     pool->free_calls++;
   gca__block_t *b = gca__tree_lower_bound(pool, stream, rounded);
   /* a cached neighbour's free run is about to change: merge it in and look again */
-  while (GCA_UNLIKELY(d->fc_count != 0) && b != NULL && fc_near_tree(b)) {
-    fc_evict_adjacent(d, b);
+  while (GCA_UNLIKELY(d->fc_count != 0) && b != NULL && fc_near(b)) {
+    fc_evict_near(d, b);
     b = gca__tree_lower_bound(pool, stream, rounded);
   }
   if (b == NULL || b->stream != stream || !gca__alloc_block_fits(&d->cfg, b->size, rounded))
@@ -960,8 +954,7 @@ static gca_status_t garbage_collect(gca__devalloc_t *d) {
   size_t threshold = (size_t)(d->cfg.garbage_collection_threshold * (double)d->allowed_max);
   if (d->reserved <= threshold)
     return GCA_OK;
-  size_t target = d->reserved - threshold, reclaimed = 0;
-  gca__fcache_flush(d);
+  size_t target = d->reserved - threshold, reclaimed = 0; /* GC on: the free cache is off */
   uint64_t total_age = 0;
   size_t count = 0;
   for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
@@ -1193,14 +1186,8 @@ static gca_status_t dev_malloc_locked(gca__devalloc_t *d, void **out, size_t siz
     }
   }
   if (d->fc_count != 0 && pool->owner == NULL) {
-    b = fc_take(d, pool, stream, rounded, size);
-    if (b != NULL) {
-      gca__history_event(GCA_HA_ALLOC, d->device, b->addr, size, stream);
-      DEBUG_CHECK(d);
-      gca__mutex_unlock(&d->lock);
-      *out = (void *)(uintptr_t)b->addr;
+    if (fc_serve(d, pool, stream, rounded, size, out))
       return GCA_OK;
-    }
     /* a miss searches what PyTorch's rules would: every earlier free merged */
     gca__fcache_flush(d);
   }
@@ -1292,14 +1279,8 @@ GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_
                    atomic_load_explicit(&d->routing, memory_order_relaxed) == 0)) {
       size_t rounded = round_request(d, size);
       gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
-      gca__block_t *b = fc_take(d, pool, stream, rounded, size);
-      if (GCA_LIKELY(b != NULL)) {
-        gca__history_event(GCA_HA_ALLOC, d->device, b->addr, size, stream);
-        DEBUG_CHECK(d);
-        gca__mutex_unlock(&d->lock);
-        *ptr = (void *)(uintptr_t)b->addr;
+      if (GCA_LIKELY(fc_serve(d, pool, stream, rounded, size, ptr)))
         return GCA_OK;
-      }
     }
     *ptr = NULL;
     return dev_malloc_locked(d, ptr, size, stream);
@@ -1428,8 +1409,8 @@ static gca_status_t dev_free(gca__devalloc_t *d, gca__block_t *b) {
 }
 
 /* Frees the live block b at addr with d->lock held; returns with it released. */
-static gca_status_t free_locked(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr,
-                                int expected_dev) {
+static inline __attribute__((always_inline)) gca_status_t
+free_locked(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int expected_dev) {
   gca_status_t st;
   if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
     gca__mutex_unlock(&d->lock);
@@ -1486,15 +1467,8 @@ GCA_API gca_status_t gca_free(void *ptr) {
                  (d = atomic_load_explicit(&g_devs[dev], memory_order_acquire)) != NULL)) {
     gca__mutex_lock(&d->lock);
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
-    if (GCA_LIKELY(b != NULL && !b->cached)) {
-      if (GCA_LIKELY(d->fc_on && b->nuses == 0 && (d->npending | d->ndeferred) == 0 &&
-                     d->ncaptures == 0 && b->pool->owner == NULL && fc_put(d, b))) {
-        DEBUG_CHECK(d);
-        gca__mutex_unlock(&d->lock);
-        return GCA_OK;
-      }
+    if (GCA_LIKELY(b != NULL && !b->cached))
       return free_locked(d, b, addr, -1);
-    }
     gca__mutex_unlock(&d->lock);
   }
   return free_impl(ptr, -1);

@@ -36,14 +36,12 @@ static bool logically_split(const gca__segment_t *s) {
 }
 
 static gca_status_t check_cached(gca__devalloc_t *d, const gca__pool_t *p, const gca__block_t *b) {
-  const gca__block_t *pv = b->prev, *nx = b->next;
   if (gca__ptrmap_find(&d->ptrs, b->addr) != b)
     return BROKEN("block 0x%" PRIx64 ": cached but not in the pointer map", b->addr);
   if (b->allocated || b->in_tree || b->event_count != 0 || b->requested != 0 || b->nuses != 0 ||
       b->unmapped || p->owner != NULL)
     return BROKEN("block 0x%" PRIx64 ": cached in a state that may not be cached", b->addr);
-  if ((pv != NULL && (pv->cached || (pv->in_tree && pv->prev != NULL && pv->prev->cached))) ||
-      (nx != NULL && (nx->cached || (nx->in_tree && nx->next != NULL && nx->next->cached))))
+  if (gca__fc_cached_below(b) != NULL || gca__fc_cached_above(b) != NULL)
     return BROKEN("block 0x%" PRIx64 ": another cached block shares its free run", b->addr);
   return GCA_OK;
 }

@@ -24,7 +24,6 @@
 enum { ON_HISTORY = 1u, ON_TRACE = 2u };
 
 atomic_uint gca__history_recorders;
-#define recorders gca__history_recorders
 static atomic_size_t ring_capacity;
 static atomic_bool want_stacks;
 static atomic_int devices_seen; /* 1 + the highest device that recorded */
@@ -147,7 +146,7 @@ __attribute__((noinline)) static void record_slow(unsigned on, gca_history_actio
   }
   ring_t *r = &rings[device];
   pthread_mutex_lock(&r->lock);
-  if (atomic_load(&recorders) & ON_HISTORY) {
+  if (atomic_load(&gca__history_recorders) & ON_HISTORY) {
     ring_push(r, &e);
     int seen = atomic_load_explicit(&devices_seen, memory_order_relaxed);
     while (seen <= device && !atomic_compare_exchange_weak(&devices_seen, &seen, device + 1))
@@ -158,7 +157,7 @@ __attribute__((noinline)) static void record_slow(unsigned on, gca_history_actio
 
 void gca__history_event_slow(gca_history_action_t action, int device, gca_devptr_t addr,
                              uint64_t size, gca_stream_t stream) {
-  unsigned on = atomic_load_explicit(&recorders, memory_order_relaxed);
+  unsigned on = atomic_load_explicit(&gca__history_recorders, memory_order_relaxed);
   if (on == 0)
     return;
   record_slow(on, action, device, addr, size, stream);
@@ -167,7 +166,8 @@ void gca__history_event_slow(gca_history_action_t action, int device, gca_devptr
 
 void gca__history_alloc_failure(int device, uint64_t size, gca_stream_t stream) {
   GCA_UNUSED(device);
-  if (GCA_LIKELY((atomic_load_explicit(&recorders, memory_order_relaxed) & ON_TRACE) == 0))
+  if (GCA_LIKELY((atomic_load_explicit(&gca__history_recorders, memory_order_relaxed) & ON_TRACE) ==
+                 0))
     return;
   trace_row("allocate failure", 0, size, stream);
 }
@@ -180,7 +180,7 @@ gca_status_t gca__history_configure(bool enabled, size_t max_entries, bool stack
                       "record_history: max_entries %zu exceeds the address space", max_entries);
   pthread_mutex_lock(&config_lock);
   if (!enabled) {
-    atomic_fetch_and(&recorders, ~ON_HISTORY);
+    atomic_fetch_and(&gca__history_recorders, ~ON_HISTORY);
     for (int d = 0; d < MAX_DEVICES; d++) {
       pthread_mutex_lock(&rings[d].lock);
       ring_clear(&rings[d]);
@@ -194,7 +194,7 @@ gca_status_t gca__history_configure(bool enabled, size_t max_entries, bool stack
     }
     atomic_store(&ring_capacity, max_entries);
     atomic_store(&want_stacks, stacks);
-    atomic_fetch_or(&recorders, ON_HISTORY);
+    atomic_fetch_or(&gca__history_recorders, ON_HISTORY);
   }
   pthread_mutex_unlock(&config_lock);
   return GCA_OK;
@@ -258,14 +258,14 @@ gca_status_t gca__trace_open_from_env(void) {
   trace.start_ns = gca__now_ns();
   if (!trace.atexit_registered)
     trace.atexit_registered = atexit(trace_atexit) == 0;
-  atomic_fetch_or(&recorders, ON_TRACE);
+  atomic_fetch_or(&gca__history_recorders, ON_TRACE);
   pthread_mutex_unlock(&trace.lock);
   return GCA_OK;
 }
 
 void gca__trace_close(void) {
   pthread_mutex_lock(&trace.lock);
-  atomic_fetch_and(&recorders, ~ON_TRACE);
+  atomic_fetch_and(&gca__history_recorders, ~ON_TRACE);
   if (trace.f) {
     bool failed = fflush(trace.f) != 0 || ferror(trace.f);
     failed = fclose(trace.f) != 0 || failed;

@@ -19,9 +19,6 @@
 
 #define INITIAL_CAP 64u
 
-#define hash_addr gca__ptrmap_hash
-#define probe     gca__ptrmap_probe
-
 static gca_status_t grow(gca__ptrmap_t *m) {
   uint32_t ncap = m->cap ? m->cap * 2 : INITIAL_CAP;
   gca_devptr_t *nk = calloc(ncap, sizeof(*nk));
@@ -39,7 +36,7 @@ static gca_status_t grow(gca__ptrmap_t *m) {
   for (uint32_t i = 0; i < old.cap; i++) {
     if (old.keys[i] == 0)
       continue;
-    uint32_t j = probe(m, old.keys[i]);
+    uint32_t j = gca__ptrmap_probe(m, old.keys[i]);
     m->keys[j] = old.keys[i];
     m->vals[j] = old.vals[i];
   }
@@ -51,7 +48,7 @@ static gca_status_t grow(gca__ptrmap_t *m) {
 gca_status_t gca__ptrmap_insert(gca__ptrmap_t *m, gca_devptr_t addr, gca__block_t *b) {
   if (GCA_UNLIKELY((m->count + 1) * 2 > m->cap))
     GCA_CHECK(grow(m));
-  uint32_t i = probe(m, addr);
+  uint32_t i = gca__ptrmap_probe(m, addr);
   GCA_ASSERT(m->keys[i] == 0);
   m->keys[i] = addr;
   m->vals[i] = b;
@@ -62,7 +59,7 @@ gca_status_t gca__ptrmap_insert(gca__ptrmap_t *m, gca_devptr_t addr, gca__block_
 gca__block_t *gca__ptrmap_take(gca__ptrmap_t *m, gca_devptr_t addr) {
   if (m->cap == 0 || addr == 0)
     return NULL;
-  uint32_t mask = m->cap - 1, i = probe(m, addr);
+  uint32_t mask = m->cap - 1, i = gca__ptrmap_probe(m, addr);
   if (m->keys[i] != addr)
     return NULL;
   gca__block_t *b = m->vals[i];
@@ -70,7 +67,7 @@ gca__block_t *gca__ptrmap_take(gca__ptrmap_t *m, gca_devptr_t addr) {
     j = (j + 1) & mask;
     if (m->keys[j] == 0)
       break;
-    uint32_t home = (uint32_t)hash_addr(m->keys[j]) & mask;
+    uint32_t home = (uint32_t)gca__ptrmap_hash(m->keys[j]) & mask;
     /* move j back into the hole at i unless its home lies cyclically in (i, j] */
     bool stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
     if (!stays) {
