@@ -83,6 +83,8 @@ struct gca__block {
   uint32_t event_count; /* pending events before the block is free */
   int32_t fc_blocks;    /* cached: its (inactive_split, _bytes) change when cached */
   int64_t fc_bytes;
+  uint64_t fc_epoch; /* == the device's epoch: fc_blocks/fc_bytes hold for a free now and no
+                        cached block is near (Note [Free cache epochs]) */
   bool allocated;
   bool in_tree;
   bool oversize; /* counted in oversize_allocations at allocation */
@@ -155,6 +157,13 @@ typedef struct gca__pending {
   gca__block_t *block;
 } gca__pending_t;
 
+/* The pending-free part of a type's active statistic (Note [Active
+ * statistics]): current, the peak of allocation + current while it was
+ * nonzero, and its value at the last reset of accumulated statistics. */
+typedef struct gca__pend_stat {
+  int64_t current, peak, base;
+} gca__pend_stat_t;
+
 /* A free cache bin: the cached blocks of one (stream, size), newest first,
  * linked through ->left (Note [Free cache]). */
 #define GCA__FC_BINS    64 /* bins per device, a power of two */
@@ -176,7 +185,8 @@ struct gca__devalloc {
   bool caching;
   gca__pool_t small, large;
   gca__ptrmap_t ptrs; /* allocated blocks by address */
-  gca_stats_t stats;
+  gca_stats_t stats;  /* active and active_bytes stay zero: see pend */
+  gca__pend_stat_t pend[GCA_STAT_TYPES], pend_bytes[GCA_STAT_TYPES]; /* Note [Active statistics] */
   size_t total_memory;     /* device total (mem_get_info at creation) */
   size_t reserved;         /* bytes of all segments */
   bool set_fraction;       /* a fraction or limit is in force */
@@ -206,7 +216,54 @@ struct gca__devalloc {
   bool fc_on;
   size_t fc_count;
   gca__fcbin_t fc_bins[GCA__FC_BINS];
+  uint64_t epoch; /* Note [Free cache epochs] */
 };
+
+/* Note [Free cache epochs]: a free into the cache must know that no cached
+ * block lies within two places of the block and how caching it changes
+ * inactive_split; both depend only on its neighbours. d->epoch advances on
+ * every change of block state except the cache's own hit (a cache hit turns
+ * a cached block into an allocated one, and cached blocks are never near one
+ * another, so it changes neither fact for any other block): each time the
+ * lock is taken by gca__dev_lock, at the start of the locked malloc and free
+ * paths, and by each put into the cache. A put records the new epoch in the
+ * block; when the same block comes back to be freed and the epoch has not
+ * moved (the pattern alloc, free, alloc, free of one size), the facts it
+ * stored still hold and the neighbours are not read. The invariant walker
+ * recomputes them for every block whose epoch is current. */
+
+/* The change in (inactive_split, inactive_split_bytes) when b, not free,
+ * becomes free and merges with its free neighbours (PyTorch's free_block);
+ * the negation when it stops being free again. */
+static inline void gca__fc_run_delta(const gca__block_t *b, int64_t *blocks, int64_t *bytes) {
+  const gca__block_t *p = b->prev, *n = b->next;
+  bool pfree = p != NULL && p->in_tree, nfree = n != NULL && n->in_tree;
+  int64_t nb = 0, nby = 0;
+  size_t run = b->size;
+  if (pfree) {
+    nb--;
+    nby -= (int64_t)p->size;
+    run += p->size;
+  }
+  if (nfree) {
+    nb--;
+    nby -= (int64_t)n->size;
+    run += n->size;
+  }
+  if ((pfree ? p->prev : p) != NULL || (nfree ? n->next : n) != NULL) {
+    nb++;
+    nby += (int64_t)run;
+  }
+  *blocks = nb;
+  *bytes = nby;
+}
+
+/* Takes d->lock for anything but the free cache's fast paths, which use
+ * gca__mutex_trylock (Note [Free cache epochs]). */
+static inline void gca__dev_lock(gca__devalloc_t *d) {
+  gca__mutex_lock(&d->lock);
+  d->epoch++;
+}
 
 /* ---- statistics (inline: they are on the hot path) ----
  *
@@ -214,8 +271,25 @@ struct gca__devalloc {
  * allocated/freed for all/small/large. A change for pool p touches p's entry
  * (small or large) and ALL's current and peak; ALL.allocated and ALL.freed are
  * not kept on the hot path, since they always equal small + large: they are
- * filled in when statistics are read (gca__stats_fill_all). The caller holds
- * the device lock. */
+ * filled in when statistics are read (gca__stats_read). The caller holds
+ * the device lock.
+ *
+ * Note [Active statistics]: a block is active from its allocation until its
+ * free completes, so active = allocation + the pending-free blocks (freed,
+ * waiting for events of other streams or for a capture to end), and the same
+ * in bytes. The allocator keeps only the pending part (d->pend, d->pend_bytes)
+ * and derives active when statistics are read:
+ *   current   = allocation.current + pend.current
+ *   allocated = allocation.allocated (every allocation activates its block)
+ *   freed     = allocation.freed + pend.base - pend.current (completed frees)
+ *   peak      = max(allocation.peak, pend.peak)
+ * The peak holds because both peaks are reset together, allocation <= active
+ * at all times, and active rises above allocation only while something is
+ * pending: each allocation made while pend.current != 0 raises pend.peak to
+ * allocation + pend (gca__pend_peak); a free request moves a block from
+ * allocation to pend and leaves the sum unchanged. So a free and an
+ * allocation each update five statistics, not seven; the free cache's paths
+ * run with nothing pending and skip pend entirely. */
 
 /* Adds n >= 0 to a single statistic. */
 static inline void gca__stat_inc1(gca_stat_t *s, int64_t n) {
@@ -278,6 +352,30 @@ static inline void gca__stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t
   gca__stat_add_t(arr, gca__stat_type(p), n);
 }
 
+/* After allocation rose for type t: keeps active's peak (Note [Active
+ * statistics]) while something is pending. */
+static inline void gca__pend_peak(gca__devalloc_t *d, int t) {
+  int idx[2] = {t, GCA_STAT_ALL};
+  for (int i = 0; i < 2; i++) {
+    gca__pend_stat_t *p = &d->pend[idx[i]], *pb = &d->pend_bytes[idx[i]];
+    int64_t a = d->stats.allocation[idx[i]].current + p->current;
+    int64_t ab = d->stats.allocated_bytes[idx[i]].current + pb->current;
+    if (p->current != 0 && a > p->peak)
+      p->peak = a;
+    if (pb->current != 0 && ab > pb->peak)
+      pb->peak = ab;
+  }
+}
+
+/* A block of pool p (size bytes) starts (sign 1) or stops (-1) being pending-free. */
+static inline void gca__pend_add(gca__devalloc_t *d, const gca__pool_t *p, int sign, size_t size) {
+  int idx[2] = {gca__stat_type(p), GCA_STAT_ALL};
+  for (int i = 0; i < 2; i++) {
+    d->pend[idx[i]].current += sign;
+    d->pend_bytes[idx[i]].current += sign * (int64_t)size;
+  }
+}
+
 /* ---- allocator.c ---- */
 
 /* PyTorch's round_size: 512-byte minimum and multiple, or the next
@@ -293,9 +391,10 @@ bool gca__alloc_should_split(const gca_alloc_config_t *cfg, bool small_pool, siz
 bool gca__alloc_block_fits(const gca_alloc_config_t *cfg, size_t block_size, size_t rounded);
 /* The allocator of `device` if it was created, else NULL. */
 gca__devalloc_t *gca__devalloc_peek(int device);
-/* Fills ALL.allocated/freed of every statistic array from small + large
- * (Note [Statistics]); for copies handed to readers. */
-void gca__stats_fill_all(gca_stats_t *s);
+/* The statistics as readers see them: ALL.allocated/freed summed (Note
+ * [Statistics]) and active derived (Note [Active statistics]). The caller
+ * holds d->lock. */
+void gca__stats_read(const gca__devalloc_t *d, gca_stats_t *out);
 /* Validates one device allocator; the caller holds d->lock. */
 gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d);
 

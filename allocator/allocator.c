@@ -109,7 +109,7 @@ bool gca__alloc_block_fits(const gca_alloc_config_t *cfg, size_t block_size, siz
 
 /* ---- statistics ---- */
 
-void gca__stats_fill_all(gca_stats_t *s) {
+static void stats_fill_all(gca_stats_t *s) {
   gca_stat_t *arrays[] = {
       s->allocation,      s->segment,        s->active,       s->inactive_split,
       s->allocated_bytes, s->reserved_bytes, s->active_bytes, s->inactive_split_bytes,
@@ -118,6 +118,23 @@ void gca__stats_fill_all(gca_stats_t *s) {
     gca_stat_t *a = arrays[i];
     a[GCA_STAT_ALL].allocated = a[GCA_STAT_SMALL].allocated + a[GCA_STAT_LARGE].allocated;
     a[GCA_STAT_ALL].freed = a[GCA_STAT_SMALL].freed + a[GCA_STAT_LARGE].freed;
+  }
+}
+
+/* One derived active statistic (Note [Active statistics]). */
+static void stat_active(gca_stat_t *active, const gca_stat_t *alloc, const gca__pend_stat_t *p) {
+  active->current = alloc->current + p->current;
+  active->peak = alloc->peak > p->peak ? alloc->peak : p->peak;
+  active->allocated = alloc->allocated;
+  active->freed = alloc->freed + p->base - p->current;
+}
+
+void gca__stats_read(const gca__devalloc_t *d, gca_stats_t *out) {
+  *out = d->stats;
+  stats_fill_all(out);
+  for (int t = 0; t < GCA_STAT_TYPES; t++) {
+    stat_active(&out->active[t], &out->allocation[t], &d->pend[t]);
+    stat_active(&out->active_bytes[t], &out->allocated_bytes[t], &d->pend_bytes[t]);
   }
 }
 
@@ -179,6 +196,7 @@ static gca__block_t *block_take(gca__devalloc_t *d) {
   b->nuses = b->cap_uses = 0;
   b->event_count = 0;
   b->allocated = b->in_tree = b->oversize = b->unmapped = b->cached = false;
+  b->fc_epoch = 0;
   d->live_blocks++;
   return b;
 }
@@ -429,32 +447,6 @@ static inline gca__fcbin_t *fc_bin(gca__devalloc_t *d, gca_stream_t stream, size
 }
 _Static_assert(GCA__FC_BINS == 64, "fc_bin takes 6 bits of the hash");
 
-/* The change in (inactive_split, inactive_split_bytes) when b, not free,
- * becomes free and merges with its free neighbours (PyTorch's free_block);
- * the negation when it stops being free again. */
-static inline void fc_run_delta(const gca__block_t *b, int64_t *blocks, int64_t *bytes) {
-  const gca__block_t *p = b->prev, *n = b->next;
-  bool pfree = p != NULL && p->in_tree, nfree = n != NULL && n->in_tree;
-  int64_t nb = 0, nby = 0;
-  size_t run = b->size;
-  if (pfree) {
-    nb--;
-    nby -= (int64_t)p->size;
-    run += p->size;
-  }
-  if (nfree) {
-    nb--;
-    nby -= (int64_t)n->size;
-    run += n->size;
-  }
-  if ((pfree ? p->prev : p) != NULL || (nfree ? n->next : n) != NULL) {
-    nb++;
-    nby += (int64_t)run;
-  }
-  *blocks = nb;
-  *bytes = nby;
-}
-
 /* Merges b (free, outside the tree) with its free neighbours and puts the
  * result in the tree, taking a neighbour's tree place where it can (Note
  * [Tree places]). Returns the change in inactive_split through the pointers;
@@ -564,32 +556,49 @@ static void fc_update(gca__devalloc_t *d) {
     gca__fcache_flush(d);
 }
 
-/* Frees the allocated block b (out of nothing: it stays in the pointer map)
- * into the free cache, with the statistics of a completed free; false when
- * its bin is full or a cached block is too near. */
-static inline __attribute__((always_inline)) bool fc_put(gca__devalloc_t *d, gca__block_t *b) {
-  gca__fcbin_t *bin = fc_bin(d, b->stream, b->size);
-  if (bin->n != 0 && (bin->stream != b->stream || bin->size != b->size))
-    fc_evict_bin(d, bin); /* another (stream, size) hashed here: the newer wins */
-  if (bin->n == GCA__FC_BIN_MAX || fc_near(b))
+/* Whether the allocated block b of the default pool, with no recorded
+ * streams, may go into `bin` (its bin) now: the bin holds its (stream, size)
+ * or nothing and has room, and no cached block is too near. When it may,
+ * b->fc_blocks/fc_bytes say how caching it changes inactive_split; they are
+ * computed only when b's epoch is not current (Note [Free cache epochs]). */
+static inline __attribute__((always_inline)) bool
+fc_fits(const gca__devalloc_t *d, const gca__fcbin_t *bin, gca__block_t *b) {
+  if ((bin->n != 0 && (bin->stream != b->stream || bin->size != b->size)) ||
+      bin->n == GCA__FC_BIN_MAX)
     return false;
-  int t = gca__stat_type(b->pool);
+  if (b->fc_epoch == d->epoch)
+    return true;
+  if (fc_near(b))
+    return false;
   int64_t blocks, bytes;
-  fc_run_delta(b, &blocks, &bytes);
+  gca__fc_run_delta(b, &blocks, &bytes);
   b->fc_blocks = (int32_t)blocks; /* the run cannot change while b is cached */
   b->fc_bytes = bytes;
+  return true;
+}
+
+/* Whether a free on device d may be cached at all now (Note [Free cache]):
+ * the cache is on, nothing waits for events and no capture routes frees. */
+static inline bool fc_free_open(const gca__devalloc_t *d) {
+  return d->fc_on && (d->npending | d->ndeferred | d->ncaptures) == 0;
+}
+
+/* Frees the allocated block b into `bin` (fc_fits said yes) with the
+ * statistics of a completed free; b stays in the pointer map. History is the
+ * caller's. */
+static inline __attribute__((always_inline)) void fc_put(gca__devalloc_t *d, gca__fcbin_t *bin,
+                                                         gca__block_t *b) {
+  int t = gca__stat_type(b->pool);
+  int64_t blocks = b->fc_blocks, bytes = b->fc_bytes;
+  b->fc_epoch = ++d->epoch;
   b->allocated = false;
   gca__stat_dec_t(d->stats.allocation, t, 1);
   gca__stat_dec_t(d->stats.allocated_bytes, t, (int64_t)b->size);
   if (b->oversize)
     gca__stat_add(&d->stats.oversize_allocations, -1);
   b->oversize = false;
-  gca__history_event(GCA_HA_FREE_REQUESTED, d->device, b->addr, b->requested, b->stream);
-  gca__history_event(GCA_HA_FREE_COMPLETED, d->device, b->addr, b->requested, b->stream);
   gca__stat_add_t(d->stats.inactive_split, t, blocks);
   gca__stat_add_t(d->stats.inactive_split_bytes, t, bytes);
-  gca__stat_dec_t(d->stats.active, t, 1);
-  gca__stat_dec_t(d->stats.active_bytes, t, (int64_t)b->size);
   gca__stat_dec_t(d->stats.requested_bytes, t, (int64_t)b->requested);
   b->requested = 0;
   b->cached = true;
@@ -599,15 +608,33 @@ static inline __attribute__((always_inline)) bool fc_put(gca__devalloc_t *d, gca
   bin->head = b;
   bin->n++;
   d->fc_count++;
+}
+
+/* The free path's attempt at the cache, with history: true when b (live,
+ * d->lock held, events processed) is now cached. */
+static bool fc_try_put(gca__devalloc_t *d, gca__block_t *b) {
+  if (!fc_free_open(d) || b->nuses != 0 || b->pool->owner != NULL)
+    return false;
+  gca__fcbin_t *bin = fc_bin(d, b->stream, b->size);
+  if (bin->n != 0 && (bin->stream != b->stream || bin->size != b->size))
+    fc_evict_bin(d, bin); /* another (stream, size) hashed here: the newer wins */
+  if (!fc_fits(d, bin, b))
+    return false;
+  gca_devptr_t addr = b->addr;
+  uint64_t requested = b->requested;
+  fc_put(d, bin, b);
+  gca__history_event(GCA_HA_FREE_REQUESTED, d->device, addr, requested, b->stream);
+  gca__history_event(GCA_HA_FREE_COMPLETED, d->device, addr, requested, b->stream);
   return true;
 }
 
 /* The newest cached block of exactly (stream, rounded) in `pool`, made
  * active for `requested` bytes (PyTorch's statistics of an allocation that
- * did not split), or NULL. */
+ * did not split), or NULL. `quiet`: nothing is pending (the caller checked),
+ * so active's peak needs no update (Note [Active statistics]). */
 static inline __attribute__((always_inline)) gca__block_t *
 fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t rounded,
-        size_t requested) {
+        size_t requested, bool quiet) {
   gca__fcbin_t *bin = fc_bin(d, stream, rounded);
   gca__block_t *b = bin->head;
   if (b == NULL || bin->stream != stream || bin->size != rounded || b->pool != pool)
@@ -624,8 +651,8 @@ fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t round
   b->requested = requested;
   gca__stat_inc_t(d->stats.allocation, t, 1);
   gca__stat_inc_t(d->stats.allocated_bytes, t, (int64_t)b->size);
-  gca__stat_inc_t(d->stats.active, t, 1);
-  gca__stat_inc_t(d->stats.active_bytes, t, (int64_t)b->size);
+  if (!quiet && GCA_UNLIKELY(d->pend[GCA_STAT_ALL].current != 0))
+    gca__pend_peak(d, t);
   gca__stat_inc_t(d->stats.requested_bytes, t, (int64_t)requested);
   b->oversize = b->size >= d->cfg.max_split_size;
   if (b->oversize)
@@ -633,39 +660,24 @@ fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t round
   return b;
 }
 
-/* Serves a malloc from the free cache when it holds a block of exactly
- * (stream, rounded): records it, releases d->lock and returns true. */
-static inline __attribute__((always_inline)) bool fc_serve(gca__devalloc_t *d, gca__pool_t *pool,
-                                                           gca_stream_t stream, size_t rounded,
-                                                           size_t size, void **out) {
-  gca__block_t *b = fc_take(d, pool, stream, rounded, size);
-  if (b == NULL)
-    return false;
-  gca__history_event(GCA_HA_ALLOC, d->device, b->addr, size, stream);
-  DEBUG_CHECK(d);
-  gca__mutex_unlock(&d->lock);
-  *out = (void *)(uintptr_t)b->addr;
-  return true;
-}
-
 /* ---- freeing into the tree ---- */
 
 /* Puts a block whose last use has completed into the free tree, merging it
- * with free neighbours (PyTorch's free_block). */
-static void block_free_complete(gca__devalloc_t *d, gca__block_t *b) {
+ * with free neighbours (PyTorch's free_block); `pending`: it was pending-free. */
+static void block_free_complete(gca__devalloc_t *d, gca__block_t *b, bool pending) {
   gca__pool_t *pool = b->pool;
   gca__mempool_t *owner = pool->owner;
-  size_t orig_size = b->size, requested = b->requested;
+  size_t requested = b->requested;
   int64_t net_blocks, net_bytes;
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, b->addr, requested, b->stream);
   if (GCA_UNLIKELY(d->fc_count != 0))
     fc_evict_near(d, b);
   b->requested = 0;
+  if (pending)
+    gca__pend_add(d, pool, -1, b->size);
   block_coalesce(d, b, &net_blocks, &net_bytes);
   gca__stat_pool(d->stats.inactive_split, pool, net_blocks);
   gca__stat_pool(d->stats.inactive_split_bytes, pool, net_bytes);
-  gca__stat_dec(d->stats.active, pool, 1);
-  gca__stat_dec(d->stats.active_bytes, pool, (int64_t)orig_size);
   gca__stat_dec(d->stats.requested_bytes, pool, (int64_t)requested);
   if (!d->caching && block_whole(b)) {
     gca_status_t st = segment_release(d, b->seg);
@@ -743,8 +755,8 @@ static void block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, 
   b->requested = requested;
   gca__stat_inc(d->stats.allocation, pool, 1);
   gca__stat_inc(d->stats.allocated_bytes, pool, (int64_t)b->size);
-  gca__stat_inc(d->stats.active, pool, 1);
-  gca__stat_inc(d->stats.active_bytes, pool, (int64_t)b->size);
+  if (GCA_UNLIKELY(d->pend[GCA_STAT_ALL].current != 0))
+    gca__pend_peak(d, gca__stat_type(pool));
   gca__stat_inc(d->stats.requested_bytes, pool, (int64_t)requested);
   b->oversize = b->size >= d->cfg.max_split_size;
   if (b->oversize)
@@ -830,7 +842,7 @@ static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b) {
 static void pending_done(gca__devalloc_t *d, const gca__pending_t *e) {
   event_put(d, e->event);
   if (--e->block->event_count == 0)
-    block_free_complete(d, e->block);
+    block_free_complete(d, e->block, true);
 }
 
 /* Frees the pending blocks whose events completed, without blocking. Events on
@@ -1052,6 +1064,7 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
   size_t free_bytes = 0;
   GCA_CHECK_GOTO(ops->mem_get_info(device, &free_bytes, &d->total_memory), st, fail);
   gca__mutex_init(&d->lock);
+  d->epoch = 1; /* a new block's fc_epoch (0) is never current */
   d->device = device;
   d->ops = ops;
   set_config_locked(d, &g_cfg);
@@ -1166,10 +1179,11 @@ static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_strea
 }
 
 /* malloc with d->lock held; returns with it released. */
-static gca_status_t dev_malloc_locked(gca__devalloc_t *d, void **out, size_t size,
-                                      gca_stream_t stream) {
+static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t *d, void **out,
+                                                                size_t size, gca_stream_t stream) {
   gca_status_t st;
   gca__block_t *b = NULL;
+  d->epoch++; /* Note [Free cache epochs] */
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0))
     GCA_CHECK_GOTO(process_events(d), st, fail);
   GCA_CHECK_GOTO(block_reserve(d), st, fail);
@@ -1186,8 +1200,9 @@ static gca_status_t dev_malloc_locked(gca__devalloc_t *d, void **out, size_t siz
     }
   }
   if (d->fc_count != 0 && pool->owner == NULL) {
-    if (fc_serve(d, pool, stream, rounded, size, out))
-      return GCA_OK;
+    b = fc_take(d, pool, stream, rounded, size, false);
+    if (b != NULL)
+      goto out;
     /* a miss searches what PyTorch's rules would: every earlier free merged */
     gca__fcache_flush(d);
   }
@@ -1244,6 +1259,7 @@ static gca_status_t dev_malloc_locked(gca__devalloc_t *d, void **out, size_t siz
   block_activate(d, b, rounded, size);
   if (GCA_UNLIKELY(pool->owner != NULL))
     pool->owner->nactive++;
+out:
   gca__history_event(GCA_HA_ALLOC, d->device, b->addr, size, stream);
   DEBUG_CHECK(d);
   gca__mutex_unlock(&d->lock);
@@ -1263,28 +1279,10 @@ fail:
   return gca__error_prefix(st, "malloc of %zu bytes on device %d", size, d->device);
 }
 
-static gca_status_t dev_malloc(gca__devalloc_t *d, void **out, size_t size, gca_stream_t stream) {
-  gca__mutex_lock(&d->lock);
-  return dev_malloc_locked(d, out, size, stream);
-}
-
-GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_stream_t stream) {
+/* gca_malloc_device past its fast path: validation, then the lock. */
+static __attribute__((noinline)) gca_status_t malloc_slow(int device, void **ptr, size_t size,
+                                                          gca_stream_t stream) {
   gca__devalloc_t *d;
-  /* the free cache's hit (Note [Free cache]): the common case, checked first */
-  if (GCA_LIKELY(ptr != NULL && size - 1 < GCA__MAX_REQUEST &&
-                 (unsigned)device < GCA__MAX_DEVICES &&
-                 (d = atomic_load_explicit(&g_devs[device], memory_order_acquire)) != NULL)) {
-    gca__mutex_lock(&d->lock);
-    if (GCA_LIKELY(d->fc_count != 0 && (d->npending | d->ndeferred) == 0 &&
-                   atomic_load_explicit(&d->routing, memory_order_relaxed) == 0)) {
-      size_t rounded = round_request(d, size);
-      gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
-      if (GCA_LIKELY(fc_serve(d, pool, stream, rounded, size, ptr)))
-        return GCA_OK;
-    }
-    *ptr = NULL;
-    return dev_malloc_locked(d, ptr, size, stream);
-  }
   if (ptr == NULL)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "malloc: the output pointer is NULL");
   *ptr = NULL;
@@ -1297,7 +1295,44 @@ GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_
                       "malloc: %zu bytes requested on device %d is more than any device holds",
                       size, device);
   }
-  return dev_malloc(d, ptr, size, stream);
+  gca__dev_lock(d);
+  return dev_malloc_locked(d, ptr, size, stream);
+}
+
+/* Whether the free cache's fast paths may run on device d now (d->lock held):
+ * something is cached (for malloc) or may be (for free), nothing is pending,
+ * no request is routed to a private pool and no history is recorded, so a
+ * hit is the whole operation (Note [Free cache]). */
+static inline bool fc_quiet(const gca__devalloc_t *d) {
+  return (d->npending | d->ndeferred) == 0 &&
+         atomic_load_explicit(&d->routing, memory_order_relaxed) == 0 &&
+         atomic_load_explicit(&gca__history_recorders, memory_order_relaxed) == 0;
+}
+
+/* The fast paths below (the free cache's hit, an uncontended lock) hold no
+ * call but the unlock's wake-up, so they run without saving registers; every
+ * other case goes to a function that starts over or continues under the lock. */
+GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_stream_t stream) {
+  gca__devalloc_t *d;
+  if (GCA_LIKELY(ptr != NULL && size - 1 < GCA__MAX_REQUEST &&
+                 (unsigned)device < GCA__MAX_DEVICES &&
+                 (d = atomic_load_explicit(&g_devs[device], memory_order_acquire)) != NULL &&
+                 gca__mutex_trylock(&d->lock))) {
+    if (GCA_LIKELY(d->fc_count != 0 && fc_quiet(d))) {
+      size_t rounded = round_request(d, size);
+      gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
+      gca__block_t *b = fc_take(d, pool, stream, rounded, size, true);
+      if (GCA_LIKELY(b != NULL)) {
+        DEBUG_CHECK(d);
+        *ptr = (void *)(uintptr_t)b->addr;
+        gca__mutex_unlock(&d->lock);
+        return GCA_OK;
+      }
+    }
+    *ptr = NULL;
+    return dev_malloc_locked(d, ptr, size, stream);
+  }
+  return malloc_slow(device, ptr, size, stream);
 }
 
 GCA_API gca_status_t gca_malloc(void **ptr, size_t size, gca_stream_t stream) {
@@ -1314,7 +1349,7 @@ static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    gca__mutex_lock(&d->lock);
+    gca__dev_lock(d);
     for (gca__pool_t *pool = &d->small; pool != NULL; pool = gca__pool_next(d, pool)) {
       for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
         if (addr < s->base || addr >= s->base + (s->expandable ? s->reserved_size : s->size))
@@ -1369,7 +1404,7 @@ static gca__block_t *lock_live(gca_devptr_t addr, gca__devalloc_t **out) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    gca__mutex_lock(&d->lock);
+    gca__dev_lock(d);
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
     if (GCA_LIKELY(b != NULL && !b->cached)) {
       *out = d;
@@ -1404,14 +1439,17 @@ static gca_status_t dev_free(gca__devalloc_t *d, gca__block_t *b) {
   b->oversize = false;
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, b->addr, b->requested, b->stream);
   if (b->event_count == 0)
-    block_free_complete(d, b);
+    block_free_complete(d, b, false);
+  else
+    gca__pend_add(d, pool, 1, b->size);
   return GCA_OK;
 }
 
 /* Frees the live block b at addr with d->lock held; returns with it released. */
-static inline __attribute__((always_inline)) gca_status_t
-free_locked(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int expected_dev) {
+static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gca__block_t *b,
+                                                          gca_devptr_t addr, int expected_dev) {
   gca_status_t st;
+  d->epoch++; /* Note [Free cache epochs] */
   if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
     gca__mutex_unlock(&d->lock);
     return gca__error(GCA_ERR_INVALID_POINTER,
@@ -1426,7 +1464,7 @@ free_locked(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int expected
       return st;
     }
   }
-  if (d->fc_on && b->nuses == 0 && b->pool->owner == NULL && d->ncaptures == 0 && fc_put(d, b)) {
+  if (fc_try_put(d, b)) {
     DEBUG_CHECK(d);
     gca__mutex_unlock(&d->lock);
     return GCA_OK;
@@ -1464,11 +1502,23 @@ GCA_API gca_status_t gca_free(void *ptr) {
   gca__devalloc_t *d;
   /* one device (the common case): its map is the only place to look */
   if (GCA_LIKELY(dev >= 0 && addr != 0 &&
-                 (d = atomic_load_explicit(&g_devs[dev], memory_order_acquire)) != NULL)) {
-    gca__mutex_lock(&d->lock);
+                 (d = atomic_load_explicit(&g_devs[dev], memory_order_acquire)) != NULL &&
+                 gca__mutex_trylock(&d->lock))) {
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
-    if (GCA_LIKELY(b != NULL && !b->cached))
+    if (GCA_LIKELY(b != NULL && !b->cached)) {
+      /* the free cache's put: a plain free into its bin (Note [Free cache]) */
+      if (GCA_LIKELY(b->nuses == 0 && b->pool->owner == NULL && d->fc_on && d->ncaptures == 0 &&
+                     fc_quiet(d))) {
+        gca__fcbin_t *bin = fc_bin(d, b->stream, b->size);
+        if (GCA_LIKELY(fc_fits(d, bin, b))) {
+          fc_put(d, bin, b);
+          DEBUG_CHECK(d);
+          gca__mutex_unlock(&d->lock);
+          return GCA_OK;
+        }
+      }
       return free_locked(d, b, addr, -1);
+    }
     gca__mutex_unlock(&d->lock);
   }
   return free_impl(ptr, -1);
@@ -1547,7 +1597,7 @@ GCA_API gca_status_t gca_empty_cache(void) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    gca__mutex_lock(&d->lock);
+    gca__dev_lock(d);
     gca_status_t st = release_cached(d);
     DEBUG_CHECK(d);
     gca__mutex_unlock(&d->lock);
@@ -1563,7 +1613,7 @@ GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction) {
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "set_memory_fraction: fraction %g is not in (0, 1]",
                       fraction);
   GCA_CHECK(devalloc_get("set_memory_fraction", device, &d));
-  gca__mutex_lock(&d->lock);
+  gca__dev_lock(d);
   d->set_fraction = true;
   d->allowed_max = (size_t)(fraction * (double)d->total_memory);
   fc_update(d);
@@ -1575,7 +1625,7 @@ GCA_API gca_status_t gca_enable_peer_access(int device, int peer) {
   gca__devalloc_t *d;
   GCA_CHECK(check_device_index("enable_peer_access", peer, NULL));
   GCA_CHECK(devalloc_get("enable_peer_access", device, &d));
-  gca__mutex_lock(&d->lock);
+  gca__dev_lock(d);
   gca_status_t st = gca__expand_add_peer(d, peer);
   gca__mutex_unlock(&d->lock);
   return st;
@@ -1584,7 +1634,7 @@ GCA_API gca_status_t gca_enable_peer_access(int device, int peer) {
 GCA_API gca_status_t gca_set_memory_limit(int device, uint64_t bytes) {
   gca__devalloc_t *d;
   GCA_CHECK(devalloc_get("set_memory_limit", device, &d));
-  gca__mutex_lock(&d->lock);
+  gca__dev_lock(d);
   d->set_fraction = bytes != 0;
   d->allowed_max = bytes;
   fc_update(d);
@@ -1612,7 +1662,7 @@ GCA_API gca_status_t gca_set_config(const char *conf) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    gca__mutex_lock(&d->lock);
+    gca__dev_lock(d);
     set_config_locked(d, &cfg);
     apply_limit_from_config(d);
     fc_update(d);
@@ -1656,7 +1706,7 @@ GCA_API gca_status_t gca_set_caching(bool enabled) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    gca__mutex_lock(&d->lock);
+    gca__dev_lock(d);
     d->caching = enabled;
     fc_update(d);
     if (!enabled)
@@ -1675,10 +1725,9 @@ GCA_API gca_status_t gca_get_stats(int device, gca_stats_t *out) {
   if (out == NULL)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "get_stats: the output pointer is NULL");
   GCA_CHECK(devalloc_get("get_stats", device, &d));
-  gca__mutex_lock(&d->lock);
-  *out = d->stats;
+  gca__dev_lock(d);
+  gca__stats_read(d, out);
   gca__mutex_unlock(&d->lock);
-  gca__stats_fill_all(out);
   return GCA_OK;
 }
 
@@ -1708,8 +1757,12 @@ static void reset_accum(gca_stat_t *s, size_t n) {
 GCA_API gca_status_t gca_reset_peak_stats(int device) {
   gca__devalloc_t *d;
   GCA_CHECK(devalloc_get("reset_peak_stats", device, &d));
-  gca__mutex_lock(&d->lock);
+  gca__dev_lock(d);
   FOR_EACH_STAT_ARRAY(reset_peak, d->stats);
+  for (int t = 0; t < GCA_STAT_TYPES; t++) { /* Note [Active statistics] */
+    d->pend[t].peak = d->stats.allocation[t].current + d->pend[t].current;
+    d->pend_bytes[t].peak = d->stats.allocated_bytes[t].current + d->pend_bytes[t].current;
+  }
   gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
@@ -1717,8 +1770,12 @@ GCA_API gca_status_t gca_reset_peak_stats(int device) {
 GCA_API gca_status_t gca_reset_accumulated_stats(int device) {
   gca__devalloc_t *d;
   GCA_CHECK(devalloc_get("reset_accumulated_stats", device, &d));
-  gca__mutex_lock(&d->lock);
+  gca__dev_lock(d);
   FOR_EACH_STAT_ARRAY(reset_accum, d->stats);
+  for (int t = 0; t < GCA_STAT_TYPES; t++) { /* Note [Active statistics] */
+    d->pend[t].base = d->pend[t].current;
+    d->pend_bytes[t].base = d->pend_bytes[t].current;
+  }
   d->stats.num_alloc_retries = 0;
   d->stats.num_ooms = 0;
   d->stats.num_sync_all_streams = 0;
@@ -1774,7 +1831,7 @@ int gca__allocator_device_count(void) {
 }
 
 static void devalloc_destroy(gca__devalloc_t *d) {
-  gca__mutex_lock(&d->lock);
+  gca__dev_lock(d);
   for (size_t i = 0; i < d->npending; i++) {
     (void)d->ops->event_synchronize(d->pending[i].event);
     (void)d->ops->event_destroy(d->pending[i].event);
@@ -1859,7 +1916,7 @@ gca_status_t gca__alloc_flush_deferred(gca__devalloc_t *d) {
     }
     d->ndeferred--;
     if (b->event_count == 0)
-      block_free_complete(d, b);
+      block_free_complete(d, b, true);
   }
   return GCA_OK;
 }

@@ -46,6 +46,21 @@ static gca_status_t check_cached(gca__devalloc_t *d, const gca__pool_t *p, const
   return GCA_OK;
 }
 
+/* A cached block, or an allocated one whose epoch is current (Note [Free
+ * cache epochs]): no cached block near it, and the inactive_split change it
+ * stored is the one its neighbours give now. */
+static gca_status_t check_fc_facts(const gca__block_t *b) {
+  int64_t blocks, bytes;
+  if (b->allocated && (gca__fc_cached_below(b) != NULL || gca__fc_cached_above(b) != NULL))
+    return BROKEN("block 0x%" PRIx64 ": its epoch is current but a cached block is near", b->addr);
+  gca__fc_run_delta(b, &blocks, &bytes);
+  if (blocks != b->fc_blocks || bytes != b->fc_bytes)
+    return BROKEN("block 0x%" PRIx64 ": free cache facts (%d, %" PRId64
+                  "), neighbours give (%" PRId64 ", %" PRId64 ")",
+                  b->addr, b->fc_blocks, b->fc_bytes, blocks, bytes);
+  return GCA_OK;
+}
+
 static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
                                int64_t *oversize_alloc, int64_t *oversize_seg, size_t *live,
                                size_t *ncached) {
@@ -99,6 +114,8 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
         GCA_CHECK(check_cached(d, p, b));
         (*ncached)++;
       }
+      if (b->cached || (b->allocated && b->fc_epoch == d->epoch))
+        GCA_CHECK(check_fc_facts(b));
       bool is_free = !b->allocated && b->event_count == 0 && !b->cached;
       if (b->in_tree != is_free)
         return BROKEN("block 0x%" PRIx64 ": %s but %sin the free tree", b->addr,
@@ -218,7 +235,9 @@ gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
                     d->device, b->addr);
     pending_blocks++;
   }
-  const gca_stats_t *st = &d->stats;
+  gca_stats_t read;
+  gca__stats_read(d, &read);
+  const gca_stats_t *st = &read;
   for (int t = 0; t < GCA_STAT_TYPES; t++) {
     const sums_t *s = &sums[t];
     GCA_CHECK(compare(d->device, "allocation", t, st->allocation[t].current, s->allocation));
@@ -249,7 +268,7 @@ gca_status_t gca__allocator_check(void) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    gca__mutex_lock(&d->lock);
+    gca__mutex_lock(&d->lock); /* read only: the epoch stays (Note [Free cache epochs]) */
     gca_status_t st = gca__devalloc_check_locked(d);
     gca__mutex_unlock(&d->lock);
     GCA_CHECK(st);
@@ -269,7 +288,7 @@ gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx) {
   gca_block_info_t *blocks = NULL;
   if (d == NULL || fn == NULL)
     return GCA_OK;
-  gca__mutex_lock(&d->lock);
+  gca__dev_lock(d);
   gca__fcache_flush(d); /* the layout as PyTorch's rules leave it (Note [Free cache]) */
   size_t nseg = 0, k = 0, maxb = 0;
   for (gca__pool_t *p = &d->small; p != NULL; p = gca__pool_next(d, p))

@@ -304,8 +304,6 @@ static void seg_unaccount(gca__devalloc_t *d, gca__segment_t *seg) {
       GCA_ASSERT(gca__ptrmap_take(&d->ptrs, b->addr) == b);
       gca__stat_pool(d->stats.allocation, p, -1);
       gca__stat_pool(d->stats.allocated_bytes, p, -(int64_t)b->size);
-      gca__stat_pool(d->stats.active, p, -1);
-      gca__stat_pool(d->stats.active_bytes, p, -(int64_t)b->size);
       gca__stat_pool(d->stats.requested_bytes, p, -(int64_t)b->requested);
       if (b->oversize)
         gca__stat_add(&d->stats.oversize_allocations, -1);
@@ -332,8 +330,7 @@ static void seg_account(gca__devalloc_t *d, gca__segment_t *seg) {
       b->oversize = b->size >= d->cfg.max_split_size;
       gca__stat_pool(d->stats.allocation, p, 1);
       gca__stat_pool(d->stats.allocated_bytes, p, (int64_t)b->size);
-      gca__stat_pool(d->stats.active, p, 1);
-      gca__stat_pool(d->stats.active_bytes, p, (int64_t)b->size);
+      gca__pend_peak(d, gca__stat_type(p)); /* Note [Active statistics] */
       gca__stat_pool(d->stats.requested_bytes, p, (int64_t)b->requested);
       if (b->oversize)
         gca__stat_add(&d->stats.oversize_allocations, 1);

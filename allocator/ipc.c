@@ -182,7 +182,7 @@ static gca__block_t *find_live(gca_devptr_t addr, gca__devalloc_t **out) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
-    gca__mutex_lock(&d->lock);
+    gca__dev_lock(d);
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
     if (b != NULL && !b->cached) { /* a cached block is free (Note [Free cache]) */
       *out = d;

@@ -75,7 +75,7 @@ gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devall
   gca__devalloc_t *d = gca__devalloc_peek(device);
   if (d == NULL || (h >> 8) == 0 || (h >> 8) > atomic_load(&g_serial))
     return gca__error(GCA_ERR_INVALID_HANDLE, "%s: %p is not a pool handle", op, handle);
-  gca__mutex_lock(&d->lock);
+  gca__dev_lock(d);
   for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
     if (m->handle != h)
       continue;
@@ -194,7 +194,7 @@ GCA_API gca_status_t gca_pool_create(int device, const gca_pool_options_t *opts,
   m->use_on_oom = o.use_on_oom;
   pool_init(&m->small, d, m, true, o.no_split);
   pool_init(&m->large, d, m, false, o.no_split);
-  gca__mutex_lock(&d->lock);
+  gca__dev_lock(d);
   m->next = d->mempools;
   if (d->mempools != NULL)
     d->mempools->prev = m;

@@ -43,6 +43,13 @@ static inline void gca__mutex_lock(gca__mutex_t *m) {
   gca__mutex_lock_slow(m);
 }
 
+/* Takes the lock if it is free; false (nothing done) if it is held. */
+static inline bool gca__mutex_trylock(gca__mutex_t *m) {
+  unsigned expected = 0;
+  return atomic_compare_exchange_strong_explicit(&m->locked, &expected, 1, memory_order_acquire,
+                                                 memory_order_relaxed);
+}
+
 static inline void gca__mutex_unlock(gca__mutex_t *m) {
   atomic_store_explicit(&m->locked, 0, memory_order_seq_cst);
   if (GCA_UNLIKELY(atomic_load_explicit(&m->sleepers, memory_order_seq_cst) != 0))
