@@ -48,6 +48,13 @@
 #define GCA__MAX_DEVICES     64
 
 typedef struct gca__block gca__block_t;
+
+/* A stream a block was used on (gca_record_stream) and the device the stream
+ * belongs to; a NULL stream is that device's legacy stream. */
+typedef struct gca__use {
+  gca_stream_t stream;
+  int dev;
+} gca__use_t;
 typedef struct gca__segment gca__segment_t;
 typedef struct gca__pool gca__pool_t;
 typedef struct gca__devalloc gca__devalloc_t;
@@ -78,7 +85,7 @@ struct gca__block {
   gca__block_t *left, *right; /* free tree links */
   uint64_t prio;              /* free tree heap priority */
   uint64_t gc_base;           /* pool->free_calls when it became free (GC age) */
-  gca_stream_t *uses;         /* other streams recorded with gca_record_stream */
+  gca__use_t *uses;           /* other streams recorded with gca_record_stream */
   uint32_t nuses, cap_uses;
   uint32_t event_count; /* pending events before the block is free */
   int32_t fc_blocks;    /* cached: its (inactive_split, _bytes) change when cached */
@@ -150,12 +157,21 @@ typedef struct gca__ptrmap {
   uint32_t cap, count;
 } gca__ptrmap_t;
 
-/* A freed block waiting for an event recorded on a stream that used it. */
+/* A freed block waiting for an event recorded on a stream that used it; the
+ * event belongs to the stream's device `dev`. */
 typedef struct gca__pending {
   gca_event_t event;
   gca_stream_t stream;
   gca__block_t *block;
+  int dev;
 } gca__pending_t;
+
+/* The events of one device that an allocator created, pooled for reuse: n
+ * in the pool, `out` recorded for pending frees (Note [Stream-ordered reuse]). */
+typedef struct gca__evpool {
+  gca_event_t *ev;
+  size_t n, cap, out;
+} gca__evpool_t;
 
 /* The pending-free part of a type's active statistic (Note [Active
  * statistics]): current, the peak of allocation + current while it was
@@ -193,9 +209,8 @@ struct gca__devalloc {
   size_t allowed_max;      /* cap on reserved when set_fraction */
   gca__pending_t *pending; /* Note [Stream-ordered reuse] */
   size_t npending, cap_pending;
-  gca_event_t *event_pool; /* created once, reused */
-  size_t nevents, cap_events;
-  gca__block_t *block_free; /* slab free list (linked through ->next) */
+  gca__evpool_t events[GCA__MAX_DEVICES]; /* by the device of the stream recorded on */
+  gca__block_t *block_free;               /* slab free list (linked through ->next) */
   void **slabs;
   size_t nslabs, cap_slabs;
   size_t live_blocks;          /* block structs in use */

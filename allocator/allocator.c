@@ -765,16 +765,28 @@ static void block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, 
 
 /* ---- pending frees (Note [Stream-ordered reuse]) ---- */
 
-static void event_put(gca__devalloc_t *d, gca_event_t ev) {
-  GCA_ASSERT(d->nevents < d->cap_events);
-  d->event_pool[d->nevents++] = ev;
+/* Returns an event of device `dev` to its pool. */
+static void event_put(gca__devalloc_t *d, int dev, gca_event_t ev) {
+  gca__evpool_t *p = &d->events[dev];
+  GCA_ASSERT(p->n < p->cap && p->out > 0);
+  p->ev[p->n++] = ev;
+  p->out--;
 }
 
-/* Makes room for n more pending entries and n pooled events. */
-static gca_status_t events_reserve(gca__devalloc_t *d, size_t n) {
-  if (d->npending + n > d->cap_pending) {
+/* Takes a pooled event of device `dev` (events_reserve made one). */
+static gca_event_t event_take(gca__devalloc_t *d, int dev) {
+  gca__evpool_t *p = &d->events[dev];
+  GCA_ASSERT(p->n > 0);
+  p->out++;
+  return p->ev[--p->n];
+}
+
+/* Makes room for b's uses: a pending entry each and a pooled event on each
+ * use's device (created there once, then reused). */
+static gca_status_t events_reserve(gca__devalloc_t *d, const gca__block_t *b) {
+  if (d->npending + b->nuses > d->cap_pending) {
     size_t ncap = d->cap_pending ? d->cap_pending : 16;
-    while (ncap < d->npending + n)
+    while (ncap < d->npending + b->nuses)
       ncap *= 2;
     gca__pending_t *p = realloc(d->pending, ncap * sizeof(*p));
     if (p == NULL)
@@ -782,21 +794,47 @@ static gca_status_t events_reserve(gca__devalloc_t *d, size_t n) {
     d->pending = p;
     d->cap_pending = ncap;
   }
-  /* every event is either pooled or pending, so the pool never holds more */
-  size_t want = d->nevents + d->npending + n;
-  if (want > d->cap_events) {
-    gca_event_t *e = realloc(d->event_pool, want * 2 * sizeof(*e));
-    if (e == NULL)
-      return gca__error(GCA_ERR_OUT_OF_MEMORY, "free: host out of memory for the event pool");
-    d->event_pool = e;
-    d->cap_events = want * 2;
-  }
-  while (d->nevents < n) {
-    gca_event_t ev;
-    GCA_CHECK(d->ops->event_create(d->device, GCA_EVENT_DISABLE_TIMING, &ev));
-    event_put(d, ev);
+  for (uint32_t i = 0; i < b->nuses; i++) {
+    int dev = b->uses[i].dev;
+    size_t need = 0;
+    for (uint32_t j = 0; j < b->nuses; j++)
+      need += b->uses[j].dev == dev;
+    gca__evpool_t *p = &d->events[dev];
+    /* every event is either pooled or out, so the pool never holds more */
+    size_t want = p->n + p->out + need;
+    if (want > p->cap) {
+      gca_event_t *e = realloc(p->ev, want * 2 * sizeof(*e));
+      if (e == NULL)
+        return gca__error(GCA_ERR_OUT_OF_MEMORY, "free: host out of memory for the event pool");
+      p->ev = e;
+      p->cap = want * 2;
+    }
+    while (p->n < need) {
+      gca_event_t ev;
+      GCA_CHECK(d->ops->event_create(dev, GCA_EVENT_DISABLE_TIMING, &ev));
+      p->ev[p->n++] = ev;
+    }
   }
   return GCA_OK;
+}
+
+/* Runs a stream op for use u with u's device current when its stream is
+ * NULL (that device's legacy stream), as PyTorch sets the device around it. */
+static gca_status_t use_op(gca__devalloc_t *d, const gca__use_t *u, gca_event_t ev) {
+  int cur = u->dev;
+  gca_status_t st;
+  if (u->stream == NULL) {
+    GCA_CHECK(d->ops->ctx_get_device(&cur));
+    if (cur != u->dev)
+      GCA_CHECK(d->ops->ctx_set_device(u->dev));
+  }
+  st = ev != NULL ? d->ops->event_record(ev, u->stream) : d->ops->stream_synchronize(u->stream);
+  if (cur != u->dev) {
+    gca_status_t rst = d->ops->ctx_set_device(cur);
+    if (st == GCA_OK)
+      st = rst;
+  }
+  return st;
 }
 
 /* Parks a block used on other streams while a capture is under way: it is
@@ -817,22 +855,25 @@ static gca_status_t defer_free(gca__devalloc_t *d, gca__block_t *b) {
   return GCA_OK;
 }
 
-/* Records an event on each stream that used b; b becomes pending. On failure
- * nothing changed. */
+/* Records an event on each stream that used b, on that stream's device; b
+ * becomes pending. On failure nothing changed. */
 static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b) {
-  GCA_CHECK(events_reserve(d, b->nuses));
+  GCA_CHECK(events_reserve(d, b));
   size_t first = d->npending;
   for (uint32_t i = 0; i < b->nuses; i++) {
-    gca_event_t ev = d->event_pool[--d->nevents];
-    gca_status_t st = d->ops->event_record(ev, b->uses[i]);
+    const gca__use_t *u = &b->uses[i];
+    gca_event_t ev = event_take(d, u->dev);
+    gca_status_t st = use_op(d, u, ev);
     if (st != GCA_OK) {
-      event_put(d, ev);
-      while (d->npending > first)
-        event_put(d, d->pending[--d->npending].event);
+      event_put(d, u->dev, ev);
+      while (d->npending > first) {
+        d->npending--;
+        event_put(d, d->pending[d->npending].dev, d->pending[d->npending].event);
+      }
       b->event_count = 0;
       return gca__error_prefix(st, "free: 0x%" PRIx64, b->addr);
     }
-    d->pending[d->npending++] = (gca__pending_t){ev, b->uses[i], b};
+    d->pending[d->npending++] = (gca__pending_t){ev, u->stream, b, u->dev};
     b->event_count++;
   }
   b->nuses = 0;
@@ -840,7 +881,7 @@ static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b) {
 }
 
 static void pending_done(gca__devalloc_t *d, const gca__pending_t *e) {
-  event_put(d, e->event);
+  event_put(d, e->dev, e->event);
   if (--e->block->event_count == 0)
     block_free_complete(d, e->block, true);
 }
@@ -849,7 +890,7 @@ static void pending_done(gca__devalloc_t *d, const gca__pending_t *e) {
  * one stream complete in order, so a stream is skipped after its first
  * unfinished event. */
 static gca_status_t process_events(gca__devalloc_t *d) {
-  gca_stream_t busy[16];
+  gca__use_t busy[16]; /* (stream, device): NULL names a different stream on each device */
   size_t nbusy = 0, w = 0, i;
   gca_status_t st = GCA_OK;
   if (d->ncaptures != 0) /* Note [Frees during capture] */
@@ -860,7 +901,7 @@ static gca_status_t process_events(gca__devalloc_t *d) {
     gca__pending_t e = d->pending[i];
     bool skip = false;
     for (size_t k = 0; k < nbusy && !skip; k++)
-      skip = busy[k] == e.stream;
+      skip = busy[k].stream == e.stream && busy[k].dev == e.dev;
     if (!skip) {
       st = d->ops->event_query(e.event);
       if (st == GCA_OK) {
@@ -871,7 +912,7 @@ static gca_status_t process_events(gca__devalloc_t *d) {
         break;
       st = GCA_OK;
       if (nbusy < GCA_ARRAY_SIZE(busy))
-        busy[nbusy++] = e.stream;
+        busy[nbusy++] = (gca__use_t){e.stream, e.dev};
     }
     d->pending[w++] = e;
   }
@@ -1424,7 +1465,7 @@ static gca_status_t dev_free(gca__devalloc_t *d, gca__block_t *b) {
       GCA_CHECK(block_insert_events(d, b));
     } else {
       for (uint32_t i = 0; i < b->nuses; i++) {
-        gca_status_t st = d->ops->stream_synchronize(b->uses[i]);
+        gca_status_t st = use_op(d, &b->uses[i], NULL);
         if (st != GCA_OK)
           return gca__error_prefix(st, "free: 0x%" PRIx64, b->addr);
       }
@@ -1524,6 +1565,9 @@ GCA_API gca_status_t gca_free(void *ptr) {
   return free_impl(ptr, -1);
 }
 
+/* The device is resolved now: a stream of another device gets its event
+ * there at free time, and NULL means the legacy stream of the caller's
+ * current device, wherever the free happens. */
 GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   gca_status_t st = GCA_OK;
@@ -1531,14 +1575,20 @@ GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
   gca__block_t *b = lock_live(addr, &d);
   if (b == NULL)
     return bad_pointer("record_stream", addr);
-  if (stream == b->stream)
+  int sdev;
+  st = d->ops->stream_get_device(stream, &sdev);
+  if (st != GCA_OK) {
+    st = gca__error_prefix(st, "record_stream: 0x%" PRIx64 " on stream %p", addr, (void *)stream);
+    goto out;
+  }
+  if (stream == b->stream && (stream != NULL || sdev == d->device))
     goto out;
   for (uint32_t i = 0; i < b->nuses; i++)
-    if (b->uses[i] == stream)
+    if (b->uses[i].stream == stream && b->uses[i].dev == sdev)
       goto out;
   if (b->nuses == b->cap_uses) {
     uint32_t ncap = b->cap_uses ? b->cap_uses * 2 : 4;
-    gca_stream_t *n = realloc(b->uses, ncap * sizeof(*n));
+    gca__use_t *n = realloc(b->uses, ncap * sizeof(*n));
     if (n == NULL) {
       st = gca__error(GCA_ERR_OUT_OF_MEMORY,
                       "record_stream: host out of memory recording a stream for 0x%" PRIx64, addr);
@@ -1547,7 +1597,7 @@ GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
     b->uses = n;
     b->cap_uses = ncap;
   }
-  b->uses[b->nuses++] = stream;
+  b->uses[b->nuses++] = (gca__use_t){stream, sdev};
 out:
   gca__mutex_unlock(&d->lock);
   return st;
@@ -1836,8 +1886,11 @@ static void devalloc_destroy(gca__devalloc_t *d) {
     (void)d->ops->event_synchronize(d->pending[i].event);
     (void)d->ops->event_destroy(d->pending[i].event);
   }
-  for (size_t i = 0; i < d->nevents; i++)
-    (void)d->ops->event_destroy(d->event_pool[i]);
+  for (int dev = 0; dev < GCA__MAX_DEVICES; dev++) {
+    for (size_t i = 0; i < d->events[dev].n; i++)
+      (void)d->ops->event_destroy(d->events[dev].ev[i]);
+    free(d->events[dev].ev);
+  }
   gca__ptrmap_destroy(&d->ptrs);
   gca__mempools_destroy_locked(d);
   gca__pool_t *pools[2] = {&d->small, &d->large};
@@ -1859,7 +1912,6 @@ static void devalloc_destroy(gca__devalloc_t *d) {
     free(d->slabs[i]);
   free(d->slabs);
   free(d->pending);
-  free(d->event_pool);
   gca__mutex_unlock(&d->lock);
   free(d);
 }

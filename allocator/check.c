@@ -235,6 +235,15 @@ gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
                     d->device, b->addr);
     pending_blocks++;
   }
+  for (int dev = 0; dev < GCA__MAX_DEVICES; dev++) {
+    const gca__evpool_t *ep = &d->events[dev];
+    size_t out = 0;
+    for (size_t i = 0; i < d->npending; i++)
+      out += d->pending[i].dev == dev;
+    if (ep->out != out || ep->n > ep->cap)
+      return BROKEN("device %d: %zu events of device %d out, %zu pending entries on it", d->device,
+                    ep->out, dev, out);
+  }
   gca_stats_t read;
   gca__stats_read(d, &read);
   const gca_stats_t *st = &read;

@@ -87,7 +87,8 @@
   X(mem_export_fabric)            \
   X(mem_import_fabric)            \
   X(ctx_set_device)               \
-  X(ctx_get_device)
+  X(ctx_get_device)               \
+  X(stream_get_device)
 
 typedef enum gca_dev_op {
 #define GCA__OP_ENUM(name) GCA_OP_##name,
@@ -266,6 +267,10 @@ typedef struct gca_device_ops {
    * GCA_ERR_INVALID_ARGUMENT for a device index out of range. */
   gca_status_t (*ctx_set_device)(int dev);
   gca_status_t (*ctx_get_device)(int *dev);
+  /* The device a stream belongs to: cuStreamGetCtx and that context's device;
+   * NULL is the calling thread's current device (its legacy stream).
+   * GCA_ERR_INVALID_HANDLE for a stream that is not live. */
+  gca_status_t (*stream_get_device)(gca_stream_t stream, int *dev);
 } gca_device_ops_t;
 
 /* ---- device.c ---- */

@@ -182,9 +182,9 @@ static void workload(gca_stream_t s1, gca_stream_t s2, void **live, int *nlive) 
 
 static void sweep_every_call_of_every_op(void **state) {
   (void)state;
-  static const char *op_names[] = {"mem_get_info",      "mem_alloc",         "mem_free",
-                                   "event_create",      "event_record",      "event_query",
-                                   "event_synchronize", "stream_synchronize"};
+  static const char *op_names[] = {"mem_get_info",      "mem_alloc",          "mem_free",
+                                   "event_create",      "event_record",       "event_query",
+                                   "event_synchronize", "stream_synchronize", "stream_get_device"};
   int injected = 0, per_op[GCA_ARRAY_SIZE(op_names)] = {0};
   for (int caching = 1; caching >= 0; caching--) {
     for (size_t o = 0; o < GCA_ARRAY_SIZE(op_names); o++) {

@@ -3,7 +3,10 @@
  * there before the free has finished; events are pooled; nothing touches the
  * device when nothing is pending; running out of memory waits for pending
  * frees; with caching off, frees wait for the recorded streams and return the
- * memory. */
+ * memory; a stream of another device gets its event on that device, and a
+ * recorded NULL stream is the legacy stream of the recording thread's device;
+ * faults on those paths fail cleanly. Runs with two sim devices. */
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -255,6 +258,153 @@ static void no_caching_env_frees_to_the_driver(void **state) {
   gca__env_set_hook(NULL, NULL);
 }
 
+/* ---- streams of another device ---- */
+
+static bool two_devices(void) {
+  int n = 0;
+  assert_ok(ops->device_count(&n));
+  if (n < 2)
+    printf("SKIP: needs two sim devices (found %d)\n", n);
+  return n >= 2;
+}
+
+typedef struct {
+  uint32_t *p;
+  size_t n;
+} stamp_t;
+
+/* Holds its stream until the gate opens, then writes stamps into the block. */
+static void hold_then_stamp(void *arg) {
+  const stamp_t *s = arg;
+  while (atomic_load(&gate) == 0)
+    sched_yield();
+  for (size_t i = 0; i < s->n; i++)
+    s->p[i] = 0x5a000000u + (uint32_t)i;
+}
+
+static void stream_of_another_device_gets_its_event_there(void **state) {
+  (void)state;
+  if (!two_devices())
+    skip();
+  gca_stream_t a = mk_stream(), b1;
+  assert_ok(ops->stream_create(1, GCA_STREAM_NON_BLOCKING, 0, &b1));
+  gca_sim_counters_reset();
+  for (int round = 0; round < 2; round++) {
+    uint32_t *p = alloc_on(4096, a);
+    stamp_t st = {p, 4096 / 4};
+    assert_ok(gca_record_stream(p, b1));
+    atomic_store(&gate, 0);
+    assert_ok(ops->launch_host_func(b1, hold_then_stamp, &st));
+    free_ok(p); /* an event from device 1's pool, recorded on b1 */
+    void *q = alloc_on(4096, a);
+    assert_ptr_not_equal(q, p);
+    gca_stats_t s = stats();
+    assert_int_equal(s.allocation[GCA_STAT_ALL].current, 1);
+    assert_int_equal(s.active[GCA_STAT_ALL].current, 2);
+    free_ok(q);
+    atomic_store(&gate, 1);
+    assert_ok(ops->stream_synchronize(b1));
+    void *r = alloc_on(4096, a); /* the event completed: p is free again */
+    assert_ptr_equal(r, p);
+    for (size_t i = 0; i < st.n; i++)
+      if (p[i] != 0x5a000000u + (uint32_t)i)
+        fail_msg("stamp %zu is 0x%x: the block was reused before device 1's work", i, p[i]);
+    free_ok(r);
+  }
+  assert_int_equal(gca_sim_call_count("event_create"), 1); /* one event, pooled on device 1 */
+  assert_int_equal(gca_sim_call_count("event_record"), 2);
+  assert_int_equal(stats().active[GCA_STAT_ALL].current, 0);
+  assert_ok(ops->stream_destroy(a));
+  assert_ok(ops->stream_destroy(b1));
+}
+
+typedef struct {
+  void *p;
+  gca_status_t st;
+  char detail[256];
+} null_rec_t;
+
+/* On device 1: records p's use on the NULL stream (device 1's legacy stream)
+ * and holds that stream. */
+static void *record_null_on_device_1(void *arg) {
+  null_rec_t *r = arg;
+  r->st = gca_set_device(1);
+  if (r->st == GCA_OK)
+    r->st = gca_record_stream(r->p, NULL);
+  if (r->st == GCA_OK) {
+    atomic_store(&gate, 0);
+    r->st = ops->launch_host_func(NULL, hold_stream, NULL);
+  }
+  if (r->st != GCA_OK)
+    snprintf(r->detail, sizeof(r->detail), "%s", gca_last_error());
+  return NULL;
+}
+
+static void recorded_null_stream_is_the_recording_threads_device(void **state) {
+  (void)state;
+  if (!two_devices())
+    skip();
+  null_rec_t r = {.p = alloc_on(4096, NULL)};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, record_null_on_device_1, &r), 0);
+  pthread_join(t, NULL);
+  if (r.st != GCA_OK)
+    fail_msg("device-1 thread: %s: %s", gca_status_name(r.st), r.detail);
+  free_ok(r.p); /* on device 0's thread: the event goes to device 1's legacy stream */
+  int dev = -1;
+  assert_ok(ops->ctx_get_device(&dev));
+  assert_int_equal(dev, 0);                 /* and this thread's device is put back */
+  assert_ok(ops->stream_synchronize(NULL)); /* device 0's legacy stream: not the one recorded */
+  void *q = alloc_on(4096, NULL);
+  assert_ptr_not_equal(q, r.p); /* device 1's legacy stream is held */
+  free_ok(q);
+  atomic_store(&gate, 1);
+  assert_ok(ops->ctx_set_device(1));
+  assert_ok(ops->stream_synchronize(NULL));
+  assert_ok(ops->ctx_set_device(0));
+  q = alloc_on(4096, NULL);
+  assert_ptr_equal(q, r.p);
+  free_ok(q);
+}
+
+static void faults_on_another_devices_stream_fail_cleanly(void **state) {
+  (void)state;
+  if (!two_devices())
+    skip();
+  gca_stream_t b1;
+  assert_ok(ops->stream_create(1, GCA_STREAM_NON_BLOCKING, 0, &b1));
+  void *p = alloc_on(4096, NULL);
+  /* the stream's device cannot be found: nothing is recorded */
+  assert_ok(gca_sim_fault_set("stream_get_device:nth=1"));
+  assert_status(gca_record_stream(p, b1), GCA_ERR_DRIVER, "record_stream: 0x");
+  gca_sim_fault_clear();
+  check();
+  assert_ok(gca_record_stream(p, b1));
+  /* no event can be made on device 1: the free fails and p stays live */
+  gca_stats_t before = stats();
+  assert_ok(gca_sim_fault_set("event_create:nth=1"));
+  assert_status(gca_free(p), GCA_ERR_DRIVER, "event_create");
+  gca_sim_fault_clear();
+  check();
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current,
+                   before.allocation[GCA_STAT_ALL].current);
+  assert_ok(gca_pointer_info(p, NULL, NULL));
+  assert_ok(gca_sim_fault_set("event_record:nth=1"));
+  assert_status(gca_free(p), GCA_ERR_DRIVER, "event_record");
+  gca_sim_fault_clear();
+  check();
+  assert_ok(gca_pointer_info(p, NULL, NULL));
+  free_ok(p); /* still recorded on b1 */
+  assert_int_equal(stats().active[GCA_STAT_ALL].current, 1);
+  assert_ok(ops->stream_synchronize(b1));
+  assert_ok(gca_empty_cache());
+  check();
+  gca_stats_t s = stats();
+  assert_int_equal(s.active[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(ops->stream_destroy(b1));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(block_waits_for_recorded_stream_before_reuse, alloc_setup,
@@ -272,6 +422,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(no_caching_returns_memory_after_recorded_work, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(caching_off_empties_the_cache, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(stream_of_another_device_gets_its_event_there, alloc_setup,
+                                      streams_teardown),
+      cmocka_unit_test_setup_teardown(recorded_null_stream_is_the_recording_threads_device,
+                                      alloc_setup, streams_teardown),
+      cmocka_unit_test_setup_teardown(faults_on_another_devices_stream_fail_cleanly, alloc_setup,
+                                      streams_teardown),
       cmocka_unit_test_setup_teardown(no_caching_env_frees_to_the_driver, alloc_setup,
                                       alloc_teardown),
   };

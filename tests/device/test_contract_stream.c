@@ -534,6 +534,42 @@ static void *set_device_1_and_read(void *arg) {
   return NULL;
 }
 
+/* stream_get_device: a stream's creation device; NULL follows the thread. */
+static void *null_stream_device_on_1(void *arg) {
+  int *seen = arg;
+  if (ops->ctx_set_device(1) != GCA_OK || ops->stream_get_device(NULL, seen) != GCA_OK)
+    *seen = -2;
+  return NULL;
+}
+
+static void stream_device_is_where_it_was_created(void **state) {
+  (void)state;
+  int n = 0, dev = -1;
+  assert_ok(ops->device_count(&n));
+  gca_stream_t s[2] = {NULL, NULL};
+  for (int d = 0; d < n && d < 2; d++) {
+    assert_ok(ops->stream_create(d, GCA_STREAM_NON_BLOCKING, 0, &s[d]));
+    assert_ok(ops->stream_get_device(s[d], &dev));
+    assert_int_equal(dev, d);
+  }
+  assert_ok(ops->stream_get_device(NULL, &dev));
+  assert_int_equal(dev, 0);
+  if (n >= 2) {
+    int seen = -1;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, null_stream_device_on_1, &seen), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(seen, 1);
+    assert_ok(ops->stream_get_device(NULL, &dev)); /* this thread is still on device 0 */
+    assert_int_equal(dev, 0);
+  }
+  assert_status(ops->stream_get_device(s[0], NULL), GCA_ERR_INVALID_ARGUMENT, "stream_get_device");
+  for (int d = 0; d < 2; d++)
+    if (s[d] != NULL)
+      assert_ok(ops->stream_destroy(s[d]));
+  assert_status(ops->stream_get_device(s[0], &dev), GCA_ERR_INVALID_HANDLE, "stream_get_device");
+}
+
 static void current_device_is_per_thread_and_validated(void **state) {
   (void)state;
   int n = 0, dev = -1;
@@ -600,6 +636,7 @@ int main(void) {
       cmocka_unit_test(bad_arguments_and_handles_are_refused),
       cmocka_unit_test(null_stream_is_the_calling_threads_current_device),
       cmocka_unit_test(current_device_is_per_thread_and_validated),
+      cmocka_unit_test(stream_device_is_where_it_was_created),
       cmocka_unit_test(capture_on_device_0_leaves_device_1_legacy_stream_usable),
       cmocka_unit_test(injected_faults_fail_one_call_and_leave_streams_usable),
   };

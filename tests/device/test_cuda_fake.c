@@ -205,6 +205,11 @@ static int child_contexts(report_t *r) {
   if (a.st != GCA_OK)
     return failf(r, "memset on a fresh thread: %s: %s", gca_status_name(a.st), a.detail);
   EXPECT_OK(r, ops->memset_d8_async(p0, 1, 256, NULL));
+  int sdev = -1; /* a stream's device comes from its context */
+  EXPECT_OK(r, ops->stream_get_device(s1, &sdev));
+  CHECK(r, sdev == 1);
+  EXPECT_OK(r, ops->stream_get_device(NULL, &sdev));
+  CHECK(r, sdev == 0);
   EXPECT_OK(r, ops->stream_destroy(s1));
   return CHILD_PASS;
 }

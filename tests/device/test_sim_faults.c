@@ -531,6 +531,18 @@ static gca_status_t call_ctx_get_device(void) {
   return first_st;
 }
 
+static gca_status_t call_stream_get_device(void) {
+  gca_stream_t s = NULL;
+  int dev = -1;
+  begin();
+  TRY(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  TRY(ops->stream_get_device(s, &dev));
+  TRY(ops->stream_get_device(NULL, &dev));
+  if (s != NULL)
+    (void)ops->stream_destroy(s);
+  return first_st;
+}
+
 typedef struct op_call {
   gca_status_t (*call)(void);
   bool present; /* the table has a function for the op */

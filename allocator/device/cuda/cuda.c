@@ -112,6 +112,7 @@ STUB(mem_export_fabric, gca_memhandle_t h, uint8_t out[GCA_FABRIC_HANDLE_LEN])
 STUB(mem_import_fabric, int dev, const uint8_t in[GCA_FABRIC_HANDLE_LEN], gca_memhandle_t *out)
 STUB(ctx_set_device, int dev)
 STUB(ctx_get_device, int *dev)
+STUB(stream_get_device, gca_stream_t s, int *dev)
 #undef STUB
 
 static const gca_device_ops_t cuda_ops = {.name = "cuda",
@@ -949,6 +950,17 @@ static gca_status_t cuda_ctx_get_device(int *dev) {
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "ctx_get_device: dev is NULL");
   *dev = t_current_dev;
   return GCA_OK;
+}
+
+static gca_status_t cuda_stream_get_device(gca_stream_t stream, int *dev) {
+  if (!dev)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_get_device: dev is NULL");
+  if (stream == NULL) {
+    GCA_CHECK(ready("stream_get_device"));
+    *dev = t_current_dev;
+    return GCA_OK;
+  }
+  return enter_stream("stream_get_device", stream, dev);
 }
 
 static gca_status_t cuda_ctx_synchronize(int dev) {

@@ -734,6 +734,17 @@ static gca_status_t sim_ctx_get_device(int *dev) {
   return GCA_OK;
 }
 
+static gca_status_t sim_stream_get_device(gca_stream_t stream, int *dev) {
+  GCA_SIM_ENTER(stream_get_device, 0);
+  if (!dev)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_get_device: dev is NULL");
+  sim_stream_t *s = NULL;
+  GCA_CHECK(stream_get("stream_get_device", stream, &s));
+  *dev = s->dev;
+  stream_unref(s);
+  return GCA_OK;
+}
+
 static gca_status_t sim_ctx_synchronize(int dev) {
   GCA_SIM_ENTER(ctx_synchronize, 0);
   GCA_CHECK(gca__sim_check_device("ctx_synchronize", dev));
@@ -1030,6 +1041,7 @@ void gca__sim_stream_ops(gca_device_ops_t *ops) {
   ops->ctx_synchronize = sim_ctx_synchronize;
   ops->ctx_set_device = sim_ctx_set_device;
   ops->ctx_get_device = sim_ctx_get_device;
+  ops->stream_get_device = sim_stream_get_device;
   ops->stream_create = sim_stream_create;
   ops->stream_destroy = sim_stream_destroy;
   ops->stream_synchronize = sim_stream_synchronize;
