@@ -29,7 +29,9 @@ GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_
  * pointers are GCA_ERR_INVALID_POINTER naming the pointer; state is unchanged. */
 GCA_API gca_status_t gca_free(void *ptr);
 /* Marks `ptr` as used on `stream` too: on free, the block becomes reusable only
- * after the work queued on `stream` before the free has completed. */
+ * after the work queued on `stream` before the free has completed. `stream` may
+ * belong to another device (the event is recorded there); NULL is the legacy
+ * stream of the calling thread's current device at the time of this call. */
 GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream);
 /* Size of the block behind a live pointer (the rounded size) and its device. */
 GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *device);
