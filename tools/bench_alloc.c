@@ -9,6 +9,11 @@
  * thread pair with free_cache:False (PyTorch's placement: a split and a merge
  * on every pair) beside the default configuration. Each figure is the mean
  * over as many pairs as fit in S seconds (default 0.08) per measurement.
+ * "shared lock" is the floor under any allocator that keeps one locked state
+ * per device, as PyTorch's and gca's do: each pair is two critical sections
+ * of gca's device lock type around four updates of shared counters, nothing
+ * else; with two threads it shows what the lock's cache line and the
+ * counters' moving between cores costs on this machine.
  * Nothing is asserted: the figures are printed for a person or a dashboard.
  */
 #include <pthread.h>
@@ -20,6 +25,7 @@
 #include "common.h"
 #include "device.h"
 #include "json.h"
+#include "lock.h"
 
 #define NTHREADS_MAX 2
 #define BATCH        256
@@ -27,7 +33,7 @@
 static const size_t sizes[] = {512, 4u << 10, 64u << 10, 1u << 20, 8u << 20, 64u << 20};
 #define NSIZES GCA_ARRAY_SIZE(sizes)
 
-enum { KIND_GCA = 0, KIND_MALLOC = 1, KIND_EXACT = 2, KINDS = 3 };
+enum { KIND_GCA = 0, KIND_MALLOC = 1, KIND_EXACT = 2, KIND_LOCK = 3, KINDS = 4 };
 
 typedef struct bench_row {
   double ns[KINDS][NTHREADS_MAX]; /* [kind][threads-1]: ns per pair, mean over threads */
@@ -68,8 +74,35 @@ static gca_status_t malloc_pairs(worker_t *w, int n) {
   return GCA_OK;
 }
 
+/* The shared lock floor: one lock and a line of counters, as a device's. */
+static gca__mutex_t floor_lock;
+static struct { _Alignas(64) int64_t current, peak, allocated, freed; } floor_stats;
+
+static gca_status_t lock_pairs(worker_t *w, int n) {
+  for (int i = 0; i < n; i++) {
+    gca__mutex_lock(&floor_lock);
+    floor_stats.current += (int64_t)w->size;
+    floor_stats.allocated += (int64_t)w->size;
+    if (floor_stats.current > floor_stats.peak)
+      floor_stats.peak = floor_stats.current;
+    gca__mutex_unlock(&floor_lock);
+    gca__mutex_lock(&floor_lock);
+    floor_stats.current -= (int64_t)w->size;
+    floor_stats.freed += (int64_t)w->size;
+    gca__mutex_unlock(&floor_lock);
+  }
+  return GCA_OK;
+}
+
 static gca_status_t pairs(worker_t *w, int n) {
-  return w->kind == KIND_MALLOC ? malloc_pairs(w, n) : gca_pairs(w, n);
+  switch (w->kind) {
+  case KIND_MALLOC:
+    return malloc_pairs(w, n);
+  case KIND_LOCK:
+    return lock_pairs(w, n);
+  default:
+    return gca_pairs(w, n);
+  }
 }
 
 static void *worker_main(void *arg) {
@@ -140,7 +173,7 @@ static double ratio(double a, double b) {
   return b > 0 ? a / b : 0;
 }
 
-static void print_table(const bench_row_t *rows) {
+static void print_table(const bench_row_t *rows, const double *lock_ns) {
   printf("ns per alloc+free pair, warm cache (2 threads: mean per thread, each on its own "
          "stream)\n");
   printf("%-8s %10s %10s %8s %10s %8s %10s %10s %8s\n", "size", "gca 1T", "malloc 1T", "ratio",
@@ -156,9 +189,12 @@ static void print_table(const bench_row_t *rows) {
            ratio(r->ns[KIND_GCA][1], r->ns[KIND_MALLOC][1]));
   }
   printf("ratio = gca / malloc (below 1: gca is faster); exact = free_cache:False\n");
+  printf("shared lock floor (two critical sections per pair, no allocator): 1T %.1f ns, 2T %.1f "
+         "ns\n",
+         lock_ns[0], lock_ns[1]);
 }
 
-static gca_status_t print_json(const bench_row_t *rows, double seconds) {
+static gca_status_t print_json(const bench_row_t *rows, const double *lock_ns, double seconds) {
   gca_json_writer_t w;
   gca__json_writer_init(&w);
   gca__json_object_begin(&w);
@@ -166,6 +202,10 @@ static gca_status_t print_json(const bench_row_t *rows, double seconds) {
   gca__json_string(&w, gca_device_backend_name());
   gca__json_key(&w, "seconds_per_measurement");
   gca__json_double(&w, seconds);
+  gca__json_key(&w, "lock_ns_1t");
+  gca__json_double(&w, lock_ns[0]);
+  gca__json_key(&w, "lock_ns_2t");
+  gca__json_double(&w, lock_ns[1]);
   gca__json_key(&w, "results");
   gca__json_array_begin(&w);
   for (size_t i = 0; i < NSIZES; i++) {
@@ -208,7 +248,9 @@ static gca_status_t run(double seconds, bool json) {
   gca_stream_t streams[NTHREADS_MAX] = {NULL, NULL};
   int nstreams = 0;
   bench_row_t rows[NSIZES];
+  double lock_ns[NTHREADS_MAX] = {0, 0};
   memset(rows, 0, sizeof(rows));
+  gca__mutex_init(&floor_lock);
   char saved[1024];
   GCA_CHECK(gca_get_config(saved, sizeof(saved)));
   for (; nstreams < NTHREADS_MAX; nstreams++)
@@ -228,10 +270,12 @@ static gca_status_t run(double seconds, bool json) {
     GCA_CHECK_GOTO(gca_set_config(saved), st, out); /* the caller's settings again */
     GCA_CHECK_GOTO(mst, st, out);
   }
+  for (int nt = 1; nt <= NTHREADS_MAX; nt++)
+    GCA_CHECK_GOTO(measure(KIND_LOCK, 512, nt, seconds, streams, &lock_ns[nt - 1]), st, out);
   if (json)
-    GCA_CHECK_GOTO(print_json(rows, seconds), st, out);
+    GCA_CHECK_GOTO(print_json(rows, lock_ns, seconds), st, out);
   else
-    print_table(rows);
+    print_table(rows, lock_ns);
   st = GCA_OK;
 out:
   gca_empty_cache();
