@@ -164,6 +164,8 @@ static void workload(gca_stream_t s1, gca_stream_t s2, void **live, int *nlive) 
     if (st == GCA_OK) {
       if (i % 3 == 0)
         (void)gca_record_stream(p, s2);
+      if (i % 4 == 1) /* p is on s1: the legacy stream is another stream */
+        (void)gca_record_stream(p, NULL);
       live[(*nlive)++] = p;
     }
     if ((i & 1) && *nlive > 0) {
@@ -184,7 +186,8 @@ static void sweep_every_call_of_every_op(void **state) {
   (void)state;
   static const char *op_names[] = {"mem_get_info",      "mem_alloc",          "mem_free",
                                    "event_create",      "event_record",       "event_query",
-                                   "event_synchronize", "stream_synchronize", "stream_get_device"};
+                                   "event_synchronize", "stream_synchronize", "stream_get_device",
+                                   "ctx_get_device"};
   int injected = 0, per_op[GCA_ARRAY_SIZE(op_names)] = {0};
   for (int caching = 1; caching >= 0; caching--) {
     for (size_t o = 0; o < GCA_ARRAY_SIZE(op_names); o++) {

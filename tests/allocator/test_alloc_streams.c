@@ -367,6 +367,37 @@ static void recorded_null_stream_is_the_recording_threads_device(void **state) {
   free_ok(q);
 }
 
+/* Making device 1 current for its legacy stream fails: the free fails, p
+ * stays live and recorded, this thread's device is unchanged. */
+static void device_switch_fault_fails_the_free_cleanly(void **state) {
+  (void)state;
+  if (!two_devices())
+    skip();
+  null_rec_t r = {.p = alloc_on(4096, NULL)};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, record_null_on_device_1, &r), 0);
+  pthread_join(t, NULL);
+  if (r.st != GCA_OK)
+    fail_msg("device-1 thread: %s: %s", gca_status_name(r.st), r.detail);
+  atomic_store(&gate, 1); /* nothing needs the held legacy stream here */
+  assert_ok(gca_sim_fault_set("ctx_set_device:nth=1"));
+  assert_status(gca_free(r.p), GCA_ERR_DRIVER, "ctx_set_device");
+  gca_sim_fault_clear();
+  check();
+  int dev = -1;
+  assert_ok(ops->ctx_get_device(&dev));
+  assert_int_equal(dev, 0);
+  assert_ok(gca_pointer_info(r.p, NULL, NULL));
+  free_ok(r.p);
+  assert_int_equal(stats().active[GCA_STAT_ALL].current, 1); /* waits for device 1's legacy */
+  assert_ok(ops->ctx_set_device(1));
+  assert_ok(ops->stream_synchronize(NULL));
+  assert_ok(ops->ctx_set_device(0));
+  assert_ok(gca_empty_cache());
+  check();
+  assert_int_equal(stats().active[GCA_STAT_ALL].current, 0);
+}
+
 static void faults_on_another_devices_stream_fail_cleanly(void **state) {
   (void)state;
   if (!two_devices())
@@ -427,6 +458,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(recorded_null_stream_is_the_recording_threads_device,
                                       alloc_setup, streams_teardown),
       cmocka_unit_test_setup_teardown(faults_on_another_devices_stream_fail_cleanly, alloc_setup,
+                                      streams_teardown),
+      cmocka_unit_test_setup_teardown(device_switch_fault_fails_the_free_cleanly, alloc_setup,
                                       streams_teardown),
       cmocka_unit_test_setup_teardown(no_caching_env_frees_to_the_driver, alloc_setup,
                                       alloc_teardown),
