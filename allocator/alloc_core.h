@@ -205,6 +205,8 @@ struct gca__devalloc {
   gca__pend_stat_t pend[GCA_STAT_TYPES], pend_bytes[GCA_STAT_TYPES]; /* Note [Active statistics] */
   size_t total_memory;     /* device total (mem_get_info at creation) */
   size_t reserved;         /* bytes of all segments */
+  size_t reserving;        /* bytes of segments being created with the lock released
+                              (release_lock_on_cudamalloc), held against the limit */
   bool set_fraction;       /* a fraction or limit is in force */
   size_t allowed_max;      /* cap on reserved when set_fraction */
   gca__pending_t *pending; /* Note [Stream-ordered reuse] */

@@ -317,22 +317,35 @@ static gca_status_t segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
     }
     size = (size + d->granularity - 1) & ~(d->granularity - 1);
   }
-  if (d->set_fraction && d->reserved + size > d->allowed_max)
+  if (d->set_fraction && d->reserved + d->reserving + size > d->allowed_max)
     return gca__error(GCA_ERR_OUT_OF_MEMORY,
                       "malloc: a %zu-byte segment would pass device %d's limit of %zu bytes "
-                      "(%zu reserved)",
-                      size, d->device, d->allowed_max, d->reserved);
-  GCA_CHECK(block_reserve(d));
+                      "(%zu reserved%s)",
+                      size, d->device, d->allowed_max, d->reserved + d->reserving,
+                      d->reserving != 0 ? ", some being allocated by other threads" : "");
   gca__segment_t *seg = calloc(1, sizeof(*seg));
   if (seg == NULL)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a segment record");
-  if (d->cfg.ipc_handles)
+  if (d->cfg.ipc_handles) {
     GCA_CHECK_GOTO(vmm_segment_create(d, seg, size, &ptr), st, fail_seg);
-  else
+  } else if (d->cfg.release_lock_on_device_alloc && pool->owner == NULL && d->ncaptures == 0) {
+    /* PyTorch's release_lock_on_cudamalloc: other threads use the cache while
+     * the driver allocates; the bytes count against the limit meanwhile. The
+     * new segment is this thread's alone until it is linked in below. */
+    d->reserving += size;
+    gca__mutex_unlock(&d->lock);
+    st = d->ops->mem_alloc(d->device, size, &ptr);
+    gca__dev_lock(d);
+    d->reserving -= size;
+    GCA_CHECK_GOTO(st, st, fail_seg);
+  } else {
     GCA_CHECK_GOTO(d->ops->mem_alloc(d->device, size, &ptr), st, fail_seg);
+  }
   seg->base = ptr;
   seg->size = size;
   seg->stream = stream;
+  GCA_CHECK_GOTO(block_reserve(d), st, fail_mem); /* after the driver call: the lock may have
+                                                     been let go */
   GCA_CHECK_GOTO(gca__owner_add(ptr, size, d->device), st, fail_mem);
   gca__block_t *b = block_take(d);
   b->addr = ptr;

@@ -93,7 +93,7 @@ static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t of
   gca_memhandle_t h = 0;
   gca_devptr_t ptr = seg->base + off;
   int devs[GCA__MAX_DEVICES + 1];
-  if (d->set_fraction && d->reserved + len > d->allowed_max)
+  if (d->set_fraction && d->reserved + d->reserving + len > d->allowed_max)
     return gca__error(GCA_ERR_OUT_OF_MEMORY,
                       "malloc: mapping %zu more bytes would pass device %d's limit of %zu bytes "
                       "(%zu reserved)",

@@ -57,6 +57,10 @@ GCA_API const char *gca_sim_op_name(int op);
  * -1 for an unknown name. Counts every call, failed ones included. */
 GCA_API int64_t gca_sim_call_count(const char *op);
 GCA_API void gca_sim_counters_reset(void);
+/* Makes every later call of `op` take `ns` nanoseconds longer (0: none), as a
+ * real driver's cuMemAlloc takes a millisecond or so; the op acts after the
+ * wait, and its call is counted before it. Unknown op: GCA_ERR_CONFIG. */
+GCA_API gca_status_t gca_sim_set_latency(const char *op, uint64_t ns);
 /* Capacity of a sim device in bytes (default GCA_SIM_DEVICE_MEMORY, else
  * 16GiB). Fails with GCA_ERR_INVALID_STATE when more than `bytes` is in use. */
 GCA_API gca_status_t gca_sim_set_capacity(int device, uint64_t bytes);

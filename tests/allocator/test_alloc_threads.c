@@ -4,8 +4,13 @@
  * threads that check the stamps and free them, sometimes after recording them
  * on yet another stream. With two sim devices (meson sets GCA_SIM_DEVICES=2)
  * half the threads allocate on device 1, so frees must find the device. Run
- * under TSan and ASan too. The seed is printed. */
+ * under TSan and ASan too. The seed is printed. Also
+ * release_lock_on_cudamalloc: while one thread waits for the driver (sim
+ * latency on mem_alloc), others are served from the cache, and the bytes it
+ * is allocating count against the device's limit. */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "alloc_fixture.h"
@@ -190,10 +195,117 @@ static void concurrent_double_free_only_one_wins(void **state) {
   }
 }
 
+/* ---- release_lock_on_cudamalloc ---- */
+
+#define SLOW_ALLOC_NS (300ull * 1000 * 1000)
+
+static int threads_setup(void **state) {
+  alloc_setup(state);
+  for (int i = 0; i < 2; i++)
+    assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &streams[i]));
+  return 0;
+}
+
+static int threads_teardown(void **state) {
+  (void)gca_sim_set_latency("mem_alloc", 0);
+  (void)gca_set_config("");
+  for (int i = 0; i < 2; i++)
+    (void)ops->stream_destroy(streams[i]);
+  return alloc_teardown(state);
+}
+
+typedef struct {
+  size_t size;
+  gca_stream_t stream;
+  void *p;
+  gca_status_t st;
+  atomic_int done;
+} slow_alloc_t;
+
+static void *slow_alloc(void *arg) {
+  slow_alloc_t *a = arg;
+  a->st = gca_malloc(&a->p, a->size, a->stream);
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+/* Starts a thread whose malloc needs a new segment and returns once that
+ * thread is inside the (slow) driver call. */
+static void start_slow_alloc(slow_alloc_t *a, pthread_t *t) {
+  int64_t calls = gca_sim_call_count("mem_alloc");
+  assert_ok(gca_sim_set_latency("mem_alloc", SLOW_ALLOC_NS));
+  atomic_init(&a->done, 0);
+  assert_int_equal(pthread_create(t, NULL, slow_alloc, a), 0);
+  while (gca_sim_call_count("mem_alloc") == calls)
+    sched_yield();
+}
+
+/* Cached pairs on this thread; returns whether the slow thread was still in
+ * the driver when they were done. */
+static bool pairs_finish_first(slow_alloc_t *a) {
+  for (int i = 0; i < 100; i++) {
+    void *p = alloc_on(4096, NULL);
+    free_ok(p);
+  }
+  return atomic_load(&a->done) == 0;
+}
+
+static void release_lock_on_cudamalloc_serves_others_meanwhile(void **state) {
+  (void)state;
+  for (int release = 1; release >= 0; release--) {
+    assert_ok(gca_set_config(release ? "release_lock_on_cudamalloc:True"
+                                     : "release_lock_on_cudamalloc:False"));
+    void *warm = alloc_on(4096, NULL);
+    free_ok(warm);
+    slow_alloc_t a = {.size = 8 * MiB, .stream = streams[0]};
+    pthread_t t;
+    start_slow_alloc(&a, &t);
+    bool first = pairs_finish_first(&a);
+    pthread_join(t, NULL);
+    assert_ok(gca_sim_set_latency("mem_alloc", 0));
+    assert_ok(a.st);
+    if (first != (bool)release)
+      fail_msg("release_lock_on_cudamalloc:%s: cached pairs %s the slow segment allocation",
+               release ? "True" : "False", first ? "finished before" : "waited for");
+    free_ok(a.p);
+    assert_ok(gca_empty_cache());
+    check();
+  }
+  assert_ok(gca_set_config(""));
+}
+
+static void released_lock_keeps_the_memory_limit(void **state) {
+  (void)state;
+  assert_ok(gca_set_config("release_lock_on_cudamalloc:True"));
+  void *warm = alloc_on(4096, NULL); /* creates the allocator; then the limit */
+  free_ok(warm);
+  assert_ok(gca_set_memory_limit(0, 30 * MiB));
+  slow_alloc_t a = {.size = 8 * MiB, .stream = streams[0]}; /* a 20 MiB segment */
+  pthread_t t;
+  start_slow_alloc(&a, &t);
+  void *p = NULL;
+  /* another 20 MiB segment would pass 30 MiB with the one being allocated */
+  assert_status(gca_malloc(&p, 8 * MiB, streams[1]), GCA_ERR_OUT_OF_MEMORY, "out of memory");
+  pthread_join(t, NULL);
+  assert_ok(gca_sim_set_latency("mem_alloc", 0));
+  assert_ok(a.st);
+  check();
+  gca_stats_t s = stats();
+  assert_true(s.reserved_bytes[GCA_STAT_ALL].peak <= (int64_t)(30 * MiB));
+  assert_int_equal(s.num_ooms, 1);
+  free_ok(a.p);
+  assert_ok(gca_empty_cache());
+  assert_ok(gca_set_config(""));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(threads_share_blocks_across_streams, alloc_setup,
                                       alloc_teardown),
+      cmocka_unit_test_setup_teardown(release_lock_on_cudamalloc_serves_others_meanwhile,
+                                      threads_setup, threads_teardown),
+      cmocka_unit_test_setup_teardown(released_lock_keeps_the_memory_limit, threads_setup,
+                                      threads_teardown),
       cmocka_unit_test_setup_teardown(concurrent_double_free_only_one_wins, alloc_setup,
                                       alloc_teardown),
   };

@@ -753,6 +753,22 @@ static void counters_are_exact_and_reset(void **state) {
 
 /* ---- GCA_SIM_FAULTS at start-up, in a child process with its own environment ---- */
 
+/* gca_sim_set_latency: the op waits, is counted, then acts; 0 turns it off. */
+static void latency_delays_an_op_until_turned_off(void **state) {
+  (void)state;
+  assert_status(gca_sim_set_latency("no_such_op", 1), GCA_ERR_CONFIG, "no_such_op");
+  assert_status(gca_sim_set_latency(NULL, 1), GCA_ERR_CONFIG, "gca_sim_set_latency");
+  const uint64_t lat = 30ull * 1000 * 1000;
+  assert_ok(gca_sim_set_latency("mem_alloc", lat));
+  gca_devptr_t p = 0;
+  uint64_t t0 = gca__now_ns();
+  assert_ok(ops->mem_alloc(0, 2 << 20, &p));
+  uint64_t slow = gca__now_ns() - t0;
+  assert_ok(gca_sim_set_latency("mem_alloc", 0));
+  assert_true(slow >= lat); /* a lower bound only: the machine may be slower, never faster */
+  assert_ok(ops->mem_free(0, p));
+}
+
 static void child_main(void) {
   const gca_device_ops_t *o = gca__sim_ops();
   gca_status_t st = o->init();
@@ -807,6 +823,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(bad_specs_are_rejected_quoted_and_change_nothing, reset,
                                       reset),
       cmocka_unit_test_setup_teardown(counters_are_exact_and_reset, reset, reset),
+      cmocka_unit_test_setup_teardown(latency_delays_an_op_until_turned_off, reset, reset),
       cmocka_unit_test_setup_teardown(env_spec_arms_rules_at_start, reset, reset),
   };
   return cmocka_run_group_tests(tests, setup, NULL);

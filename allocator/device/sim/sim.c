@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sim.h"
 
@@ -66,6 +67,8 @@ static struct {
 
 static _Atomic int64_t calls[GCA_OP_COUNT];
 static _Atomic int armed[GCA_OP_COUNT];
+/* gca_sim_set_latency: nanoseconds each call of an op spends before it acts. */
+static _Atomic uint64_t latency_ns[GCA_OP_COUNT];
 static fault_rule_t rules[GCA_OP_COUNT];
 static pthread_mutex_t rules_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -267,6 +270,12 @@ static bool rule_fires(gca_dev_op_t op, uint64_t bytes) {
 gca_status_t gca__sim_enter(gca_dev_op_t op, uint64_t bytes) {
   GCA_CHECK(state_init());
   int64_t call = atomic_fetch_add_explicit(&calls[op], 1, memory_order_relaxed) + 1;
+  uint64_t lat = atomic_load_explicit(&latency_ns[op], memory_order_relaxed);
+  if (GCA_UNLIKELY(lat != 0)) {
+    struct timespec ts = {(time_t)(lat / 1000000000u), (long)(lat % 1000000000u)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+  }
   if (GCA_UNLIKELY(atomic_load_explicit(&armed[op], memory_order_relaxed)) && rule_fires(op, bytes))
     return injected(op, call);
   return GCA_OK;
@@ -427,6 +436,14 @@ GCA_API int64_t gca_sim_call_count(const char *op) {
     return -1;
   int i = op_by_name(op, strlen(op));
   return i < 0 ? -1 : atomic_load_explicit(&calls[i], memory_order_relaxed);
+}
+
+GCA_API gca_status_t gca_sim_set_latency(const char *op, uint64_t ns) {
+  int i = op ? op_by_name(op, strlen(op)) : -1;
+  if (i < 0)
+    return gca__error(GCA_ERR_CONFIG, "gca_sim_set_latency: unknown op '%s'", op ? op : "(null)");
+  atomic_store(&latency_ns[i], ns);
+  return GCA_OK;
 }
 
 GCA_API void gca_sim_counters_reset(void) {
