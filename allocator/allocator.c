@@ -590,10 +590,12 @@ fc_fits(const gca__devalloc_t *d, const gca__fcbin_t *bin, gca__block_t *b) {
   return true;
 }
 
-/* Whether a free on device d may be cached at all now (Note [Free cache]):
- * the cache is on, nothing waits for events and no capture routes frees. */
-static inline bool fc_free_open(const gca__devalloc_t *d) {
-  return d->fc_on && (d->npending | d->ndeferred | d->ncaptures) == 0;
+/* Whether the free of live block b may be cached now (Note [Free cache]):
+ * the cache is on, nothing waits for events, no capture routes frees, and b
+ * is a plain block of a default pool. */
+static inline bool fc_cacheable(const gca__devalloc_t *d, const gca__block_t *b) {
+  return d->fc_on && (d->npending | d->ndeferred | d->ncaptures) == 0 && b->nuses == 0 &&
+         b->pool->owner == NULL;
 }
 
 /* Frees the allocated block b into `bin` (fc_fits said yes) with the
@@ -626,7 +628,7 @@ static inline __attribute__((always_inline)) void fc_put(gca__devalloc_t *d, gca
 /* The free path's attempt at the cache, with history: true when b (live,
  * d->lock held, events processed) is now cached. */
 static bool fc_try_put(gca__devalloc_t *d, gca__block_t *b) {
-  if (!fc_free_open(d) || b->nuses != 0 || b->pool->owner != NULL)
+  if (!fc_cacheable(d, b))
     return false;
   gca__fcbin_t *bin = fc_bin(d, b->stream, b->size);
   if (bin->n != 0 && (bin->stream != b->stream || bin->size != b->size))
@@ -807,11 +809,13 @@ static gca_status_t events_reserve(gca__devalloc_t *d, const gca__block_t *b) {
     d->pending = p;
     d->cap_pending = ncap;
   }
-  for (uint32_t i = 0; i < b->nuses; i++) {
-    int dev = b->uses[i].dev;
-    size_t need = 0;
-    for (uint32_t j = 0; j < b->nuses; j++)
-      need += b->uses[j].dev == dev;
+  uint32_t needs[GCA__MAX_DEVICES] = {0};
+  for (uint32_t i = 0; i < b->nuses; i++)
+    needs[b->uses[i].dev]++;
+  for (int dev = 0; dev < GCA__MAX_DEVICES; dev++) {
+    size_t need = needs[dev];
+    if (need == 0)
+      continue;
     gca__evpool_t *p = &d->events[dev];
     /* every event is either pooled or out, so the pool never holds more */
     size_t want = p->n + p->out + need;
@@ -1561,8 +1565,7 @@ GCA_API gca_status_t gca_free(void *ptr) {
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
     if (GCA_LIKELY(b != NULL && !b->cached)) {
       /* the free cache's put: a plain free into its bin (Note [Free cache]) */
-      if (GCA_LIKELY(b->nuses == 0 && b->pool->owner == NULL && d->fc_on && d->ncaptures == 0 &&
-                     fc_quiet(d))) {
+      if (GCA_LIKELY(fc_cacheable(d, b) && fc_quiet(d))) {
         gca__fcbin_t *bin = fc_bin(d, b->stream, b->size);
         if (GCA_LIKELY(fc_fits(d, bin, b))) {
           fc_put(d, bin, b);
@@ -1588,13 +1591,19 @@ GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
   gca__block_t *b = lock_live(addr, &d);
   if (b == NULL)
     return bad_pointer("record_stream", addr);
+  /* a non-NULL handle names one stream: known ones need no device query */
+  if (stream != NULL && stream == b->stream)
+    goto out;
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (stream != NULL && b->uses[i].stream == stream)
+      goto out;
   int sdev;
   st = d->ops->stream_get_device(stream, &sdev);
   if (st != GCA_OK) {
     st = gca__error_prefix(st, "record_stream: 0x%" PRIx64 " on stream %p", addr, (void *)stream);
     goto out;
   }
-  if (stream == b->stream && (stream != NULL || sdev == d->device))
+  if (stream == NULL && b->stream == NULL && sdev == d->device)
     goto out;
   for (uint32_t i = 0; i < b->nuses; i++)
     if (b->uses[i].stream == stream && b->uses[i].dev == sdev)

@@ -340,30 +340,37 @@ static void *record_null_on_device_1(void *arg) {
   return NULL;
 }
 
-static void recorded_null_stream_is_the_recording_threads_device(void **state) {
-  (void)state;
-  if (!two_devices())
-    skip();
+/* A block of device 0 whose use a device-1 thread recorded on the NULL
+ * stream, which that thread holds until the gate opens. */
+static void *alloc_null_recorded_on_device_1(void) {
   null_rec_t r = {.p = alloc_on(4096, NULL)};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, record_null_on_device_1, &r), 0);
   pthread_join(t, NULL);
   if (r.st != GCA_OK)
     fail_msg("device-1 thread: %s: %s", gca_status_name(r.st), r.detail);
-  free_ok(r.p); /* on device 0's thread: the event goes to device 1's legacy stream */
+  return r.p;
+}
+
+static void recorded_null_stream_is_the_recording_threads_device(void **state) {
+  (void)state;
+  if (!two_devices())
+    skip();
+  void *p = alloc_null_recorded_on_device_1();
+  free_ok(p); /* on device 0's thread: the event goes to device 1's legacy stream */
   int dev = -1;
   assert_ok(ops->ctx_get_device(&dev));
   assert_int_equal(dev, 0);                 /* and this thread's device is put back */
   assert_ok(ops->stream_synchronize(NULL)); /* device 0's legacy stream: not the one recorded */
   void *q = alloc_on(4096, NULL);
-  assert_ptr_not_equal(q, r.p); /* device 1's legacy stream is held */
+  assert_ptr_not_equal(q, p); /* device 1's legacy stream is held */
   free_ok(q);
   atomic_store(&gate, 1);
   assert_ok(ops->ctx_set_device(1));
   assert_ok(ops->stream_synchronize(NULL));
   assert_ok(ops->ctx_set_device(0));
   q = alloc_on(4096, NULL);
-  assert_ptr_equal(q, r.p);
+  assert_ptr_equal(q, p);
   free_ok(q);
 }
 
@@ -373,22 +380,17 @@ static void device_switch_fault_fails_the_free_cleanly(void **state) {
   (void)state;
   if (!two_devices())
     skip();
-  null_rec_t r = {.p = alloc_on(4096, NULL)};
-  pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, record_null_on_device_1, &r), 0);
-  pthread_join(t, NULL);
-  if (r.st != GCA_OK)
-    fail_msg("device-1 thread: %s: %s", gca_status_name(r.st), r.detail);
+  void *p = alloc_null_recorded_on_device_1();
   atomic_store(&gate, 1); /* nothing needs the held legacy stream here */
   assert_ok(gca_sim_fault_set("ctx_set_device:nth=1"));
-  assert_status(gca_free(r.p), GCA_ERR_DRIVER, "ctx_set_device");
+  assert_status(gca_free(p), GCA_ERR_DRIVER, "ctx_set_device");
   gca_sim_fault_clear();
   check();
   int dev = -1;
   assert_ok(ops->ctx_get_device(&dev));
   assert_int_equal(dev, 0);
-  assert_ok(gca_pointer_info(r.p, NULL, NULL));
-  free_ok(r.p);
+  assert_ok(gca_pointer_info(p, NULL, NULL));
+  free_ok(p);
   assert_int_equal(stats().active[GCA_STAT_ALL].current, 1); /* waits for device 1's legacy */
   assert_ok(ops->ctx_set_device(1));
   assert_ok(ops->stream_synchronize(NULL));
