@@ -23,13 +23,18 @@
 #define LARGE_BUFFER_MB      20ull
 #define ROUNDUP_FIRST_LOG2   20 /* interval 0 starts at 1 MiB */
 #define MAX_REGISTER_THREADS 128u
+/* No key or value is near this long; the bound keeps every message that
+ * quotes a token (some quote it three times) inside the error detail. */
+#define MAX_TOKEN_LEN 255
 
-#define MAX_TOKENS    512
-#define MAX_TOKEN_LEN 128
-
+/* The text cut into tokens: tok[i] points into chars, where every token is
+ * a NUL-terminated copy. Both arrays are sized from the text's length (a text
+ * of n characters has at most n tokens and n + n terminators), so no input
+ * can overrun them. */
 typedef struct tokens {
   size_t count;
-  char tok[MAX_TOKENS][MAX_TOKEN_LEN];
+  const char **tok;
+  char *chars;
 } tokens_t;
 
 void gca__config_defaults(gca_alloc_config_t *cfg) {
@@ -51,35 +56,57 @@ static int log2_floor(uint64_t v) {
   return 63 - __builtin_clzll(v);
 }
 
-/* Splits text into tokens; GCA_ERR_CONFIG when a token or the count is too
- * large to be a configuration. */
+/* Splits text into tokens, as many as the text holds; GCA_ERR_CONFIG when a
+ * token is longer than MAX_TOKEN_LEN (quoting where it starts). Release with
+ * tokens_free, also after a failure. */
 static gca_status_t lex(const char *text, tokens_t *t) {
-  size_t len = 0;
+  size_t n = strlen(text);
   t->count = 0;
+  t->tok = NULL;
+  t->chars = NULL;
+  if (n > (SIZE_MAX - 1) / 2 || n + 1 > SIZE_MAX / sizeof(*t->tok))
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "config: a text of %zu characters is too long", n);
+  t->tok = malloc((n + 1) * sizeof(*t->tok));
+  t->chars = malloc(2 * n + 1);
+  if (!t->tok || !t->chars)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "config: cannot allocate the tokens of a %zu-character text", n);
+  char *w = t->chars;
+  const char *open = NULL; /* the word being read, if any */
+  size_t open_at = 0;      /* where it starts in text */
   for (const char *p = text;; p++) {
     char c = *p;
     bool sep = c == ',' || c == ':' || c == '[' || c == ']';
-    if ((sep || c == '\0') && len > 0) {
-      if (t->count >= MAX_TOKENS)
-        return gca__error(GCA_ERR_CONFIG, "config: '%s' has more than %d items", text, MAX_TOKENS);
-      t->tok[t->count++][len] = '\0';
-      len = 0;
+    if ((sep || c == '\0') && open) {
+      *w++ = '\0';
+      t->tok[t->count++] = open;
+      open = NULL;
     }
     if (c == '\0')
       break;
     if (sep) {
-      if (t->count >= MAX_TOKENS)
-        return gca__error(GCA_ERR_CONFIG, "config: '%s' has more than %d items", text, MAX_TOKENS);
-      t->tok[t->count][0] = c;
-      t->tok[t->count++][1] = '\0';
+      t->tok[t->count++] = w;
+      *w++ = c;
+      *w++ = '\0';
     } else if (!isspace((unsigned char)c)) {
-      if (len + 1 >= MAX_TOKEN_LEN)
-        return gca__error(GCA_ERR_CONFIG, "config: '%.*s...' is longer than %d characters",
-                          (int)len, t->tok[t->count], MAX_TOKEN_LEN - 1);
-      t->tok[t->count][len++] = c;
+      if (!open) {
+        open = w;
+        open_at = (size_t)(p - text);
+      }
+      if ((size_t)(w - open) == MAX_TOKEN_LEN)
+        return gca__error(GCA_ERR_CONFIG,
+                          "config: the item at character %zu ('%.32s...') is longer than %d "
+                          "characters",
+                          open_at, text + open_at, MAX_TOKEN_LEN);
+      *w++ = c;
     }
   }
   return GCA_OK;
+}
+
+static void tokens_free(tokens_t *t) {
+  free(t->tok);
+  free(t->chars);
 }
 
 static const char *tok_at(const tokens_t *t, size_t i) {
@@ -343,12 +370,11 @@ gca_status_t gca__config_parse(const char *text, gca_alloc_config_t *cfg) {
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "config_parse: NULL settings");
   if (!text)
     return GCA_OK;
-  tokens_t *t = malloc(sizeof(*t));
-  if (!t)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "config_parse: cannot allocate the token buffer");
+  tokens_t toks;
+  const tokens_t *t = &toks;
   gca_alloc_config_t next = *cfg;
   gca_status_t st;
-  GCA_CHECK_GOTO(lex(text, t), st, out);
+  GCA_CHECK_GOTO(lex(text, &toks), st, out);
   for (size_t i = 0; i < t->count; i++) {
     size_t item = i;
     GCA_CHECK_GOTO(parse_item(t, &i, &next), st, out);
@@ -364,7 +390,7 @@ gca_status_t gca__config_parse(const char *text, gca_alloc_config_t *cfg) {
   *cfg = next;
   st = GCA_OK;
 out:
-  free(t);
+  tokens_free(&toks);
   return st;
 }
 

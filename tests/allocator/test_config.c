@@ -227,6 +227,116 @@ static void bad_strings_are_quoted_and_change_nothing(void **state) {
   }
 }
 
+/* `n` comma-separated copies of `item`, the last one replaced by `last`. */
+static char *repeated(const char *item, const char *last, size_t n) {
+  size_t li = strlen(item), ll = strlen(last);
+  char *s = malloc(n * (li + 1) + ll + 1);
+  assert_non_null(s);
+  char *w = s;
+  for (size_t i = 0; i + 1 < n; i++) {
+    memcpy(w, item, li);
+    w += li;
+    *w++ = ',';
+  }
+  memcpy(w, last, ll + 1);
+  return s;
+}
+
+/* 256 one-letter items are 511 tokens and 257 are 513: the old fixed array of
+ * 512 tokens was written past its end. Any count must lex; the verdict comes
+ * from the keys. */
+static void many_items_lex_without_bound(void **state) {
+  (void)state;
+  static const size_t counts[] = {255, 256, 257, 1000, 10000};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(counts); k++) {
+    char *text = repeated("a", "b", counts[k]);
+    gca_alloc_config_t c, before;
+    gca__config_defaults(&c);
+    before = c;
+    assert_status(gca__config_parse(text, &c), GCA_ERR_CONFIG, "'a' is not a configuration key");
+    assert_true(cfg_equal(&c, &before));
+    free(text);
+
+    /* The same count of valid items is accepted; the last one wins. */
+    text = repeated("expandable_segments:True", "expandable_segments:False", counts[k]);
+    c.expandable_segments = true;
+    assert_ok(gca__config_parse(text, &c));
+    assert_false(c.expandable_segments);
+    free(text);
+    text = repeated("max_split_size_mb:64", "max_split_size_mb:128", counts[k]);
+    assert_ok(gca__config_parse(text, &c));
+    assert_int_equal(c.max_split_size, 128 * MiB);
+    free(text);
+
+    /* A bad item at the very end is still found. */
+    text = repeated("free_cache:True", "free_cache:maybe", counts[k]);
+    before = c;
+    assert_status(gca__config_parse(text, &c), GCA_ERR_CONFIG, "'maybe' is not True or False");
+    assert_true(cfg_equal(&c, &before));
+    free(text);
+  }
+  /* The list form with as many entries as the text holds. */
+  char *list = malloc(10000 * 8 + 64);
+  assert_non_null(list);
+  char *w = list + sprintf(list, "roundup_power2_divisions:[1:2");
+  for (int i = 0; i < 10000; i++)
+    w += sprintf(w, ",>:4");
+  strcpy(w, "]");
+  gca_alloc_config_t c;
+  gca__config_defaults(&c);
+  assert_ok(gca__config_parse(list, &c));
+  assert_int_equal(c.roundup_power2_divisions[GCA_ROUNDUP_INTERVALS - 1], 4);
+  free(list);
+}
+
+/* Tokens up to 255 characters are read; a longer one is refused with its
+ * position, and the detail keeps the part of the message that matters. */
+static void long_values_are_bounded_and_quoted(void **state) {
+  (void)state;
+  gca_alloc_config_t c, before;
+  gca__config_defaults(&c);
+  char *text = malloc(200000);
+  assert_non_null(text);
+
+  /* 255 characters: 252 zeros then 256 is a value of 256 MiB. */
+  int n = sprintf(text, "expandable_segments:True,max_split_size_mb:");
+  memset(text + n, '0', 252);
+  strcpy(text + n + 252, "256");
+  assert_ok(gca__config_parse(text, &c));
+  assert_int_equal(c.max_split_size, 256 * MiB);
+
+  /* 256 characters: refused, quoting where the item starts. */
+  memset(text + n, '0', 253);
+  strcpy(text + n + 253, "256");
+  before = c;
+  assert_status(gca__config_parse(text, &c), GCA_ERR_CONFIG,
+                "item at character 43 ('00000000000000000000000000000000...') is longer than 255");
+  assert_true(cfg_equal(&c, &before));
+
+  /* 100000 characters of value, of key, and of a value inside the list form. */
+  n = sprintf(text, "expandable_segments:");
+  memset(text + n, 'x', 100000);
+  text[n + 100000] = '\0';
+  assert_status(gca__config_parse(text, &c), GCA_ERR_CONFIG, "item at character 20 ('xxx");
+  assert_true(cfg_equal(&c, &before));
+  memset(text, 'k', 150000);
+  strcpy(text + 150000, ":True");
+  assert_status(gca__config_parse(text, &c), GCA_ERR_CONFIG, "item at character 0 ('kkk");
+  n = sprintf(text, "roundup_power2_divisions:[256:");
+  memset(text + n, '1', 100000);
+  strcpy(text + n + 100000, "]");
+  assert_status(gca__config_parse(text, &c), GCA_ERR_CONFIG, "is longer than 255 characters");
+  assert_true(cfg_equal(&c, &before));
+
+  /* Whitespace is dropped before the length counts, as it is from tokens. */
+  n = sprintf(text, "max_split_size_mb:");
+  memset(text + n, ' ', 100000);
+  strcpy(text + n + 100000, "64");
+  assert_ok(gca__config_parse(text, &c));
+  assert_int_equal(c.max_split_size, 64 * MiB);
+  free(text);
+}
+
 typedef struct fake_env {
   const char *gca;
   const char *pytorch;
@@ -331,6 +441,8 @@ int main(void) {
       cmocka_unit_test(roundup_list_fills_intervals_as_pytorch),
       cmocka_unit_test(roundup_lookup_picks_the_power_of_two_interval),
       cmocka_unit_test(bad_strings_are_quoted_and_change_nothing),
+      cmocka_unit_test(many_items_lex_without_bound),
+      cmocka_unit_test(long_values_are_bounded_and_quoted),
       cmocka_unit_test(env_prefers_gca_alloc_conf_over_pytorchs),
       cmocka_unit_test(format_round_trips),
   };
