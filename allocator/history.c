@@ -39,6 +39,7 @@ typedef struct ring {
 
 static ring_t rings[MAX_DEVICES] = {[0 ... MAX_DEVICES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *(*ring_alloc)(size_t) = malloc; /* tests swap it to fail */
 
 /* The trace file. Invariant: the ON_TRACE bit is set only while f != NULL. */
 static struct {
@@ -74,12 +75,9 @@ static void ring_clear(ring_t *r) {
   r->cap = r->start = r->count = 0;
 }
 
-/* Brings a ring to `cap` entries, keeping the newest (ring locked). False when
- * memory is short; the ring is then unchanged. */
-static bool ring_resize(ring_t *r, size_t cap) {
-  gca_history_entry_t *e = malloc(cap * sizeof(*e));
-  if (!e)
-    return false;
+/* Moves a ring into `e`, an array of `cap` entries, keeping the newest (ring
+ * locked). */
+static void ring_install(ring_t *r, gca_history_entry_t *e, size_t cap) {
   size_t keep = r->count < cap ? r->count : cap;
   for (size_t i = 0; i < keep; i++)
     e[i] = r->entries[(r->start + r->count - keep + i) % r->cap];
@@ -88,6 +86,15 @@ static bool ring_resize(ring_t *r, size_t cap) {
   r->cap = cap;
   r->start = 0;
   r->count = keep;
+}
+
+/* Brings a ring to `cap` entries, keeping the newest (ring locked). False when
+ * memory is short; the ring is then unchanged. */
+static bool ring_resize(ring_t *r, size_t cap) {
+  gca_history_entry_t *e = ring_alloc(cap * sizeof(*e));
+  if (!e)
+    return false;
+  ring_install(r, e, cap);
   return true;
 }
 
@@ -172,12 +179,50 @@ void gca__history_alloc_failure(int device, uint64_t size, gca_stream_t stream) 
   trace_row("allocate failure", 0, size, stream);
 }
 
+void gca__history_set_alloc(void *(*fn)(size_t)) {
+  ring_alloc = fn ? fn : malloc;
+}
+
+/* Sizes the rings of every device seen so far (at least device 0) to `cap`
+ * before the capacity is published, so that a ring the host cannot hold is
+ * an error here rather than events dropped later. All or nothing: on a
+ * failed allocation no ring and no setting changes. Caller holds config_lock. */
+static gca_status_t rings_presize(size_t cap) {
+  int n = atomic_load(&devices_seen);
+  if (n < 1)
+    n = 1;
+  gca_history_entry_t *fresh[MAX_DEVICES] = {0};
+  for (int d = 0; d < n; d++) {
+    fresh[d] = ring_alloc(cap * sizeof(gca_history_entry_t));
+    if (!fresh[d]) {
+      for (int k = 0; k < d; k++)
+        free(fresh[k]);
+      return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                        "record_history: host out of memory for a ring of %zu entries (%zu bytes) "
+                        "on device %d; the previous history is kept",
+                        cap, cap * sizeof(gca_history_entry_t), d);
+    }
+  }
+  atomic_store(&ring_capacity, cap);
+  for (int d = 0; d < n; d++) {
+    pthread_mutex_lock(&rings[d].lock);
+    if (rings[d].cap != cap)
+      ring_install(&rings[d], fresh[d], cap);
+    else
+      free(fresh[d]);
+    pthread_mutex_unlock(&rings[d].lock);
+  }
+  return GCA_OK;
+}
+
 gca_status_t gca__history_configure(bool enabled, size_t max_entries, bool stacks) {
   if (enabled && max_entries == 0)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "record_history: max_entries must be at least 1");
-  if (enabled && max_entries > SIZE_MAX / sizeof(gca_history_entry_t))
+  if (enabled && max_entries > GCA_HISTORY_MAX_ENTRIES)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "record_history: max_entries %zu exceeds the address space", max_entries);
+                      "record_history: max_entries %zu is more than the %zu a ring may hold",
+                      max_entries, (size_t)GCA_HISTORY_MAX_ENTRIES);
+  gca_status_t st = GCA_OK;
   pthread_mutex_lock(&config_lock);
   if (!enabled) {
     atomic_fetch_and(&gca__history_recorders, ~ON_HISTORY);
@@ -187,17 +232,16 @@ gca_status_t gca__history_configure(bool enabled, size_t max_entries, bool stack
       pthread_mutex_unlock(&rings[d].lock);
     }
     atomic_store(&want_stacks, false);
-  } else {
+  } else if ((st = rings_presize(max_entries)) == GCA_OK) {
     if (stacks) {
       void *warm[2];
       backtrace(warm, 2); /* loads the unwinder now rather than inside an allocation */
     }
-    atomic_store(&ring_capacity, max_entries);
     atomic_store(&want_stacks, stacks);
     atomic_fetch_or(&gca__history_recorders, ON_HISTORY);
   }
   pthread_mutex_unlock(&config_lock);
-  return GCA_OK;
+  return st;
 }
 
 gca_status_t gca__history_copy(int device, gca_history_entry_t **entries, size_t *count) {

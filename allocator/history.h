@@ -37,6 +37,9 @@ typedef enum gca_history_action {
 } gca_history_action_t;
 
 #define GCA_HISTORY_MAX_FRAMES 16
+/* The most entries a device's ring may hold (2^24: some 3 GiB of host memory
+ * per device at ~176 bytes an entry); gca_record_history refuses more. */
+#define GCA_HISTORY_MAX_ENTRIES ((size_t)1 << 24)
 
 typedef struct gca_history_entry {
   gca_history_action_t action;
@@ -65,8 +68,12 @@ static inline void gca__history_event(gca_history_action_t action, int device, g
 }
 /* Notes a failed allocation request ("allocate failure" in the trace). */
 void gca__history_alloc_failure(int device, uint64_t size, gca_stream_t stream);
-/* Backs gca_record_history(). */
+/* Backs gca_record_history(). GCA_ERR_INVALID_ARGUMENT when enabled with
+ * max_entries 0 or above GCA_HISTORY_MAX_ENTRIES; GCA_ERR_OUT_OF_MEMORY when
+ * the host cannot hold the rings, the previous history then kept as it was. */
 gca_status_t gca__history_configure(bool enabled, size_t max_entries, bool stacks);
+/* Tests: the allocation behind the rings (NULL: malloc). */
+void gca__history_set_alloc(void *(*fn)(size_t));
 /* Copies the device's ring (oldest first) into a malloc'd array. */
 gca_status_t gca__history_copy(int device, gca_history_entry_t **entries, size_t *count);
 const char *gca__history_action_name(gca_history_action_t action);

@@ -99,7 +99,10 @@ GCA_API gca_status_t gca_reset_accumulated_stats(int device);
 /* ---- history and snapshots ---- */
 
 /* Starts (enabled) or stops recording allocator events into a ring of
- * `max_entries` per device; with `stacks`, native frames are kept per event. */
+ * `max_entries` per device; with `stacks`, native frames are kept per event.
+ * max_entries is 1 to 2^24 (16777216), else GCA_ERR_INVALID_ARGUMENT; when the
+ * host cannot hold the rings, GCA_ERR_OUT_OF_MEMORY and the previous history
+ * and settings are kept. */
 GCA_API gca_status_t gca_record_history(bool enabled, size_t max_entries, bool stacks);
 /* A JSON snapshot with PyTorch's fields (segments, device_traces,
  * allocator_settings). *json is malloc'd; release it with gca_string_free. */

@@ -6,8 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gca/allocator.h"
 #include "harness.h"
 #include "history.h"
+#include "introspect.h"
 
 #define S(x) ((gca_stream_t)(uintptr_t)(x))
 
@@ -31,6 +33,7 @@ static int teardown(void **state) {
   gca__trace_close();
   gca__clock_set_hook(NULL, NULL);
   gca__env_set_hook(NULL, NULL);
+  gca__history_set_alloc(NULL);
   return 0;
 }
 
@@ -126,6 +129,127 @@ static void bad_arguments_are_rejected_and_change_nothing(void **state) {
   /* Events for devices the rings do not cover are dropped, not a crash. */
   gca__history_event(GCA_HA_ALLOC, -1, 1, 1, NULL);
   gca__history_event(GCA_HA_ALLOC, 100000, 1, 1, NULL);
+}
+
+/* The addresses in a device's ring, oldest first; returns how many. */
+static size_t ring_addrs(int device, uint64_t *addrs, size_t cap) {
+  gca_history_entry_t *e;
+  size_t n;
+  assert_ok(gca__history_copy(device, &e, &n));
+  for (size_t i = 0; i < n && i < cap; i++)
+    addrs[i] = e[i].addr;
+  free(e);
+  return n;
+}
+
+/* 2^40 entries of ~176 bytes would be 176 TiB: refused up front, quoting the
+ * value, with the ring and its capacity as they were. */
+static void capacity_beyond_the_maximum_is_rejected_quoting_it(void **state) {
+  (void)state;
+  assert_ok(gca__history_configure(true, 3, false));
+  for (uint64_t i = 1; i <= 3; i++)
+    gca__history_event(GCA_HA_ALLOC, 0, i, i, NULL);
+  assert_status(gca__history_configure(true, (size_t)1 << 40, false), GCA_ERR_INVALID_ARGUMENT,
+                "record_history: max_entries 1099511627776 is more than the 16777216");
+  assert_status(gca__history_configure(true, GCA_HISTORY_MAX_ENTRIES + 1, true),
+                GCA_ERR_INVALID_ARGUMENT, "max_entries 16777217");
+  assert_status(gca__history_configure(true, SIZE_MAX / sizeof(gca_history_entry_t) + 1, false),
+                GCA_ERR_INVALID_ARGUMENT, "is more than");
+  gca__history_event(GCA_HA_ALLOC, 0, 4, 4, NULL); /* still a ring of 3 */
+  uint64_t a[8];
+  assert_int_equal(ring_addrs(0, a, 8), 3);
+  assert_int_equal(a[0], 2);
+  assert_int_equal(a[2], 4);
+}
+
+static _Atomic size_t fail_after; /* allocations that succeed before the failures */
+static _Atomic size_t asked_bytes;
+static void *failing_alloc(size_t bytes) {
+  asked_bytes = bytes;
+  size_t left = atomic_load(&fail_after);
+  if (left == 0)
+    return NULL;
+  atomic_store(&fail_after, left - 1);
+  return malloc(bytes);
+}
+
+/* A ring the host cannot hold is GCA_ERR_OUT_OF_MEMORY when it is configured,
+ * all or nothing: rings already sized for the request are given back, and the
+ * previous capacity, entries and stack setting stay in force. */
+static void failed_ring_allocation_is_out_of_memory_and_keeps_the_history(void **state) {
+  (void)state;
+  assert_ok(gca__history_configure(true, 4, false));
+  for (uint64_t i = 1; i <= 3; i++) {
+    gca__history_event(GCA_HA_ALLOC, 0, i, i, NULL);
+    gca__history_event(GCA_HA_ALLOC, 1, 100 + i, i, NULL);
+  }
+  gca__history_set_alloc(failing_alloc);
+  /* The largest allowed capacity: refused by the host, not by the bound. */
+  atomic_store(&fail_after, 0);
+  assert_status(gca__history_configure(true, GCA_HISTORY_MAX_ENTRIES, true), GCA_ERR_OUT_OF_MEMORY,
+                "record_history: host out of memory for a ring of 16777216 entries");
+  assert_int_equal(asked_bytes, GCA_HISTORY_MAX_ENTRIES * sizeof(gca_history_entry_t));
+  /* Device 0's ring allocated, device 1's not: device 0 keeps its ring too. */
+  atomic_store(&fail_after, 1);
+  assert_status(gca__history_configure(true, 1000, true), GCA_ERR_OUT_OF_MEMORY,
+                "on device 1; the previous history is kept");
+  gca__history_set_alloc(NULL);
+
+  for (uint64_t i = 4; i <= 6; i++)
+    gca__history_event(GCA_HA_ALLOC, 0, i, i, NULL);
+  uint64_t a[8];
+  assert_int_equal(ring_addrs(0, a, 8), 4); /* still 4 entries: 3..6 */
+  assert_int_equal(a[0], 3);
+  assert_int_equal(a[3], 6);
+  assert_int_equal(ring_addrs(1, a, 8), 3);
+  assert_int_equal(a[0], 101);
+  gca_history_entry_t *e;
+  size_t n;
+  assert_ok(gca__history_copy(0, &e, &n));
+  assert_int_equal(e[n - 1].nframes, 0); /* stacks were not switched on */
+  free(e);
+
+  /* With memory back, the same request succeeds and keeps the entries. */
+  assert_ok(gca__history_configure(true, 1000, false));
+  assert_int_equal(ring_addrs(0, a, 8), 4);
+  assert_int_equal(a[0], 3);
+}
+
+/* Through the public call on a live allocator: refused, nothing recorded is
+ * lost, the allocator stays valid and nothing leaks. */
+static void record_history_rejects_a_huge_capacity_on_a_live_allocator(void **state) {
+  (void)state;
+  test_backend();
+  assert_ok(gca_record_history(true, 16, false));
+  void *p;
+  assert_ok(gca_malloc(&p, 4096, NULL));
+  assert_status(gca_record_history(true, (size_t)1 << 40, false), GCA_ERR_INVALID_ARGUMENT,
+                "max_entries 1099511627776");
+  gca__history_set_alloc(failing_alloc);
+  atomic_store(&fail_after, 0);
+  assert_status(gca_record_history(true, 1 << 20, false), GCA_ERR_OUT_OF_MEMORY,
+                "host out of memory for a ring of 1048576 entries");
+  gca__history_set_alloc(NULL);
+  assert_ok(gca_free(p));
+  gca_history_entry_t *e;
+  size_t n;
+  assert_ok(gca__history_copy(0, &e, &n));
+  assert_true(n >= 2);
+  assert_true(n <= 16);
+  bool saw_alloc = false, saw_free = false;
+  for (size_t i = 0; i < n; i++) {
+    saw_alloc = saw_alloc || (e[i].action == GCA_HA_ALLOC && e[i].addr == (uintptr_t)p);
+    saw_free = saw_free || (e[i].action == GCA_HA_FREE_REQUESTED && e[i].addr == (uintptr_t)p);
+  }
+  free(e);
+  assert_true(saw_alloc);
+  assert_true(saw_free);
+  assert_ok(gca__allocator_check());
+  gca_stats_t st;
+  assert_ok(gca_get_stats(0, &st));
+  assert_int_equal(st.allocation[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_empty_cache());
+  gca__allocator_reset();
 }
 
 static void stacks_are_recorded_when_asked(void **state) {
@@ -387,6 +511,11 @@ int main(void) {
       cmocka_unit_test_teardown(ring_keeps_the_newest_entries_in_order, teardown),
       cmocka_unit_test_teardown(reconfiguring_keeps_the_newest_and_disabling_clears, teardown),
       cmocka_unit_test_teardown(bad_arguments_are_rejected_and_change_nothing, teardown),
+      cmocka_unit_test_teardown(capacity_beyond_the_maximum_is_rejected_quoting_it, teardown),
+      cmocka_unit_test_teardown(failed_ring_allocation_is_out_of_memory_and_keeps_the_history,
+                                teardown),
+      cmocka_unit_test_teardown(record_history_rejects_a_huge_capacity_on_a_live_allocator,
+                                teardown),
       cmocka_unit_test_teardown(stacks_are_recorded_when_asked, teardown),
       cmocka_unit_test_teardown(action_names_are_pytorchs, teardown),
       cmocka_unit_test_teardown(trace_writes_rmm_csv, teardown),
