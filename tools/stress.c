@@ -79,6 +79,8 @@ typedef struct counters {
   uint64_t frees_other_thread;
   uint64_t cross_stream;
   uint64_t free_failed; /* injected: block kept and freed at the end */
+  /* injected: the other stream waited for instead */
+  uint64_t record_stream_failed;
   uint64_t empty_cache;
   uint64_t empty_cache_failed;
   uint64_t checks;
@@ -213,13 +215,21 @@ static bool cross_stream_use(worker_t *w, block_t *b, int s2) {
        (st = gca__stress_stamp_write(sh->dev, b->ptr, &b->stamp, 0, 1, to)) != GCA_OK))
     return tool_op_failed(w, "cross-stream use", st);
   if ((st = gca_record_stream((void *)(uintptr_t)b->ptr, to)) != GCA_OK) {
-    if (faults_on(sh)) {
-      w->c.tool_faults++;
-      return true;
+    if (!faults_on(sh)) {
+      fail(sh, "gca_record_stream(0x%" PRIx64 ", stream %d) failed: %s: %s", b->ptr, s2,
+           gca_status_name(st), gca_last_error());
+      return false;
     }
-    fail(sh, "gca_record_stream(0x%" PRIx64 ", stream %d) failed: %s: %s", b->ptr, s2,
-         gca_status_name(st), gca_last_error());
-    return false;
+    /* The allocator does not know about the write queued on `to`: freed now,
+     * the block could go to a new owner before that write lands, which would
+     * then read as a corruption of the new owner's block. Wait for the write;
+     * when that fails too, keep the block (freed at the end, after all work). */
+    w->c.record_stream_failed++;
+    if ((st = sh->dev->stream_synchronize(to)) != GCA_OK) {
+      w->c.tool_faults++;
+      return false;
+    }
+    return true;
   }
   w->c.cross_stream++;
   return true;
@@ -643,9 +653,10 @@ static void report(shared_t *sh, const counters_t *c, uint64_t digest, double el
     printf(" \"ops\": %" PRIu64 ", \"allocs\": %" PRIu64 ", \"alloc_failures_oom\": %" PRIu64
            ", \"alloc_failures_injected\": %" PRIu64 ", \"frees\": %" PRIu64
            ", \"frees_by_other_thread\": %" PRIu64 ", \"cross_stream_frees\": %" PRIu64
-           ", \"free_failures_injected\": %" PRIu64 ",\n",
+           ", \"free_failures_injected\": %" PRIu64
+           ", \"record_stream_failures_injected\": %" PRIu64 ",\n",
            c->ops, c->allocs, c->alloc_oom, c->alloc_injected, c->frees, c->frees_other_thread,
-           c->cross_stream, c->free_failed);
+           c->cross_stream, c->free_failed, c->record_stream_failed);
     printf(" \"empty_cache\": %" PRIu64 ", \"empty_cache_failures\": %" PRIu64
            ", \"checks\": %" PRIu64 ", \"verified_blocks\": %" PRIu64
            ", \"unverified_blocks\": %" PRIu64 ", \"tool_op_faults\": %" PRIu64

@@ -366,6 +366,43 @@ static void injected_faults_are_counted_not_fatal(void **state) {
   free(out);
 }
 
+/* record_stream asks the device layer for the stream's device (stream_get_device):
+ * failing every 7th call makes record_stream fail after the other stream's
+ * write was queued. The tool waits for that stream before the free, so the
+ * run reports no corruption and counts the failures. */
+static void failed_record_stream_is_counted_without_false_corruption(void **state) {
+  (void)state;
+  static const char *const seeds[] = {"11", "12", "13"};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(seeds); k++) {
+    char *out = NULL;
+    char *argv[] = {(char *)tool_path,
+                    "--threads",
+                    "2",
+                    "--streams",
+                    "4",
+                    "--ops",
+                    "3000",
+                    "--seed",
+                    (char *)seeds[k],
+                    "--cross-stream-frees",
+                    "0.5",
+                    "--faults",
+                    "stream_get_device:every=7",
+                    "--check-every",
+                    "200",
+                    "--json",
+                    NULL};
+    int rc = test_run_capture(argv, &out);
+    if (rc != 0 || strstr(out, "CORRUPTION"))
+      fail_msg("seed %s: exit %d:\n%s", seeds[k], rc, out);
+    assert_true(json_field(out, "record_stream_failures_injected") > 0);
+    assert_true(json_field(out, "cross_stream_frees") > 0);
+    assert_true(json_field(out, "verified_blocks") > 0);
+    assert_int_equal(json_field(out, "reserved_bytes_end"), 0);
+    free(out);
+  }
+}
+
 static void small_device_runs_out_of_memory_without_failing(void **state) {
   (void)state;
   char *out = NULL;
@@ -459,6 +496,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(without_cross_stream_frees_allocator_stats_repeat_too),
       cmocka_unit_test(overwrite_after_free_is_caught_with_seed_and_block),
       cmocka_unit_test(injected_faults_are_counted_not_fatal),
+      cmocka_unit_test(failed_record_stream_is_counted_without_false_corruption),
       cmocka_unit_test(small_device_runs_out_of_memory_without_failing),
       cmocka_unit_test(trace_sizes_drive_a_run),
       cmocka_unit_test(bad_usage_exits_2_with_a_message),
