@@ -4,8 +4,7 @@
  * One idea: every function checks what the caller owns (out-pointers, flag
  * bits) itself, then forwards to one operation of the active table and lets
  * its status through unchanged, prefixing the public name to the operation's
- * detail so a failure reads "gca_memcpy: memcpy_async: ...". Not-ready answers
- * of the query functions are results, not failures: they leave the detail alone.
+ * detail so a failure reads "gca_memcpy: memcpy_async: ...".
  */
 #include <stdint.h>
 
@@ -77,8 +76,7 @@ GCA_API gca_status_t gca_stream_synchronize(gca_stream_t stream) {
 
 GCA_API gca_status_t gca_stream_query(gca_stream_t stream) {
   ACTIVE("gca_stream_query");
-  gca_status_t st = ops->stream_query(stream);
-  return st == GCA_ERR_NOT_READY ? st : fwd("gca_stream_query", st);
+  return fwd("gca_stream_query", ops->stream_query(stream));
 }
 
 GCA_API gca_status_t gca_stream_wait_event(gca_stream_t stream, gca_event_t event) {
@@ -143,8 +141,7 @@ GCA_API gca_status_t gca_event_query(gca_event_t event) {
   if (!event)
     return null_arg(fn, "event");
   ACTIVE(fn);
-  gca_status_t st = ops->event_query(event);
-  return st == GCA_ERR_NOT_READY ? st : fwd(fn, st);
+  return fwd(fn, ops->event_query(event));
 }
 
 GCA_API gca_status_t gca_event_elapsed_time(float *ms, gca_event_t start, gca_event_t end) {

@@ -87,7 +87,7 @@ GCA_API gca_status_t gca_stream_destroy(gca_stream_t stream);
 /* cuStreamSynchronize. */
 GCA_API gca_status_t gca_stream_synchronize(gca_stream_t stream);
 /* cuStreamQuery: GCA_OK when all queued work is done, GCA_ERR_NOT_READY while
- * some is pending (the detail is left alone then: it is no failure). */
+ * some is pending (the detail then says what is pending). */
 GCA_API gca_status_t gca_stream_query(gca_stream_t stream);
 /* cuStreamWaitEvent: later work on `stream` waits for `event`'s last record. */
 GCA_API gca_status_t gca_stream_wait_event(gca_stream_t stream, gca_event_t event);
@@ -104,7 +104,7 @@ GCA_API gca_status_t gca_event_record(gca_event_t event, gca_stream_t stream);
 /* cuEventSynchronize. */
 GCA_API gca_status_t gca_event_synchronize(gca_event_t event);
 /* cuEventQuery: GCA_OK once complete (or never recorded), GCA_ERR_NOT_READY
- * before (the detail is left alone then). */
+ * before. */
 GCA_API gca_status_t gca_event_query(gca_event_t event);
 /* cuEventElapsedTime: milliseconds from `start` to `end`, both complete and
  * created without GCA_EVENT_DISABLE_TIMING. */

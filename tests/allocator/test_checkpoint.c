@@ -8,7 +8,8 @@
 #include <time.h>
 
 #include "alloc_fixture.h"
-#include "history.h"
+#include "gca.h"
+#include "support.h"
 
 #define MAX_BLOCKS 4096
 #define MAX_SEGS   256

@@ -9,7 +9,8 @@
 #include <stdatomic.h>
 
 #include "alloc_fixture.h"
-#include "history.h"
+#include "gca.h"
+#include "support.h"
 
 static int exp_setup(void **state) {
   alloc_setup(state);

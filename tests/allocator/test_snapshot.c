@@ -4,10 +4,8 @@
  * settings in force are reported. */
 #include <stdatomic.h>
 
-#include "gca/allocator.h"
-#include "harness.h"
-#include "introspect.h"
-#include "json.h"
+#include "gca.h"
+#include "support.h"
 
 #define MiB (1024ull * 1024ull)
 

@@ -10,7 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
 #include "stress_sizes.h"
 #include "stress_stamp.h"
 
