@@ -18,9 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
 #include "gca.h"
-#include "introspect.h"
+#include "util.h"
 
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
@@ -34,7 +33,8 @@ static void die(const char *what) {
 }
 
 static void fresh(bool expandable) {
-  gca__allocator_reset();
+  if (gca_empty_cache() != GCA_OK)
+    die("empty_cache");
   gca_sim_fault_clear();
   if (gca_set_config(expandable ? "expandable_segments:True" : "expandable_segments:False") !=
       GCA_OK)
@@ -54,7 +54,7 @@ static grow_result_t grow(bool expandable, size_t target) {
     die("calloc");
   fresh(expandable);
   for (size_t i = 0; live < target && n < cap; i++) {
-    size_t sz = grow_sizes[i % GCA_ARRAY_SIZE(grow_sizes)];
+    size_t sz = grow_sizes[i % TOOL_ARRAY_SIZE(grow_sizes)];
     if (gca_malloc(&ptrs[n++], sz, NULL) != GCA_OK)
       die("malloc");
     live += sz;
@@ -83,7 +83,7 @@ static double pair_ns(bool expandable, size_t size, double seconds) {
   if (gca_malloc(&keep, size, NULL) != GCA_OK || gca_malloc(&p, size, NULL) != GCA_OK ||
       gca_free(p) != GCA_OK)
     die("warm-up");
-  uint64_t pairs = 0, t0 = gca__now_ns(), t1 = t0;
+  uint64_t pairs = 0, t0 = tool_now_ns(), t1 = t0;
   uint64_t budget = (uint64_t)(seconds * 1e9);
   while (t1 - t0 < budget) {
     for (int i = 0; i < 256; i++) {
@@ -94,7 +94,7 @@ static double pair_ns(bool expandable, size_t size, double seconds) {
         die("free");
     }
     pairs += 256;
-    t1 = gca__now_ns();
+    t1 = tool_now_ns();
   }
   if (gca_free(keep) != GCA_OK)
     die("free");
@@ -135,11 +135,12 @@ int main(int argc, char **argv) {
 
   printf("\ncached gca_malloc+gca_free pair (ns), %.2f s per figure\n", seconds);
   printf("  %10s %12s %12s %8s\n", "size", "classic", "expandable", "ratio");
-  for (size_t i = 0; i < GCA_ARRAY_SIZE(pair_sizes); i++) {
+  for (size_t i = 0; i < TOOL_ARRAY_SIZE(pair_sizes); i++) {
     double nc = pair_ns(false, pair_sizes[i], seconds);
     double ne = pair_ns(true, pair_sizes[i], seconds);
     printf("  %10zu %12.1f %12.1f %8.2f\n", pair_sizes[i], nc, ne, ne / nc);
   }
-  gca__allocator_reset();
+  if (gca_empty_cache() != GCA_OK)
+    die("empty_cache");
   return 0;
 }

@@ -20,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void die(const char *what, uint64_t line) {
   fprintf(stderr, "fuzz_rmm_csv: %s (line %llu): %s\n", what, (unsigned long long)line,
-          gca_last_error());
+          tool_last_error());
   abort();
 }
 
@@ -35,7 +35,7 @@ static gca_status_t read_all(gca_rmm_reader_t *r, gca_rmm_event_t *events, size_
     if (st != GCA_OK) {
       if (st != GCA_ERR_PARSE && st != GCA_ERR_IO)
         die("unexpected status", gca__rmm_line(r));
-      if (!strstr(gca_last_error(), "line "))
+      if (!strstr(tool_last_error(), "line "))
         die("error detail names no line", gca__rmm_line(r));
       if (gca__rmm_next(r, &ev, &eof) == GCA_OK)
         die("reader went on after an error", gca__rmm_line(r));
@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (sa == GCA_OK) {
     sa = read_all(r, a, CMP_EVENTS, &na);
     gca__rmm_close(r);
-  } else if (!strstr(gca_last_error(), "line 1")) {
+  } else if (!strstr(tool_last_error(), "line 1")) {
     die("open error names no line", 1);
   }
   if (size == 0)
@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
   uint8_t *seeds[64];
   size_t seed_len[64];
   size_t nseeds = 0;
-  for (size_t i = 0; i < GCA_ARRAY_SIZE(builtin_seeds); i++) {
+  for (size_t i = 0; i < TOOL_ARRAY_SIZE(builtin_seeds); i++) {
     seeds[nseeds] = (uint8_t *)(uintptr_t)builtin_seeds[i];
     seed_len[nseeds++] = strlen(builtin_seeds[i]);
   }
@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
       seed = strtoull(argv[++i], NULL, 10);
     } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
       seconds = strtod(argv[++i], NULL);
-    } else if (argv[i][0] != '-' && nseeds < GCA_ARRAY_SIZE(seeds)) {
+    } else if (argv[i][0] != '-' && nseeds < TOOL_ARRAY_SIZE(seeds)) {
       if (load_file_seed(argv[i], &seeds[nseeds], &seed_len[nseeds]) != 0) {
         fprintf(stderr, "fuzz_rmm_csv: cannot read seed file %s\n", argv[i]);
         return 2;
@@ -232,9 +232,9 @@ int main(int argc, char **argv) {
     return 1;
   for (size_t i = 0; i < nseeds; i++)
     LLVMFuzzerTestOneInput(seeds[i], seed_len[i]);
-  uint64_t start = gca__now_ns(), done = 0;
+  uint64_t start = tool_now_ns(), done = 0;
   for (; done < iterations; done++) {
-    if ((done & 255) == 0 && (double)(gca__now_ns() - start) / 1e9 > seconds)
+    if ((done & 255) == 0 && (double)(tool_now_ns() - start) / 1e9 > seconds)
       break;
     size_t s = rnd() % nseeds;
     size_t len = seed_len[s];

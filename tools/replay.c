@@ -33,6 +33,12 @@
 #include "json.h"
 #include "rmm_csv.h"
 
+/* The RMM reader reports through the tools' detail (util.h); this tool still
+ * reports through the library's, so a reader failure's text is carried over. */
+static gca_status_t tool_detail(gca_status_t st) {
+  return st == GCA_OK ? st : gca__error(st, "%s", tool_last_error());
+}
+
 #define MAX_CONFIGS 16
 #define MAX_STREAMS 1024
 
@@ -298,14 +304,14 @@ static gca_status_t load_trace(const options_t *o, trace_t *t) {
   gca_rmm_reader_t *r = NULL;
   ptr_map_t m = {0};
   uint64_t live = 0;
-  GCA_CHECK(gca__rmm_open_file(o->path, &r));
+  GCA_CHECK(tool_detail(gca__rmm_open_file(o->path, &r)));
   t->stream_ids[0] = 0;
   t->nstreams = 1;
   uint64_t t0 = gca__now_ns();
   for (;;) {
     gca_rmm_event_t ev;
     bool eof = false;
-    GCA_CHECK_GOTO(gca__rmm_next(r, &ev, &eof), st, out);
+    GCA_CHECK_GOTO(tool_detail(gca__rmm_next(r, &ev, &eof)), st, out);
     if (eof)
       break;
     GCA_CHECK_GOTO(add_row(t, &m, r, o, &ev, &live), st, out);

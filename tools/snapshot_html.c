@@ -205,8 +205,8 @@ static void write_segments(gca_json_writer_t *w, const snapshot_t *s) {
 
 static void write_largest(gca_json_writer_t *w, const snapshot_t *s, size_t top) {
   size_t idx[256];
-  if (top > GCA_ARRAY_SIZE(idx))
-    top = GCA_ARRAY_SIZE(idx);
+  if (top > TOOL_ARRAY_SIZE(idx))
+    top = TOOL_ARRAY_SIZE(idx);
   size_t n = gca__snapshot_largest(s, idx, top);
   gca__json_key(w, "largest");
   gca__json_array_begin(w);
@@ -275,14 +275,14 @@ gca_status_t gca__snapshot_write_html(const snapshot_t *s, const char *title, si
           "<tr><td>active_pending_free</td><td class=\"n\">%" PRIu64 "</td><td>%s</td></tr>"
           "<tr><td>inactive</td><td class=\"n\">%" PRIu64 "</td><td>%s</td></tr>"
           "<tr><td>requested</td><td class=\"n\">%" PRIu64 "</td><td>%s</td></tr></table>\n",
-          s->reserved, gca__format_size(s->reserved, b[0], sizeof(b[0])),
+          s->reserved, tool_format_size(s->reserved, b[0], sizeof(b[0])),
           s->by_state[SNAP_ACTIVE_ALLOCATED],
-          gca__format_size(s->by_state[SNAP_ACTIVE_ALLOCATED], b[1], sizeof(b[1])),
+          tool_format_size(s->by_state[SNAP_ACTIVE_ALLOCATED], b[1], sizeof(b[1])),
           s->by_state[SNAP_ACTIVE_PENDING_FREE],
-          gca__format_size(s->by_state[SNAP_ACTIVE_PENDING_FREE], b[2], sizeof(b[2])),
+          tool_format_size(s->by_state[SNAP_ACTIVE_PENDING_FREE], b[2], sizeof(b[2])),
           s->by_state[SNAP_INACTIVE],
-          gca__format_size(s->by_state[SNAP_INACTIVE], b[3], sizeof(b[3])), s->requested,
-          gca__format_size(s->requested, b[4], sizeof(b[4])));
+          tool_format_size(s->by_state[SNAP_INACTIVE], b[3], sizeof(b[3])), s->requested,
+          tool_format_size(s->requested, b[4], sizeof(b[4])));
   fputs("<h2>Allocated and reserved bytes over the history</h2>\n"
         "<div class=\"legend\"><span style=\"background:#d9534f\"></span>allocated"
         "<span style=\"background:#337ab7\"></span>reserved</div>\n<div id=\"timeline\"></div>\n"

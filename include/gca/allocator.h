@@ -60,6 +60,12 @@ GCA_API gca_status_t gca_get_config(char *buf, size_t len);
  * the memory to the driver (GCA_NO_CACHING=1 at start). */
 GCA_API gca_status_t gca_set_caching(bool enabled);
 
+/* Validates every pool, segment and block of every device against the
+ * allocator's invariants (the walker debug builds run after each change);
+ * GCA_ERR_INTERNAL with the first broken invariant in the detail. It takes
+ * each device's lock in turn, so it may run while other threads allocate. */
+GCA_API gca_status_t gca_allocator_check(void);
+
 /* ---- statistics (PyTorch's names and shape) ---- */
 
 typedef struct gca_stat {

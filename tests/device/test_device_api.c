@@ -296,10 +296,8 @@ static void bad_arguments_are_refused_with_a_clear_detail(void **state) {
                 "host function is NULL");
   assert_status(gca_stream_begin_capture(NULL, (gca_capture_mode_t)7), GCA_ERR_INVALID_ARGUMENT,
                 "capture mode 7");
-  assert_status(gca_stream_end_capture(NULL, NULL), GCA_ERR_INVALID_ARGUMENT,
-                "graph out-pointer");
-  assert_status(gca_graph_instantiate(NULL, NULL), GCA_ERR_INVALID_ARGUMENT,
-                "exec out-pointer");
+  assert_status(gca_stream_end_capture(NULL, NULL), GCA_ERR_INVALID_ARGUMENT, "graph out-pointer");
+  assert_status(gca_graph_instantiate(NULL, NULL), GCA_ERR_INVALID_ARGUMENT, "exec out-pointer");
   assert_status(gca_graph_launch(NULL, NULL), GCA_ERR_INVALID_ARGUMENT, "exec is NULL");
   assert_status(gca_device_name(0, NULL, 0), GCA_ERR_INVALID_ARGUMENT, "name buffer");
   (void)ms;
@@ -350,15 +348,33 @@ static void injected_faults_surface_with_the_operation_name(void **state) {
     gca_status_t st;
     gca_clear_last_error();
     switch (i) {
-    case 0: st = gca_stream_create(&s2, 0); break;
-    case 1: st = gca_event_create(&e2, 0); break;
-    case 2: st = gca_memcpy(host, d, sizeof(host)); break;
-    case 3: st = gca_memset_d8(d, 1, 64); break;
-    case 4: st = gca_memset_d32_async(d, 1, 16, s); break;
-    case 5: st = gca_event_record(e, s); break;
-    case 6: st = gca_kernel_fill_u32(d, 1, 1, 16, s); break;
-    case 7: st = gca_device_synchronize(); break;
-    default: st = gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL); break;
+    case 0:
+      st = gca_stream_create(&s2, 0);
+      break;
+    case 1:
+      st = gca_event_create(&e2, 0);
+      break;
+    case 2:
+      st = gca_memcpy(host, d, sizeof(host));
+      break;
+    case 3:
+      st = gca_memset_d8(d, 1, 64);
+      break;
+    case 4:
+      st = gca_memset_d32_async(d, 1, 16, s);
+      break;
+    case 5:
+      st = gca_event_record(e, s);
+      break;
+    case 6:
+      st = gca_kernel_fill_u32(d, 1, 1, 16, s);
+      break;
+    case 7:
+      st = gca_device_synchronize();
+      break;
+    default:
+      st = gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL);
+      break;
     }
     gca_sim_fault_clear();
     if (st == GCA_OK || strstr(gca_last_error(), cases[i].needle) == NULL)

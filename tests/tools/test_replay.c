@@ -13,7 +13,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream\n"
 #define MiB    (1ull << 20)
 
