@@ -17,6 +17,7 @@
  * Nothing is asserted: the figures are printed for a person or a dashboard.
  */
 #include <pthread.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,23 +285,37 @@ out:
   return st;
 }
 
+static void usage(FILE *f) {
+  fprintf(f, "usage: gca-bench [--seconds S] [--json] [--help]\n"
+             "  --seconds S   time per figure, in (0, 60] (default 0.08)\n"
+             "  --json        one JSON object instead of the table\n");
+}
+
 int main(int argc, char **argv) {
   double seconds = 0.08;
   bool json = false;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) {
+  static const struct option longopts[] = {{"json", no_argument, NULL, 'j'},
+                                           {"seconds", required_argument, NULL, 's'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
+  for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) {
+    if (c == 'j') {
       json = true;
-    } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+    } else if (c == 's') {
       char *end = NULL;
-      seconds = strtod(argv[++i], &end);
+      seconds = strtod(optarg, &end);
       if (!end || *end || !(seconds > 0 && seconds <= 60)) {
-        fprintf(stderr, "gca-bench: --seconds '%s' is not in (0, 60]\n", argv[i]);
+        fprintf(stderr, "gca-bench: --seconds '%s' is not in (0, 60]\n", optarg);
         return 2;
       }
     } else {
-      fprintf(stderr, "usage: gca-bench [--seconds S] [--json]\n");
-      return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+      usage(c == 'h' ? stdout : stderr);
+      return c == 'h' ? 0 : 2;
     }
+  }
+  if (optind < argc) {
+    usage(stderr);
+    return 2;
   }
   gca_status_t st = run(seconds, json);
   if (st != GCA_OK) {

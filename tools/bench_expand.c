@@ -14,6 +14,7 @@
  * call count follows the number of growths, not the bytes grown. Runs on the
  * sim backend; nothing is asserted.
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,17 +102,31 @@ static double pair_ns(bool expandable, size_t size, double seconds) {
   return (double)(t1 - t0) / (double)pairs;
 }
 
+static void usage(FILE *f) {
+  fprintf(f, "usage: gca-bench-expand [--gib N] [--seconds S] [--help]\n"
+             "  --gib N       live GiB to grow to (default 2)\n"
+             "  --seconds S   time per ns-per-pair figure (default 0.05)\n");
+}
+
 int main(int argc, char **argv) {
   double gib = 2.0, seconds = 0.05;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--gib") == 0 && i + 1 < argc)
-      gib = atof(argv[++i]);
-    else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
-      seconds = atof(argv[++i]);
+  static const struct option longopts[] = {{"gib", required_argument, NULL, 'g'},
+                                           {"seconds", required_argument, NULL, 's'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
+  for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) {
+    if (c == 'g')
+      gib = atof(optarg);
+    else if (c == 's')
+      seconds = atof(optarg);
     else {
-      fprintf(stderr, "usage: gca-bench-expand [--gib N] [--seconds S]\n");
-      return 2;
+      usage(c == 'h' ? stdout : stderr);
+      return c == 'h' ? 0 : 2;
     }
+  }
+  if (optind < argc || gib <= 0 || seconds <= 0) {
+    usage(stderr);
+    return 2;
   }
   if (gca_device_init() != GCA_OK)
     die("device_init");
