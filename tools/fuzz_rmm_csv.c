@@ -9,6 +9,7 @@
  * named on the command line) for N iterations from a given seed, so the default
  * test suite exercises it under the sanitizers too.
  */
+#include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +194,10 @@ static int load_file_seed(const char *path, uint8_t **out, size_t *len) {
   return 0;
 }
 
+static void usage(FILE *f) {
+  fprintf(f, "usage: fuzz_rmm_csv [--iterations N] [--seed S] [--seconds T] [SEED_FILE]...\n");
+}
+
 int main(int argc, char **argv) {
   uint64_t iterations = 20000, seed = 1;
   double seconds = 2.0;
@@ -204,24 +209,33 @@ int main(int argc, char **argv) {
     seed_len[nseeds++] = strlen(builtin_seeds[i]);
   }
   size_t nbuiltin = nseeds;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
-      iterations = strtoull(argv[++i], NULL, 10);
-    } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
-      seed = strtoull(argv[++i], NULL, 10);
-    } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
-      seconds = strtod(argv[++i], NULL);
-    } else if (argv[i][0] != '-' && nseeds < TOOL_ARRAY_SIZE(seeds)) {
-      if (load_file_seed(argv[i], &seeds[nseeds], &seed_len[nseeds]) != 0) {
-        fprintf(stderr, "fuzz_rmm_csv: cannot read seed file %s\n", argv[i]);
-        return 2;
-      }
-      nseeds++;
+  static const struct option longopts[] = {{"iterations", required_argument, NULL, 'i'},
+                                           {"seed", required_argument, NULL, 's'},
+                                           {"seconds", required_argument, NULL, 't'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
+  for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) {
+    if (c == 'i') {
+      iterations = strtoull(optarg, NULL, 10);
+    } else if (c == 's') {
+      seed = strtoull(optarg, NULL, 10);
+    } else if (c == 't') {
+      seconds = strtod(optarg, NULL);
     } else {
-      fprintf(stderr,
-              "usage: fuzz_rmm_csv [--iterations N] [--seed S] [--seconds T] [SEED_FILE]...\n");
+      usage(c == 'h' ? stdout : stderr);
+      return c == 'h' ? 0 : 2;
+    }
+  }
+  for (int i = optind; i < argc; i++) {
+    if (nseeds == TOOL_ARRAY_SIZE(seeds)) {
+      fprintf(stderr, "fuzz_rmm_csv: at most %zu seeds\n", TOOL_ARRAY_SIZE(seeds));
       return 2;
     }
+    if (load_file_seed(argv[i], &seeds[nseeds], &seed_len[nseeds]) != 0) {
+      fprintf(stderr, "fuzz_rmm_csv: cannot read seed file %s\n", argv[i]);
+      return 2;
+    }
+    nseeds++;
   }
   rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
   printf("fuzz_rmm_csv: seed %llu, up to %llu iterations or %.1f s, %zu seeds\n",
