@@ -119,3 +119,32 @@ const char *tool_format_size(uint64_t bytes, char *buf, size_t len) {
     snprintf(buf, len, "%.2f %s", v, units[u]);
   return buf;
 }
+
+void tool_json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    switch (*p) {
+    case '"':
+      fputs("\\\"", f);
+      break;
+    case '\\':
+      fputs("\\\\", f);
+      break;
+    case '\n':
+      fputs("\\n", f);
+      break;
+    case '\r':
+      fputs("\\r", f);
+      break;
+    case '\t':
+      fputs("\\t", f);
+      break;
+    default:
+      if (*p < 0x20 || *p == '<' || *p == 0x7f)
+        fprintf(f, "\\u%04x", *p);
+      else
+        fputc(*p, f);
+    }
+  }
+  fputc('"', f);
+}

@@ -2,6 +2,9 @@
  * a monotonic clock, and byte sizes written and read the way the library's
  * configuration does ("512MiB").
  *
+ * It also holds the one JSON helper tools that write JSON by hand need, a
+ * string escaper.
+ *
  * Tools see only include/ (the build gives them nothing else), so the
  * library's internal error detail is out of reach. Tool modules (the RMM CSV
  * reader, the size distributions) keep theirs in a thread-local buffer of
@@ -14,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "gca.h"
 
@@ -60,5 +64,9 @@ uint64_t tool_now_ns(void);
 gca_status_t tool_parse_size(const char *text, uint64_t *out);
 /* "1.50 GiB" into buf; returns buf. */
 const char *tool_format_size(uint64_t bytes, char *buf, size_t len);
+/* Writes `s` to f as a JSON string literal, quotes included: '"', '\\' and
+ * control characters escaped, and '<' written as \u003c so that the text may
+ * sit inside an HTML <script> block; other bytes (UTF-8) pass through. */
+void tool_json_string(FILE *f, const char *s);
 
 #endif
