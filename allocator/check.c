@@ -285,6 +285,10 @@ gca_status_t gca__allocator_check(void) {
   return GCA_OK;
 }
 
+GCA_API gca_status_t gca_allocator_check(void) {
+  return gca__allocator_check();
+}
+
 static int seg_cmp(const void *a, const void *b) {
   gca_devptr_t x = (*(gca__segment_t *const *)a)->base, y = (*(gca__segment_t *const *)b)->base;
   return x < y ? -1 : x > y;

@@ -1,14 +1,17 @@
-/* history.c - the two recorders the allocator reports to: per-device rings of
- * recent events (behind snapshots' device_traces) and the GCA_TRACE file in
- * RMM's log CSV format.
+/* history.c - the recorders the allocator reports to: per-device rings of
+ * recent events (behind snapshots' device_traces), the GCA_TRACE file in
+ * RMM's log CSV format, and the public trace observers
+ * (gca_trace_observer_add).
  *
  * The one idea: a single atomic bit set says which recorders are on, and the
  * allocator's hot path reads it once, relaxed, and returns when it is zero.
- * Everything else (ring locks, native frames, the trace writer) sits behind
- * that test. A ring is sized lazily to the capacity last configured, keeping
+ * Everything else (ring locks, native frames, the trace writer, the observer
+ * registry) sits behind that test. A ring is sized lazily to the capacity last configured, keeping
  * its newest entries, so reconfiguring never has to stop the allocator.
  */
 #include "history.h"
+
+#include "alloc_core.h"
 
 #include <errno.h>
 #include <execinfo.h>
@@ -21,7 +24,7 @@
 #define MAX_DEVICES        64
 #define TRACE_BUFFER_BYTES (1u << 20)
 
-enum { ON_HISTORY = 1u, ON_TRACE = 2u };
+enum { ON_HISTORY = 1u, ON_TRACE = 2u, ON_OBSERVERS = 4u };
 
 atomic_uint gca__history_recorders;
 static atomic_size_t ring_capacity;
@@ -127,11 +130,139 @@ static void trace_row(const char *action, gca_devptr_t addr, uint64_t size, gca_
   pthread_mutex_unlock(&trace.lock);
 }
 
+/* ---- trace observers ----
+ *
+ * Note [Trace observers]: the registry is a fixed array of slots under a
+ * read-write lock. Events take it for reading (devices report in parallel);
+ * add and remove take it for writing, so when remove returns no call of the
+ * removed observer is running and none can start. The ON_OBSERVERS bit is set
+ * while at least one slot is used, under the write lock. A callback runs with
+ * its device's allocator lock and the registry's read lock held; a thread-local
+ * flag makes add/remove from inside a callback an error instead of a deadlock.
+ * Invariant (under the lock): nobservers == the number of slots with id != 0. */
+static struct {
+  pthread_rwlock_t lock;
+  struct {
+    gca_trace_observer_handle_t id; /* 0: free slot */
+    gca_trace_observer_fn fn;
+    void *ctx;
+  } slot[GCA_TRACE_OBSERVERS_MAX];
+  int nobservers;
+  gca_trace_observer_handle_t next_id;
+} observers = {.lock = PTHREAD_RWLOCK_INITIALIZER, .next_id = 1};
+static _Thread_local bool in_observer;
+
+/* The public action of each history action; -1: not reported. */
+static int public_action(gca_history_action_t a) {
+  switch (a) {
+  case GCA_HA_ALLOC:
+    return GCA_TRACE_ALLOC;
+  case GCA_HA_FREE_REQUESTED:
+    return GCA_TRACE_FREE_REQUESTED;
+  case GCA_HA_FREE_COMPLETED:
+    return GCA_TRACE_FREE_COMPLETED;
+  case GCA_HA_SEGMENT_ALLOC:
+    return GCA_TRACE_SEGMENT_ALLOC;
+  case GCA_HA_SEGMENT_FREE:
+    return GCA_TRACE_SEGMENT_FREE;
+  case GCA_HA_SEGMENT_MAP:
+    return GCA_TRACE_SEGMENT_MAP;
+  case GCA_HA_SEGMENT_UNMAP:
+    return GCA_TRACE_SEGMENT_UNMAP;
+  case GCA_HA_OOM:
+    return GCA_TRACE_OOM;
+  default:
+    return -1;
+  }
+}
+
+/* Calls every observer (the device's lock is held by the caller, so its
+ * statistics are those after the event). */
+static void notify_observers(gca_history_action_t action, int device, gca_devptr_t addr,
+                             uint64_t size, gca_stream_t stream) {
+  int a = public_action(action);
+  if (a < 0)
+    return;
+  gca_trace_event_t ev = {.action = (gca_trace_action_t)a,
+                          .device = device,
+                          .address = addr,
+                          .size = size,
+                          .stream = stream};
+  const gca__devalloc_t *d = gca__devalloc_peek(device);
+  if (d != NULL) {
+    ev.reserved_bytes = (uint64_t)d->stats.reserved_bytes[GCA_STAT_ALL].current;
+    ev.allocated_bytes = (uint64_t)d->stats.allocated_bytes[GCA_STAT_ALL].current;
+  }
+  pthread_rwlock_rdlock(&observers.lock);
+  in_observer = true;
+  for (int i = 0; i < GCA_TRACE_OBSERVERS_MAX; i++)
+    if (observers.slot[i].id != 0)
+      observers.slot[i].fn(&ev, observers.slot[i].ctx);
+  in_observer = false;
+  pthread_rwlock_unlock(&observers.lock);
+}
+
+GCA_API gca_status_t gca_trace_observer_add(gca_trace_observer_fn fn, void *ctx,
+                                            gca_trace_observer_handle_t *handle) {
+  if (fn == NULL || handle == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "trace_observer_add: the %s is NULL",
+                      fn == NULL ? "function" : "handle output");
+  if (in_observer)
+    return gca__error(GCA_ERR_INVALID_STATE,
+                      "trace_observer_add: called from inside a trace observer");
+  gca_status_t st = GCA_OK;
+  pthread_rwlock_wrlock(&observers.lock);
+  int free_slot = -1;
+  for (int i = 0; i < GCA_TRACE_OBSERVERS_MAX && free_slot < 0; i++)
+    if (observers.slot[i].id == 0)
+      free_slot = i;
+  if (free_slot < 0) {
+    st = gca__error(GCA_ERR_INVALID_STATE, "trace_observer_add: all %d observer slots are taken",
+                    GCA_TRACE_OBSERVERS_MAX);
+    goto out;
+  }
+  observers.slot[free_slot].fn = fn;
+  observers.slot[free_slot].ctx = ctx;
+  observers.slot[free_slot].id = observers.next_id++;
+  *handle = observers.slot[free_slot].id;
+  if (observers.nobservers++ == 0)
+    atomic_fetch_or(&gca__history_recorders, ON_OBSERVERS);
+out:
+  pthread_rwlock_unlock(&observers.lock);
+  return st;
+}
+
+GCA_API gca_status_t gca_trace_observer_remove(gca_trace_observer_handle_t handle) {
+  if (in_observer)
+    return gca__error(GCA_ERR_INVALID_STATE,
+                      "trace_observer_remove: called from inside a trace observer");
+  bool found = false;
+  pthread_rwlock_wrlock(&observers.lock);
+  for (int i = 0; handle != 0 && i < GCA_TRACE_OBSERVERS_MAX && !found; i++) {
+    if (observers.slot[i].id != handle)
+      continue;
+    observers.slot[i].id = 0;
+    observers.slot[i].fn = NULL;
+    observers.slot[i].ctx = NULL;
+    if (--observers.nobservers == 0)
+      atomic_fetch_and(&gca__history_recorders, ~ON_OBSERVERS);
+    found = true;
+  }
+  pthread_rwlock_unlock(&observers.lock);
+  if (!found)
+    return gca__error(GCA_ERR_INVALID_HANDLE,
+                      "trace_observer_remove: handle %llu is not an attached observer",
+                      (unsigned long long)handle);
+  return GCA_OK;
+}
+
 /* Everything behind the hot path's test. Kept out of line so that the test
  * stays a load and a branch; frames[0..1] are this function and its caller. */
 __attribute__((noinline)) static void record_slow(unsigned on, gca_history_action_t action,
                                                   int device, gca_devptr_t addr, uint64_t size,
                                                   gca_stream_t stream) {
+  if (on & ON_OBSERVERS)
+    notify_observers(action, device, addr, size, stream);
   if ((on & ON_TRACE) && (action == GCA_HA_ALLOC || action == GCA_HA_FREE_REQUESTED))
     trace_row(action == GCA_HA_ALLOC ? "allocate" : "free", addr, size, stream);
   if (!(on & ON_HISTORY) || device < 0 || device >= MAX_DEVICES)

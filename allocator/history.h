@@ -1,10 +1,11 @@
 /* history.h - what the allocator tells the recorders beside it: the bounded
- * history ring behind snapshots' device_traces, and the RMM-CSV trace file
- * (GCA_TRACE=path.csv).
+ * history ring behind snapshots' device_traces, the RMM-CSV trace file
+ * (GCA_TRACE=path.csv) and the public trace observers.
  *
- * The allocator calls gca__history_event() for every action below; it returns
- * at once when neither recorder is on (one relaxed atomic load), so the hot
- * path pays nothing when history and tracing are off.
+ * The allocator calls gca__history_event() for every action below, with the
+ * device's lock held; it returns at once when no recorder is on (one relaxed
+ * atomic load), so the hot path pays nothing when history, tracing and
+ * observers are off.
  */
 #ifndef GCA_ALLOC_HISTORY_H
 #define GCA_ALLOC_HISTORY_H

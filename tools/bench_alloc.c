@@ -1,6 +1,6 @@
 /* bench_alloc.c - gca-bench: the cost of a cached allocation, next to glibc.
  *
- *   gca-bench [--seconds S] [--json]
+ *   gca-bench [--seconds S] [--json] [--help]
  *
  * For each size (512 B to 64 MiB) it times gca_malloc+gca_free pairs served
  * from a warm cache, on one thread and on two threads at once (each thread on
@@ -11,27 +11,30 @@
  * over as many pairs as fit in S seconds (default 0.08) per measurement.
  * "shared lock" is the floor under any allocator that keeps one locked state
  * per device, as PyTorch's and gca's do: each pair is two critical sections
- * of gca's device lock type around four updates of shared counters, nothing
- * else; with two threads it shows what the lock's cache line and the
- * counters' moving between cores costs on this machine.
+ * of a pthread mutex around four updates of shared counters, nothing else;
+ * with two threads it shows what the lock's cache line and the counters'
+ * moving between cores costs on this machine. (gca's own device lock is
+ * internal; a pthread mutex is the lock any allocator could take, so the floor
+ * is a property of the machine, not of gca's lock.) It uses the public API
+ * only; the JSON report is written with jansson.
  * Nothing is asserted: the figures are printed for a person or a dashboard.
  */
 #include <pthread.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "gca.h"
-#include "common.h"
-#include "device.h"
-#include "json.h"
-#include "lock.h"
+#include "util.h"
 
 #define NTHREADS_MAX 2
 #define BATCH        256
 
 static const size_t sizes[] = {512, 4u << 10, 64u << 10, 1u << 20, 8u << 20, 64u << 20};
-#define NSIZES GCA_ARRAY_SIZE(sizes)
+#define NSIZES TOOL_ARRAY_SIZE(sizes)
 
 enum { KIND_GCA = 0, KIND_MALLOC = 1, KIND_EXACT = 2, KIND_LOCK = 3, KINDS = 4 };
 
@@ -56,9 +59,9 @@ static void *volatile sink;
 static gca_status_t gca_pairs(worker_t *w, int n) {
   for (int i = 0; i < n; i++) {
     void *p = NULL;
-    GCA_CHECK(gca_malloc(&p, w->size, w->stream));
+    TOOL_CHECK_GCA(gca_malloc(&p, w->size, w->stream));
     sink = p;
-    GCA_CHECK(gca_free(p));
+    TOOL_CHECK_GCA(gca_free(p));
   }
   return GCA_OK;
 }
@@ -67,7 +70,7 @@ static gca_status_t malloc_pairs(worker_t *w, int n) {
   for (int i = 0; i < n; i++) {
     void *p = malloc(w->size);
     if (!p)
-      return gca__error(GCA_ERR_OUT_OF_MEMORY, "bench: malloc(%zu) failed", w->size);
+      return tool_error(GCA_ERR_OUT_OF_MEMORY, "bench: malloc(%zu) failed", w->size);
     sink = p;
     free(p);
   }
@@ -75,21 +78,21 @@ static gca_status_t malloc_pairs(worker_t *w, int n) {
 }
 
 /* The shared lock floor: one lock and a line of counters, as a device's. */
-static gca__mutex_t floor_lock;
+static pthread_mutex_t floor_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { _Alignas(64) int64_t current, peak, allocated, freed; } floor_stats;
 
 static gca_status_t lock_pairs(worker_t *w, int n) {
   for (int i = 0; i < n; i++) {
-    gca__mutex_lock(&floor_lock);
+    pthread_mutex_lock(&floor_lock);
     floor_stats.current += (int64_t)w->size;
     floor_stats.allocated += (int64_t)w->size;
     if (floor_stats.current > floor_stats.peak)
       floor_stats.peak = floor_stats.current;
-    gca__mutex_unlock(&floor_lock);
-    gca__mutex_lock(&floor_lock);
+    pthread_mutex_unlock(&floor_lock);
+    pthread_mutex_lock(&floor_lock);
     floor_stats.current -= (int64_t)w->size;
     floor_stats.freed += (int64_t)w->size;
-    gca__mutex_unlock(&floor_lock);
+    pthread_mutex_unlock(&floor_lock);
   }
   return GCA_OK;
 }
@@ -111,18 +114,18 @@ static void *worker_main(void *arg) {
   pthread_barrier_wait(w->barrier);
   if (w->status != GCA_OK)
     goto out;
-  uint64_t limit = (uint64_t)(w->seconds * 1e9), t0 = gca__now_ns(), t = t0;
+  uint64_t limit = (uint64_t)(w->seconds * 1e9), t0 = tool_now_ns(), t = t0;
   while (t - t0 < limit) {
     w->status = pairs(w, BATCH);
     if (w->status != GCA_OK)
       goto out;
     w->pairs += BATCH;
-    t = gca__now_ns();
+    t = tool_now_ns();
   }
   w->ns = t - t0;
 out:
   if (w->status != GCA_OK)
-    snprintf(w->error, sizeof(w->error), "%s", gca_last_error());
+    snprintf(w->error, sizeof(w->error), "%s", tool_last_error());
   return NULL;
 }
 
@@ -140,7 +143,7 @@ static gca_status_t measure(int kind, size_t size, int nthreads, double seconds,
   int started = 0;
   for (; started < nthreads - 1; started++) {
     if (pthread_create(&th[started], NULL, worker_main, &w[started]) != 0) {
-      st = gca__error(GCA_ERR_INTERNAL, "bench: pthread_create failed");
+      st = tool_error(GCA_ERR_INTERNAL, "bench: pthread_create failed");
       break;
     }
   }
@@ -149,11 +152,11 @@ static gca_status_t measure(int kind, size_t size, int nthreads, double seconds,
   for (int i = 0; i < started; i++)
     pthread_join(th[i], NULL);
   pthread_barrier_destroy(&barrier);
-  GCA_CHECK(st);
+  TOOL_CHECK(st);
   double sum = 0;
   for (int i = 0; i < nthreads; i++) {
     if (w[i].status != GCA_OK)
-      return gca__error(w[i].status, "bench: %zu-byte pairs on thread %d: %s", size, i, w[i].error);
+      return tool_error(w[i].status, "bench: %zu-byte pairs on thread %d: %s", size, i, w[i].error);
     sum += w[i].pairs ? (double)w[i].ns / (double)w[i].pairs : 0;
   }
   *ns_per_pair = sum / nthreads;
@@ -189,52 +192,53 @@ static void print_table(const bench_row_t *rows, const double *lock_ns) {
            ratio(r->ns[KIND_GCA][1], r->ns[KIND_MALLOC][1]));
   }
   printf("ratio = gca / malloc (below 1: gca is faster); exact = free_cache:False\n");
-  printf("shared lock floor (two critical sections per pair, no allocator): 1T %.1f ns, 2T %.1f "
-         "ns\n",
+  printf("shared lock floor (pthread mutex, two critical sections per pair, no allocator): "
+         "1T %.1f ns, 2T %.1f ns\n",
          lock_ns[0], lock_ns[1]);
 }
 
+/* Sets o[key] = v, noting a failure (v NULL: jansson out of memory, or a
+ * number that is not finite) in *ok. */
+static void j_set(json_t *o, const char *key, json_t *v, bool *ok) {
+  if (v == NULL || json_object_set_new(o, key, v) != 0)
+    *ok = false;
+}
+
 static gca_status_t print_json(const bench_row_t *rows, const double *lock_ns, double seconds) {
-  gca_json_writer_t w;
-  gca__json_writer_init(&w);
-  gca__json_object_begin(&w);
-  gca__json_key(&w, "backend");
-  gca__json_string(&w, gca_device_backend_name());
-  gca__json_key(&w, "seconds_per_measurement");
-  gca__json_double(&w, seconds);
-  gca__json_key(&w, "lock_ns_1t");
-  gca__json_double(&w, lock_ns[0]);
-  gca__json_key(&w, "lock_ns_2t");
-  gca__json_double(&w, lock_ns[1]);
-  gca__json_key(&w, "results");
-  gca__json_array_begin(&w);
-  for (size_t i = 0; i < NSIZES; i++) {
-    const bench_row_t *r = &rows[i];
-    gca__json_object_begin(&w);
-    gca__json_key(&w, "size");
-    gca__json_uint(&w, sizes[i]);
-    gca__json_key(&w, "gca_ns_1t");
-    gca__json_double(&w, r->ns[KIND_GCA][0]);
-    gca__json_key(&w, "malloc_ns_1t");
-    gca__json_double(&w, r->ns[KIND_MALLOC][0]);
-    gca__json_key(&w, "ratio_1t");
-    gca__json_double(&w, ratio(r->ns[KIND_GCA][0], r->ns[KIND_MALLOC][0]));
-    gca__json_key(&w, "exact_ns_1t");
-    gca__json_double(&w, r->ns[KIND_EXACT][0]);
-    gca__json_key(&w, "ratio_exact_1t");
-    gca__json_double(&w, ratio(r->ns[KIND_EXACT][0], r->ns[KIND_MALLOC][0]));
-    gca__json_key(&w, "gca_ns_2t");
-    gca__json_double(&w, r->ns[KIND_GCA][1]);
-    gca__json_key(&w, "malloc_ns_2t");
-    gca__json_double(&w, r->ns[KIND_MALLOC][1]);
-    gca__json_key(&w, "ratio_2t");
-    gca__json_double(&w, ratio(r->ns[KIND_GCA][1], r->ns[KIND_MALLOC][1]));
-    gca__json_object_end(&w);
+  bool ok = true;
+  const char *backend = gca_device_backend_name();
+  json_t *root = json_object(), *results = json_array();
+  if (root == NULL || results == NULL) {
+    json_decref(root);
+    json_decref(results);
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "bench: JSON report: out of host memory");
   }
-  gca__json_array_end(&w);
-  gca__json_object_end(&w);
-  char *text = NULL;
-  GCA_CHECK(gca__json_writer_finish(&w, &text, NULL));
+  j_set(root, "backend", backend ? json_string(backend) : json_null(), &ok);
+  j_set(root, "seconds_per_measurement", json_real(seconds), &ok);
+  j_set(root, "lock_ns_1t", json_real(lock_ns[0]), &ok);
+  j_set(root, "lock_ns_2t", json_real(lock_ns[1]), &ok);
+  for (size_t i = 0; i < NSIZES && ok; i++) {
+    const bench_row_t *r = &rows[i];
+    json_t *o = json_object();
+    if (o == NULL || json_array_append_new(results, o) != 0) {
+      ok = false;
+      break;
+    }
+    j_set(o, "size", json_integer((json_int_t)sizes[i]), &ok);
+    j_set(o, "gca_ns_1t", json_real(r->ns[KIND_GCA][0]), &ok);
+    j_set(o, "malloc_ns_1t", json_real(r->ns[KIND_MALLOC][0]), &ok);
+    j_set(o, "ratio_1t", json_real(ratio(r->ns[KIND_GCA][0], r->ns[KIND_MALLOC][0])), &ok);
+    j_set(o, "exact_ns_1t", json_real(r->ns[KIND_EXACT][0]), &ok);
+    j_set(o, "ratio_exact_1t", json_real(ratio(r->ns[KIND_EXACT][0], r->ns[KIND_MALLOC][0])), &ok);
+    j_set(o, "gca_ns_2t", json_real(r->ns[KIND_GCA][1]), &ok);
+    j_set(o, "malloc_ns_2t", json_real(r->ns[KIND_MALLOC][1]), &ok);
+    j_set(o, "ratio_2t", json_real(ratio(r->ns[KIND_GCA][1], r->ns[KIND_MALLOC][1])), &ok);
+  }
+  j_set(root, "results", results, &ok);
+  char *text = ok ? json_dumps(root, JSON_COMPACT) : NULL;
+  json_decref(root);
+  if (text == NULL)
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "bench: JSON report: out of host memory");
   printf("%s\n", text);
   free(text);
   return GCA_OK;
@@ -242,69 +246,91 @@ static gca_status_t print_json(const bench_row_t *rows, const double *lock_ns, d
 
 static gca_status_t run(double seconds, bool json) {
   gca_status_t st;
-  const gca_device_ops_t *ops = gca__device_get(&st);
-  if (!ops)
-    return gca__error_prefix(st, "bench: device layer");
   gca_stream_t streams[NTHREADS_MAX] = {NULL, NULL};
   int nstreams = 0;
   bench_row_t rows[NSIZES];
   double lock_ns[NTHREADS_MAX] = {0, 0};
   memset(rows, 0, sizeof(rows));
-  gca__mutex_init(&floor_lock);
   char saved[1024];
-  GCA_CHECK(gca_get_config(saved, sizeof(saved)));
-  for (; nstreams < NTHREADS_MAX; nstreams++)
-    GCA_CHECK_GOTO(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &streams[nstreams]), st, out);
+  TOOL_CHECK_GCA(gca_get_config(saved, sizeof(saved)));
+  for (; nstreams < NTHREADS_MAX; nstreams++) {
+    if ((st = gca_stream_create(&streams[nstreams], GCA_STREAM_NON_BLOCKING)) != GCA_OK) {
+      tool_error_gca(st, "bench: stream_create");
+      goto out;
+    }
+  }
   for (size_t i = 0; i < NSIZES; i++) {
     for (int nt = 1; nt <= NTHREADS_MAX; nt++) {
-      GCA_CHECK_GOTO(
+      TOOL_CHECK_GOTO(
           measure(KIND_GCA, sizes[i], nt, seconds, streams, &rows[i].ns[KIND_GCA][nt - 1]), st,
           out);
-      GCA_CHECK_GOTO(
+      TOOL_CHECK_GOTO(
           measure(KIND_MALLOC, sizes[i], nt, seconds, streams, &rows[i].ns[KIND_MALLOC][nt - 1]),
           st, out);
     }
-    GCA_CHECK_GOTO(gca_set_config("free_cache:False"), st, out);
+    if ((st = gca_set_config("free_cache:False")) != GCA_OK) {
+      tool_error_gca(st, "bench: set_config");
+      goto out;
+    }
     gca_status_t mst =
         measure(KIND_EXACT, sizes[i], 1, seconds, streams, &rows[i].ns[KIND_EXACT][0]);
-    GCA_CHECK_GOTO(gca_set_config(saved), st, out); /* the caller's settings again */
-    GCA_CHECK_GOTO(mst, st, out);
+    if ((st = gca_set_config(saved)) != GCA_OK) { /* the caller's settings again */
+      tool_error_gca(st, "bench: restoring the settings '%s'", saved);
+      goto out;
+    }
+    TOOL_CHECK_GOTO(mst, st, out);
   }
   for (int nt = 1; nt <= NTHREADS_MAX; nt++)
-    GCA_CHECK_GOTO(measure(KIND_LOCK, 512, nt, seconds, streams, &lock_ns[nt - 1]), st, out);
+    TOOL_CHECK_GOTO(measure(KIND_LOCK, 512, nt, seconds, streams, &lock_ns[nt - 1]), st, out);
   if (json)
-    GCA_CHECK_GOTO(print_json(rows, lock_ns, seconds), st, out);
+    TOOL_CHECK_GOTO(print_json(rows, lock_ns, seconds), st, out);
   else
     print_table(rows, lock_ns);
   st = GCA_OK;
 out:
-  gca_empty_cache();
+  if (gca_empty_cache() != GCA_OK)
+    fprintf(stderr, "gca-bench: empty_cache: %s\n", gca_last_error());
   for (int i = 0; i < nstreams; i++)
-    ops->stream_destroy(streams[i]);
+    if (gca_stream_destroy(streams[i]) != GCA_OK)
+      fprintf(stderr, "gca-bench: stream_destroy: %s\n", gca_last_error());
   return st;
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: gca-bench [--seconds S] [--json] [--help]\n"
+             "  --seconds S   time per figure, in (0, 60] (default 0.08)\n"
+             "  --json        one JSON object instead of the table\n");
 }
 
 int main(int argc, char **argv) {
   double seconds = 0.08;
   bool json = false;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) {
+  static const struct option longopts[] = {{"json", no_argument, NULL, 'j'},
+                                           {"seconds", required_argument, NULL, 's'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
+  for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) {
+    if (c == 'j') {
       json = true;
-    } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+    } else if (c == 's') {
       char *end = NULL;
-      seconds = strtod(argv[++i], &end);
+      seconds = strtod(optarg, &end);
       if (!end || *end || !(seconds > 0 && seconds <= 60)) {
-        fprintf(stderr, "gca-bench: --seconds '%s' is not in (0, 60]\n", argv[i]);
+        fprintf(stderr, "gca-bench: --seconds '%s' is not in (0, 60]\n", optarg);
         return 2;
       }
     } else {
-      fprintf(stderr, "usage: gca-bench [--seconds S] [--json]\n");
-      return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+      usage(c == 'h' ? stdout : stderr);
+      return c == 'h' ? 0 : 2;
     }
+  }
+  if (optind < argc) {
+    usage(stderr);
+    return 2;
   }
   gca_status_t st = run(seconds, json);
   if (st != GCA_OK) {
-    fprintf(stderr, "gca-bench: %s\n", gca_last_error());
+    fprintf(stderr, "gca-bench: %s\n", tool_last_error());
     return 1;
   }
   return 0;

@@ -14,13 +14,13 @@
  * call count follows the number of growths, not the bytes grown. Runs on the
  * sim backend; nothing is asserted.
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
 #include "gca.h"
-#include "introspect.h"
+#include "util.h"
 
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
@@ -34,7 +34,8 @@ static void die(const char *what) {
 }
 
 static void fresh(bool expandable) {
-  gca__allocator_reset();
+  if (gca_empty_cache() != GCA_OK)
+    die("empty_cache");
   gca_sim_fault_clear();
   if (gca_set_config(expandable ? "expandable_segments:True" : "expandable_segments:False") !=
       GCA_OK)
@@ -54,7 +55,7 @@ static grow_result_t grow(bool expandable, size_t target) {
     die("calloc");
   fresh(expandable);
   for (size_t i = 0; live < target && n < cap; i++) {
-    size_t sz = grow_sizes[i % GCA_ARRAY_SIZE(grow_sizes)];
+    size_t sz = grow_sizes[i % TOOL_ARRAY_SIZE(grow_sizes)];
     if (gca_malloc(&ptrs[n++], sz, NULL) != GCA_OK)
       die("malloc");
     live += sz;
@@ -83,7 +84,7 @@ static double pair_ns(bool expandable, size_t size, double seconds) {
   if (gca_malloc(&keep, size, NULL) != GCA_OK || gca_malloc(&p, size, NULL) != GCA_OK ||
       gca_free(p) != GCA_OK)
     die("warm-up");
-  uint64_t pairs = 0, t0 = gca__now_ns(), t1 = t0;
+  uint64_t pairs = 0, t0 = tool_now_ns(), t1 = t0;
   uint64_t budget = (uint64_t)(seconds * 1e9);
   while (t1 - t0 < budget) {
     for (int i = 0; i < 256; i++) {
@@ -94,24 +95,38 @@ static double pair_ns(bool expandable, size_t size, double seconds) {
         die("free");
     }
     pairs += 256;
-    t1 = gca__now_ns();
+    t1 = tool_now_ns();
   }
   if (gca_free(keep) != GCA_OK)
     die("free");
   return (double)(t1 - t0) / (double)pairs;
 }
 
+static void usage(FILE *f) {
+  fprintf(f, "usage: gca-bench-expand [--gib N] [--seconds S] [--help]\n"
+             "  --gib N       live GiB to grow to (default 2)\n"
+             "  --seconds S   time per ns-per-pair figure (default 0.05)\n");
+}
+
 int main(int argc, char **argv) {
   double gib = 2.0, seconds = 0.05;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--gib") == 0 && i + 1 < argc)
-      gib = atof(argv[++i]);
-    else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
-      seconds = atof(argv[++i]);
+  static const struct option longopts[] = {{"gib", required_argument, NULL, 'g'},
+                                           {"seconds", required_argument, NULL, 's'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
+  for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) {
+    if (c == 'g')
+      gib = atof(optarg);
+    else if (c == 's')
+      seconds = atof(optarg);
     else {
-      fprintf(stderr, "usage: gca-bench-expand [--gib N] [--seconds S]\n");
-      return 2;
+      usage(c == 'h' ? stdout : stderr);
+      return c == 'h' ? 0 : 2;
     }
+  }
+  if (optind < argc || gib <= 0 || seconds <= 0) {
+    usage(stderr);
+    return 2;
   }
   if (gca_device_init() != GCA_OK)
     die("device_init");
@@ -135,11 +150,12 @@ int main(int argc, char **argv) {
 
   printf("\ncached gca_malloc+gca_free pair (ns), %.2f s per figure\n", seconds);
   printf("  %10s %12s %12s %8s\n", "size", "classic", "expandable", "ratio");
-  for (size_t i = 0; i < GCA_ARRAY_SIZE(pair_sizes); i++) {
+  for (size_t i = 0; i < TOOL_ARRAY_SIZE(pair_sizes); i++) {
     double nc = pair_ns(false, pair_sizes[i], seconds);
     double ne = pair_ns(true, pair_sizes[i], seconds);
     printf("  %10zu %12.1f %12.1f %8.2f\n", pair_sizes[i], nc, ne, ne / nc);
   }
-  gca__allocator_reset();
+  if (gca_empty_cache() != GCA_OK)
+    die("empty_cache");
   return 0;
 }

@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
+#include <getopt.h>
+
 #include "gca.h"
+#include "util.h"
 
 static int failures;
 
@@ -34,24 +36,42 @@ static int64_t device_calls(const gca_stats_t *s) {
   return s->num_device_alloc + s->num_device_free;
 }
 
-int main(void) {
+static void usage(FILE *f) {
+  fprintf(f, "usage: gca-demo [--help]\n"
+             "A short tour of gca on the default backend (GCA_DEVICE=cuda|sim|auto).\n");
+}
+
+int main(int argc, char **argv) {
+  static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+  for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) {
+    if (c == 'h') {
+      usage(stdout);
+      return 0;
+    }
+    usage(stderr);
+    return 2;
+  }
+  if (optind < argc) {
+    fprintf(stderr, "gca-demo: unexpected argument '%s'\n", argv[optind]);
+    usage(stderr);
+    return 2;
+  }
   char buf[64];
   setvbuf(stdout, NULL, _IOLBF, 0);
   STEP_OK(gca_device_init());
-  const gca_device_ops_t *dev = gca__device();
   int ndev = 0;
   STEP_OK(gca_device_count(&ndev));
   char name[128] = "";
-  STEP_OK(dev->device_name(0, name, sizeof(name)));
+  STEP_OK(gca_device_name(0, name, sizeof(name)));
   size_t free_b = 0, total_b = 0;
-  STEP_OK(dev->mem_get_info(0, &free_b, &total_b));
+  STEP_OK(gca_mem_get_info(&free_b, &total_b));
   printf("gca %s on the %s backend: %d device(s); device 0 is \"%s\" with %s\n",
          gca_version_string(), gca_device_backend_name(), ndev, name,
-         gca__format_size(total_b, buf, sizeof(buf)));
+         tool_format_size(total_b, buf, sizeof(buf)));
 
   gca_stream_t s1, s2;
-  STEP_OK(dev->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s1));
-  STEP_OK(dev->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s2));
+  STEP_OK(gca_stream_create(&s1, GCA_STREAM_NON_BLOCKING));
+  STEP_OK(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
 
   printf(
       "\n1. A first allocation reaches the driver; after a free, the same size is served from the "
@@ -70,14 +90,14 @@ int main(void) {
   expect(device_calls(&st) == calls_before, "the cached allocation made no device call");
 
   printf("\n2. A block used on a second stream is not reused until that stream's work is done.\n");
-  STEP_OK(dev->kernel_sleep(50 * 1000 * 1000, s2)); /* 50 ms of slow work on s2 */
-  STEP_OK(dev->kernel_fill_u32((gca_devptr_t)(uintptr_t)b, 0xC0FFEE, 0, (3 << 20) / 4, s2));
+  STEP_OK(gca_kernel_sleep(50 * 1000 * 1000, s2)); /* 50 ms of slow work on s2 */
+  STEP_OK(gca_kernel_fill_u32(b, 0xC0FFEE, 0, (3 << 20) / 4, s2));
   STEP_OK(gca_record_stream(b, s2));
   STEP_OK(gca_free(b));
   void *c = NULL;
   STEP_OK(gca_malloc(&c, 3 << 20, s1));
   expect(c != b, "while s2 still writes, a new request got a different block");
-  STEP_OK(dev->stream_synchronize(s2));
+  STEP_OK(gca_stream_synchronize(s2));
   STEP_OK(gca_free(c));
   void *d = NULL;
   STEP_OK(gca_malloc(&d, 3 << 20, s1));
@@ -90,25 +110,23 @@ int main(void) {
   STEP_OK(gca_malloc((void **)&x, n * 4, s1));
   STEP_OK(gca_malloc((void **)&y, n * 4, s1));
   STEP_OK(gca_malloc((void **)&z, n * 4, s1));
-  STEP_OK(dev->kernel_fill_u32((gca_devptr_t)(uintptr_t)x, 1, 1, n, s1));
-  STEP_OK(dev->kernel_fill_u32((gca_devptr_t)(uintptr_t)y, 100, 0, n, s1));
-  STEP_OK(dev->stream_synchronize(s1));
+  STEP_OK(gca_kernel_fill_u32(x, 1, 1, n, s1));
+  STEP_OK(gca_kernel_fill_u32(y, 100, 0, n, s1));
+  STEP_OK(gca_stream_synchronize(s1));
   gca_graph_t graph;
   gca_graph_exec_t exec;
-  STEP_OK(dev->stream_begin_capture(s1, GCA_CAPTURE_MODE_THREAD_LOCAL));
-  STEP_OK(dev->kernel_add_u32((gca_devptr_t)(uintptr_t)z, (gca_devptr_t)(uintptr_t)x,
-                              (gca_devptr_t)(uintptr_t)y, n, s1));
-  STEP_OK(dev->stream_end_capture(s1, &graph));
-  STEP_OK(dev->graph_instantiate(graph, &exec));
+  STEP_OK(gca_stream_begin_capture(s1, GCA_CAPTURE_MODE_THREAD_LOCAL));
+  STEP_OK(gca_kernel_add_u32(z, x, y, n, s1));
+  STEP_OK(gca_stream_end_capture(s1, &graph));
+  STEP_OK(gca_graph_instantiate(&exec, graph));
   uint32_t host[4];
-  STEP_OK(dev->memset_d32_async((gca_devptr_t)(uintptr_t)z, 0, n, s1));
-  STEP_OK(dev->graph_launch(exec, s1));
-  STEP_OK(dev->memcpy_async((gca_devptr_t)(uintptr_t)host, (gca_devptr_t)(uintptr_t)z, sizeof(host),
-                            s1));
-  STEP_OK(dev->stream_synchronize(s1));
+  STEP_OK(gca_memset_d32_async(z, 0, n, s1));
+  STEP_OK(gca_graph_launch(exec, s1));
+  STEP_OK(gca_memcpy_async(host, z, sizeof(host), s1));
+  STEP_OK(gca_stream_synchronize(s1));
   expect(host[0] == 101 && host[3] == 104, "replay computed z = x + y (101, 102, 103, 104, ...)");
-  STEP_OK(dev->graph_exec_destroy(exec));
-  STEP_OK(dev->graph_destroy(graph));
+  STEP_OK(gca_graph_exec_destroy(exec));
+  STEP_OK(gca_graph_destroy(graph));
   STEP_OK(gca_free(x));
   STEP_OK(gca_free(y));
   STEP_OK(gca_free(z));
@@ -119,8 +137,8 @@ int main(void) {
          st.allocation[GCA_STAT_ALL].current, st.allocation[GCA_STAT_ALL].peak,
          st.allocation[GCA_STAT_ALL].allocated);
   printf("  reserved_bytes: current %s, peak %s\n",
-         gca__format_size((uint64_t)st.reserved_bytes[GCA_STAT_ALL].current, buf, sizeof(buf)),
-         gca__format_size((uint64_t)st.reserved_bytes[GCA_STAT_ALL].peak, buf + 32, 32));
+         tool_format_size((uint64_t)st.reserved_bytes[GCA_STAT_ALL].current, buf, sizeof(buf)),
+         tool_format_size((uint64_t)st.reserved_bytes[GCA_STAT_ALL].peak, buf + 32, 32));
   printf("  num_device_alloc %" PRId64 ", num_device_free %" PRId64 ", num_ooms %" PRId64 "\n",
          st.num_device_alloc, st.num_device_free, st.num_ooms);
   expect(st.allocation[GCA_STAT_ALL].current == 0, "everything allocated was freed");
@@ -128,8 +146,8 @@ int main(void) {
   STEP_OK(gca_get_stats(0, &st));
   expect(st.reserved_bytes[GCA_STAT_ALL].current == 0, "empty_cache returned every segment");
 
-  STEP_OK(dev->stream_destroy(s1));
-  STEP_OK(dev->stream_destroy(s2));
+  STEP_OK(gca_stream_destroy(s1));
+  STEP_OK(gca_stream_destroy(s2));
   printf("\n%s\n",
          failures ? "gca-demo: some steps did not behave as expected" : "gca-demo: all steps ok");
   return failures ? 1 : 0;

@@ -9,6 +9,7 @@
  * named on the command line) for N iterations from a given seed, so the default
  * test suite exercises it under the sanitizers too.
  */
+#include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void die(const char *what, uint64_t line) {
   fprintf(stderr, "fuzz_rmm_csv: %s (line %llu): %s\n", what, (unsigned long long)line,
-          gca_last_error());
+          tool_last_error());
   abort();
 }
 
@@ -35,7 +36,7 @@ static gca_status_t read_all(gca_rmm_reader_t *r, gca_rmm_event_t *events, size_
     if (st != GCA_OK) {
       if (st != GCA_ERR_PARSE && st != GCA_ERR_IO)
         die("unexpected status", gca__rmm_line(r));
-      if (!strstr(gca_last_error(), "line "))
+      if (!strstr(tool_last_error(), "line "))
         die("error detail names no line", gca__rmm_line(r));
       if (gca__rmm_next(r, &ev, &eof) == GCA_OK)
         die("reader went on after an error", gca__rmm_line(r));
@@ -65,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (sa == GCA_OK) {
     sa = read_all(r, a, CMP_EVENTS, &na);
     gca__rmm_close(r);
-  } else if (!strstr(gca_last_error(), "line 1")) {
+  } else if (!strstr(tool_last_error(), "line 1")) {
     die("open error names no line", 1);
   }
   if (size == 0)
@@ -193,35 +194,48 @@ static int load_file_seed(const char *path, uint8_t **out, size_t *len) {
   return 0;
 }
 
+static void usage(FILE *f) {
+  fprintf(f, "usage: fuzz_rmm_csv [--iterations N] [--seed S] [--seconds T] [SEED_FILE]...\n");
+}
+
 int main(int argc, char **argv) {
   uint64_t iterations = 20000, seed = 1;
   double seconds = 2.0;
   uint8_t *seeds[64];
   size_t seed_len[64];
   size_t nseeds = 0;
-  for (size_t i = 0; i < GCA_ARRAY_SIZE(builtin_seeds); i++) {
+  for (size_t i = 0; i < TOOL_ARRAY_SIZE(builtin_seeds); i++) {
     seeds[nseeds] = (uint8_t *)(uintptr_t)builtin_seeds[i];
     seed_len[nseeds++] = strlen(builtin_seeds[i]);
   }
   size_t nbuiltin = nseeds;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
-      iterations = strtoull(argv[++i], NULL, 10);
-    } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
-      seed = strtoull(argv[++i], NULL, 10);
-    } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
-      seconds = strtod(argv[++i], NULL);
-    } else if (argv[i][0] != '-' && nseeds < GCA_ARRAY_SIZE(seeds)) {
-      if (load_file_seed(argv[i], &seeds[nseeds], &seed_len[nseeds]) != 0) {
-        fprintf(stderr, "fuzz_rmm_csv: cannot read seed file %s\n", argv[i]);
-        return 2;
-      }
-      nseeds++;
+  static const struct option longopts[] = {{"iterations", required_argument, NULL, 'i'},
+                                           {"seed", required_argument, NULL, 's'},
+                                           {"seconds", required_argument, NULL, 't'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
+  for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) {
+    if (c == 'i') {
+      iterations = strtoull(optarg, NULL, 10);
+    } else if (c == 's') {
+      seed = strtoull(optarg, NULL, 10);
+    } else if (c == 't') {
+      seconds = strtod(optarg, NULL);
     } else {
-      fprintf(stderr,
-              "usage: fuzz_rmm_csv [--iterations N] [--seed S] [--seconds T] [SEED_FILE]...\n");
+      usage(c == 'h' ? stdout : stderr);
+      return c == 'h' ? 0 : 2;
+    }
+  }
+  for (int i = optind; i < argc; i++) {
+    if (nseeds == TOOL_ARRAY_SIZE(seeds)) {
+      fprintf(stderr, "fuzz_rmm_csv: at most %zu seeds\n", TOOL_ARRAY_SIZE(seeds));
       return 2;
     }
+    if (load_file_seed(argv[i], &seeds[nseeds], &seed_len[nseeds]) != 0) {
+      fprintf(stderr, "fuzz_rmm_csv: cannot read seed file %s\n", argv[i]);
+      return 2;
+    }
+    nseeds++;
   }
   rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
   printf("fuzz_rmm_csv: seed %llu, up to %llu iterations or %.1f s, %zu seeds\n",
@@ -232,9 +246,9 @@ int main(int argc, char **argv) {
     return 1;
   for (size_t i = 0; i < nseeds; i++)
     LLVMFuzzerTestOneInput(seeds[i], seed_len[i]);
-  uint64_t start = gca__now_ns(), done = 0;
+  uint64_t start = tool_now_ns(), done = 0;
   for (; done < iterations; done++) {
-    if ((done & 255) == 0 && (double)(gca__now_ns() - start) / 1e9 > seconds)
+    if ((done & 255) == 0 && (double)(tool_now_ns() - start) / 1e9 > seconds)
       break;
     size_t s = rnd() % nseeds;
     size_t len = seed_len[s];

@@ -2,7 +2,7 @@
  * caching allocator and reports how much device memory it reserved.
  *
  *   gca-replay TRACE.csv [--config STR]... [--device-memory 80GiB] [--repeat N]
- *              [--lenient] [--json] [--no-progress] [--snapshot FILE]
+ *              [--lenient] [--json] [--no-progress] [--snapshot FILE] [--help]
  *
  * The one idea: all checking happens once, while the trace is read. A hash
  * table from trace pointer to its allocation resolves every free to the slot
@@ -10,28 +10,35 @@
  * unknown or dead pointers and duplicate allocates of a live pointer, naming
  * the line); the replay loop then runs over a compact array of
  * {action, stream, slot, size} with the live gca pointers in a slot array, so
- * it measures the allocator and little else. Each --config replays the whole
- * trace on a fresh allocator (gca__allocator_reset + gca_set_config); peak
- * live bytes come from the trace, peak reserved from gca_get_stats, and the
- * external fragmentation (1 - largest free block / free bytes) is sampled
- * through gca__allocator_walk each time reserved memory reaches a new peak,
- * which a wrapped device table signals (only mem_alloc, mem_create and
- * mem_map can grow it). Sampling time is excluded from ns per event. After
- * the measured pass, --repeat N further passes over the warm cache give a
- * steady-state ns per event.
+ * it measures the allocator and little else. It uses the public API only.
+ * Each --config replays the whole trace on an emptied allocator: every block
+ * the previous one left is freed, gca_empty_cache returns the segments, the
+ * statistics are reset (gca_reset_peak_stats, gca_reset_accumulated_stats),
+ * and gca_set_config applies the settings in force at start, then the
+ * configuration's own string. Peak live bytes come from the trace, peak
+ * reserved from gca_get_stats, and the external fragmentation
+ * (1 - largest free block / free bytes, gca_get_free_blocks) is sampled each
+ * time reserved memory reaches a new peak, which a trace observer signals
+ * (only a segment allocation or a mapping can grow it; the observer also
+ * counts the mappings). Sampling time is excluded from ns per event, but the
+ * measured pass runs with the observer attached, so it takes the allocator's
+ * locked path (the free cache's lock-free hits are off while any observer or
+ * recorder is on). After it, --repeat N further passes over the warm cache,
+ * without the observer, give a steady-state ns per event.
  */
 #include <errno.h>
+#include <getopt.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "gca.h"
-#include "common.h"
-#include "device.h"
-#include "introspect.h"
-#include "json.h"
 #include "rmm_csv.h"
+#include "util.h"
 
 #define MAX_CONFIGS 16
 #define MAX_STREAMS 1024
@@ -128,7 +135,7 @@ static gca_status_t map_grow(ptr_map_t *m) {
   m->e = calloc(ncap, sizeof(*m->e));
   if (!m->e) {
     m->e = old;
-    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+    return tool_error(GCA_ERR_OUT_OF_MEMORY,
                       "replay: pointer map of %zu entries: out of host memory", ncap);
   }
   m->cap = ncap;
@@ -142,7 +149,7 @@ static gca_status_t map_grow(ptr_map_t *m) {
 /* The entry for p, inserted (unused -> used, not live) when absent. */
 static gca_status_t map_upsert(ptr_map_t *m, uint64_t p, ptr_entry_t **out) {
   if ((m->count + 1) * 2 > m->cap)
-    GCA_CHECK(map_grow(m));
+    TOOL_CHECK(map_grow(m));
   ptr_entry_t *e = map_find(m, p);
   if (!e->used) {
     e->used = 1;
@@ -164,7 +171,7 @@ static gca_status_t grow(void **p, size_t *cap, size_t need, size_t elem) {
     n *= 2;
   void *q = realloc(*p, n * elem);
   if (!q)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "replay: %zu trace events: out of host memory", n);
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "replay: %zu trace events: out of host memory", n);
   *p = q;
   *cap = n;
   return GCA_OK;
@@ -173,8 +180,8 @@ static gca_status_t grow(void **p, size_t *cap, size_t need, size_t elem) {
 static gca_status_t push_event(trace_t *t, replay_event_t ev, uint64_t line) {
   if (t->nevents == t->cap) {
     size_t c1 = t->cap, c2 = t->cap;
-    GCA_CHECK(grow((void **)&t->events, &c1, t->nevents + 1, sizeof(*t->events)));
-    GCA_CHECK(grow((void **)&t->line, &c2, t->nevents + 1, sizeof(*t->line)));
+    TOOL_CHECK(grow((void **)&t->events, &c1, t->nevents + 1, sizeof(*t->events)));
+    TOOL_CHECK(grow((void **)&t->line, &c2, t->nevents + 1, sizeof(*t->line)));
     t->cap = c1 < c2 ? c1 : c2;
   }
   t->events[t->nevents] = ev;
@@ -190,7 +197,7 @@ static gca_status_t stream_index(trace_t *t, uint64_t id, uint64_t line, uint32_
     }
   }
   if (t->nstreams == MAX_STREAMS)
-    return gca__error(GCA_ERR_NOT_SUPPORTED, "replay: line %llu: more than %d distinct streams",
+    return tool_error(GCA_ERR_NOT_SUPPORTED, "replay: line %llu: more than %d distinct streams",
                       (unsigned long long)line, MAX_STREAMS);
   t->stream_ids[t->nstreams] = id;
   *out = (uint32_t)t->nstreams++;
@@ -207,13 +214,13 @@ static gca_status_t unknown_free(gca_rmm_reader_t *r, const char *path, uint64_t
     if (gca__rmm_next(r, &ev, &eof) != GCA_OK || eof)
       break;
     if (ev.action == GCA_RMM_ALLOCATE && ev.pointer == ptr)
-      return gca__error(GCA_ERR_PARSE,
+      return tool_error(GCA_ERR_PARSE,
                         "replay: %s line %llu: free of 0x%llx before its allocation at line %llu "
                         "(--lenient skips such frees)",
                         path, (unsigned long long)line, (unsigned long long)ptr,
                         (unsigned long long)ev.line);
   }
-  return gca__error(GCA_ERR_PARSE,
+  return tool_error(GCA_ERR_PARSE,
                     "replay: %s line %llu: free of unknown pointer 0x%llx (never allocated; "
                     "--lenient skips such frees)",
                     path, (unsigned long long)line, (unsigned long long)ptr);
@@ -228,20 +235,20 @@ static gca_status_t add_row(trace_t *t, ptr_map_t *m, gca_rmm_reader_t *r, const
     return GCA_OK;
   }
   uint32_t sidx = 0;
-  GCA_CHECK(stream_index(t, ev->stream, ev->line, &sidx));
+  TOOL_CHECK(stream_index(t, ev->stream, ev->line, &sidx));
   ptr_entry_t *e;
   if (ev->action == GCA_RMM_ALLOCATE) {
-    GCA_CHECK(map_upsert(m, ev->pointer, &e));
+    TOOL_CHECK(map_upsert(m, ev->pointer, &e));
     if (e->live)
-      return gca__error(GCA_ERR_PARSE,
+      return tool_error(GCA_ERR_PARSE,
                         "replay: %s line %llu: allocate of 0x%llx, which is already live "
                         "(allocated at line %llu)",
                         path, (unsigned long long)ev->line, (unsigned long long)ev->pointer,
                         (unsigned long long)e->line);
     if (t->nallocs >= UINT32_MAX)
-      return gca__error(GCA_ERR_NOT_SUPPORTED, "replay: line %llu: more than 2^32 allocations",
+      return tool_error(GCA_ERR_NOT_SUPPORTED, "replay: line %llu: more than 2^32 allocations",
                         (unsigned long long)ev->line);
-    GCA_CHECK(grow((void **)&t->slot_size, &t->slot_cap, t->nallocs + 1, sizeof(uint64_t)));
+    TOOL_CHECK(grow((void **)&t->slot_size, &t->slot_cap, t->nallocs + 1, sizeof(uint64_t)));
     uint32_t slot = (uint32_t)t->nallocs++;
     t->slot_size[slot] = ev->size;
     e->live = 1;
@@ -262,7 +269,7 @@ static gca_status_t add_row(trace_t *t, ptr_map_t *m, gca_rmm_reader_t *r, const
   if (!e || !e->used)
     return unknown_free(r, path, ev->line, ev->pointer);
   if (!e->live)
-    return gca__error(GCA_ERR_PARSE,
+    return tool_error(GCA_ERR_PARSE,
                       "replay: %s line %llu: free of 0x%llx, which is not live (freed at line "
                       "%llu)",
                       path, (unsigned long long)ev->line, (unsigned long long)ev->pointer,
@@ -298,21 +305,21 @@ static gca_status_t load_trace(const options_t *o, trace_t *t) {
   gca_rmm_reader_t *r = NULL;
   ptr_map_t m = {0};
   uint64_t live = 0;
-  GCA_CHECK(gca__rmm_open_file(o->path, &r));
+  TOOL_CHECK((gca__rmm_open_file(o->path, &r)));
   t->stream_ids[0] = 0;
   t->nstreams = 1;
-  uint64_t t0 = gca__now_ns();
+  uint64_t t0 = tool_now_ns();
   for (;;) {
     gca_rmm_event_t ev;
     bool eof = false;
-    GCA_CHECK_GOTO(gca__rmm_next(r, &ev, &eof), st, out);
+    TOOL_CHECK_GOTO((gca__rmm_next(r, &ev, &eof)), st, out);
     if (eof)
       break;
-    GCA_CHECK_GOTO(add_row(t, &m, r, o, &ev, &live), st, out);
+    TOOL_CHECK_GOTO(add_row(t, &m, r, o, &ev, &live), st, out);
     if ((t->nrows & 0xffff) == 0)
       progress(o->progress, "reading trace", t->nrows, 0);
   }
-  t->parse_ns_per_event = t->nrows ? (double)(gca__now_ns() - t0) / (double)t->nrows : 0;
+  t->parse_ns_per_event = t->nrows ? (double)(tool_now_ns() - t0) / (double)t->nrows : 0;
   if (o->progress && t->nrows >= 0x10000)
     fputc('\n', stderr);
   st = GCA_OK;
@@ -328,78 +335,35 @@ static void trace_free(trace_t *t) {
   free(t->slot_size);
 }
 
-/* ---- the device table wrapper: says when reserved memory may have grown ---- */
+/* ---- the trace observer: says when reserved memory may have grown ---- */
 
-static const gca_device_ops_t *real_ops;
-static gca_device_ops_t wrapped_ops;
-static bool may_have_grown;
-static int64_t map_calls;
+/* Set by the observer (allocator lock held, possibly on another thread than
+ * the replay's only in principle: the replay is single-threaded). */
+static atomic_bool may_have_grown;
+static atomic_llong map_events;
 
-static gca_status_t wrap_mem_alloc(int dev, size_t size, gca_devptr_t *out) {
-  may_have_grown = true;
-  return real_ops->mem_alloc(dev, size, out);
-}
-
-static gca_status_t wrap_mem_create(int dev, size_t size, gca_memhandle_t *out) {
-  may_have_grown = true;
-  return real_ops->mem_create(dev, size, out);
-}
-
-static gca_status_t wrap_mem_map(gca_devptr_t ptr, size_t size, size_t offset,
-                                 gca_memhandle_t handle) {
-  may_have_grown = true;
-  gca_status_t st = real_ops->mem_map(ptr, size, offset, handle);
-  if (st == GCA_OK)
-    map_calls++;
-  return st;
-}
-
-static gca_status_t install_wrapper(void) {
-  gca_status_t st;
-  const gca_device_ops_t *ops = gca__device_get(&st);
-  if (!ops)
-    return gca__error_prefix(st, "replay: device layer");
-  if (ops == &wrapped_ops)
-    return GCA_OK;
-  real_ops = ops;
-  wrapped_ops = *ops;
-  wrapped_ops.mem_alloc = wrap_mem_alloc;
-  wrapped_ops.mem_create = wrap_mem_create;
-  wrapped_ops.mem_map = wrap_mem_map;
-  gca__device_override(&wrapped_ops);
-  return GCA_OK;
+static void on_trace_event(const gca_trace_event_t *ev, void *ctx) {
+  (void)ctx;
+  if (ev->action == GCA_TRACE_SEGMENT_ALLOC || ev->action == GCA_TRACE_SEGMENT_MAP)
+    atomic_store_explicit(&may_have_grown, true, memory_order_relaxed);
+  if (ev->action == GCA_TRACE_SEGMENT_MAP)
+    atomic_fetch_add_explicit(&map_events, 1, memory_order_relaxed);
 }
 
 /* ---- replaying ---- */
 
-typedef struct frag_sample {
-  uint64_t total_free, largest_free;
-} frag_sample_t;
-
-static void frag_walk(const gca_segment_info_t *seg, const gca_block_info_t *blocks, size_t nblocks,
-                      void *ctx) {
-  frag_sample_t *f = ctx;
-  for (size_t i = 0; i < nblocks; i++) {
-    if (blocks[i].state != GCA_BLOCK_INACTIVE)
-      continue;
-    f->total_free += blocks[i].size;
-    if (blocks[i].size > f->largest_free)
-      f->largest_free = blocks[i].size;
-  }
-}
-
 static gca_status_t sample_peak(run_result_t *res, uint64_t *peak_seen) {
   gca_stats_t s;
-  GCA_CHECK(gca_get_stats(0, &s));
+  TOOL_CHECK_GCA(gca_get_stats(0, &s));
   uint64_t cur = (uint64_t)s.reserved_bytes[GCA_STAT_ALL].current;
   if (cur <= *peak_seen)
     return GCA_OK;
   *peak_seen = cur;
-  frag_sample_t f = {0, 0};
-  GCA_CHECK(gca__allocator_walk(0, frag_walk, &f));
-  res->free_at_peak = f.total_free;
-  res->largest_free_at_peak = f.largest_free;
-  res->fragmentation = f.total_free ? 1.0 - (double)f.largest_free / (double)f.total_free : 0.0;
+  uint64_t total_free = 0, largest_free = 0;
+  TOOL_CHECK_GCA(gca_get_free_blocks(0, &total_free, &largest_free));
+  res->free_at_peak = total_free;
+  res->largest_free_at_peak = largest_free;
+  res->fragmentation = total_free ? 1.0 - (double)largest_free / (double)total_free : 0.0;
   return GCA_OK;
 }
 
@@ -410,38 +374,38 @@ static gca_status_t replay_pass(const trace_t *t, void **live, bool sample, run_
                                 uint64_t *ns, int64_t *ooms, bool show) {
   uint64_t peak_seen = 0, excluded = 0;
   const replay_event_t *ev = t->events;
-  may_have_grown = false;
-  uint64_t t0 = gca__now_ns();
+  atomic_store(&may_have_grown, false);
+  uint64_t t0 = tool_now_ns();
   for (size_t i = 0; i < t->nevents; i++) {
     gca_status_t st;
     if (ev[i].action == EV_ALLOC) {
       st = gca_malloc(&live[ev[i].slot], ev[i].size, t->streams[ev[i].stream]);
-      if (GCA_UNLIKELY(st != GCA_OK)) {
+      if (TOOL_UNLIKELY(st != GCA_OK)) {
         live[ev[i].slot] = NULL;
         if (st != GCA_ERR_OUT_OF_MEMORY)
-          return gca__error_prefix(st, "replay: line %llu: allocate of %llu bytes",
-                                   (unsigned long long)t->line[i], (unsigned long long)ev[i].size);
+          return tool_error_gca(st, "replay: line %llu: allocate of %llu bytes",
+                                (unsigned long long)t->line[i], (unsigned long long)ev[i].size);
         (*ooms)++;
       }
-      if (sample && may_have_grown) {
-        uint64_t s0 = gca__now_ns();
-        may_have_grown = false;
-        GCA_CHECK(sample_peak(res, &peak_seen));
-        excluded += gca__now_ns() - s0;
+      if (sample && atomic_load_explicit(&may_have_grown, memory_order_relaxed)) {
+        uint64_t s0 = tool_now_ns();
+        atomic_store_explicit(&may_have_grown, false, memory_order_relaxed);
+        TOOL_CHECK(sample_peak(res, &peak_seen));
+        excluded += tool_now_ns() - s0;
       }
     } else if (live[ev[i].slot]) {
       st = gca_free(live[ev[i].slot]);
-      if (GCA_UNLIKELY(st != GCA_OK))
-        return gca__error_prefix(st, "replay: line %llu: free", (unsigned long long)t->line[i]);
+      if (TOOL_UNLIKELY(st != GCA_OK))
+        return tool_error_gca(st, "replay: line %llu: free", (unsigned long long)t->line[i]);
       live[ev[i].slot] = NULL;
     }
-    if (GCA_UNLIKELY(show && (i & 0xffff) == 0xffff)) {
-      uint64_t s0 = gca__now_ns();
+    if (TOOL_UNLIKELY(show && (i & 0xffff) == 0xffff)) {
+      uint64_t s0 = tool_now_ns();
       progress(true, res->config && *res->config ? res->config : "default", i, t->nevents);
-      excluded += gca__now_ns() - s0;
+      excluded += tool_now_ns() - s0;
     }
   }
-  *ns = gca__now_ns() - t0 - excluded;
+  *ns = tool_now_ns() - t0 - excluded;
   if (show && t->nevents > 0xffff)
     progress(true, res->config && *res->config ? res->config : "default", 1, 1);
   return GCA_OK;
@@ -451,7 +415,7 @@ static gca_status_t replay_pass(const trace_t *t, void **live, bool sample, run_
 static gca_status_t free_remaining(const trace_t *t, void **live) {
   for (size_t s = 0; s < t->nallocs; s++) {
     if (live[s]) {
-      GCA_CHECK(gca_free(live[s]));
+      TOOL_CHECK_GCA(gca_free(live[s]));
       live[s] = NULL;
     }
   }
@@ -463,83 +427,114 @@ static gca_status_t free_remaining(const trace_t *t, void **live) {
 static gca_status_t write_snapshot(const char *path) {
   char *json = NULL;
   size_t len = 0;
-  GCA_CHECK(gca_snapshot_json(&json, &len));
+  TOOL_CHECK_GCA(gca_snapshot_json(&json, &len));
   gca_status_t st = GCA_OK;
   FILE *f = fopen(path, "w");
   if (f == NULL || fwrite(json, 1, len, f) != len)
-    st = gca__error(GCA_ERR_IO, "replay: --snapshot %s: %s", path, strerror(errno));
+    st = tool_error(GCA_ERR_IO, "replay: --snapshot %s: %s", path, strerror(errno));
   if (f != NULL && fclose(f) != 0 && st == GCA_OK)
-    st = gca__error(GCA_ERR_IO, "replay: --snapshot %s: %s", path, strerror(errno));
+    st = tool_error(GCA_ERR_IO, "replay: --snapshot %s: %s", path, strerror(errno));
   gca_string_free(json);
   return st;
 }
 
-static gca_status_t run_config(const options_t *o, const trace_t *t, const char *conf,
-                               bool snapshot, run_result_t *res) {
+/* Brings the allocator to the state of a fresh one, as far as the figures go:
+ * nothing reserved, statistics reset, the settings in force at start (`base`)
+ * then `conf`, the device memory option. */
+static gca_status_t prepare_allocator(const options_t *o, const char *base, const char *conf) {
   gca_status_t st;
-  memset(res, 0, sizeof(*res));
-  res->config = conf;
-  gca__allocator_reset();
+  TOOL_CHECK_GCA(gca_empty_cache());
+  if ((st = gca_set_config(base)) != GCA_OK)
+    return tool_error_gca(st, "replay: restoring the settings '%s'", base);
   if (conf && *conf && (st = gca_set_config(conf)) != GCA_OK)
-    return gca__error_prefix(st, "replay: --config '%s'", conf);
+    return tool_error_gca(st, "replay: --config '%s'", conf);
   if (o->device_memory) {
     const char *backend = gca_device_backend_name();
     if (backend && strcmp(backend, "sim") == 0)
-      GCA_CHECK(gca_sim_set_capacity(0, o->device_memory));
+      TOOL_CHECK_GCA(gca_sim_set_capacity(0, o->device_memory));
     else
-      GCA_CHECK(gca_set_memory_limit(0, o->device_memory));
+      TOOL_CHECK_GCA(gca_set_memory_limit(0, o->device_memory));
   }
+  TOOL_CHECK_GCA(gca_reset_peak_stats(0));
+  TOOL_CHECK_GCA(gca_reset_accumulated_stats(0));
+  return GCA_OK;
+}
+
+static gca_status_t run_config(const options_t *o, const trace_t *t, const char *base,
+                               const char *conf, bool snapshot, run_result_t *res) {
+  gca_status_t st;
+  gca_trace_observer_handle_t observer = 0;
+  memset(res, 0, sizeof(*res));
+  res->config = conf;
+  TOOL_CHECK(prepare_allocator(o, base, conf));
   void **live = calloc(t->nallocs ? t->nallocs : 1, sizeof(void *));
   if (!live)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "replay: %zu live pointers: out of host memory",
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "replay: %zu live pointers: out of host memory",
                       t->nallocs);
-  map_calls = 0;
+  atomic_store(&map_events, 0);
   uint64_t ns = 0;
-  if (snapshot) /* slows the measured pass a little: every event is also recorded */
-    GCA_CHECK_GOTO(gca_record_history(true, t->nevents * 2 + 64, false), st, out);
-  GCA_CHECK_GOTO(replay_pass(t, live, true, res, &ns, &res->ooms, o->progress), st, out);
+  if (snapshot && (st = gca_record_history(true, t->nevents * 2 + 64, false)) != GCA_OK) {
+    /* slows the measured pass a little: every event is also recorded */
+    st = tool_error_gca(st, "replay: --snapshot: recording history");
+    goto out;
+  }
+  if ((st = gca_trace_observer_add(on_trace_event, NULL, &observer)) != GCA_OK) {
+    st = tool_error_gca(st, "replay: attaching the trace observer");
+    goto out;
+  }
+  TOOL_CHECK_GOTO(replay_pass(t, live, true, res, &ns, &res->ooms, o->progress), st, out);
+  TOOL_CHECK_GOTO(gca_trace_observer_remove(observer), st, out);
+  observer = 0;
   if (snapshot) {
-    GCA_CHECK_GOTO(write_snapshot(o->snapshot), st, out);
-    GCA_CHECK_GOTO(gca_record_history(false, 0, false), st, out);
+    TOOL_CHECK_GOTO(write_snapshot(o->snapshot), st, out);
+    gca_record_history(false, 0, false); /* stopping cannot fail */
+    snapshot = false;
   }
   res->ns_per_event = t->nevents ? (double)ns / (double)t->nevents : 0;
   gca_stats_t s;
-  GCA_CHECK_GOTO(gca_get_stats(0, &s), st, out);
+  if ((st = gca_get_stats(0, &s)) != GCA_OK) {
+    st = tool_error_gca(st, "replay: gca_get_stats");
+    goto out;
+  }
   res->peak_reserved = (uint64_t)s.reserved_bytes[GCA_STAT_ALL].peak;
   res->device_allocs = s.num_device_alloc;
-  res->device_maps = map_calls;
+  res->device_maps = atomic_load(&map_events);
   uint64_t warm_ns = 0;
   int64_t warm_ooms = 0;
   for (int k = 0; k < o->repeat; k++) {
-    GCA_CHECK_GOTO(free_remaining(t, live), st, out);
-    GCA_CHECK_GOTO(replay_pass(t, live, false, res, &ns, &warm_ooms, false), st, out);
+    TOOL_CHECK_GOTO(free_remaining(t, live), st, out);
+    TOOL_CHECK_GOTO(replay_pass(t, live, false, res, &ns, &warm_ooms, false), st, out);
     warm_ns += ns;
   }
   res->ns_per_event_warm =
       o->repeat > 0 && t->nevents ? (double)warm_ns / ((double)t->nevents * o->repeat) : 0;
+  TOOL_CHECK_GOTO(free_remaining(t, live), st, out);
   st = GCA_OK;
 out:
+  if (st != GCA_OK) { /* leave nothing behind for the next configuration (best effort) */
+    if (observer != 0)
+      gca_trace_observer_remove(observer);
+    if (snapshot)
+      gca_record_history(false, 0, false);
+    for (size_t i = 0; i < t->nallocs; i++)
+      if (live[i])
+        gca_free(live[i]);
+  }
   free(live);
-  gca__allocator_reset();
   return st;
 }
 
 static gca_status_t create_streams(trace_t *t) {
-  gca_status_t st;
-  const gca_device_ops_t *ops = gca__device_get(&st);
-  if (!ops)
-    return gca__error_prefix(st, "replay: device layer");
   t->streams[0] = NULL;
   for (size_t i = 1; i < t->nstreams; i++)
-    GCA_CHECK(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &t->streams[i]));
+    TOOL_CHECK_GCA(gca_stream_create(&t->streams[i], GCA_STREAM_NON_BLOCKING));
   return GCA_OK;
 }
 
 static void destroy_streams(trace_t *t) {
-  const gca_device_ops_t *ops = gca__device();
-  for (size_t i = 1; ops && i < t->nstreams; i++)
-    if (t->streams[i])
-      ops->stream_destroy(t->streams[i]);
+  for (size_t i = 1; i < t->nstreams; i++)
+    if (t->streams[i] && gca_stream_destroy(t->streams[i]) != GCA_OK)
+      fprintf(stderr, "gca-replay: destroying a stream: %s\n", gca_last_error());
 }
 
 /* ---- reporting ---- */
@@ -549,72 +544,74 @@ static const char *base_name(const char *path) {
   return s ? s + 1 : path;
 }
 
+/* jansson values for the report; a string that is not UTF-8 (a path) and a
+ * number that is not finite become null rather than failing the report. */
+static json_t *j_str(const char *v) {
+  json_t *j = v ? json_string(v) : NULL;
+  return j ? j : json_null();
+}
+
+static json_t *j_uint(uint64_t v) {
+  return json_integer((json_int_t)v);
+}
+
+static json_t *j_real(double v) {
+  json_t *j = json_real(v);
+  return j ? j : json_null();
+}
+
+/* Sets o[key] = v, noting a failure (v NULL: jansson out of memory) in *ok. */
+static void j_set(json_t *o, const char *key, json_t *v, bool *ok) {
+  if (v == NULL || json_object_set_new(o, key, v) != 0)
+    *ok = false;
+}
+
 static gca_status_t print_json(const options_t *o, const trace_t *t, const run_result_t *res,
                                int n) {
-  gca_json_writer_t w;
-  gca__json_writer_init(&w);
-  gca__json_object_begin(&w);
-  gca__json_key(&w, "trace");
-  gca__json_string(&w, o->path);
-  gca__json_key(&w, "backend");
-  gca__json_string(&w, gca_device_backend_name());
-  gca__json_key(&w, "device_memory");
-  if (o->device_memory)
-    gca__json_uint(&w, o->device_memory);
-  else
-    gca__json_null(&w);
-  gca__json_key(&w, "events");
-  gca__json_uint(&w, t->nrows);
-  gca__json_key(&w, "allocations");
-  gca__json_uint(&w, t->nallocs);
-  gca__json_key(&w, "frees");
-  gca__json_uint(&w, t->nfrees);
-  gca__json_key(&w, "allocate_failures_skipped");
-  gca__json_uint(&w, t->nfailures);
-  gca__json_key(&w, "unmatched_frees_skipped");
-  gca__json_uint(&w, t->nunmatched);
-  gca__json_key(&w, "streams");
-  gca__json_uint(&w, t->nstreams);
-  gca__json_key(&w, "peak_live_bytes");
-  gca__json_uint(&w, t->peak_live);
-  gca__json_key(&w, "parse_ns_per_event");
-  gca__json_double(&w, t->parse_ns_per_event);
-  gca__json_key(&w, "runs");
-  gca__json_array_begin(&w);
+  bool ok = true;
+  json_t *root = json_object(), *runs = json_array();
+  if (root == NULL || runs == NULL) {
+    json_decref(root);
+    json_decref(runs);
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "replay: JSON report: out of host memory");
+  }
+  j_set(root, "trace", j_str(o->path), &ok);
+  j_set(root, "backend", j_str(gca_device_backend_name()), &ok);
+  j_set(root, "device_memory", o->device_memory ? j_uint(o->device_memory) : json_null(), &ok);
+  j_set(root, "events", j_uint(t->nrows), &ok);
+  j_set(root, "allocations", j_uint(t->nallocs), &ok);
+  j_set(root, "frees", j_uint(t->nfrees), &ok);
+  j_set(root, "allocate_failures_skipped", j_uint(t->nfailures), &ok);
+  j_set(root, "unmatched_frees_skipped", j_uint(t->nunmatched), &ok);
+  j_set(root, "streams", j_uint(t->nstreams), &ok);
+  j_set(root, "peak_live_bytes", j_uint(t->peak_live), &ok);
+  j_set(root, "parse_ns_per_event", j_real(t->parse_ns_per_event), &ok);
   for (int i = 0; i < n; i++) {
     const run_result_t *r = &res[i];
-    gca__json_object_begin(&w);
-    gca__json_key(&w, "config");
-    gca__json_string(&w, r->config);
-    gca__json_key(&w, "peak_reserved_bytes");
-    gca__json_uint(&w, r->peak_reserved);
-    gca__json_key(&w, "reserved_over_peak_live");
-    gca__json_double(&w, t->peak_live ? (double)r->peak_reserved / (double)t->peak_live : 0);
-    gca__json_key(&w, "fragmentation_at_peak_reserved");
-    gca__json_double(&w, r->fragmentation);
-    gca__json_key(&w, "free_bytes_at_peak_reserved");
-    gca__json_uint(&w, r->free_at_peak);
-    gca__json_key(&w, "largest_free_at_peak_reserved");
-    gca__json_uint(&w, r->largest_free_at_peak);
-    gca__json_key(&w, "ns_per_event");
-    gca__json_double(&w, r->ns_per_event);
-    gca__json_key(&w, "ns_per_event_warm");
-    if (o->repeat > 0)
-      gca__json_double(&w, r->ns_per_event_warm);
-    else
-      gca__json_null(&w);
-    gca__json_key(&w, "device_allocations");
-    gca__json_int(&w, r->device_allocs);
-    gca__json_key(&w, "device_maps");
-    gca__json_int(&w, r->device_maps);
-    gca__json_key(&w, "ooms");
-    gca__json_int(&w, r->ooms);
-    gca__json_object_end(&w);
+    json_t *run = json_object();
+    if (run == NULL || json_array_append_new(runs, run) != 0) {
+      ok = false;
+      break;
+    }
+    j_set(run, "config", j_str(r->config), &ok);
+    j_set(run, "peak_reserved_bytes", j_uint(r->peak_reserved), &ok);
+    j_set(run, "reserved_over_peak_live",
+          j_real(t->peak_live ? (double)r->peak_reserved / (double)t->peak_live : 0), &ok);
+    j_set(run, "fragmentation_at_peak_reserved", j_real(r->fragmentation), &ok);
+    j_set(run, "free_bytes_at_peak_reserved", j_uint(r->free_at_peak), &ok);
+    j_set(run, "largest_free_at_peak_reserved", j_uint(r->largest_free_at_peak), &ok);
+    j_set(run, "ns_per_event", j_real(r->ns_per_event), &ok);
+    j_set(run, "ns_per_event_warm", o->repeat > 0 ? j_real(r->ns_per_event_warm) : json_null(),
+          &ok);
+    j_set(run, "device_allocations", json_integer(r->device_allocs), &ok);
+    j_set(run, "device_maps", json_integer(r->device_maps), &ok);
+    j_set(run, "ooms", json_integer(r->ooms), &ok);
   }
-  gca__json_array_end(&w);
-  gca__json_object_end(&w);
-  char *text = NULL;
-  GCA_CHECK(gca__json_writer_finish(&w, &text, NULL));
+  j_set(root, "runs", runs, &ok);
+  char *text = ok ? json_dumps(root, JSON_COMPACT) : NULL;
+  json_decref(root);
+  if (text == NULL)
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "replay: JSON report: out of host memory");
   printf("%s\n", text);
   free(text);
   return GCA_OK;
@@ -629,7 +626,7 @@ static void print_table(const options_t *o, const trace_t *t, const run_result_t
   if (t->nunmatched)
     printf("skipped        %zu free%s of pointers not live (--lenient), the first at line %llu\n",
            t->nunmatched, t->nunmatched == 1 ? "" : "s", (unsigned long long)t->first_unmatched);
-  printf("peak live      %s (%llu bytes)\n", gca__format_size(t->peak_live, b1, sizeof(b1)),
+  printf("peak live      %s (%llu bytes)\n", tool_format_size(t->peak_live, b1, sizeof(b1)),
          (unsigned long long)t->peak_live);
   printf("parsing        %.1f ns/event\n\n", t->parse_ns_per_event);
   int width = 16;
@@ -646,7 +643,7 @@ static void print_table(const options_t *o, const trace_t *t, const run_result_t
     printf("%*llu", width, (unsigned long long)res[i].peak_reserved);
   printf("\n%-32s", "peak reserved");
   for (int i = 0; i < n; i++)
-    printf("%*s", width, gca__format_size(res[i].peak_reserved, b1, sizeof(b1)));
+    printf("%*s", width, tool_format_size(res[i].peak_reserved, b1, sizeof(b1)));
   printf("\n%-32s", "reserved / peak live");
   for (int i = 0; i < n; i++)
     printf("%*.4f", width,
@@ -678,7 +675,7 @@ static void print_table(const options_t *o, const trace_t *t, const run_result_t
 
 static void usage(FILE *f) {
   fprintf(f, "usage: gca-replay TRACE.csv [--config STR]... [--device-memory SIZE] [--repeat N]\n"
-             "                  [--lenient] [--json] [--no-progress] [--snapshot FILE]\n"
+             "                  [--lenient] [--json] [--no-progress] [--snapshot FILE] [--help]\n"
              "Replays an RMM log CSV trace through the caching allocator, once per --config\n"
              "(default: the settings from GCA_ALLOC_CONF, else the defaults), and reports peak\n"
              "live and reserved bytes, fragmentation at peak, ns per event and device calls.\n"
@@ -687,54 +684,84 @@ static void usage(FILE *f) {
              "  --lenient             skip (and count) frees of pointers that are not live, as\n"
              "                        in traces whose recording began after some allocations\n"
              "  --snapshot FILE       write a snapshot (JSON, for gca-snapshot) at the end of the\n"
-             "                        first configuration's measured pass, with its history\n");
+             "                        first configuration's measured pass, with its history\n"
+             "  --json                the report as one JSON object\n"
+             "  --no-progress         no progress bar on stderr (default when it is not a tty)\n");
 }
 
 static int parse_args(int argc, char **argv, options_t *o) {
+  enum {
+    OPT_JSON = 256,
+    OPT_LENIENT,
+    OPT_NO_PROGRESS,
+    OPT_SNAPSHOT,
+    OPT_CONFIG,
+    OPT_DEVMEM,
+    OPT_REPEAT
+  };
+  static const struct option longopts[] = {{"config", required_argument, NULL, OPT_CONFIG},
+                                           {"device-memory", required_argument, NULL, OPT_DEVMEM},
+                                           {"repeat", required_argument, NULL, OPT_REPEAT},
+                                           {"lenient", no_argument, NULL, OPT_LENIENT},
+                                           {"json", no_argument, NULL, OPT_JSON},
+                                           {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+                                           {"snapshot", required_argument, NULL, OPT_SNAPSHOT},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
   o->repeat = 3;
   o->progress = isatty(STDERR_FILENO);
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+  for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) {
+    switch (c) {
+    case 'h':
       usage(stdout);
       exit(0);
-    } else if (strcmp(a, "--json") == 0) {
+    case OPT_JSON:
       o->json = true;
-    } else if (strcmp(a, "--lenient") == 0) {
+      break;
+    case OPT_LENIENT:
       o->lenient = true;
-    } else if (strcmp(a, "--no-progress") == 0) {
+      break;
+    case OPT_NO_PROGRESS:
       o->progress = false;
-    } else if (strcmp(a, "--snapshot") == 0 && i + 1 < argc) {
-      o->snapshot = argv[++i];
-    } else if (strcmp(a, "--config") == 0 && i + 1 < argc) {
+      break;
+    case OPT_SNAPSHOT:
+      o->snapshot = optarg;
+      break;
+    case OPT_CONFIG:
       if (o->nconfigs == MAX_CONFIGS) {
         fprintf(stderr, "gca-replay: at most %d --config\n", MAX_CONFIGS);
         return -1;
       }
-      o->configs[o->nconfigs++] = argv[++i];
-    } else if (strcmp(a, "--device-memory") == 0 && i + 1 < argc) {
-      if (gca__parse_size(argv[++i], &o->device_memory) != GCA_OK || o->device_memory == 0) {
+      o->configs[o->nconfigs++] = optarg;
+      break;
+    case OPT_DEVMEM:
+      if (tool_parse_size(optarg, &o->device_memory) != GCA_OK || o->device_memory == 0) {
         fprintf(stderr, "gca-replay: --device-memory: %s\n",
-                o->device_memory ? gca_last_error() : "must be more than 0");
+                o->device_memory ? tool_last_error() : "must be more than 0");
         return -1;
       }
-    } else if (strcmp(a, "--repeat") == 0 && i + 1 < argc) {
+      break;
+    case OPT_REPEAT: {
       char *end = NULL;
-      long v = strtol(argv[++i], &end, 10);
-      if (!end || *end || v < 0 || v > 1000) {
-        fprintf(stderr, "gca-replay: --repeat '%s' is not a count in 0..1000\n", argv[i]);
+      long v = strtol(optarg, &end, 10);
+      if (!end || *end || end == optarg || v < 0 || v > 1000) {
+        fprintf(stderr, "gca-replay: --repeat '%s' is not a count in 0..1000\n", optarg);
         return -1;
       }
       o->repeat = (int)v;
-    } else if (a[0] == '-' && a[1] != '\0') {
-      fprintf(stderr, "gca-replay: unknown or incomplete option '%s'\n", a);
-      return -1;
-    } else if (!o->path) {
-      o->path = a;
-    } else {
-      fprintf(stderr, "gca-replay: more than one trace ('%s', '%s')\n", o->path, a);
+      break;
+    }
+    default: /* getopt_long said what was wrong */
+      usage(stderr);
       return -1;
     }
+  }
+  for (int i = optind; i < argc; i++) {
+    if (o->path) {
+      fprintf(stderr, "gca-replay: more than one trace ('%s', '%s')\n", o->path, argv[i]);
+      return -1;
+    }
+    o->path = argv[i];
   }
   if (!o->path) {
     usage(stderr);
@@ -757,15 +784,21 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gca-replay: out of host memory\n");
     return 1;
   }
-  GCA_CHECK_GOTO(load_trace(&o, t), st, fail_trace);
-  GCA_CHECK_GOTO(install_wrapper(), st, fail_trace);
-  GCA_CHECK_GOTO(create_streams(t), st, fail_streams);
-  for (int i = 0; i < o.nconfigs; i++) {
-    GCA_CHECK_GOTO(run_config(&o, t, o.configs[i], o.snapshot != NULL && i == 0, &res[i]), st,
-                   fail_streams);
+  char base[1024];
+  TOOL_CHECK_GOTO(load_trace(&o, t), st, fail_trace);
+  if ((st = gca_get_config(base, sizeof(base))) != GCA_OK) {
+    tool_error_gca(st, "replay: the settings in force (GCA_ALLOC_CONF)");
+    goto fail_trace;
   }
+  TOOL_CHECK_GOTO(create_streams(t), st, fail_streams);
+  for (int i = 0; i < o.nconfigs; i++) {
+    TOOL_CHECK_GOTO(run_config(&o, t, base, o.configs[i], o.snapshot != NULL && i == 0, &res[i]),
+                    st, fail_streams);
+  }
+  if (gca_empty_cache() != GCA_OK)
+    fprintf(stderr, "gca-replay: empty_cache at the end: %s\n", gca_last_error());
   if (o.json)
-    GCA_CHECK_GOTO(print_json(&o, t, res, o.nconfigs), st, fail_streams);
+    TOOL_CHECK_GOTO(print_json(&o, t, res, o.nconfigs), st, fail_streams);
   else
     print_table(&o, t, res, o.nconfigs);
   rc = 0;
@@ -774,7 +807,7 @@ fail_streams:
   destroy_streams(t);
 fail_trace:
   if (st != GCA_OK)
-    fprintf(stderr, "gca-replay: %s\n", gca_last_error());
+    fprintf(stderr, "gca-replay: %s\n", tool_last_error());
   trace_free(t);
   free(t);
   return rc;

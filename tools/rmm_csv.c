@@ -94,16 +94,16 @@ static gca_status_t parse_hex(const char *s, size_t len, uint64_t line, const ch
     n -= 2;
   }
   if (n == 0)
-    return gca__error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s '%s' is not a hex number", name,
+    return tool_error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s '%s' is not a hex number", name,
                       (unsigned long long)line, col, quote(s, len, q, sizeof(q)));
   uint64_t v = 0;
   for (size_t i = 0; i < n; i++) {
     int d = hex_value((unsigned char)p[i]);
     if (d < 0)
-      return gca__error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s '%s' is not a hex number", name,
+      return tool_error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s '%s' is not a hex number", name,
                         (unsigned long long)line, col, quote(s, len, q, sizeof(q)));
     if (v >> 60)
-      return gca__error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s '%s' does not fit in 64 bits",
+      return tool_error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s '%s' does not fit in 64 bits",
                         name, (unsigned long long)line, col, quote(s, len, q, sizeof(q)));
     v = (v << 4) | (uint64_t)d;
   }
@@ -115,19 +115,19 @@ static gca_status_t parse_dec(const char *s, size_t len, uint64_t line, const ch
                               const char *col, uint64_t *out) {
   char q[QUOTE_MAX + 4];
   if (len > 0 && s[0] == '-')
-    return gca__error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s '%s' is negative", name,
+    return tool_error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s '%s' is negative", name,
                       (unsigned long long)line, col, quote(s, len, q, sizeof(q)));
   if (len == 0)
-    return gca__error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s is empty", name,
+    return tool_error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s is empty", name,
                       (unsigned long long)line, col);
   uint64_t v = 0;
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)s[i];
     if (c < '0' || c > '9')
-      return gca__error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s '%s' is not a decimal number",
+      return tool_error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s '%s' is not a decimal number",
                         name, (unsigned long long)line, col, quote(s, len, q, sizeof(q)));
     if (v > UINT64_MAX / 10 || v * 10 > UINT64_MAX - (uint64_t)(c - '0'))
-      return gca__error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s '%s' does not fit in 64 bits",
+      return tool_error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: %s '%s' does not fit in 64 bits",
                         name, (unsigned long long)line, col, quote(s, len, q, sizeof(q)));
     v = v * 10 + (uint64_t)(c - '0');
   }
@@ -170,7 +170,7 @@ static gca_status_t parse_time(const char *s, size_t len, uint64_t line, const c
     frac = digits(s, len, &i, 9, &nfrac);
   }
   if (sec < 0 || sec >= 61 || m >= 60 || frac < 0 || i != len)
-    return gca__error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: Time '%s' is not HH:MM:SS.ffffff",
+    return tool_error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: Time '%s' is not HH:MM:SS.ffffff",
                       name, (unsigned long long)line, quote(s, len, q, sizeof(q)));
   for (int k = nfrac; k < 9; k++)
     frac *= 10;
@@ -188,7 +188,7 @@ static gca_status_t parse_action(const char *s, size_t len, uint64_t line, const
   else if (len == 16 && memcmp(s, "allocate failure", 16) == 0)
     *out = GCA_RMM_ALLOCATE_FAILURE;
   else
-    return gca__error(GCA_ERR_PARSE,
+    return tool_error(GCA_ERR_PARSE,
                       "rmm_csv: %s line %llu: unknown action '%s' (expected allocate, free or "
                       "allocate failure)",
                       name, (unsigned long long)line, quote(s, len, q, sizeof(q)));
@@ -205,7 +205,7 @@ gca_status_t gca__rmm_parse_line(const char *s, size_t len, uint64_t line, const
     size_t i = comma ? (size_t)(comma - s) : len;
     if (nf == 6) {
       char q[QUOTE_MAX + 4];
-      return gca__error(
+      return tool_error(
           GCA_ERR_PARSE,
           "rmm_csv: %s line %llu: more than 6 columns in '%s' (expected " GCA_RMM_HEADER ")", name,
           (unsigned long long)line, quote(s, len, q, sizeof(q)));
@@ -219,18 +219,18 @@ gca_status_t gca__rmm_parse_line(const char *s, size_t len, uint64_t line, const
     start = i + 1;
   }
   if (nf < 6)
-    return gca__error(GCA_ERR_PARSE,
+    return tool_error(GCA_ERR_PARSE,
                       "rmm_csv: %s line %llu: missing column %s (found %zu of 6: " GCA_RMM_HEADER
                       ")",
                       name, (unsigned long long)line, column_names[nf], nf);
   gca_rmm_event_t e;
   e.line = line;
-  GCA_CHECK(parse_dec(field[0], flen[0], line, name, "Thread", &e.thread));
-  GCA_CHECK(parse_time(field[1], flen[1], line, name, &e.time_ns));
-  GCA_CHECK(parse_action(field[2], flen[2], line, name, &e.action));
-  GCA_CHECK(parse_hex(field[3], flen[3], line, name, "Pointer", &e.pointer));
-  GCA_CHECK(parse_dec(field[4], flen[4], line, name, "Size", &e.size));
-  GCA_CHECK(parse_hex(field[5], flen[5], line, name, "Stream", &e.stream));
+  TOOL_CHECK(parse_dec(field[0], flen[0], line, name, "Thread", &e.thread));
+  TOOL_CHECK(parse_time(field[1], flen[1], line, name, &e.time_ns));
+  TOOL_CHECK(parse_action(field[2], flen[2], line, name, &e.action));
+  TOOL_CHECK(parse_hex(field[3], flen[3], line, name, "Pointer", &e.pointer));
+  TOOL_CHECK(parse_dec(field[4], flen[4], line, name, "Size", &e.size));
+  TOOL_CHECK(parse_hex(field[5], flen[5], line, name, "Stream", &e.stream));
   *ev = e;
   return GCA_OK;
 }
@@ -252,7 +252,7 @@ static gca_status_t refill(gca_rmm_reader_t *r) {
   r->len += n;
   if (n == 0) {
     if (ferror(r->file))
-      return gca__error(GCA_ERR_IO, "rmm_csv: %s: read failed after line %llu: %s", r->name,
+      return tool_error(GCA_ERR_IO, "rmm_csv: %s: read failed after line %llu: %s", r->name,
                         (unsigned long long)r->line, strerror(errno));
     r->eof = true;
   }
@@ -269,7 +269,7 @@ static gca_status_t next_line(gca_rmm_reader_t *r, const char **s, size_t *len, 
       size_t n = nl ? (size_t)(nl - start) : avail;
       r->line++;
       if (n > GCA_RMM_MAX_LINE)
-        return gca__error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: longer than %d bytes", r->name,
+        return tool_error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: longer than %d bytes", r->name,
                           (unsigned long long)r->line, GCA_RMM_MAX_LINE);
       r->pos += nl ? n + 1 : n;
       *s = start;
@@ -282,9 +282,9 @@ static gca_status_t next_line(gca_rmm_reader_t *r, const char **s, size_t *len, 
       return GCA_OK;
     }
     if (avail > GCA_RMM_MAX_LINE + 1)
-      return gca__error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: longer than %d bytes", r->name,
+      return tool_error(GCA_ERR_PARSE, "rmm_csv: %s line %llu: longer than %d bytes", r->name,
                         (unsigned long long)r->line + 1, GCA_RMM_MAX_LINE);
-    GCA_CHECK(refill(r));
+    TOOL_CHECK(refill(r));
   }
 }
 
@@ -292,9 +292,9 @@ static gca_status_t check_header(gca_rmm_reader_t *r) {
   const char *s = NULL;
   size_t len = 0;
   bool got = false;
-  GCA_CHECK(next_line(r, &s, &len, &got));
+  TOOL_CHECK(next_line(r, &s, &len, &got));
   if (!got)
-    return gca__error(GCA_ERR_PARSE,
+    return tool_error(GCA_ERR_PARSE,
                       "rmm_csv: %s line 1: bad header: the input is empty "
                       "(expected '" GCA_RMM_HEADER "')",
                       r->name);
@@ -305,7 +305,7 @@ static gca_status_t check_header(gca_rmm_reader_t *r) {
   trim(&s, &len);
   if (len != strlen(GCA_RMM_HEADER) || memcmp(s, GCA_RMM_HEADER, len) != 0) {
     char q[QUOTE_MAX + 4];
-    return gca__error(GCA_ERR_PARSE,
+    return tool_error(GCA_ERR_PARSE,
                       "rmm_csv: %s line 1: bad header '%s' (expected '" GCA_RMM_HEADER "')",
                       r->name, quote(s, len, q, sizeof(q)));
   }
@@ -323,20 +323,20 @@ gca_status_t gca__rmm_open_stdio(FILE *f, const char *name, bool close_file,
                                  gca_rmm_reader_t **out) {
   gca_status_t st;
   if (!f || !out)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "rmm_csv: open: file or out is NULL");
+    return tool_error(GCA_ERR_INVALID_ARGUMENT, "rmm_csv: open: file or out is NULL");
   gca_rmm_reader_t *r = reader_new(name);
   if (!r)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "rmm_csv: open %s: out of host memory",
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "rmm_csv: open %s: out of host memory",
                       name ? name : "(stream)");
   r->owned = malloc(FILE_BUF_SIZE);
   if (!r->owned) {
-    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "rmm_csv: open %s: out of host memory", r->name);
+    st = tool_error(GCA_ERR_OUT_OF_MEMORY, "rmm_csv: open %s: out of host memory", r->name);
     goto fail_reader;
   }
   r->data = r->owned;
   r->cap = FILE_BUF_SIZE;
   r->file = f;
-  GCA_CHECK_GOTO(check_header(r), st, fail_buf);
+  TOOL_CHECK_GOTO(check_header(r), st, fail_buf);
   r->close_file = close_file;
   *out = r;
   return GCA_OK;
@@ -350,12 +350,12 @@ fail_reader:
 
 gca_status_t gca__rmm_open_file(const char *path, gca_rmm_reader_t **out) {
   if (!path || !out)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "rmm_csv: open: path or out is NULL");
+    return tool_error(GCA_ERR_INVALID_ARGUMENT, "rmm_csv: open: path or out is NULL");
   if (strcmp(path, "-") == 0)
     return gca__rmm_open_stdio(stdin, "(stdin)", false, out);
   FILE *f = fopen(path, "rb");
   if (!f)
-    return gca__error(GCA_ERR_IO, "rmm_csv: cannot open %s: %s", path, strerror(errno));
+    return tool_error(GCA_ERR_IO, "rmm_csv: cannot open %s: %s", path, strerror(errno));
   gca_status_t st = gca__rmm_open_stdio(f, path, true, out);
   if (st != GCA_OK)
     fclose(f);
@@ -366,15 +366,15 @@ gca_status_t gca__rmm_open_memory(const void *data, size_t len, const char *name
                                   gca_rmm_reader_t **out) {
   gca_status_t st;
   if ((!data && len > 0) || !out)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "rmm_csv: open: data or out is NULL");
+    return tool_error(GCA_ERR_INVALID_ARGUMENT, "rmm_csv: open: data or out is NULL");
   gca_rmm_reader_t *r = reader_new(name);
   if (!r)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "rmm_csv: open %s: out of host memory",
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "rmm_csv: open %s: out of host memory",
                       name ? name : "(memory)");
   r->data = data ? data : "";
   r->len = r->cap = len;
   r->eof = true;
-  GCA_CHECK_GOTO(check_header(r), st, fail_reader);
+  TOOL_CHECK_GOTO(check_header(r), st, fail_reader);
   *out = r;
   return GCA_OK;
 
@@ -384,8 +384,8 @@ fail_reader:
 }
 
 gca_status_t gca__rmm_next(gca_rmm_reader_t *r, gca_rmm_event_t *ev, bool *eof) {
-  if (GCA_UNLIKELY(r->failed))
-    return gca__error(r->fail_status, "rmm_csv: %s: reading past an error at line %llu", r->name,
+  if (TOOL_UNLIKELY(r->failed))
+    return tool_error(r->fail_status, "rmm_csv: %s: reading past an error at line %llu", r->name,
                       (unsigned long long)r->line);
   for (;;) {
     const char *s;

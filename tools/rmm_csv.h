@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common.h"
+#include "util.h"
 
 #define GCA_RMM_HEADER "Thread,Time,Action,Pointer,Size,Stream"
 /* Longest accepted line in bytes, line terminator excluded. */

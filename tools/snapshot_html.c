@@ -2,17 +2,20 @@
  * inline script draws SVG from a JSON data island the C side writes.
  *
  * The split keeps each side simple: C decides every number (the timeline's
- * points, block offsets, the largest blocks) and writes them with the JSON
- * writer; the script only lays them out. The page fetches nothing. When the
+ * points, block offsets, the largest blocks) and prints them as JSON (by hand:
+ * numbers, and strings through tool_json_string, which never writes a raw
+ * '<', so no "</script>" can end the island early); the script only lays
+ * them out. The page fetches nothing. When the
  * script has drawn everything it sets data-gca-drawn="1" (and counts of what
  * it drew) on <body>, which a headless browser's DOM dump shows.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
 #include "snapshot_model.h"
+#include "util.h"
 
 static const char page_head[] =
     "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
@@ -130,99 +133,85 @@ static void html_escape(FILE *f, const char *s) {
   }
 }
 
-static void hex_string(gca_json_writer_t *w, uint64_t v) {
-  char buf[24];
-  snprintf(buf, sizeof(buf), "0x%" PRIx64, v);
-  gca__json_string(w, buf);
+static void hex_string(FILE *f, uint64_t v) {
+  fprintf(f, "\"0x%" PRIx64 "\"", v);
 }
 
-static void write_traces(gca_json_writer_t *w, const snapshot_t *s) {
-  gca__json_key(w, "traces");
-  gca__json_array_begin(w);
+/* The shortest of %.15g..%.17g that reads back as v; null when not finite. */
+static void json_double(FILE *f, double v) {
+  if (!isfinite(v)) {
+    fputs("null", f);
+    return;
+  }
+  char b[32];
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(b, sizeof(b), "%.*g", prec, v);
+    if (strtod(b, NULL) == v)
+      break;
+  }
+  fputs(b, f);
+}
+
+static void write_traces(FILE *f, const snapshot_t *s) {
+  fputs("\"traces\":[", f);
+  bool first = true;
   for (size_t i = 0; i < s->ntraces; i++) {
     const snap_trace_t *t = &s->traces[i];
     if (t->nevents == 0)
       continue;
-    gca__json_object_begin(w);
-    gca__json_key(w, "device");
-    gca__json_int(w, t->device);
-    gca__json_key(w, "hasTimes");
-    gca__json_bool(w, t->has_times);
-    gca__json_key(w, "t");
-    gca__json_array_begin(w);
-    gca__json_double(w, t->events[0].time_us);
+    fprintf(f, "%s{\"device\":%lld,\"hasTimes\":%s,\"t\":[", first ? "" : ",", (long long)t->device,
+            t->has_times ? "true" : "false");
+    first = false;
+    json_double(f, t->events[0].time_us);
+    for (size_t j = 0; j < t->nevents; j++) {
+      fputc(',', f);
+      json_double(f, t->events[j].time_us);
+    }
+    fprintf(f, "],\"a\":[%lld", (long long)t->allocated_before);
     for (size_t j = 0; j < t->nevents; j++)
-      gca__json_double(w, t->events[j].time_us);
-    gca__json_array_end(w);
-    gca__json_key(w, "a");
-    gca__json_array_begin(w);
-    gca__json_int(w, t->allocated_before);
+      fprintf(f, ",%lld", (long long)t->events[j].allocated_after);
+    fprintf(f, "],\"r\":[%lld", (long long)t->reserved_before);
     for (size_t j = 0; j < t->nevents; j++)
-      gca__json_int(w, t->events[j].allocated_after);
-    gca__json_array_end(w);
-    gca__json_key(w, "r");
-    gca__json_array_begin(w);
-    gca__json_int(w, t->reserved_before);
-    for (size_t j = 0; j < t->nevents; j++)
-      gca__json_int(w, t->events[j].reserved_after);
-    gca__json_array_end(w);
-    gca__json_object_end(w);
+      fprintf(f, ",%lld", (long long)t->events[j].reserved_after);
+    fputs("]}", f);
   }
-  gca__json_array_end(w);
+  fputc(']', f);
 }
 
-static void write_segments(gca_json_writer_t *w, const snapshot_t *s) {
-  gca__json_key(w, "segments");
-  gca__json_array_begin(w);
+static void write_segments(FILE *f, const snapshot_t *s) {
+  fputs("\"segments\":[", f);
   for (size_t i = 0; i < s->nsegments; i++) {
     const snap_segment_t *sg = &s->segments[i];
-    gca__json_object_begin(w);
-    gca__json_key(w, "device");
-    gca__json_int(w, sg->device);
-    gca__json_key(w, "address");
-    hex_string(w, sg->address);
-    gca__json_key(w, "total");
-    gca__json_uint(w, sg->total_size);
-    gca__json_key(w, "large");
-    gca__json_bool(w, sg->is_large);
-    gca__json_key(w, "expandable");
-    gca__json_bool(w, sg->is_expandable);
-    gca__json_key(w, "blocks");
-    gca__json_array_begin(w);
+    fprintf(f, "%s{\"device\":%lld,\"address\":", i ? "," : "", (long long)sg->device);
+    hex_string(f, sg->address);
+    fprintf(f, ",\"total\":%" PRIu64 ",\"large\":%s,\"expandable\":%s,\"blocks\":[",
+            (uint64_t)sg->total_size, sg->is_large ? "true" : "false",
+            sg->is_expandable ? "true" : "false");
     for (size_t j = 0; j < sg->nblocks; j++) {
       const snap_block_t *b = &s->blocks[sg->first_block + j];
-      gca__json_array_begin(w);
-      gca__json_uint(w, b->address >= sg->address ? b->address - sg->address : 0);
-      gca__json_uint(w, b->size);
-      gca__json_int(w, (int64_t)b->state);
-      gca__json_array_end(w);
+      fprintf(f, "%s[%" PRIu64 ",%" PRIu64 ",%d]", j ? "," : "",
+              (uint64_t)(b->address >= sg->address ? b->address - sg->address : 0),
+              (uint64_t)b->size, (int)b->state);
     }
-    gca__json_array_end(w);
-    gca__json_object_end(w);
+    fputs("]}", f);
   }
-  gca__json_array_end(w);
+  fputc(']', f);
 }
 
-static void write_largest(gca_json_writer_t *w, const snapshot_t *s, size_t top) {
+static void write_largest(FILE *f, const snapshot_t *s, size_t top) {
   size_t idx[256];
-  if (top > GCA_ARRAY_SIZE(idx))
-    top = GCA_ARRAY_SIZE(idx);
+  if (top > TOOL_ARRAY_SIZE(idx))
+    top = TOOL_ARRAY_SIZE(idx);
   size_t n = gca__snapshot_largest(s, idx, top);
-  gca__json_key(w, "largest");
-  gca__json_array_begin(w);
+  fputs("\"largest\":[", f);
   for (size_t i = 0; i < n; i++) {
     const snap_block_t *b = &s->blocks[idx[i]];
-    gca__json_object_begin(w);
-    gca__json_key(w, "address");
-    hex_string(w, b->address);
-    gca__json_key(w, "size");
-    gca__json_uint(w, b->size);
-    gca__json_key(w, "requested");
-    gca__json_uint(w, b->requested_size);
-    gca__json_key(w, "segment");
-    hex_string(w, s->segments[b->segment].address);
-    gca__json_key(w, "frames");
-    gca__json_array_begin(w);
+    fputs(i ? ",{\"address\":" : "{\"address\":", f);
+    hex_string(f, b->address);
+    fprintf(f, ",\"size\":%" PRIu64 ",\"requested\":%" PRIu64 ",\"segment\":", (uint64_t)b->size,
+            (uint64_t)b->requested_size);
+    hex_string(f, s->segments[b->segment].address);
+    fputs(",\"frames\":[", f);
     for (size_t j = 0; j < b->nframes; j++) {
       const snap_frame_t *fr = &b->frames[j];
       char line[1024];
@@ -231,36 +220,27 @@ static void write_largest(gca_json_writer_t *w, const snapshot_t *s, size_t top)
                  fr->filename, fr->line);
       else
         snprintf(line, sizeof(line), "%s", fr->name[0] ? fr->name : "??");
-      gca__json_string(w, line);
+      if (j)
+        fputc(',', f);
+      tool_json_string(f, line);
     }
-    gca__json_array_end(w);
-    gca__json_object_end(w);
+    fputs("]}", f);
   }
-  gca__json_array_end(w);
+  fputc(']', f);
 }
 
-/* The data island: '<' never appears raw (only inside strings, where \u003c
- * reads the same), so no "</script>" can end the block early. */
-static void write_island(FILE *f, const char *json) {
-  for (const char *p = json; *p; p++) {
-    if (*p == '<')
-      fputs("\\u003c", f);
-    else
-      fputc(*p, f);
-  }
+/* The data island: one JSON object, written straight into the page. */
+static void write_island(FILE *f, const snapshot_t *s, size_t top) {
+  fputc('{', f);
+  write_traces(f, s);
+  fputc(',', f);
+  write_segments(f, s);
+  fputc(',', f);
+  write_largest(f, s, top);
+  fputc('}', f);
 }
 
 gca_status_t gca__snapshot_write_html(const snapshot_t *s, const char *title, size_t top, FILE *f) {
-  gca_json_writer_t w;
-  char *json = NULL;
-  gca__json_writer_init(&w);
-  gca__json_object_begin(&w);
-  write_traces(&w, s);
-  write_segments(&w, s);
-  write_largest(&w, s, top);
-  gca__json_object_end(&w);
-  GCA_CHECK(gca__json_writer_finish(&w, &json, NULL));
-
   char b[5][32];
   fputs(page_head, f);
   fputs("<title>gca snapshot: ", f);
@@ -275,14 +255,14 @@ gca_status_t gca__snapshot_write_html(const snapshot_t *s, const char *title, si
           "<tr><td>active_pending_free</td><td class=\"n\">%" PRIu64 "</td><td>%s</td></tr>"
           "<tr><td>inactive</td><td class=\"n\">%" PRIu64 "</td><td>%s</td></tr>"
           "<tr><td>requested</td><td class=\"n\">%" PRIu64 "</td><td>%s</td></tr></table>\n",
-          s->reserved, gca__format_size(s->reserved, b[0], sizeof(b[0])),
+          s->reserved, tool_format_size(s->reserved, b[0], sizeof(b[0])),
           s->by_state[SNAP_ACTIVE_ALLOCATED],
-          gca__format_size(s->by_state[SNAP_ACTIVE_ALLOCATED], b[1], sizeof(b[1])),
+          tool_format_size(s->by_state[SNAP_ACTIVE_ALLOCATED], b[1], sizeof(b[1])),
           s->by_state[SNAP_ACTIVE_PENDING_FREE],
-          gca__format_size(s->by_state[SNAP_ACTIVE_PENDING_FREE], b[2], sizeof(b[2])),
+          tool_format_size(s->by_state[SNAP_ACTIVE_PENDING_FREE], b[2], sizeof(b[2])),
           s->by_state[SNAP_INACTIVE],
-          gca__format_size(s->by_state[SNAP_INACTIVE], b[3], sizeof(b[3])), s->requested,
-          gca__format_size(s->requested, b[4], sizeof(b[4])));
+          tool_format_size(s->by_state[SNAP_INACTIVE], b[3], sizeof(b[3])), s->requested,
+          tool_format_size(s->requested, b[4], sizeof(b[4])));
   fputs("<h2>Allocated and reserved bytes over the history</h2>\n"
         "<div class=\"legend\"><span style=\"background:#d9534f\"></span>allocated"
         "<span style=\"background:#337ab7\"></span>reserved</div>\n<div id=\"timeline\"></div>\n"
@@ -292,12 +272,11 @@ gca_status_t gca__snapshot_write_html(const snapshot_t *s, const char *title, si
         "<h2>Largest live blocks</h2>\n<div id=\"largest\"></div>\n"
         "<script type=\"application/json\" id=\"gca-data\">",
         f);
-  write_island(f, json);
+  write_island(f, s, top);
   fputs("</script>\n", f);
   fputs(page_script, f);
   fputs("</body></html>\n", f);
-  free(json);
   if (fflush(f) != 0 || ferror(f))
-    return gca__error(GCA_ERR_IO, "snapshot: writing the page failed");
+    return tool_error(GCA_ERR_IO, "snapshot: writing the page failed");
   return GCA_OK;
 }

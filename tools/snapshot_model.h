@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common.h"
+#include "util.h"
 
 typedef enum snap_state {
   SNAP_ACTIVE_ALLOCATED = 0,

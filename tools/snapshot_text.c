@@ -11,10 +11,10 @@ static void line_bytes(FILE *f, const char *label, uint64_t bytes, uint64_t coun
   char buf[32];
   fprintf(f, "  %-20s %14" PRIu64 "  ", label, bytes);
   if (unit)
-    fprintf(f, "%-12s  %" PRIu64 " %s%s\n", gca__format_size(bytes, buf, sizeof(buf)), count, unit,
+    fprintf(f, "%-12s  %" PRIu64 " %s%s\n", tool_format_size(bytes, buf, sizeof(buf)), count, unit,
             count == 1 ? "" : "s");
   else
-    fprintf(f, "%s\n", gca__format_size(bytes, buf, sizeof(buf)));
+    fprintf(f, "%s\n", tool_format_size(bytes, buf, sizeof(buf)));
 }
 
 static void write_frames(FILE *f, const snap_block_t *b) {
@@ -61,8 +61,8 @@ void gca__snapshot_write_text(const snapshot_t *s, size_t top, FILE *f) {
   }
 
   size_t idx[64];
-  if (top > GCA_ARRAY_SIZE(idx))
-    top = GCA_ARRAY_SIZE(idx);
+  if (top > TOOL_ARRAY_SIZE(idx))
+    top = TOOL_ARRAY_SIZE(idx);
   size_t n = gca__snapshot_largest(s, idx, top);
   fprintf(f, "largest live blocks:%s\n", n == 0 ? " none" : "");
   for (size_t i = 0; i < n; i++) {

@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
     goto out_path;
   }
   if (gca__snapshot_write_html(&snap, input, top, f) != GCA_OK) {
-    fprintf(stderr, "gca-snapshot: '%s': %s\n", path, gca_last_error());
+    fprintf(stderr, "gca-snapshot: '%s': %s\n", path, tool_last_error());
     rc = EXIT_OUTPUT;
   }
   if (f != stdout && fclose(f) != 0 && rc == 0) {

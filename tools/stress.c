@@ -10,7 +10,7 @@
  * kernel, the stamp written again there, gca_record_stream): if the allocator
  * reused the block before that stream finished, the late write lands in the
  * next owner's block and that owner's check fails. A corruption, a failed
- * gca__allocator_check, an unexpected error or memory left allocated at the
+ * gca_allocator_check, an unexpected error or memory left allocated at the
  * end makes the run fail, printing the seed to reproduce it.
  *
  * With one thread a seed fixes the whole sequence of operations (sizes,
@@ -20,6 +20,7 @@
  * block becomes reusable depends on how far the other stream has run.
  */
 #include <getopt.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -29,9 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "device.h"
 #include "gca.h"
-#include "introspect.h"
 #include "stress_sizes.h"
 #include "stress_stamp.h"
 
@@ -111,7 +110,6 @@ typedef struct worker {
 
 struct shared {
   options_t opt;
-  const gca_device_ops_t *dev;
   stress_sizes_t sizes;
   gca_stream_t *streams;
   _Atomic(block_t *) *slots;
@@ -124,7 +122,7 @@ struct shared {
   worker_t *workers;
 };
 
-static void fail(shared_t *sh, const char *fmt, ...) GCA_PRINTF(2, 3);
+static void fail(shared_t *sh, const char *fmt, ...) TOOL_PRINTF(2, 3);
 
 /* Records the run's first failure and stops every thread. */
 static void fail(shared_t *sh, const char *fmt, ...) {
@@ -181,8 +179,7 @@ static bool verify_block(worker_t *w, const block_t *b) {
     w->c.unverified++;
     return true;
   }
-  gca_status_t st =
-      gca__stress_stamp_read(sh->dev, b->ptr, &b->stamp, w->scratch, sh->streams[b->stream]);
+  gca_status_t st = gca__stress_stamp_read(b->ptr, &b->stamp, w->scratch, sh->streams[b->stream]);
   if (st != GCA_OK) {
     w->c.unverified++;
     return tool_op_failed(w, "reading a block's stamp back", st);
@@ -208,11 +205,10 @@ static bool cross_stream_use(worker_t *w, block_t *b, int s2) {
   shared_t *sh = w->sh;
   gca_stream_t from = sh->streams[b->stream], to = sh->streams[s2];
   gca_status_t st;
-  if ((st = sh->dev->event_record(w->event, from)) != GCA_OK ||
-      (st = sh->dev->stream_wait_event(to, w->event)) != GCA_OK ||
-      (st = sh->dev->kernel_sleep(CROSS_STREAM_SLEEP_NS, to)) != GCA_OK ||
-      (b->stamped &&
-       (st = gca__stress_stamp_write(sh->dev, b->ptr, &b->stamp, 0, 1, to)) != GCA_OK))
+  if ((st = gca_event_record(w->event, from)) != GCA_OK ||
+      (st = gca_stream_wait_event(to, w->event)) != GCA_OK ||
+      (st = gca_kernel_sleep(CROSS_STREAM_SLEEP_NS, to)) != GCA_OK ||
+      (b->stamped && (st = gca__stress_stamp_write(b->ptr, &b->stamp, 0, 1, to)) != GCA_OK))
     return tool_op_failed(w, "cross-stream use", st);
   if ((st = gca_record_stream((void *)(uintptr_t)b->ptr, to)) != GCA_OK) {
     if (!faults_on(sh)) {
@@ -225,7 +221,7 @@ static bool cross_stream_use(worker_t *w, block_t *b, int s2) {
      * then read as a corruption of the new owner's block. Wait for the write;
      * when that fails too, keep the block (freed at the end, after all work). */
     w->c.record_stream_failed++;
-    if ((st = sh->dev->stream_synchronize(to)) != GCA_OK) {
+    if ((st = gca_stream_synchronize(to)) != GCA_OK) {
       w->c.tool_faults++;
       return false;
     }
@@ -274,8 +270,8 @@ static void inject_overwrite_after_free(worker_t *w, const block_t *b) {
   if (!w->dangling || !b->stamped || w->dangling < b->ptr || w->dangling >= b->ptr + b->size ||
       !gca__stress_stamp_covers(&b->stamp, w->dangling - b->ptr))
     return;
-  gca_status_t st = w->sh->dev->kernel_fill_u32(w->dangling & ~(gca_devptr_t)3, INJECT_GARBAGE, 0,
-                                                1, w->sh->streams[b->stream]);
+  gca_status_t st = gca_kernel_fill_u32((void *)(uintptr_t)(w->dangling & ~(gca_devptr_t)3),
+                                        INJECT_GARBAGE, 0, 1, w->sh->streams[b->stream]);
   if (st == GCA_OK)
     w->c.injected_bugs++;
   w->dangling = 0;
@@ -310,7 +306,7 @@ static void alloc_block(worker_t *w, size_t slot) {
                  .stream = s,
                  .owner = w->index};
   gca__stress_stamp_layout(size, gca__stress_mix(sh->opt.seed, b->id), &b->stamp);
-  st = gca__stress_stamp_write(sh->dev, b->ptr, &b->stamp, 0, b->stamp.nregions, sh->streams[s]);
+  st = gca__stress_stamp_write(b->ptr, &b->stamp, 0, b->stamp.nregions, sh->streams[s]);
   b->stamped = st == GCA_OK;
   if (st != GCA_OK && !tool_op_failed(w, "stamping a new block", st)) {
     free(b);
@@ -340,8 +336,8 @@ static void periodic(worker_t *w) {
   }
   if (sh->opt.check_every && w->c.ops % sh->opt.check_every == 0) {
     w->c.checks++;
-    if (gca__allocator_check() != GCA_OK)
-      fail(sh, "gca__allocator_check after %" PRIu64 " operations of thread %d: %s", w->c.ops,
+    if (gca_allocator_check() != GCA_OK)
+      fail(sh, "gca_allocator_check after %" PRIu64 " operations of thread %d: %s", w->c.ops,
            w->index, gca_last_error());
   }
 }
@@ -384,7 +380,7 @@ static void usage(FILE *f) {
              "  --sizes DIST           request sizes (default loguniform:256:16MiB)\n"
              "  --config STR           allocator settings, GCA_ALLOC_CONF syntax\n"
              "  --empty-cache-every N  gca_empty_cache every N operations of a thread\n"
-             "  --check-every N        gca__allocator_check every N operations of a thread\n"
+             "  --check-every N        gca_allocator_check every N operations of a thread\n"
              "                         (default 1000; always at the end)\n"
              "  --cross-stream-frees P probability that a free first hands the block to another\n"
              "                         stream with gca_record_stream (default 0.1)\n"
@@ -522,8 +518,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
       o->faults = a;
       break;
     case O_DEVMEM:
-      if (gca__parse_size(a, &o->device_memory) != GCA_OK) {
-        fprintf(stderr, "gca-stress: --device-memory: %s\n", gca_last_error());
+      if (tool_parse_size(a, &o->device_memory) != GCA_OK) {
+        fprintf(stderr, "gca-stress: --device-memory: %s\n", tool_last_error());
         return EXIT_USAGE;
       }
       if (o->device_memory == 0) {
@@ -561,7 +557,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
   if (o->ops)
     o->seconds = 0;
   if (!seeded)
-    o->seed = gca__stress_mix(gca__now_ns(), (uint64_t)getpid());
+    o->seed = gca__stress_mix(tool_now_ns(), (uint64_t)getpid());
   return 0;
 }
 
@@ -615,11 +611,11 @@ static void drain(shared_t *sh, worker_t *w0, gca_stats_t *before_empty, gca_sta
   }
   if (sh->failed)
     return;
-  gca_status_t st = sh->dev->ctx_synchronize(0);
+  gca_status_t st = gca_device_synchronize();
   if (st != GCA_OK)
     fail(sh, "ctx_synchronize failed: %s: %s", gca_status_name(st), gca_last_error());
-  else if (gca__allocator_check() != GCA_OK)
-    fail(sh, "gca__allocator_check at the end: %s", gca_last_error());
+  else if (gca_allocator_check() != GCA_OK)
+    fail(sh, "gca_allocator_check at the end: %s", gca_last_error());
   else if ((st = gca_get_stats(0, before_empty)) != GCA_OK || (st = gca_empty_cache()) != GCA_OK ||
            (st = gca_get_stats(0, after)) != GCA_OK)
     fail(sh, "final statistics: %s: %s", gca_status_name(st), gca_last_error());
@@ -692,7 +688,7 @@ static void report(shared_t *sh, const counters_t *c, uint64_t digest, double el
          c->ops, elapsed, gca_device_backend_name(), o->threads, o->streams, digest);
   printf("  allocs %" PRIu64 " (%s requested), failed: %" PRIu64 " out of memory, %" PRIu64
          " injected\n",
-         c->allocs, gca__format_size(c->bytes_requested, b1, sizeof(b1)), c->alloc_oom,
+         c->allocs, tool_format_size(c->bytes_requested, b1, sizeof(b1)), c->alloc_oom,
          c->alloc_injected);
   printf("  frees %" PRIu64 " (%" PRIu64 " by another thread, %" PRIu64
          " through another stream, %" PRIu64 " failed by injection)\n",
@@ -705,11 +701,11 @@ static void report(shared_t *sh, const counters_t *c, uint64_t digest, double el
          "device allocs %" PRId64 " / frees %" PRId64 ", retries %" PRId64 ", ooms %" PRId64
          ", reserved %s %s\n",
          sh->failed ? " (at the failure)" : "", st->allocation[GCA_STAT_ALL].allocated,
-         gca__format_size((uint64_t)ab->peak, b2, sizeof(b2)),
-         gca__format_size((uint64_t)rb->peak, b3, sizeof(b3)), after->num_device_alloc,
+         tool_format_size((uint64_t)ab->peak, b2, sizeof(b2)),
+         tool_format_size((uint64_t)rb->peak, b3, sizeof(b3)), after->num_device_alloc,
          after->num_device_free, after->num_alloc_retries, after->num_ooms,
          sh->failed ? "now" : "at the end",
-         gca__format_size((uint64_t)after->reserved_bytes[GCA_STAT_ALL].current, b1, sizeof(b1)));
+         tool_format_size((uint64_t)after->reserved_bytes[GCA_STAT_ALL].current, b1, sizeof(b1)));
   if (!sh->failed)
     printf("gca-stress: ok\n");
 }
@@ -721,7 +717,6 @@ static int setup(shared_t *sh) {
             gca_last_error());
     return EXIT_USAGE;
   }
-  sh->dev = gca__device();
   bool sim = strcmp(gca_device_backend_name(), "sim") == 0;
   if (sh->opt.device_memory) {
     st = sim ? gca_sim_set_capacity(0, sh->opt.device_memory)
@@ -736,7 +731,7 @@ static int setup(shared_t *sh) {
     return EXIT_USAGE;
   }
   if ((st = gca__stress_sizes_parse(sh->opt.sizes_text, &sh->sizes)) != GCA_OK) {
-    fprintf(stderr, "gca-stress: --%s\n", gca_last_error());
+    fprintf(stderr, "gca-stress: --%s\n", tool_last_error());
     return EXIT_USAGE;
   }
   sh->streams = calloc((size_t)sh->opt.streams, sizeof(*sh->streams));
@@ -747,7 +742,7 @@ static int setup(shared_t *sh) {
     return EXIT_FAILED;
   }
   for (int i = 0; i < sh->opt.streams; i++) {
-    if ((st = sh->dev->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &sh->streams[i])) != GCA_OK) {
+    if ((st = gca_stream_create(&sh->streams[i], GCA_STREAM_NON_BLOCKING)) != GCA_OK) {
       fprintf(stderr, "gca-stress: stream_create: %s\n", gca_last_error());
       return EXIT_FAILED;
     }
@@ -761,7 +756,7 @@ static int setup(shared_t *sh) {
     if (sh->opt.ops)
       w->target_ops = sh->opt.ops / (uint64_t)sh->opt.threads +
                       ((uint64_t)i < sh->opt.ops % (uint64_t)sh->opt.threads ? 1 : 0);
-    if ((st = sh->dev->event_create(0, GCA_EVENT_DISABLE_TIMING, &w->event)) != GCA_OK) {
+    if ((st = gca_event_create(&w->event, GCA_EVENT_DISABLE_TIMING)) != GCA_OK) {
       fprintf(stderr, "gca-stress: event_create: %s\n", gca_last_error());
       return EXIT_FAILED;
     }
@@ -782,7 +777,7 @@ static void teardown(shared_t *sh) {
     for (int i = 0; i < sh->opt.threads; i++) {
       worker_t *w = &sh->workers[i];
       if (w->event)
-        sh->dev->event_destroy(w->event);
+        gca_event_destroy(w->event);
       for (size_t j = 0; j < w->nkept; j++)
         free(w->kept[j]);
       free(w->kept);
@@ -791,7 +786,7 @@ static void teardown(shared_t *sh) {
   if (sh->streams) {
     for (int i = 0; i < sh->opt.streams; i++)
       if (sh->streams[i])
-        sh->dev->stream_destroy(sh->streams[i]);
+        gca_stream_destroy(sh->streams[i]);
   }
   free(sh->workers);
   free(sh->slots);

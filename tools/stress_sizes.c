@@ -35,18 +35,18 @@ uint64_t gca__stress_mix(uint64_t a, uint64_t b) {
 static gca_status_t parse_range(const char *text, const char *range, stress_sizes_t *out) {
   char buf[128];
   if (strlen(range) >= sizeof(buf))
-    return gca__error(GCA_ERR_PARSE, "sizes: '%s' is too long", text);
+    return tool_error(GCA_ERR_PARSE, "sizes: '%s' is too long", text);
   strcpy(buf, range);
   char *colon = strchr(buf, ':');
   if (!colon)
-    return gca__error(GCA_ERR_PARSE, "sizes: '%s': expected KIND:MIN:MAX", text);
+    return tool_error(GCA_ERR_PARSE, "sizes: '%s': expected KIND:MIN:MAX", text);
   *colon = '\0';
   uint64_t lo, hi;
-  if (gca__parse_size(buf, &lo) != GCA_OK || gca__parse_size(colon + 1, &hi) != GCA_OK)
-    return gca__error(GCA_ERR_PARSE, "sizes: '%s': MIN and MAX must be sizes (e.g. 512, 4MiB)",
+  if (tool_parse_size(buf, &lo) != GCA_OK || tool_parse_size(colon + 1, &hi) != GCA_OK)
+    return tool_error(GCA_ERR_PARSE, "sizes: '%s': MIN and MAX must be sizes (e.g. 512, 4MiB)",
                       text);
   if (lo == 0 || lo > hi)
-    return gca__error(GCA_ERR_PARSE, "sizes: '%s': expected 0 < MIN <= MAX", text);
+    return tool_error(GCA_ERR_PARSE, "sizes: '%s': expected 0 < MIN <= MAX", text);
   out->min = lo;
   out->max = hi;
   return GCA_OK;
@@ -56,12 +56,12 @@ static gca_status_t parse_trace(const char *path, stress_sizes_t *out) {
   gca_rmm_reader_t *r = NULL;
   gca_status_t st = gca__rmm_open_file(path, &r);
   if (st != GCA_OK)
-    return gca__error_prefix(st, "sizes");
+    return tool_error_prefix(st, "sizes");
   size_t cap = 0;
   for (;;) {
     gca_rmm_event_t ev;
     bool eof = false;
-    GCA_CHECK_GOTO(gca__rmm_next(r, &ev, &eof), st, fail);
+    TOOL_CHECK_GOTO(gca__rmm_next(r, &ev, &eof), st, fail);
     if (eof)
       break;
     if (ev.action != GCA_RMM_ALLOCATE || ev.size == 0)
@@ -70,7 +70,7 @@ static gca_status_t parse_trace(const char *path, stress_sizes_t *out) {
       size_t ncap = cap ? cap * 2 : 1024;
       uint64_t *grown = realloc(out->sizes, ncap * sizeof(*grown));
       if (!grown) {
-        st = gca__error(GCA_ERR_OUT_OF_MEMORY, "sizes: no host memory for %zu trace sizes", ncap);
+        st = tool_error(GCA_ERR_OUT_OF_MEMORY, "sizes: no host memory for %zu trace sizes", ncap);
         goto fail;
       }
       out->sizes = grown;
@@ -83,7 +83,7 @@ static gca_status_t parse_trace(const char *path, stress_sizes_t *out) {
       out->max = ev.size;
   }
   if (out->count == 0) {
-    st = gca__error(GCA_ERR_PARSE, "sizes: trace '%s' has no allocate rows with a size", path);
+    st = tool_error(GCA_ERR_PARSE, "sizes: trace '%s' has no allocate rows with a size", path);
     goto fail;
   }
   gca__rmm_close(r);
@@ -110,7 +110,7 @@ gca_status_t gca__stress_sizes_parse(const char *text, stress_sizes_t *out) {
     s.kind = STRESS_SIZES_TRACE;
     st = parse_trace(text + 6, &s);
   } else {
-    st = gca__error(GCA_ERR_PARSE,
+    st = tool_error(GCA_ERR_PARSE,
                     "sizes: '%s': expected uniform:MIN:MAX, loguniform:MIN:MAX or trace:FILE.csv",
                     text);
   }

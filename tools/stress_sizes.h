@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h"
+#include "util.h"
 
 /* splitmix64: one 64-bit word of state, any seed is valid. */
 typedef struct stress_rng {
@@ -45,7 +45,7 @@ double gca__stress_rng_unit(stress_rng_t *rng);
 /* A well-mixed 64-bit hash of (a, b): seeds threads and block patterns. */
 uint64_t gca__stress_mix(uint64_t a, uint64_t b);
 
-/* Parses "uniform:MIN:MAX", "loguniform:MIN:MAX" (sizes as gca__parse_size
+/* Parses "uniform:MIN:MAX", "loguniform:MIN:MAX" (sizes as tool_parse_size
  * reads them) or "trace:FILE.csv". GCA_ERR_PARSE quoting the text when
  * malformed, MIN is 0 or MIN > MAX; for a trace, the RMM reader's GCA_ERR_IO
  * or GCA_ERR_PARSE (naming the file and line) prefixed "sizes: ", and

@@ -42,43 +42,46 @@ bool gca__stress_stamp_covers(const stress_stamp_t *stamp, uint64_t offset) {
   return false;
 }
 
-gca_status_t gca__stress_stamp_write(const gca_device_ops_t *dev, gca_devptr_t ptr,
-                                     const stress_stamp_t *stamp, int first, int last,
-                                     gca_stream_t stream) {
+static void *dptr(gca_devptr_t p) {
+  return (void *)(uintptr_t)p;
+}
+
+gca_status_t gca__stress_stamp_write(gca_devptr_t ptr, const stress_stamp_t *stamp, int first,
+                                     int last, gca_stream_t stream) {
   for (int i = first; i < last && i < stamp->nregions; i++) {
     const stress_region_t *r = &stamp->regions[i];
-    GCA_CHECK(dev->kernel_fill_u32(ptr + r->word * 4, gca__stress_stamp_expected(stamp, r->word),
-                                   stamp->step, r->count, stream));
+    TOOL_CHECK(gca_kernel_fill_u32(dptr(ptr + r->word * 4),
+                                   gca__stress_stamp_expected(stamp, r->word), stamp->step,
+                                   r->count, stream));
   }
   return GCA_OK;
 }
 
 /* Waits for the stream even through injected synchronize failures, so that no
  * queued copy writes into the host buffer after the caller moved on. */
-static void drain_stream(const gca_device_ops_t *dev, gca_stream_t stream) {
-  for (int i = 0; i < 64 && dev->stream_synchronize(stream) != GCA_OK; i++)
+static void drain_stream(gca_stream_t stream) {
+  for (int i = 0; i < 64 && gca_stream_synchronize(stream) != GCA_OK; i++)
     ;
 }
 
-gca_status_t gca__stress_stamp_read(const gca_device_ops_t *dev, gca_devptr_t ptr,
-                                    const stress_stamp_t *stamp, uint32_t *host,
+gca_status_t gca__stress_stamp_read(gca_devptr_t ptr, const stress_stamp_t *stamp, uint32_t *host,
                                     gca_stream_t stream) {
   size_t at = 0;
   for (int i = 0; i < stamp->nregions; i++) {
     const stress_region_t *r = &stamp->regions[i];
-    gca_status_t st = dev->memcpy_async((gca_devptr_t)(uintptr_t)(host + at), ptr + r->word * 4,
-                                        (size_t)r->count * 4, stream);
+    gca_status_t st =
+        gca_memcpy_async(host + at, dptr(ptr + r->word * 4), (size_t)r->count * 4, stream);
     if (st != GCA_OK) {
       /* copies already queued still write into host[]: let them land first */
       if (i > 0)
-        drain_stream(dev, stream);
+        drain_stream(stream);
       return st;
     }
     at += r->count;
   }
-  gca_status_t st = stamp->nregions > 0 ? dev->stream_synchronize(stream) : GCA_OK;
+  gca_status_t st = stamp->nregions > 0 ? gca_stream_synchronize(stream) : GCA_OK;
   if (st != GCA_OK)
-    drain_stream(dev, stream);
+    drain_stream(stream);
   return st;
 }
 

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "device.h"
+#include "gca.h"
 
 #define STRESS_STAMP_HEAD_WORDS   64
 #define STRESS_STAMP_TAIL_WORDS   64
@@ -60,14 +60,12 @@ uint32_t gca__stress_stamp_expected(const stress_stamp_t *stamp, uint64_t word);
 /* Whether byte offset `offset` lies in a stamped word. */
 bool gca__stress_stamp_covers(const stress_stamp_t *stamp, uint64_t offset);
 /* Enqueues kernels writing regions [first, last) of the stamp at `ptr` on `stream`. */
-gca_status_t gca__stress_stamp_write(const gca_device_ops_t *dev, gca_devptr_t ptr,
-                                     const stress_stamp_t *stamp, int first, int last,
-                                     gca_stream_t stream);
+gca_status_t gca__stress_stamp_write(gca_devptr_t ptr, const stress_stamp_t *stamp, int first,
+                                     int last, gca_stream_t stream);
 /* Copies every region into host[] (regions back to back) on `stream` and waits
  * for it; on failure no queued copy is left to write into host[] later (as far
  * as the stream can still be synchronized). */
-gca_status_t gca__stress_stamp_read(const gca_device_ops_t *dev, gca_devptr_t ptr,
-                                    const stress_stamp_t *stamp, uint32_t *host,
+gca_status_t gca__stress_stamp_read(gca_devptr_t ptr, const stress_stamp_t *stamp, uint32_t *host,
                                     gca_stream_t stream);
 /* Compares host[] as filled by gca__stress_stamp_read; false with *mm set at
  * the lowest wrong offset. */

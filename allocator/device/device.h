@@ -112,26 +112,7 @@ typedef enum gca_dev_attr {
 /* Bytes of a fabric handle (CUmemFabricHandle, CU_IPC_HANDLE_SIZE). */
 #define GCA_FABRIC_HANDLE_LEN 64u
 
-/* Stream flags (CU_STREAM_*). */
-#define GCA_STREAM_DEFAULT      0x0u
-#define GCA_STREAM_NON_BLOCKING 0x1u
-/* Event flags (CU_EVENT_*). */
-#define GCA_EVENT_DEFAULT        0x0u
-#define GCA_EVENT_BLOCKING_SYNC  0x1u
-#define GCA_EVENT_DISABLE_TIMING 0x2u
-
-/* Capture modes and status, numerically equal to CUstreamCaptureMode/Status. */
-typedef enum gca_capture_mode {
-  GCA_CAPTURE_MODE_GLOBAL = 0,
-  GCA_CAPTURE_MODE_THREAD_LOCAL = 1,
-  GCA_CAPTURE_MODE_RELAXED = 2,
-} gca_capture_mode_t;
-
-typedef enum gca_capture_status {
-  GCA_CAPTURE_STATUS_NONE = 0,
-  GCA_CAPTURE_STATUS_ACTIVE = 1,
-  GCA_CAPTURE_STATUS_INVALIDATED = 2,
-} gca_capture_status_t;
+/* Stream and event flags, capture modes and status, gca_host_fn_t: gca/device.h. */
 
 /* Result of graph_exec_update, numerically equal to CUgraphExecUpdateResult. */
 typedef enum gca_graph_update_result {
@@ -149,8 +130,6 @@ typedef struct gca_graph_update_info {
   size_t error_node_index; /* index (capture order) of the first offending node, or SIZE_MAX */
   char reason[256];        /* human-readable, e.g. "node 3: memset became memcpy" */
 } gca_graph_update_info_t;
-
-typedef void (*gca_host_fn_t)(void *user_data);
 
 typedef struct gca_device_ops {
   const char *name; /* "cuda" or "sim" */

@@ -60,6 +60,12 @@ GCA_API gca_status_t gca_get_config(char *buf, size_t len);
  * the memory to the driver (GCA_NO_CACHING=1 at start). */
 GCA_API gca_status_t gca_set_caching(bool enabled);
 
+/* Validates every pool, segment and block of every device against the
+ * allocator's invariants (the walker debug builds run after each change);
+ * GCA_ERR_INTERNAL with the first broken invariant in the detail. It takes
+ * each device's lock in turn, so it may run while other threads allocate. */
+GCA_API gca_status_t gca_allocator_check(void);
+
 /* ---- statistics (PyTorch's names and shape) ---- */
 
 typedef struct gca_stat {
@@ -95,6 +101,11 @@ typedef struct gca_stats {
 GCA_API gca_status_t gca_get_stats(int device, gca_stats_t *out);
 GCA_API gca_status_t gca_reset_peak_stats(int device);
 GCA_API gca_status_t gca_reset_accumulated_stats(int device);
+/* The device's cached free memory: the bytes of every inactive block in its
+ * segments and the largest such block (external fragmentation is
+ * 1 - largest / free). Walks every segment under the device's lock: for tools
+ * and reports, not for the hot path. Zeros for a device with no allocator yet. */
+GCA_API gca_status_t gca_get_free_blocks(int device, uint64_t *free_bytes, uint64_t *largest_free);
 
 /* ---- history and snapshots ---- */
 
@@ -116,6 +127,52 @@ GCA_API void gca_string_free(char *s);
 typedef void (*gca_oom_observer_t)(int device, size_t requested, size_t device_allocated,
                                    size_t device_free, void *ctx);
 GCA_API gca_status_t gca_register_oom_observer(gca_oom_observer_t fn, void *ctx);
+
+/* ---- trace observers ----
+ *
+ * In the spirit of PyTorch's attach_allocator_trace_tracker: an observer is
+ * called for every event the allocator's history records, whether or not
+ * history is recorded. The callback runs on the thread that caused the event,
+ * with that device's allocator lock held: it must be short and must not call
+ * back into the allocator (gca_trace_observer_add/remove from inside one is
+ * refused with GCA_ERR_INVALID_STATE). With no observer attached the
+ * allocator pays one relaxed atomic load per event. */
+
+typedef enum gca_trace_action {
+  GCA_TRACE_ALLOC = 0,          /* a block was handed out: address, requested size */
+  GCA_TRACE_FREE_REQUESTED = 1, /* gca_free of a block: address, requested size */
+  GCA_TRACE_FREE_COMPLETED = 2, /* the block became reusable (its streams passed the free) */
+  GCA_TRACE_SEGMENT_ALLOC = 3,  /* a segment was obtained from the driver: base, size */
+  GCA_TRACE_SEGMENT_FREE = 4,   /* a segment was returned to the driver: base, size */
+  GCA_TRACE_SEGMENT_MAP = 5,    /* expandable segment: a range was mapped: address, size */
+  GCA_TRACE_SEGMENT_UNMAP = 6,  /* expandable segment: a range was unmapped: address, size */
+  GCA_TRACE_OOM = 7,            /* an allocation is failing: address = the device's free
+                                   bytes, size = the bytes asked of the device */
+} gca_trace_action_t;
+
+typedef struct gca_trace_event {
+  gca_trace_action_t action;
+  int device;
+  uint64_t address;
+  uint64_t size;
+  gca_stream_t stream;
+  uint64_t reserved_bytes;  /* the device's reserved bytes after the event */
+  uint64_t allocated_bytes; /* the device's allocated bytes after the event */
+} gca_trace_event_t;
+
+typedef void (*gca_trace_observer_fn)(const gca_trace_event_t *event, void *ctx);
+/* Identifies an attached observer; never 0, never reused within a process. */
+typedef uint64_t gca_trace_observer_handle_t;
+
+/* Attaches `fn` (called with `ctx`); *handle identifies it for removal. The
+ * same fn and ctx may be attached twice (two observers). GCA_ERR_INVALID_STATE
+ * when all GCA_TRACE_OBSERVERS_MAX slots are taken. */
+#define GCA_TRACE_OBSERVERS_MAX 16
+GCA_API gca_status_t gca_trace_observer_add(gca_trace_observer_fn fn, void *ctx,
+                                            gca_trace_observer_handle_t *handle);
+/* Detaches an observer. When it returns, no call of it is running and none
+ * will start. GCA_ERR_INVALID_HANDLE for a handle that is not attached. */
+GCA_API gca_status_t gca_trace_observer_remove(gca_trace_observer_handle_t handle);
 
 /* ---- PyTorch pluggable allocator entry points ----
  * torch.cuda.memory.CUDAPluggableAllocator("libgca.so", "gca_torch_malloc", "gca_torch_free")

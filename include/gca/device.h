@@ -10,6 +10,7 @@
 #define GCA_DEVICE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "gca/status.h"
@@ -38,6 +39,120 @@ GCA_API gca_status_t gca_device_init(void);
 /* "cuda" or "sim" once initialized, else NULL. */
 GCA_API const char *gca_device_backend_name(void);
 GCA_API gca_status_t gca_device_count(int *count);
+
+/* ---- the device API over the active backend ----
+ *
+ * Streams, events, copies, memsets, the sim's ready-made kernels and stream
+ * capture on whichever backend gca_device_init() selected (each call
+ * initializes the device layer first). Each function names the CUDA driver
+ * call it corresponds to and keeps its semantics. A NULL stream is the legacy
+ * default stream of the calling thread's current device (gca_set_device in
+ * gca/allocator.h; device 0 unless set). Pointers use unified addressing:
+ * either side of a copy may be host or device memory.
+ *
+ * Errors: a NULL out-pointer or unknown flag bits are GCA_ERR_INVALID_ARGUMENT
+ * before the backend is called; a backend failure keeps its status and its
+ * detail, which names the device operation ("stream_query: ..."), prefixed
+ * with the public function's name ("gca_stream_query: stream_query: ...").
+ */
+
+/* Stream flags (CU_STREAM_*). */
+#define GCA_STREAM_DEFAULT      0x0u
+#define GCA_STREAM_NON_BLOCKING 0x1u
+/* Event flags (CU_EVENT_*). */
+#define GCA_EVENT_DEFAULT        0x0u
+#define GCA_EVENT_BLOCKING_SYNC  0x1u
+#define GCA_EVENT_DISABLE_TIMING 0x2u
+
+/* Capture modes and status, numerically equal to CUstreamCaptureMode/Status. */
+typedef enum gca_capture_mode {
+  GCA_CAPTURE_MODE_GLOBAL = 0,
+  GCA_CAPTURE_MODE_THREAD_LOCAL = 1,
+  GCA_CAPTURE_MODE_RELAXED = 2,
+} gca_capture_mode_t;
+
+typedef enum gca_capture_status {
+  GCA_CAPTURE_STATUS_NONE = 0,
+  GCA_CAPTURE_STATUS_ACTIVE = 1,
+  GCA_CAPTURE_STATUS_INVALIDATED = 2,
+} gca_capture_status_t;
+
+/* A host function run in stream order (CUhostFn). */
+typedef void (*gca_host_fn_t)(void *user_data);
+
+/* cuStreamCreate on the current device; flags GCA_STREAM_*. */
+GCA_API gca_status_t gca_stream_create(gca_stream_t *stream, unsigned flags);
+/* cuStreamDestroy: work already queued still runs. */
+GCA_API gca_status_t gca_stream_destroy(gca_stream_t stream);
+/* cuStreamSynchronize. */
+GCA_API gca_status_t gca_stream_synchronize(gca_stream_t stream);
+/* cuStreamQuery: GCA_OK when all queued work is done, GCA_ERR_NOT_READY while
+ * some is pending (the detail then says what is pending). */
+GCA_API gca_status_t gca_stream_query(gca_stream_t stream);
+/* cuStreamWaitEvent: later work on `stream` waits for `event`'s last record. */
+GCA_API gca_status_t gca_stream_wait_event(gca_stream_t stream, gca_event_t event);
+/* cuLaunchHostFunc: fn(user_data) runs on a host thread in stream order; it
+ * must not call the device API. */
+GCA_API gca_status_t gca_launch_host_func(gca_stream_t stream, gca_host_fn_t fn, void *user_data);
+
+/* cuEventCreate on the current device; flags GCA_EVENT_*. */
+GCA_API gca_status_t gca_event_create(gca_event_t *event, unsigned flags);
+/* cuEventDestroy. */
+GCA_API gca_status_t gca_event_destroy(gca_event_t event);
+/* cuEventRecord: the event completes when the work queued on `stream` so far has. */
+GCA_API gca_status_t gca_event_record(gca_event_t event, gca_stream_t stream);
+/* cuEventSynchronize. */
+GCA_API gca_status_t gca_event_synchronize(gca_event_t event);
+/* cuEventQuery: GCA_OK once complete (or never recorded), GCA_ERR_NOT_READY
+ * before. */
+GCA_API gca_status_t gca_event_query(gca_event_t event);
+/* cuEventElapsedTime: milliseconds from `start` to `end`, both complete and
+ * created without GCA_EVENT_DISABLE_TIMING. */
+GCA_API gca_status_t gca_event_elapsed_time(float *ms, gca_event_t start, gca_event_t end);
+
+/* cuMemcpy: copies `bytes` from src to dst on the legacy stream of the current
+ * device and returns when the copy is done. */
+GCA_API gca_status_t gca_memcpy(void *dst, const void *src, size_t bytes);
+/* cuMemcpyAsync: the copy runs in order on `stream`. */
+GCA_API gca_status_t gca_memcpy_async(void *dst, const void *src, size_t bytes,
+                                      gca_stream_t stream);
+/* cuMemsetD8 / cuMemsetD32 (count in elements; dst 4-byte aligned for D32),
+ * on the legacy stream, returning when done. */
+GCA_API gca_status_t gca_memset_d8(void *dst, uint8_t value, size_t count);
+GCA_API gca_status_t gca_memset_d32(void *dst, uint32_t value, size_t count);
+/* cuMemsetD8Async / cuMemsetD32Async. */
+GCA_API gca_status_t gca_memset_d8_async(void *dst, uint8_t value, size_t count,
+                                         gca_stream_t stream);
+GCA_API gca_status_t gca_memset_d32_async(void *dst, uint32_t value, size_t count,
+                                          gca_stream_t stream);
+
+/* cuCtxSynchronize on the current device: waits for all of its streams. */
+GCA_API gca_status_t gca_device_synchronize(void);
+/* cuMemGetInfo on the current device. */
+GCA_API gca_status_t gca_mem_get_info(size_t *free_bytes, size_t *total_bytes);
+/* cuDeviceGetName for `device` into name[0..len). */
+GCA_API gca_status_t gca_device_name(int device, char *name, size_t len);
+
+/* Ready-made kernels (the sim runs them; on cuda they are small PTX kernels),
+ * queued on `stream` and capturable like any stream work:
+ * fill: dst[i] = value + i * step for i < count; add: dst[i] = a[i] + b[i];
+ * sleep: the stream is busy for `ns` nanoseconds. */
+GCA_API gca_status_t gca_kernel_fill_u32(void *dst, uint32_t value, uint32_t step, size_t count,
+                                         gca_stream_t stream);
+GCA_API gca_status_t gca_kernel_add_u32(void *dst, const void *a, const void *b, size_t count,
+                                        gca_stream_t stream);
+GCA_API gca_status_t gca_kernel_sleep(uint64_t ns, gca_stream_t stream);
+
+/* cuStreamBeginCapture_v2 / cuStreamEndCapture (the captured graph into *graph). */
+GCA_API gca_status_t gca_stream_begin_capture(gca_stream_t stream, gca_capture_mode_t mode);
+GCA_API gca_status_t gca_stream_end_capture(gca_stream_t stream, gca_graph_t *graph);
+/* cuStreamGetCaptureInfo: whether `stream` is capturing. */
+GCA_API gca_status_t gca_stream_capture_status(gca_stream_t stream, gca_capture_status_t *status);
+/* cuGraphInstantiate / cuGraphLaunch / cuGraphDestroy / cuGraphExecDestroy. */
+GCA_API gca_status_t gca_graph_instantiate(gca_graph_exec_t *exec, gca_graph_t graph);
+GCA_API gca_status_t gca_graph_launch(gca_graph_exec_t exec, gca_stream_t stream);
+GCA_API gca_status_t gca_graph_destroy(gca_graph_t graph);
+GCA_API gca_status_t gca_graph_exec_destroy(gca_graph_exec_t exec);
 
 /* ---- sim backend control (valid whatever backend is selected; they act on
  * the sim's state) ---- */

@@ -6,11 +6,9 @@
 #ifndef GCA_TEST_ALLOC_FIXTURE_H
 #define GCA_TEST_ALLOC_FIXTURE_H
 
-#include "harness.h"
-
-#include "alloc_core.h"
 #include "gca.h"
-#include "introspect.h"
+#include "support.h"
+
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)

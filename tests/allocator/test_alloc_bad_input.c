@@ -81,7 +81,7 @@ static void torch_free_on_wrong_device_keeps_pointer(void **state) {
 static void record_stream_and_info_on_freed_pointer(void **state) {
   (void)state;
   gca_stream_t s;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   void *p = alloc_on(4096, NULL);
   free_ok(p);
   gca_stats_t before = stats();
@@ -97,7 +97,7 @@ static void record_stream_and_info_on_freed_pointer(void **state) {
   void *q = alloc_on(4096, NULL); /* nothing was left pending */
   assert_int_equal(gca_sim_call_count("event_query"), 0);
   free_ok(q);
-  assert_ok(ops->stream_destroy(s));
+  assert_ok(gca_stream_destroy(s));
 }
 
 static void huge_sizes_fail_cleanly(void **state) {
@@ -167,7 +167,7 @@ static void torch_entry_points_round_trip(void **state) {
 static void two_devices_keep_their_pointers(void **state) {
   (void)state;
   int n = 0;
-  assert_ok(ops->device_count(&n));
+  assert_ok(gca_device_count(&n));
   if (n < 2)
     skip();
   assert_ok(gca_sim_set_capacity(1, 1 * GiB));

@@ -19,7 +19,7 @@ static atomic_int gate0 = 1, gate1 = 1;
 static int curdev_setup(void **state) {
   alloc_setup(state);
   int n = 0;
-  assert_ok(ops->device_count(&n));
+  assert_ok(gca_device_count(&n));
   assert_true(n >= 2);
   assert_ok(gca_sim_set_capacity(1, 16 * GiB));
   return 0;
@@ -46,7 +46,7 @@ static void null_stream_frees_on_device_1_use_its_legacy_stream(void **state) {
   (void)state;
   /* device 0's legacy stream is held throughout: nothing below may wait on it */
   atomic_store(&gate0, 0);
-  assert_ok(ops->launch_host_func(NULL, hold_until, &gate0));
+  assert_ok(gca_launch_host_func(NULL, hold_until, &gate0));
   assert_ok(gca_set_device(1));
   int dev = -1;
   assert_ok(ops->ctx_get_device(&dev));
@@ -55,7 +55,7 @@ static void null_stream_frees_on_device_1_use_its_legacy_stream(void **state) {
   void *p = alloc_on(4096, NULL);
   assert_ok(gca_pointer_info(p, NULL, &dev));
   assert_int_equal(dev, 1);
-  assert_ok(ops->kernel_fill_u32((gca_devptr_t)(uintptr_t)p, 7, 1, 1024, NULL));
+  assert_ok(gca_kernel_fill_u32(p, 7, 1, 1024, NULL));
   assert_ok(gca_record_stream(p, NULL));
   free_ok(p);
 
@@ -64,26 +64,26 @@ static void null_stream_frees_on_device_1_use_its_legacy_stream(void **state) {
   void *q = alloc_on(8192, s1);
   assert_ok(gca_record_stream(q, NULL));
   atomic_store(&gate1, 0);
-  assert_ok(ops->launch_host_func(NULL, hold_until, &gate1));
+  assert_ok(gca_launch_host_func(NULL, hold_until, &gate1));
   free_ok(q); /* records a device-1 event on device 1's legacy stream */
   void *r = alloc_on(8192, s1);
   assert_ptr_not_equal(r, q);
   assert_int_equal(stats_of(1).active[GCA_STAT_ALL].current, 2);
   free_ok(r);
   atomic_store(&gate1, 1);
-  assert_ok(ops->stream_synchronize(NULL));
+  assert_ok(gca_stream_synchronize(NULL));
   void *again = alloc_on(8192, s1); /* processing finds the event complete */
   assert_ptr_equal(again, q);
   free_ok(again);
   assert_int_equal(stats_of(1).active[GCA_STAT_ALL].current, 0);
   assert_int_equal(stats_of(0).allocation[GCA_STAT_ALL].allocated, 0);
-  assert_ok(ops->stream_query(NULL));
+  assert_ok(gca_stream_query(NULL));
 
   assert_ok(gca_set_device(0));
-  assert_status(ops->stream_query(NULL), GCA_ERR_NOT_READY, "");
+  assert_status(gca_stream_query(NULL), GCA_ERR_NOT_READY, "");
   atomic_store(&gate0, 1);
-  assert_ok(ops->stream_synchronize(NULL));
-  assert_ok(ops->stream_destroy(s1));
+  assert_ok(gca_stream_synchronize(NULL));
+  assert_ok(gca_stream_destroy(s1));
 }
 
 static void set_device_tells_the_device_layer_only_on_change(void **state) {

@@ -60,8 +60,8 @@ static void event_faults_fail_the_free_and_keep_the_pointer(void **state) {
   (void)state;
   const char *faults[] = {"event_create:nth=1", "event_record:nth=1", "event_record:nth=2"};
   gca_stream_t b, c;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &b));
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &c));
+  assert_ok(gca_stream_create(&b, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_create(&c, GCA_STREAM_NON_BLOCKING));
   for (size_t i = 0; i < GCA_ARRAY_SIZE(faults); i++) {
     void *p = alloc_on(4096, NULL);
     assert_ok(gca_record_stream(p, b));
@@ -82,22 +82,22 @@ static void event_faults_fail_the_free_and_keep_the_pointer(void **state) {
     assert_ok(gca_pointer_info(p, &sz, NULL)); /* still live */
     free_ok(p);                                /* and still recorded on b and c */
     assert_int_equal(stats().active[GCA_STAT_ALL].current, 1);
-    assert_ok(ops->stream_synchronize(b));
-    assert_ok(ops->stream_synchronize(c));
+    assert_ok(gca_stream_synchronize(b));
+    assert_ok(gca_stream_synchronize(c));
   }
   drain_and_expect_empty(NULL, 0);
-  assert_ok(ops->stream_destroy(b));
-  assert_ok(ops->stream_destroy(c));
+  assert_ok(gca_stream_destroy(b));
+  assert_ok(gca_stream_destroy(c));
 }
 
 static void event_query_fault_fails_malloc_cleanly(void **state) {
   (void)state;
   gca_stream_t b;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &b));
+  assert_ok(gca_stream_create(&b, GCA_STREAM_NON_BLOCKING));
   void *p = alloc_on(4096, NULL);
   assert_ok(gca_record_stream(p, b));
   free_ok(p);
-  assert_ok(ops->stream_synchronize(b));
+  assert_ok(gca_stream_synchronize(b));
   assert_ok(gca_sim_fault_set("event_query:nth=1"));
   void *q;
   assert_status(gca_malloc(&q, 4096, NULL), GCA_ERR_DRIVER, "event_query");
@@ -106,29 +106,29 @@ static void event_query_fault_fails_malloc_cleanly(void **state) {
   q = alloc_on(4096, NULL);
   assert_ptr_equal(p, q);
   drain_and_expect_empty(&q, 1);
-  assert_ok(ops->stream_destroy(b));
+  assert_ok(gca_stream_destroy(b));
 }
 
 static void event_synchronize_fault_fails_empty_cache_cleanly(void **state) {
   (void)state;
   gca_stream_t b;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &b));
+  assert_ok(gca_stream_create(&b, GCA_STREAM_NON_BLOCKING));
   void *p = alloc_on(4096, NULL);
   assert_ok(gca_record_stream(p, b));
-  assert_ok(ops->kernel_sleep(20ull * 1000 * 1000, b));
+  assert_ok(gca_kernel_sleep(20ull * 1000 * 1000, b));
   free_ok(p);
   assert_ok(gca_sim_fault_set("event_synchronize:nth=1"));
   assert_status(gca_empty_cache(), GCA_ERR_DRIVER, "event_synchronize");
   check();
   assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 2 * MiB);
   drain_and_expect_empty(NULL, 0);
-  assert_ok(ops->stream_destroy(b));
+  assert_ok(gca_stream_destroy(b));
 }
 
 static void stream_synchronize_fault_without_caching(void **state) {
   (void)state;
   gca_stream_t b;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &b));
+  assert_ok(gca_stream_create(&b, GCA_STREAM_NON_BLOCKING));
   assert_ok(gca_set_caching(false));
   void *p = alloc_on(4096, NULL);
   assert_ok(gca_record_stream(p, b));
@@ -138,7 +138,7 @@ static void stream_synchronize_fault_without_caching(void **state) {
   assert_ok(gca_pointer_info(p, NULL, NULL));
   drain_and_expect_empty(&p, 1);
   assert_ok(gca_set_caching(true));
-  assert_ok(ops->stream_destroy(b));
+  assert_ok(gca_stream_destroy(b));
 }
 
 static void mem_get_info_fault_fails_first_use(void **state) {
@@ -195,8 +195,8 @@ static void sweep_every_call_of_every_op(void **state) {
         gca__allocator_reset();
         assert_ok(gca_sim_set_capacity(0, 40 * MiB));
         gca_stream_t s1, s2;
-        assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s1));
-        assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s2));
+        assert_ok(gca_stream_create(&s1, GCA_STREAM_NON_BLOCKING));
+        assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
         if (!caching)
           assert_ok(gca_set_caching(false));
         char spec[64];
@@ -211,9 +211,9 @@ static void sweep_every_call_of_every_op(void **state) {
           per_op[o]++;
         }
         drain_and_expect_empty(live, nlive);
-        assert_ok(ops->stream_synchronize(s2));
-        assert_ok(ops->stream_destroy(s1));
-        assert_ok(ops->stream_destroy(s2));
+        assert_ok(gca_stream_synchronize(s2));
+        assert_ok(gca_stream_destroy(s1));
+        assert_ok(gca_stream_destroy(s2));
       }
     }
   }

@@ -20,7 +20,7 @@ static void retry_after_releasing_cache_succeeds(void **state) {
   (void)state;
   small_device(22 * MiB);
   gca_stream_t s;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   void *a = alloc_on(5 * MiB, NULL);
   void *b = alloc_on(1000, NULL);
   free_ok(a);                     /* its 20 MiB segment stays cached for the NULL stream */
@@ -33,7 +33,7 @@ static void retry_after_releasing_cache_succeeds(void **state) {
   free_ok(c);
   free_ok(b);
   assert_ok(gca_empty_cache());
-  assert_ok(ops->stream_destroy(s));
+  assert_ok(gca_stream_destroy(s));
 }
 
 typedef struct seen {
@@ -134,12 +134,12 @@ static void pending_frees_are_awaited_before_failing(void **state) {
   (void)state;
   small_device(2 * MiB);
   gca_stream_t s, u;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &u));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
   void *a = alloc_on(1000, NULL);
   assert_ok(gca_record_stream(a, u));
   atomic_store(&oom_gate, 0);
-  assert_ok(ops->launch_host_func(u, hold_until_open, NULL));
+  assert_ok(gca_launch_host_func(u, hold_until_open, NULL));
   free_ok(a); /* pending on u's event, which cannot complete before the gate opens */
   sync_calls_before = gca_sim_call_count("event_synchronize");
   pthread_t opener;
@@ -152,8 +152,8 @@ static void pending_frees_are_awaited_before_failing(void **state) {
   assert_int_equal(st.num_ooms, 0);
   free_ok(b);
   assert_ok(gca_empty_cache());
-  assert_ok(ops->stream_destroy(s));
-  assert_ok(ops->stream_destroy(u));
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_stream_destroy(u));
 }
 
 static void memory_limit_caps_reserved(void **state) {
@@ -200,7 +200,7 @@ static void garbage_collection_frees_old_cached_segments(void **state) {
     free_ok(x);
   }
   gca_stream_t s;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   void *y = alloc_on(1 * MiB + 512, s); /* cannot reuse: GC runs before a new segment */
   gca_stats_t st = stats();
   assert_int_equal(st.num_device_free, 3); /* the three older than average */
@@ -208,7 +208,7 @@ static void garbage_collection_frees_old_cached_segments(void **state) {
   assert_int_equal(st.num_ooms, 0);
   free_ok(y);
   assert_ok(gca_empty_cache());
-  assert_ok(ops->stream_destroy(s));
+  assert_ok(gca_stream_destroy(s));
 }
 
 int main(void) {

@@ -169,7 +169,7 @@ static void best_fit_picks_smallest_then_lowest_address(void **state) {
 static void other_stream_does_not_reuse_free_block(void **state) {
   (void)state;
   gca_stream_t s;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   void *a = alloc_on(4096, NULL);
   free_ok(a);
   void *b = alloc_on(4096, s);
@@ -180,7 +180,7 @@ static void other_stream_does_not_reuse_free_block(void **state) {
   assert_ptr_equal(b, c);
   free_ok(c);
   assert_ok(gca_empty_cache());
-  assert_ok(ops->stream_destroy(s));
+  assert_ok(gca_stream_destroy(s));
 }
 
 static void max_split_size_makes_oversize_blocks(void **state) {

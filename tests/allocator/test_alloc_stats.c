@@ -161,16 +161,16 @@ static void hold_fn(void *arg) {
 
 static gca_stream_t held_stream(void) {
   gca_stream_t s;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   atomic_store(&gate, 0);
-  assert_ok(ops->launch_host_func(s, hold_fn, NULL));
+  assert_ok(gca_launch_host_func(s, hold_fn, NULL));
   return s;
 }
 
 /* Lets the held stream finish and completes every pending free. */
 static void release(gca_stream_t s) {
   atomic_store(&gate, 1);
-  assert_ok(ops->stream_synchronize(s));
+  assert_ok(gca_stream_synchronize(s));
   assert_ok(gca_empty_cache()); /* waits for the pending events and frees their blocks */
   check();
 }
@@ -224,7 +224,7 @@ static void active_counts_pending_frees(void **state) {
   s = stats();
   expect_stat(s.active[ALL], 0, 3, 0, 3);
   expect_stat(s.allocation[ALL], 0, 1, 0, 1);
-  assert_ok(ops->stream_destroy(h));
+  assert_ok(gca_stream_destroy(h));
 }
 
 /* PyTorch's eager counting of one statistic, the model for the derived one. */
@@ -276,7 +276,7 @@ static void active_matches_eager_model_on_random_scripts(void **state) {
           model_add(&actb[ALL], -pend_size[j]);
         }
         npend = 0;
-        assert_ok(ops->stream_destroy(h));
+        assert_ok(gca_stream_destroy(h));
         h = held_stream();
       } else if (r < 4) {
         assert_ok(gca_reset_peak_stats(0));
@@ -321,7 +321,7 @@ static void active_matches_eager_model_on_random_scripts(void **state) {
       if (live[i] != NULL)
         free_ok(live[i]);
     release(h);
-    assert_ok(ops->stream_destroy(h));
+    assert_ok(gca_stream_destroy(h));
     gca_stats_t s = stats();
     assert_int_equal(s.active[ALL].current, 0);
     assert_int_equal(s.active_bytes[ALL].current, 0);

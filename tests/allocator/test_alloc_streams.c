@@ -17,7 +17,7 @@
 
 static gca_stream_t mk_stream(void) {
   gca_stream_t s;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   return s;
 }
 
@@ -38,7 +38,7 @@ static void hold_stream(void *arg) {
 
 static void hold(gca_stream_t s) {
   atomic_store(&gate, 0);
-  assert_ok(ops->launch_host_func(s, hold_stream, NULL));
+  assert_ok(gca_launch_host_func(s, hold_stream, NULL));
 }
 
 static int streams_teardown(void **state) {
@@ -53,7 +53,7 @@ static void block_waits_for_recorded_stream_before_reuse(void **state) {
   uint32_t *p = alloc_on(4096, a);
   assert_ok(gca_record_stream(p, b));
   hold(b);
-  assert_ok(ops->kernel_fill_u32((gca_devptr_t)(uintptr_t)p, 0xabc00000u, 1, n, b));
+  assert_ok(gca_kernel_fill_u32(p, 0xabc00000u, 1, n, b));
   free_ok(p);
   /* pending: same-size requests on the block's own stream get other memory */
   void *q = alloc_on(4096, a);
@@ -77,9 +77,9 @@ static void block_waits_for_recorded_stream_before_reuse(void **state) {
     if (p[i] != 0xabc00000u + (uint32_t)i)
       fail_msg("stamp %zu is 0x%x: the block was handed out before the fill finished", i, p[i]);
   free_ok(r);
-  assert_ok(ops->stream_synchronize(b));
-  assert_ok(ops->stream_destroy(a));
-  assert_ok(ops->stream_destroy(b));
+  assert_ok(gca_stream_synchronize(b));
+  assert_ok(gca_stream_destroy(a));
+  assert_ok(gca_stream_destroy(b));
 }
 
 static void pending_block_shows_as_pending_free(void **state) {
@@ -87,7 +87,7 @@ static void pending_block_shows_as_pending_free(void **state) {
   gca_stream_t b = mk_stream();
   void *p = alloc_on(8192, NULL);
   assert_ok(gca_record_stream(p, b));
-  assert_ok(ops->kernel_sleep(SLEEP_NS, b));
+  assert_ok(gca_kernel_sleep(SLEEP_NS, b));
   free_ok(p);
   layout_t l = layout();
   assert_int_equal(l.nsegs, 1);
@@ -96,14 +96,14 @@ static void pending_block_shows_as_pending_free(void **state) {
   assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 0);
   assert_int_equal(s.active_bytes[GCA_STAT_ALL].current, 8192);
   assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 8192);
-  assert_ok(ops->stream_synchronize(b));
+  assert_ok(gca_stream_synchronize(b));
   void *q = alloc_on(8192, NULL); /* processing finds the event complete */
   assert_ptr_equal(p, q);
   free_ok(q);
   s = stats();
   assert_int_equal(s.active[GCA_STAT_ALL].current, 0);
   assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 0);
-  assert_ok(ops->stream_destroy(b));
+  assert_ok(gca_stream_destroy(b));
 }
 
 static void cached_pair_makes_no_device_call(void **state) {
@@ -138,7 +138,7 @@ static void record_on_own_stream_is_a_no_op(void **state) {
   assert_int_equal(gca_sim_call_count("event_record"), 0);
   assert_ptr_equal(alloc_on(4096, a), p);
   free_ok(p);
-  assert_ok(ops->stream_destroy(a));
+  assert_ok(gca_stream_destroy(a));
 }
 
 static void events_are_pooled(void **state) {
@@ -151,8 +151,8 @@ static void events_are_pooled(void **state) {
     assert_ok(gca_record_stream(p, c));
     assert_ok(gca_record_stream(p, b)); /* recorded twice, one event */
     free_ok(p);
-    assert_ok(ops->stream_synchronize(b));
-    assert_ok(ops->stream_synchronize(c));
+    assert_ok(gca_stream_synchronize(b));
+    assert_ok(gca_stream_synchronize(c));
   }
   void *q = alloc_on(4096, NULL); /* retires the last events */
   free_ok(q);
@@ -161,8 +161,8 @@ static void events_are_pooled(void **state) {
   assert_int_equal(gca_sim_call_count("event_destroy"), 0);
   assert_int_equal(gca_sim_call_count("event_synchronize"), 0); /* never blocked */
   assert_int_equal(stats().active[GCA_STAT_ALL].current, 0);
-  assert_ok(ops->stream_destroy(b));
-  assert_ok(ops->stream_destroy(c));
+  assert_ok(gca_stream_destroy(b));
+  assert_ok(gca_stream_destroy(c));
 }
 
 static void multiple_streams_all_must_finish(void **state) {
@@ -171,20 +171,20 @@ static void multiple_streams_all_must_finish(void **state) {
   void *p = alloc_on(4096, NULL);
   assert_ok(gca_record_stream(p, b));
   assert_ok(gca_record_stream(p, c));
-  assert_ok(ops->kernel_sleep(SLEEP_NS / 3, b));
+  assert_ok(gca_kernel_sleep(SLEEP_NS / 3, b));
   hold(c);
   free_ok(p);
-  assert_ok(ops->stream_synchronize(b));
+  assert_ok(gca_stream_synchronize(b));
   void *q = alloc_on(4096, NULL);
   assert_ptr_not_equal(p, q); /* c has not finished */
   free_ok(q);
   atomic_store(&gate, 1);
-  assert_ok(ops->stream_synchronize(c));
+  assert_ok(gca_stream_synchronize(c));
   q = alloc_on(4096, NULL);
   assert_ptr_equal(p, q);
   free_ok(q);
-  assert_ok(ops->stream_destroy(b));
-  assert_ok(ops->stream_destroy(c));
+  assert_ok(gca_stream_destroy(b));
+  assert_ok(gca_stream_destroy(c));
 }
 
 static void empty_cache_waits_for_pending_frees(void **state) {
@@ -192,7 +192,7 @@ static void empty_cache_waits_for_pending_frees(void **state) {
   gca_stream_t b = mk_stream();
   void *p = alloc_on(4096, NULL);
   assert_ok(gca_record_stream(p, b));
-  assert_ok(ops->kernel_sleep(SLEEP_NS / 3, b));
+  assert_ok(gca_kernel_sleep(SLEEP_NS / 3, b));
   free_ok(p);
   int64_t syncs = stats().num_sync_all_streams;
   assert_ok(gca_empty_cache());
@@ -201,7 +201,7 @@ static void empty_cache_waits_for_pending_frees(void **state) {
   assert_int_equal(s.num_sync_all_streams, syncs + 1);
   assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 0);
   assert_int_equal(gca_sim_used_bytes(0), 0);
-  assert_ok(ops->stream_destroy(b));
+  assert_ok(gca_stream_destroy(b));
 }
 
 static void no_caching_returns_memory_after_recorded_work(void **state) {
@@ -211,8 +211,8 @@ static void no_caching_returns_memory_after_recorded_work(void **state) {
   uint32_t *p = alloc_on(4096, NULL);
   assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 4096);
   assert_ok(gca_record_stream(p, b));
-  assert_ok(ops->kernel_sleep(SLEEP_NS / 3, b));
-  assert_ok(ops->kernel_fill_u32((gca_devptr_t)(uintptr_t)p, 7, 0, 1024, b));
+  assert_ok(gca_kernel_sleep(SLEEP_NS / 3, b));
+  assert_ok(gca_kernel_fill_u32(p, 7, 0, 1024, b));
   free_ok(p);
   gca_stats_t s = stats();
   assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 0);
@@ -222,7 +222,7 @@ static void no_caching_returns_memory_after_recorded_work(void **state) {
   free_ok(q);
   assert_int_equal(stats().num_device_alloc, 2);
   assert_ok(gca_set_caching(true));
-  assert_ok(ops->stream_destroy(b));
+  assert_ok(gca_stream_destroy(b));
 }
 
 static void caching_off_empties_the_cache(void **state) {
@@ -262,7 +262,7 @@ static void no_caching_env_frees_to_the_driver(void **state) {
 
 static bool two_devices(void) {
   int n = 0;
-  assert_ok(ops->device_count(&n));
+  assert_ok(gca_device_count(&n));
   if (n < 2)
     printf("SKIP: needs two sim devices (found %d)\n", n);
   return n >= 2;
@@ -294,7 +294,7 @@ static void stream_of_another_device_gets_its_event_there(void **state) {
     stamp_t st = {p, 4096 / 4};
     assert_ok(gca_record_stream(p, b1));
     atomic_store(&gate, 0);
-    assert_ok(ops->launch_host_func(b1, hold_then_stamp, &st));
+    assert_ok(gca_launch_host_func(b1, hold_then_stamp, &st));
     free_ok(p); /* an event from device 1's pool, recorded on b1 */
     void *q = alloc_on(4096, a);
     assert_ptr_not_equal(q, p);
@@ -303,7 +303,7 @@ static void stream_of_another_device_gets_its_event_there(void **state) {
     assert_int_equal(s.active[GCA_STAT_ALL].current, 2);
     free_ok(q);
     atomic_store(&gate, 1);
-    assert_ok(ops->stream_synchronize(b1));
+    assert_ok(gca_stream_synchronize(b1));
     void *r = alloc_on(4096, a); /* the event completed: p is free again */
     assert_ptr_equal(r, p);
     for (size_t i = 0; i < st.n; i++)
@@ -314,8 +314,8 @@ static void stream_of_another_device_gets_its_event_there(void **state) {
   assert_int_equal(gca_sim_call_count("event_create"), 1); /* one event, pooled on device 1 */
   assert_int_equal(gca_sim_call_count("event_record"), 2);
   assert_int_equal(stats().active[GCA_STAT_ALL].current, 0);
-  assert_ok(ops->stream_destroy(a));
-  assert_ok(ops->stream_destroy(b1));
+  assert_ok(gca_stream_destroy(a));
+  assert_ok(gca_stream_destroy(b1));
 }
 
 typedef struct {
@@ -333,7 +333,7 @@ static void *record_null_on_device_1(void *arg) {
     r->st = gca_record_stream(r->p, NULL);
   if (r->st == GCA_OK) {
     atomic_store(&gate, 0);
-    r->st = ops->launch_host_func(NULL, hold_stream, NULL);
+    r->st = gca_launch_host_func(NULL, hold_stream, NULL);
   }
   if (r->st != GCA_OK)
     snprintf(r->detail, sizeof(r->detail), "%s", gca_last_error());
@@ -360,14 +360,14 @@ static void recorded_null_stream_is_the_recording_threads_device(void **state) {
   free_ok(p); /* on device 0's thread: the event goes to device 1's legacy stream */
   int dev = -1;
   assert_ok(ops->ctx_get_device(&dev));
-  assert_int_equal(dev, 0);                 /* and this thread's device is put back */
-  assert_ok(ops->stream_synchronize(NULL)); /* device 0's legacy stream: not the one recorded */
+  assert_int_equal(dev, 0);                /* and this thread's device is put back */
+  assert_ok(gca_stream_synchronize(NULL)); /* device 0's legacy stream: not the one recorded */
   void *q = alloc_on(4096, NULL);
   assert_ptr_not_equal(q, p); /* device 1's legacy stream is held */
   free_ok(q);
   atomic_store(&gate, 1);
   assert_ok(ops->ctx_set_device(1));
-  assert_ok(ops->stream_synchronize(NULL));
+  assert_ok(gca_stream_synchronize(NULL));
   assert_ok(ops->ctx_set_device(0));
   q = alloc_on(4096, NULL);
   assert_ptr_equal(q, p);
@@ -393,7 +393,7 @@ static void device_switch_fault_fails_the_free_cleanly(void **state) {
   free_ok(p);
   assert_int_equal(stats().active[GCA_STAT_ALL].current, 1); /* waits for device 1's legacy */
   assert_ok(ops->ctx_set_device(1));
-  assert_ok(ops->stream_synchronize(NULL));
+  assert_ok(gca_stream_synchronize(NULL));
   assert_ok(ops->ctx_set_device(0));
   assert_ok(gca_empty_cache());
   check();
@@ -429,13 +429,13 @@ static void faults_on_another_devices_stream_fail_cleanly(void **state) {
   assert_ok(gca_pointer_info(p, NULL, NULL));
   free_ok(p); /* still recorded on b1 */
   assert_int_equal(stats().active[GCA_STAT_ALL].current, 1);
-  assert_ok(ops->stream_synchronize(b1));
+  assert_ok(gca_stream_synchronize(b1));
   assert_ok(gca_empty_cache());
   check();
   gca_stats_t s = stats();
   assert_int_equal(s.active[GCA_STAT_ALL].current, 0);
   assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 0);
-  assert_ok(ops->stream_destroy(b1));
+  assert_ok(gca_stream_destroy(b1));
 }
 
 int main(void) {

@@ -134,11 +134,11 @@ static void threads_share_blocks_across_streams(void **state) {
   if (env != NULL)
     seed = (unsigned)strtoul(env, NULL, 10);
   print_message("seed %u (GCA_TEST_SEED to repeat)\n", seed);
-  assert_ok(ops->device_count(&ndevices));
+  assert_ok(gca_device_count(&ndevices));
   if (ndevices > 1)
     assert_ok(gca_sim_set_capacity(1, 16 * GiB));
   for (int i = 0; i < NTHREADS; i++)
-    assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &streams[i]));
+    assert_ok(gca_stream_create(&streams[i], GCA_STREAM_NON_BLOCKING));
   pthread_t t[NTHREADS];
   for (int i = 0; i < NTHREADS; i++)
     assert_int_equal(pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i), 0);
@@ -165,7 +165,7 @@ static void threads_share_blocks_across_streams(void **state) {
   }
   assert_int_equal(total, NTHREADS * ITERS);
   for (int i = 0; i < NTHREADS; i++)
-    assert_ok(ops->stream_destroy(streams[i]));
+    assert_ok(gca_stream_destroy(streams[i]));
 }
 
 typedef struct free_arg {
@@ -202,7 +202,7 @@ static void concurrent_double_free_only_one_wins(void **state) {
 static int threads_setup(void **state) {
   alloc_setup(state);
   for (int i = 0; i < 2; i++)
-    assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &streams[i]));
+    assert_ok(gca_stream_create(&streams[i], GCA_STREAM_NON_BLOCKING));
   return 0;
 }
 
@@ -210,7 +210,7 @@ static int threads_teardown(void **state) {
   (void)gca_sim_set_latency("mem_alloc", 0);
   (void)gca_set_config("");
   for (int i = 0; i < 2; i++)
-    (void)ops->stream_destroy(streams[i]);
+    (void)gca_stream_destroy(streams[i]);
   return alloc_teardown(state);
 }
 

@@ -8,7 +8,8 @@
 #include <time.h>
 
 #include "alloc_fixture.h"
-#include "history.h"
+#include "gca.h"
+#include "support.h"
 
 #define MAX_BLOCKS 4096
 #define MAX_SEGS   256
@@ -310,8 +311,8 @@ static void property_test(bool expandable) {
   if (expandable)
     assert_ok(gca_set_config("expandable_segments:True"));
   gca_stream_t streams[2];
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &streams[0]));
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &streams[1]));
+  assert_ok(gca_stream_create(&streams[0], GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_create(&streams[1], GCA_STREAM_NON_BLOCKING));
   for (uint64_t round = 0; round < 6; round++) {
     rng_state = (seed + round) * 0x9e3779b97f4a7c15ull | 1;
     gca_pool_t *pool = NULL;
@@ -336,8 +337,8 @@ static void property_test(bool expandable) {
     check();
     assert_int_equal(gca_sim_used_bytes(0), 0);
   }
-  assert_ok(ops->stream_destroy(streams[0]));
-  assert_ok(ops->stream_destroy(streams[1]));
+  assert_ok(gca_stream_destroy(streams[0]));
+  assert_ok(gca_stream_destroy(streams[1]));
   if (expandable)
     printf("  %zu of 18 restores checked with the exact mapped extent\n", exact_restores);
 }
@@ -413,20 +414,20 @@ static void restore_during_a_capture_of_the_pool_is_refused(void **state) {
   (void)state;
   gca_stream_t s;
   gca_graph_t graph = NULL;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   gca_pool_t *pool = NULL;
   assert_ok(gca_pool_create(0, NULL, &pool));
   void *x = pool_alloc(pool, 4096);
   gca_pool_state_t *st = NULL;
   assert_ok(gca_pool_checkpoint(pool, &st));
   free_ok(x);
-  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
   assert_ok(gca_pool_begin_capture(pool, s));
   void *y = alloc_on(8192, s);
   pool_view_t before = *view_of(pool);
   assert_status(gca_pool_restore(pool, st, NULL), GCA_ERR_INVALID_STATE, "capture");
   assert_same_view(&before, view_of(pool));
-  assert_ok(ops->stream_end_capture(s, &graph));
+  assert_ok(gca_stream_end_capture(s, &graph));
   assert_non_null(graph);
   assert_ok(gca_pool_end_capture(pool, s));
   gca_pool_changes_t ch;
@@ -439,15 +440,15 @@ static void restore_during_a_capture_of_the_pool_is_refused(void **state) {
   check();
   free_ok(x);
   gca_pool_state_free(st);
-  assert_ok(ops->graph_destroy(graph));
+  assert_ok(gca_graph_destroy(graph));
   assert_ok(gca_pool_release(pool));
-  assert_ok(ops->stream_destroy(s));
+  assert_ok(gca_stream_destroy(s));
 }
 
 static void restore_waits_for_pending_frees_of_the_pool(void **state) {
   (void)state;
   gca_stream_t user;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &user));
+  assert_ok(gca_stream_create(&user, GCA_STREAM_NON_BLOCKING));
   gca_pool_t *pool = NULL;
   assert_ok(gca_pool_create(0, NULL, &pool));
   gca_pool_state_t *st = NULL;
@@ -455,7 +456,7 @@ static void restore_waits_for_pending_frees_of_the_pool(void **state) {
   assert_ok(gca_pool_checkpoint(pool, &st));
   void *b = pool_alloc(pool, 4096);
   assert_ok(gca_record_stream(b, user));
-  assert_ok(ops->kernel_sleep(5000000, user));
+  assert_ok(gca_kernel_sleep(5000000, user));
   free_ok(b); /* pending on user's event */
   int64_t syncs = stats().num_sync_all_streams;
   gca_pool_changes_t ch;
@@ -468,13 +469,13 @@ static void restore_waits_for_pending_frees_of_the_pool(void **state) {
   free_ok(a);
   gca_pool_state_free(st);
   assert_ok(gca_pool_release(pool));
-  assert_ok(ops->stream_destroy(user));
+  assert_ok(gca_stream_destroy(user));
 }
 
 static void restore_sync_failure_leaves_the_pool_as_it_was(void **state) {
   (void)state;
   gca_stream_t user;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &user));
+  assert_ok(gca_stream_create(&user, GCA_STREAM_NON_BLOCKING));
   gca_pool_t *pool = NULL;
   assert_ok(gca_pool_create(0, NULL, &pool));
   gca_pool_state_t *st = NULL;
@@ -500,7 +501,7 @@ static void restore_sync_failure_leaves_the_pool_as_it_was(void **state) {
   free_ok(a);
   gca_pool_state_free(st);
   assert_ok(gca_pool_release(pool));
-  assert_ok(ops->stream_destroy(user));
+  assert_ok(gca_stream_destroy(user));
 }
 
 /* ---- the trim of expandable segments ---- */
@@ -639,9 +640,9 @@ static void restore_during_another_capture_trims_nothing(void **state) {
   gca_graph_t graph = NULL;
   gca_pool_t *other = NULL;
   grow_after_checkpoint(&g);
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   assert_ok(gca_pool_create(0, NULL, &other));
-  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_RELAXED));
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_RELAXED));
   assert_ok(gca_pool_begin_capture(other, s));
   int64_t unmaps = gca_sim_call_count("mem_unmap");
   int64_t syncs = gca_sim_call_count("stream_synchronize");
@@ -650,7 +651,7 @@ static void restore_during_another_capture_trims_nothing(void **state) {
   assert_int_equal(gca_sim_call_count("mem_unmap"), unmaps);
   assert_int_equal(gca_sim_call_count("stream_synchronize"), syncs);
   assert_int_equal(reserved_now(), 34 * MiB);
-  assert_ok(ops->stream_end_capture(s, &graph));
+  assert_ok(gca_stream_end_capture(s, &graph));
   assert_ok(gca_pool_end_capture(other, s));
   assert_ok(gca_pool_restore(g.pool, g.st, NULL));
   check();
@@ -658,9 +659,9 @@ static void restore_during_another_capture_trims_nothing(void **state) {
   assert_int_equal(reserved_now(), 20 * MiB);
   assert_same_view(&g.saved.view, view_of(g.pool));
   if (graph != NULL)
-    assert_ok(ops->graph_destroy(graph));
+    assert_ok(gca_graph_destroy(graph));
   assert_ok(gca_pool_release(other));
-  assert_ok(ops->stream_destroy(s));
+  assert_ok(gca_stream_destroy(s));
   grown_done(&g);
 }
 
@@ -671,7 +672,7 @@ static void restore_gives_back_a_segment_made_since_the_checkpoint(void **state)
   gca_stream_t s;
   gca_pool_t *pool = NULL;
   gca_pool_state_t *st = NULL;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   assert_ok(gca_pool_create(0, NULL, &pool));
   void *a = pool_alloc(pool, 4 * MiB);
   assert_ok(gca_pool_checkpoint(pool, &st));
@@ -691,7 +692,7 @@ static void restore_gives_back_a_segment_made_since_the_checkpoint(void **state)
   free_ok(a);
   gca_pool_state_free(st);
   assert_ok(gca_pool_release(pool));
-  assert_ok(ops->stream_destroy(s));
+  assert_ok(gca_stream_destroy(s));
 }
 
 /* A mapping made since the checkpoint that covers space mapped then and space

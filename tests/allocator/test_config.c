@@ -2,8 +2,8 @@
  * roundup_power2_divisions, every rejection quoted and leaving the settings
  * unchanged, environment precedence, the format round trip and the roundup
  * interval lookup. */
-#include "config.h"
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
 
 #define MiB (1024ull * 1024ull)
 

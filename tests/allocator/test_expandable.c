@@ -9,7 +9,8 @@
 #include <stdatomic.h>
 
 #include "alloc_fixture.h"
-#include "history.h"
+#include "gca.h"
+#include "support.h"
 
 static int exp_setup(void **state) {
   alloc_setup(state);
@@ -196,7 +197,7 @@ static void mapping_under_a_live_block_stays_mapped(void **state) {
 static void every_stream_and_pool_has_its_own_segment(void **state) {
   (void)state;
   gca_stream_t s1;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s1));
+  assert_ok(gca_stream_create(&s1, GCA_STREAM_NON_BLOCKING));
   void *a = alloc_on(12 * MiB, NULL);
   void *b = alloc_on(12 * MiB, s1);
   void *c = alloc_on(4 * KiB, s1);
@@ -205,7 +206,7 @@ static void every_stream_and_pool_has_its_own_segment(void **state) {
   free_ok(b);
   free_ok(c);
   expect_all_returned();
-  assert_ok(ops->stream_destroy(s1));
+  assert_ok(gca_stream_destroy(s1));
 }
 
 static void data_survives_growth_and_release(void **state) {
@@ -335,27 +336,27 @@ static void unmap_syncs_only_the_owning_stream(void **state) {
   (void)state;
   gca_stream_t own, other;
   gca_event_t ev;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &own));
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &other));
-  assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &ev));
+  assert_ok(gca_stream_create(&own, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_create(&other, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_event_create(&ev, GCA_EVENT_DISABLE_TIMING));
   void *p = alloc_on(10 * MiB, own);
   free_ok(p);
   atomic_store(&gate, 0);
-  assert_ok(ops->launch_host_func(other, hold_stream, NULL));
-  assert_ok(ops->event_record(ev, other));
+  assert_ok(gca_launch_host_func(other, hold_stream, NULL));
+  assert_ok(gca_event_record(ev, other));
   gca_sim_counters_reset();
   assert_ok(gca_empty_cache());
   assert_int_equal(gca_sim_call_count("stream_synchronize"), 1);
   assert_int_equal(gca_sim_call_count("ctx_synchronize"), 0);
   assert_int_equal(gca_sim_call_count("mem_unmap"), 1);
-  assert_int_equal(ops->event_query(ev), GCA_ERR_NOT_READY);
+  assert_int_equal(gca_event_query(ev), GCA_ERR_NOT_READY);
   check();
   assert_int_equal(gca_sim_used_bytes(0), 0);
   atomic_store(&gate, 1);
-  assert_ok(ops->stream_synchronize(other));
-  assert_ok(ops->event_destroy(ev));
-  assert_ok(ops->stream_destroy(own));
-  assert_ok(ops->stream_destroy(other));
+  assert_ok(gca_stream_synchronize(other));
+  assert_ok(gca_event_destroy(ev));
+  assert_ok(gca_stream_destroy(own));
+  assert_ok(gca_stream_destroy(other));
 }
 
 static void history_records_map_and_unmap(void **state) {

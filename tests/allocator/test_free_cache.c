@@ -99,7 +99,7 @@ static void random_scripts_keep_statistics_exact(void **state) {
   (void)state;
   static const size_t sizes[] = {512, 1000, 4096, 65536, 1 << 20, 3 << 20, 12 << 20};
   gca_stream_t streams[2] = {NULL, NULL};
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &streams[1]));
+  assert_ok(gca_stream_create(&streams[1], GCA_STREAM_NON_BLOCKING));
   enum { STEPS = 1500, LIVE = 48 };
   for (unsigned seed = 1; seed <= 6; seed++) {
     gca_stats_t *trace[2];
@@ -144,7 +144,7 @@ static void random_scripts_keep_statistics_exact(void **state) {
     free(trace[1]);
   }
   assert_ok(gca_set_config("free_cache:True"));
-  assert_ok(ops->stream_destroy(streams[1]));
+  assert_ok(gca_stream_destroy(streams[1]));
 }
 
 /* A block freed next to a cached one merges with it, as PyTorch's free does. */
@@ -207,7 +207,7 @@ static void a_miss_sees_cached_blocks_merged(void **state) {
 static void free_cache_false_restores_pytorch_placement(void **state) {
   (void)state;
   gca_stream_t s2;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s2));
+  assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
   gca_stats_t st[2];
   for (int pass = 0; pass < 2; pass++) {
     gca__allocator_reset();
@@ -231,7 +231,7 @@ static void free_cache_false_restores_pytorch_placement(void **state) {
   assert_int_equal(st[0].inactive_split[GCA_STAT_ALL].current,
                    st[1].inactive_split[GCA_STAT_ALL].current);
   assert_ok(gca_set_config("free_cache:True"));
-  assert_ok(ops->stream_destroy(s2));
+  assert_ok(gca_stream_destroy(s2));
 }
 
 /* A cached pointer is not live: a second free, record_stream and
@@ -261,12 +261,12 @@ static void cached_pointer_is_not_live(void **state) {
 static void only_plain_frees_are_cached(void **state) {
   (void)state;
   gca_stream_t s2;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s2));
+  assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
   void *p = alloc_on(8192, NULL);
   assert_ok(gca_record_stream(p, s2));
   free_ok(p);
   assert_int_equal(fc_count(), 0);
-  assert_ok(ops->stream_synchronize(s2));
+  assert_ok(gca_stream_synchronize(s2));
 
   gca_pool_t *pool;
   assert_ok(gca_pool_create(0, NULL, &pool));
@@ -306,7 +306,7 @@ static void only_plain_frees_are_cached(void **state) {
   r = alloc_on(8192, NULL);
   free_ok(r);
   assert_int_equal(fc_count(), 1);
-  assert_ok(ops->stream_destroy(s2));
+  assert_ok(gca_stream_destroy(s2));
 }
 
 /* The snapshot walk shows the layout PyTorch's rules leave (cached blocks

@@ -6,10 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gca/allocator.h"
-#include "harness.h"
-#include "history.h"
-#include "introspect.h"
+#include "gca.h"
+#include "support.h"
 
 #define S(x) ((gca_stream_t)(uintptr_t)(x))
 

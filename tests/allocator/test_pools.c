@@ -47,7 +47,7 @@ static bool in_pool(const void *p, gca_pool_t *pool) {
 
 static gca_stream_t new_stream(void) {
   gca_stream_t s;
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   return s;
 }
 
@@ -87,8 +87,8 @@ static void stream_filter_routes_matching_streams_only(void **state) {
   assert_int_equal(allocated, 0);
   assert_ok(gca_pool_release(pool));
   check();
-  assert_ok(ops->stream_destroy(s1));
-  assert_ok(ops->stream_destroy(s2));
+  assert_ok(gca_stream_destroy(s1));
+  assert_ok(gca_stream_destroy(s2));
 }
 
 typedef struct thread_arg {
@@ -142,43 +142,42 @@ static void capture_routes_to_the_pool_including_a_joined_stream(void **state) {
   gca_graph_exec_t exec = NULL;
   gca_pool_t *pool = new_pool(false, false);
   void *before = alloc_on(4096, s);
-  assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &fork));
-  assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &join));
-  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(gca_event_create(&fork, GCA_EVENT_DISABLE_TIMING));
+  assert_ok(gca_event_create(&join, GCA_EVENT_DISABLE_TIMING));
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
   assert_ok(gca_pool_begin_capture(pool, s));
   void *a = alloc_on(4096 * sizeof(uint32_t), s);
-  assert_ok(ops->kernel_fill_u32((gca_devptr_t)(uintptr_t)a, 7, 1, 4096, s));
-  assert_ok(ops->event_record(fork, s));
-  assert_ok(ops->stream_wait_event(side, fork));
+  assert_ok(gca_kernel_fill_u32(a, 7, 1, 4096, s));
+  assert_ok(gca_event_record(fork, s));
+  assert_ok(gca_stream_wait_event(side, fork));
   void *b = alloc_on(4096 * sizeof(uint32_t), side);
-  assert_ok(ops->kernel_fill_u32((gca_devptr_t)(uintptr_t)b, 100, 2, 4096, side));
-  assert_ok(ops->event_record(join, side));
-  assert_ok(ops->stream_wait_event(s, join));
+  assert_ok(gca_kernel_fill_u32(b, 100, 2, 4096, side));
+  assert_ok(gca_event_record(join, side));
+  assert_ok(gca_stream_wait_event(s, join));
   void *c = alloc_on(4096 * sizeof(uint32_t), s);
-  assert_ok(ops->kernel_add_u32((gca_devptr_t)(uintptr_t)c, (gca_devptr_t)(uintptr_t)a,
-                                (gca_devptr_t)(uintptr_t)b, 4096, s));
-  assert_ok(ops->stream_end_capture(s, &graph));
+  assert_ok(gca_kernel_add_u32(c, a, b, 4096, s));
+  assert_ok(gca_stream_end_capture(s, &graph));
   assert_non_null(graph);
   assert_ok(gca_pool_end_capture(pool, s));
   assert_true(in_pool(a, pool));
   assert_true(in_pool(b, pool));
   assert_true(in_pool(c, pool));
   assert_true(in_pool(before, NULL));
-  assert_ok(ops->graph_instantiate(graph, &exec));
-  assert_ok(ops->graph_launch(exec, s));
-  assert_ok(ops->stream_synchronize(s));
+  assert_ok(gca_graph_instantiate(&exec, graph));
+  assert_ok(gca_graph_launch(exec, s));
+  assert_ok(gca_stream_synchronize(s));
   const uint32_t *cv = c;
   for (uint32_t i = 0; i < 4096; i += 511)
     assert_int_equal(cv[i], 7 + i + 100 + 2 * i);
-  assert_ok(ops->graph_exec_destroy(exec));
-  assert_ok(ops->graph_destroy(graph));
+  assert_ok(gca_graph_exec_destroy(exec));
+  assert_ok(gca_graph_destroy(graph));
   for (void **p = (void *[]){a, b, c, before, NULL}; *p != NULL; p++)
     free_ok(*p);
   assert_ok(gca_pool_release(pool));
-  assert_ok(ops->event_destroy(fork));
-  assert_ok(ops->event_destroy(join));
-  assert_ok(ops->stream_destroy(s));
-  assert_ok(ops->stream_destroy(side));
+  assert_ok(gca_event_destroy(fork));
+  assert_ok(gca_event_destroy(join));
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_stream_destroy(side));
 }
 
 static void frees_during_capture_query_no_event_and_complete_after(void **state) {
@@ -192,8 +191,8 @@ static void frees_during_capture_query_no_event_and_complete_after(void **state)
   assert_ok(gca_record_stream(q, user));
   assert_ok(gca_free(q)); /* pending before the capture begins */
   assert_int_equal(lookup(q).state, GCA_BLOCK_ACTIVE_PENDING_FREE);
-  assert_ok(ops->kernel_sleep(20000000, user)); /* keeps q's event from completing */
-  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(gca_kernel_sleep(20000000, user)); /* keeps q's event from completing */
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
   assert_ok(gca_pool_begin_capture(pool, s));
   gca_sim_counters_reset();
   free_ok(p);
@@ -206,19 +205,19 @@ static void frees_during_capture_query_no_event_and_complete_after(void **state)
   assert_int_equal(gca_sim_call_count("event_query"), 0);
   assert_int_equal(gca_sim_call_count("event_record"), 0);
   assert_int_equal(gca_sim_call_count("event_synchronize"), 0);
-  assert_ok(ops->stream_end_capture(s, &graph));
+  assert_ok(gca_stream_end_capture(s, &graph));
   assert_non_null(graph); /* not invalidated by the allocator */
   assert_ok(gca_pool_end_capture(pool, s));
   assert_int_equal(gca_sim_call_count("event_record"), 1);
-  assert_ok(ops->stream_synchronize(user));
+  assert_ok(gca_stream_synchronize(user));
   void *z = alloc_on(512, other); /* processes the completed events, then reuses p */
   assert_ptr_equal(z, p);
   free_ok(z);
-  assert_ok(ops->graph_destroy(graph));
+  assert_ok(gca_graph_destroy(graph));
   assert_ok(gca_pool_release(pool));
-  assert_ok(ops->stream_destroy(s));
-  assert_ok(ops->stream_destroy(user));
-  assert_ok(ops->stream_destroy(other));
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_stream_destroy(user));
+  assert_ok(gca_stream_destroy(other));
 }
 
 static void deferred_free_survives_an_event_record_fault(void **state) {
@@ -228,10 +227,10 @@ static void deferred_free_survives_an_event_record_fault(void **state) {
   gca_pool_t *pool = new_pool(false, false);
   void *p = alloc_on(8192, NULL);
   assert_ok(gca_record_stream(p, user));
-  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
   assert_ok(gca_pool_begin_capture(pool, s));
   free_ok(p);
-  assert_ok(ops->stream_end_capture(s, &graph));
+  assert_ok(gca_stream_end_capture(s, &graph));
   assert_ok(gca_sim_fault_set("event_record:nth=1"));
   assert_ok(gca_pool_end_capture(pool, s)); /* the record fails: the free stays deferred */
   check();
@@ -239,13 +238,13 @@ static void deferred_free_survives_an_event_record_fault(void **state) {
   gca_sim_fault_clear();
   void *z = alloc_on(512, NULL); /* retries the deferred free: records its event */
   assert_int_equal(gca_sim_call_count("event_record"), 2);
-  assert_ok(ops->stream_synchronize(user));
+  assert_ok(gca_stream_synchronize(user));
   free_ok(z); /* processes the completed event */
   assert_int_equal(lookup(p).state, GCA_BLOCK_INACTIVE);
-  assert_ok(ops->graph_destroy(graph));
+  assert_ok(gca_graph_destroy(graph));
   assert_ok(gca_pool_release(pool));
-  assert_ok(ops->stream_destroy(s));
-  assert_ok(ops->stream_destroy(user));
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_stream_destroy(user));
 }
 
 static void use_count_frees_the_pool_at_zero_and_not_before(void **state) {
@@ -294,7 +293,7 @@ static void routes_hold_the_pool_until_they_end(void **state) {
   assert_ok(gca_pool_end_allocate(pool));
   assert_int_equal(gca_sim_used_bytes(0), 0);
   assert_status(gca_pool_end_allocate(pool), GCA_ERR_INVALID_HANDLE, "released");
-  assert_ok(ops->stream_destroy(s));
+  assert_ok(gca_stream_destroy(s));
 }
 
 static void use_on_oom_serves_default_requests_from_the_pool(void **state) {
@@ -369,7 +368,7 @@ static void dead_and_foreign_handles_are_refused(void **state) {
   assert_int_equal(n, 1);
   assert_ok(gca_pool_release(live));
   check();
-  assert_ok(ops->stream_destroy(s));
+  assert_ok(gca_stream_destroy(s));
 }
 
 static void capture_info_fault_leaves_the_pool_unrouted(void **state) {
@@ -377,7 +376,7 @@ static void capture_info_fault_leaves_the_pool_unrouted(void **state) {
   gca_stream_t s = new_stream();
   gca_graph_t graph = NULL;
   gca_pool_t *pool = new_pool(false, false);
-  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
   assert_ok(gca_sim_fault_set("stream_capture_info:nth=1"));
   assert_status(gca_pool_begin_capture(pool, s), GCA_ERR_DRIVER, "pool_begin_capture");
   gca_sim_fault_clear();
@@ -385,12 +384,12 @@ static void capture_info_fault_leaves_the_pool_unrouted(void **state) {
   assert_ok(gca_pool_use_count(pool, &n));
   assert_int_equal(n, 1);
   assert_status(gca_pool_end_capture(pool, s), GCA_ERR_INVALID_STATE, "no capture");
-  assert_ok(ops->stream_end_capture(s, &graph));
+  assert_ok(gca_stream_end_capture(s, &graph));
   if (graph != NULL)
-    assert_ok(ops->graph_destroy(graph));
+    assert_ok(gca_graph_destroy(graph));
   check();
   assert_ok(gca_pool_release(pool));
-  assert_ok(ops->stream_destroy(s));
+  assert_ok(gca_stream_destroy(s));
 }
 
 int main(void) {

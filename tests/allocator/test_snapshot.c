@@ -4,10 +4,8 @@
  * settings in force are reported. */
 #include <stdatomic.h>
 
-#include "gca/allocator.h"
-#include "harness.h"
-#include "introspect.h"
-#include "json.h"
+#include "gca.h"
+#include "support.h"
 
 #define MiB (1024ull * 1024ull)
 
@@ -122,7 +120,7 @@ static void snapshot_sums_match_stats_and_traces_keep_order(void **state) {
   (void)state;
   assert_ok(gca_record_history(true, 1000, true));
   gca_stream_t s2;
-  assert_ok(ops->stream_create(0, 0, 0, &s2));
+  assert_ok(gca_stream_create(&s2, 0));
 
   void *a, *b, *c, *d;
   assert_ok(gca_malloc(&a, 1000, NULL));
@@ -132,7 +130,7 @@ static void snapshot_sums_match_stats_and_traces_keep_order(void **state) {
   assert_ok(gca_free(b));
   /* d stays active but pending: freed while s2 still has queued work. */
   atomic_store(&gate, 0);
-  assert_ok(ops->launch_host_func(s2, hold_stream, NULL));
+  assert_ok(gca_launch_host_func(s2, hold_stream, NULL));
   assert_ok(gca_record_stream(d, s2));
   assert_ok(gca_free(d));
 
@@ -198,11 +196,11 @@ static void snapshot_sums_match_stats_and_traces_keep_order(void **state) {
   gca__json_free(v);
 
   atomic_store(&gate, 1);
-  assert_ok(ops->stream_synchronize(s2));
+  assert_ok(gca_stream_synchronize(s2));
   assert_ok(gca_free(a));
   assert_ok(gca_free(c));
   assert_ok(gca_empty_cache());
-  assert_ok(ops->stream_destroy(s2));
+  assert_ok(gca_stream_destroy(s2));
 
   /* With everything released, the snapshot has no segments left. */
   v = snapshot();

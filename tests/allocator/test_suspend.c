@@ -11,12 +11,12 @@ static gca_stream_t s;
 static int suspend_setup(void **state) {
   alloc_setup(state);
   assert_ok(gca_set_config("expandable_segments:True"));
-  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   return 0;
 }
 
 static int suspend_teardown(void **state) {
-  assert_ok(ops->stream_destroy(s));
+  assert_ok(gca_stream_destroy(s));
   return alloc_teardown(state);
 }
 
@@ -34,8 +34,8 @@ static void *pool_alloc(gca_pool_t *pool, size_t size) {
 }
 
 static void fill(void *p, uint32_t v, size_t n) {
-  assert_ok(ops->kernel_fill_u32((gca_devptr_t)(uintptr_t)p, v, 3, n, s));
-  assert_ok(ops->stream_synchronize(s));
+  assert_ok(gca_kernel_fill_u32(p, v, 3, n, s));
+  assert_ok(gca_stream_synchronize(s));
 }
 
 static void assert_filled(const void *p, uint32_t v, size_t n) {
@@ -80,30 +80,29 @@ static void graph_recorded_before_suspend_replays_after_resume(void **state) {
   gca_pool_t *pool = new_pool();
   gca_graph_t graph = NULL;
   gca_graph_exec_t exec = NULL;
-  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
   assert_ok(gca_pool_begin_capture(pool, s));
   void *x = alloc_on(N * 4, s), *y = alloc_on(N * 4, s), *z = alloc_on(N * 4, s);
-  gca_devptr_t dx = (gca_devptr_t)(uintptr_t)x, dy = (gca_devptr_t)(uintptr_t)y;
-  assert_ok(ops->kernel_fill_u32(dx, 1, 1, N, s));
-  assert_ok(ops->kernel_fill_u32(dy, 50, 2, N, s));
-  assert_ok(ops->kernel_add_u32((gca_devptr_t)(uintptr_t)z, dx, dy, N, s));
-  assert_ok(ops->stream_end_capture(s, &graph));
+  assert_ok(gca_kernel_fill_u32(x, 1, 1, N, s));
+  assert_ok(gca_kernel_fill_u32(y, 50, 2, N, s));
+  assert_ok(gca_kernel_add_u32(z, x, y, N, s));
+  assert_ok(gca_stream_end_capture(s, &graph));
   assert_ok(gca_pool_end_capture(pool, s));
-  assert_ok(ops->graph_instantiate(graph, &exec));
-  assert_ok(ops->graph_launch(exec, s));
-  assert_ok(ops->stream_synchronize(s));
+  assert_ok(gca_graph_instantiate(&exec, graph));
+  assert_ok(gca_graph_launch(exec, s));
+  assert_ok(gca_stream_synchronize(s));
   const uint32_t *zz = z;
   assert_int_equal(zz[100], 1 + 100 + 50 + 200);
   assert_ok(gca_pool_suspend(pool, 0));
   assert_int_equal(gca_sim_used_bytes(0), 0);
   assert_ok(gca_pool_resume(pool));
   memset(z, 0, N * 4);
-  assert_ok(ops->graph_launch(exec, s));
-  assert_ok(ops->stream_synchronize(s));
+  assert_ok(gca_graph_launch(exec, s));
+  assert_ok(gca_stream_synchronize(s));
   for (uint32_t i = 0; i < N; i += 101)
     assert_int_equal(zz[i], 1 + i + 50 + 2 * i);
-  assert_ok(ops->graph_exec_destroy(exec));
-  assert_ok(ops->graph_destroy(graph));
+  assert_ok(gca_graph_exec_destroy(exec));
+  assert_ok(gca_graph_destroy(graph));
   free_ok(x);
   free_ok(y);
   free_ok(z);
@@ -125,16 +124,16 @@ static void suspend_is_refused_for_classic_segments_and_during_capture(void **st
   gca_pool_t *pool = new_pool();
   void *b = pool_alloc(pool, 4096);
   fill(b, 5, 1024);
-  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
   assert_ok(gca_pool_begin_capture(pool, s));
   assert_status(gca_pool_suspend(pool, 0), GCA_ERR_INVALID_STATE, "capture");
-  assert_ok(ops->stream_end_capture(s, &graph));
+  assert_ok(gca_stream_end_capture(s, &graph));
   assert_non_null(graph);
   assert_ok(gca_pool_end_capture(pool, s));
   assert_status(gca_pool_suspend(pool, 0x80), GCA_ERR_INVALID_ARGUMENT, "flags");
   check();
   assert_filled(b, 5, 1024);
-  assert_ok(ops->graph_destroy(graph));
+  assert_ok(gca_graph_destroy(graph));
   free_ok(b);
   assert_ok(gca_pool_release(pool));
 }

@@ -2,7 +2,8 @@
  * the size/bool parsers that configuration and tools rely on. */
 #include <pthread.h>
 
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
 
 static void status_names_and_strings_come_from_one_list(void **state) {
   (void)state;

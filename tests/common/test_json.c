@@ -3,8 +3,8 @@
  * error is. */
 #include <math.h>
 
-#include "harness.h"
-#include "json.h"
+#include "gca.h"
+#include "support.h"
 
 static char *finish(gca_json_writer_t *w) {
   char *out = NULL;

@@ -10,7 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
 
 #define CHILD_PASS 0
 #define CHILD_FAIL 1

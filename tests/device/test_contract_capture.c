@@ -9,7 +9,8 @@
  */
 #include <pthread.h>
 
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
 
 #define N 128
 

@@ -14,7 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
 
 #define FAULT_EXIT 42
 

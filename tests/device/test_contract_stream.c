@@ -13,7 +13,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
 
 #define N 256
 

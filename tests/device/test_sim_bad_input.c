@@ -10,8 +10,8 @@
 #include <limits.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "sim.h"
+#include "gca.h"
+#include "support.h"
 
 #define MIB (1ull << 20)
 #define G   (2 * MIB)

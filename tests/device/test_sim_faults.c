@@ -12,7 +12,8 @@
 #include <limits.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
 
 #define MIB (1ull << 20)
 

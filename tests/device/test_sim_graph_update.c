@@ -3,7 +3,8 @@
  * uses them); any other graph is refused with the driver's result code, the
  * offending node's index and a reason, and the exec keeps running as before.
  */
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
 
 #define N 64
 

@@ -7,12 +7,11 @@
  * segment of the large pool; a block is split when the remainder is at least
  * 512 B (small) or more than 1 MiB (large).
  */
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include "json.h"
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream\n"
 #define MiB    (1ull << 20)

@@ -1,7 +1,9 @@
 /* test_rmm_csv.c - the RMM log CSV reader: valid traces parse field by field,
  * each kind of malformed input fails with GCA_ERR_PARSE naming its line, and
  * the file reader (buffer refills) agrees with the memory reader. */
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
+#include "tool_assert.h"
 
 #include <unistd.h>
 
@@ -88,75 +90,78 @@ static void header_only_is_an_empty_trace(void **state) {
 static void bad_header_fails_on_line_1(void **state) {
   gca_rmm_event_t ev[1];
   size_t n;
-  assert_status(read_text("Thread,Time,Action,Pointer,Size\n1,0:0:0,free,0x1,1\n", ev, 1, &n),
-                GCA_ERR_PARSE, "line 1: bad header 'Thread,Time,Action,Pointer,Size'");
-  assert_status(read_text("", ev, 1, &n), GCA_ERR_PARSE, "line 1: bad header");
-  assert_status(read_text("1,00:00:00.0,allocate,0x1,1,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
-                "t.csv line 1: bad header");
+  assert_tool_status(read_text("Thread,Time,Action,Pointer,Size\n1,0:0:0,free,0x1,1\n", ev, 1, &n),
+                     GCA_ERR_PARSE, "line 1: bad header 'Thread,Time,Action,Pointer,Size'");
+  assert_tool_status(read_text("", ev, 1, &n), GCA_ERR_PARSE, "line 1: bad header");
+  assert_tool_status(read_text("1,00:00:00.0,allocate,0x1,1,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
+                     "t.csv line 1: bad header");
 }
 
 static void missing_column_names_line_and_column(void **state) {
   gca_rmm_event_t ev[2];
   size_t n;
-  assert_status(
+  assert_tool_status(
       read_text(HEADER "1,00:00:00.0,allocate,0x1,1,0x0\n1,00:00:00.0,free,0x1\n", ev, 2, &n),
       GCA_ERR_PARSE, "line 3: missing column Size (found 4 of 6");
   assert_int_equal(n, 1);
-  assert_status(read_text(HEADER "1\n", ev, 2, &n), GCA_ERR_PARSE, "line 2: missing column Time");
+  assert_tool_status(read_text(HEADER "1\n", ev, 2, &n), GCA_ERR_PARSE,
+                     "line 2: missing column Time");
 }
 
 static void extra_column_fails(void **state) {
   gca_rmm_event_t ev[1];
   size_t n;
-  assert_status(read_text(HEADER "1,00:00:00.0,free,0x1,1,0x0,9\n", ev, 1, &n), GCA_ERR_PARSE,
-                "line 2: more than 6 columns");
+  assert_tool_status(read_text(HEADER "1,00:00:00.0,free,0x1,1,0x0,9\n", ev, 1, &n), GCA_ERR_PARSE,
+                     "line 2: more than 6 columns");
 }
 
 static void non_hex_pointer_fails(void **state) {
   gca_rmm_event_t ev[1];
   size_t n;
-  assert_status(read_text(HEADER "\n1,00:00:00.0,allocate,0xb08g00000,1,0x0\n", ev, 1, &n),
-                GCA_ERR_PARSE, "line 3: Pointer '0xb08g00000' is not a hex number");
-  assert_status(read_text(HEADER "1,00:00:00.0,allocate,0x,1,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
-                "line 2: Pointer '0x' is not a hex number");
-  assert_status(read_text(HEADER "1,00:00:00.0,allocate,0x11112222333344445,1,0x0\n", ev, 1, &n),
-                GCA_ERR_PARSE, "does not fit in 64 bits");
-  assert_status(read_text(HEADER "1,00:00:00.0,allocate,0x1,1,stream0\n", ev, 1, &n), GCA_ERR_PARSE,
-                "line 2: Stream 'stream0' is not a hex number");
+  assert_tool_status(read_text(HEADER "\n1,00:00:00.0,allocate,0xb08g00000,1,0x0\n", ev, 1, &n),
+                     GCA_ERR_PARSE, "line 3: Pointer '0xb08g00000' is not a hex number");
+  assert_tool_status(read_text(HEADER "1,00:00:00.0,allocate,0x,1,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
+                     "line 2: Pointer '0x' is not a hex number");
+  assert_tool_status(
+      read_text(HEADER "1,00:00:00.0,allocate,0x11112222333344445,1,0x0\n", ev, 1, &n),
+      GCA_ERR_PARSE, "does not fit in 64 bits");
+  assert_tool_status(read_text(HEADER "1,00:00:00.0,allocate,0x1,1,stream0\n", ev, 1, &n),
+                     GCA_ERR_PARSE, "line 2: Stream 'stream0' is not a hex number");
 }
 
 static void negative_or_non_numeric_size_fails(void **state) {
   gca_rmm_event_t ev[1];
   size_t n;
-  assert_status(read_text(HEADER "1,00:00:00.0,allocate,0x1,-512,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
-                "line 2: Size '-512' is negative");
-  assert_status(read_text(HEADER "1,00:00:00.0,allocate,0x1,12ab,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
-                "line 2: Size '12ab' is not a decimal number");
-  assert_status(read_text(HEADER "1,00:00:00.0,allocate,0x1,,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
-                "line 2: Size is empty");
-  assert_status(read_text(HEADER "1,00:00:00.0,allocate,0x1,18446744073709551616,0x0\n", ev, 1, &n),
-                GCA_ERR_PARSE, "does not fit in 64 bits");
+  assert_tool_status(read_text(HEADER "1,00:00:00.0,allocate,0x1,-512,0x0\n", ev, 1, &n),
+                     GCA_ERR_PARSE, "line 2: Size '-512' is negative");
+  assert_tool_status(read_text(HEADER "1,00:00:00.0,allocate,0x1,12ab,0x0\n", ev, 1, &n),
+                     GCA_ERR_PARSE, "line 2: Size '12ab' is not a decimal number");
+  assert_tool_status(read_text(HEADER "1,00:00:00.0,allocate,0x1,,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
+                     "line 2: Size is empty");
+  assert_tool_status(
+      read_text(HEADER "1,00:00:00.0,allocate,0x1,18446744073709551616,0x0\n", ev, 1, &n),
+      GCA_ERR_PARSE, "does not fit in 64 bits");
 }
 
 static void unknown_action_fails(void **state) {
   gca_rmm_event_t ev[1];
   size_t n;
-  assert_status(read_text(HEADER "1,00:00:00.0,allocate,0x1,1,0x0\n\n1,00:00:00.0,"
-                                 "deallocate,0x1,1,0x0\n",
-                          ev, 1, &n),
-                GCA_ERR_PARSE, "line 4: unknown action 'deallocate'");
+  assert_tool_status(read_text(HEADER "1,00:00:00.0,allocate,0x1,1,0x0\n\n1,00:00:00.0,"
+                                      "deallocate,0x1,1,0x0\n",
+                               ev, 1, &n),
+                     GCA_ERR_PARSE, "line 4: unknown action 'deallocate'");
   assert_int_equal(n, 1);
 }
 
 static void bad_time_or_thread_fails(void **state) {
   gca_rmm_event_t ev[1];
   size_t n;
-  assert_status(read_text(HEADER "1,00:61:00.0,free,0x1,1,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
-                "line 2: Time '00:61:00.0' is not HH:MM:SS.ffffff");
-  assert_status(read_text(HEADER "1,00:00:00.,free,0x1,1,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
-                "line 2: Time");
-  assert_status(read_text(HEADER "x1,00:00:00.0,free,0x1,1,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
-                "line 2: Thread 'x1' is not a decimal number");
+  assert_tool_status(read_text(HEADER "1,00:61:00.0,free,0x1,1,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
+                     "line 2: Time '00:61:00.0' is not HH:MM:SS.ffffff");
+  assert_tool_status(read_text(HEADER "1,00:00:00.,free,0x1,1,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
+                     "line 2: Time");
+  assert_tool_status(read_text(HEADER "x1,00:00:00.0,free,0x1,1,0x0\n", ev, 1, &n), GCA_ERR_PARSE,
+                     "line 2: Thread 'x1' is not a decimal number");
 }
 
 static void over_long_line_fails_in_memory_and_file(void **state) {
@@ -169,7 +174,7 @@ static void over_long_line_fails_in_memory_and_file(void **state) {
   text[len] = '\0';
   gca_rmm_event_t ev[2];
   size_t n;
-  assert_status(read_text(text, ev, 2, &n), GCA_ERR_PARSE, "line 3: longer than 1024 bytes");
+  assert_tool_status(read_text(text, ev, 2, &n), GCA_ERR_PARSE, "line 3: longer than 1024 bytes");
   assert_int_equal(n, 1);
   FILE *f = fmemopen(text, len, "rb");
   assert_non_null(f);
@@ -178,7 +183,7 @@ static void over_long_line_fails_in_memory_and_file(void **state) {
   gca_rmm_event_t e;
   bool eof = false;
   assert_ok(gca__rmm_next(r, &e, &eof));
-  assert_status(gca__rmm_next(r, &e, &eof), GCA_ERR_PARSE, "f.csv line 3: longer than");
+  assert_tool_status(gca__rmm_next(r, &e, &eof), GCA_ERR_PARSE, "f.csv line 3: longer than");
   gca__rmm_close(r);
   free(text);
 }
@@ -189,15 +194,15 @@ static void reader_stays_failed_after_an_error(void **state) {
   assert_ok(gca__rmm_open_memory(text, strlen(text), "t.csv", &r));
   gca_rmm_event_t e;
   bool eof = false;
-  assert_status(gca__rmm_next(r, &e, &eof), GCA_ERR_PARSE, "line 2: unknown action");
-  assert_status(gca__rmm_next(r, &e, &eof), GCA_ERR_PARSE, "reading past an error at line 2");
+  assert_tool_status(gca__rmm_next(r, &e, &eof), GCA_ERR_PARSE, "line 2: unknown action");
+  assert_tool_status(gca__rmm_next(r, &e, &eof), GCA_ERR_PARSE, "reading past an error at line 2");
   gca__rmm_close(r);
 }
 
 static void missing_file_is_an_io_error_naming_the_path(void **state) {
   gca_rmm_reader_t *r = NULL;
-  assert_status(gca__rmm_open_file("/nonexistent/trace.csv", &r), GCA_ERR_IO,
-                "cannot open /nonexistent/trace.csv");
+  assert_tool_status(gca__rmm_open_file("/nonexistent/trace.csv", &r), GCA_ERR_IO,
+                     "cannot open /nonexistent/trace.csv");
   assert_null(r);
 }
 
@@ -238,7 +243,7 @@ static void file_reader_crosses_buffer_refills(void **state) {
     assert_int_equal(e.stream, i % 3);
   }
   assert_int_equal(st, GCA_ERR_PARSE);
-  assert_non_null(strstr(gca_last_error(), "line 17777: Pointer '0xnothex'"));
+  assert_non_null(strstr(tool_last_error(), "line 17777: Pointer '0xnothex'"));
   assert_int_equal(i, bad - 2);
   gca__rmm_close(r);
   unlink(path);

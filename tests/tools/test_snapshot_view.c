@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "gca.h"
-#include "harness.h"
+#include "support.h"
 #include "snapshot_model.h"
 
 static const char *snapshot_path;

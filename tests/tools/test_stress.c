@@ -10,7 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
+#include "tool_assert.h"
 #include "stress_sizes.h"
 #include "stress_stamp.h"
 
@@ -66,11 +68,12 @@ static void size_ranges_parse_and_bad_text_is_rejected(void **state) {
   };
   for (size_t i = 0; i < GCA_ARRAY_SIZE(bad); i++) {
     stress_sizes_t untouched = {.min = 77};
-    assert_status(gca__stress_sizes_parse(bad[i].text, &untouched), GCA_ERR_PARSE, bad[i].needle);
+    assert_tool_status(gca__stress_sizes_parse(bad[i].text, &untouched), GCA_ERR_PARSE,
+                       bad[i].needle);
     assert_int_equal(untouched.min, 77);
   }
-  assert_status(gca__stress_sizes_parse("trace:/nonexistent/t.csv", &s), GCA_ERR_IO,
-                "/nonexistent/t.csv");
+  assert_tool_status(gca__stress_sizes_parse("trace:/nonexistent/t.csv", &s), GCA_ERR_IO,
+                     "/nonexistent/t.csv");
 }
 
 static void trace_sizes_are_the_allocate_rows(void **state) {
@@ -104,12 +107,12 @@ static void trace_sizes_are_the_allocate_rows(void **state) {
 
   write_file(path,
              "Thread,Time,Action,Pointer,Size,Stream\n1,00:00:00.000003,free,0x1000,100,0x0\n");
-  assert_status(gca__stress_sizes_parse(spec, &s), GCA_ERR_PARSE, "no allocate rows");
+  assert_tool_status(gca__stress_sizes_parse(spec, &s), GCA_ERR_PARSE, "no allocate rows");
   write_file(path, "Pointer,Size\n0x1,2\n");
-  assert_status(gca__stress_sizes_parse(spec, &s), GCA_ERR_PARSE, "sizes: ");
+  assert_tool_status(gca__stress_sizes_parse(spec, &s), GCA_ERR_PARSE, "sizes: ");
   write_file(path,
              "Thread,Time,Action,Pointer,Size,Stream\n1,00:00:00.000001,allocate,0x1000,xx,0x0\n");
-  assert_status(gca__stress_sizes_parse(spec, &s), GCA_ERR_PARSE, "line 2");
+  assert_tool_status(gca__stress_sizes_parse(spec, &s), GCA_ERR_PARSE, "line 2");
   unlink(path);
 }
 
@@ -181,22 +184,23 @@ static void stamp_check_reports_the_lowest_wrong_offset(void **state) {
 
 static void stamp_round_trip_on_the_sim_catches_a_stray_write(void **state) {
   (void)state;
-  const gca_device_ops_t *dev = test_backend();
+  assert_ok(gca_device_init());
   gca_stream_t s;
-  gca_devptr_t p;
-  assert_ok(dev->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
-  assert_ok(dev->mem_alloc(0, 1 << 20, &p));
+  void *mem = NULL;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_malloc(&mem, 1 << 20, s));
+  gca_devptr_t p = (gca_devptr_t)(uintptr_t)mem;
   stress_stamp_t st;
   gca__stress_stamp_layout(1 << 20, 7, &st);
   uint32_t host[STRESS_STAMP_MAX_WORDS];
   stress_mismatch_t mm;
-  assert_ok(gca__stress_stamp_write(dev, p, &st, 0, st.nregions, s));
-  assert_ok(gca__stress_stamp_read(dev, p, &st, host, s));
+  assert_ok(gca__stress_stamp_write(p, &st, 0, st.nregions, s));
+  assert_ok(gca__stress_stamp_read(p, &st, host, s));
   assert_true(gca__stress_stamp_check(&st, host, &mm));
 
   uint64_t word = st.regions[2].word + 1; /* inside the first sample */
-  assert_ok(dev->kernel_fill_u32(p + word * 4, 0x5a5a5a5a, 0, 1, s));
-  assert_ok(gca__stress_stamp_read(dev, p, &st, host, s));
+  assert_ok(gca_kernel_fill_u32((char *)mem + word * 4, 0x5a5a5a5a, 0, 1, s));
+  assert_ok(gca__stress_stamp_read(p, &st, host, s));
   assert_false(gca__stress_stamp_check(&st, host, &mm));
   assert_int_equal(mm.offset, word * 4);
   assert_int_equal(mm.found, 0x5a5a5a5a);
@@ -204,17 +208,18 @@ static void stamp_round_trip_on_the_sim_catches_a_stray_write(void **state) {
   /* a failed read-back leaves no copy queued behind it */
   assert_ok(gca_sim_fault_set("memcpy_async:nth=3"));
   memset(host, 0, sizeof(host));
-  assert_status(gca__stress_stamp_read(dev, p, &st, host, s), GCA_ERR_DRIVER, "memcpy_async");
+  assert_status(gca__stress_stamp_read(p, &st, host, s), GCA_ERR_DRIVER, "memcpy_async");
   gca_sim_fault_clear();
-  assert_ok(dev->stream_synchronize(s));
+  assert_ok(gca_stream_synchronize(s));
   assert_int_equal(host[0], gca__stress_stamp_expected(&st, 0));
   assert_int_equal(host[STRESS_STAMP_HEAD_WORDS + STRESS_STAMP_TAIL_WORDS], 0);
 
-  assert_ok(gca__stress_stamp_write(dev, p, &st, 0, st.nregions, s));
-  assert_ok(gca__stress_stamp_read(dev, p, &st, host, s));
+  assert_ok(gca__stress_stamp_write(p, &st, 0, st.nregions, s));
+  assert_ok(gca__stress_stamp_read(p, &st, host, s));
   assert_true(gca__stress_stamp_check(&st, host, &mm));
-  assert_ok(dev->mem_free(0, p));
-  assert_ok(dev->stream_destroy(s));
+  assert_ok(gca_free(mem));
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_empty_cache());
 }
 
 /* ---- the command ---- */

@@ -15,7 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "gca.h"
+#include "support.h"
 
 typedef struct run_result {
   int exit_code; /* -1 when killed by a signal */

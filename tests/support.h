@@ -1,8 +1,14 @@
-/* harness.h - what every test file shares: cmocka, the device table under
- * test (GCA_TEST_BACKEND=sim|cuda; cuda skips with exit 77 and a message when
- * no driver or device is present), and small assertions on gca statuses. */
-#ifndef GCA_TEST_HARNESS_H
-#define GCA_TEST_HARNESS_H
+/* support.h - the one place tests reach the library's internals from, and
+ * what every test file shares: cmocka, the device table under test
+ * (GCA_TEST_BACKEND=sim|cuda; cuda skips with exit 77 and a message when no
+ * driver or device is present), and small assertions on gca statuses.
+ *
+ * A test includes "gca.h" for the public API and this header for anything
+ * else: the internal headers below are included here and nowhere else under
+ * tests/, so what tests depend on beyond the public API is listed in one place.
+ */
+#ifndef GCA_TEST_SUPPORT_H
+#define GCA_TEST_SUPPORT_H
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,8 +23,21 @@
 
 #include <cmocka.h>
 
+#include "gca.h"
+
+/* Internals the tests use: error helpers and the environment/clock seams
+ * (common.h), the device operation table (device.h), the sim's own header
+ * (sim.h), the allocator's structures, walker and reset (alloc_core.h,
+ * introspect.h), configuration parsing (config.h), history (history.h) and the
+ * JSON reader (json.h). */
+#include "alloc_core.h"
 #include "common.h"
+#include "config.h"
 #include "device.h"
+#include "history.h"
+#include "introspect.h"
+#include "json.h"
+#include "sim.h"
 
 /* Asserts a call returned GCA_OK, printing the detail otherwise. */
 #define assert_ok(call)                                                          \

@@ -1,0 +1,150 @@
+/* util.c - the tools' error detail, clock and size text (see util.h).
+ *
+ * The detail is a per-thread buffer so the stress tool's worker threads can
+ * fail independently; sizes use binary multiples for every unit spelling, as
+ * the library's configuration keys do.
+ */
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char detail[1024];
+
+gca_status_t tool_error(gca_status_t status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof(detail), fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+gca_status_t tool_error_prefix(gca_status_t status, const char *fmt, ...) {
+  char head[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(head, sizeof(head) - 2, fmt, ap);
+  va_end(ap);
+  size_t h = n < 0 ? 0 : (size_t)n < sizeof(head) - 2 ? (size_t)n : sizeof(head) - 3;
+  memcpy(head + h, ": ", 2);
+  h += 2;
+  size_t old = strnlen(detail, sizeof(detail) - 1);
+  if (old > sizeof(detail) - 1 - h)
+    old = sizeof(detail) - 1 - h;
+  memmove(detail + h, detail, old);
+  memcpy(detail, head, h);
+  detail[h + old] = '\0';
+  return status;
+}
+
+gca_status_t tool_error_gca(gca_status_t status, const char *fmt, ...) {
+  char head[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(head, sizeof(head), fmt, ap);
+  va_end(ap);
+  snprintf(detail, sizeof(detail), "%s: %s", head, gca_last_error());
+  return status;
+}
+
+const char *tool_last_error(void) {
+  return detail;
+}
+
+uint64_t tool_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Multiplier for a unit spelled k, kb, kib (any case), or none / b. */
+static int unit_shift(const char *u, size_t n) {
+  static const char letters[] = "kmgt";
+  if (n == 0 || (n == 1 && tolower((unsigned char)u[0]) == 'b'))
+    return 0;
+  const char *l = strchr(letters, tolower((unsigned char)u[0]));
+  if (!l || u[0] == '\0')
+    return -1;
+  if (n == 1 || (n == 2 && tolower((unsigned char)u[1]) == 'b') ||
+      (n == 3 && tolower((unsigned char)u[1]) == 'i' && tolower((unsigned char)u[2]) == 'b'))
+    return 10 * (int)(l - letters + 1);
+  return -1;
+}
+
+gca_status_t tool_parse_size(const char *text, uint64_t *out) {
+  if (!text || !out)
+    return tool_error(GCA_ERR_INVALID_ARGUMENT, "size: NULL argument");
+  const char *p = text;
+  while (isspace((unsigned char)*p))
+    p++;
+  char *end = NULL;
+  errno = 0;
+  double v = (isdigit((unsigned char)*p) || *p == '.') ? strtod(p, &end) : NAN;
+  if (errno != 0 || end == p || !isfinite(v) || v < 0)
+    return tool_error(GCA_ERR_PARSE, "'%s' is not a size (expected e.g. 4096, 512MiB, 80GiB)",
+                      text);
+  size_t n = 0;
+  while (end[n] && !isspace((unsigned char)end[n]))
+    n++;
+  int shift = unit_shift(end, n);
+  const char *rest = end + n;
+  while (isspace((unsigned char)*rest))
+    rest++;
+  if (shift < 0 || *rest)
+    return tool_error(GCA_ERR_PARSE, "'%s': unknown size unit", text);
+  double bytes = ldexp(v, shift);
+  if (bytes >= 18446744073709551616.0)
+    return tool_error(GCA_ERR_PARSE, "'%s': size too large", text);
+  *out = (uint64_t)bytes;
+  return GCA_OK;
+}
+
+const char *tool_format_size(uint64_t bytes, char *buf, size_t len) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  size_t u = 0;
+  while (v >= 1024.0 && u + 1 < TOOL_ARRAY_SIZE(units)) {
+    v /= 1024.0;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+  else
+    snprintf(buf, len, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+void tool_json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    switch (*p) {
+    case '"':
+      fputs("\\\"", f);
+      break;
+    case '\\':
+      fputs("\\\\", f);
+      break;
+    case '\n':
+      fputs("\\n", f);
+      break;
+    case '\r':
+      fputs("\\r", f);
+      break;
+    case '\t':
+      fputs("\\t", f);
+      break;
+    default:
+      if (*p < 0x20 || *p == '<' || *p == 0x7f)
+        fprintf(f, "\\u%04x", *p);
+      else
+        fputc(*p, f);
+    }
+  }
+  fputc('"', f);
+}

@@ -1,0 +1,72 @@
+/* util.h - what the tools share beyond the public API: their own error detail,
+ * a monotonic clock, and byte sizes written and read the way the library's
+ * configuration does ("512MiB").
+ *
+ * It also holds the one JSON helper tools that write JSON by hand need, a
+ * string escaper.
+ *
+ * Tools see only include/ (the build gives them nothing else), so the
+ * library's internal error detail is out of reach. Tool modules (the RMM CSV
+ * reader, the size distributions) keep theirs in a thread-local buffer of
+ * their own: tool_error() sets it, tool_error_prefix() adds context, and
+ * tool_error_gca() carries a failed gca call's detail (gca_last_error) into
+ * it, so a tool prints one buffer, tool_last_error(), whoever failed.
+ */
+#ifndef GCA_TOOL_UTIL_H
+#define GCA_TOOL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gca.h"
+
+#define TOOL_PRINTF(f, a)  __attribute__((format(printf, f, a)))
+#define TOOL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Sets the tool detail and returns `status`. */
+gca_status_t tool_error(gca_status_t status, const char *fmt, ...) TOOL_PRINTF(2, 3);
+/* Prepends "context: " to the tool detail and returns `status`. */
+gca_status_t tool_error_prefix(gca_status_t status, const char *fmt, ...) TOOL_PRINTF(2, 3);
+/* Sets the tool detail to "context: <gca_last_error()>" and returns `status`. */
+gca_status_t tool_error_gca(gca_status_t status, const char *fmt, ...) TOOL_PRINTF(2, 3);
+/* The calling thread's tool detail ("" when none). */
+const char *tool_last_error(void);
+
+/* Propagates a failed tool function (its detail already set). */
+#define TOOL_CHECK(call)            \
+  do {                              \
+    gca_status_t tool_st_ = (call); \
+    if (tool_st_ != GCA_OK)         \
+      return tool_st_;              \
+  } while (0)
+/* Propagates a failed gca call, carrying its detail into the tool detail. */
+#define TOOL_CHECK_GCA(call)                        \
+  do {                                              \
+    gca_status_t tool_st_ = (call);                 \
+    if (tool_st_ != GCA_OK)                         \
+      return tool_error_gca(tool_st_, "%s", #call); \
+  } while (0)
+
+/* Stores a failed status in `st` and jumps to `label`. */
+#define TOOL_CHECK_GOTO(call, st, label) \
+  do {                                   \
+    (st) = (call);                       \
+    if ((st) != GCA_OK)                  \
+      goto label;                        \
+  } while (0)
+#define TOOL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Monotonic nanoseconds (CLOCK_MONOTONIC). */
+uint64_t tool_now_ns(void);
+/* "4096", "512MiB", "2MB", "1.5GiB" (binary multiples either way); GCA_ERR_PARSE
+ * with the text quoted in the tool detail when malformed or overflowing. */
+gca_status_t tool_parse_size(const char *text, uint64_t *out);
+/* "1.50 GiB" into buf; returns buf. */
+const char *tool_format_size(uint64_t bytes, char *buf, size_t len);
+/* Writes `s` to f as a JSON string literal, quotes included: '"', '\\' and
+ * control characters escaped, and '<' written as \u003c so that the text may
+ * sit inside an HTML <script> block; other bytes (UTF-8) pass through. */
+void tool_json_string(FILE *f, const char *s);
+
+#endif
