@@ -674,9 +674,8 @@ static gca_status_t record(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
     fn->rerecords++;
     break;
   }
-  if (action != GCA_GRAPH_RECORD || t->opts.on_decision)
-    report(t, fn, action, broken, arg, old_addr, new_addr, false, GCA_OK,
-           action == GCA_GRAPH_RECORD ? fn->name : detail);
+  report(t, fn, action, broken, arg, old_addr, new_addr, false, GCA_OK,
+         action == GCA_GRAPH_RECORD ? fn->name : detail);
 
   st = launch(t, n, inputs, outputs);
   if (st != GCA_OK)
