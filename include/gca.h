@@ -7,5 +7,6 @@
 #include "gca/allocator.h"
 #include "gca/pool.h"
 #include "gca/ipc.h"
+#include "gca/graphs.h"
 
 #endif

@@ -88,7 +88,8 @@
   X(mem_import_fabric)            \
   X(ctx_set_device)               \
   X(ctx_get_device)               \
-  X(stream_get_device)
+  X(stream_get_device)            \
+  X(kernel_philox_u32)
 
 typedef enum gca_dev_op {
 #define GCA__OP_ENUM(name) GCA_OP_##name,
@@ -250,6 +251,15 @@ typedef struct gca_device_ops {
    * NULL is the calling thread's current device (its legacy stream).
    * GCA_ERR_INVALID_HANDLE for a stream that is not live. */
   gca_status_t (*stream_get_device)(gca_stream_t stream, int *dev);
+
+  /* Ready-made RNG kernel (common/philox.h, Note [Philox stream]): dst[0..count)
+   * = Philox4x32-10 numbers for the seed *(u64 *)seed_ptr and the offset
+   * *(u64 *)offset_ptr + offset_add, both read when the kernel runs, so a
+   * captured launch draws from whatever the scalars hold at replay. The three
+   * pointers are device pointers, dst 4-byte and the scalars 8-byte aligned. */
+  gca_status_t (*kernel_philox_u32)(gca_devptr_t dst, size_t count, gca_devptr_t seed_ptr,
+                                    gca_devptr_t offset_ptr, uint64_t offset_add,
+                                    gca_stream_t stream);
 } gca_device_ops_t;
 
 /* ---- device.c ---- */

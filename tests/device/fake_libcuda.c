@@ -369,10 +369,11 @@ static CUresult f_module_load(CUmodule *m, const void *image) {
   *m = (CUmodule)(uintptr_t)(0x9000 + ctx_device(current));
   return CUDA_SUCCESS;
 }
-static char function_names[3][32] = {"gca_fill_u32", "gca_add_u32", "gca_sleep_ns"};
+static char function_names[4][32] = {"gca_fill_u32", "gca_add_u32", "gca_sleep_ns",
+                                     "gca_philox_u32"};
 static CUresult f_module_get_function(CUfunction *f, CUmodule m, const char *name) {
   const char *ptx_entry = NULL;
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 4; i++)
     if (strcmp(name, function_names[i]) == 0)
       ptx_entry = function_names[i];
   if (!ptx_entry)

@@ -113,6 +113,8 @@ STUB(mem_import_fabric, int dev, const uint8_t in[GCA_FABRIC_HANDLE_LEN], gca_me
 STUB(ctx_set_device, int dev)
 STUB(ctx_get_device, int *dev)
 STUB(stream_get_device, gca_stream_t s, int *dev)
+STUB(kernel_philox_u32, gca_devptr_t d, size_t n, gca_devptr_t seed, gca_devptr_t off, uint64_t add,
+     gca_stream_t s)
 #undef STUB
 
 static const gca_device_ops_t cuda_ops = {.name = "cuda",
@@ -309,7 +311,7 @@ typedef struct cuda_device {
   int fd_support;        /* POSIX fd handles: 1 yes, 0 no (read at init) */
   int _Atomic fabric;    /* request fabric handles in mem_create: 1 yes, 0 no */
   CUmodule _Atomic module;
-  CUfunction fn_fill, fn_add, fn_sleep; /* valid once module != NULL */
+  CUfunction fn_fill, fn_add, fn_sleep, fn_philox; /* valid once module != NULL */
 } cuda_device_t;
 
 static struct {
@@ -1098,6 +1100,7 @@ static gca_status_t load_module(const char *op, int dev, cuda_device_t **out) {
   CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_fill, mod, GCA_PTX_FILL_NAME), st, out_mode);
   CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_add, mod, GCA_PTX_ADD_NAME), st, out_mode);
   CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_sleep, mod, GCA_PTX_SLEEP_NAME), st, out_mode);
+  CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_philox, mod, GCA_PTX_PHILOX_NAME), st, out_mode);
   atomic_store_explicit(&d->module, mod, memory_order_release);
 out_mode:
   /* A module that failed half-way is leaked on purpose: unloading is another
@@ -1152,6 +1155,30 @@ static gca_status_t cuda_kernel_sleep(uint64_t ns, gca_stream_t stream) {
   GCA_CHECK(load_module("kernel_sleep", dev, &d));
   void *args[] = {&ns};
   CU_CHECK("kernel_sleep", drv.LaunchKernel(d->fn_sleep, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
+  return GCA_OK;
+}
+
+static gca_status_t cuda_kernel_philox_u32(gca_devptr_t dst, size_t count, gca_devptr_t seed_ptr,
+                                           gca_devptr_t offset_ptr, uint64_t offset_add,
+                                           gca_stream_t stream) {
+  int dev;
+  cuda_device_t *d;
+  GCA_CHECK(enter_stream("kernel_philox_u32", stream, &dev));
+  GCA_CHECK(load_module("kernel_philox_u32", dev, &d));
+  if (count == 0)
+    return GCA_OK;
+  if (!dst || (dst & 3u) || !seed_ptr || (seed_ptr & 7u) || !offset_ptr || (offset_ptr & 7u))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "kernel_philox_u32: dst 0x%llx must be a 4-byte aligned, seed 0x%llx and "
+                      "offset 0x%llx 8-byte aligned device pointers",
+                      (unsigned long long)dst, (unsigned long long)seed_ptr,
+                      (unsigned long long)offset_ptr);
+  CUdeviceptr p_dst = (CUdeviceptr)dst, p_seed = (CUdeviceptr)seed_ptr,
+              p_off = (CUdeviceptr)offset_ptr;
+  uint64_t p_count = count, p_add = offset_add;
+  void *args[] = {&p_dst, &p_count, &p_seed, &p_off, &p_add};
+  CU_CHECK("kernel_philox_u32", drv.LaunchKernel(d->fn_philox, grid_for((count + 3) / 4), 1, 1,
+                                                 KERNEL_BLOCK, 1, 1, 0, stream, args, NULL));
   return GCA_OK;
 }
 

@@ -2,7 +2,7 @@
  * needs no nvcc: the driver JIT-compiles the module for whatever GPU it runs on
  * (cuModuleLoadData), once per device.
  *
- * The one idea: three tiny kernels, written for the oldest target a current
+ * The one idea: four tiny kernels, written for the oldest target a current
  * driver still accepts (sm_52, PTX ISA 7.0), each a grid-stride loop (fill,
  * add) or a single-thread spin on %globaltimer (sleep), so any launch shape is
  * correct and the host side only picks a grid that is big enough to be fast.
@@ -10,14 +10,18 @@
  *   gca_fill_u32(u64 dst, u32 value, u32 step, u64 count)   dst[i] = value + i * step
  *   gca_add_u32(u64 dst, u64 a, u64 b, u64 count)           dst[i] = a[i] + b[i]
  *   gca_sleep_ns(u64 ns)                                    busy for at least ns
+ *   gca_philox_u32(u64 dst, u64 count, u64 seed_ptr, u64 offset_ptr, u64 add)
+ *       dst[i] = Philox4x32-10 numbers of common/philox.h (Note [Philox stream])
+ *       for seed *seed_ptr and offset *offset_ptr + add; one thread per 4 words
  * Arithmetic on values wraps modulo 2^32; indices are 64-bit.
  */
 #ifndef GCA_CUDA_PTX_H
 #define GCA_CUDA_PTX_H
 
-#define GCA_PTX_FILL_NAME  "gca_fill_u32"
-#define GCA_PTX_ADD_NAME   "gca_add_u32"
-#define GCA_PTX_SLEEP_NAME "gca_sleep_ns"
+#define GCA_PTX_FILL_NAME   "gca_fill_u32"
+#define GCA_PTX_ADD_NAME    "gca_add_u32"
+#define GCA_PTX_SLEEP_NAME  "gca_sleep_ns"
+#define GCA_PTX_PHILOX_NAME "gca_philox_u32"
 
 static const char gca__cuda_ptx[] =
     ".version 7.0\n"
@@ -111,6 +115,89 @@ static const char gca__cuda_ptx[] =
     "    sub.u64 %rd4, %rd3, %rd2;\n"
     "    setp.lt.u64 %p1, %rd4, %rd1;\n"
     "    @%p1 bra $Lsleep_spin;\n"
+    "    ret;\n"
+    "}\n"
+    "\n"
+    ".visible .entry gca_philox_u32(\n"
+    "    .param .u64 p_dst,\n"
+    "    .param .u64 p_count,\n"
+    "    .param .u64 p_seed,\n"
+    "    .param .u64 p_offset,\n"
+    "    .param .u64 p_add)\n"
+    "{\n"
+    "    .reg .pred %p<4>;\n"
+    "    .reg .b32 %r<18>;\n"
+    "    .reg .b64 %rd<16>;\n"
+    "    ld.param.u64 %rd1, [p_dst];\n"
+    "    ld.param.u64 %rd2, [p_count];\n"
+    "    ld.param.u64 %rd3, [p_seed];\n"
+    "    ld.param.u64 %rd4, [p_offset];\n"
+    "    ld.param.u64 %rd5, [p_add];\n"
+    "    cvta.to.global.u64 %rd1, %rd1;\n"
+    "    cvta.to.global.u64 %rd3, %rd3;\n"
+    "    cvta.to.global.u64 %rd4, %rd4;\n"
+    "    ld.global.u64 %rd6, [%rd3];\n" /* seed */
+    "    ld.global.u64 %rd7, [%rd4];\n"
+    "    add.u64 %rd7, %rd7, %rd5;\n" /* offset + add */
+    "    shr.u64 %rd7, %rd7, 2;\n"    /* first counter */
+    "    cvt.u32.u64 %r1, %rd6;\n"
+    "    shr.u64 %rd8, %rd6, 32;\n"
+    "    cvt.u32.u64 %r2, %rd8;\n"
+    "    add.u64 %rd9, %rd2, 3;\n"
+    "    shr.u64 %rd9, %rd9, 2;\n" /* groups of 4 = ceil(count / 4) */
+    "    mov.u32 %r3, %ctaid.x;\n"
+    "    mov.u32 %r4, %ntid.x;\n"
+    "    mov.u32 %r5, %tid.x;\n"
+    "    mov.u32 %r6, %nctaid.x;\n"
+    "    cvt.u64.u32 %rd10, %r5;\n"
+    "    mad.wide.u32 %rd10, %r3, %r4, %rd10;\n" /* g = ctaid * ntid + tid */
+    "    mul.wide.u32 %rd11, %r6, %r4;\n"        /* stride = nctaid * ntid */
+    "$Lphx_loop:\n"
+    "    setp.ge.u64 %p1, %rd10, %rd9;\n"
+    "    @%p1 bra $Lphx_done;\n"
+    "    add.u64 %rd12, %rd7, %rd10;\n"
+    "    cvt.u32.u64 %r7, %rd12;\n"
+    "    shr.u64 %rd13, %rd12, 32;\n"
+    "    cvt.u32.u64 %r8, %rd13;\n"
+    "    mov.u32 %r9, 0;\n"
+    "    mov.u32 %r10, 0;\n"
+    "    mov.u32 %r11, %r1;\n"
+    "    mov.u32 %r12, %r2;\n"
+    "    mov.u32 %r13, 0;\n"
+    "$Lphx_round:\n" /* c0..c3 = r7..r10, k = r11, r12 */
+    "    mul.hi.u32 %r14, %r7, 0xD2511F53;\n"
+    "    mul.lo.u32 %r15, %r7, 0xD2511F53;\n"
+    "    mul.hi.u32 %r16, %r9, 0xCD9E8D57;\n"
+    "    mul.lo.u32 %r17, %r9, 0xCD9E8D57;\n"
+    "    xor.b32 %r7, %r16, %r8;\n"
+    "    xor.b32 %r7, %r7, %r11;\n"
+    "    mov.u32 %r8, %r17;\n"
+    "    xor.b32 %r9, %r14, %r10;\n"
+    "    xor.b32 %r9, %r9, %r12;\n"
+    "    mov.u32 %r10, %r15;\n" /* c = {hi1^c1^k0, lo1, hi0^c3^k1, lo0} */
+    "    add.u32 %r11, %r11, 0x9E3779B9;\n"
+    "    add.u32 %r12, %r12, 0xBB67AE85;\n"
+    "    add.u32 %r13, %r13, 1;\n"
+    "    setp.lt.u32 %p2, %r13, 10;\n"
+    "    @%p2 bra $Lphx_round;\n"
+    "    shl.b64 %rd14, %rd10, 2;\n"
+    "    shl.b64 %rd15, %rd14, 2;\n"
+    "    add.u64 %rd15, %rd1, %rd15;\n"
+    "    sub.u64 %rd13, %rd2, %rd14;\n" /* words left >= 1 */
+    "    st.global.u32 [%rd15], %r7;\n"
+    "    setp.lt.u64 %p3, %rd13, 2;\n"
+    "    @%p3 bra $Lphx_next;\n"
+    "    st.global.u32 [%rd15+4], %r8;\n"
+    "    setp.lt.u64 %p3, %rd13, 3;\n"
+    "    @%p3 bra $Lphx_next;\n"
+    "    st.global.u32 [%rd15+8], %r9;\n"
+    "    setp.lt.u64 %p3, %rd13, 4;\n"
+    "    @%p3 bra $Lphx_next;\n"
+    "    st.global.u32 [%rd15+12], %r10;\n"
+    "$Lphx_next:\n"
+    "    add.u64 %rd10, %rd10, %rd11;\n"
+    "    bra.uni $Lphx_loop;\n"
+    "$Lphx_done:\n"
     "    ret;\n"
     "}\n";
 

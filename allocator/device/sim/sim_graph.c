@@ -139,6 +139,8 @@ static const char *node_name(const gca__sim_work_t *w) {
     return "kernel sleep";
   case GCA__SIM_WORK_GRAPH:
     return "child graph";
+  case GCA__SIM_WORK_PHILOX:
+    return "kernel philox_u32";
   }
   return "node";
 }

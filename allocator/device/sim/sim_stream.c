@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "philox.h"
 #include "sim_stream.h"
 
 /* ---- handle registry (Note [Sim handles]) ---- */
@@ -167,6 +168,12 @@ void gca__sim_work_run(const gca__sim_work_t *w) {
   case GCA__SIM_WORK_GRAPH:
     gca__sim_image_run(w->graph);
     break;
+  case GCA__SIM_WORK_PHILOX: {
+    uint64_t seed = *(const uint64_t *)(uintptr_t)w->a;
+    uint64_t offset = *(const uint64_t *)(uintptr_t)w->b + w->offset;
+    gca__philox_fill((uint32_t *)(uintptr_t)w->dst, w->count, seed, offset);
+    break;
+  }
   }
 }
 
@@ -1037,6 +1044,26 @@ static gca_status_t sim_kernel_sleep(uint64_t ns, gca_stream_t stream) {
   return gca__sim_stream_submit("kernel_sleep", stream, &w, NULL);
 }
 
+static gca_status_t sim_kernel_philox_u32(gca_devptr_t dst, size_t count, gca_devptr_t seed_ptr,
+                                          gca_devptr_t offset_ptr, uint64_t offset_add,
+                                          gca_stream_t stream) {
+  GCA_SIM_ENTER(kernel_philox_u32, 0);
+  if (count > 0 &&
+      (!dst || (dst & 3u) || !seed_ptr || (seed_ptr & 7u) || !offset_ptr || (offset_ptr & 7u)))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "kernel_philox_u32: dst 0x%llx must be a 4-byte aligned, seed 0x%llx and "
+                      "offset 0x%llx 8-byte aligned device pointers",
+                      (unsigned long long)dst, (unsigned long long)seed_ptr,
+                      (unsigned long long)offset_ptr);
+  gca__sim_work_t w = {.kind = GCA__SIM_WORK_PHILOX,
+                       .dst = dst,
+                       .a = seed_ptr,
+                       .b = offset_ptr,
+                       .count = count,
+                       .offset = offset_add};
+  return gca__sim_stream_submit("kernel_philox_u32", stream, &w, NULL);
+}
+
 void gca__sim_stream_ops(gca_device_ops_t *ops) {
   ops->ctx_synchronize = sim_ctx_synchronize;
   ops->ctx_set_device = sim_ctx_set_device;
@@ -1060,4 +1087,5 @@ void gca__sim_stream_ops(gca_device_ops_t *ops) {
   ops->kernel_fill_u32 = sim_kernel_fill_u32;
   ops->kernel_add_u32 = sim_kernel_add_u32;
   ops->kernel_sleep = sim_kernel_sleep;
+  ops->kernel_philox_u32 = sim_kernel_philox_u32;
 }

@@ -47,6 +47,7 @@ typedef enum gca__sim_work_kind {
   GCA__SIM_WORK_ADD,
   GCA__SIM_WORK_SLEEP,
   GCA__SIM_WORK_GRAPH,
+  GCA__SIM_WORK_PHILOX,
 } gca__sim_work_kind_t;
 
 /* What one work item or graph node does. A GRAPH work holds a reference on its
@@ -60,6 +61,7 @@ typedef struct gca__sim_work {
   gca_host_fn_t fn;
   void *user_data;
   gca__sim_image_t *graph;
+  uint64_t offset; /* philox: added to *(u64 *)b; a is the seed's pointer */
 } gca__sim_work_t;
 
 /* ---- sim_stream.c ---- */

@@ -1,0 +1,207 @@
+/* test_graph_faults.c - failures and misuse. Faults injected (sim) into
+ * capture, instantiate, exec-update and launch: the tree falls back as
+ * documented (eager run outside the pool, or a re-record when the update
+ * call fails), reports the rule and status, the results still match the
+ * host reference, the allocator's invariants hold and nothing leaks. Bad
+ * input gets a clear status and message. */
+#include "graph_fixture.h"
+
+typedef struct rig {
+  gca_graph_tree_t *t;
+  decisions_t ds;
+  gca_graph_fn_t *fn;
+  void *xd, *wd[2];
+  uint32_t x[NW], w[2][NW];
+} rig_t;
+
+static rig_t *rig_new(void) {
+  rig_t *r = calloc(1, sizeof(*r));
+  assert_non_null(r);
+  gca_graph_tree_options_t o = GCA_GRAPH_TREE_OPTIONS_INIT;
+  o.on_decision = record_decision;
+  o.decision_ctx = &r->ds;
+  assert_ok(gca_graph_tree_create(0, &o, &r->t));
+  r->fn = std_register(r->t, "std", NULL);
+  r->xd = dev_alloc(NW * 4);
+  for (uint32_t i = 0; i < NW; i++)
+    r->x[i] = i ^ 0x5a5a;
+  dev_write(r->xd, r->x, NW);
+  for (int k = 0; k < 2; k++) {
+    r->wd[k] = dev_alloc(NW * 4);
+    for (uint32_t i = 0; i < NW; i++)
+      r->w[k][i] = (uint32_t)k * 77 + i;
+    dev_write(r->wd[k], r->w[k], NW);
+  }
+  return r;
+}
+
+static void rig_step(rig_t *r, int wi) {
+  void *in[2] = {r->xd, r->wd[wi]}, *out[2];
+  assert_ok(gca_graph_tree_run(r->t, r->fn, in, 2, out, 2));
+  std_expect(r->t, out, r->x, r->w[wi], "under faults");
+  assert_ok(gca_graph_tree_step(r->t));
+  assert_ok(gca__allocator_check());
+}
+
+static void rig_free(rig_t *r) {
+  assert_ok(gca_graph_tree_destroy(r->t));
+  assert_ok(gca_free(r->xd));
+  assert_ok(gca_free(r->wd[0]));
+  assert_ok(gca_free(r->wd[1]));
+  free(r);
+}
+
+static const gca_graph_decision_t *last(rig_t *r) {
+  assert_true(r->ds.n > 0);
+  return &r->ds.d[r->ds.n - 1];
+}
+
+/* The record step fails at `op`: an eager run with `rule`; the next step records. */
+static void record_fault(const char *spec, gca_graph_rule_t rule, const char *needle) {
+  rig_t *r = rig_new();
+  rig_step(r, 0); /* warm-up */
+  assert_ok(gca_sim_fault_set(spec));
+  rig_step(r, 0);
+  gca_sim_fault_clear();
+  const gca_graph_decision_t *d = last(r);
+  assert_int_equal(d->action, GCA_GRAPH_EAGER);
+  assert_int_equal(d->rule, rule);
+  assert_int_not_equal(d->status, GCA_OK);
+  if (!strstr(d->detail, needle))
+    fail_msg("decision detail '%s' does not mention '%s'", d->detail, needle);
+  gca_graph_stats_t s = tree_stats(r->t);
+  assert_int_equal(s.eager_fallbacks, 1);
+  assert_int_equal(s.records, 0);
+  assert_int_equal(s.pool_allocated, 0); /* the failed capture left nothing in the pool */
+  rig_step(r, 0);
+  assert_int_equal(tree_stats(r->t).records, 1);
+  rig_step(r, 0);
+  rig_free(r);
+}
+
+static void capture_begin_fault_runs_eagerly(void **state) {
+  (void)state;
+  if (!on_sim)
+    skip();
+  record_fault("stream_begin_capture:nth=1", GCA_GRAPH_RULE_CAPTURE_FAILED, "stream_begin_capture");
+}
+
+static void capture_end_fault_runs_eagerly(void **state) {
+  (void)state;
+  if (!on_sim)
+    skip();
+  record_fault("stream_end_capture:nth=1", GCA_GRAPH_RULE_CAPTURE_FAILED, "stream_end_capture");
+}
+
+/* The pool's capture route asks the driver about the capture first. */
+static void pool_capture_route_fault_runs_eagerly(void **state) {
+  (void)state;
+  if (!on_sim)
+    skip();
+  record_fault("stream_capture_info:nth=1", GCA_GRAPH_RULE_CAPTURE_FAILED, "pool_begin_capture");
+}
+
+static void instantiate_fault_runs_eagerly(void **state) {
+  (void)state;
+  if (!on_sim)
+    skip();
+  record_fault("graph_instantiate:nth=1", GCA_GRAPH_RULE_INSTANTIATE_FAILED, "graph_instantiate");
+}
+
+static void exec_update_fault_rerecords(void **state) {
+  (void)state;
+  if (!on_sim)
+    skip();
+  rig_t *r = rig_new();
+  rig_step(r, 0);
+  rig_step(r, 0);
+  assert_ok(gca_sim_fault_set("graph_exec_update:nth=1"));
+  rig_step(r, 1);
+  gca_sim_fault_clear();
+  const gca_graph_decision_t *d = last(r);
+  assert_int_equal(d->action, GCA_GRAPH_RERECORD);
+  assert_int_equal(d->rule, GCA_GRAPH_RULE_STATIC_INPUT_MOVED);
+  assert_non_null(strstr(d->detail, "graph_exec_update"));
+  gca_graph_stats_t s = tree_stats(r->t);
+  assert_int_equal(s.rerecords, 1);
+  assert_int_equal(s.updates, 0);
+  assert_int_equal(s.instantiations, 2);
+  rig_step(r, 1);
+  rig_step(r, 0); /* and an update that works */
+  assert_int_equal(tree_stats(r->t).updates, 1);
+  rig_free(r);
+}
+
+static void launch_fault_runs_eagerly(void **state) {
+  (void)state;
+  if (!on_sim)
+    skip();
+  rig_t *r = rig_new();
+  rig_step(r, 0);
+  rig_step(r, 0);
+  assert_ok(gca_sim_fault_set("graph_launch:nth=1"));
+  rig_step(r, 0);
+  gca_sim_fault_clear();
+  const gca_graph_decision_t *d = last(r);
+  assert_int_equal(d->action, GCA_GRAPH_EAGER);
+  assert_int_equal(d->rule, GCA_GRAPH_RULE_LAUNCH_FAILED);
+  assert_non_null(strstr(d->detail, "graph_launch"));
+  rig_step(r, 0);
+  gca_graph_stats_t s = tree_stats(r->t);
+  assert_int_equal(s.eager_fallbacks, 1);
+  assert_int_equal(s.replays, 2);
+  rig_free(r);
+}
+
+static void bad_input_is_a_clear_status(void **state) {
+  (void)state;
+  gca_graph_tree_t *t, *other;
+  assert_ok(gca_graph_tree_create(0, NULL, &t));
+  assert_ok(gca_graph_tree_create(0, NULL, &other));
+  gca_graph_fn_desc_t d = GCA_GRAPH_FN_DESC_INIT;
+  d.name = "nobody";
+  gca_graph_fn_t *fn = NULL;
+  assert_status(gca_graph_fn_register(t, &d, &fn), GCA_ERR_INVALID_ARGUMENT,
+                "nobody has a NULL body");
+  assert_null(fn);
+  gca_graph_fn_t *f = std_register(t, "std", NULL), *g = std_register(other, "theirs", NULL);
+  void *xd = dev_alloc(NW * 4), *wd = dev_alloc(NW * 4);
+  void *in[2] = {xd, wd}, *out[2];
+  assert_status(gca_graph_tree_run(t, f, in, 1, out, 2), GCA_ERR_INVALID_ARGUMENT,
+                "std takes 2 inputs and 2 outputs, called with 1 and 2");
+  assert_status(gca_graph_tree_run(t, g, in, 2, out, 2), GCA_ERR_INVALID_ARGUMENT,
+                "function theirs belongs to tree");
+  assert_status(gca_graph_tree_run(t, NULL, in, 2, out, 2), GCA_ERR_INVALID_ARGUMENT, "fn is NULL");
+  assert_status(gca_graph_tree_release(t, xd), GCA_ERR_INVALID_POINTER, "is not a live output");
+  assert_status(gca_graph_tree_run(NULL, f, in, 2, out, 2), GCA_ERR_INVALID_ARGUMENT,
+                "tree is NULL");
+  gca_graph_tree_options_t o = GCA_GRAPH_TREE_OPTIONS_INIT;
+  o.size = 3;
+  gca_graph_tree_t *bad = NULL;
+  assert_status(gca_graph_tree_create(0, &o, &bad), GCA_ERR_INVALID_ARGUMENT, "options size");
+  assert_status(gca_graph_tree_create(99, NULL, &bad), GCA_ERR_INVALID_ARGUMENT, "device 99");
+  assert_ok(gca_graph_tree_run(t, f, in, 2, out, 2));
+  assert_ok(gca_graph_tree_destroy(t));
+  assert_status(gca_graph_tree_run(t, f, in, 2, out, 2), GCA_ERR_INVALID_HANDLE,
+                "is not a live graph tree");
+  assert_status(gca_graph_tree_step(t), GCA_ERR_INVALID_HANDLE, "graph_tree_step");
+  assert_status(gca_graph_tree_destroy(t), GCA_ERR_INVALID_HANDLE, "graph_tree_destroy");
+  assert_ok(gca_graph_tree_destroy(other));
+  assert_ok(gca_free(xd));
+  assert_ok(gca_free(wd));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(capture_begin_fault_runs_eagerly, graph_setup,
+                                      graph_teardown),
+      cmocka_unit_test_setup_teardown(capture_end_fault_runs_eagerly, graph_setup, graph_teardown),
+      cmocka_unit_test_setup_teardown(pool_capture_route_fault_runs_eagerly, graph_setup,
+                                      graph_teardown),
+      cmocka_unit_test_setup_teardown(instantiate_fault_runs_eagerly, graph_setup, graph_teardown),
+      cmocka_unit_test_setup_teardown(exec_update_fault_rerecords, graph_setup, graph_teardown),
+      cmocka_unit_test_setup_teardown(launch_fault_runs_eagerly, graph_setup, graph_teardown),
+      cmocka_unit_test_setup_teardown(bad_input_is_a_clear_status, graph_setup, graph_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
