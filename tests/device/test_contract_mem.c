@@ -104,18 +104,60 @@ static void mappings_of_one_handle_alias(void **state) {
   assert_ok(ops->mem_address_reserve(0, 2 * gran, 4 * gran, &b));
   assert_int_equal(b % (4 * gran), 0);
   assert_ok(ops->mem_map(a, 2 * gran, 0, h));
-  assert_ok(ops->mem_map(b, gran, gran, h)); /* b shows the handle's second granule */
+  assert_ok(ops->mem_map(b, 2 * gran, 0, h)); /* offset 0: cuMemMap takes no other */
   assert_ok(ops->mem_set_access(a, 2 * gran, &dev, 1));
-  assert_ok(ops->mem_set_access(b, gran, &dev, 1));
+  assert_ok(ops->mem_set_access(b, 2 * gran, &dev, 1));
   dev_write(a + gran + 8, 0xa11a5);
-  assert_int_equal(dev_read(b + 8), 0xa11a5);
+  assert_int_equal(dev_read(b + gran + 8), 0xa11a5);
   dev_write(b + 16, 0xb0b);
-  assert_int_equal(dev_read(a + gran + 16), 0xb0b);
+  assert_int_equal(dev_read(a + 16), 0xb0b);
   assert_ok(ops->mem_unmap(a, 2 * gran));
-  assert_ok(ops->mem_unmap(b, gran));
+  assert_ok(ops->mem_unmap(b, 2 * gran));
   assert_ok(ops->mem_release(h));
   assert_ok(ops->mem_address_free(0, a, 2 * gran));
   assert_ok(ops->mem_address_free(0, b, 2 * gran));
+  assert_int_equal(used(), 0);
+}
+
+static void map_at_a_nonzero_offset_is_invalid(void **state) {
+  (void)state;
+  gca_devptr_t base;
+  gca_memhandle_t h;
+  assert_ok(ops->mem_create(0, 2 * gran, &h));
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
+  assert_status(ops->mem_map(base, gran, gran, h), GCA_ERR_INVALID_ARGUMENT, "mem_map");
+  assert_ok(ops->mem_map(base, 2 * gran, 0, h)); /* the range is still free to map */
+  assert_ok(ops->mem_unmap(base, 2 * gran));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, base, 2 * gran));
+  assert_int_equal(used(), 0);
+}
+
+static void reserve_takes_page_multiples_and_power_of_two_alignments(void **state) {
+  (void)state;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  gca_devptr_t a, b, c;
+  gca_memhandle_t h;
+  int dev = 0;
+  assert_ok(ops->mem_address_reserve(0, gran + gran / 2, 0, &a)); /* not a granule multiple */
+  assert_ok(ops->mem_address_reserve(0, 2 * page, page, &b));     /* alignment below a granule */
+  assert_ok(ops->mem_address_reserve(0, gran, 8 * gran, &c));
+  assert_int_equal(c % (8 * gran), 0);
+  assert_status(ops->mem_address_reserve(0, 0, 0, &b), GCA_ERR_INVALID_ARGUMENT,
+                "mem_address_reserve");
+  assert_status(ops->mem_address_reserve(0, gran, 3 * gran, &b), GCA_ERR_INVALID_ARGUMENT,
+                "mem_address_reserve");
+  /* A granule inside the odd-sized reservation maps as usual. */
+  assert_ok(ops->mem_create(0, gran, &h));
+  assert_ok(ops->mem_map(a, gran, 0, h));
+  assert_ok(ops->mem_set_access(a, gran, &dev, 1));
+  dev_write(a + gran - 4, 0x0dd);
+  assert_int_equal(dev_read(a + gran - 4), 0x0dd);
+  assert_ok(ops->mem_unmap(a, gran));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, a, gran + gran / 2));
+  assert_ok(ops->mem_address_free(0, b, 2 * page));
+  assert_ok(ops->mem_address_free(0, c, gran));
   assert_int_equal(used(), 0);
 }
 
@@ -421,6 +463,8 @@ int main(void) {
       cmocka_unit_test(vmm_round_trip_returns_used_bytes_to_zero),
       cmocka_unit_test(released_handle_lives_until_its_mapping_is_gone),
       cmocka_unit_test(mappings_of_one_handle_alias),
+      cmocka_unit_test(map_at_a_nonzero_offset_is_invalid),
+      cmocka_unit_test(reserve_takes_page_multiples_and_power_of_two_alignments),
       cmocka_unit_test(unmap_may_span_adjacent_mappings_whole),
       cmocka_unit_test(unmapped_and_inaccessible_addresses_fault),
       cmocka_unit_test(capacity_exhaustion_is_oom_and_leaves_state_intact),

@@ -529,12 +529,16 @@ static gca_status_t sim_mem_address_reserve(int dev, size_t size, size_t alignme
   GCA_SIM_ENTER(mem_address_reserve, 0);
   GCA_CHECK(gca__sim_check_device("mem_address_reserve", dev));
   GCA_CHECK(check_out("mem_address_reserve", out, "out"));
-  uint64_t align = alignment ? alignment : GRAN;
-  if (size == 0 || size % GRAN || align % GRAN || (align & (align - 1)))
+  /* As cuMemAddressReserve: size a multiple of the host page size, alignment
+   * 0 (default) or a power of two. The range always starts on a granule, as
+   * the driver's do, since only granule-aligned ranges can be mapped. */
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  if (size == 0 || size % page || (alignment & (alignment - 1)))
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "mem_address_reserve: size %zu / alignment %zu not multiples of the "
-                      "granularity (alignment a power of two)",
-                      size, alignment);
+                      "mem_address_reserve: size %zu is not a positive multiple of the host page "
+                      "size (%llu) or alignment %zu is not 0 or a power of two",
+                      size, (unsigned long long)page, alignment);
+  uint64_t align = alignment > GRAN ? alignment : GRAN;
   uint64_t base;
   GCA_CHECK(reserve_range("mem_address_reserve", size, align, &base));
   resv_t r = {.base = base, .size = size, .dev = dev};
@@ -579,9 +583,10 @@ static gca_status_t sim_mem_map(gca_devptr_t ptr, size_t size, size_t offset,
                                 gca_memhandle_t handle) {
   GCA_SIM_ENTER(mem_map, 0);
   GCA_CHECK(check_range("mem_map", ptr, size));
-  if (offset % GRAN)
+  if (offset != 0)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "mem_map: offset %zu is not a multiple of the granularity", offset);
+                      "mem_map: offset %zu into the handle; cuMemMap's offset must be zero",
+                      offset);
   gca_status_t st = GCA_OK;
   pthread_mutex_lock(&mem.lock);
   phys_t *p = handle_find(handle, NULL);
