@@ -11,10 +11,12 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "sim.h"
 
 #define FAULT_EXIT 42
 
@@ -355,6 +357,111 @@ static void classic_alloc_is_aligned_usable_and_freed(void **state) {
   assert_int_equal(used(), 0);
 }
 
+static void small_classic_allocations_share_chunks_and_are_256_aligned(void **state) {
+  (void)state;
+  enum { N = 1000, SIZE = 512 };
+  static gca_devptr_t p[N];
+  size_t free0, total, free1;
+  assert_ok(ops->mem_get_info(0, &free0, &total));
+  for (int i = 0; i < N; i++) {
+    assert_ok(ops->mem_alloc(0, SIZE, &p[i]));
+    assert_int_equal(p[i] % 256, 0);
+  }
+  for (int i = 0; i < N; i++)
+    dev_write(p[i], 0x5000u + (uint32_t)i);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(dev_read(p[i]), 0x5000u + (uint32_t)i); /* none overlaps another */
+  }
+  assert_ok(ops->mem_get_info(0, &free1, &total));
+  if (is_sim) { /* 500 KB of requests fit one 2 MiB chunk */
+    assert_int_equal(used(), gran);
+    assert_int_equal(free0 - free1, gran);
+    dev_write(p[N - 1] + SIZE + 64, 1); /* past the end, inside the chunk: no fault */
+  }
+  for (int i = 0; i < N - 1; i++)
+    assert_ok(ops->mem_free(0, p[i]));
+  if (is_sim)
+    assert_int_equal(used(), gran); /* the chunk stays while one allocation lives in it */
+  assert_int_equal(dev_read(p[N - 1]), 0x5000u + N - 1);
+  assert_ok(ops->mem_free(0, p[N - 1]));
+  assert_int_equal(used(), 0); /* the last free gives the chunk back */
+  if (is_sim) {
+    assert_ok(ops->mem_get_info(0, &free1, &total));
+    assert_int_equal(free1, free0);
+  }
+}
+
+/* A gate that holds a stream in a host function until it is opened. */
+typedef struct free_race {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool open;
+  atomic_bool freed;
+  bool freed_when_written;
+  gca_devptr_t p;
+  gca_status_t st;
+} free_race_t;
+
+static void gate_wait(void *arg) {
+  free_race_t *r = arg;
+  pthread_mutex_lock(&r->mu);
+  while (!r->open)
+    pthread_cond_wait(&r->cv, &r->mu);
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void gate_open(void *arg) {
+  free_race_t *r = arg;
+  pthread_mutex_lock(&r->mu);
+  r->open = true;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void after_write(void *arg) {
+  free_race_t *r = arg;
+  r->freed_when_written = atomic_load(&r->freed);
+}
+
+static void *freer(void *arg) {
+  free_race_t *r = arg;
+  r->st = ops->mem_free(0, r->p);
+  atomic_store(&r->freed, true);
+  gate_open(r); /* a mem_free that did not wait must not leave the stream blocked */
+  return NULL;
+}
+
+/* cuMemFree synchronizes: a write queued (behind a gate) before the free lands
+ * before the memory is released. On sim the gate opens only once mem_free is
+ * waiting (a hook), so a free that returned early is caught every time. */
+static void mem_free_waits_for_work_queued_on_the_device(void **state) {
+  (void)state;
+  free_race_t r = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  gca_stream_t s;
+  gca_devptr_t keep; /* keeps a sim chunk mapped, so an early free shows as a late write */
+  pthread_t t;
+  assert_ok(ops->mem_alloc(0, 4096, &keep));
+  assert_ok(ops->mem_alloc(0, 4096, &r.p));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->launch_host_func(s, gate_wait, &r));
+  assert_ok(ops->memset_d32_async(r.p, 0x5eed, 1024, s));
+  assert_ok(ops->launch_host_func(s, after_write, &r));
+  if (is_sim)
+    gca__sim_mem_free_wait_hook(gate_open, &r);
+  assert_int_equal(pthread_create(&t, NULL, freer, &r), 0);
+  if (!is_sim)
+    gate_open(&r);
+  pthread_join(t, NULL);
+  if (is_sim)
+    gca__sim_mem_free_wait_hook(NULL, NULL);
+  assert_ok(r.st);
+  assert_false(r.freed_when_written);
+  assert_ok(ops->stream_synchronize(s));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, keep));
+  assert_int_equal(used(), 0);
+}
+
 static void exported_fd_imports_as_the_same_memory(void **state) {
   (void)state;
   int attr = 0;
@@ -470,6 +577,8 @@ int main(void) {
       cmocka_unit_test(capacity_exhaustion_is_oom_and_leaves_state_intact),
       cmocka_unit_test(large_device_maps_without_touching_pages),
       cmocka_unit_test(classic_alloc_is_aligned_usable_and_freed),
+      cmocka_unit_test(small_classic_allocations_share_chunks_and_are_256_aligned),
+      cmocka_unit_test(mem_free_waits_for_work_queued_on_the_device),
       cmocka_unit_test(exported_fd_imports_as_the_same_memory),
       cmocka_unit_test(concurrent_vmm_traffic_keeps_counts_and_bytes_exact),
       cmocka_unit_test(device_reports_vmm_and_granularity),
