@@ -1696,6 +1696,9 @@ GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction) {
 GCA_API gca_status_t gca_enable_peer_access(int device, int peer) {
   gca__devalloc_t *d;
   GCA_CHECK(check_device_index("enable_peer_access", peer, NULL));
+  if (peer == device) /* as cuCtxEnablePeerAccess with the current context */
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "enable_peer_access: device %d is not a peer of itself", device);
   GCA_CHECK(devalloc_get("enable_peer_access", device, &d));
   gca__dev_lock(d);
   gca_status_t st = gca__expand_add_peer(d, peer);

@@ -145,6 +145,11 @@ static gca_status_t check_layout(const char *op, const gca_ipc_handle_t *h) {
   int64_t next = h->e[0].rel;
   for (uint32_t i = 0; i < h->n; i++) {
     const ipc_entry_t *e = &h->e[i];
+    if (e->handle_offset != 0) /* cuMemMap maps a handle from its start only */
+      return gca__error(GCA_ERR_PARSE,
+                        "%s: handle %" PRIu32 " is mapped from offset %" PRIu64
+                        " of its memory; only offset 0 can be mapped",
+                        op, i, e->handle_offset);
     if (e->handle_size == 0 || e->handle_size > MAX_BYTES || e->map_size == 0 ||
         e->handle_offset > e->handle_size || e->map_size > e->handle_size - e->handle_offset)
       return gca__error(GCA_ERR_PARSE,

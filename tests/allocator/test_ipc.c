@@ -554,7 +554,10 @@ static void malformed_messages_are_parse_errors_and_leak_no_fd(void **state) {
   expect_refused(&w, w.pre, body, 64, 1, false, "do not fit");
   memcpy(body, w.body, 64);
   set_u64(body + 32 + 8, UINT64_MAX - MiB); /* handle_offset wraps */
-  expect_refused(&w, w.pre, body, 64, 1, false, "do not fit");
+  expect_refused(&w, w.pre, body, 64, 1, false, "only offset 0");
+  memcpy(body, w.body, 64);
+  set_u64(body + 32 + 8, 2 * MiB); /* a granule-aligned offset: cuMemMap takes none */
+  expect_refused(&w, w.pre, body, 64, 1, false, "mapped from offset 2097152");
   memcpy(body, w.body, 64);
   set_u64(body + 32 + 24, 4 * MiB); /* mapping starts after the block's start */
   expect_refused(&w, w.pre, body, 64, 1, false, "cover");

@@ -11,6 +11,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,18 +106,60 @@ static void mappings_of_one_handle_alias(void **state) {
   assert_ok(ops->mem_address_reserve(0, 2 * gran, 4 * gran, &b));
   assert_int_equal(b % (4 * gran), 0);
   assert_ok(ops->mem_map(a, 2 * gran, 0, h));
-  assert_ok(ops->mem_map(b, gran, gran, h)); /* b shows the handle's second granule */
+  assert_ok(ops->mem_map(b, 2 * gran, 0, h)); /* offset 0: cuMemMap takes no other */
   assert_ok(ops->mem_set_access(a, 2 * gran, &dev, 1));
-  assert_ok(ops->mem_set_access(b, gran, &dev, 1));
+  assert_ok(ops->mem_set_access(b, 2 * gran, &dev, 1));
   dev_write(a + gran + 8, 0xa11a5);
-  assert_int_equal(dev_read(b + 8), 0xa11a5);
+  assert_int_equal(dev_read(b + gran + 8), 0xa11a5);
   dev_write(b + 16, 0xb0b);
-  assert_int_equal(dev_read(a + gran + 16), 0xb0b);
+  assert_int_equal(dev_read(a + 16), 0xb0b);
   assert_ok(ops->mem_unmap(a, 2 * gran));
-  assert_ok(ops->mem_unmap(b, gran));
+  assert_ok(ops->mem_unmap(b, 2 * gran));
   assert_ok(ops->mem_release(h));
   assert_ok(ops->mem_address_free(0, a, 2 * gran));
   assert_ok(ops->mem_address_free(0, b, 2 * gran));
+  assert_int_equal(used(), 0);
+}
+
+static void map_at_a_nonzero_offset_is_invalid(void **state) {
+  (void)state;
+  gca_devptr_t base;
+  gca_memhandle_t h;
+  assert_ok(ops->mem_create(0, 2 * gran, &h));
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
+  assert_status(ops->mem_map(base, gran, gran, h), GCA_ERR_INVALID_ARGUMENT, "mem_map");
+  assert_ok(ops->mem_map(base, 2 * gran, 0, h)); /* the range is still free to map */
+  assert_ok(ops->mem_unmap(base, 2 * gran));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, base, 2 * gran));
+  assert_int_equal(used(), 0);
+}
+
+static void reserve_takes_page_multiples_and_power_of_two_alignments(void **state) {
+  (void)state;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  gca_devptr_t a, b, c;
+  gca_memhandle_t h;
+  int dev = 0;
+  assert_ok(ops->mem_address_reserve(0, gran + gran / 2, 0, &a)); /* not a granule multiple */
+  assert_ok(ops->mem_address_reserve(0, 2 * page, page, &b));     /* alignment below a granule */
+  assert_ok(ops->mem_address_reserve(0, gran, 8 * gran, &c));
+  assert_int_equal(c % (8 * gran), 0);
+  assert_status(ops->mem_address_reserve(0, 0, 0, &b), GCA_ERR_INVALID_ARGUMENT,
+                "mem_address_reserve");
+  assert_status(ops->mem_address_reserve(0, gran, 3 * gran, &b), GCA_ERR_INVALID_ARGUMENT,
+                "mem_address_reserve");
+  /* A granule inside the odd-sized reservation maps as usual. */
+  assert_ok(ops->mem_create(0, gran, &h));
+  assert_ok(ops->mem_map(a, gran, 0, h));
+  assert_ok(ops->mem_set_access(a, gran, &dev, 1));
+  dev_write(a + gran - 4, 0x0dd);
+  assert_int_equal(dev_read(a + gran - 4), 0x0dd);
+  assert_ok(ops->mem_unmap(a, gran));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, a, gran + gran / 2));
+  assert_ok(ops->mem_address_free(0, b, 2 * page));
+  assert_ok(ops->mem_address_free(0, c, gran));
   assert_int_equal(used(), 0);
 }
 
@@ -314,6 +357,111 @@ static void classic_alloc_is_aligned_usable_and_freed(void **state) {
   assert_int_equal(used(), 0);
 }
 
+static void small_classic_allocations_share_chunks_and_are_256_aligned(void **state) {
+  (void)state;
+  enum { N = 1000, SIZE = 512 };
+  static gca_devptr_t p[N];
+  size_t free0, total, free1;
+  assert_ok(ops->mem_get_info(0, &free0, &total));
+  for (int i = 0; i < N; i++) {
+    assert_ok(ops->mem_alloc(0, SIZE, &p[i]));
+    assert_int_equal(p[i] % 256, 0);
+  }
+  for (int i = 0; i < N; i++)
+    dev_write(p[i], 0x5000u + (uint32_t)i);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(dev_read(p[i]), 0x5000u + (uint32_t)i); /* none overlaps another */
+  }
+  assert_ok(ops->mem_get_info(0, &free1, &total));
+  if (is_sim) { /* 500 KB of requests fit one 2 MiB chunk */
+    assert_int_equal(used(), gran);
+    assert_int_equal(free0 - free1, gran);
+    dev_write(p[N - 1] + SIZE + 64, 1); /* past the end, inside the chunk: no fault */
+  }
+  for (int i = 0; i < N - 1; i++)
+    assert_ok(ops->mem_free(0, p[i]));
+  if (is_sim)
+    assert_int_equal(used(), gran); /* the chunk stays while one allocation lives in it */
+  assert_int_equal(dev_read(p[N - 1]), 0x5000u + N - 1);
+  assert_ok(ops->mem_free(0, p[N - 1]));
+  assert_int_equal(used(), 0); /* the last free gives the chunk back */
+  if (is_sim) {
+    assert_ok(ops->mem_get_info(0, &free1, &total));
+    assert_int_equal(free1, free0);
+  }
+}
+
+/* A gate that holds a stream in a host function until it is opened. */
+typedef struct free_race {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool open;
+  atomic_bool freed;
+  bool freed_when_written;
+  gca_devptr_t p;
+  gca_status_t st;
+} free_race_t;
+
+static void gate_wait(void *arg) {
+  free_race_t *r = arg;
+  pthread_mutex_lock(&r->mu);
+  while (!r->open)
+    pthread_cond_wait(&r->cv, &r->mu);
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void gate_open(void *arg) {
+  free_race_t *r = arg;
+  pthread_mutex_lock(&r->mu);
+  r->open = true;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void after_write(void *arg) {
+  free_race_t *r = arg;
+  r->freed_when_written = atomic_load(&r->freed);
+}
+
+static void *freer(void *arg) {
+  free_race_t *r = arg;
+  r->st = ops->mem_free(0, r->p);
+  atomic_store(&r->freed, true);
+  gate_open(r); /* a mem_free that did not wait must not leave the stream blocked */
+  return NULL;
+}
+
+/* cuMemFree synchronizes: a write queued (behind a gate) before the free lands
+ * before the memory is released. On sim the gate opens only once mem_free is
+ * waiting (a hook), so a free that returned early is caught every time. */
+static void mem_free_waits_for_work_queued_on_the_device(void **state) {
+  (void)state;
+  free_race_t r = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  gca_stream_t s;
+  gca_devptr_t keep; /* keeps a sim chunk mapped, so an early free shows as a late write */
+  pthread_t t;
+  assert_ok(ops->mem_alloc(0, 4096, &keep));
+  assert_ok(ops->mem_alloc(0, 4096, &r.p));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->launch_host_func(s, gate_wait, &r));
+  assert_ok(ops->memset_d32_async(r.p, 0x5eed, 1024, s));
+  assert_ok(ops->launch_host_func(s, after_write, &r));
+  if (is_sim)
+    gca__sim_mem_free_wait_hook(gate_open, &r);
+  assert_int_equal(pthread_create(&t, NULL, freer, &r), 0);
+  if (!is_sim)
+    gate_open(&r);
+  pthread_join(t, NULL);
+  if (is_sim)
+    gca__sim_mem_free_wait_hook(NULL, NULL);
+  assert_ok(r.st);
+  assert_false(r.freed_when_written);
+  assert_ok(ops->stream_synchronize(s));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, keep));
+  assert_int_equal(used(), 0);
+}
+
 static void exported_fd_imports_as_the_same_memory(void **state) {
   (void)state;
   int attr = 0;
@@ -422,11 +570,15 @@ int main(void) {
       cmocka_unit_test(vmm_round_trip_returns_used_bytes_to_zero),
       cmocka_unit_test(released_handle_lives_until_its_mapping_is_gone),
       cmocka_unit_test(mappings_of_one_handle_alias),
+      cmocka_unit_test(map_at_a_nonzero_offset_is_invalid),
+      cmocka_unit_test(reserve_takes_page_multiples_and_power_of_two_alignments),
       cmocka_unit_test(unmap_may_span_adjacent_mappings_whole),
       cmocka_unit_test(unmapped_and_inaccessible_addresses_fault),
       cmocka_unit_test(capacity_exhaustion_is_oom_and_leaves_state_intact),
       cmocka_unit_test(large_device_maps_without_touching_pages),
       cmocka_unit_test(classic_alloc_is_aligned_usable_and_freed),
+      cmocka_unit_test(small_classic_allocations_share_chunks_and_are_256_aligned),
+      cmocka_unit_test(mem_free_waits_for_work_queued_on_the_device),
       cmocka_unit_test(exported_fd_imports_as_the_same_memory),
       cmocka_unit_test(concurrent_vmm_traffic_keeps_counts_and_bytes_exact),
       cmocka_unit_test(device_reports_vmm_and_granularity),

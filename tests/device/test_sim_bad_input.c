@@ -8,6 +8,7 @@
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "gca.h"
@@ -110,9 +111,9 @@ static void map_beyond_the_handle_is_rejected(void **state) {
   assert_ok(ops->mem_address_reserve(0, 4 * G, 0, &base));
   assert_ok(ops->mem_create(0, 2 * G, &h));
   assert_status(ops->mem_map(base, 4 * G, 0, h), GCA_ERR_INVALID_ARGUMENT, "beyond");
-  assert_status(ops->mem_map(base, 2 * G, G, h), GCA_ERR_INVALID_ARGUMENT, "beyond");
-  assert_status(ops->mem_map(base, G, 2 * G, h), GCA_ERR_INVALID_ARGUMENT, "beyond");
-  assert_ok(ops->mem_map(base, G, G, h));
+  assert_status(ops->mem_map(base, 2 * G, G, h), GCA_ERR_INVALID_ARGUMENT, "must be zero");
+  assert_status(ops->mem_map(base, G, 2 * G, h), GCA_ERR_INVALID_ARGUMENT, "must be zero");
+  assert_ok(ops->mem_map(base, G, 0, h));
   assert_ok(ops->mem_unmap(base, G));
   assert_ok(ops->mem_release(h));
   assert_ok(ops->mem_address_free(0, base, 4 * G));
@@ -246,8 +247,8 @@ static void bad_devices_sizes_and_attributes_are_rejected(void **state) {
   assert_status(ops->mem_create(0, G + 1, &h), GCA_ERR_INVALID_ARGUMENT, "granularity");
   assert_status(ops->mem_create(0, 0, &h), GCA_ERR_INVALID_ARGUMENT, "mem_create");
   assert_status(ops->mem_alloc(0, 0, &p), GCA_ERR_INVALID_ARGUMENT, "mem_alloc");
-  assert_status(ops->mem_address_reserve(0, G + 4096, 0, &p), GCA_ERR_INVALID_ARGUMENT,
-                "mem_address_reserve");
+  assert_status(ops->mem_address_reserve(0, G + 1, 0, &p), GCA_ERR_INVALID_ARGUMENT,
+                "host page size");
   assert_status(ops->mem_address_reserve(0, G, 3 * G, &p), GCA_ERR_INVALID_ARGUMENT, "alignment");
   assert_status(ops->device_attr(0, (gca_dev_attr_t)999, &v), GCA_ERR_INVALID_ARGUMENT, "999");
   assert_status(ops->device_can_access_peer(0, 5, &v), GCA_ERR_INVALID_ARGUMENT, "device 5");
@@ -289,7 +290,7 @@ static void mem_free_of_a_foreign_pointer_names_it(void **state) {
   assert_ok(ops->mem_alloc(0, 4096, &p));
   assert_status(ops->mem_free(0, p + 256), GCA_ERR_INVALID_ARGUMENT, hex(p + 256));
   assert_status(ops->mem_free(0, (gca_devptr_t)(uintptr_t)&local), GCA_ERR_INVALID_ARGUMENT,
-                "not the base of a live mem_alloc allocation");
+                "not a pointer returned by mem_alloc");
   assert_status(ops->mem_free(0, f.base), GCA_ERR_INVALID_ARGUMENT, hex(f.base));
   assert_status(ops->mem_unmap(p, G), GCA_ERR_INVALID_ARGUMENT, "mem_free");
   assert_status(ops->mem_address_free(0, p, G), GCA_ERR_INVALID_ARGUMENT, "mem_address_free");
@@ -312,6 +313,39 @@ static void import_of_a_foreign_fd_is_rejected(void **state) {
   close(fds[1]);
   assert_status(ops->mem_import_fd(0, fds[0], &h), GCA_ERR_INVALID_ARGUMENT, "not open");
   assert_status(ops->mem_import_fd(0, -1, &h), GCA_ERR_INVALID_ARGUMENT, "fd -1");
+}
+
+/* Note [Sim IPC handles]: only a memfd the sim made is device memory. */
+static void import_of_a_file_or_a_foreign_memfd_is_rejected(void **state) {
+  (void)state;
+  gca_memhandle_t h = 0;
+  char path[] = "/tmp/gca-forged-XXXXXX";
+  int file = mkstemp(path);
+  assert_true(file >= 0);
+  unlink(path);
+  assert_int_equal(ftruncate(file, G), 0);
+  assert_status(ops->mem_import_fd(0, file, &h), GCA_ERR_INVALID_ARGUMENT, "not a memfd");
+  close(file);
+  int other = memfd_create("other", MFD_CLOEXEC);
+  assert_true(other >= 0);
+  assert_int_equal(ftruncate(other, G), 0);
+  assert_status(ops->mem_import_fd(0, other, &h), GCA_ERR_INVALID_ARGUMENT, "memfd:other");
+  close(other);
+  int lookalike = memfd_create("gca-sim-device-memory", MFD_CLOEXEC); /* same name, no seals */
+  assert_true(lookalike >= 0);
+  assert_int_equal(ftruncate(lookalike, G), 0);
+  assert_status(ops->mem_import_fd(0, lookalike, &h), GCA_ERR_INVALID_ARGUMENT, "seals");
+  close(lookalike);
+  assert_int_equal(h, 0);
+  /* What the sim exports still imports. */
+  gca_memhandle_t mine, again;
+  int fd;
+  assert_ok(ops->mem_create(0, G, &mine));
+  assert_ok(ops->mem_export_fd(mine, &fd));
+  assert_ok(ops->mem_import_fd(0, fd, &again));
+  close(fd);
+  assert_ok(ops->mem_release(again));
+  assert_ok(ops->mem_release(mine));
 }
 
 /* ---- bad environment values, in a child ---- */
@@ -380,6 +414,7 @@ int main(int argc, char **argv) {
       T(address_free_must_match_and_be_unmapped),
       T(mem_free_of_a_foreign_pointer_names_it),
       T(import_of_a_foreign_fd_is_rejected),
+      T(import_of_a_file_or_a_foreign_memfd_is_rejected),
       T(bad_environment_fails_init_quoting_the_text),
   };
 #undef T

@@ -663,7 +663,8 @@ static void after_bytes_fails_creations_past_the_budget(void **state) {
   assert_ok(ops->mem_release(h[1]));
   assert_ok(ops->mem_release(h[2]));
 
-  /* mem_alloc counts the rounded size; a call that fits after one that did not still passes. */
+  /* mem_alloc counts the rounded size (256 B units up to 1 MiB, granules above);
+   * a call that fits after one that did not still passes. */
   gca_devptr_t p[2];
   assert_ok(gca_sim_fault_set("mem_alloc:after_bytes=4MiB"));
   assert_ok(ops->mem_alloc(0, 1, &p[0]));
@@ -671,7 +672,8 @@ static void after_bytes_fails_creations_past_the_budget(void **state) {
                 "mem_alloc: injected fault");
   assert_ok(ops->mem_alloc(0, 100, &p[1]));
   gca_devptr_t q;
-  assert_status(ops->mem_alloc(0, 1, &q), GCA_ERR_OUT_OF_MEMORY, "mem_alloc: injected fault");
+  assert_status(ops->mem_alloc(0, 4 * MIB - 511, &q), GCA_ERR_OUT_OF_MEMORY,
+                "mem_alloc: injected fault");
   assert_ok(ops->mem_free(0, p[0]));
   assert_ok(ops->mem_free(0, p[1]));
   assert_int_equal(gca_sim_used_bytes(0), 0);

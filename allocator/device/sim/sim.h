@@ -4,7 +4,8 @@
  *   sim.c        devices, capacity, the op table, fault injection, call counters,
  *                and the public gca_sim_* control API
  *   sim_mem.c    classic and VMM memory (memfd physical handles, PROT_NONE
- *                reservations, MAP_FIXED mappings at 2 MiB granularity), IPC fds
+ *                reservations, MAP_FIXED mappings at 2 MiB granularity, small
+ *                classic allocations sub-allocated in shared chunks), IPC fds
  *   sim_stream.c streams (a worker thread each, in order), events, host funcs,
  *                copies, memsets and the ready-made kernels
  *   sim_graph.c  stream capture (modes, illegal-operation rules, invalidation,
@@ -55,6 +56,9 @@ uint64_t gca__sim_capacity(int dev);
 
 /* Installs the memory ops (mem_*) into the table. */
 void gca__sim_mem_ops(gca_device_ops_t *ops);
+/* Tests: fn(arg) is called by mem_free just before it waits for dev's queued
+ * work (Note [Sim mem_free synchronizes]); NULL removes it. */
+void gca__sim_mem_free_wait_hook(void (*fn)(void *arg), void *arg);
 /* Device whose memory contains [ptr, ptr+len) if it is mapped device memory, else -1. */
 int gca__sim_mem_device_of(gca_devptr_t ptr, size_t len);
 
@@ -62,6 +66,9 @@ int gca__sim_mem_device_of(gca_devptr_t ptr, size_t len);
 
 /* Installs stream, event, host-func, copy/memset and kernel ops. */
 void gca__sim_stream_ops(gca_device_ops_t *ops);
+/* Waits until every stream of `dev` (its legacy stream included) has run the
+ * work queued on it when called: ctx_synchronize without its checks. */
+void gca__sim_device_drain(int dev);
 
 /* ---- sim_graph.c ---- */
 

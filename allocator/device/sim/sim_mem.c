@@ -9,8 +9,9 @@
  * it readable and writable, mem_unmap puts PROT_NONE anonymous pages back. So
  * two mappings of one handle alias, and touching an unmapped or inaccessible
  * device address faults as it would on a GPU. Classic allocations (mem_alloc)
- * are built from the same primitives: their own memfd, their own reservation,
- * mapped read-write at once.
+ * are built from the same primitives, mapped read-write at once; small ones
+ * share 2 MiB chunks (Note [Sim classic allocations]), and mem_free waits for
+ * the device's queued work first (Note [Sim mem_free synchronizes]).
  *
  * The bookkeeping is three sorted arrays under one mutex: handles by id,
  * reservations by base, and mapping pieces by base, each searched by binary
@@ -22,6 +23,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -31,8 +33,19 @@
 
 #include "sim.h"
 
-#define GRAN       ((uint64_t)GCA_SIM_GRANULARITY)
-#define HANDLE_TAG 0x51a0000000000000ull
+#define GRAN ((uint64_t)GCA_SIM_GRANULARITY)
+/* Note [Sim IPC handles]: physical memory is a memfd with this name, sealed
+ * against resizing and further sealing as soon as it is sized. mem_import_fd
+ * takes only such a memfd: a file on disk, a pipe, or a memfd someone else
+ * made (another name, other seals) is refused. An fd of memory this process
+ * holds is recognised by its inode and shares that allocation; from another
+ * process the name and seals are what can be checked (a GPU driver validates its handles
+ * in the kernel, which a host process cannot imitate), so a forger who copies
+ * both deliberately is not caught, but no ordinary file is ever mapped as
+ * device memory. */
+#define MEMFD_NAME  "gca-sim-device-memory"
+#define MEMFD_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+#define HANDLE_TAG  0x51a0000000000000ull
 
 /* A physical allocation. refs == live handles naming it + mapping pieces over
  * it; when refs reaches 0 the fd is closed and `charged` bytes go back to the
@@ -209,7 +222,7 @@ static gca_status_t phys_create(const char *op, int dev, uint64_t size, phys_t *
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for the allocation record", op);
     goto fail_give;
   }
-  p->fd = memfd_create("gca-sim-device-memory", MFD_CLOEXEC);
+  p->fd = memfd_create(MEMFD_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (p->fd < 0) {
     st = gca__error(GCA_ERR_DRIVER, "%s: memfd_create failed: %s", op, strerror(errno));
     goto fail_free;
@@ -217,6 +230,10 @@ static gca_status_t phys_create(const char *op, int dev, uint64_t size, phys_t *
   if (ftruncate(p->fd, (off_t)size) != 0) {
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: cannot size the memfd to %llu bytes: %s", op,
                     (unsigned long long)size, strerror(errno));
+    goto fail_close;
+  }
+  if (fcntl(p->fd, F_ADD_SEALS, MEMFD_SEALS) != 0) {
+    st = gca__error(GCA_ERR_DRIVER, "%s: cannot seal the memfd: %s", op, strerror(errno));
     goto fail_close;
   }
   struct stat sb;
@@ -529,12 +546,16 @@ static gca_status_t sim_mem_address_reserve(int dev, size_t size, size_t alignme
   GCA_SIM_ENTER(mem_address_reserve, 0);
   GCA_CHECK(gca__sim_check_device("mem_address_reserve", dev));
   GCA_CHECK(check_out("mem_address_reserve", out, "out"));
-  uint64_t align = alignment ? alignment : GRAN;
-  if (size == 0 || size % GRAN || align % GRAN || (align & (align - 1)))
+  /* As cuMemAddressReserve: size a multiple of the host page size, alignment
+   * 0 (default) or a power of two. The range always starts on a granule, as
+   * the driver's do, since only granule-aligned ranges can be mapped. */
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  if (size == 0 || size % page || (alignment & (alignment - 1)))
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "mem_address_reserve: size %zu / alignment %zu not multiples of the "
-                      "granularity (alignment a power of two)",
-                      size, alignment);
+                      "mem_address_reserve: size %zu is not a positive multiple of the host page "
+                      "size (%llu) or alignment %zu is not 0 or a power of two",
+                      size, (unsigned long long)page, alignment);
+  uint64_t align = alignment > GRAN ? alignment : GRAN;
   uint64_t base;
   GCA_CHECK(reserve_range("mem_address_reserve", size, align, &base));
   resv_t r = {.base = base, .size = size, .dev = dev};
@@ -579,9 +600,10 @@ static gca_status_t sim_mem_map(gca_devptr_t ptr, size_t size, size_t offset,
                                 gca_memhandle_t handle) {
   GCA_SIM_ENTER(mem_map, 0);
   GCA_CHECK(check_range("mem_map", ptr, size));
-  if (offset % GRAN)
+  if (offset != 0)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "mem_map: offset %zu is not a multiple of the granularity", offset);
+                      "mem_map: offset %zu into the handle; cuMemMap's offset must be zero",
+                      offset);
   gca_status_t st = GCA_OK;
   pthread_mutex_lock(&mem.lock);
   phys_t *p = handle_find(handle, NULL);
@@ -735,6 +757,26 @@ static gca_status_t sim_mem_export_fd(gca_memhandle_t handle, int *fd) {
   return st;
 }
 
+/* Note [Sim IPC handles]: GCA_OK when fd is a memfd named and sealed as the sim's. */
+static gca_status_t check_sim_memfd(int fd) {
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "mem_import_fd: fd %d is not exported device memory (not a memfd: %s)", fd,
+                      strerror(errno));
+  char link[64], target[128];
+  snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, target, sizeof(target) - 1);
+  target[n > 0 ? n : 0] = '\0';
+  static const char want[] = "/memfd:" MEMFD_NAME " (deleted)";
+  if (strcmp(target, want) != 0 || seals != MEMFD_SEALS)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "mem_import_fd: fd %d is not exported device memory ('%s', seals 0x%x; "
+                      "the sim exports '%s' sealed 0x%x)",
+                      fd, target, (unsigned)seals, want, (unsigned)MEMFD_SEALS);
+  return GCA_OK;
+}
+
 static gca_status_t sim_mem_import_fd(int dev, int fd, gca_memhandle_t *out) {
   GCA_SIM_ENTER(mem_import_fd, 0);
   GCA_CHECK(gca__sim_check_device("mem_import_fd", dev));
@@ -746,6 +788,7 @@ static gca_status_t sim_mem_import_fd(int dev, int fd, gca_memhandle_t *out) {
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
                       "mem_import_fd: fd %d is not exported device memory (size %lld)", fd,
                       (long long)sb.st_size);
+  GCA_CHECK(check_sim_memfd(fd));
   gca_status_t st = GCA_OK;
   pthread_mutex_lock(&mem.lock);
   phys_t *p = mem.all;
@@ -804,30 +847,90 @@ static gca_status_t sim_mem_import_fabric(int dev, const uint8_t in[GCA_FABRIC_H
                     dev);
 }
 
-static gca_status_t sim_mem_alloc(int dev, size_t size, gca_devptr_t *out) {
-  uint64_t rounded = ((uint64_t)size + GRAN - 1) / GRAN * GRAN;
-  GCA_SIM_ENTER(mem_alloc, rounded);
-  GCA_CHECK(gca__sim_capture_check_unsafe("mem_alloc"));
-  GCA_CHECK(gca__sim_check_device("mem_alloc", dev));
-  GCA_CHECK(check_out("mem_alloc", out, "out"));
-  if (size == 0 || rounded < size)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_alloc: size %zu is not allocatable", size);
+/* ---- classic allocations ---- */
+
+/* Note [Sim classic allocations]: as the driver does for cuMemAlloc, requests
+ * up to SUB_MAX bytes share 2 MiB chunks, each carved in SUB_UNIT-byte units
+ * (so pointers are 256-byte aligned and a 512-byte allocation does not take
+ * 2 MiB of capacity); larger requests get their own granule-rounded range. A
+ * chunk is one classic reservation mapped read-write whole, so touching past
+ * an allocation's end inside its chunk does not fault, as on a GPU, and the
+ * chunk goes back (capacity and address space) when its last allocation is
+ * freed. Every live allocation has an entry in mem.classics, so only a pointer
+ * mem_alloc returned can be freed. */
+#define SUB_UNIT  256u
+#define SUB_MAX   ((uint64_t)1 << 20)
+#define SUB_UNITS (GCA_SIM_GRANULARITY / SUB_UNIT)
+
+typedef struct chunk {
+  struct chunk *next; /* the device's chunks */
+  uint64_t base;
+  uint32_t live;                 /* allocations in it */
+  uint64_t used[SUB_UNITS / 64]; /* bit per unit */
+} chunk_t;
+
+/* A live mem_alloc allocation [base, base+size); chunk NULL when it has its own range. */
+typedef struct classic {
+  uint64_t base;
+  uint64_t size;
+  chunk_t *chunk;
+  int dev;
+} classic_t;
+
+static struct {
+  vec_t all;                            /* classic_t by base (under mem.lock) */
+  chunk_t *chunks[GCA_SIM_MAX_DEVICES]; /* under mem.lock */
+  void (*free_wait_hook)(void *);
+  void *free_wait_arg;
+} cls = {.all = {.esz = sizeof(classic_t)}};
+
+void gca__sim_mem_free_wait_hook(void (*fn)(void *arg), void *arg) {
+  cls.free_wait_hook = fn;
+  cls.free_wait_arg = arg;
+}
+
+static bool unit_used(const chunk_t *c, uint32_t u) {
+  return (c->used[u / 64] >> (u % 64)) & 1u;
+}
+
+static void units_set(chunk_t *c, uint32_t first, uint32_t n, bool on) {
+  for (uint32_t u = first; u < first + n; u++) {
+    if (on)
+      c->used[u / 64] |= (uint64_t)1 << (u % 64);
+    else
+      c->used[u / 64] &= ~((uint64_t)1 << (u % 64));
+  }
+}
+
+/* First run of n free units in c, or UINT32_MAX. */
+static uint32_t units_find(const chunk_t *c, uint32_t n) {
+  uint32_t run = 0;
+  for (uint32_t u = 0; u < SUB_UNITS; u++) {
+    run = unit_used(c, u) ? 0 : run + 1;
+    if (run == n)
+      return u + 1 - n;
+  }
+  return UINT32_MAX;
+}
+
+/* A classic range of `size` bytes on dev (capacity taken, memfd, reservation
+ * mapped read-write, recorded as a classic reservation and one piece). */
+static gca_status_t classic_range_make(int dev, uint64_t size, uint64_t *out) {
   gca_status_t st;
   phys_t *p;
   uint64_t base;
-  GCA_CHECK(phys_create("mem_alloc", dev, rounded, &p));
-  GCA_CHECK_GOTO(reserve_range("mem_alloc", rounded, GRAN, &base), st, fail_phys);
-  void *m = mmap((void *)(uintptr_t)base, rounded, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-                 p->fd, 0);
+  GCA_CHECK(phys_create("mem_alloc", dev, size, &p));
+  GCA_CHECK_GOTO(reserve_range("mem_alloc", size, GRAN, &base), st, fail_phys);
+  void *m =
+      mmap((void *)(uintptr_t)base, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, p->fd, 0);
   if (m == MAP_FAILED) {
     st = gca__error(GCA_ERR_DRIVER, "mem_alloc: mmap at 0x%llx failed: %s",
                     (unsigned long long)base, strerror(errno));
     goto fail_resv;
   }
-  resv_t r = {.base = base, .size = rounded, .mapped = rounded, .dev = dev, .classic = true};
+  resv_t r = {.base = base, .size = size, .mapped = size, .dev = dev, .classic = true};
   pthread_mutex_lock(&mem.lock);
-  piece_t pc = {
-      .base = base, .size = rounded, .map_id = mem.next_map_id, .phys = p, .access = true};
+  piece_t pc = {.base = base, .size = size, .map_id = mem.next_map_id, .phys = p, .access = true};
   size_t ri = vec_lower(&mem.resvs, base);
   if (!vec_insert(&mem.resvs, ri, &r)) {
     pthread_mutex_unlock(&mem.lock);
@@ -847,7 +950,7 @@ static gca_status_t sim_mem_alloc(int dev, size_t size, gca_devptr_t *out) {
   return GCA_OK;
 
 fail_resv:
-  unreserve_range(base, rounded);
+  unreserve_range(base, size);
 fail_phys:
   pthread_mutex_lock(&mem.lock);
   p->refs = 1;
@@ -856,36 +959,154 @@ fail_phys:
   return st;
 }
 
+/* Gives back a range from classic_range_make (mem.lock held). */
+static void classic_range_drop(uint64_t base) {
+  size_t ri = vec_lower(&mem.resvs, base);
+  size_t pi = vec_lower(&mem.pieces, base);
+  GCA_ASSERT(ri < mem.resvs.len && pi < mem.pieces.len && piece_at(pi)->base == base);
+  resv_t *r = vec_at(&mem.resvs, ri);
+  GCA_ASSERT(r->base == base && r->classic);
+  phys_t *p = piece_at(pi)->phys;
+  unreserve_range(base, r->size);
+  vec_remove(&mem.pieces, pi, 1);
+  vec_remove(&mem.resvs, ri, 1);
+  phys_unref(p);
+}
+
+/* Records a live allocation (mem.lock held). */
+static gca_status_t classic_add(const classic_t *c) {
+  if (!vec_insert(&cls.all, vec_lower(&cls.all, c->base), c))
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "mem_alloc: no host memory for the allocation table");
+  return GCA_OK;
+}
+
+/* Carves n units from a chunk of dev with room (mem.lock held); false when none has. */
+static gca_status_t sub_take(int dev, uint64_t size, chunk_t *only, bool *got, uint64_t *out) {
+  uint32_t n = (uint32_t)((size + SUB_UNIT - 1) / SUB_UNIT);
+  *got = false;
+  for (chunk_t *c = only ? only : cls.chunks[dev]; c; c = only ? NULL : c->next) {
+    uint32_t u = units_find(c, n);
+    if (u == UINT32_MAX)
+      continue;
+    classic_t e = {.base = c->base + (uint64_t)u * SUB_UNIT, .size = size, .chunk = c, .dev = dev};
+    GCA_CHECK(classic_add(&e));
+    units_set(c, u, n, true);
+    c->live++;
+    *got = true;
+    *out = e.base;
+    return GCA_OK;
+  }
+  return GCA_OK;
+}
+
+static gca_status_t sim_mem_alloc(int dev, size_t size, gca_devptr_t *out) {
+  bool small = size <= SUB_MAX;
+  uint64_t unit = small ? SUB_UNIT : GRAN;
+  uint64_t rounded = ((uint64_t)size + unit - 1) / unit * unit;
+  GCA_SIM_ENTER(mem_alloc, rounded);
+  GCA_CHECK(gca__sim_capture_check_unsafe("mem_alloc"));
+  GCA_CHECK(gca__sim_check_device("mem_alloc", dev));
+  GCA_CHECK(check_out("mem_alloc", out, "out"));
+  if (size == 0 || rounded < size)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_alloc: size %zu is not allocatable", size);
+  gca_status_t st = GCA_OK;
+  bool got = false;
+  uint64_t base;
+  if (small) {
+    pthread_mutex_lock(&mem.lock);
+    st = sub_take(dev, size, NULL, &got, out);
+    pthread_mutex_unlock(&mem.lock);
+    if (st != GCA_OK || got)
+      return st;
+    chunk_t *c = calloc(1, sizeof(*c));
+    if (!c)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "mem_alloc: no host memory for a chunk record");
+    st = classic_range_make(dev, GRAN, &base);
+    if (st != GCA_OK) {
+      free(c);
+      return st;
+    }
+    c->base = base;
+    pthread_mutex_lock(&mem.lock);
+    st = sub_take(dev, size, c, &got, out);
+    GCA_ASSERT(st != GCA_OK || got);
+    if (st == GCA_OK) {
+      c->next = cls.chunks[dev];
+      cls.chunks[dev] = c;
+    } else {
+      classic_range_drop(base);
+      free(c);
+    }
+    pthread_mutex_unlock(&mem.lock);
+    return st;
+  }
+  GCA_CHECK(classic_range_make(dev, rounded, &base));
+  classic_t e = {.base = base, .size = rounded, .dev = dev};
+  pthread_mutex_lock(&mem.lock);
+  st = classic_add(&e);
+  if (st != GCA_OK)
+    classic_range_drop(base);
+  pthread_mutex_unlock(&mem.lock);
+  if (st == GCA_OK)
+    *out = base;
+  return st;
+}
+
+/* The live allocation based at ptr on dev (mem.lock held); the error names why not. */
+static gca_status_t classic_find(int dev, uint64_t ptr, size_t *index) {
+  size_t i = vec_lower(&cls.all, ptr);
+  classic_t *e = i < cls.all.len ? vec_at(&cls.all, i) : NULL;
+  if (!e || e->base != ptr)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "mem_free: 0x%llx is not a pointer returned by mem_alloc (or it was freed "
+                      "already)",
+                      (unsigned long long)ptr);
+  if (e->dev != dev)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "mem_free: 0x%llx was allocated on device %d, not device %d",
+                      (unsigned long long)ptr, e->dev, dev);
+  *index = i;
+  return GCA_OK;
+}
+
+/* Note [Sim mem_free synchronizes]: cuMemFree implicitly synchronizes before
+ * it frees (the driver's "API synchronization behavior"), so work queued on
+ * the device before the call never writes memory that was handed out again.
+ * mem_free waits for every stream of the allocation's device to run what was
+ * queued on it, then releases. */
 static gca_status_t sim_mem_free(int dev, gca_devptr_t ptr) {
   GCA_SIM_ENTER(mem_free, 0);
   GCA_CHECK(gca__sim_capture_check_unsafe("mem_free"));
   GCA_CHECK(gca__sim_check_device("mem_free", dev));
   if (ptr == 0)
     return GCA_OK;
-  gca_status_t st = GCA_OK;
+  size_t i;
   pthread_mutex_lock(&mem.lock);
-  size_t ri = vec_lower(&mem.resvs, ptr);
-  resv_t *r = ri < mem.resvs.len ? vec_at(&mem.resvs, ri) : NULL;
-  if (!r || r->base != ptr || !r->classic) {
-    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
-                    "mem_free: 0x%llx is not the base of a live mem_alloc allocation",
-                    (unsigned long long)ptr);
+  gca_status_t st = classic_find(dev, ptr, &i);
+  pthread_mutex_unlock(&mem.lock);
+  GCA_CHECK(st);
+  if (cls.free_wait_hook)
+    cls.free_wait_hook(cls.free_wait_arg);
+  gca__sim_device_drain(dev);
+  pthread_mutex_lock(&mem.lock);
+  GCA_CHECK_GOTO(classic_find(dev, ptr, &i), st, out);
+  classic_t e = *(classic_t *)vec_at(&cls.all, i);
+  vec_remove(&cls.all, i, 1);
+  if (!e.chunk) {
+    classic_range_drop(e.base);
     goto out;
   }
-  if (r->dev != dev) {
-    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
-                    "mem_free: 0x%llx was allocated on device %d, not device %d",
-                    (unsigned long long)ptr, r->dev, dev);
+  chunk_t *c = e.chunk;
+  units_set(c, (uint32_t)((e.base - c->base) / SUB_UNIT),
+            (uint32_t)((e.size + SUB_UNIT - 1) / SUB_UNIT), false);
+  if (--c->live > 0)
     goto out;
-  }
-  size_t pi = vec_lower(&mem.pieces, ptr);
-  piece_t *pc = piece_at(pi);
-  GCA_ASSERT(pi < mem.pieces.len && pc->base == ptr);
-  phys_t *p = pc->phys;
-  unreserve_range(ptr, r->size);
-  vec_remove(&mem.pieces, pi, 1);
-  vec_remove(&mem.resvs, ri, 1);
-  phys_unref(p);
+  chunk_t **pp = &cls.chunks[dev];
+  while (*pp != c)
+    pp = &(*pp)->next;
+  *pp = c->next;
+  classic_range_drop(c->base);
+  free(c);
 out:
   pthread_mutex_unlock(&mem.lock);
   return st;

@@ -756,6 +756,11 @@ static gca_status_t sim_ctx_synchronize(int dev) {
   GCA_SIM_ENTER(ctx_synchronize, 0);
   GCA_CHECK(gca__sim_check_device("ctx_synchronize", dev));
   GCA_CHECK(gca__sim_capture_check_device("ctx_synchronize", dev));
+  gca__sim_device_drain(dev);
+  return GCA_OK;
+}
+
+void gca__sim_device_drain(int dev) {
   pthread_once(&devs_once, devs_init);
   struct sim_dev_streams *d = &devs[dev];
   for (;;) {
@@ -771,7 +776,7 @@ static gca_status_t sim_ctx_synchronize(int dev) {
     }
     pthread_mutex_unlock(&d->mu);
     if (!busy)
-      return GCA_OK;
+      return;
     stream_wait_seq(busy, seq);
     stream_unref(busy);
   }
