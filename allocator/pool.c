@@ -290,15 +290,7 @@ void gca__mempools_destroy_locked(gca__devalloc_t *d) {
         snext = s->next;
         if (s->suspended)
           s->nmaps = 0; /* nothing mapped to unmap or release */
-        for (gca__block_t *b = s->head; b != NULL; b = b->next)
-          free(b->uses);
-        if (s->expandable) {
-          gca__expand_destroy(d, s);
-        } else {
-          (void)gca__segment_memory_free(d, s);
-          gca__owner_remove(s->base, s->size, d->device);
-        }
-        free(s);
+        gca__segment_destroy(d, s);
       }
     }
     free(m);
@@ -340,7 +332,7 @@ static void route_remove(gca__devalloc_t *d, size_t i) {
   d->nroutes--;
   atomic_fetch_sub_explicit(&d->routing, 1, memory_order_relaxed);
   if (r.kind == ROUTE_CAPTURE && --d->ncaptures == 0) {
-    gca_status_t st = gca__alloc_flush_deferred(d);
+    gca_status_t st = gca__pending_flush_deferred(d);
     if (st != GCA_OK)
       GCA_LOG_WARN("pool_end_capture: deferred frees stay pending: %s", gca_last_error());
   }
@@ -502,19 +494,7 @@ GCA_API gca_status_t gca_pool_end_capture(gca_pool_t *pool, gca_stream_t stream)
                     (void *)stream);
 }
 
-/* ---- out of memory ---- */
-
-gca__block_t *gca__mempool_take_on_oom(gca__devalloc_t *d, gca_stream_t stream, size_t rounded) {
-  for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
-    if (!m->use_on_oom || m->use_count == 0 || m->suspended)
-      continue;
-    gca__pool_t *p = rounded <= GCA__SMALL_SIZE ? &m->small : &m->large;
-    gca__block_t *b = gca__pool_take_fit(d, p, stream, rounded);
-    if (b != NULL)
-      return b;
-  }
-  return NULL;
-}
+/* ---- the walk over pools ---- */
 
 gca__pool_t *gca__pool_next(gca__devalloc_t *d, gca__pool_t *p) {
   if (p == &d->small)
@@ -546,14 +526,6 @@ gca_status_t gca__mempool_check_locked(const gca__devalloc_t *d, const gca__memp
 
 /* ---- suspend and resume ---- */
 
-static int access_devices(const gca__devalloc_t *d, int *devs) {
-  int n = 0;
-  devs[n++] = d->device;
-  for (int i = 0; i < d->npeers; i++)
-    devs[n++] = d->peers[i];
-  return n;
-}
-
 static void suspended_account(gca__devalloc_t *d, gca__segment_t *seg, bool suspended) {
   int64_t n = suspended ? -(int64_t)seg->size : (int64_t)seg->size;
   seg->suspended = suspended;
@@ -567,7 +539,8 @@ static gca_status_t release_one(gca__devalloc_t *d, const struct gca__suspended 
   gca_devptr_t ptr = r->seg->base + mp->offset;
   gca_status_t st = d->ops->mem_unmap(ptr, mp->size);
   if (st == GCA_OK) {
-    (void)d->ops->mem_release(mp->handle); /* unmapped: the memory goes with the last mapping */
+    /* unmapped: the memory goes with the last mapping */
+    GCA_CHECK_IGNORE(d->ops->mem_release(mp->handle));
     mp->handle = 0;
   }
   return st;
@@ -576,15 +549,11 @@ static gca_status_t release_one(gca__devalloc_t *d, const struct gca__suspended 
 /* Maps fresh memory for record r and copies its contents back (queued on the
  * segment's stream). On failure nothing stays mapped. */
 static gca_status_t map_one(gca__devalloc_t *d, const struct gca__suspended *r) {
-  int devs[GCA__MAX_DEVICES + 1];
   gca__mapping_t *mp = &r->seg->maps[r->map];
   gca_devptr_t ptr = r->seg->base + mp->offset;
   gca_memhandle_t h;
   gca_status_t st;
-  GCA_CHECK(d->ops->mem_create(d->device, mp->size, &h));
-  GCA_CHECK_GOTO(d->ops->mem_map(ptr, mp->size, 0, h), st, fail_release);
-  GCA_CHECK_GOTO(d->ops->mem_set_access(ptr, mp->size, devs, access_devices(d, devs)), st,
-                 fail_unmap);
+  GCA_CHECK(gca__vmm_map_new(d, ptr, mp->size, &h));
   if (r->copy != NULL)
     GCA_CHECK_GOTO(
         d->ops->memcpy_async(ptr, (gca_devptr_t)(uintptr_t)r->copy, mp->size, r->seg->stream), st,
@@ -593,9 +562,8 @@ static gca_status_t map_one(gca__devalloc_t *d, const struct gca__suspended *r) 
   return GCA_OK;
 
 fail_unmap:
-  (void)d->ops->mem_unmap(ptr, mp->size);
-fail_release:
-  (void)d->ops->mem_release(h);
+  GCA_CHECK_IGNORE(d->ops->mem_unmap(ptr, mp->size));
+  GCA_CHECK_IGNORE(d->ops->mem_release(h));
   return st;
 }
 
@@ -646,7 +614,7 @@ static gca_status_t pool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m) {
     snprintf(why, sizeof(why), "%s", gca_last_error());
     if (drain_copies(d, m)) /* copies back may still target what we unmap */
       for (size_t k = 0; k < i && k < m->nsusp; k++)
-        (void)release_one(d, &m->susp[k]);
+        GCA_CHECK_IGNORE(release_one(d, &m->susp[k]));
     gca__error(st, "%s", why);
     return gca__error_prefix(st, "pool_resume: pool %#" PRIx64 " stays suspended", m->handle);
   }
