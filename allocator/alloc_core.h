@@ -723,8 +723,17 @@ struct gca__mempool {
 };
 
 /* The pools of d in a fixed order: small, large, then each private pool's
- * small and large; NULL after the last. Start with &d->small. */
-gca__pool_t *gca__pool_next(gca__devalloc_t *d, gca__pool_t *p);
+ * small and large; NULL after the last. Start with &d->small. Inline: every
+ * floor walks the pools. */
+static inline gca__pool_t *gca__pool_next(gca__devalloc_t *d, gca__pool_t *p) {
+  if (p == &d->small)
+    return &d->large;
+  gca__mempool_t *m = p->owner;
+  if (m != NULL && p == &m->small)
+    return &m->large;
+  m = m == NULL ? d->mempools : m->next;
+  return m != NULL ? &m->small : NULL;
+}
 /* The private pool the request on `stream` is routed to, or NULL. */
 gca__mempool_t *gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream);
 /* A block of `m` became free (completion of a free); may destroy a dying pool. */

@@ -49,7 +49,7 @@ static inline size_t round_up(size_t x, size_t g) {
 }
 
 /* Adds (sign 1) or removes (-1) a free block's share of inactive_split, by
- * allocator.c's rule: a free block counts unless it is alone in its segment. */
+ * blocks.c's rule: a free block counts unless it is alone in its segment. */
 static void split_account(gca__devalloc_t *d, const gca__block_t *b, int sign) {
   if (b->prev == NULL && b->next == NULL)
     return;

@@ -494,18 +494,6 @@ GCA_API gca_status_t gca_pool_end_capture(gca_pool_t *pool, gca_stream_t stream)
                     (void *)stream);
 }
 
-/* ---- the walk over pools ---- */
-
-gca__pool_t *gca__pool_next(gca__devalloc_t *d, gca__pool_t *p) {
-  if (p == &d->small)
-    return &d->large;
-  gca__mempool_t *m = p->owner;
-  if (m != NULL && p == &m->small)
-    return &m->large;
-  m = m == NULL ? d->mempools : m->next;
-  return m != NULL ? &m->small : NULL;
-}
-
 gca_status_t gca__mempool_check_locked(const gca__devalloc_t *d, const gca__mempool_t *m) {
   size_t active = 0;
   const gca__pool_t *pools[2] = {&m->small, &m->large};
