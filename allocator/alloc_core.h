@@ -15,7 +15,7 @@
  *                record_stream, settings, statistics, empty_cache, limits, OOM
  *                observers, teardown); the cache-hit fast paths, inline
  *   pool.c       private pools: handles, use counts, routing (stream filters,
- *                thread scopes, captures), suspend/resume, lifetime
+ *                thread scopes, captures), and their public API
  *   checkpoint.c checkpoint and restore of a private pool's block layout
  *   ipc.c        export and import of live blocks between processes
  *   check.c      the invariant walker and the read-only walk for snapshots
@@ -27,6 +27,8 @@
  *   fcache.c     the free cache (fcache.h: its hit and put, inline)
  *   blocks.c     blocks in their pool: best fit, activate (split), complete a
  *                free (coalesce)
+ *   mempool.c    a private pool's memory over its life: destroyed once dying
+ *                and idle, suspend and resume
  *   segment.c    classic segments (mem_alloc, or VMM-backed with ipc_handles);
  *                which kind a new segment is; releasing and destroying one
  *   expandable.c expandable segments: one reservation per (stream, pool),
@@ -41,17 +43,22 @@
  *   config.c, history.c  settings; history and trace recording (any floor)
  *
  * Who calls whom (an edge is a call down):
- *   allocator.c  -> pool.c (routing), release.c, pending.c, fcache.c, blocks.c,
+ *   allocator.c  -> pool.c (routing, teardown), release.c, pending.c, fcache.c, blocks.c,
  *                   segment.c (teardown), slab.c, sizes.c, ptrmap.c
- *   pool.c, checkpoint.c, ipc.c, check.c, snapshot.c -> allocator.c's lookups
- *                   (devalloc_peek, lock_live, stats_read) and the floors below
+ *   pool.c       -> mempool.c, pending.c (a capture's end), segment.c, vmm.c
+ *   checkpoint.c, ipc.c, check.c, snapshot.c -> allocator.c's lookups
+ *                   (devalloc_peek, lock_live, stats_read), pool.c's lookups
+ *                   (mempool_lookup, mempool_check_locked) and the floors below
+ * Below the entry files no edge goes up (checked with nm on the objects): a
+ * floor reaches the registry only through the device it is handed. The two
+ * entry files call each other: allocator.c asks pool.c for a request's route
+ * and for the private pools' bytes and teardown, pool.c asks allocator.c's
+ * registry for the device (creating it on first use).
  *   release.c    -> pending.c, fcache.c, blocks.c, segment.c, freetree.c
  *   pending.c    -> fcache.c, blocks.c
  *   fcache.c     -> blocks.c, ptrmap.c
- *   blocks.c     -> segment.c, freetree.c, slab.c, sizes.c; and
- *                   gca__mempool_block_freed (pool.c) when a private pool's
- *                   block is freed: the one edge that goes up (a pool whose
- *                   last block is freed may be destroyed)
+ *   blocks.c     -> mempool.c, segment.c, freetree.c, slab.c, sizes.c
+ *   mempool.c    -> segment.c, vmm.c
  *   segment.c    -> expandable.c, vmm.c, slab.c, sizes.c, ptrmap.c, freetree.c
  *   expandable.c -> vmm.c, slab.c, sizes.c, freetree.c, ptrmap.c
  *   vmm.c, freetree.c, ptrmap.c, slab.c, sizes.c -> the device layer only
@@ -704,6 +711,13 @@ gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d);
 
 /* ---- pool.c ---- */
 
+/* A mapping released by gca_pool_suspend (mempool.c), with its contents when saved. */
+struct gca__suspended {
+  gca__segment_t *seg;
+  size_t map; /* index into seg->maps */
+  void *copy;
+};
+
 /* A private pool. Invariants: small.owner == large.owner == this;
  * nactive == allocated + pending-free blocks of its segments;
  * use_count == 0 -> no handle reaches it ("dying"), and it is destroyed
@@ -736,8 +750,6 @@ static inline gca__pool_t *gca__pool_next(gca__devalloc_t *d, gca__pool_t *p) {
 }
 /* The private pool the request on `stream` is routed to, or NULL. */
 gca__mempool_t *gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream);
-/* A block of `m` became free (completion of a free); may destroy a dying pool. */
-void gca__mempool_block_freed(gca__devalloc_t *d, gca__mempool_t *m);
 /* Bytes of segments held by private pools. */
 size_t gca__mempools_reserved_locked(const gca__devalloc_t *d);
 /* Destroys every private pool's segments and records (allocator teardown). */
@@ -750,6 +762,23 @@ bool gca__mempool_capturing_locked(const gca__devalloc_t *d, const gca__mempool_
  * foreign handle is GCA_ERR_INVALID_HANDLE naming `op` (no lock held then). */
 gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devalloc_t **d,
                                  gca__mempool_t **m);
+
+/* ---- mempool.c ---- */
+
+/* A block of `m` became free (completion of a free); may destroy a dying pool. */
+void gca__mempool_block_freed(gca__devalloc_t *d, gca__mempool_t *m);
+/* Drops one use of m; may destroy it when it is dying and idle. */
+void gca__mempool_unuse(gca__devalloc_t *d, gca__mempool_t *m);
+/* Destroys every dying, idle pool (a capture ended). */
+void gca__mempool_sweep_dying(gca__devalloc_t *d);
+/* Releases the memory of every mapping of m's segments (expandable only,
+ * else GCA_ERR_NOT_SUPPORTED), saving the contents with
+ * GCA_POOL_SUSPEND_SAVE; m keeps its blocks and addresses. On failure m is
+ * as it was. The caller checked that m is not suspended and nothing captures. */
+gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, unsigned flags);
+/* Maps m's suspended memory again (contents copied back when saved); on
+ * failure m stays suspended. */
+gca_status_t gca__mempool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m);
 
 /* ---- freetree.c ---- */
 
