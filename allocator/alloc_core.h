@@ -11,15 +11,16 @@
  *
  * Module map, top floor first; a file calls only the files below it (the
  * prototypes further down are grouped by the file that defines them):
+ *   pool.c       private pools: handles, use counts and their public API
+ *   checkpoint.c checkpoint and restore of a private pool's block layout
+ *   ipc.c        export and import of live blocks between processes
+ *   snapshot.c   snapshots (JSON) of segments, blocks and history
+ *   check.c      the invariant walker and the read-only walk for snapshots
  *   allocator.c  the device registry and the public entry points (malloc, free,
  *                record_stream, settings, statistics, empty_cache, limits, OOM
  *                observers, teardown); the cache-hit fast paths, inline
- *   pool.c       private pools: handles, use counts, routing (stream filters,
- *                thread scopes, captures), and their public API
- *   checkpoint.c checkpoint and restore of a private pool's block layout
- *   ipc.c        export and import of live blocks between processes
- *   check.c      the invariant walker and the read-only walk for snapshots
- *   snapshot.c   snapshots (JSON) of segments, blocks and history
+ *   route.c      routes to private pools: stream filters, thread scopes,
+ *                captures; the choice of pool for a request
  *   release.c    a new block when the cache has none: garbage collection, a
  *                new segment, the out-of-memory retries; release_cached
  *   pending.c    frees that wait for events of other streams or for a
@@ -28,7 +29,7 @@
  *   blocks.c     blocks in their pool: best fit, activate (split), complete a
  *                free (coalesce)
  *   mempool.c    a private pool's memory over its life: destroyed once dying
- *                and idle, suspend and resume
+ *                and idle, suspend and resume, its bytes, teardown
  *   segment.c    classic segments (mem_alloc, or VMM-backed with ipc_handles);
  *                which kind a new segment is; releasing and destroying one
  *   expandable.c expandable segments: one reservation per (stream, pool),
@@ -42,19 +43,20 @@
  *                memory limit
  *   config.c, history.c  settings; history and trace recording (any floor)
  *
- * Who calls whom (an edge is a call down):
- *   allocator.c  -> pool.c (routing, teardown), release.c, pending.c, fcache.c, blocks.c,
- *                   segment.c (teardown), slab.c, sizes.c, ptrmap.c
- *   pool.c       -> mempool.c, pending.c (a capture's end), segment.c, vmm.c
- *   checkpoint.c, ipc.c, check.c, snapshot.c -> allocator.c's lookups
- *                   (devalloc_peek, lock_live, stats_read), pool.c's lookups
- *                   (mempool_lookup, mempool_check_locked) and the floors below
- * Below the entry files no edge goes up (checked with nm on the objects): a
- * floor reaches the registry only through the device it is handed. The two
- * entry files call each other: allocator.c asks pool.c for a request's route
- * and for the private pools' bytes and teardown, pool.c asks allocator.c's
- * registry for the device (creating it on first use).
- *   release.c    -> pending.c, fcache.c, blocks.c, segment.c, freetree.c
+ * Who calls whom (an edge is a call down; the graph, read from the objects'
+ * symbols, has no cycle):
+ *   pool.c       -> allocator.c (registry), route.c, mempool.c
+ *   checkpoint.c -> pool.c (lookup), route.c, pending.c, expandable.c, slab.c,
+ *                   freetree.c, ptrmap.c
+ *   ipc.c        -> allocator.c (gca__lock_live)
+ *   snapshot.c   -> check.c, allocator.c
+ *   check.c      -> allocator.c, pool.c (the pools' own checks), fcache.h,
+ *                   expandable.c, freetree.c, ptrmap.c
+ *   allocator.c  -> route.c, release.c, pending.c, fcache.c, blocks.c,
+ *                   mempool.c (OOM report, teardown), segment.c (teardown),
+ *                   expandable.c (peer access), slab.c, sizes.c, ptrmap.c
+ *   route.c      -> pending.c (a capture's end), mempool.c
+ *   release.c    -> pending.c, fcache.c, blocks.c, segment.c, expandable.c
  *   pending.c    -> fcache.c, blocks.c
  *   fcache.c     -> blocks.c, ptrmap.c
  *   blocks.c     -> mempool.c, segment.c, freetree.c, slab.c, sizes.c
@@ -63,11 +65,12 @@
  *   expandable.c -> vmm.c, slab.c, sizes.c, freetree.c, ptrmap.c
  *   vmm.c, freetree.c, ptrmap.c, slab.c, sizes.c -> the device layer only
  * A gca_malloc that misses the free cache: allocator.c (gca_malloc_device,
- * dev_malloc_locked) -> pending.c (gca__pending_process, only when events are
- * pending) -> fcache.c (gca__fcache_flush) -> blocks.c (gca__pool_take_fit);
- * when nothing fits -> release.c (gca__release_new_block) -> segment.c
- * (gca__segment_alloc) -> expandable.c and/or vmm.c -> the device layer; then
- * blocks.c (gca__block_activate) makes the block active.
+ * dev_malloc_locked) -> route.c (only while a route exists) -> pending.c
+ * (gca__pending_process, only when events are pending) -> fcache.c
+ * (gca__fcache_flush) -> blocks.c (gca__pool_take_fit); when nothing fits ->
+ * release.c (gca__release_new_block) -> segment.c (gca__segment_alloc) ->
+ * expandable.c and/or vmm.c -> the device layer; then blocks.c
+ * (gca__block_activate) makes the block active.
  *
  * Notes (name: the file that holds it):
  *   Statistics, Active statistics  alloc_core.h
@@ -76,7 +79,7 @@
  *   Tree places                    blocks.c
  *   VMM-backed classic segments    segment.c
  *   Expandable segments            expandable.c
- *   Frees during capture           pool.c
+ *   Frees during capture           pending.c
  *   Checkpoints                    checkpoint.c (and DESIGN.md)
  */
 #ifndef GCA_ALLOC_CORE_H
@@ -93,6 +96,7 @@
 #include "lock.h"
 #include "device.h"
 #include "gca/allocator.h"
+#include "gca/pool.h"
 
 /* PyTorch's size constants (CUDACachingAllocator.cpp). */
 #define GCA__MIN_BLOCK_SIZE  ((size_t)512)      /* all sizes are rounded to this */
@@ -736,6 +740,19 @@ struct gca__mempool {
   gca__mempool_t *prev, *next; /* the device's list */
 };
 
+typedef enum route_kind { ROUTE_FILTER, ROUTE_CAPTURE } route_kind_t;
+
+/* A route (route.c): allocations matching it go to `pool`. Holds one use of
+ * the pool. */
+struct gca__route {
+  gca__mempool_t *pool;
+  route_kind_t kind;
+  gca_stream_filter_t filter; /* ROUTE_FILTER */
+  void *ctx;
+  gca_stream_t stream; /* ROUTE_CAPTURE: the stream named at begin */
+  uint64_t capture_id; /* ROUTE_CAPTURE: its capture */
+};
+
 /* The pools of d in a fixed order: small, large, then each private pool's
  * small and large; NULL after the last. Start with &d->small. Inline: every
  * floor walks the pools. */
@@ -748,20 +765,29 @@ static inline gca__pool_t *gca__pool_next(gca__devalloc_t *d, gca__pool_t *p) {
   m = m == NULL ? d->mempools : m->next;
   return m != NULL ? &m->small : NULL;
 }
-/* The private pool the request on `stream` is routed to, or NULL. */
-gca__mempool_t *gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream);
-/* Bytes of segments held by private pools. */
-size_t gca__mempools_reserved_locked(const gca__devalloc_t *d);
-/* Destroys every private pool's segments and records (allocator teardown). */
-void gca__mempools_destroy_locked(gca__devalloc_t *d);
 /* Checks m's invariants (owner links, nactive) for the walker. */
 gca_status_t gca__mempool_check_locked(const gca__devalloc_t *d, const gca__mempool_t *m);
-/* Whether a capture route names m. */
-bool gca__mempool_capturing_locked(const gca__devalloc_t *d, const gca__mempool_t *m);
 /* Looks a public handle up and returns with its device's lock held; a dead or
  * foreign handle is GCA_ERR_INVALID_HANDLE naming `op` (no lock held then). */
 gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devalloc_t **d,
                                  gca__mempool_t **m);
+
+/* ---- route.c ---- */
+
+/* The private pool the request on `stream` is routed to, or NULL: the calling
+ * thread's innermost scope for d, else the newest matching route. */
+gca__mempool_t *gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream);
+/* Adds route *r (one use of its pool); GCA_ERR_OUT_OF_MEMORY naming `op`. */
+gca_status_t gca__route_add(const char *op, gca__devalloc_t *d, const gca__route_t *r);
+/* Removes route i (order kept: later routes take precedence); the end of the
+ * device's last capture records the deferred frees and sweeps dying pools. */
+void gca__route_remove(gca__devalloc_t *d, size_t i);
+/* Whether a capture route names m. */
+bool gca__mempool_capturing_locked(const gca__devalloc_t *d, const gca__mempool_t *m);
+/* Opens (closes) a use scope of m on the calling thread; GCA_ERR_INVALID_STATE
+ * when too many are nested (m is not the innermost). */
+gca_status_t gca__route_scope_push(gca__devalloc_t *d, gca__mempool_t *m);
+gca_status_t gca__route_scope_pop(gca__devalloc_t *d, gca__mempool_t *m);
 
 /* ---- mempool.c ---- */
 
@@ -779,6 +805,13 @@ gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, 
 /* Maps m's suspended memory again (contents copied back when saved); on
  * failure m stays suspended. */
 gca_status_t gca__mempool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m);
+/* Bytes of p's segments (mapped ones), or of its allocated blocks. */
+size_t gca__pool_bytes(const gca__pool_t *p, bool allocated_only);
+/* Bytes of segments held by private pools. */
+size_t gca__mempools_reserved_locked(const gca__devalloc_t *d);
+/* Destroys every private pool's segments and records, and the routes
+ * (allocator teardown). */
+void gca__mempools_destroy_locked(gca__devalloc_t *d);
 
 /* ---- freetree.c ---- */
 

@@ -80,6 +80,57 @@ void gca__mempool_block_freed(gca__devalloc_t *d, gca__mempool_t *m) {
     maybe_destroy(d, m);
 }
 
+/* ---- accounting and teardown ---- */
+
+size_t gca__pool_bytes(const gca__pool_t *p, bool allocated_only) {
+  size_t n = 0;
+  for (const gca__segment_t *s = p->segments; s != NULL; s = s->next) {
+    if (!allocated_only) {
+      n += s->suspended ? 0 : s->size;
+      continue;
+    }
+    for (const gca__block_t *b = s->head; b != NULL; b = b->next)
+      if (b->allocated)
+        n += b->size;
+  }
+  return n;
+}
+
+size_t gca__mempools_reserved_locked(const gca__devalloc_t *d) {
+  size_t n = 0;
+  for (const gca__mempool_t *m = d->mempools; m != NULL; m = m->next)
+    n += gca__pool_bytes(&m->small, false) + gca__pool_bytes(&m->large, false);
+  return n;
+}
+
+void gca__mempools_destroy_locked(gca__devalloc_t *d) {
+  for (gca__mempool_t *m = d->mempools, *next; m != NULL; m = next) {
+    next = m->next;
+    gca__pool_t *pools[2] = {&m->small, &m->large};
+    for (size_t i = 0; i < m->nsusp; i++)
+      free(m->susp[i].copy);
+    free(m->susp);
+    for (int k = 0; k < 2; k++) {
+      for (gca__segment_t *s = pools[k]->segments, *snext; s != NULL; s = snext) {
+        snext = s->next;
+        if (s->suspended)
+          s->nmaps = 0; /* nothing mapped to unmap or release */
+        gca__segment_destroy(d, s);
+      }
+    }
+    free(m);
+  }
+  d->mempools = NULL;
+  free(d->routes);
+  d->routes = NULL;
+  d->nroutes = d->cap_routes = 0;
+  atomic_store(&d->routing, 0);
+  d->ncaptures = 0;
+  free(d->deferred);
+  d->deferred = NULL;
+  d->ndeferred = d->cap_deferred = 0;
+}
+
 /* ---- suspend and resume ---- */
 
 static void suspended_account(gca__devalloc_t *d, gca__segment_t *seg, bool suspended) {

@@ -18,6 +18,14 @@
  * each malloc and free, and only when some are pending, so the common path
  * makes no device call. Running out of memory synchronizes them instead
  * (event_synchronize), counted in num_sync_all_streams.
+ *
+ * Note [Frees during capture]. While a capture is under way on a device, the
+ * driver forbids querying events that may belong to it, and an event recorded
+ * on a capturing stream would become a graph node. So the allocator queries
+ * no event then (pending frees wait), and a free of a block used on other
+ * streams is parked on d->deferred with event_count = 1; when the device's
+ * last capture ends the events are recorded (PyTorch's
+ * insert_events_deferred_until_no_capture).
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -100,7 +108,7 @@ static gca_status_t use_op(gca__devalloc_t *d, const gca__use_t *u, gca_event_t 
 
 /* Parks a block used on other streams while a capture is under way: it is
  * pending (event_count 1) until gca__pending_flush_deferred records its events
- * (Note [Frees during capture], pool.c). */
+ * (Note [Frees during capture]). */
 static gca_status_t defer_free(gca__devalloc_t *d, gca__block_t *b) {
   if (d->ndeferred == d->cap_deferred) {
     size_t ncap = d->cap_deferred ? d->cap_deferred * 2 : 16;

@@ -1,28 +1,17 @@
-/* pool.c - private pools: their handles and use counts, and the routes that
- * send a device's allocations to them (stream filters, per-thread scopes,
- * stream captures).
+/* pool.c - private pools: their handles, use counts and public API.
  *
  * The one idea: a private pool is two more free trees (small, large) with
  * segments of their own, exactly like the default pools, so every allocation
- * rule applies unchanged; only the choice of tree differs. That choice is
- * made under the device lock from the device's route list, and costs the hot
- * path a single relaxed load (d->routing) while no route exists.
+ * rule applies unchanged; only the choice of tree differs, and that choice is
+ * route.c's.
  *
  * A public handle is a name, not an address: its value is (serial << 8 |
  * device), serials are never reused, and every call looks the handle up in
  * its device's list under the device lock. A released or unknown handle is
  * therefore a status and a message, never a use-after-free.
  *
- * Note [Frees during capture]. While a capture is under way on a device, the
- * driver forbids querying events that may belong to it, and an event recorded
- * on a capturing stream would become a graph node. So the allocator queries
- * no event then (pending frees wait), and a free of a block used on other
- * streams is parked on d->deferred with event_count = 1; when the device's
- * last capture ends the events are recorded (PyTorch's
- * insert_events_deferred_until_no_capture).
- *
- * A pool's memory over its life (destroying a dying pool, suspend and
- * resume) is mempool.c's; this file calls down to it.
+ * Routing (route.c) and a pool's memory over its life (mempool.c: destroying
+ * a dying pool, suspend and resume) lie below; this file calls down to them.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -32,30 +21,13 @@
 #include "alloc_core.h"
 #include "gca/pool.h"
 
-#define MAX_SCOPES 16
-
-typedef enum route_kind { ROUTE_FILTER, ROUTE_CAPTURE } route_kind_t;
-
-/* A route: allocations matching it go to `pool`. Holds one use of the pool. */
-struct gca__route {
-  gca__mempool_t *pool;
-  route_kind_t kind;
-  gca_stream_filter_t filter; /* ROUTE_FILTER */
-  void *ctx;
-  gca_stream_t stream; /* ROUTE_CAPTURE: the stream named at begin */
-  uint64_t capture_id; /* ROUTE_CAPTURE: its capture */
-};
-
 static atomic_uint_fast64_t g_serial;
-/* The calling thread's use scopes, innermost last; each holds one use. */
-static _Thread_local gca__mempool_t *t_scopes[MAX_SCOPES];
-static _Thread_local int t_nscopes;
 
 static inline uint64_t handle_of(const void *pool) {
   return (uint64_t)(uintptr_t)pool;
 }
 
-/* ---- lookup and lifetime ---- */
+/* ---- lookup and creation ---- */
 
 gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devalloc_t **dout,
                                  gca__mempool_t **mout) {
@@ -175,134 +147,16 @@ GCA_API gca_status_t gca_pool_id(gca_pool_t *pool, uint64_t id[2]) {
   return GCA_OK;
 }
 
-static size_t pool_bytes(const gca__pool_t *p, bool allocated_only) {
-  size_t n = 0;
-  for (const gca__segment_t *s = p->segments; s != NULL; s = s->next) {
-    if (!allocated_only) {
-      n += s->suspended ? 0 : s->size;
-      continue;
-    }
-    for (const gca__block_t *b = s->head; b != NULL; b = b->next)
-      if (b->allocated)
-        n += b->size;
-  }
-  return n;
-}
-
 GCA_API gca_status_t gca_pool_memory(gca_pool_t *pool, size_t *reserved, size_t *allocated) {
   gca__devalloc_t *d;
   gca__mempool_t *m;
   GCA_CHECK(gca__mempool_lookup("pool_memory", pool, &d, &m));
   if (reserved != NULL)
-    *reserved = pool_bytes(&m->small, false) + pool_bytes(&m->large, false);
+    *reserved = gca__pool_bytes(&m->small, false) + gca__pool_bytes(&m->large, false);
   if (allocated != NULL)
-    *allocated = pool_bytes(&m->small, true) + pool_bytes(&m->large, true);
+    *allocated = gca__pool_bytes(&m->small, true) + gca__pool_bytes(&m->large, true);
   gca__mutex_unlock(&d->lock);
   return GCA_OK;
-}
-
-size_t gca__mempools_reserved_locked(const gca__devalloc_t *d) {
-  size_t n = 0;
-  for (const gca__mempool_t *m = d->mempools; m != NULL; m = m->next)
-    n += pool_bytes(&m->small, false) + pool_bytes(&m->large, false);
-  return n;
-}
-
-void gca__mempools_destroy_locked(gca__devalloc_t *d) {
-  for (gca__mempool_t *m = d->mempools, *next; m != NULL; m = next) {
-    next = m->next;
-    gca__pool_t *pools[2] = {&m->small, &m->large};
-    for (size_t i = 0; i < m->nsusp; i++)
-      free(m->susp[i].copy);
-    free(m->susp);
-    for (int k = 0; k < 2; k++) {
-      for (gca__segment_t *s = pools[k]->segments, *snext; s != NULL; s = snext) {
-        snext = s->next;
-        if (s->suspended)
-          s->nmaps = 0; /* nothing mapped to unmap or release */
-        gca__segment_destroy(d, s);
-      }
-    }
-    free(m);
-  }
-  d->mempools = NULL;
-  free(d->routes);
-  d->routes = NULL;
-  d->nroutes = d->cap_routes = 0;
-  atomic_store(&d->routing, 0);
-  d->ncaptures = 0;
-  free(d->deferred);
-  d->deferred = NULL;
-  d->ndeferred = d->cap_deferred = 0;
-}
-
-/* ---- routes ---- */
-
-static gca_status_t route_add(const char *op, gca__devalloc_t *d, const gca__route_t *r) {
-  if (d->nroutes == d->cap_routes) {
-    size_t ncap = d->cap_routes ? d->cap_routes * 2 : 4;
-    gca__route_t *n = realloc(d->routes, ncap * sizeof(*n));
-    if (n == NULL)
-      return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: host out of memory for a route", op);
-    d->routes = n;
-    d->cap_routes = ncap;
-  }
-  d->routes[d->nroutes++] = *r;
-  r->pool->use_count++;
-  if (r->kind == ROUTE_CAPTURE)
-    d->ncaptures++;
-  atomic_fetch_add_explicit(&d->routing, 1, memory_order_relaxed);
-  return GCA_OK;
-}
-
-/* Removes route i (order kept: later routes take precedence). */
-static void route_remove(gca__devalloc_t *d, size_t i) {
-  gca__route_t r = d->routes[i];
-  memmove(&d->routes[i], &d->routes[i + 1], (d->nroutes - i - 1) * sizeof(*d->routes));
-  d->nroutes--;
-  atomic_fetch_sub_explicit(&d->routing, 1, memory_order_relaxed);
-  if (r.kind == ROUTE_CAPTURE && --d->ncaptures == 0) {
-    gca_status_t st = gca__pending_flush_deferred(d);
-    if (st != GCA_OK)
-      GCA_LOG_WARN("pool_end_capture: deferred frees stay pending: %s", gca_last_error());
-  }
-  gca__mempool_unuse(d, r.pool);
-  if (d->ncaptures == 0)
-    gca__mempool_sweep_dying(d);
-}
-
-bool gca__mempool_capturing_locked(const gca__devalloc_t *d, const gca__mempool_t *m) {
-  for (size_t i = 0; i < d->nroutes; i++)
-    if (d->routes[i].pool == m && d->routes[i].kind == ROUTE_CAPTURE)
-      return true;
-  return false;
-}
-
-gca__mempool_t *gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream) {
-  for (int i = t_nscopes - 1; i >= 0; i--)
-    if (t_scopes[i]->dev == d)
-      return t_scopes[i];
-  bool queried = false;
-  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
-  uint64_t id = 0;
-  for (size_t i = d->nroutes; i-- > 0;) {
-    const gca__route_t *r = &d->routes[i];
-    if (r->kind == ROUTE_FILTER) {
-      if (r->filter(stream, r->ctx))
-        return r->pool;
-      continue;
-    }
-    if (stream == NULL) /* the legacy stream is never captured; asking would invalidate */
-      continue;
-    if (!queried) {
-      queried = true;
-      if (d->ops->stream_capture_info(stream, &cs, &id) != GCA_OK)
-        cs = GCA_CAPTURE_STATUS_NONE;
-    }
-    if (cs == GCA_CAPTURE_STATUS_ACTIVE && id == r->capture_id)
-      return r->pool;
-  }
-  return NULL;
 }
 
 GCA_API gca_status_t gca_pool_begin_allocate(gca_pool_t *pool, gca_stream_filter_t filter,
@@ -313,7 +167,7 @@ GCA_API gca_status_t gca_pool_begin_allocate(gca_pool_t *pool, gca_stream_filter
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_begin_allocate: the filter is NULL");
   GCA_CHECK(gca__mempool_lookup("pool_begin_allocate", pool, &d, &m));
   gca__route_t r = {.pool = m, .kind = ROUTE_FILTER, .filter = filter, .ctx = ctx};
-  gca_status_t st = route_add("pool_begin_allocate", d, &r);
+  gca_status_t st = gca__route_add("pool_begin_allocate", d, &r);
   gca__mutex_unlock(&d->lock);
   return st;
 }
@@ -326,7 +180,7 @@ GCA_API gca_status_t gca_pool_end_allocate(gca_pool_t *pool) {
   m->use_count++; /* keeps m while its routes go */
   for (size_t i = d->nroutes; i-- > 0;) {
     if (d->routes[i].pool == m && d->routes[i].kind == ROUTE_FILTER) {
-      route_remove(d, i);
+      gca__route_remove(d, i);
       found = true;
     }
   }
@@ -342,33 +196,18 @@ GCA_API gca_status_t gca_pool_use_begin(gca_pool_t *pool) {
   gca__devalloc_t *d;
   gca__mempool_t *m;
   GCA_CHECK(gca__mempool_lookup("pool_use_begin", pool, &d, &m));
-  if (t_nscopes == MAX_SCOPES) {
-    gca__mutex_unlock(&d->lock);
-    return gca__error(GCA_ERR_INVALID_STATE,
-                      "pool_use_begin: this thread already has %d nested pool scopes", MAX_SCOPES);
-  }
-  t_scopes[t_nscopes++] = m;
-  m->use_count++;
-  atomic_fetch_add_explicit(&d->routing, 1, memory_order_relaxed);
+  gca_status_t st = gca__route_scope_push(d, m);
   gca__mutex_unlock(&d->lock);
-  return GCA_OK;
+  return st;
 }
 
 GCA_API gca_status_t gca_pool_use_end(gca_pool_t *pool) {
   gca__devalloc_t *d;
   gca__mempool_t *m;
   GCA_CHECK(gca__mempool_lookup("pool_use_end", pool, &d, &m));
-  if (t_nscopes == 0 || t_scopes[t_nscopes - 1] != m) {
-    gca__mutex_unlock(&d->lock);
-    return gca__error(GCA_ERR_INVALID_STATE,
-                      "pool_use_end: pool %p is not this thread's innermost pool scope",
-                      (void *)pool);
-  }
-  t_scopes[--t_nscopes] = NULL;
-  atomic_fetch_sub_explicit(&d->routing, 1, memory_order_relaxed);
-  gca__mempool_unuse(d, m);
+  gca_status_t st = gca__route_scope_pop(d, m);
   gca__mutex_unlock(&d->lock);
-  return GCA_OK;
+  return st;
 }
 
 GCA_API gca_status_t gca_pool_begin_capture(gca_pool_t *pool, gca_stream_t stream) {
@@ -400,7 +239,7 @@ GCA_API gca_status_t gca_pool_begin_capture(gca_pool_t *pool, gca_stream_t strea
     }
   }
   gca__route_t r = {.pool = m, .kind = ROUTE_CAPTURE, .stream = stream, .capture_id = id};
-  st = route_add("pool_begin_capture", d, &r);
+  st = gca__route_add("pool_begin_capture", d, &r);
 out:
   gca__mutex_unlock(&d->lock);
   return st;
@@ -413,7 +252,7 @@ GCA_API gca_status_t gca_pool_end_capture(gca_pool_t *pool, gca_stream_t stream)
   for (size_t i = 0; i < d->nroutes; i++) {
     if (d->routes[i].pool == m && d->routes[i].kind == ROUTE_CAPTURE &&
         d->routes[i].stream == stream) {
-      route_remove(d, i);
+      gca__route_remove(d, i);
       gca__mutex_unlock(&d->lock);
       return GCA_OK;
     }
