@@ -106,9 +106,7 @@ void gca__fcache_update(gca__devalloc_t *d) {
     gca__fcache_flush(d);
 }
 
-bool gca__fcache_try_put(gca__devalloc_t *d, gca__block_t *b) {
-  if (!gca__fc_cacheable(d, b))
-    return false;
+bool gca__fcache_put_locked(gca__devalloc_t *d, gca__block_t *b) {
   gca__fcbin_t *bin = gca__fc_bin(d, b->stream, b->size);
   if (bin->n != 0 && (bin->stream != b->stream || bin->size != b->size))
     fc_evict_bin(d, bin); /* another (stream, size) hashed here: the newer wins */

@@ -137,8 +137,13 @@ void gca__fcache_update(gca__devalloc_t *d);
 /* Evicts the cached blocks that share a free run with b's neighbours, before
  * b's state changes. */
 void gca__fcache_evict_near(gca__devalloc_t *d, gca__block_t *b);
+/* gca__fcache_try_put past its cacheability test. */
+bool gca__fcache_put_locked(gca__devalloc_t *d, gca__block_t *b);
 /* The free path's attempt at the cache, with history: true when b (live,
- * d->lock held, events processed) is now cached. */
-bool gca__fcache_try_put(gca__devalloc_t *d, gca__block_t *b);
+ * d->lock held, events processed) is now cached. Inline: with the cache off
+ * (free_cache:False) the free path pays one test. */
+static inline bool gca__fcache_try_put(gca__devalloc_t *d, gca__block_t *b) {
+  return gca__fc_cacheable(d, b) && gca__fcache_put_locked(d, b);
+}
 
 #endif
