@@ -6,21 +6,81 @@
  * its pool's free tree, keyed (stream, size, address), so that the best fit is
  * a single O(log n) search and the cached alloc/free pair touches no list and
  * makes no device call. The one exception is the free cache (Note [Free
- * cache], allocator.c): a plain free may wait, uncoalesced and out of the
- * tree, in a (stream, size) bin for the next request of that size.
+ * cache], fcache.c): a plain free may wait, uncoalesced and out of the tree,
+ * in a (stream, size) bin for the next request of that size.
  *
- * Module map:
- *   allocator.c  the per-device allocator: malloc/free, splitting, coalescing,
- *                stream-ordered reuse, OOM handling, statistics, the public API
+ * Module map, top floor first; a file calls only the files below it (the
+ * prototypes further down are grouped by the file that defines them):
+ *   pool.c       private pools: handles, use counts and their public API
+ *   checkpoint.c checkpoint and restore of a private pool's block layout
+ *   ipc.c        export and import of live blocks between processes
+ *   snapshot.c   snapshots (JSON) of segments, blocks and history
+ *   check.c      the invariant walker and the read-only walk for snapshots
+ *   allocator.c  the device registry and the public entry points (malloc, free,
+ *                record_stream, settings, statistics, empty_cache, limits, OOM
+ *                observers, teardown); the cache-hit fast paths, inline
+ *   route.c      routes to private pools: stream filters, thread scopes,
+ *                captures; the choice of pool for a request
+ *   release.c    a new block when the cache has none: garbage collection, a
+ *                new segment, the out-of-memory retries; release_cached
+ *   pending.c    frees that wait for events of other streams or for a
+ *                capture's end, and the per-device event pools
+ *   fcache.c     the free cache (fcache.h: its hit and put, inline)
+ *   blocks.c     blocks in their pool: best fit, activate (split), complete a
+ *                free (coalesce)
+ *   mempool.c    a private pool's memory over its life: destroyed once dying
+ *                and idle, suspend and resume, its bytes, teardown
+ *   segment.c    classic segments (mem_alloc, or VMM-backed with ipc_handles);
+ *                which kind a new segment is; releasing and destroying one
+ *   expandable.c expandable segments: one reservation per (stream, pool),
+ *                mapped as it grows, unmapped when released
+ *   vmm.c        the VMM driver side: granularity, access list, map/unmap
  *   freetree.c   the free structure of a pool (an intrusive treap)
  *   ptrmap.c     the per-device pointer -> block map, and the lock-free map from
  *                address granules to devices that lets a free find its device
- *   check.c      the invariant walker and the read-only walk for snapshots
- *   expandable.c expandable segments: one reserved range per (stream, pool),
- *                physical memory mapped into it as it grows, unmapped when freed
- *   pool.c       private pools: handles, use counts, routing of allocations
- *                (stream filters, thread scopes, captures), use_on_oom
- *   checkpoint.c checkpoint and restore of a private pool's block layout
+ *   slab.c       block records: slabs, reserve, take, free
+ *   sizes.c      size rules: rounding, segment sizes, split and fit rules, the
+ *                memory limit
+ *   config.c, history.c  settings; history and trace recording (any floor)
+ *
+ * Who calls whom (an edge is a call down; the graph, read from the objects'
+ * symbols, has no cycle):
+ *   pool.c       -> allocator.c (registry), route.c, mempool.c
+ *   checkpoint.c -> pool.c (lookup), route.c, pending.c, expandable.c, slab.c,
+ *                   freetree.c, ptrmap.c
+ *   ipc.c        -> allocator.c (gca__lock_live)
+ *   snapshot.c   -> check.c, allocator.c
+ *   check.c      -> allocator.c, pool.c (the pools' own checks), fcache.h,
+ *                   expandable.c, freetree.c, ptrmap.c
+ *   allocator.c  -> route.c, release.c, pending.c, fcache.c, blocks.c,
+ *                   mempool.c (OOM report, teardown), segment.c (teardown),
+ *                   expandable.c (peer access), slab.c, sizes.c, ptrmap.c
+ *   route.c      -> pending.c (a capture's end), mempool.c
+ *   release.c    -> pending.c, fcache.c, blocks.c, segment.c, expandable.c
+ *   pending.c    -> fcache.c, blocks.c
+ *   fcache.c     -> blocks.c, ptrmap.c
+ *   blocks.c     -> mempool.c, segment.c, freetree.c, slab.c, sizes.c
+ *   mempool.c    -> segment.c, vmm.c
+ *   segment.c    -> expandable.c, vmm.c, slab.c, sizes.c, ptrmap.c, freetree.c
+ *   expandable.c -> vmm.c, slab.c, sizes.c, freetree.c, ptrmap.c
+ *   vmm.c, freetree.c, ptrmap.c, slab.c, sizes.c -> the device layer only
+ * A gca_malloc that misses the free cache: allocator.c (gca_malloc_device,
+ * dev_malloc_locked) -> route.c (only while a route exists) -> pending.c
+ * (gca__pending_process, only when events are pending) -> fcache.c
+ * (gca__fcache_flush) -> blocks.c (gca__pool_take_fit); when nothing fits ->
+ * release.c (gca__release_new_block) -> segment.c (gca__segment_alloc) ->
+ * expandable.c and/or vmm.c -> the device layer; then blocks.c
+ * (gca__block_activate) makes the block active.
+ *
+ * Notes (name: the file that holds it):
+ *   Statistics, Active statistics  alloc_core.h
+ *   Free cache, Free cache epochs  fcache.c
+ *   Stream-ordered reuse           pending.c
+ *   Tree places                    blocks.c
+ *   VMM-backed classic segments    segment.c
+ *   Expandable segments            expandable.c
+ *   Frees during capture           pending.c
+ *   Checkpoints                    checkpoint.c (and DESIGN.md)
  */
 #ifndef GCA_ALLOC_CORE_H
 #define GCA_ALLOC_CORE_H
@@ -36,6 +96,7 @@
 #include "lock.h"
 #include "device.h"
 #include "gca/allocator.h"
+#include "gca/pool.h"
 
 /* PyTorch's size constants (CUDACachingAllocator.cpp). */
 #define GCA__MIN_BLOCK_SIZE  ((size_t)512)      /* all sizes are rounded to this */
@@ -69,7 +130,7 @@ typedef struct gca__route gca__route_t;
  *   !allocated && event_count > 0  -> pending free: in neither (Note [Stream-ordered reuse])
  *   cached                         -> freed into the free cache: not allocated, in
  *                                     the pointer map and a cache bin, in no tree
- *                                     (Note [Free cache], allocator.c)
+ *                                     (Note [Free cache], fcache.c)
  *   !allocated && event_count == 0 -> in its pool's free tree (in_tree), and
  *     && !cached                      neither neighbour is also in it (coalesced)
  *   stream == seg->stream, pool == seg->pool.
@@ -128,7 +189,7 @@ struct gca__segment {
   size_t reserved_size;        /* expandable: bytes of address space reserved */
   gca__mapping_t *maps;        /* expandable: the mappings, by offset; classic: NULL, or the
                                   one handle of a VMM-backed segment (Note [VMM-backed
-                                  classic segments], allocator.c) */
+                                  classic segments], segment.c) */
   size_t nmaps, cap_maps;
 };
 
@@ -235,45 +296,6 @@ struct gca__devalloc {
   gca__fcbin_t fc_bins[GCA__FC_BINS];
   uint64_t epoch; /* Note [Free cache epochs] */
 };
-
-/* Note [Free cache epochs]: a free into the cache must know that no cached
- * block lies within two places of the block and how caching it changes
- * inactive_split; both depend only on its neighbours. d->epoch advances on
- * every change of block state except the cache's own hit (a cache hit turns
- * a cached block into an allocated one, and cached blocks are never near one
- * another, so it changes neither fact for any other block): each time the
- * lock is taken by gca__dev_lock, at the start of the locked malloc and free
- * paths, and by each put into the cache. A put records the new epoch in the
- * block; when the same block comes back to be freed and the epoch has not
- * moved (the pattern alloc, free, alloc, free of one size), the facts it
- * stored still hold and the neighbours are not read. The invariant walker
- * recomputes them for every block whose epoch is current. */
-
-/* The change in (inactive_split, inactive_split_bytes) when b, not free,
- * becomes free and merges with its free neighbours (PyTorch's free_block);
- * the negation when it stops being free again. */
-static inline void gca__fc_run_delta(const gca__block_t *b, int64_t *blocks, int64_t *bytes) {
-  const gca__block_t *p = b->prev, *n = b->next;
-  bool pfree = p != NULL && p->in_tree, nfree = n != NULL && n->in_tree;
-  int64_t nb = 0, nby = 0;
-  size_t run = b->size;
-  if (pfree) {
-    nb--;
-    nby -= (int64_t)p->size;
-    run += p->size;
-  }
-  if (nfree) {
-    nb--;
-    nby -= (int64_t)n->size;
-    run += n->size;
-  }
-  if ((pfree ? p->prev : p) != NULL || (nfree ? n->next : n) != NULL) {
-    nb++;
-    nby += (int64_t)run;
-  }
-  *blocks = nb;
-  *bytes = nby;
-}
 
 /* Takes d->lock for anything but the free cache's fast paths, which use
  * gca__mutex_trylock (Note [Free cache epochs]). */
@@ -393,33 +415,175 @@ static inline void gca__pend_add(gca__devalloc_t *d, const gca__pool_t *p, int s
   }
 }
 
-/* ---- allocator.c ---- */
+/* The statistics of block b becoming allocated (b->requested already set) in
+ * a pool of type t: allocation, allocated_bytes, requested_bytes,
+ * oversize_allocations and, unless `quiet` (the caller knows nothing is
+ * pending), active's peak (Note [Active statistics]). */
+static inline void gca__stat_block_alloc(gca__devalloc_t *d, gca__block_t *b, int t, bool quiet) {
+  gca__stat_inc_t(d->stats.allocation, t, 1);
+  gca__stat_inc_t(d->stats.allocated_bytes, t, (int64_t)b->size);
+  if (!quiet && GCA_UNLIKELY(d->pend[GCA_STAT_ALL].current != 0))
+    gca__pend_peak(d, t);
+  gca__stat_inc_t(d->stats.requested_bytes, t, (int64_t)b->requested);
+  b->oversize = b->size >= d->cfg.max_split_size;
+  if (b->oversize)
+    gca__stat_add(&d->stats.oversize_allocations, 1);
+}
+
+/* The statistics of allocated block b's free request (allocation,
+ * allocated_bytes, oversize_allocations); requested_bytes goes when the free
+ * completes, and active follows from pend (Note [Active statistics]). */
+static inline void gca__stat_block_free(gca__devalloc_t *d, gca__block_t *b, int t) {
+  gca__stat_dec_t(d->stats.allocation, t, 1);
+  gca__stat_dec_t(d->stats.allocated_bytes, t, (int64_t)b->size);
+  if (b->oversize)
+    gca__stat_add(&d->stats.oversize_allocations, -1);
+  b->oversize = false;
+}
+
+/* ---- small facts shared by the floors (inline) ---- */
+
+/* A block alone in its segment. */
+static inline bool gca__block_whole(const gca__block_t *b) {
+  return b->prev == NULL && b->next == NULL;
+}
+
+/* Garbage collection is on: a limit is set and a threshold given. */
+static inline bool gca__gc_enabled(const gca__devalloc_t *d) {
+  return d->set_fraction && d->cfg.garbage_collection_threshold > 0.0;
+}
+
+/* Adds seg at the head of pool's segment list. */
+static inline void gca__segment_link(gca__pool_t *pool, gca__segment_t *seg) {
+  seg->prev = NULL;
+  seg->next = pool->segments;
+  if (pool->segments != NULL)
+    pool->segments->prev = seg;
+  pool->segments = seg;
+  pool->nsegments++;
+}
+
+/* Takes seg out of pool's segment list. */
+static inline void gca__segment_unlink(gca__pool_t *pool, gca__segment_t *seg) {
+  if (seg->prev != NULL)
+    seg->prev->next = seg->next;
+  else
+    pool->segments = seg->next;
+  if (seg->next != NULL)
+    seg->next->prev = seg->prev;
+  pool->nsegments--;
+}
+
+/* The cached block sharing a free run with b on b's lower (upper) side: the
+ * neighbour itself, or the block past a free neighbour; NULL when none
+ * (Note [Free cache]: a cached block's run holds no other cached block). */
+static inline gca__block_t *gca__fc_cached_below(const gca__block_t *b) {
+  gca__block_t *p = b->prev;
+  if (p == NULL)
+    return NULL;
+  if (p->cached)
+    return p;
+  return p->in_tree && p->prev != NULL && p->prev->cached ? p->prev : NULL;
+}
+static inline gca__block_t *gca__fc_cached_above(const gca__block_t *b) {
+  gca__block_t *n = b->next;
+  if (n == NULL)
+    return NULL;
+  if (n->cached)
+    return n;
+  return n->in_tree && n->next != NULL && n->next->cached ? n->next : NULL;
+}
+
+/* Whether a cached block shares a free run with b's neighbours. */
+static inline bool gca__fc_near(const gca__block_t *b) {
+  return gca__fc_cached_below(b) != NULL || gca__fc_cached_above(b) != NULL;
+}
+
+/* ---- sizes.c ---- */
 
 /* PyTorch's round_size: 512-byte minimum and multiple, or the next
  * roundup_power2_divisions step when one applies. size <= GCA__MAX_REQUEST. */
 size_t gca__alloc_round_size(const gca_alloc_config_t *cfg, size_t size);
+/* The same with d's settings; inline for the entry points. */
+static inline size_t gca__round_request(const gca__devalloc_t *d, size_t size) {
+  if (GCA_UNLIKELY(d->has_divisions))
+    return gca__alloc_round_size(&d->cfg, size);
+  if (size < GCA__MIN_BLOCK_SIZE)
+    return GCA__MIN_BLOCK_SIZE;
+  return (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
+}
 /* Segment size for a rounded request: 2 MiB (small), 20 MiB (< 10 MiB), else
  * rounded up to 2 MiB. */
 size_t gca__alloc_segment_size(size_t rounded);
+/* A no_split pool's segment holds exactly one block: sized to fit. */
+size_t gca__alloc_no_split_segment_size(size_t rounded);
 /* Whether a free block of block_size serving `rounded` leaves a remainder block. */
 bool gca__alloc_should_split(const gca_alloc_config_t *cfg, bool small_pool, size_t block_size,
                              size_t rounded);
 /* Whether a free block of block_size may serve `rounded` (max_split_size rules). */
 bool gca__alloc_block_fits(const gca_alloc_config_t *cfg, size_t block_size, size_t rounded);
-/* The allocator of `device` if it was created, else NULL. */
-gca__devalloc_t *gca__devalloc_peek(int device);
-/* The statistics as readers see them: ALL.allocated/freed summed (Note
- * [Statistics]) and active derived (Note [Active statistics]). The caller
- * holds d->lock. */
-void gca__stats_read(const gca__devalloc_t *d, gca_stats_t *out);
-/* Validates one device allocator; the caller holds d->lock. */
-gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d);
+/* GCA_ERR_OUT_OF_MEMORY naming `what` ("a segment", "a mapping") when
+ * reserving `bytes` more would pass d's memory limit (bytes being reserved by
+ * other threads count); the one memory-limit check. */
+gca_status_t gca__limit_check(const gca__devalloc_t *d, size_t bytes, const char *what);
 
-/* Block records for code outside allocator.c: gca__block_new() takes one
- * (GCA_ERR_OUT_OF_MEMORY with the detail set when the host has none left),
- * gca__block_free() gives it back. */
+/* ---- slab.c ---- */
+
+/* Grows the slabs by one (GCA_ERR_OUT_OF_MEMORY with the detail set when the
+ * host has no memory left). */
+gca_status_t gca__block_reserve_slow(gca__devalloc_t *d);
+/* Makes sure one block record is available, so that later steps cannot fail. */
+static inline gca_status_t gca__block_reserve(gca__devalloc_t *d) {
+  if (GCA_LIKELY(d->block_free != NULL))
+    return GCA_OK;
+  return gca__block_reserve_slow(d);
+}
+/* Takes a record reserved by gca__block_reserve, cleared. */
+static inline gca__block_t *gca__block_take(gca__devalloc_t *d) {
+  gca__block_t *b = d->block_free;
+  GCA_ASSERT(b != NULL);
+  d->block_free = b->next;
+  /* field by field: a memset of the whole struct costs more than the rest of a pair */
+  b->requested = 0;
+  b->prev = b->next = b->left = b->right = NULL;
+  b->gc_base = 0;
+  b->uses = NULL;
+  b->nuses = b->cap_uses = 0;
+  b->event_count = 0;
+  b->allocated = b->in_tree = b->oversize = b->unmapped = b->cached = false;
+  b->fc_epoch = 0;
+  d->live_blocks++;
+  return b;
+}
+/* gca__block_reserve then gca__block_take. */
 gca_status_t gca__block_new(gca__devalloc_t *d, gca__block_t **out);
+/* Gives a record back (and its uses array). */
 void gca__block_free(gca__devalloc_t *d, gca__block_t *b);
+/* Frees every slab (allocator teardown). */
+void gca__slabs_destroy(gca__devalloc_t *d);
+
+/* ---- vmm.c ---- */
+
+/* The device's allocation granularity, queried once (mem_granularity) and
+ * checked: a power of two and a multiple of GCA__MIN_BLOCK_SIZE, else
+ * GCA_ERR_DRIVER (nothing cached then). */
+gca_status_t gca__vmm_granularity(gca__devalloc_t *d, size_t *out);
+/* The devices that get access to new mappings: d's own, then its peers;
+ * devs holds GCA__MAX_DEVICES + 1. Returns their count. */
+int gca__vmm_access_list(const gca__devalloc_t *d, int *devs);
+/* Creates a handle of len bytes, maps it at ptr (reserved) and opens it to the
+ * access list; on failure nothing stays created or mapped. */
+gca_status_t gca__vmm_map_new(gca__devalloc_t *d, gca_devptr_t ptr, size_t len,
+                              gca_memhandle_t *out);
+/* Unmaps [ptr, + len) and releases its handle h. *unmapped says whether the
+ * unmap happened (a failed unmap changes nothing; a failed release leaves the
+ * range unmapped and the handle lost; the status says which failed). */
+gca_status_t gca__vmm_unmap(gca__devalloc_t *d, gca_devptr_t ptr, size_t len, gca_memhandle_t h,
+                            bool *unmapped);
+/* Unmaps and releases every mapping and frees the reservation, whatever
+ * fails (teardown; failures are logged). */
+void gca__vmm_destroy(gca__devalloc_t *d, gca_devptr_t base, size_t reserved,
+                      const gca__mapping_t *maps, size_t nmaps);
 
 /* ---- expandable.c ---- */
 
@@ -450,47 +614,113 @@ gca_status_t gca__expand_add_peer(gca__devalloc_t *d, int peer);
 /* Checks a segment's expandable invariants (mappings vs blocks). */
 gca_status_t gca__expand_check(const gca__devalloc_t *d, const gca__segment_t *seg);
 
-/* For pool.c and checkpoint.c (the caller holds d->lock). */
-/* Returns a segment whose single block is free to the driver. */
+/* ---- segment.c ---- */
+
+/* Gets a new segment for `rounded` bytes: a classic one of `size` bytes whose
+ * single block is returned free and outside the tree, or with expandable
+ * segments the (pool, stream) expandable segment grown by at least `size`
+ * (gca__expand_alloc). `retry` counts a num_alloc_retries. The lock may be let
+ * go around the driver call (release_lock_on_cudamalloc).
+ * GCA_ERR_OUT_OF_MEMORY when the driver or the memory limit refuses. */
+gca_status_t gca__segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                size_t size, size_t rounded, bool retry, gca__block_t **out);
+/* Returns a segment whose single block is free (in the tree) to the driver;
+ * an expandable one releases what it can (gca__expand_release). */
 gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg);
-/* Returns a classic segment's memory to the driver whatever its blocks
- * (teardown): mem_free, or for a VMM-backed one (Note [VMM-backed classic
- * segments], seg->maps != NULL) unmap, release and unreserve. The caller
- * removes the owner entry and frees the record. */
-gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg);
-/* Best fit for (stream, rounded) in pool, removed from its tree, or NULL. */
+/* Returns a classic segment's memory to the driver whatever its blocks:
+ * mem_free, or for a VMM-backed one (Note [VMM-backed classic segments])
+ * unmap (after its stream is done when `sync`), release and unreserve; once
+ * unmapped the memory is gone, so later failures are only logged. The caller
+ * keeps the record and its owner entry. */
+gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg, bool sync);
+/* Gives a segment of either kind back whatever its blocks, with its owner
+ * entry and its blocks' uses, and frees the record (teardown: the caller
+ * drops the whole list; failures are logged). */
+void gca__segment_destroy(gca__devalloc_t *d, gca__segment_t *seg);
+
+/* ---- blocks.c ---- */
+
+/* Merges b (free, outside the tree) with its free neighbours and puts the
+ * result in the tree, taking a neighbour's tree place where it can (Note
+ * [Tree places]). Returns the change in inactive_split through the pointers;
+ * statistics are the caller's. */
+void gca__block_coalesce(gca__devalloc_t *d, gca__block_t *b, int64_t *blocks, int64_t *bytes);
+/* Puts a block whose last use has completed into the free tree, merging it
+ * with free neighbours (PyTorch's free_block); `pending`: it was
+ * pending-free. No cached block may be near b (gca__fcache_evict_near first).
+ * Releases the segment when caching is off and tells a private pool. */
+void gca__block_free_complete(gca__devalloc_t *d, gca__block_t *b, bool pending);
+/* Best fit for (stream, rounded) in pool (PyTorch's get_free_block), or NULL;
+ * the block stays in the tree (Note [Tree places]). The free cache holds
+ * nothing near the pool's blocks (flushed, or a private pool). */
 gca__block_t *gca__pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                  size_t rounded);
-/* The cached block sharing a free run with b on b's lower (upper) side: the
- * neighbour itself, or the block past a free neighbour; NULL when none
- * (Note [Free cache]: a cached block's run holds no other cached block). */
-static inline gca__block_t *gca__fc_cached_below(const gca__block_t *b) {
-  gca__block_t *p = b->prev;
-  if (p == NULL)
-    return NULL;
-  if (p->cached)
-    return p;
-  return p->in_tree && p->prev != NULL && p->prev->cached ? p->prev : NULL;
-}
-static inline gca__block_t *gca__fc_cached_above(const gca__block_t *b) {
-  gca__block_t *n = b->next;
-  if (n == NULL)
-    return NULL;
-  if (n->cached)
-    return n;
-  return n->in_tree && n->next != NULL && n->next->cached ? n->next : NULL;
-}
+/* Makes a free block active for a request, splitting off the remainder when
+ * the rules say so (PyTorch's alloc_found_block). A block record must have
+ * been reserved. */
+void gca__block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, size_t requested);
 
-/* Returns every block of the free cache to its pool's free tree, coalesced
- * (Note [Free cache]); statistics do not change. */
-void gca__fcache_flush(gca__devalloc_t *d);
-/* Waits for every pending free of the device (event_synchronize). */
-gca_status_t gca__alloc_sync_pending(gca__devalloc_t *d);
+/* ---- fcache.c: see fcache.h ---- */
+
+/* ---- pending.c ---- */
+
+/* The free request of live block b (out of the pointer map): with uses on
+ * other streams its events are recorded and it becomes pending (during a
+ * capture: deferred), else its free completes now. On failure nothing
+ * changed. */
+gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b);
+/* Completes the pending frees whose events are done, without blocking
+ * (nothing while a capture is under way). */
+gca_status_t gca__pending_process(gca__devalloc_t *d);
+/* Waits for every pending free of the device (PyTorch's
+ * synchronize_and_free_events), counted in num_sync_all_streams. */
+gca_status_t gca__pending_sync(gca__devalloc_t *d);
 /* Records the events of the frees deferred during capture; those that fail
  * stay deferred. Call once no capture is under way on the device. */
-gca_status_t gca__alloc_flush_deferred(gca__devalloc_t *d);
+gca_status_t gca__pending_flush_deferred(gca__devalloc_t *d);
+/* Synchronizes and destroys every event (allocator teardown). */
+void gca__pending_destroy(gca__devalloc_t *d);
+
+/* ---- release.c ---- */
+
+/* PyTorch's release_cached_blocks: flushes the free cache, waits for pending
+ * frees, then frees every cached whole segment. */
+gca_status_t gca__release_cached(gca__devalloc_t *d);
+/* A new block for `rounded` bytes when no cached block fits: garbage
+ * collection when on, a new segment of seg_size, then the out-of-memory
+ * remedies in PyTorch's order, each followed by a retry; last, a use_on_oom
+ * private pool's cached block (then b->pool is that pool's). Segment calls run
+ * in relaxed capture mode while a capture is under way. The block is free,
+ * in its tree or not. GCA_ERR_OUT_OF_MEMORY when everything failed. */
+gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                    size_t seg_size, size_t rounded, gca__block_t **out);
+
+/* ---- allocator.c ---- */
+
+/* The allocator of `device` if it was created, else NULL. */
+gca__devalloc_t *gca__devalloc_peek(int device);
+/* The statistics as readers see them: ALL.allocated/freed summed (Note
+ * [Statistics]) and active derived (Note [Active statistics]). The caller
+ * holds d->lock. */
+void gca__stats_read(const gca__devalloc_t *d, gca_stats_t *out);
+/* Finds the live block at addr (a cached block is not live) and returns with
+ * its device's lock held, or NULL with no lock held. One device: one map to
+ * look in; else the owner map names the device. */
+gca__block_t *gca__lock_live(gca_devptr_t addr, gca__devalloc_t **out);
+
+/* ---- check.c ---- */
+
+/* Validates one device allocator; the caller holds d->lock. */
+gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d);
 
 /* ---- pool.c ---- */
+
+/* A mapping released by gca_pool_suspend (mempool.c), with its contents when saved. */
+struct gca__suspended {
+  gca__segment_t *seg;
+  size_t map; /* index into seg->maps */
+  void *copy;
+};
 
 /* A private pool. Invariants: small.owner == large.owner == this;
  * nactive == allocated + pending-free blocks of its segments;
@@ -510,27 +740,78 @@ struct gca__mempool {
   gca__mempool_t *prev, *next; /* the device's list */
 };
 
+typedef enum route_kind { ROUTE_FILTER, ROUTE_CAPTURE } route_kind_t;
+
+/* A route (route.c): allocations matching it go to `pool`. Holds one use of
+ * the pool. */
+struct gca__route {
+  gca__mempool_t *pool;
+  route_kind_t kind;
+  gca_stream_filter_t filter; /* ROUTE_FILTER */
+  void *ctx;
+  gca_stream_t stream; /* ROUTE_CAPTURE: the stream named at begin */
+  uint64_t capture_id; /* ROUTE_CAPTURE: its capture */
+};
+
 /* The pools of d in a fixed order: small, large, then each private pool's
- * small and large; NULL after the last. Start with &d->small. */
-gca__pool_t *gca__pool_next(gca__devalloc_t *d, gca__pool_t *p);
-/* The private pool the request on `stream` is routed to, or NULL. */
-gca__mempool_t *gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream);
-/* A block of `m` became free (completion of a free); may destroy a dying pool. */
-void gca__mempool_block_freed(gca__devalloc_t *d, gca__mempool_t *m);
-/* Tries the free trees of the use_on_oom pools; the block is out of its tree. */
-gca__block_t *gca__mempool_take_on_oom(gca__devalloc_t *d, gca_stream_t stream, size_t rounded);
-/* Bytes of segments held by private pools. */
-size_t gca__mempools_reserved_locked(const gca__devalloc_t *d);
-/* Destroys every private pool's segments and records (allocator teardown). */
-void gca__mempools_destroy_locked(gca__devalloc_t *d);
+ * small and large; NULL after the last. Start with &d->small. Inline: every
+ * floor walks the pools. */
+static inline gca__pool_t *gca__pool_next(gca__devalloc_t *d, gca__pool_t *p) {
+  if (p == &d->small)
+    return &d->large;
+  gca__mempool_t *m = p->owner;
+  if (m != NULL && p == &m->small)
+    return &m->large;
+  m = m == NULL ? d->mempools : m->next;
+  return m != NULL ? &m->small : NULL;
+}
 /* Checks m's invariants (owner links, nactive) for the walker. */
 gca_status_t gca__mempool_check_locked(const gca__devalloc_t *d, const gca__mempool_t *m);
-/* Whether a capture route names m. */
-bool gca__mempool_capturing_locked(const gca__devalloc_t *d, const gca__mempool_t *m);
 /* Looks a public handle up and returns with its device's lock held; a dead or
  * foreign handle is GCA_ERR_INVALID_HANDLE naming `op` (no lock held then). */
 gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devalloc_t **d,
                                  gca__mempool_t **m);
+
+/* ---- route.c ---- */
+
+/* The private pool the request on `stream` is routed to, or NULL: the calling
+ * thread's innermost scope for d, else the newest matching route. */
+gca__mempool_t *gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream);
+/* Adds route *r (one use of its pool); GCA_ERR_OUT_OF_MEMORY naming `op`. */
+gca_status_t gca__route_add(const char *op, gca__devalloc_t *d, const gca__route_t *r);
+/* Removes route i (order kept: later routes take precedence); the end of the
+ * device's last capture records the deferred frees and sweeps dying pools. */
+void gca__route_remove(gca__devalloc_t *d, size_t i);
+/* Whether a capture route names m. */
+bool gca__mempool_capturing_locked(const gca__devalloc_t *d, const gca__mempool_t *m);
+/* Opens (closes) a use scope of m on the calling thread; GCA_ERR_INVALID_STATE
+ * when too many are nested (m is not the innermost). */
+gca_status_t gca__route_scope_push(gca__devalloc_t *d, gca__mempool_t *m);
+gca_status_t gca__route_scope_pop(gca__devalloc_t *d, gca__mempool_t *m);
+
+/* ---- mempool.c ---- */
+
+/* A block of `m` became free (completion of a free); may destroy a dying pool. */
+void gca__mempool_block_freed(gca__devalloc_t *d, gca__mempool_t *m);
+/* Drops one use of m; may destroy it when it is dying and idle. */
+void gca__mempool_unuse(gca__devalloc_t *d, gca__mempool_t *m);
+/* Destroys every dying, idle pool (a capture ended). */
+void gca__mempool_sweep_dying(gca__devalloc_t *d);
+/* Releases the memory of every mapping of m's segments (expandable only,
+ * else GCA_ERR_NOT_SUPPORTED), saving the contents with
+ * GCA_POOL_SUSPEND_SAVE; m keeps its blocks and addresses. On failure m is
+ * as it was. The caller checked that m is not suspended and nothing captures. */
+gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, unsigned flags);
+/* Maps m's suspended memory again (contents copied back when saved); on
+ * failure m stays suspended. */
+gca_status_t gca__mempool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m);
+/* Bytes of p's segments (mapped ones), or of its allocated blocks. */
+size_t gca__pool_bytes(const gca__pool_t *p, bool allocated_only);
+/* Bytes of segments held by private pools. */
+size_t gca__mempools_reserved_locked(const gca__devalloc_t *d);
+/* Destroys every private pool's segments and records, and the routes
+ * (allocator teardown). */
+void gca__mempools_destroy_locked(gca__devalloc_t *d);
 
 /* ---- freetree.c ---- */
 

@@ -1,37 +1,27 @@
-/* allocator.c - the caching allocator of each device and the public API.
+/* allocator.c - the device registry and the public entry points: each
+ * device's allocator created on first use, gca_malloc / gca_free and their
+ * cache-hit fast paths, record_stream, pointer lookups, settings, statistics,
+ * empty_cache, limits, out-of-memory observers, and the teardown.
  *
- * Device memory comes from the driver in segments (mem_alloc) and is carved
- * into blocks; a freed block goes back to its pool's free tree and is handed
- * out again without asking the driver. The rules (sizes, pools, splitting,
- * max_split_size, coalescing, out-of-memory retries, statistics) are those of
- * PyTorch's CUDACachingAllocator, so that users moving from it see the same
- * numbers. Each device has one allocator behind one mutex, which also guards
- * its pointer map; the cached alloc/free pair takes that mutex and nothing
- * else, and makes no device call and no host allocation.
- *
- * Note [Stream-ordered reuse]. A block belongs to the stream it was allocated
- * on, and work on one stream runs in order, so a block freed by the host may
- * be handed to later work on the same stream at once: that work queues behind
- * whatever still uses the block. Other streams are not ordered with it. When
- * gca_record_stream() marked a block as used on other streams, freeing it
- * records an event on each of those streams (events come from a per-device
- * pool, created once and reused) and parks the block as "pending free"; it
- * enters the free tree only when every one of its events has completed.
- * Pending events are polled without blocking (event_query) at the start of
- * each malloc and free, and only when some are pending, so the common path
- * makes no device call. Running out of memory synchronizes them instead
- * (event_synchronize), counted in num_sync_all_streams.
+ * The one idea: an entry point resolves the device and takes its lock, does
+ * what it can in place (the free cache's hit and put, inline from fcache.h),
+ * and otherwise goes down the floors one at a time, never back up: the free
+ * cache (fcache.c), pending frees (pending.c), the pools' trees (blocks.c),
+ * new segments and the out-of-memory retries (release.c, segment.c,
+ * expandable.c, vmm.c). The module map in alloc_core.h draws the floors.
+ * Each device has one allocator behind one mutex, which also guards its
+ * pointer map; the cached alloc/free pair takes that mutex and nothing else,
+ * and makes no device call and no host allocation.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc_core.h"
+#include "fcache.h"
 #include "history.h"
 #include "introspect.h"
 
-#define SLAB_BLOCKS   256
 #define MAX_OBSERVERS 32
 
 typedef struct observer {
@@ -64,49 +54,6 @@ static _Thread_local bool t_device_told __attribute__((tls_model("initial-exec")
 #define DEBUG_CHECK(d) ((void)0)
 #endif
 
-/* ---- size rules ---- */
-
-size_t gca__alloc_round_size(const gca_alloc_config_t *cfg, size_t size) {
-  if (size < GCA__MIN_BLOCK_SIZE)
-    return GCA__MIN_BLOCK_SIZE;
-  uint32_t divisions = gca__config_roundup_divisions(cfg, size);
-  if (divisions > 1 && size > GCA__MIN_BLOCK_SIZE * divisions) {
-    if ((size & (size - 1)) == 0)
-      return size;
-    size_t floor2 = (size_t)1 << (63 - __builtin_clzll(size));
-    size_t step = floor2 >> (31 - __builtin_clz(divisions));
-    if (step == 0)
-      return floor2 << 1;
-    size_t down = size & ~(step - 1);
-    return down == size ? size : down + step;
-  }
-  return GCA__MIN_BLOCK_SIZE * ((size + GCA__MIN_BLOCK_SIZE - 1) / GCA__MIN_BLOCK_SIZE);
-}
-
-size_t gca__alloc_segment_size(size_t rounded) {
-  if (rounded <= GCA__SMALL_SIZE)
-    return GCA__SMALL_BUFFER;
-  if (rounded < GCA__MIN_LARGE_ALLOC)
-    return GCA__LARGE_BUFFER;
-  return GCA__ROUND_LARGE * ((rounded + GCA__ROUND_LARGE - 1) / GCA__ROUND_LARGE);
-}
-
-bool gca__alloc_should_split(const gca_alloc_config_t *cfg, bool small_pool, size_t block_size,
-                             size_t rounded) {
-  size_t remaining = block_size - rounded;
-  if (small_pool)
-    return remaining >= GCA__MIN_BLOCK_SIZE;
-  return rounded < cfg->max_split_size && remaining > GCA__SMALL_SIZE;
-}
-
-bool gca__alloc_block_fits(const gca_alloc_config_t *cfg, size_t block_size, size_t rounded) {
-  if (rounded < cfg->max_split_size && block_size >= cfg->max_split_size)
-    return false; /* an oversize block does not serve a splittable request */
-  if (rounded >= cfg->max_split_size && block_size - rounded >= cfg->max_non_split_rounding)
-    return false; /* nor a much smaller oversize request */
-  return true;
-}
-
 /* ---- statistics ---- */
 
 static void stats_fill_all(gca_stats_t *s) {
@@ -138,8 +85,6 @@ void gca__stats_read(const gca__devalloc_t *d, gca_stats_t *out) {
   }
 }
 
-static void fc_update(gca__devalloc_t *d);
-
 static void set_config_locked(gca__devalloc_t *d, const gca_alloc_config_t *cfg) {
   d->cfg = *cfg;
   d->has_divisions = false;
@@ -147,918 +92,7 @@ static void set_config_locked(gca__devalloc_t *d, const gca_alloc_config_t *cfg)
     d->has_divisions |= cfg->roundup_power2_divisions[i] > 1;
   d->stats.max_split_size =
       cfg->max_split_size >= (uint64_t)INT64_MAX ? -1 : (int64_t)cfg->max_split_size;
-  fc_update(d);
-}
-
-static inline size_t round_request(const gca__devalloc_t *d, size_t size) {
-  if (GCA_UNLIKELY(d->has_divisions))
-    return gca__alloc_round_size(&d->cfg, size);
-  if (size < GCA__MIN_BLOCK_SIZE)
-    return GCA__MIN_BLOCK_SIZE;
-  return (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
-}
-
-/* ---- block structs ---- */
-
-/* Makes sure one block struct is available, so that later steps cannot fail. */
-static gca_status_t block_reserve(gca__devalloc_t *d) {
-  if (GCA_LIKELY(d->block_free != NULL))
-    return GCA_OK;
-  if (d->nslabs == d->cap_slabs) {
-    size_t ncap = d->cap_slabs ? d->cap_slabs * 2 : 16;
-    void **n = realloc(d->slabs, ncap * sizeof(*n));
-    if (n == NULL)
-      return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for block records");
-    d->slabs = n;
-    d->cap_slabs = ncap;
-  }
-  gca__block_t *slab = calloc(SLAB_BLOCKS, sizeof(*slab));
-  if (slab == NULL)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for block records");
-  d->slabs[d->nslabs++] = slab;
-  for (size_t i = 0; i < SLAB_BLOCKS; i++) {
-    slab[i].next = d->block_free;
-    d->block_free = &slab[i];
-  }
-  return GCA_OK;
-}
-
-/* Takes a struct reserved by block_reserve(). */
-static gca__block_t *block_take(gca__devalloc_t *d) {
-  gca__block_t *b = d->block_free;
-  GCA_ASSERT(b != NULL);
-  d->block_free = b->next;
-  /* field by field: a memset of the whole struct costs more than the rest of a pair */
-  b->requested = 0;
-  b->prev = b->next = b->left = b->right = NULL;
-  b->gc_base = 0;
-  b->uses = NULL;
-  b->nuses = b->cap_uses = 0;
-  b->event_count = 0;
-  b->allocated = b->in_tree = b->oversize = b->unmapped = b->cached = false;
-  b->fc_epoch = 0;
-  d->live_blocks++;
-  return b;
-}
-
-static void block_put(gca__devalloc_t *d, gca__block_t *b) {
-  if (GCA_UNLIKELY(b->uses != NULL)) {
-    free(b->uses);
-    b->uses = NULL;
-  }
-  b->next = d->block_free;
-  d->block_free = b;
-  d->live_blocks--;
-}
-
-gca_status_t gca__block_new(gca__devalloc_t *d, gca__block_t **out) {
-  GCA_CHECK(block_reserve(d));
-  *out = block_take(d);
-  return GCA_OK;
-}
-
-void gca__block_free(gca__devalloc_t *d, gca__block_t *b) {
-  block_put(d, b);
-}
-
-static inline bool block_whole(const gca__block_t *b) {
-  return b->prev == NULL && b->next == NULL;
-}
-
-/* ---- segments ---- */
-
-/* Note [VMM-backed classic segments]. With ipc_handles:True a classic segment
- * is one mem_create handle of the segment's size, reserved and mapped once at
- * offset 0 (seg->maps[0], nmaps == 1, expandable false), instead of a
- * mem_alloc allocation, so that gca_ipc_export can hand it to another process
- * as a file descriptor. It behaves as any classic segment: it never grows,
- * counts one num_device_alloc / num_device_free, and is released whole. */
-
-/* Creates, reserves, maps and opens [*out, *out + size) for d's device and its
- * peers, recording the handle in seg->maps; on failure nothing is left. */
-static gca_status_t vmm_segment_create(gca__devalloc_t *d, gca__segment_t *seg, size_t size,
-                                       gca_devptr_t *out) {
-  gca_status_t st;
-  gca_memhandle_t h = 0;
-  gca_devptr_t ptr = 0;
-  int devs[GCA__MAX_DEVICES + 1];
-  gca__mapping_t *m = calloc(1, sizeof(*m));
-  if (m == NULL)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a segment mapping");
-  GCA_CHECK_GOTO(d->ops->mem_create(d->device, size, &h), st, fail_rec);
-  GCA_CHECK_GOTO(d->ops->mem_address_reserve(d->device, size, 0, &ptr), st, fail_handle);
-  GCA_CHECK_GOTO(d->ops->mem_map(ptr, size, 0, h), st, fail_range);
-  devs[0] = d->device;
-  for (int i = 0; i < d->npeers; i++)
-    devs[1 + i] = d->peers[i];
-  GCA_CHECK_GOTO(d->ops->mem_set_access(ptr, size, devs, 1 + d->npeers), st, fail_map);
-  m->offset = 0;
-  m->size = size;
-  m->handle = h;
-  seg->maps = m;
-  seg->nmaps = seg->cap_maps = 1;
-  *out = ptr;
-  return GCA_OK;
-
-fail_map:
-  (void)d->ops->mem_unmap(ptr, size);
-fail_range:
-  (void)d->ops->mem_address_free(d->device, ptr, size);
-fail_handle:
-  (void)d->ops->mem_release(h);
-fail_rec:
-  free(m);
-  return st;
-}
-
-/* Returns a classic segment's memory to the driver: mem_free, or for a
- * VMM-backed one unmap (after its stream is done when `sync`), release and
- * unreserve; once unmapped the memory is gone, so later failures are only
- * logged. The caller keeps the record and its owner entry. */
-static gca_status_t segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg, bool sync) {
-  if (seg->maps == NULL)
-    return d->ops->mem_free(d->device, seg->base);
-  if (sync)
-    GCA_CHECK(d->ops->stream_synchronize(seg->stream));
-  GCA_CHECK(d->ops->mem_unmap(seg->base, seg->size));
-  if (d->ops->mem_release(seg->maps[0].handle) != GCA_OK ||
-      d->ops->mem_address_free(d->device, seg->base, seg->size) != GCA_OK)
-    GCA_LOG_WARN("segment 0x%" PRIx64 " (%zu bytes) unmapped but not fully released: %s", seg->base,
-                 seg->size, gca_last_error());
-  free(seg->maps);
-  seg->maps = NULL;
-  seg->nmaps = seg->cap_maps = 0;
-  return GCA_OK;
-}
-
-/* Gets a new segment of `size` bytes from the driver; its single block is
- * returned free and outside the tree. With expandable segments, grows the
- * (pool, stream) expandable segment instead by what `rounded` needs, at least
- * `size` where room allows, and returns the block that serves it.
- * GCA_ERR_OUT_OF_MEMORY when the driver or the memory limit refuses. */
-static gca_status_t segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
-                                  size_t size, size_t rounded, bool retry, gca__block_t **out) {
-  gca_status_t st;
-  gca_devptr_t ptr = 0;
-  if (retry)
-    d->stats.num_alloc_retries++;
-  if (d->cfg.expandable_segments)
-    return gca__expand_alloc(d, pool, stream, rounded, size, out);
-  if (d->cfg.ipc_handles) {
-    if (d->granularity == 0) {
-      GCA_CHECK(d->ops->mem_granularity(d->device, false, &d->granularity));
-      if (d->granularity == 0 || (d->granularity & (d->granularity - 1)) != 0) {
-        size_t g = d->granularity;
-        d->granularity = 0;
-        return gca__error(GCA_ERR_DRIVER,
-                          "mem_granularity: device %d reports %zu bytes, expected a power of two",
-                          d->device, g);
-      }
-    }
-    size = (size + d->granularity - 1) & ~(d->granularity - 1);
-  }
-  if (d->set_fraction && d->reserved + d->reserving + size > d->allowed_max)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY,
-                      "malloc: a %zu-byte segment would pass device %d's limit of %zu bytes "
-                      "(%zu reserved%s)",
-                      size, d->device, d->allowed_max, d->reserved + d->reserving,
-                      d->reserving != 0 ? ", some being allocated by other threads" : "");
-  gca__segment_t *seg = calloc(1, sizeof(*seg));
-  if (seg == NULL)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a segment record");
-  if (d->cfg.ipc_handles) {
-    GCA_CHECK_GOTO(vmm_segment_create(d, seg, size, &ptr), st, fail_seg);
-  } else if (d->cfg.release_lock_on_device_alloc && pool->owner == NULL && d->ncaptures == 0) {
-    /* PyTorch's release_lock_on_cudamalloc: other threads use the cache while
-     * the driver allocates; the bytes count against the limit meanwhile. The
-     * new segment is this thread's alone until it is linked in below. */
-    d->reserving += size;
-    gca__mutex_unlock(&d->lock);
-    st = d->ops->mem_alloc(d->device, size, &ptr);
-    gca__dev_lock(d);
-    d->reserving -= size;
-    GCA_CHECK_GOTO(st, st, fail_seg);
-  } else {
-    GCA_CHECK_GOTO(d->ops->mem_alloc(d->device, size, &ptr), st, fail_seg);
-  }
-  seg->base = ptr;
-  seg->size = size;
-  seg->stream = stream;
-  GCA_CHECK_GOTO(block_reserve(d), st, fail_mem); /* after the driver call: the lock may have
-                                                     been let go */
-  GCA_CHECK_GOTO(gca__owner_add(ptr, size, d->device), st, fail_mem);
-  gca__block_t *b = block_take(d);
-  b->addr = ptr;
-  b->size = size;
-  b->stream = stream;
-  b->pool = pool;
-  b->seg = seg;
-  seg->pool = pool;
-  seg->head = b;
-  seg->oversize = size >= d->cfg.max_split_size;
-  seg->next = pool->segments;
-  if (pool->segments != NULL)
-    pool->segments->prev = seg;
-  pool->segments = seg;
-  pool->nsegments++;
-  d->reserved += size;
-  gca__stat_pool(d->stats.segment, pool, 1);
-  gca__stat_pool(d->stats.reserved_bytes, pool, (int64_t)size);
-  if (seg->oversize)
-    gca__stat_add(&d->stats.oversize_segments, 1);
-  d->stats.num_device_alloc++;
-  gca__history_event(GCA_HA_SEGMENT_ALLOC, d->device, ptr, size, stream);
-  *out = b;
-  return GCA_OK;
-
-fail_mem:
-  (void)segment_memory_free(d, seg, false);
-fail_seg:
-  free(seg);
-  return st;
-}
-
-/* Returns a segment whose single block is free (in the tree) to the driver. */
-static gca_status_t segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
-  gca__block_t *b = seg->head;
-  gca__pool_t *pool = seg->pool;
-  if (seg->expandable)
-    return gca__expand_release(d, seg, NULL);
-  GCA_ASSERT(block_whole(b) && b->in_tree);
-  gca_status_t st = segment_memory_free(d, seg, true);
-  if (st != GCA_OK)
-    return gca__error_prefix(st, "release of segment 0x%" PRIx64 " (%zu bytes)", seg->base,
-                             seg->size);
-  gca__owner_remove(seg->base, seg->size, d->device);
-  gca__tree_erase(pool, b);
-  block_put(d, b);
-  if (seg->prev != NULL)
-    seg->prev->next = seg->next;
-  else
-    pool->segments = seg->next;
-  if (seg->next != NULL)
-    seg->next->prev = seg->prev;
-  pool->nsegments--;
-  d->reserved -= seg->size;
-  gca__stat_pool(d->stats.segment, pool, -1);
-  gca__stat_pool(d->stats.reserved_bytes, pool, -(int64_t)seg->size);
-  if (seg->oversize)
-    gca__stat_add(&d->stats.oversize_segments, -1);
-  d->stats.num_device_free++;
-  gca__history_event(GCA_HA_SEGMENT_FREE, d->device, seg->base, seg->size, seg->stream);
-  free(seg);
-  return GCA_OK;
-}
-
-/* ---- free and allocate within the pools ---- */
-
-static bool gc_enabled(const gca__devalloc_t *d) {
-  return d->set_fraction && d->cfg.garbage_collection_threshold > 0.0;
-}
-
-/* ---- the free cache ----
- *
- * Note [Free cache]. The cached alloc/free pair of PyTorch's rules splits a
- * free block on every malloc and merges it back on every free: with the tree
- * updates, the pointer map and the statistics that is several hundred
- * instructions, where glibc's malloc+free of a small size is a few dozen. So a
- * free may instead put the block into a small per-device cache, binned by
- * (stream, size), without coalescing it, and a later malloc of exactly that
- * rounded size on that stream takes the newest one back: no tree, no split,
- * no merge, and the block never left the pointer map. Only plain frees are
- * cached: the block has no recorded streams, belongs to a default pool, no
- * capture is under way, caching is on, garbage collection is off, and the
- * free_cache key is True (its default).
- *
- * A malloc that misses (any other size or stream) flushes the whole cache
- * first, so it searches exactly the free blocks PyTorch's rules would have,
- * merged as they would be; the cache only defers coalescing until then.
- *
- * What stays exactly as without the cache:
- * - Statistics, peaks included, at every moment. A cached block counts as
- *   free, and inactive_split counts it as if it had been merged with its free
- *   neighbours (fc_run_delta). For that to be computable in O(1), a block is
- *   cached only when no block within two places of it is cached, so the
- *   logical free run of a cached block X is just {prev if free, X, next if
- *   free}, and that run cannot change while X is cached: anything about to
- *   touch it takes X out of the cache first (fc_evict_near, called by
- *   block_free_complete and pool_take_fit).
- * - Memory use: a miss flushes before it searches, and every release path
- *   (empty_cache, out of memory, garbage collection, turning caching off)
- *   flushes first, so cached blocks never cost a segment.
- * - What snapshots show: the walk flushes first.
- * - Error reports: a cached pointer is not live (double free, record_stream,
- *   pointer_info, IPC export say so).
- * What differs: which block a request of a cached (stream, size) receives.
- * PyTorch's best fit would search the merged free blocks (and could pick a
- * smaller-keyed one); the cache returns the block of that size freed last.
- * free_cache:False restores PyTorch's placement exactly. */
-
-static inline gca__fcbin_t *fc_bin(gca__devalloc_t *d, gca_stream_t stream, size_t size) {
-  uint64_t h = ((uint64_t)(uintptr_t)stream ^ (size >> 9)) * 0x9e3779b97f4a7c15ull;
-  return &d->fc_bins[h >> (64 - 6)];
-}
-_Static_assert(GCA__FC_BINS == 64, "fc_bin takes 6 bits of the hash");
-
-/* Merges b (free, outside the tree) with its free neighbours and puts the
- * result in the tree, taking a neighbour's tree place where it can (Note
- * [Tree places]). Returns the change in inactive_split through the pointers;
- * statistics are the caller's. */
-static void block_coalesce(gca__devalloc_t *d, gca__block_t *b, int64_t *blocks, int64_t *bytes) {
-  gca__pool_t *pool = b->pool;
-  int64_t net_blocks = 0, net_bytes = 0;
-  gca__block_t *p = b->prev, *n = b->next;
-  bool pfree = p != NULL && p->in_tree, nfree = n != NULL && n->in_tree;
-  /* with exactly one free neighbour, b may take its tree place (Note [Tree places]) */
-  gca__block_t *slot = pfree != nfree ? (pfree ? p : n) : NULL;
-  if (pfree) {
-    if (p != slot)
-      gca__tree_erase(pool, p);
-    b->addr = p->addr;
-    b->size += p->size;
-    b->prev = p->prev;
-    if (b->prev != NULL)
-      b->prev->next = b;
-    else
-      b->seg->head = b;
-    net_blocks--;
-    net_bytes -= (int64_t)p->size;
-  }
-  if (nfree) {
-    if (n != slot)
-      gca__tree_erase(pool, n);
-    b->size += n->size;
-    b->next = n->next;
-    if (b->next != NULL)
-      b->next->prev = b;
-    net_blocks--;
-    net_bytes -= (int64_t)n->size;
-  }
-  b->gc_base = pool->free_calls;
-  if (slot != NULL)
-    gca__tree_swap(pool, slot, b);
-  else
-    gca__tree_insert(pool, b);
-  if (pfree)
-    block_put(d, p);
-  if (nfree)
-    block_put(d, n);
-  if (!block_whole(b)) {
-    net_blocks++;
-    net_bytes += (int64_t)b->size;
-  }
-  *blocks = net_blocks;
-  *bytes = net_bytes;
-}
-
-/* Takes b out of its bin; the caller clears b->cached. */
-static void fc_unlink(gca__devalloc_t *d, gca__block_t *b) {
-  gca__fcbin_t *bin = fc_bin(d, b->stream, b->size);
-  gca__block_t **link = &bin->head;
-  while (*link != b) {
-    GCA_ASSERT(*link != NULL);
-    link = &(*link)->left;
-  }
-  *link = b->left;
-  b->left = NULL;
-  bin->n--;
-  d->fc_count--;
-}
-
-/* Returns a cached block to the free tree: out of the pointer map, merged
- * with its free neighbours. Statistics already count it as merged. */
-static void fc_evict(gca__devalloc_t *d, gca__block_t *b) {
-  int64_t blocks, bytes;
-  fc_unlink(d, b);
-  b->cached = false;
-  GCA_ASSERT(gca__ptrmap_take(&d->ptrs, b->addr) == b);
-  block_coalesce(d, b, &blocks, &bytes);
-  GCA_ASSERT(blocks == b->fc_blocks && bytes == b->fc_bytes); /* its run did not change */
-}
-
-/* Whether a cached block shares a free run with b's neighbours. */
-static inline bool fc_near(const gca__block_t *b) {
-  return gca__fc_cached_below(b) != NULL || gca__fc_cached_above(b) != NULL;
-}
-
-/* Evicts the cached blocks that share a free run with b's neighbours, before
- * b's state changes (Note [Free cache]). Both are found first: when b is in
- * the tree, the first eviction merges b away. */
-static void fc_evict_near(gca__devalloc_t *d, gca__block_t *b) {
-  gca__block_t *below = gca__fc_cached_below(b), *above = gca__fc_cached_above(b);
-  if (below != NULL)
-    fc_evict(d, below);
-  if (above != NULL)
-    fc_evict(d, above);
-}
-
-static void fc_evict_bin(gca__devalloc_t *d, gca__fcbin_t *bin) {
-  while (bin->head != NULL)
-    fc_evict(d, bin->head);
-}
-
-void gca__fcache_flush(gca__devalloc_t *d) {
-  for (size_t i = 0; i < GCA__FC_BINS && d->fc_count != 0; i++)
-    fc_evict_bin(d, &d->fc_bins[i]);
-}
-
-/* Recomputes fc_on after a setting changed; flushes when caching stops. */
-static void fc_update(gca__devalloc_t *d) {
-  d->fc_on = d->cfg.free_cache && d->caching && !gc_enabled(d); /* GC needs block ages */
-  if (!d->fc_on)
-    gca__fcache_flush(d);
-}
-
-/* Whether the allocated block b of the default pool, with no recorded
- * streams, may go into `bin` (its bin) now: the bin holds its (stream, size)
- * or nothing and has room, and no cached block is too near. When it may,
- * b->fc_blocks/fc_bytes say how caching it changes inactive_split; they are
- * computed only when b's epoch is not current (Note [Free cache epochs]). */
-static inline __attribute__((always_inline)) bool
-fc_fits(const gca__devalloc_t *d, const gca__fcbin_t *bin, gca__block_t *b) {
-  if ((bin->n != 0 && (bin->stream != b->stream || bin->size != b->size)) ||
-      bin->n == GCA__FC_BIN_MAX)
-    return false;
-  if (b->fc_epoch == d->epoch)
-    return true;
-  if (fc_near(b))
-    return false;
-  int64_t blocks, bytes;
-  gca__fc_run_delta(b, &blocks, &bytes);
-  b->fc_blocks = (int32_t)blocks; /* the run cannot change while b is cached */
-  b->fc_bytes = bytes;
-  return true;
-}
-
-/* Whether the free of live block b may be cached now (Note [Free cache]):
- * the cache is on, nothing waits for events, no capture routes frees, and b
- * is a plain block of a default pool. */
-static inline bool fc_cacheable(const gca__devalloc_t *d, const gca__block_t *b) {
-  return d->fc_on && (d->npending | d->ndeferred | d->ncaptures) == 0 && b->nuses == 0 &&
-         b->pool->owner == NULL;
-}
-
-/* Frees the allocated block b into `bin` (fc_fits said yes) with the
- * statistics of a completed free; b stays in the pointer map. History is the
- * caller's. */
-static inline __attribute__((always_inline)) void fc_put(gca__devalloc_t *d, gca__fcbin_t *bin,
-                                                         gca__block_t *b) {
-  int t = gca__stat_type(b->pool);
-  int64_t blocks = b->fc_blocks, bytes = b->fc_bytes;
-  b->fc_epoch = ++d->epoch;
-  b->allocated = false;
-  gca__stat_dec_t(d->stats.allocation, t, 1);
-  gca__stat_dec_t(d->stats.allocated_bytes, t, (int64_t)b->size);
-  if (b->oversize)
-    gca__stat_add(&d->stats.oversize_allocations, -1);
-  b->oversize = false;
-  gca__stat_add_t(d->stats.inactive_split, t, blocks);
-  gca__stat_add_t(d->stats.inactive_split_bytes, t, bytes);
-  gca__stat_dec_t(d->stats.requested_bytes, t, (int64_t)b->requested);
-  b->requested = 0;
-  b->cached = true;
-  bin->stream = b->stream;
-  bin->size = b->size;
-  b->left = bin->head;
-  bin->head = b;
-  bin->n++;
-  d->fc_count++;
-}
-
-/* The free path's attempt at the cache, with history: true when b (live,
- * d->lock held, events processed) is now cached. */
-static bool fc_try_put(gca__devalloc_t *d, gca__block_t *b) {
-  if (!fc_cacheable(d, b))
-    return false;
-  gca__fcbin_t *bin = fc_bin(d, b->stream, b->size);
-  if (bin->n != 0 && (bin->stream != b->stream || bin->size != b->size))
-    fc_evict_bin(d, bin); /* another (stream, size) hashed here: the newer wins */
-  if (!fc_fits(d, bin, b))
-    return false;
-  gca_devptr_t addr = b->addr;
-  uint64_t requested = b->requested;
-  fc_put(d, bin, b);
-  gca__history_event(GCA_HA_FREE_REQUESTED, d->device, addr, requested, b->stream);
-  gca__history_event(GCA_HA_FREE_COMPLETED, d->device, addr, requested, b->stream);
-  return true;
-}
-
-/* The newest cached block of exactly (stream, rounded) in `pool`, made
- * active for `requested` bytes (PyTorch's statistics of an allocation that
- * did not split), or NULL. `quiet`: nothing is pending (the caller checked),
- * so active's peak needs no update (Note [Active statistics]). */
-static inline __attribute__((always_inline)) gca__block_t *
-fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t rounded,
-        size_t requested, bool quiet) {
-  gca__fcbin_t *bin = fc_bin(d, stream, rounded);
-  gca__block_t *b = bin->head;
-  if (b == NULL || bin->stream != stream || bin->size != rounded || b->pool != pool)
-    return NULL;
-  bin->head = b->left;
-  b->left = NULL;
-  bin->n--;
-  d->fc_count--;
-  b->cached = false;
-  int t = gca__stat_type(pool);
-  gca__stat_add_t(d->stats.inactive_split, t, -(int64_t)b->fc_blocks);
-  gca__stat_add_t(d->stats.inactive_split_bytes, t, -b->fc_bytes);
-  b->allocated = true;
-  b->requested = requested;
-  gca__stat_inc_t(d->stats.allocation, t, 1);
-  gca__stat_inc_t(d->stats.allocated_bytes, t, (int64_t)b->size);
-  if (!quiet && GCA_UNLIKELY(d->pend[GCA_STAT_ALL].current != 0))
-    gca__pend_peak(d, t);
-  gca__stat_inc_t(d->stats.requested_bytes, t, (int64_t)requested);
-  b->oversize = b->size >= d->cfg.max_split_size;
-  if (b->oversize)
-    gca__stat_add(&d->stats.oversize_allocations, 1);
-  return b;
-}
-
-/* ---- freeing into the tree ---- */
-
-/* Puts a block whose last use has completed into the free tree, merging it
- * with free neighbours (PyTorch's free_block); `pending`: it was pending-free. */
-static void block_free_complete(gca__devalloc_t *d, gca__block_t *b, bool pending) {
-  gca__pool_t *pool = b->pool;
-  gca__mempool_t *owner = pool->owner;
-  size_t requested = b->requested;
-  int64_t net_blocks, net_bytes;
-  gca__history_event(GCA_HA_FREE_COMPLETED, d->device, b->addr, requested, b->stream);
-  if (GCA_UNLIKELY(d->fc_count != 0))
-    fc_evict_near(d, b);
-  b->requested = 0;
-  if (pending)
-    gca__pend_add(d, pool, -1, b->size);
-  block_coalesce(d, b, &net_blocks, &net_bytes);
-  gca__stat_pool(d->stats.inactive_split, pool, net_blocks);
-  gca__stat_pool(d->stats.inactive_split_bytes, pool, net_bytes);
-  gca__stat_dec(d->stats.requested_bytes, pool, (int64_t)requested);
-  if (!d->caching && block_whole(b)) {
-    gca_status_t st = segment_release(d, b->seg);
-    if (st != GCA_OK)
-      GCA_LOG_WARN("free: caching is off but the segment stays cached: %s", gca_last_error());
-  }
-  if (GCA_UNLIKELY(owner != NULL))
-    gca__mempool_block_freed(d, owner); /* may release b's segment */
-}
-
-/* Best fit in the pool for the stream (PyTorch's get_free_block); removes it
- * from the tree. */
-static gca__block_t *pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
-                                   size_t rounded) {
-  if (GCA_UNLIKELY(gc_enabled(d)))
-    pool->free_calls++;
-  gca__block_t *b = gca__tree_lower_bound(pool, stream, rounded);
-  /* a cached neighbour's free run is about to change: merge it in and look again */
-  while (GCA_UNLIKELY(d->fc_count != 0) && b != NULL && fc_near(b)) {
-    fc_evict_near(d, b);
-    b = gca__tree_lower_bound(pool, stream, rounded);
-  }
-  if (b == NULL || b->stream != stream || !gca__alloc_block_fits(&d->cfg, b->size, rounded))
-    return NULL;
-  return b; /* still in the tree: block_activate takes it out (Note [Tree places]) */
-}
-
-/* Makes a free block (outside the tree) active for a request, splitting off
- * the remainder when the rules say so (PyTorch's alloc_found_block). A block
- * struct must have been reserved. */
-/* Note [Tree places]: a fitting block found in its pool's free tree stays there
- * until block_activate; a split remainder (key: same stream, smaller size,
- * higher address) then usually takes the block's own place, and a freed block
- * merged with one free neighbour usually takes that neighbour's, each without
- * rebalancing (gca__tree_swap). Blocks from a new segment arrive outside
- * the tree. */
-static void block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, size_t requested) {
-  gca__pool_t *pool = b->pool;
-  bool already_split = !block_whole(b);
-  bool in_tree = b->in_tree;
-  if (!pool->no_split &&
-      gca__alloc_should_split(&d->cfg, pool->is_small || b->seg->expandable, b->size, rounded)) {
-    gca__block_t *r = block_take(d);
-    r->addr = b->addr + rounded;
-    r->size = b->size - rounded;
-    r->stream = b->stream;
-    r->pool = pool;
-    r->seg = b->seg;
-    r->gc_base = pool->free_calls;
-    if (in_tree)
-      gca__tree_swap(pool, b, r);
-    else
-      gca__tree_insert(pool, r);
-    r->prev = b;
-    r->next = b->next;
-    if (r->next != NULL)
-      r->next->prev = r;
-    b->next = r;
-    b->size = rounded;
-    if (already_split) {
-      gca__stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)rounded);
-    } else {
-      gca__stat_pool(d->stats.inactive_split_bytes, pool, (int64_t)r->size);
-      gca__stat_pool(d->stats.inactive_split, pool, 1);
-    }
-  } else {
-    if (in_tree)
-      gca__tree_erase(pool, b);
-    if (already_split) {
-      gca__stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)b->size);
-      gca__stat_pool(d->stats.inactive_split, pool, -1);
-    }
-  }
-  b->allocated = true;
-  b->requested = requested;
-  gca__stat_inc(d->stats.allocation, pool, 1);
-  gca__stat_inc(d->stats.allocated_bytes, pool, (int64_t)b->size);
-  if (GCA_UNLIKELY(d->pend[GCA_STAT_ALL].current != 0))
-    gca__pend_peak(d, gca__stat_type(pool));
-  gca__stat_inc(d->stats.requested_bytes, pool, (int64_t)requested);
-  b->oversize = b->size >= d->cfg.max_split_size;
-  if (b->oversize)
-    gca__stat_add(&d->stats.oversize_allocations, 1);
-}
-
-/* ---- pending frees (Note [Stream-ordered reuse]) ---- */
-
-/* Returns an event of device `dev` to its pool. */
-static void event_put(gca__devalloc_t *d, int dev, gca_event_t ev) {
-  gca__evpool_t *p = &d->events[dev];
-  GCA_ASSERT(p->n < p->cap && p->out > 0);
-  p->ev[p->n++] = ev;
-  p->out--;
-}
-
-/* Takes a pooled event of device `dev` (events_reserve made one). */
-static gca_event_t event_take(gca__devalloc_t *d, int dev) {
-  gca__evpool_t *p = &d->events[dev];
-  GCA_ASSERT(p->n > 0);
-  p->out++;
-  return p->ev[--p->n];
-}
-
-/* Makes room for b's uses: a pending entry each and a pooled event on each
- * use's device (created there once, then reused). */
-static gca_status_t events_reserve(gca__devalloc_t *d, const gca__block_t *b) {
-  if (d->npending + b->nuses > d->cap_pending) {
-    size_t ncap = d->cap_pending ? d->cap_pending : 16;
-    while (ncap < d->npending + b->nuses)
-      ncap *= 2;
-    gca__pending_t *p = realloc(d->pending, ncap * sizeof(*p));
-    if (p == NULL)
-      return gca__error(GCA_ERR_OUT_OF_MEMORY, "free: host out of memory for pending events");
-    d->pending = p;
-    d->cap_pending = ncap;
-  }
-  uint32_t needs[GCA__MAX_DEVICES] = {0};
-  for (uint32_t i = 0; i < b->nuses; i++)
-    needs[b->uses[i].dev]++;
-  for (int dev = 0; dev < GCA__MAX_DEVICES; dev++) {
-    size_t need = needs[dev];
-    if (need == 0)
-      continue;
-    gca__evpool_t *p = &d->events[dev];
-    /* every event is either pooled or out, so the pool never holds more */
-    size_t want = p->n + p->out + need;
-    if (want > p->cap) {
-      gca_event_t *e = realloc(p->ev, want * 2 * sizeof(*e));
-      if (e == NULL)
-        return gca__error(GCA_ERR_OUT_OF_MEMORY, "free: host out of memory for the event pool");
-      p->ev = e;
-      p->cap = want * 2;
-    }
-    while (p->n < need) {
-      gca_event_t ev;
-      GCA_CHECK(d->ops->event_create(dev, GCA_EVENT_DISABLE_TIMING, &ev));
-      p->ev[p->n++] = ev;
-    }
-  }
-  return GCA_OK;
-}
-
-/* Runs a stream op for use u with u's device current when its stream is
- * NULL (that device's legacy stream), as PyTorch sets the device around it. */
-static gca_status_t use_op(gca__devalloc_t *d, const gca__use_t *u, gca_event_t ev) {
-  int cur = u->dev;
-  gca_status_t st;
-  if (u->stream == NULL) {
-    GCA_CHECK(d->ops->ctx_get_device(&cur));
-    if (cur != u->dev)
-      GCA_CHECK(d->ops->ctx_set_device(u->dev));
-  }
-  st = ev != NULL ? d->ops->event_record(ev, u->stream) : d->ops->stream_synchronize(u->stream);
-  if (cur != u->dev) {
-    gca_status_t rst = d->ops->ctx_set_device(cur);
-    if (st == GCA_OK)
-      st = rst;
-  }
-  return st;
-}
-
-/* Parks a block used on other streams while a capture is under way: it is
- * pending (event_count 1) until gca__alloc_flush_deferred records its events
- * (Note [Frees during capture], pool.c). */
-static gca_status_t defer_free(gca__devalloc_t *d, gca__block_t *b) {
-  if (d->ndeferred == d->cap_deferred) {
-    size_t ncap = d->cap_deferred ? d->cap_deferred * 2 : 16;
-    gca__block_t **n = realloc(d->deferred, ncap * sizeof(*n));
-    if (n == NULL)
-      return gca__error(GCA_ERR_OUT_OF_MEMORY,
-                        "free: host out of memory deferring the free of 0x%" PRIx64, b->addr);
-    d->deferred = n;
-    d->cap_deferred = ncap;
-  }
-  d->deferred[d->ndeferred++] = b;
-  b->event_count = 1;
-  return GCA_OK;
-}
-
-/* Records an event on each stream that used b, on that stream's device; b
- * becomes pending. On failure nothing changed. */
-static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b) {
-  GCA_CHECK(events_reserve(d, b));
-  size_t first = d->npending;
-  for (uint32_t i = 0; i < b->nuses; i++) {
-    const gca__use_t *u = &b->uses[i];
-    gca_event_t ev = event_take(d, u->dev);
-    gca_status_t st = use_op(d, u, ev);
-    if (st != GCA_OK) {
-      event_put(d, u->dev, ev);
-      while (d->npending > first) {
-        d->npending--;
-        event_put(d, d->pending[d->npending].dev, d->pending[d->npending].event);
-      }
-      b->event_count = 0;
-      return gca__error_prefix(st, "free: 0x%" PRIx64, b->addr);
-    }
-    d->pending[d->npending++] = (gca__pending_t){ev, u->stream, b, u->dev};
-    b->event_count++;
-  }
-  b->nuses = 0;
-  return GCA_OK;
-}
-
-static void pending_done(gca__devalloc_t *d, const gca__pending_t *e) {
-  event_put(d, e->dev, e->event);
-  if (--e->block->event_count == 0)
-    block_free_complete(d, e->block, true);
-}
-
-/* Frees the pending blocks whose events completed, without blocking. Events on
- * one stream complete in order, so a stream is skipped after its first
- * unfinished event. */
-static gca_status_t process_events(gca__devalloc_t *d) {
-  gca__use_t busy[16]; /* (stream, device): NULL names a different stream on each device */
-  size_t nbusy = 0, w = 0, i;
-  gca_status_t st = GCA_OK;
-  if (d->ncaptures != 0) /* Note [Frees during capture] */
-    return GCA_OK;
-  if (d->ndeferred != 0)
-    GCA_CHECK(gca__alloc_flush_deferred(d));
-  for (i = 0; i < d->npending; i++) {
-    gca__pending_t e = d->pending[i];
-    bool skip = false;
-    for (size_t k = 0; k < nbusy && !skip; k++)
-      skip = busy[k].stream == e.stream && busy[k].dev == e.dev;
-    if (!skip) {
-      st = d->ops->event_query(e.event);
-      if (st == GCA_OK) {
-        pending_done(d, &e);
-        continue;
-      }
-      if (st != GCA_ERR_NOT_READY)
-        break;
-      st = GCA_OK;
-      if (nbusy < GCA_ARRAY_SIZE(busy))
-        busy[nbusy++] = (gca__use_t){e.stream, e.dev};
-    }
-    d->pending[w++] = e;
-  }
-  for (; i < d->npending; i++)
-    d->pending[w++] = d->pending[i];
-  d->npending = w;
-  return st;
-}
-
-/* Waits for every pending event (PyTorch's synchronize_and_free_events). */
-static gca_status_t sync_pending(gca__devalloc_t *d) {
-  gca_status_t st = GCA_OK;
-  size_t i, w = 0;
-  d->stats.num_sync_all_streams++;
-  for (i = 0; i < d->npending; i++) {
-    gca__pending_t e = d->pending[i];
-    st = d->ops->event_synchronize(e.event);
-    if (st != GCA_OK)
-      break;
-    pending_done(d, &e);
-  }
-  for (; i < d->npending; i++)
-    d->pending[w++] = d->pending[i];
-  d->npending = w;
-  return st;
-}
-
-/* ---- releasing cached memory ---- */
-
-/* Frees every cached whole segment of the pool. */
-static gca_status_t pool_release_all(gca__devalloc_t *d, gca__pool_t *pool) {
-  for (gca__segment_t *s = pool->segments, *next; s != NULL; s = next) {
-    next = s->next;
-    if (s->expandable)
-      GCA_CHECK(gca__expand_release(d, s, NULL));
-    else if (block_whole(s->head) && s->head->in_tree)
-      GCA_CHECK(segment_release(d, s));
-  }
-  return GCA_OK;
-}
-
-/* PyTorch's release_cached_blocks: wait for pending frees, then free every
- * cached whole segment. */
-static gca_status_t release_cached(gca__devalloc_t *d) {
-  gca__fcache_flush(d);
-  GCA_CHECK(sync_pending(d));
-  GCA_CHECK(pool_release_all(d, &d->large));
-  GCA_CHECK(pool_release_all(d, &d->small));
-  return GCA_OK;
-}
-
-/* PyTorch's release_available_cached_blocks: with max_split_size set, free
- * the smallest oversize block that covers the request, else the largest ones
- * until enough is freed. *released says whether the retry is worth it. */
-static gca_status_t release_available(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
-                                      size_t rounded, bool *released) {
-  *released = false;
-  uint64_t msplit = d->cfg.max_split_size;
-  if (msplit == UINT64_MAX)
-    return GCA_OK;
-  size_t key = rounded < msplit ? (size_t)msplit : rounded;
-  gca__block_t *it = gca__tree_lower_bound(pool, stream, key);
-  if (it == NULL || it->stream != stream) {
-    size_t total = 0;
-    it = gca__tree_below(pool, stream, key);
-    while (total < key && it != NULL && it->size >= msplit && it->stream == stream) {
-      gca__block_t *cur = it;
-      it = gca__tree_prev(pool, cur);
-      if (block_whole(cur)) {
-        size_t sz = cur->size;
-        GCA_CHECK(segment_release(d, cur->seg));
-        total += sz;
-      }
-    }
-    if (total < key)
-      return GCA_OK;
-  } else {
-    if (!block_whole(it))
-      return GCA_OK;
-    GCA_CHECK(segment_release(d, it->seg));
-  }
-  *released = true;
-  return GCA_OK;
-}
-
-/* Garbage collection by age (PyTorch's garbage_collect_cached_blocks): once
- * reserved memory passes threshold * limit, free cached whole large segments
- * that have waited longer than average, oldest first by rounds, until the
- * excess is reclaimed. Ages count get_free_block calls. */
-static gca_status_t garbage_collect(gca__devalloc_t *d) {
-  gca__pool_t *pool = &d->large;
-  size_t threshold = (size_t)(d->cfg.garbage_collection_threshold * (double)d->allowed_max);
-  if (d->reserved <= threshold)
-    return GCA_OK;
-  size_t target = d->reserved - threshold, reclaimed = 0; /* GC on: the free cache is off */
-  uint64_t total_age = 0;
-  size_t count = 0;
-  for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
-    if (block_whole(s->head) && s->head->in_tree) {
-      total_age += pool->free_calls - s->head->gc_base;
-      count++;
-    }
-  }
-  bool freed = true;
-  while (reclaimed < target && freed && count > 0) {
-    double age_threshold = (double)total_age / (double)count;
-    freed = false;
-    for (gca__segment_t *s = pool->segments, *next; s != NULL; s = next) {
-      next = s->next;
-      gca__block_t *b = s->head;
-      if (!block_whole(b) || !b->in_tree)
-        continue;
-      uint64_t age = pool->free_calls - b->gc_base;
-      if ((double)age >= age_threshold) {
-        size_t sz = s->size;
-        GCA_CHECK(segment_release(d, s));
-        freed = true;
-        reclaimed += sz;
-        total_age -= age;
-        count--;
-      }
-    }
-  }
-  for (gca__segment_t *s = pool->segments, *next; s != NULL && reclaimed < target; s = next) {
-    next = s->next;
-    if (s->expandable)
-      GCA_CHECK(gca__expand_release(d, s, &reclaimed));
-  }
-  return GCA_OK;
+  gca__fcache_update(d);
 }
 
 /* ---- the device allocators ---- */
@@ -1130,7 +164,7 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
   d->small.dev = d->large.dev = d;
   d->small.is_small = true;
   apply_limit_from_config(d);
-  fc_update(d);
+  gca__fcache_update(d);
   bool first = true;
   for (int i = 0; i < GCA__MAX_DEVICES && first; i++)
     first = gca__devalloc_peek(i) == NULL;
@@ -1186,13 +220,6 @@ static gca__pool_t *routed_pool(gca__devalloc_t *d, gca__pool_t *pool, gca_strea
   return rounded <= GCA__SMALL_SIZE ? &m->small : &m->large;
 }
 
-/* A no_split pool's segment holds exactly one block: sized to fit. */
-static size_t no_split_segment_size(size_t rounded) {
-  if (rounded <= GCA__SMALL_SIZE)
-    return GCA__SMALL_BUFFER;
-  return GCA__ROUND_LARGE * ((rounded + GCA__ROUND_LARGE - 1) / GCA__ROUND_LARGE);
-}
-
 static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_stream_t stream) {
   char s_req[32], s_tot[32], s_free[32], s_alloc[32], s_res[32], s_unal[32], s_lim[48] = "";
   size_t free_bytes = 0, total = d->total_memory;
@@ -1243,9 +270,9 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   gca__block_t *b = NULL;
   d->epoch++; /* Note [Free cache epochs] */
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0))
-    GCA_CHECK_GOTO(process_events(d), st, fail);
-  GCA_CHECK_GOTO(block_reserve(d), st, fail);
-  size_t rounded = round_request(d, size);
+    GCA_CHECK_GOTO(gca__pending_process(d), st, fail);
+  GCA_CHECK_GOTO(gca__block_reserve(d), st, fail);
+  size_t rounded = gca__round_request(d, size);
   gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
   if (GCA_UNLIKELY(atomic_load_explicit(&d->routing, memory_order_relaxed) != 0)) {
     pool = routed_pool(d, pool, stream, rounded);
@@ -1258,7 +285,7 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
     }
   }
   if (d->fc_count != 0 && pool->owner == NULL) {
-    b = fc_take(d, pool, stream, rounded, size, false);
+    b = gca__fc_take(d, pool, stream, rounded, size, false);
     if (b != NULL)
       goto out;
     /* a miss searches what PyTorch's rules would: every earlier free merged */
@@ -1266,37 +293,11 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   }
   size_t seg_size = d->caching ? gca__alloc_segment_size(rounded) : rounded;
   if (GCA_UNLIKELY(pool->no_split))
-    seg_size = no_split_segment_size(rounded);
+    seg_size = gca__alloc_no_split_segment_size(rounded);
   if (GCA_LIKELY(d->caching))
-    b = pool_take_fit(d, pool, stream, rounded);
+    b = gca__pool_take_fit(d, pool, stream, rounded);
   if (b == NULL) {
-    /* a capture may be under way: segment calls must not invalidate it (PyTorch's
-     * cudaMallocMaybeCapturing) */
-    gca_capture_mode_t mode = GCA_CAPTURE_MODE_RELAXED;
-    bool relaxed =
-        GCA_UNLIKELY(d->ncaptures != 0) && d->ops->thread_exchange_capture_mode(&mode) == GCA_OK;
-    if (GCA_UNLIKELY(gc_enabled(d)))
-      GCA_CHECK_GOTO(garbage_collect(d), st, fail);
-    st = segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
-    if (st == GCA_ERR_OUT_OF_MEMORY) {
-      bool released = false;
-      gca_status_t rst = release_available(d, pool, stream, rounded, &released);
-      if (rst != GCA_OK)
-        st = rst;
-      else if (released)
-        st = segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
-    }
-    if (st == GCA_ERR_OUT_OF_MEMORY && d->ncaptures == 0) {
-      gca_status_t rst = release_cached(d);
-      st = rst != GCA_OK ? rst : segment_alloc(d, pool, stream, seg_size, rounded, true, &b);
-    }
-    if (GCA_UNLIKELY(relaxed))
-      (void)d->ops->thread_exchange_capture_mode(&mode);
-    if (st == GCA_ERR_OUT_OF_MEMORY && pool->owner == NULL && d->mempools != NULL &&
-        (b = gca__mempool_take_on_oom(d, stream, rounded)) != NULL) {
-      pool = b->pool;
-      st = GCA_OK;
-    }
+    st = gca__release_new_block(d, pool, stream, seg_size, rounded, &b);
     if (st == GCA_ERR_OUT_OF_MEMORY) {
       DEBUG_CHECK(d);
       oom_fail(d, size, seg_size, stream); /* unlocks */
@@ -1304,6 +305,7 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
     }
     if (st != GCA_OK)
       goto fail;
+    pool = b->pool; /* a use_on_oom private pool may have served it */
   }
   st = gca__ptrmap_insert(&d->ptrs, b->addr, b);
   if (st != GCA_OK) {
@@ -1313,8 +315,8 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
     }
     goto fail;
   }
-  GCA_CHECK_GOTO(block_reserve(d), st, fail_unmap);
-  block_activate(d, b, rounded, size);
+  GCA_CHECK_GOTO(gca__block_reserve(d), st, fail_unmap);
+  gca__block_activate(d, b, rounded, size);
   if (GCA_UNLIKELY(pool->owner != NULL))
     pool->owner->nactive++;
 out:
@@ -1357,16 +359,6 @@ static __attribute__((noinline)) gca_status_t malloc_slow(int device, void **ptr
   return dev_malloc_locked(d, ptr, size, stream);
 }
 
-/* Whether the free cache's fast paths may run on device d now (d->lock held):
- * something is cached (for malloc) or may be (for free), nothing is pending,
- * no request is routed to a private pool and no history is recorded, so a
- * hit is the whole operation (Note [Free cache]). */
-static inline bool fc_quiet(const gca__devalloc_t *d) {
-  return (d->npending | d->ndeferred) == 0 &&
-         atomic_load_explicit(&d->routing, memory_order_relaxed) == 0 &&
-         atomic_load_explicit(&gca__history_recorders, memory_order_relaxed) == 0;
-}
-
 /* The fast paths below (the free cache's hit, an uncontended lock) hold no
  * call but the unlock's wake-up, so they run without saving registers; every
  * other case goes to a function that starts over or continues under the lock. */
@@ -1376,10 +368,10 @@ GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_
                  (unsigned)device < GCA__MAX_DEVICES &&
                  (d = atomic_load_explicit(&g_devs[device], memory_order_acquire)) != NULL &&
                  gca__mutex_trylock(&d->lock))) {
-    if (GCA_LIKELY(d->fc_count != 0 && fc_quiet(d))) {
-      size_t rounded = round_request(d, size);
+    if (GCA_LIKELY(d->fc_count != 0 && gca__fc_quiet(d))) {
+      size_t rounded = gca__round_request(d, size);
       gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
-      gca__block_t *b = fc_take(d, pool, stream, rounded, size, true);
+      gca__block_t *b = gca__fc_take(d, pool, stream, rounded, size, true);
       if (GCA_LIKELY(b != NULL)) {
         DEBUG_CHECK(d);
         *ptr = (void *)(uintptr_t)b->addr;
@@ -1443,9 +435,7 @@ static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
                     op, addr);
 }
 
-/* Finds the live block at addr and returns with its device's lock held, or
- * NULL (no lock held). A block in the free cache is not live. */
-static gca__block_t *lock_live(gca_devptr_t addr, gca__devalloc_t **out) {
+gca__block_t *gca__lock_live(gca_devptr_t addr, gca__devalloc_t **out) {
   int dev = atomic_load_explicit(&g_single_dev, memory_order_relaxed);
   int first = dev, last = dev;
   if (dev < 0) {
@@ -1473,40 +463,10 @@ static gca__block_t *lock_live(gca_devptr_t addr, gca__devalloc_t **out) {
   return NULL;
 }
 
-static gca_status_t dev_free(gca__devalloc_t *d, gca__block_t *b) {
-  gca__pool_t *pool = b->pool;
-  if (b->nuses != 0) {
-    if (GCA_UNLIKELY(d->ncaptures != 0)) {
-      GCA_CHECK(defer_free(d, b));
-    } else if (d->caching) {
-      GCA_CHECK(block_insert_events(d, b));
-    } else {
-      for (uint32_t i = 0; i < b->nuses; i++) {
-        gca_status_t st = use_op(d, &b->uses[i], NULL);
-        if (st != GCA_OK)
-          return gca__error_prefix(st, "free: 0x%" PRIx64, b->addr);
-      }
-      b->nuses = 0;
-    }
-  }
-  b->allocated = false;
-  gca__stat_dec(d->stats.allocation, pool, 1);
-  gca__stat_dec(d->stats.allocated_bytes, pool, (int64_t)b->size);
-  if (b->oversize)
-    gca__stat_add(&d->stats.oversize_allocations, -1);
-  b->oversize = false;
-  gca__history_event(GCA_HA_FREE_REQUESTED, d->device, b->addr, b->requested, b->stream);
-  if (b->event_count == 0)
-    block_free_complete(d, b, false);
-  else
-    gca__pend_add(d, pool, 1, b->size);
-  return GCA_OK;
-}
-
 /* Frees the live block b at addr with d->lock held; returns with it released. */
 static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gca__block_t *b,
                                                           gca_devptr_t addr, int expected_dev) {
-  gca_status_t st;
+  gca_status_t st, st2;
   d->epoch++; /* Note [Free cache epochs] */
   if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
     gca__mutex_unlock(&d->lock);
@@ -1515,20 +475,20 @@ static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gc
                       d->device, expected_dev);
   }
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0)) {
-    st = process_events(d);
+    st = gca__pending_process(d);
     if (st != GCA_OK) {
       DEBUG_CHECK(d);
       gca__mutex_unlock(&d->lock);
       return st;
     }
   }
-  if (fc_try_put(d, b)) {
+  if (gca__fcache_try_put(d, b)) {
     DEBUG_CHECK(d);
     gca__mutex_unlock(&d->lock);
     return GCA_OK;
   }
   gca__ptrmap_take(&d->ptrs, addr);
-  st = dev_free(d, b);
+  st = gca__free_request(d, b);
   if (st != GCA_OK)
     goto fail;
   DEBUG_CHECK(d);
@@ -1536,7 +496,8 @@ static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gc
   return GCA_OK;
 
 fail:
-  GCA_ASSERT(gca__ptrmap_insert(&d->ptrs, addr, b) == GCA_OK); /* room is left by the take */
+  st2 = gca__ptrmap_insert(&d->ptrs, addr, b);
+  GCA_ASSERT(st2 == GCA_OK); /* room is left by the take */
   DEBUG_CHECK(d);
   gca__mutex_unlock(&d->lock);
   return st;
@@ -1548,7 +509,7 @@ static gca_status_t free_impl(void *ptr, int expected_dev) {
   if (ptr == NULL)
     return GCA_OK;
   gca__devalloc_t *d;
-  gca__block_t *b = lock_live(addr, &d);
+  gca__block_t *b = gca__lock_live(addr, &d);
   if (GCA_UNLIKELY(b == NULL))
     return bad_pointer("free", addr);
   return free_locked(d, b, addr, expected_dev);
@@ -1565,10 +526,10 @@ GCA_API gca_status_t gca_free(void *ptr) {
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
     if (GCA_LIKELY(b != NULL && !b->cached)) {
       /* the free cache's put: a plain free into its bin (Note [Free cache]) */
-      if (GCA_LIKELY(fc_cacheable(d, b) && fc_quiet(d))) {
-        gca__fcbin_t *bin = fc_bin(d, b->stream, b->size);
-        if (GCA_LIKELY(fc_fits(d, bin, b))) {
-          fc_put(d, bin, b);
+      if (GCA_LIKELY(gca__fc_cacheable(d, b) && gca__fc_quiet(d))) {
+        gca__fcbin_t *bin = gca__fc_bin(d, b->stream, b->size);
+        if (GCA_LIKELY(gca__fc_fits(d, bin, b))) {
+          gca__fc_put(d, bin, b);
           DEBUG_CHECK(d);
           gca__mutex_unlock(&d->lock);
           return GCA_OK;
@@ -1588,7 +549,7 @@ GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   gca_status_t st = GCA_OK;
   gca__devalloc_t *d;
-  gca__block_t *b = lock_live(addr, &d);
+  gca__block_t *b = gca__lock_live(addr, &d);
   if (b == NULL)
     return bad_pointer("record_stream", addr);
   /* a non-NULL handle names one stream: known ones need no device query */
@@ -1628,7 +589,7 @@ out:
 GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *device) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   gca__devalloc_t *d;
-  gca__block_t *b = lock_live(addr, &d);
+  gca__block_t *b = gca__lock_live(addr, &d);
   if (b == NULL)
     return bad_pointer("pointer_info", addr);
   size_t size = b->size;
@@ -1670,7 +631,7 @@ GCA_API gca_status_t gca_empty_cache(void) {
     if (d == NULL)
       continue;
     gca__dev_lock(d);
-    gca_status_t st = release_cached(d);
+    gca_status_t st = gca__release_cached(d);
     DEBUG_CHECK(d);
     gca__mutex_unlock(&d->lock);
     if (st != GCA_OK)
@@ -1688,7 +649,7 @@ GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction) {
   gca__dev_lock(d);
   d->set_fraction = true;
   d->allowed_max = (size_t)(fraction * (double)d->total_memory);
-  fc_update(d);
+  gca__fcache_update(d);
   gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
@@ -1712,7 +673,7 @@ GCA_API gca_status_t gca_set_memory_limit(int device, uint64_t bytes) {
   gca__dev_lock(d);
   d->set_fraction = bytes != 0;
   d->allowed_max = bytes;
-  fc_update(d);
+  gca__fcache_update(d);
   gca__mutex_unlock(&d->lock);
   return GCA_OK;
 }
@@ -1740,7 +701,7 @@ GCA_API gca_status_t gca_set_config(const char *conf) {
     gca__dev_lock(d);
     set_config_locked(d, &cfg);
     apply_limit_from_config(d);
-    fc_update(d);
+    gca__fcache_update(d);
     gca__mutex_unlock(&d->lock);
   }
 out:
@@ -1783,9 +744,9 @@ GCA_API gca_status_t gca_set_caching(bool enabled) {
       continue;
     gca__dev_lock(d);
     d->caching = enabled;
-    fc_update(d);
+    gca__fcache_update(d);
     if (!enabled)
-      st = release_cached(d);
+      st = gca__release_cached(d);
     gca__mutex_unlock(&d->lock);
     if (st != GCA_OK)
       return gca__error_prefix(st, "set_caching: device %d", i);
@@ -1907,36 +868,17 @@ int gca__allocator_device_count(void) {
 
 static void devalloc_destroy(gca__devalloc_t *d) {
   gca__dev_lock(d);
-  for (size_t i = 0; i < d->npending; i++) {
-    (void)d->ops->event_synchronize(d->pending[i].event);
-    (void)d->ops->event_destroy(d->pending[i].event);
-  }
-  for (int dev = 0; dev < GCA__MAX_DEVICES; dev++) {
-    for (size_t i = 0; i < d->events[dev].n; i++)
-      (void)d->ops->event_destroy(d->events[dev].ev[i]);
-    free(d->events[dev].ev);
-  }
+  gca__pending_destroy(d);
   gca__ptrmap_destroy(&d->ptrs);
   gca__mempools_destroy_locked(d);
   gca__pool_t *pools[2] = {&d->small, &d->large};
   for (int k = 0; k < 2; k++) {
     for (gca__segment_t *s = pools[k]->segments, *next; s != NULL; s = next) {
       next = s->next;
-      for (gca__block_t *b = s->head; b != NULL; b = b->next)
-        free(b->uses);
-      if (s->expandable) {
-        gca__expand_destroy(d, s);
-      } else {
-        (void)segment_memory_free(d, s, false);
-        gca__owner_remove(s->base, s->size, d->device);
-      }
-      free(s);
+      gca__segment_destroy(d, s);
     }
   }
-  for (size_t i = 0; i < d->nslabs; i++)
-    free(d->slabs[i]);
-  free(d->slabs);
-  free(d->pending);
+  gca__slabs_destroy(d);
   gca__mutex_unlock(&d->lock);
   free(d);
 }
@@ -1957,43 +899,8 @@ void gca__allocator_reset(void) {
   g_nobservers = 0;
   const gca_device_ops_t *ops = gca__device();
   if (t_device_told && t_device != 0 && ops != NULL)
-    (void)ops->ctx_set_device(0);
+    GCA_CHECK_IGNORE(ops->ctx_set_device(0));
   t_device = 0;
   t_device_told = false;
   pthread_mutex_unlock(&g_lock);
-}
-
-/* ---- for pool.c and checkpoint.c ---- */
-
-gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
-  return segment_release(d, seg);
-}
-
-gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg) {
-  return segment_memory_free(d, seg, false);
-}
-
-gca__block_t *gca__pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
-                                 size_t rounded) {
-  return pool_take_fit(d, pool, stream, rounded);
-}
-
-gca_status_t gca__alloc_sync_pending(gca__devalloc_t *d) {
-  return sync_pending(d);
-}
-
-gca_status_t gca__alloc_flush_deferred(gca__devalloc_t *d) {
-  while (d->ndeferred > 0) {
-    gca__block_t *b = d->deferred[d->ndeferred - 1];
-    b->event_count = 0;
-    gca_status_t st = block_insert_events(d, b);
-    if (st != GCA_OK) {
-      b->event_count = 1;
-      return st;
-    }
-    d->ndeferred--;
-    if (b->event_count == 0)
-      block_free_complete(d, b, true);
-  }
-  return GCA_OK;
 }

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc_core.h"
+#include "fcache.h"
 #include "introspect.h"
 
 typedef struct sums {
@@ -41,7 +41,7 @@ static gca_status_t check_cached(gca__devalloc_t *d, const gca__pool_t *p, const
   if (b->allocated || b->in_tree || b->event_count != 0 || b->requested != 0 || b->nuses != 0 ||
       b->unmapped || p->owner != NULL)
     return BROKEN("block 0x%" PRIx64 ": cached in a state that may not be cached", b->addr);
-  if (gca__fc_cached_below(b) != NULL || gca__fc_cached_above(b) != NULL)
+  if (gca__fc_near(b))
     return BROKEN("block 0x%" PRIx64 ": another cached block shares its free run", b->addr);
   return GCA_OK;
 }
@@ -51,7 +51,7 @@ static gca_status_t check_cached(gca__devalloc_t *d, const gca__pool_t *p, const
  * stored is the one its neighbours give now. */
 static gca_status_t check_fc_facts(const gca__block_t *b) {
   int64_t blocks, bytes;
-  if (b->allocated && (gca__fc_cached_below(b) != NULL || gca__fc_cached_above(b) != NULL))
+  if (b->allocated && (gca__fc_near(b)))
     return BROKEN("block 0x%" PRIx64 ": its epoch is current but a cached block is near", b->addr);
   gca__fc_run_delta(b, &blocks, &bytes);
   if (blocks != b->fc_blocks || bytes != b->fc_bytes)

@@ -301,12 +301,10 @@ static void seg_unaccount(gca__devalloc_t *d, gca__segment_t *seg) {
     if (b->unmapped)
       continue;
     if (b->allocated) {
-      GCA_ASSERT(gca__ptrmap_take(&d->ptrs, b->addr) == b);
-      gca__stat_pool(d->stats.allocation, p, -1);
-      gca__stat_pool(d->stats.allocated_bytes, p, -(int64_t)b->size);
+      gca__block_t *taken = gca__ptrmap_take(&d->ptrs, b->addr);
+      GCA_ASSERT(taken == b);
+      gca__stat_block_free(d, b, gca__stat_type(p));
       gca__stat_pool(d->stats.requested_bytes, p, -(int64_t)b->requested);
-      if (b->oversize)
-        gca__stat_add(&d->stats.oversize_allocations, -1);
       p->owner->nactive--;
     } else {
       gca__tree_erase(p, b);
@@ -326,14 +324,9 @@ static void seg_account(gca__devalloc_t *d, gca__segment_t *seg) {
     if (b->unmapped)
       continue;
     if (b->allocated) {
-      GCA_ASSERT(gca__ptrmap_insert(&d->ptrs, b->addr, b) == GCA_OK); /* grown beforehand */
-      b->oversize = b->size >= d->cfg.max_split_size;
-      gca__stat_pool(d->stats.allocation, p, 1);
-      gca__stat_pool(d->stats.allocated_bytes, p, (int64_t)b->size);
-      gca__pend_peak(d, gca__stat_type(p)); /* Note [Active statistics] */
-      gca__stat_pool(d->stats.requested_bytes, p, (int64_t)b->requested);
-      if (b->oversize)
-        gca__stat_add(&d->stats.oversize_allocations, 1);
+      gca_status_t st = gca__ptrmap_insert(&d->ptrs, b->addr, b);
+      GCA_ASSERT(st == GCA_OK); /* grown beforehand */
+      gca__stat_block_alloc(d, b, gca__stat_type(p), false);
       p->owner->nactive++;
     } else {
       b->gc_base = p->free_calls;
@@ -475,7 +468,7 @@ GCA_API gca_status_t gca_pool_restore(gca_pool_t *pool, const gca_pool_state_t *
   GCA_CHECK_GOTO(restore_validate(d, m, state, pool), st, out);
   if (pool_has_pending(m)) {
     if (d->ncaptures == 0 && d->ndeferred == 0)
-      GCA_CHECK_GOTO(gca__alloc_sync_pending(d), st, out);
+      GCA_CHECK_GOTO(gca__pending_sync(d), st, out);
     if (pool_has_pending(m)) {
       st = gca__error(GCA_ERR_INVALID_STATE,
                       "pool_restore: blocks of pool %p wait for stream events while a capture is "

@@ -10,7 +10,7 @@
  *
  * gca adds two keys of its own. free_cache (default True) keeps the last
  * frees of each (stream, size) uncoalesced for the next request of that size
- * (Note [Free cache], allocator.c); False gives PyTorch's placement exactly.
+ * (Note [Free cache], fcache.c); False gives PyTorch's placement exactly.
  * ipc_handles:True makes classic (non-expandable)
  * segments VMM-backed (one mem_create handle of the segment's size, mapped
  * once) instead of mem_alloc'd, so that their blocks can be exported to other

@@ -29,6 +29,8 @@
  * are bounded by the free parts of mappings that straddle live blocks.
  * Unmapping waits for the segment's own stream (stream_synchronize), never
  * the whole device: freed blocks may still be in use by queued work on it.
+ * The driver steps (granularity, access list, create + map + set_access,
+ * unmap + release) are vmm.c's, shared with VMM-backed classic segments.
  *
  * Statistics follow PyTorch's expandable segments: reserved_bytes counts
  * mapped bytes, num_device_alloc / num_device_free count mappings made and
@@ -47,7 +49,7 @@ static inline size_t round_up(size_t x, size_t g) {
 }
 
 /* Adds (sign 1) or removes (-1) a free block's share of inactive_split, by
- * allocator.c's rule: a free block counts unless it is alone in its segment. */
+ * blocks.c's rule: a free block counts unless it is alone in its segment. */
 static void split_account(gca__devalloc_t *d, const gca__block_t *b, int sign) {
   if (b->prev == NULL && b->next == NULL)
     return;
@@ -59,45 +61,14 @@ static inline bool is_free(const gca__block_t *b) {
   return b != NULL && b->in_tree;
 }
 
-/* ---- the driver side: reservation and mappings ---- */
-
-static gca_status_t granularity(gca__devalloc_t *d, size_t *out) {
-  if (d->granularity == 0) {
-    size_t g = 0;
-    gca_status_t st = d->ops->mem_granularity(d->device, false, &g);
-    if (st != GCA_OK)
-      return gca__error_prefix(st, "malloc: expandable segment on device %d", d->device);
-    if (g == 0 || (g & (g - 1)) != 0 || g % GCA__MIN_BLOCK_SIZE != 0)
-      return gca__error(GCA_ERR_DRIVER,
-                        "mem_granularity: device %d reports %zu bytes, expected a power of two "
-                        "multiple of %zu",
-                        d->device, g, GCA__MIN_BLOCK_SIZE);
-    d->granularity = g;
-  }
-  *out = d->granularity;
-  return GCA_OK;
-}
-
-/* The devices that get access to new mappings: d's own, then its peers. */
-static int access_list(const gca__devalloc_t *d, int *devs) {
-  devs[0] = d->device;
-  for (int i = 0; i < d->npeers; i++)
-    devs[1 + i] = d->peers[i];
-  return 1 + d->npeers;
-}
+/* ---- mappings (their driver steps: vmm.c) ---- */
 
 /* Maps [base + off, + len) with one new handle and records the mapping. On
  * failure nothing stays created, mapped or recorded. */
 static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t off, size_t len) {
-  gca_status_t st;
   gca_memhandle_t h = 0;
   gca_devptr_t ptr = seg->base + off;
-  int devs[GCA__MAX_DEVICES + 1];
-  if (d->set_fraction && d->reserved + d->reserving + len > d->allowed_max)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY,
-                      "malloc: mapping %zu more bytes would pass device %d's limit of %zu bytes "
-                      "(%zu reserved)",
-                      len, d->device, d->allowed_max, d->reserved);
+  GCA_CHECK(gca__limit_check(d, len, "a mapping"));
   if (seg->nmaps == seg->cap_maps) {
     size_t ncap = seg->cap_maps ? seg->cap_maps * 2 : 8;
     gca__mapping_t *n = realloc(seg->maps, ncap * sizeof(*n));
@@ -106,9 +77,7 @@ static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t of
     seg->maps = n;
     seg->cap_maps = ncap;
   }
-  GCA_CHECK(d->ops->mem_create(d->device, len, &h));
-  GCA_CHECK_GOTO(d->ops->mem_map(ptr, len, 0, h), st, fail_create);
-  GCA_CHECK_GOTO(d->ops->mem_set_access(ptr, len, devs, access_list(d, devs)), st, fail_map);
+  GCA_CHECK(gca__vmm_map_new(d, ptr, len, &h));
   size_t i = seg->nmaps;
   while (i > 0 && seg->maps[i - 1].offset > off) {
     seg->maps[i] = seg->maps[i - 1];
@@ -122,14 +91,6 @@ static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t of
   d->stats.num_device_alloc++;
   gca__history_event(GCA_HA_SEGMENT_MAP, d->device, ptr, len, seg->stream);
   return GCA_OK;
-
-fail_map:
-  if (d->ops->mem_unmap(ptr, len) != GCA_OK)
-    GCA_LOG_WARN("malloc: undoing a mapping at 0x%" PRIx64 " failed", ptr);
-fail_create:
-  if (d->ops->mem_release(h) != GCA_OK)
-    GCA_LOG_WARN("malloc: releasing handle 0x%" PRIx64 " after a failed growth failed", h);
-  return st;
 }
 
 /* Unmaps mapping i and releases its handle. A failed unmap changes nothing; a
@@ -138,8 +99,9 @@ fail_create:
 static gca_status_t unmap_one(gca__devalloc_t *d, gca__segment_t *seg, size_t i) {
   gca__mapping_t m = seg->maps[i];
   gca_devptr_t ptr = seg->base + m.offset;
-  gca_status_t st = d->ops->mem_unmap(ptr, m.size);
-  if (st != GCA_OK)
+  bool unmapped;
+  gca_status_t st = gca__vmm_unmap(d, ptr, m.size, m.handle, &unmapped);
+  if (!unmapped)
     return gca__error_prefix(st, "release of 0x%" PRIx64 " (%zu bytes) of an expandable segment",
                              ptr, m.size);
   memmove(&seg->maps[i], &seg->maps[i + 1], (seg->nmaps - i - 1) * sizeof(seg->maps[0]));
@@ -149,7 +111,6 @@ static gca_status_t unmap_one(gca__devalloc_t *d, gca__segment_t *seg, size_t i)
   gca__stat_pool(d->stats.reserved_bytes, seg->pool, -(int64_t)m.size);
   d->stats.num_device_free++;
   gca__history_event(GCA_HA_SEGMENT_UNMAP, d->device, ptr, m.size, seg->stream);
-  st = d->ops->mem_release(m.handle);
   if (st != GCA_OK)
     return gca__error_prefix(st, "release of 0x%" PRIx64 " (%zu bytes) of an expandable segment",
                              ptr, m.size);
@@ -173,7 +134,7 @@ static gca_status_t segment_create(gca__devalloc_t *d, gca__pool_t *pool, gca_st
   size_t g;
   gca__block_t *b;
   gca_devptr_t base = 0;
-  GCA_CHECK(granularity(d, &g));
+  GCA_CHECK(gca__vmm_granularity(d, &g));
   size_t size = round_up(d->total_memory + d->total_memory / 8, g);
   GCA_CHECK(gca__block_new(d, &b));
   gca__segment_t *seg = calloc(1, sizeof(*seg));
@@ -199,16 +160,12 @@ static gca_status_t segment_create(gca__devalloc_t *d, gca__pool_t *pool, gca_st
   seg->pool = pool;
   seg->head = b;
   seg->expandable = true;
-  seg->next = pool->segments;
-  if (pool->segments != NULL)
-    pool->segments->prev = seg;
-  pool->segments = seg;
-  pool->nsegments++;
+  gca__segment_link(pool, seg);
   *out = seg;
   return GCA_OK;
 
 fail_reserve:
-  (void)d->ops->mem_address_free(d->device, base, size);
+  GCA_CHECK_IGNORE(d->ops->mem_address_free(d->device, base, size));
 fail_seg:
   free(seg);
 fail_block:
@@ -227,13 +184,7 @@ static gca_status_t segment_remove(gca__devalloc_t *d, gca__segment_t *seg) {
   gca__owner_remove(seg->base, seg->reserved_size, d->device);
   seg->head->unmapped = false;
   gca__block_free(d, seg->head);
-  if (seg->prev != NULL)
-    seg->prev->next = seg->next;
-  else
-    pool->segments = seg->next;
-  if (seg->next != NULL)
-    seg->next->prev = seg->prev;
-  pool->nsegments--;
+  gca__segment_unlink(pool, seg);
   free(seg->maps);
   free(seg);
   return GCA_OK;
@@ -268,7 +219,7 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
   size_t g;
   if (seg == NULL)
     GCA_CHECK(segment_create(d, pool, stream, &seg));
-  GCA_CHECK(granularity(d, &g));
+  GCA_CHECK(gca__vmm_granularity(d, &g));
   gca__block_t *u = NULL;
   size_t best = SIZE_MAX;
   for (gca__block_t *b = seg->head; b != NULL; b = b->next) {
@@ -489,11 +440,7 @@ gca_status_t gca__expand_release_range(gca__devalloc_t *d, gca__segment_t *seg, 
 }
 
 void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
-  for (size_t i = 0; i < seg->nmaps; i++) {
-    (void)d->ops->mem_unmap(seg->base + seg->maps[i].offset, seg->maps[i].size);
-    (void)d->ops->mem_release(seg->maps[i].handle);
-  }
-  (void)d->ops->mem_address_free(d->device, seg->base, seg->reserved_size);
+  gca__vmm_destroy(d, seg->base, seg->reserved_size, seg->maps, seg->nmaps);
   gca__owner_remove(seg->base, seg->reserved_size, d->device);
   free(seg->maps);
   seg->maps = NULL;
@@ -515,7 +462,7 @@ gca_status_t gca__expand_add_peer(gca__devalloc_t *d, int peer) {
     return gca__error(GCA_ERR_NOT_SUPPORTED,
                       "enable_peer_access: device %d cannot access device %d's memory", peer,
                       d->device);
-  int ndevs = access_list(d, devs);
+  int ndevs = gca__vmm_access_list(d, devs);
   devs[ndevs++] = peer;
   for (gca__pool_t *pool = &d->small; pool != NULL; pool = gca__pool_next(d, pool)) {
     for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {

@@ -44,15 +44,18 @@ typedef struct gca_segment_info {
 typedef void (*gca_walk_fn)(const gca_segment_info_t *seg, const gca_block_info_t *blocks,
                             size_t nblocks, void *ctx);
 
-/* ---- allocator.c ---- */
+/* ---- check.c ---- */
 
 /* Walks the device's allocator; GCA_OK without calls when it has none yet. */
 gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx);
-/* Number of devices that have an allocator (walk 0..n-1). */
-int gca__allocator_device_count(void);
 /* Validates every pool, segment and block of every device; on failure returns
  * GCA_ERR_INTERNAL with the first broken invariant in the detail. */
 gca_status_t gca__allocator_check(void);
+
+/* ---- allocator.c ---- */
+
+/* Number of devices that have an allocator (walk 0..n-1). */
+int gca__allocator_device_count(void);
 /* Copies the process-wide allocator settings in force. */
 struct gca_alloc_config;
 void gca__allocator_get_config(struct gca_alloc_config *out);

@@ -174,30 +174,6 @@ static gca_status_t check_layout(const char *op, const gca_ipc_handle_t *h) {
 
 /* ---- export ---- */
 
-/* Finds the live block at addr and returns with its device's lock held. */
-static gca__block_t *find_live(gca_devptr_t addr, gca__devalloc_t **out) {
-  int dev = gca__owner_device(addr), first = dev, last = dev;
-  if (dev == -1)
-    return NULL;
-  if (dev == GCA__OWNER_ANY) {
-    first = 0;
-    last = gca__allocator_device_count() - 1;
-  }
-  for (int i = first; i <= last; i++) {
-    gca__devalloc_t *d = gca__devalloc_peek(i);
-    if (d == NULL)
-      continue;
-    gca__dev_lock(d);
-    gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
-    if (b != NULL && !b->cached) { /* a cached block is free (Note [Free cache]) */
-      *out = d;
-      return b;
-    }
-    gca__mutex_unlock(&d->lock);
-  }
-  return NULL;
-}
-
 /* Fills h's entries with the mappings of b's segment that meet b, exporting
  * each handle as an fd, or as a fabric handle when `fabric`. The caller holds
  * d->lock; on failure h's fds are closed by gca_ipc_handle_free. */
@@ -279,7 +255,7 @@ GCA_API gca_status_t gca_ipc_export_ex(void *ptr, unsigned flags, gca_ipc_handle
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
                       "ipc_export: unknown flags 0x%x (known: GCA_IPC_FABRIC = 0x%x)",
                       flags & ~GCA_IPC_FABRIC, GCA_IPC_FABRIC);
-  gca__block_t *b = find_live(addr, &d);
+  gca__block_t *b = gca__lock_live(addr, &d);
   if (b == NULL)
     return gca__error(GCA_ERR_INVALID_POINTER,
                       "ipc_export: pointer 0x%" PRIx64 " is not the start of a live gca "
@@ -688,7 +664,7 @@ GCA_API gca_status_t gca_ipc_open(const gca_ipc_handle_t *h, int device, void **
 
 fail:
   gca__error_prefix(st, "ipc_open: device %d", device);
-  (void)import_undo(ops, device, imp.base, imp.span, mapped, imp.handles, imp.n);
+  GCA_CHECK_IGNORE(import_undo(ops, device, imp.base, imp.span, mapped, imp.handles, imp.n));
   free(imp.handles);
   return st;
 }

@@ -53,7 +53,20 @@ void gca__error_trace(const char *file, int line, const char *expr, gca_status_t
     }                                                    \
   } while (0)
 
-/* A broken internal invariant: abort with file:line. */
+/* A cleanup call that may fail (undoing a step, tearing down): a failure is
+ * logged as a warning with file:line, the call and its detail, and the caller
+ * goes on. The one way to ignore a status; no silent (void) casts. */
+#define GCA_CHECK_IGNORE(call)                                \
+  do {                                                        \
+    gca_status_t gca_st_ = (call);                            \
+    if (GCA_UNLIKELY(gca_st_ != GCA_OK))                      \
+      gca__error_ignored(__FILE__, __LINE__, #call, gca_st_); \
+  } while (0)
+/* Logs a failure that GCA_CHECK_IGNORE let pass. */
+void gca__error_ignored(const char *file, int line, const char *expr, gca_status_t status);
+
+/* A broken internal invariant: abort with file:line. Never put a call with a
+ * side effect inside: evaluate it first, then assert on the result. */
 #define GCA_ASSERT(cond)                           \
   do {                                             \
     if (GCA_UNLIKELY(!(cond)))                     \
@@ -65,6 +78,17 @@ void gca__error_trace(const char *file, int line, const char *expr, gca_status_t
 #define GCA_ASSERT_DEBUG(cond) ((void)0)
 #endif
 __attribute__((noreturn)) void gca__assert_fail(const char *file, int line, const char *cond);
+
+/* The value of hex digit c, or -1 when c is not one. */
+static inline int gca__hexval(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
 
 /* ---- log.c ---- */
 

@@ -363,22 +363,12 @@ static void free_value(gca_json_value_t *v) {
   v->type = GCA_JSON_NULL;
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 static bool read_hex4(parser_t *p, uint32_t *out) {
   if (p->n - p->pos < 4)
     return perr(p, "four hex digits after \\u");
   uint32_t v = 0;
   for (int i = 0; i < 4; i++) {
-    int h = hexval(p->s[p->pos]);
+    int h = gca__hexval(p->s[p->pos]);
     if (h < 0)
       return perr(p, "four hex digits after \\u");
     v = (v << 4) | (uint32_t)h;

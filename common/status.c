@@ -78,6 +78,11 @@ void gca__error_trace(const char *file, int line, const char *expr, gca_status_t
   GCA_LOG_DEBUG("%s:%d: %s -> %s", file, line, expr, gca_status_name(status));
 }
 
+void gca__error_ignored(const char *file, int line, const char *expr, gca_status_t status) {
+  GCA_LOG_WARN("%s:%d: %s -> %s (ignored): %s", file, line, expr, gca_status_name(status),
+               gca_last_error());
+}
+
 void gca__assert_fail(const char *file, int line, const char *cond) {
   fprintf(stderr, "gca: internal invariant broken at %s:%d: %s\n", file, line, cond);
   fflush(stderr);

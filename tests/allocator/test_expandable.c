@@ -459,6 +459,43 @@ static void peer_access_covers_existing_and_new_mappings(void **state) {
   gca__device_override(gca__sim_ops());
 }
 
+static gca_status_t small_granularity(int device, bool recommended, size_t *out) {
+  (void)device;
+  (void)recommended;
+  *out = 256; /* a power of two, but below the 512-byte block size */
+  return GCA_OK;
+}
+
+/* One granularity rule for both kinds of VMM segment: a granularity that is
+ * not a multiple of 512 bytes is refused by VMM-backed classic segments
+ * (ipc_handles) as by expandable ones, and nothing is cached, so the next
+ * query (a sane driver) succeeds. */
+static void granularity_below_512_bytes_is_refused_by_both_segment_kinds(void **state) {
+  (void)state;
+  void *p = NULL;
+  gca__allocator_reset();
+  wrapped = *gca__sim_ops();
+  wrapped.mem_granularity = small_granularity;
+  gca__device_override(&wrapped);
+  assert_ok(gca_set_config("expandable_segments:False,ipc_handles:True"));
+  assert_status(gca_malloc(&p, 4 * KiB, NULL), GCA_ERR_DRIVER, "power of two multiple of 512");
+  assert_null(p);
+  check();
+  assert_int_equal(gca__devalloc_peek(0)->granularity, 0);
+  assert_ok(gca_set_config("ipc_handles:False,expandable_segments:True"));
+  assert_status(gca_malloc(&p, 4 * KiB, NULL), GCA_ERR_DRIVER, "power of two multiple of 512");
+  assert_null(p);
+  check();
+  assert_int_equal(gca__devalloc_peek(0)->granularity, 0);
+  wrapped.mem_granularity = gca__sim_ops()->mem_granularity; /* the allocator holds &wrapped */
+  assert_ok(gca_set_config("expandable_segments:False,ipc_handles:True"));
+  void *a = alloc_on(4 * KiB, NULL);
+  assert_int_equal(gca__devalloc_peek(0)->granularity, 2 * MiB);
+  free_ok(a);
+  expect_all_returned();
+  gca__device_override(gca__sim_ops());
+}
+
 /* Classic segments backed by VMM handles (ipc_handles:True) carry their one
  * mapping in seg->maps too, and a peer enabled later must reach it. */
 static void peer_access_covers_existing_vmm_backed_classic_segments(void **state) {
@@ -521,6 +558,7 @@ int main(void) {
       T(history_records_map_and_unmap),
       T(walk_reports_expandable_with_mapped_size),
       T(peer_access_covers_existing_and_new_mappings),
+      T(granularity_below_512_bytes_is_refused_by_both_segment_kinds),
       T(peer_access_covers_existing_vmm_backed_classic_segments),
       T(peer_access_fault_leaves_the_peer_off),
 #undef T

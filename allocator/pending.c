@@ -1,0 +1,271 @@
+/* pending.c - frees that must wait: a block used on other streams
+ * (gca_record_stream) is freed by recording an event on each of them and
+ * parking the block until every event has completed; during a capture the
+ * free is deferred until the capture ends. The events come from a pool per
+ * device, created once and reused.
+ *
+ * The one idea is the Note:
+ *
+ * Note [Stream-ordered reuse]. A block belongs to the stream it was allocated
+ * on, and work on one stream runs in order, so a block freed by the host may
+ * be handed to later work on the same stream at once: that work queues behind
+ * whatever still uses the block. Other streams are not ordered with it. When
+ * gca_record_stream() marked a block as used on other streams, freeing it
+ * records an event on each of those streams (events come from a per-device
+ * pool, created once and reused) and parks the block as "pending free"; it
+ * enters the free tree only when every one of its events has completed.
+ * Pending events are polled without blocking (event_query) at the start of
+ * each malloc and free, and only when some are pending, so the common path
+ * makes no device call. Running out of memory synchronizes them instead
+ * (event_synchronize), counted in num_sync_all_streams.
+ *
+ * Note [Frees during capture]. While a capture is under way on a device, the
+ * driver forbids querying events that may belong to it, and an event recorded
+ * on a capturing stream would become a graph node. So the allocator queries
+ * no event then (pending frees wait), and a free of a block used on other
+ * streams is parked on d->deferred with event_count = 1; when the device's
+ * last capture ends the events are recorded (PyTorch's
+ * insert_events_deferred_until_no_capture).
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "fcache.h"
+
+/* Returns an event of device `dev` to its pool. */
+static void event_put(gca__devalloc_t *d, int dev, gca_event_t ev) {
+  gca__evpool_t *p = &d->events[dev];
+  GCA_ASSERT(p->n < p->cap && p->out > 0);
+  p->ev[p->n++] = ev;
+  p->out--;
+}
+
+/* Takes a pooled event of device `dev` (events_reserve made one). */
+static gca_event_t event_take(gca__devalloc_t *d, int dev) {
+  gca__evpool_t *p = &d->events[dev];
+  GCA_ASSERT(p->n > 0);
+  p->out++;
+  return p->ev[--p->n];
+}
+
+/* Makes room for b's uses: a pending entry each and a pooled event on each
+ * use's device (created there once, then reused). */
+static gca_status_t events_reserve(gca__devalloc_t *d, const gca__block_t *b) {
+  if (d->npending + b->nuses > d->cap_pending) {
+    size_t ncap = d->cap_pending ? d->cap_pending : 16;
+    while (ncap < d->npending + b->nuses)
+      ncap *= 2;
+    gca__pending_t *p = realloc(d->pending, ncap * sizeof(*p));
+    if (p == NULL)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "free: host out of memory for pending events");
+    d->pending = p;
+    d->cap_pending = ncap;
+  }
+  uint32_t needs[GCA__MAX_DEVICES] = {0};
+  for (uint32_t i = 0; i < b->nuses; i++)
+    needs[b->uses[i].dev]++;
+  for (int dev = 0; dev < GCA__MAX_DEVICES; dev++) {
+    size_t need = needs[dev];
+    if (need == 0)
+      continue;
+    gca__evpool_t *p = &d->events[dev];
+    /* every event is either pooled or out, so the pool never holds more */
+    size_t want = p->n + p->out + need;
+    if (want > p->cap) {
+      gca_event_t *e = realloc(p->ev, want * 2 * sizeof(*e));
+      if (e == NULL)
+        return gca__error(GCA_ERR_OUT_OF_MEMORY, "free: host out of memory for the event pool");
+      p->ev = e;
+      p->cap = want * 2;
+    }
+    while (p->n < need) {
+      gca_event_t ev;
+      GCA_CHECK(d->ops->event_create(dev, GCA_EVENT_DISABLE_TIMING, &ev));
+      p->ev[p->n++] = ev;
+    }
+  }
+  return GCA_OK;
+}
+
+/* Runs a stream op for use u with u's device current when its stream is
+ * NULL (that device's legacy stream), as PyTorch sets the device around it. */
+static gca_status_t use_op(gca__devalloc_t *d, const gca__use_t *u, gca_event_t ev) {
+  int cur = u->dev;
+  gca_status_t st;
+  if (u->stream == NULL) {
+    GCA_CHECK(d->ops->ctx_get_device(&cur));
+    if (cur != u->dev)
+      GCA_CHECK(d->ops->ctx_set_device(u->dev));
+  }
+  st = ev != NULL ? d->ops->event_record(ev, u->stream) : d->ops->stream_synchronize(u->stream);
+  if (cur != u->dev) {
+    gca_status_t rst = d->ops->ctx_set_device(cur);
+    if (st == GCA_OK)
+      st = rst;
+  }
+  return st;
+}
+
+/* Parks a block used on other streams while a capture is under way: it is
+ * pending (event_count 1) until gca__pending_flush_deferred records its events
+ * (Note [Frees during capture]). */
+static gca_status_t defer_free(gca__devalloc_t *d, gca__block_t *b) {
+  if (d->ndeferred == d->cap_deferred) {
+    size_t ncap = d->cap_deferred ? d->cap_deferred * 2 : 16;
+    gca__block_t **n = realloc(d->deferred, ncap * sizeof(*n));
+    if (n == NULL)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                        "free: host out of memory deferring the free of 0x%" PRIx64, b->addr);
+    d->deferred = n;
+    d->cap_deferred = ncap;
+  }
+  d->deferred[d->ndeferred++] = b;
+  b->event_count = 1;
+  return GCA_OK;
+}
+
+/* Records an event on each stream that used b, on that stream's device; b
+ * becomes pending. On failure nothing changed. */
+static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b) {
+  GCA_CHECK(events_reserve(d, b));
+  size_t first = d->npending;
+  for (uint32_t i = 0; i < b->nuses; i++) {
+    const gca__use_t *u = &b->uses[i];
+    gca_event_t ev = event_take(d, u->dev);
+    gca_status_t st = use_op(d, u, ev);
+    if (st != GCA_OK) {
+      event_put(d, u->dev, ev);
+      while (d->npending > first) {
+        d->npending--;
+        event_put(d, d->pending[d->npending].dev, d->pending[d->npending].event);
+      }
+      b->event_count = 0;
+      return gca__error_prefix(st, "free: 0x%" PRIx64, b->addr);
+    }
+    d->pending[d->npending++] = (gca__pending_t){ev, u->stream, b, u->dev};
+    b->event_count++;
+  }
+  b->nuses = 0;
+  return GCA_OK;
+}
+
+/* Completes the free of b: cached blocks beside it go back to the tree first
+ * (Note [Free cache]), then b joins it (blocks.c). */
+static void complete(gca__devalloc_t *d, gca__block_t *b, bool pending) {
+  if (GCA_UNLIKELY(d->fc_count != 0))
+    gca__fcache_evict_near(d, b);
+  gca__block_free_complete(d, b, pending);
+}
+
+static void pending_done(gca__devalloc_t *d, const gca__pending_t *e) {
+  event_put(d, e->dev, e->event);
+  if (--e->block->event_count == 0)
+    complete(d, e->block, true);
+}
+
+/* Events on one stream complete in order, so a stream is skipped after its
+ * first unfinished event. */
+gca_status_t gca__pending_process(gca__devalloc_t *d) {
+  gca__use_t busy[16]; /* (stream, device): NULL names a different stream on each device */
+  size_t nbusy = 0, w = 0, i;
+  gca_status_t st = GCA_OK;
+  if (d->ncaptures != 0) /* Note [Frees during capture] */
+    return GCA_OK;
+  if (d->ndeferred != 0)
+    GCA_CHECK(gca__pending_flush_deferred(d));
+  for (i = 0; i < d->npending; i++) {
+    gca__pending_t e = d->pending[i];
+    bool skip = false;
+    for (size_t k = 0; k < nbusy && !skip; k++)
+      skip = busy[k].stream == e.stream && busy[k].dev == e.dev;
+    if (!skip) {
+      st = d->ops->event_query(e.event);
+      if (st == GCA_OK) {
+        pending_done(d, &e);
+        continue;
+      }
+      if (st != GCA_ERR_NOT_READY)
+        break;
+      st = GCA_OK;
+      if (nbusy < GCA_ARRAY_SIZE(busy))
+        busy[nbusy++] = (gca__use_t){e.stream, e.dev};
+    }
+    d->pending[w++] = e;
+  }
+  for (; i < d->npending; i++)
+    d->pending[w++] = d->pending[i];
+  d->npending = w;
+  return st;
+}
+
+gca_status_t gca__pending_sync(gca__devalloc_t *d) {
+  gca_status_t st = GCA_OK;
+  size_t i, w = 0;
+  d->stats.num_sync_all_streams++;
+  for (i = 0; i < d->npending; i++) {
+    gca__pending_t e = d->pending[i];
+    st = d->ops->event_synchronize(e.event);
+    if (st != GCA_OK)
+      break;
+    pending_done(d, &e);
+  }
+  for (; i < d->npending; i++)
+    d->pending[w++] = d->pending[i];
+  d->npending = w;
+  return st;
+}
+
+gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b) {
+  gca__pool_t *pool = b->pool;
+  if (b->nuses != 0) {
+    if (GCA_UNLIKELY(d->ncaptures != 0)) {
+      GCA_CHECK(defer_free(d, b));
+    } else if (d->caching) {
+      GCA_CHECK(block_insert_events(d, b));
+    } else {
+      for (uint32_t i = 0; i < b->nuses; i++) {
+        gca_status_t st = use_op(d, &b->uses[i], NULL);
+        if (st != GCA_OK)
+          return gca__error_prefix(st, "free: 0x%" PRIx64, b->addr);
+      }
+      b->nuses = 0;
+    }
+  }
+  b->allocated = false;
+  gca__stat_block_free(d, b, gca__stat_type(pool));
+  gca__history_event(GCA_HA_FREE_REQUESTED, d->device, b->addr, b->requested, b->stream);
+  if (b->event_count == 0)
+    complete(d, b, false);
+  else
+    gca__pend_add(d, pool, 1, b->size);
+  return GCA_OK;
+}
+
+gca_status_t gca__pending_flush_deferred(gca__devalloc_t *d) {
+  while (d->ndeferred > 0) {
+    gca__block_t *b = d->deferred[d->ndeferred - 1];
+    b->event_count = 0;
+    gca_status_t st = block_insert_events(d, b);
+    if (st != GCA_OK) {
+      b->event_count = 1;
+      return st;
+    }
+    d->ndeferred--;
+    if (b->event_count == 0)
+      complete(d, b, true);
+  }
+  return GCA_OK;
+}
+
+void gca__pending_destroy(gca__devalloc_t *d) {
+  for (size_t i = 0; i < d->npending; i++) {
+    GCA_CHECK_IGNORE(d->ops->event_synchronize(d->pending[i].event));
+    GCA_CHECK_IGNORE(d->ops->event_destroy(d->pending[i].event));
+  }
+  for (int dev = 0; dev < GCA__MAX_DEVICES; dev++) {
+    for (size_t i = 0; i < d->events[dev].n; i++)
+      GCA_CHECK_IGNORE(d->ops->event_destroy(d->events[dev].ev[i]));
+    free(d->events[dev].ev);
+  }
+  free(d->pending);
+}

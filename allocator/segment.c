@@ -1,0 +1,177 @@
+/* segment.c - classic segments: one device allocation each (mem_alloc, or one
+ * mem_create handle when ipc_handles is on), linked into its pool, carved into
+ * blocks by the floors above, given back whole; and the two entry points that
+ * pick a segment's kind: a new segment for a request, and the release of one.
+ *
+ * The one idea: a segment enters and leaves the pool's list, the reserved
+ * count, the owner map and the statistics in one place each, whichever kind it
+ * is: classic here, expandable in expandable.c, their driver steps in vmm.c.
+ *
+ * Note [VMM-backed classic segments]. With ipc_handles:True a classic segment
+ * is one mem_create handle of the segment's size, reserved and mapped once at
+ * offset 0 (seg->maps[0], nmaps == 1, expandable false), instead of a
+ * mem_alloc allocation, so that gca_ipc_export can hand it to another process
+ * as a file descriptor. It behaves as any classic segment: it never grows,
+ * counts one num_device_alloc / num_device_free, and is released whole.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "alloc_core.h"
+#include "history.h"
+
+/* Reserves, maps and opens [*out, *out + size) for d's device and its peers
+ * (vmm.c), recording the handle in seg->maps; on failure nothing is left. */
+static gca_status_t vmm_segment_create(gca__devalloc_t *d, gca__segment_t *seg, size_t size,
+                                       gca_devptr_t *out) {
+  gca_status_t st;
+  gca_memhandle_t h = 0;
+  gca_devptr_t ptr = 0;
+  gca__mapping_t *m = calloc(1, sizeof(*m));
+  if (m == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a segment mapping");
+  GCA_CHECK_GOTO(d->ops->mem_address_reserve(d->device, size, 0, &ptr), st, fail_rec);
+  GCA_CHECK_GOTO(gca__vmm_map_new(d, ptr, size, &h), st, fail_range);
+  m->offset = 0;
+  m->size = size;
+  m->handle = h;
+  seg->maps = m;
+  seg->nmaps = seg->cap_maps = 1;
+  *out = ptr;
+  return GCA_OK;
+
+fail_range:
+  GCA_CHECK_IGNORE(d->ops->mem_address_free(d->device, ptr, size));
+fail_rec:
+  free(m);
+  return st;
+}
+
+gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg, bool sync) {
+  bool unmapped;
+  if (seg->maps == NULL)
+    return d->ops->mem_free(d->device, seg->base);
+  if (sync)
+    GCA_CHECK(d->ops->stream_synchronize(seg->stream));
+  gca_status_t st = gca__vmm_unmap(d, seg->base, seg->size, seg->maps[0].handle, &unmapped);
+  if (!unmapped)
+    return st;
+  if (st == GCA_OK)
+    st = d->ops->mem_address_free(d->device, seg->base, seg->size);
+  if (st != GCA_OK)
+    GCA_LOG_WARN("segment 0x%" PRIx64 " (%zu bytes) unmapped but not fully released: %s", seg->base,
+                 seg->size, gca_last_error());
+  free(seg->maps);
+  seg->maps = NULL;
+  seg->nmaps = seg->cap_maps = 0;
+  return GCA_OK;
+}
+
+/* A new classic segment of `size` bytes; its single block is returned free
+ * and outside the tree. */
+static gca_status_t classic_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                  size_t size, gca__block_t **out) {
+  gca_status_t st;
+  gca_devptr_t ptr = 0;
+  if (d->cfg.ipc_handles) {
+    size_t g;
+    GCA_CHECK(gca__vmm_granularity(d, &g));
+    size = (size + g - 1) & ~(g - 1);
+  }
+  GCA_CHECK(gca__limit_check(d, size, "a segment"));
+  gca__segment_t *seg = calloc(1, sizeof(*seg));
+  if (seg == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a segment record");
+  if (d->cfg.ipc_handles) {
+    GCA_CHECK_GOTO(vmm_segment_create(d, seg, size, &ptr), st, fail_seg);
+  } else if (d->cfg.release_lock_on_device_alloc && pool->owner == NULL && d->ncaptures == 0) {
+    /* PyTorch's release_lock_on_cudamalloc: other threads use the cache while
+     * the driver allocates; the bytes count against the limit meanwhile. The
+     * new segment is this thread's alone until it is linked in below. */
+    d->reserving += size;
+    gca__mutex_unlock(&d->lock);
+    st = d->ops->mem_alloc(d->device, size, &ptr);
+    gca__dev_lock(d);
+    d->reserving -= size;
+    GCA_CHECK_GOTO(st, st, fail_seg);
+  } else {
+    GCA_CHECK_GOTO(d->ops->mem_alloc(d->device, size, &ptr), st, fail_seg);
+  }
+  seg->base = ptr;
+  seg->size = size;
+  seg->stream = stream;
+  GCA_CHECK_GOTO(gca__block_reserve(d), st, fail_mem); /* after the driver call: the lock may
+                                                          have been let go */
+  GCA_CHECK_GOTO(gca__owner_add(ptr, size, d->device), st, fail_mem);
+  gca__block_t *b = gca__block_take(d);
+  b->addr = ptr;
+  b->size = size;
+  b->stream = stream;
+  b->pool = pool;
+  b->seg = seg;
+  seg->pool = pool;
+  seg->head = b;
+  seg->oversize = size >= d->cfg.max_split_size;
+  gca__segment_link(pool, seg);
+  d->reserved += size;
+  gca__stat_pool(d->stats.segment, pool, 1);
+  gca__stat_pool(d->stats.reserved_bytes, pool, (int64_t)size);
+  if (seg->oversize)
+    gca__stat_add(&d->stats.oversize_segments, 1);
+  d->stats.num_device_alloc++;
+  gca__history_event(GCA_HA_SEGMENT_ALLOC, d->device, ptr, size, stream);
+  *out = b;
+  return GCA_OK;
+
+fail_mem:
+  GCA_CHECK_IGNORE(gca__segment_memory_free(d, seg, false));
+fail_seg:
+  free(seg);
+  return st;
+}
+
+gca_status_t gca__segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                size_t size, size_t rounded, bool retry, gca__block_t **out) {
+  if (retry)
+    d->stats.num_alloc_retries++;
+  if (d->cfg.expandable_segments)
+    return gca__expand_alloc(d, pool, stream, rounded, size, out);
+  return classic_alloc(d, pool, stream, size, out);
+}
+
+gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
+  gca__block_t *b = seg->head;
+  gca__pool_t *pool = seg->pool;
+  if (seg->expandable)
+    return gca__expand_release(d, seg, NULL);
+  GCA_ASSERT(gca__block_whole(b) && b->in_tree);
+  gca_status_t st = gca__segment_memory_free(d, seg, true);
+  if (st != GCA_OK)
+    return gca__error_prefix(st, "release of segment 0x%" PRIx64 " (%zu bytes)", seg->base,
+                             seg->size);
+  gca__owner_remove(seg->base, seg->size, d->device);
+  gca__tree_erase(pool, b);
+  gca__block_free(d, b);
+  gca__segment_unlink(pool, seg);
+  d->reserved -= seg->size;
+  gca__stat_pool(d->stats.segment, pool, -1);
+  gca__stat_pool(d->stats.reserved_bytes, pool, -(int64_t)seg->size);
+  if (seg->oversize)
+    gca__stat_add(&d->stats.oversize_segments, -1);
+  d->stats.num_device_free++;
+  gca__history_event(GCA_HA_SEGMENT_FREE, d->device, seg->base, seg->size, seg->stream);
+  free(seg);
+  return GCA_OK;
+}
+
+void gca__segment_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
+  for (gca__block_t *b = seg->head; b != NULL; b = b->next)
+    free(b->uses);
+  if (seg->expandable) {
+    gca__expand_destroy(d, seg);
+  } else {
+    GCA_CHECK_IGNORE(gca__segment_memory_free(d, seg, false));
+    gca__owner_remove(seg->base, seg->size, d->device);
+  }
+  free(seg);
+}
