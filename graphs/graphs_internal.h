@@ -24,15 +24,6 @@
 #include "gca/graphs.h"
 #include "gca/pool.h"
 
-/* Logs a failed cleanup call and goes on. */
-#define GCA_CHECK_IGNORE(call)                                                     \
-  do {                                                                             \
-    gca_status_t gca_ign_ = (call);                                                \
-    if (gca_ign_ != GCA_OK)                                                        \
-      GCA_LOG_WARN("graphs: %s failed (%s): %s", #call, gca_status_name(gca_ign_), \
-                   gca_last_error());                                              \
-  } while (0)
-
 /* How a recording receives one input. */
 typedef enum in_mode {
   IN_STAGED = 0,   /* copied into staging[i] before each launch */
