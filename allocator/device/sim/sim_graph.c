@@ -276,19 +276,26 @@ static void capture_remove(capture_t *c) {
   atomic_fetch_sub(&ncaptures, 1);
 }
 
-/* Invalidates every capture holding a blocking stream of dev; true if any. */
-static bool legacy_conflict(int dev, capture_t **first) {
+/* Whether a capture holds a blocking stream of dev (true: the first in *first);
+ * with `invalidate`, every such capture is invalidated. */
+static bool legacy_blocked(int dev, bool invalidate, capture_t **first) {
   bool any = false;
   for (capture_t *c = captures; c; c = c->next)
     for (size_t i = 0; i < c->nstreams; i++)
       if (c->streams[i].dev == dev && c->streams[i].blocking) {
         if (!any)
           *first = c;
-        c->invalidated = true;
+        if (invalidate)
+          c->invalidated = true;
         any = true;
         break;
       }
   return any;
+}
+
+/* Using the legacy stream invalidates every capture holding a blocking stream of dev. */
+static bool legacy_conflict(int dev, capture_t **first) {
+  return legacy_blocked(dev, true, first);
 }
 
 static gca_status_t implicit_error(const char *op, int dev, capture_t *c) {
@@ -786,8 +793,12 @@ static gca_status_t sim_stream_capture_info(gca_stream_t stream, gca_capture_sta
   capture_t *c = NULL;
   pthread_mutex_lock(&cap_mu);
   if (legacy) {
-    if (legacy_conflict(dev, &c))
-      st = implicit_error("stream_capture_info", dev, c);
+    /* cuStreamIsCapturing: IMPLICIT, but "the blocking stream capture is not invalidated" */
+    if (legacy_blocked(dev, false, &c))
+      st = gca__error(GCA_ERR_CAPTURE_IMPLICIT,
+                      "stream_capture_info: the legacy stream of device %d is unusable while its "
+                      "blocking stream %p captures (capture %llu)",
+                      dev, (void *)c->streams[0].s, (unsigned long long)c->id);
   } else if (find_stream(stream, &c)) {
     *status = c->invalidated ? GCA_CAPTURE_STATUS_INVALIDATED : GCA_CAPTURE_STATUS_ACTIVE;
     if (id)
