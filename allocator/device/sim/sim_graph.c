@@ -8,7 +8,8 @@
  * new tail; an event recorded there remembers the tail; a stream waiting on
  * such an event joins the capture (fork) or adds the event's nodes to its tail
  * (join). Nodes are appended in capture order, which is therefore a
- * topological order: a graph runs by running its nodes in that order.
+ * topological order; a replay runs each node once its dependencies are done,
+ * independent branches concurrently (Note [Concurrent replay]).
  *
  * Note [Capture-unsafe calls] (sim.h) is implemented by capture_unsafe():
  * a thread in GLOBAL mode may not make unsafe calls while it has an ongoing
@@ -99,9 +100,112 @@ void gca__sim_image_unref(gca__sim_image_t *img) {
   }
 }
 
-void gca__sim_image_run(const gca__sim_image_t *img) {
-  for (size_t i = 0; i < img->n; i++)
+/* Note [Concurrent replay]: on a GPU the independent branches of a graph run
+ * at the same time, so a replay runs a node as soon as its dependencies are
+ * done, on as many threads as there are ready nodes: the launching worker
+ * takes one ready node and starts a helper thread whenever more are ready and
+ * no thread is idle to take them. A node blocked on another branch therefore
+ * never keeps a ready node from starting. Without memory for the bookkeeping
+ * or a thread, the replay falls back to capture order on fewer threads, which
+ * still honours every dependency (capture order is topological). */
+typedef struct replay {
+  const gca__sim_image_t *img;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  size_t *pending; /* per node: dependencies not yet done */
+  size_t *succ;    /* successors of node i: succ[succ_at[i] .. succ_at[i + 1]) */
+  size_t *succ_at;
+  size_t *ready; /* a stack of runnable nodes */
+  size_t nready, done;
+  int idle, helpers;
+} replay_t;
+
+static void *replay_loop(void *arg);
+
+/* Takes ready nodes and runs them until every node is done; called with r->mu held. */
+static void replay_drive(replay_t *r) {
+  const gca__sim_image_t *img = r->img;
+  while (r->done < img->n) {
+    if (r->nready == 0) {
+      r->idle++;
+      pthread_cond_wait(&r->cv, &r->mu);
+      r->idle--;
+      continue;
+    }
+    size_t i = r->ready[--r->nready];
+    if (r->nready > 0 && r->idle == 0) {
+      pthread_t t;
+      pthread_attr_t attr;
+      pthread_attr_init(&attr);
+      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      if (pthread_create(&t, &attr, replay_loop, r) == 0)
+        r->helpers++;
+      pthread_attr_destroy(&attr);
+    }
+    pthread_mutex_unlock(&r->mu);
     gca__sim_work_run(&img->nodes[i].work);
+    pthread_mutex_lock(&r->mu);
+    r->done++;
+    for (size_t k = r->succ_at[i]; k < r->succ_at[i + 1]; k++)
+      if (--r->pending[r->succ[k]] == 0)
+        r->ready[r->nready++] = r->succ[k];
+    if (r->nready > 0 || r->done == img->n)
+      pthread_cond_broadcast(&r->cv);
+  }
+}
+
+static void *replay_loop(void *arg) {
+  replay_t *r = arg;
+  pthread_mutex_lock(&r->mu);
+  replay_drive(r);
+  r->helpers--;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  return NULL;
+}
+
+void gca__sim_image_run(const gca__sim_image_t *img) {
+  size_t n = img->n, nedges = 0;
+  for (size_t i = 0; i < n; i++)
+    nedges += img->nodes[i].ndeps;
+  replay_t r = {.img = img};
+  r.pending = calloc(n + 1, sizeof(size_t));
+  r.succ_at = calloc(n + 2, sizeof(size_t));
+  r.succ = malloc((nedges + 1) * sizeof(size_t));
+  r.ready = malloc((n + 1) * sizeof(size_t));
+  if (!r.pending || !r.succ_at || !r.succ || !r.ready) {
+    for (size_t i = 0; i < n; i++)
+      gca__sim_work_run(&img->nodes[i].work);
+    goto out;
+  }
+  /* successors by counting sort over the dependency lists */
+  for (size_t i = 0; i < n; i++) {
+    r.pending[i] = img->nodes[i].ndeps;
+    for (size_t k = 0; k < img->nodes[i].ndeps; k++)
+      r.succ_at[img->nodes[i].deps[k] + 2]++;
+  }
+  for (size_t i = 0; i < n; i++)
+    r.succ_at[i + 2] += r.succ_at[i + 1];
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = 0; k < img->nodes[i].ndeps; k++)
+      r.succ[r.succ_at[img->nodes[i].deps[k] + 1]++] = i;
+  for (size_t i = n; i-- > 0;)
+    if (r.pending[i] == 0)
+      r.ready[r.nready++] = i;
+  pthread_mutex_init(&r.mu, NULL);
+  pthread_cond_init(&r.cv, NULL);
+  pthread_mutex_lock(&r.mu);
+  replay_drive(&r);
+  while (r.helpers > 0)
+    pthread_cond_wait(&r.cv, &r.mu);
+  pthread_mutex_unlock(&r.mu);
+  pthread_cond_destroy(&r.cv);
+  pthread_mutex_destroy(&r.mu);
+out:
+  free(r.pending);
+  free(r.succ_at);
+  free(r.succ);
+  free(r.ready);
 }
 
 typedef enum node_type { NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, NODE_HOST, NODE_GRAPH } node_type_t;

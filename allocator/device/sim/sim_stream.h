@@ -97,7 +97,8 @@ void gca__sim_marker_unref(gca__sim_marker_t *m);
 
 /* ---- sim_graph.c ---- */
 
-/* Runs an image's nodes in dependency order on the calling thread. */
+/* Runs an image's nodes, each once its dependencies are done, independent
+ * branches concurrently (Note [Concurrent replay]); returns when all are done. */
 void gca__sim_image_run(const gca__sim_image_t *img);
 void gca__sim_image_ref(gca__sim_image_t *img);
 void gca__sim_image_unref(gca__sim_image_t *img);
