@@ -455,7 +455,8 @@ static int child_fabric_off(report_t *r) {
   uint8_t bytes[GCA_FABRIC_HANDLE_LEN];
   EXPECT(r, ops->mem_export_fabric(h, bytes), GCA_ERR_INVALID_ARGUMENT, "mem_export_fabric: ");
   memset(bytes, 0, sizeof(bytes));
-  EXPECT(r, ops->mem_import_fabric(1, bytes, &h), GCA_ERR_DRIVER, "mem_import_fabric: ");
+  EXPECT(r, ops->mem_import_fabric(1, bytes, &h), GCA_ERR_NOT_PERMITTED,
+         "mem_import_fabric: CUDA_ERROR_NOT_PERMITTED");
   return CHILD_PASS;
 }
 

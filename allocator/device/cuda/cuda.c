@@ -345,6 +345,7 @@ static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
   X(CUDA_ERROR_NOT_FOUND)                      \
   X(CUDA_ERROR_NOT_READY)                      \
   X(CUDA_ERROR_NOT_SUPPORTED)                  \
+  X(CUDA_ERROR_NOT_PERMITTED)                  \
   X(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)         \
   X(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE) \
   X(CUDA_ERROR_OPERATING_SYSTEM)               \
@@ -390,6 +391,8 @@ static gca_status_t map_result(CUresult r) {
     return GCA_ERR_CAPTURE_UNJOINED;
   case CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE:
     return GCA_ERR_GRAPH_UPDATE;
+  case CUDA_ERROR_NOT_PERMITTED:
+    return GCA_ERR_NOT_PERMITTED;
   case CUDA_ERROR_NO_DEVICE:
   case CUDA_ERROR_NOT_INITIALIZED:
   case CUDA_ERROR_STUB_LIBRARY:

@@ -39,6 +39,9 @@
  * GCA_OK, or the failure (detail set) the op must return at once. */
 gca_status_t gca__sim_enter(gca_dev_op_t op, uint64_t bytes);
 #define GCA_SIM_ENTER(op, bytes) GCA_CHECK(gca__sim_enter(GCA_OP_##op, (bytes)))
+/* True on a thread while it runs a host function (Note [Host functions],
+ * device.h): every op then fails with GCA_ERR_NOT_PERMITTED. */
+extern _Thread_local bool gca__sim_in_host_fn;
 
 /* Number of sim devices (GCA_SIM_DEVICES, default 1) once initialized. */
 int gca__sim_device_count(void);

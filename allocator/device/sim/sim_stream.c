@@ -132,9 +132,13 @@ static void sleep_ns(uint64_t ns) {
 
 void gca__sim_work_run(const gca__sim_work_t *w) {
   switch (w->kind) {
-  case GCA__SIM_WORK_HOST:
+  case GCA__SIM_WORK_HOST: {
+    bool outer = gca__sim_in_host_fn;
+    gca__sim_in_host_fn = true;
     w->fn(w->user_data);
+    gca__sim_in_host_fn = outer;
     break;
+  }
   case GCA__SIM_WORK_MEMCPY:
     memmove((void *)(uintptr_t)w->dst, (const void *)(uintptr_t)w->a, w->count);
     break;
