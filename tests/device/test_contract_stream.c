@@ -393,6 +393,25 @@ static void bad_arguments_and_handles_are_refused(void **state) {
   assert_ok(ops->event_destroy(e));
 }
 
+/* cuMemcpyAsync, "API synchronization behavior": a transfer from any host
+ * memory to any host memory is fully synchronous with respect to the host. */
+static void host_to_host_async_copy_is_complete_at_return(void **state) {
+  (void)state;
+  gca_stream_t s;
+  uint32_t src[256], dst[256];
+  for (int i = 0; i < 256; i++) {
+    src[i] = 7u * (uint32_t)i + 1;
+    dst[i] = 0;
+  }
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->memcpy_async((gca_devptr_t)(uintptr_t)dst, (gca_devptr_t)(uintptr_t)src,
+                              sizeof(src), s));
+  for (int i = 0; i < 256; i++)
+    assert_int_equal(dst[i], 7u * (uint32_t)i + 1);
+  assert_ok(ops->stream_synchronize(s));
+  assert_ok(ops->stream_destroy(s));
+}
+
 static void flag_set(void *arg) {
   atomic_store((atomic_int *)arg, 1);
 }
@@ -632,6 +651,7 @@ static void injected_faults_fail_one_call_and_leave_streams_usable(void **state)
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(stream_order_holds_under_heavy_async_load),
+      cmocka_unit_test(host_to_host_async_copy_is_complete_at_return),
       cmocka_unit_test(event_after_slow_work_completes_only_with_it),
       cmocka_unit_test(never_recorded_event_is_complete),
       cmocka_unit_test(stream_wait_event_orders_cross_stream_work),

@@ -1,7 +1,11 @@
 /* test_sim_streams.c - sim rules for streams that are the driver's but cannot
  * be contract tests (a GPU may, not must, behave so): device calls from a host
  * function are refused (Note [Host functions]); a forked child of a process
- * that used the sim cannot use it (Note [Sim after fork]).
+ * that used the sim cannot use it (Note [Sim after fork]); copies of pageable
+ * memory are staged at the call and copies or memsets of memory that is
+ * neither device nor host memory fail at the call (Note [Sim copies]); work
+ * that faults at run time is reported by the next synchronize, never a crash
+ * (Note [Sim memory faults]).
  *
  * Ordering is by gates (a host function that blocks until the test opens it),
  * never by sleeps.
@@ -145,10 +149,118 @@ static void forked_child_cannot_use_the_sim_and_does_not_hang(void **state) {
   gate_fini(&g);
 }
 
+static void pageable_host_to_device_copy_reads_the_source_at_the_call(void **state) {
+  (void)state;
+  gate_t g;
+  gate_init(&g);
+  gca_stream_t s;
+  gca_devptr_t d;
+  uint32_t src[64], back[64];
+  for (int i = 0; i < 64; i++)
+    src[i] = 1000u + (uint32_t)i;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->mem_alloc(0, sizeof(src), &d));
+  assert_ok(ops->launch_host_func(s, gate_pass, &g)); /* the copy cannot run yet */
+  assert_ok(ops->memcpy_async(d, (gca_devptr_t)(uintptr_t)src, sizeof(src), s));
+  memset(src, 0xee, sizeof(src)); /* the caller reuses its buffer at once */
+  gate_open(&g);
+  assert_ok(ops->memcpy_async((gca_devptr_t)(uintptr_t)back, d, sizeof(back), s));
+  assert_ok(ops->stream_synchronize(s));
+  for (int i = 0; i < 64; i++)
+    assert_int_equal(back[i], 1000u + (uint32_t)i);
+  assert_ok(ops->mem_free(0, d));
+  assert_ok(ops->stream_destroy(s));
+  gate_fini(&g);
+}
+
+static void copies_and_memsets_of_non_device_memory_fail_at_the_call(void **state) {
+  (void)state;
+  gca_stream_t s;
+  gca_devptr_t d, resv;
+  size_t gran;
+  uint32_t host[16] = {0};
+  gca_devptr_t h = (gca_devptr_t)(uintptr_t)host;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->mem_alloc(0, 4096, &d));
+  assert_ok(ops->mem_granularity(0, false, &gran));
+  assert_ok(ops->mem_address_reserve(0, gran, 0, &resv)); /* reserved, nothing mapped */
+  /* what cudaMemset((void*)0x10, 0, 16) sends through the preload shim */
+  assert_status(ops->memset_d8_async(0x10, 0, 16, s), GCA_ERR_INVALID_ARGUMENT,
+                "memset_d8_async: [0x10, +16) is not mapped device memory");
+  assert_status(ops->memset_d32_async(resv, 0, 4, s), GCA_ERR_INVALID_ARGUMENT,
+                "is not mapped device memory");
+  assert_status(ops->memset_d8_async(h, 0, sizeof(host), s), GCA_ERR_INVALID_ARGUMENT,
+                "memset_d8_async: ");
+  assert_status(ops->memcpy_async(d, 0x10, 16, s), GCA_ERR_INVALID_ARGUMENT,
+                "memcpy_async: source [0x10, +16) is neither mapped device memory nor host");
+  assert_status(ops->memcpy_async(resv, d, 16, s), GCA_ERR_INVALID_ARGUMENT,
+                "memcpy_async: destination");
+  assert_status(ops->memcpy_async(h, resv + 64, 16, s), GCA_ERR_INVALID_ARGUMENT,
+                "memcpy_async: source");
+  /* nothing was queued: the stream is clean and works */
+  assert_ok(ops->memset_d32_async(d, 7, 16, s));
+  assert_ok(ops->memcpy_async(h, d, sizeof(host), s));
+  assert_ok(ops->stream_synchronize(s));
+  assert_int_equal(host[15], 7);
+  assert_ok(ops->mem_address_free(0, resv, gran));
+  assert_ok(ops->mem_free(0, d));
+  assert_ok(ops->stream_destroy(s));
+}
+
+static void work_on_unmapped_memory_fails_the_next_synchronize_not_the_process(void **state) {
+  (void)state;
+  gca_stream_t s;
+  gca_event_t e;
+  gca_devptr_t resv;
+  gca_memhandle_t mh;
+  size_t gran;
+  int dev0 = 0;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &e));
+  assert_ok(ops->mem_granularity(0, false, &gran));
+  assert_ok(ops->mem_address_reserve(0, gran, 0, &resv));
+  /* a kernel's pointer is not checked at launch: it faults when it runs */
+  assert_ok(ops->kernel_fill_u32(resv, 1, 1, 16, s));
+  assert_ok(ops->event_record(e, s));
+  assert_status(ops->stream_synchronize(s), GCA_ERR_DRIVER,
+                "stream_synchronize: CUDA_ERROR_ILLEGAL_ADDRESS: a kernel fill_u32");
+  assert_status(ops->stream_query(s), GCA_ERR_DRIVER, "ILLEGAL_ADDRESS");
+  assert_status(ops->event_synchronize(e), GCA_ERR_DRIVER, "event_synchronize: ");
+  assert_status(ops->ctx_synchronize(0), GCA_ERR_DRIVER, "ctx_synchronize: ");
+  assert_ok(ops->event_destroy(e));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->ctx_synchronize(0));
+  /* a replay whose memory was unmapped after the capture */
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->mem_create(0, gran, &mh));
+  assert_ok(ops->mem_map(resv, gran, 0, mh));
+  assert_ok(ops->mem_set_access(resv, gran, &dev0, 1));
+  gca_graph_t g;
+  gca_graph_exec_t x;
+  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(ops->memset_d32_async(resv, 3, 16, s));
+  assert_ok(ops->stream_end_capture(s, &g));
+  assert_ok(ops->graph_instantiate(g, &x));
+  assert_ok(ops->graph_launch(x, s));
+  assert_ok(ops->stream_synchronize(s));
+  assert_int_equal(((const uint32_t *)(uintptr_t)resv)[15], 3);
+  assert_ok(ops->mem_unmap(resv, gran));
+  assert_ok(ops->graph_launch(x, s));
+  assert_status(ops->stream_synchronize(s), GCA_ERR_DRIVER, "a memset");
+  assert_ok(ops->graph_exec_destroy(x));
+  assert_ok(ops->graph_destroy(g));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_release(mh));
+  assert_ok(ops->mem_address_free(0, resv, gran));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(device_calls_from_a_host_function_are_not_permitted),
       cmocka_unit_test(forked_child_cannot_use_the_sim_and_does_not_hang),
+      cmocka_unit_test(pageable_host_to_device_copy_reads_the_source_at_the_call),
+      cmocka_unit_test(copies_and_memsets_of_non_device_memory_fail_at_the_call),
+      cmocka_unit_test(work_on_unmapped_memory_fails_the_next_synchronize_not_the_process),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -60,6 +60,9 @@ uint64_t gca__sim_capacity(int dev);
 void gca__sim_mem_ops(gca_device_ops_t *ops);
 /* Device whose memory contains [ptr, ptr+len) if it is mapped device memory, else -1. */
 int gca__sim_mem_device_of(gca_devptr_t ptr, size_t len);
+/* Whether any byte of [ptr, ptr+len) lies in a device address reservation
+ * (classic allocations included), mapped or not: such bytes are never host memory. */
+bool gca__sim_mem_in_device_space(gca_devptr_t ptr, size_t len);
 
 /* ---- sim_stream.c ---- */
 

@@ -118,6 +118,7 @@ typedef struct replay {
   size_t *ready; /* a stack of runnable nodes */
   size_t nready, done;
   int idle, helpers;
+  gca__sim_fault_t fault; /* the first node fault */
 } replay_t;
 
 static void *replay_loop(void *arg);
@@ -143,8 +144,11 @@ static void replay_drive(replay_t *r) {
       pthread_attr_destroy(&attr);
     }
     pthread_mutex_unlock(&r->mu);
-    gca__sim_work_run(&img->nodes[i].work);
+    gca__sim_fault_t f = {0};
+    gca__sim_work_run(&img->nodes[i].work, &f);
     pthread_mutex_lock(&r->mu);
+    if (f.what && !r->fault.what)
+      r->fault = f;
     r->done++;
     for (size_t k = r->succ_at[i]; k < r->succ_at[i + 1]; k++)
       if (--r->pending[r->succ[k]] == 0)
@@ -164,7 +168,7 @@ static void *replay_loop(void *arg) {
   return NULL;
 }
 
-void gca__sim_image_run(const gca__sim_image_t *img) {
+void gca__sim_image_run(const gca__sim_image_t *img, gca__sim_fault_t *fault) {
   size_t n = img->n, nedges = 0;
   for (size_t i = 0; i < n; i++)
     nedges += img->nodes[i].ndeps;
@@ -175,7 +179,7 @@ void gca__sim_image_run(const gca__sim_image_t *img) {
   r.ready = malloc((n + 1) * sizeof(size_t));
   if (!r.pending || !r.succ_at || !r.succ || !r.ready) {
     for (size_t i = 0; i < n; i++)
-      gca__sim_work_run(&img->nodes[i].work);
+      gca__sim_work_run(&img->nodes[i].work, fault);
     goto out;
   }
   /* successors by counting sort over the dependency lists */
@@ -201,6 +205,8 @@ void gca__sim_image_run(const gca__sim_image_t *img) {
   pthread_mutex_unlock(&r.mu);
   pthread_cond_destroy(&r.cv);
   pthread_mutex_destroy(&r.mu);
+  if (r.fault.what && !fault->what)
+    *fault = r.fault;
 out:
   free(r.pending);
   free(r.succ_at);

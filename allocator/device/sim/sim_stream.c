@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "sim_stream.h"
@@ -130,7 +131,70 @@ static void sleep_ns(uint64_t ns) {
     ;
 }
 
-void gca__sim_work_run(const gca__sim_work_t *w) {
+bool gca__sim_is_device_mem(gca_devptr_t p, size_t len) {
+  return len == 0 || gca__sim_mem_device_of(p, len) >= 0;
+}
+
+bool gca__sim_is_host_mem(gca_devptr_t p, size_t len) {
+  if (len == 0)
+    return true;
+  if (p + len < p || gca__sim_mem_in_device_space(p, len))
+    return false;
+  /* mincore fails with ENOMEM when a page of the range is not mapped */
+  static const size_t page = 4096;
+  unsigned char vec[64];
+  uint64_t at = p & ~(uint64_t)(page - 1), end = p + len;
+  while (at < end) {
+    uint64_t chunk = end - at < sizeof(vec) * page ? end - at : sizeof(vec) * page;
+    if (mincore((void *)(uintptr_t)at, (size_t)chunk, vec) != 0)
+      return false;
+    at += chunk;
+  }
+  return true;
+}
+
+static bool fault_if(bool bad, gca__sim_fault_t *fault, const char *what, gca_devptr_t addr,
+                     size_t len) {
+  if (bad && !fault->what)
+    *fault = (gca__sim_fault_t){.what = what, .addr = addr, .len = len};
+  return bad;
+}
+
+/* Whether a work item may run: its device sides are mapped device memory and
+ * a copy's other side host memory (Note [Sim memory faults]). */
+static bool work_memory_ok(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
+  size_t words = w->count * 4;
+  switch (w->kind) {
+  case GCA__SIM_WORK_MEMCPY:
+    if (w->staged)
+      return !fault_if(!gca__sim_is_device_mem(w->dst, w->count), fault, "memcpy", w->dst,
+                       w->count);
+    return !fault_if(!gca__sim_is_device_mem(w->dst, w->count) &&
+                         !gca__sim_is_host_mem(w->dst, w->count),
+                     fault, "memcpy", w->dst, w->count) &&
+           !fault_if(!gca__sim_is_device_mem(w->a, w->count) &&
+                         !gca__sim_is_host_mem(w->a, w->count),
+                     fault, "memcpy", w->a, w->count);
+  case GCA__SIM_WORK_MEMSET8:
+    return !fault_if(!gca__sim_is_device_mem(w->dst, w->count), fault, "memset", w->dst, w->count);
+  case GCA__SIM_WORK_MEMSET32:
+    return !fault_if(!gca__sim_is_device_mem(w->dst, words), fault, "memset", w->dst, words);
+  case GCA__SIM_WORK_FILL:
+    return !fault_if(!gca__sim_is_device_mem(w->dst, words), fault, "kernel fill_u32", w->dst,
+                     words);
+  case GCA__SIM_WORK_ADD:
+    return !fault_if(!gca__sim_is_device_mem(w->dst, words), fault, "kernel add_u32", w->dst,
+                     words) &&
+           !fault_if(!gca__sim_is_device_mem(w->a, words), fault, "kernel add_u32", w->a, words) &&
+           !fault_if(!gca__sim_is_device_mem(w->b, words), fault, "kernel add_u32", w->b, words);
+  default:
+    return true;
+  }
+}
+
+void gca__sim_work_run(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
+  if (!work_memory_ok(w, fault))
+    return;
   switch (w->kind) {
   case GCA__SIM_WORK_HOST: {
     bool outer = gca__sim_in_host_fn;
@@ -140,7 +204,8 @@ void gca__sim_work_run(const gca__sim_work_t *w) {
     break;
   }
   case GCA__SIM_WORK_MEMCPY:
-    memmove((void *)(uintptr_t)w->dst, (const void *)(uintptr_t)w->a, w->count);
+    memmove((void *)(uintptr_t)w->dst, w->staged ? w->staged : (const void *)(uintptr_t)w->a,
+            w->count);
     break;
   case GCA__SIM_WORK_MEMSET8:
     memset((void *)(uintptr_t)w->dst, (int)(w->value & 0xffu), w->count);
@@ -169,7 +234,7 @@ void gca__sim_work_run(const gca__sim_work_t *w) {
     sleep_ns(w->ns);
     break;
   case GCA__SIM_WORK_GRAPH:
-    gca__sim_image_run(w->graph);
+    gca__sim_image_run(w->graph, fault);
     break;
   }
 }
@@ -180,6 +245,8 @@ void gca__sim_work_hold(const gca__sim_work_t *w) {
 }
 
 void gca__sim_work_release(gca__sim_work_t *w) {
+  free(w->staged);
+  w->staged = NULL;
   if (w->kind == GCA__SIM_WORK_GRAPH && w->graph) {
     gca__sim_image_unref(w->graph);
     w->graph = NULL;
@@ -225,6 +292,7 @@ struct sim_stream {
   int waiters;
   bool worker_idle;
   bool dying;
+  gca__sim_fault_t fault; /* Note [Sim memory faults]: the first, under mu */
 };
 
 /* Per device: its streams (the legacy one apart), for Note [Legacy stream] and ctx_synchronize. */
@@ -331,11 +399,14 @@ static void *stream_worker(void *arg) {
     if (!s->head)
       s->tail = NULL;
     pthread_mutex_unlock(&s->mu);
+    gca__sim_fault_t f = {0};
     if (it->kind == ITEM_WORK)
-      gca__sim_work_run(&it->work);
+      gca__sim_work_run(&it->work, &f);
     else if (it->kind == ITEM_WAIT)
       stream_wait_seq(it->marker->stream, it->marker->seq);
     pthread_mutex_lock(&s->mu);
+    if (f.what && !s->fault.what)
+      s->fault = f;
     if (it->kind == ITEM_MARK)
       it->marker->time_ns = gca__now_ns();
     s->completed++;
@@ -522,8 +593,25 @@ gca_status_t gca__sim_stream_describe(const char *op, gca_stream_t stream, int *
   return GCA_OK;
 }
 
-gca_status_t gca__sim_stream_submit(const char *op, gca_stream_t stream, const gca__sim_work_t *w,
-                                    bool *captured) {
+/* The stream's fault (Note [Sim memory faults]) as an error naming op, else GCA_OK. */
+static gca_status_t stream_fault(const char *op, sim_stream_t *s) {
+  pthread_mutex_lock(&s->mu);
+  gca__sim_fault_t f = s->fault;
+  pthread_mutex_unlock(&s->mu);
+  if (!f.what)
+    return GCA_OK;
+  return gca__error(GCA_ERR_DRIVER,
+                    "%s: CUDA_ERROR_ILLEGAL_ADDRESS: a %s on %s touched [0x%llx, +%zu), which is "
+                    "not mapped device memory; the stream's work after it did not run as issued",
+                    op, f.what, s->legacy ? "the legacy stream" : "a stream",
+                    (unsigned long long)f.addr, f.len);
+}
+
+/* How submit() treats a copy: `stage` reads the source into a buffer at the
+ * call (pageable host memory, Note [Sim copies]); `sync` returns only once the
+ * work has run (host-to-host). Neither applies while the stream captures. */
+static gca_status_t submit(const char *op, gca_stream_t stream, const gca__sim_work_t *w,
+                           bool *captured, bool stage, bool sync) {
   sim_stream_t *s = NULL;
   gca_status_t st;
   bool cap = false;
@@ -531,20 +619,38 @@ gca_status_t gca__sim_stream_submit(const char *op, gca_stream_t stream, const g
   GCA_CHECK_GOTO(gca__sim_capture_submit(op, stream, s->dev, s->legacy, w, &cap), st, out);
   if (!cap) {
     item_t *it = calloc(1, sizeof(*it));
-    if (!it) {
+    void *staged = stage && w->count > 0 ? malloc(w->count) : NULL;
+    if (!it || (stage && w->count > 0 && !staged)) {
+      free(it);
+      free(staged);
       st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a work item", op);
       goto out;
     }
     it->kind = ITEM_WORK;
     it->work = *w;
+    if (staged) {
+      memcpy(staged, (const void *)(uintptr_t)w->a, w->count);
+      it->work.staged = staged;
+    }
     gca__sim_work_hold(&it->work);
     GCA_CHECK_GOTO(stream_push(op, s, it, it), st, out);
+    if (sync) {
+      uint64_t seq;
+      stream_pending(s, &seq);
+      stream_wait_seq(s, seq);
+      st = stream_fault(op, s);
+    }
   }
 out:
   if (captured)
     *captured = cap;
   stream_unref(s);
   return st;
+}
+
+gca_status_t gca__sim_stream_submit(const char *op, gca_stream_t stream, const gca__sim_work_t *w,
+                                    bool *captured) {
+  return submit(op, stream, w, captured, false, false);
 }
 
 /* Places a stamped marker at the end of s; the caller owns one reference. */
@@ -687,7 +793,8 @@ static gca_status_t sim_stream_synchronize(gca_stream_t stream) {
   GCA_CHECK(stream_get("stream_synchronize", stream, &s));
   GCA_CHECK_GOTO(gca__sim_capture_check_stream("stream_synchronize", stream, s->dev, s->legacy), st,
                  out);
-  st = stream_drain("stream_synchronize", s);
+  GCA_CHECK_GOTO(stream_drain("stream_synchronize", s), st, out);
+  st = stream_fault("stream_synchronize", s);
 out:
   stream_unref(s);
   return st;
@@ -718,6 +825,8 @@ static gca_status_t sim_stream_query(gca_stream_t stream) {
   GCA_CHECK_GOTO(gca__sim_capture_check_stream("stream_query", stream, s->dev, s->legacy), st, out);
   if (!stream_idle(s))
     st = gca__error(GCA_ERR_NOT_READY, "stream_query: stream %p has pending work", (void *)stream);
+  else
+    st = stream_fault("stream_query", s);
 out:
   stream_unref(s);
   return st;
@@ -768,10 +877,24 @@ static gca_status_t sim_ctx_synchronize(int dev) {
     }
     pthread_mutex_unlock(&d->mu);
     if (!busy)
-      return GCA_OK;
+      break;
     stream_wait_seq(busy, seq);
     stream_unref(busy);
   }
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&d->mu);
+  for (size_t i = 0; i <= d->n && st == GCA_OK; i++) {
+    sim_stream_t *s = i < d->n ? d->v[i] : d->legacy;
+    if (!s)
+      continue;
+    pthread_mutex_lock(&s->mu);
+    bool live = !s->dying; /* a destroyed stream's fault went with it */
+    pthread_mutex_unlock(&s->mu);
+    if (live)
+      st = stream_fault("ctx_synchronize", s);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return st;
 }
 
 /* ---- events ---- */
@@ -896,6 +1019,8 @@ static gca_status_t sim_event_query(gca_event_t event) {
   if (m && !marker_done(m))
     st = gca__error(GCA_ERR_NOT_READY, "event_query: the work recorded in event %p is pending",
                     (void *)event);
+  else if (m)
+    st = stream_fault("event_query", m->stream);
   gca__sim_marker_unref(m);
 out:
   gca__sim_obj_unref(&e->obj);
@@ -909,8 +1034,10 @@ static gca_status_t sim_event_synchronize(gca_event_t event) {
   GCA_CHECK(event_get("event_synchronize", event, &e));
   GCA_CHECK_GOTO(gca__sim_capture_check_event("event_synchronize", event), st, out);
   gca__sim_marker_t *m = event_marker(e);
-  if (m)
+  if (m) {
     stream_wait_seq(m->stream, m->seq);
+    st = stream_fault("event_synchronize", m->stream);
+  }
   gca__sim_marker_unref(m);
 out:
   gca__sim_obj_unref(&e->obj);
@@ -980,6 +1107,14 @@ static gca_status_t sim_launch_host_func(gca_stream_t stream, gca_host_fn_t fn, 
   return gca__sim_stream_submit("launch_host_func", stream, &w, NULL);
 }
 
+/* Note [Sim copies]: as cuMemcpyAsync ("API synchronization behavior" in the
+ * driver's documentation): each side must be mapped device memory or host
+ * memory, else GCA_ERR_INVALID_ARGUMENT at the call (CUDA_ERROR_INVALID_VALUE)
+ * and nothing is queued. The sim has no page-locked host memory, so all host
+ * memory is pageable: a host-to-device copy reads its source at the call
+ * (staged), and a host-to-host copy is synchronous with respect to the host
+ * (it returns once done, after the stream's earlier work). Device-to-host and
+ * device-to-device copies are stream-ordered and asynchronous. */
 static gca_status_t sim_memcpy_async(gca_devptr_t dst, gca_devptr_t src, size_t bytes,
                                      gca_stream_t stream) {
   GCA_SIM_ENTER(memcpy_async, 0);
@@ -987,8 +1122,28 @@ static gca_status_t sim_memcpy_async(gca_devptr_t dst, gca_devptr_t src, size_t 
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
                       "memcpy_async: NULL %s pointer for a copy of %zu bytes",
                       !dst ? "destination" : "source", bytes);
+  bool dst_dev = gca__sim_is_device_mem(dst, bytes), src_dev = gca__sim_is_device_mem(src, bytes);
+  bool dst_host = !dst_dev && gca__sim_is_host_mem(dst, bytes);
+  bool src_host = !src_dev && gca__sim_is_host_mem(src, bytes);
+  if ((!dst_dev && !dst_host) || (!src_dev && !src_host)) {
+    bool bad_dst = !dst_dev && !dst_host;
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "memcpy_async: %s [0x%llx, +%zu) is neither mapped device memory nor host "
+                      "memory (CUDA_ERROR_INVALID_VALUE)",
+                      bad_dst ? "destination" : "source", (unsigned long long)(bad_dst ? dst : src),
+                      bytes);
+  }
   gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMCPY, .dst = dst, .a = src, .count = bytes};
-  return gca__sim_stream_submit("memcpy_async", stream, &w, NULL);
+  return submit("memcpy_async", stream, &w, NULL, src_host && dst_dev, src_host && dst_host);
+}
+
+/* A memset's target must be mapped device memory (CUDA_ERROR_INVALID_VALUE otherwise). */
+static gca_status_t memset_target(const char *op, gca_devptr_t dst, size_t bytes) {
+  if (gca__sim_is_device_mem(dst, bytes))
+    return GCA_OK;
+  return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                    "%s: [0x%llx, +%zu) is not mapped device memory (CUDA_ERROR_INVALID_VALUE)", op,
+                    (unsigned long long)dst, bytes);
 }
 
 static gca_status_t sim_memset_d8_async(gca_devptr_t dst, uint8_t value, size_t count,
@@ -996,6 +1151,7 @@ static gca_status_t sim_memset_d8_async(gca_devptr_t dst, uint8_t value, size_t 
   GCA_SIM_ENTER(memset_d8_async, 0);
   if (count > 0 && !dst)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "memset_d8_async: dst is NULL (count %zu)", count);
+  GCA_CHECK(memset_target("memset_d8_async", dst, count));
   gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMSET8, .dst = dst, .value = value, .count = count};
   return gca__sim_stream_submit("memset_d8_async", stream, &w, NULL);
 }
@@ -1007,6 +1163,9 @@ static gca_status_t sim_memset_d32_async(gca_devptr_t dst, uint32_t value, size_
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
                       "memset_d32_async: dst 0x%llx is not a 4-byte aligned device pointer",
                       (unsigned long long)dst);
+  if (count > SIZE_MAX / 4)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "memset_d32_async: count %zu is too large", count);
+  GCA_CHECK(memset_target("memset_d32_async", dst, count * 4));
   gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMSET32, .dst = dst, .value = value, .count = count};
   return gca__sim_stream_submit("memset_d32_async", stream, &w, NULL);
 }

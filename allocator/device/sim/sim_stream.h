@@ -60,7 +60,22 @@ typedef struct gca__sim_work {
   gca_host_fn_t fn;
   void *user_data;
   gca__sim_image_t *graph;
+  void *staged; /* memcpy from pageable host memory: the bytes read at the call (owned) */
 } gca__sim_work_t;
+
+/* Note [Sim memory faults]: work that touches memory that is not mapped
+ * device memory (or, for a copy's host side, host memory) is not run; on a GPU
+ * it faults the context. The first such fault of a stream is kept and every
+ * later synchronize or query of the stream (or of an event recorded after it)
+ * reports it, as the driver's sticky CUDA_ERROR_ILLEGAL_ADDRESS would, instead
+ * of the worker crashing the process. Copies and memsets are checked at the
+ * call already (GCA_ERR_INVALID_ARGUMENT); the run-time check catches what
+ * changed since (memory unmapped before a replay, a kernel's bad pointer). */
+typedef struct gca__sim_fault {
+  const char *what; /* NULL: no fault */
+  gca_devptr_t addr;
+  size_t len;
+} gca__sim_fault_t;
 
 /* ---- sim_stream.c ---- */
 
@@ -73,8 +88,13 @@ bool gca__sim_handle_remove(gca__sim_kind_t kind, uint64_t h);
 void gca__sim_obj_ref(gca__sim_obj_t *obj);
 void gca__sim_obj_unref(gca__sim_obj_t *obj);
 
-/* Runs one unit of work on the calling thread. */
-void gca__sim_work_run(const gca__sim_work_t *w);
+/* Runs one unit of work on the calling thread; work that would touch bad
+ * memory is skipped and the first such fault kept in *fault. */
+void gca__sim_work_run(const gca__sim_work_t *w, gca__sim_fault_t *fault);
+/* Whether [p, p+len) is mapped device memory / host memory (not device address
+ * space, and mapped in the process). */
+bool gca__sim_is_device_mem(gca_devptr_t p, size_t len);
+bool gca__sim_is_host_mem(gca_devptr_t p, size_t len);
 void gca__sim_work_hold(const gca__sim_work_t *w);
 void gca__sim_work_release(gca__sim_work_t *w);
 
@@ -99,7 +119,7 @@ void gca__sim_marker_unref(gca__sim_marker_t *m);
 
 /* Runs an image's nodes, each once its dependencies are done, independent
  * branches concurrently (Note [Concurrent replay]); returns when all are done. */
-void gca__sim_image_run(const gca__sim_image_t *img);
+void gca__sim_image_run(const gca__sim_image_t *img, gca__sim_fault_t *fault);
 void gca__sim_image_ref(gca__sim_image_t *img);
 void gca__sim_image_unref(gca__sim_image_t *img);
 
