@@ -412,6 +412,96 @@ static void host_to_host_async_copy_is_complete_at_return(void **state) {
   assert_ok(ops->stream_destroy(s));
 }
 
+/* Fills one word on GCA_STREAM_PER_THREAD from another thread and waits for it
+ * there, while the main thread's per-thread stream is held. */
+typedef struct pt_work {
+  gca_devptr_t buf;
+  uint32_t word;
+  gca_status_t st;
+  char detail[256];
+} pt_work_t;
+
+static void *per_thread_fill(void *arg) {
+  pt_work_t *w = arg;
+  w->st = ops->kernel_fill_u32(w->buf, 77, 0, 1, GCA_STREAM_PER_THREAD);
+  if (w->st == GCA_OK)
+    w->st = ops->memcpy_async((gca_devptr_t)(uintptr_t)&w->word, w->buf, 4, GCA_STREAM_PER_THREAD);
+  if (w->st == GCA_OK)
+    w->st = ops->stream_synchronize(GCA_STREAM_PER_THREAD);
+  if (w->st != GCA_OK)
+    snprintf(w->detail, sizeof(w->detail), "%s", gca_last_error());
+  return NULL;
+}
+
+/* CU_STREAM_PER_THREAD: each thread has its own implicit stream. */
+static void per_thread_stream_is_each_threads_own(void **state) {
+  (void)state;
+  gate_t g;
+  gate_init(&g);
+  pt_work_t w = {.st = GCA_OK};
+  assert_ok(ops->mem_alloc(0, 256, &w.buf));
+  assert_ok(ops->launch_host_func(GCA_STREAM_PER_THREAD, gate_pass, &g));
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, per_thread_fill, &w), 0);
+  pthread_join(t, NULL);
+  if (w.st != GCA_OK) {
+    gate_open(&g);
+    fail_msg("other thread: %s: %s", gca_status_name(w.st), w.detail);
+  }
+  assert_int_equal(w.word, 77);
+  assert_status(ops->stream_query(GCA_STREAM_PER_THREAD), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->stream_synchronize(GCA_STREAM_PER_THREAD));
+  assert_ok(ops->stream_query(GCA_STREAM_PER_THREAD));
+  assert_ok(ops->mem_free(0, w.buf));
+  gate_fini(&g);
+}
+
+/* The per-thread stream is not non-blocking: it synchronizes with the legacy
+ * stream (both ways), but not with other blocking streams. CU_STREAM_LEGACY is
+ * the legacy stream, the same as NULL. Neither handle can be destroyed. */
+static void per_thread_stream_orders_with_legacy_only(void **state) {
+  (void)state;
+  gate_t g;
+  gca_devptr_t p;
+  gca_stream_t blk;
+  assert_ok(ops->mem_alloc(0, 256, &p));
+  assert_ok(ops->stream_create(0, GCA_STREAM_DEFAULT, 0, &blk));
+  /* held legacy stream (named by its handle): per-thread work waits behind it */
+  gate_init(&g);
+  assert_ok(ops->launch_host_func(GCA_STREAM_LEGACY, gate_pass, &g));
+  assert_status(ops->stream_query(NULL), GCA_ERR_NOT_READY, "");
+  assert_ok(ops->kernel_fill_u32(p, 5, 0, 1, GCA_STREAM_PER_THREAD));
+  assert_status(ops->stream_query(GCA_STREAM_PER_THREAD), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->stream_synchronize(GCA_STREAM_PER_THREAD));
+  assert_ok(ops->stream_query(GCA_STREAM_LEGACY));
+  gate_fini(&g);
+  /* held per-thread stream: legacy work waits behind it */
+  gate_init(&g);
+  assert_ok(ops->launch_host_func(GCA_STREAM_PER_THREAD, gate_pass, &g));
+  assert_ok(ops->kernel_fill_u32(p, 6, 0, 1, NULL));
+  assert_status(ops->stream_query(NULL), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->stream_synchronize(NULL));
+  gate_fini(&g);
+  /* held blocking stream: per-thread work does not wait for it */
+  gate_init(&g);
+  assert_ok(ops->launch_host_func(blk, gate_pass, &g));
+  assert_ok(ops->kernel_fill_u32(p, 7, 0, 1, GCA_STREAM_PER_THREAD));
+  assert_ok(ops->stream_synchronize(GCA_STREAM_PER_THREAD));
+  assert_status(ops->stream_query(blk), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->stream_synchronize(blk));
+  gate_fini(&g);
+  assert_status(ops->stream_destroy(GCA_STREAM_PER_THREAD), GCA_ERR_INVALID_HANDLE,
+                "stream_destroy");
+  assert_status(ops->stream_destroy(GCA_STREAM_LEGACY), GCA_ERR_INVALID_HANDLE, "stream_destroy");
+  assert_ok(ops->stream_synchronize(GCA_STREAM_PER_THREAD));
+  assert_ok(ops->stream_destroy(blk));
+  assert_ok(ops->mem_free(0, p));
+}
+
 static void flag_set(void *arg) {
   atomic_store((atomic_int *)arg, 1);
 }
@@ -652,6 +742,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(stream_order_holds_under_heavy_async_load),
       cmocka_unit_test(host_to_host_async_copy_is_complete_at_return),
+      cmocka_unit_test(per_thread_stream_is_each_threads_own),
+      cmocka_unit_test(per_thread_stream_orders_with_legacy_only),
       cmocka_unit_test(event_after_slow_work_completes_only_with_it),
       cmocka_unit_test(never_recorded_event_is_complete),
       cmocka_unit_test(stream_wait_event_orders_cross_stream_work),

@@ -234,6 +234,24 @@ static int child_current_device(report_t *r) {
   CHECK(r, fake_int("fake_cuda_null_stream_device") == 1);
   EXPECT_OK(r, ops->memset_d8_async(p0, 1, 256, NULL));
   CHECK(r, fake_int("fake_cuda_null_stream_device") == 1);
+  /* the special handles go to the driver as they are, in the current device's
+   * context (Note [Special streams]), and cannot be destroyed */
+  EXPECT_OK(r, ops->mem_alloc(0, 256, &p0));
+  CHECK(r, fake_int("fake_cuda_current_device") == 0);
+  EXPECT_OK(r, ops->memset_d8_async(p0, 1, 256, GCA_STREAM_PER_THREAD));
+  CHECK(r, fake_int("fake_cuda_special_stream_device") == 1);
+  CHECK(r, fake_int("fake_cuda_special_stream_handle") == 2);
+  EXPECT_OK(r, ops->mem_alloc(0, 256, &p0));
+  EXPECT_OK(r, ops->stream_synchronize(GCA_STREAM_LEGACY));
+  CHECK(r, fake_int("fake_cuda_special_stream_device") == 1);
+  CHECK(r, fake_int("fake_cuda_special_stream_handle") == 1);
+  int sdev = -1;
+  EXPECT_OK(r, ops->mem_alloc(0, 256, &p0));
+  EXPECT_OK(r, ops->stream_get_device(GCA_STREAM_PER_THREAD, &sdev));
+  CHECK(r, sdev == 1);
+  EXPECT(r, ops->stream_destroy(GCA_STREAM_PER_THREAD), GCA_ERR_INVALID_HANDLE,
+         "stream_destroy: the per-thread default stream");
+  CHECK(r, fake_int("fake_cuda_special_stream_device") == 1);
   EXPECT_OK(r, ops->ctx_get_device(&dev));
   CHECK(r, dev == 1);
   thread_arg_t a = {.stream = NULL, .st = GCA_ERR_INTERNAL};

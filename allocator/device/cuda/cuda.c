@@ -641,12 +641,13 @@ static gca_status_t enter_any(const char *op) {
   return enter_dev(op, t_current_dev);
 }
 
-/* Makes the context of `stream` current (for NULL: the current device's
- * primary context). When `dev` is not NULL, stores the device index, or
- * GCA_ERR_INVALID_HANDLE when the stream lives in a context other than a
- * device's primary one. */
+/* Makes the context of `stream` current (for NULL and the special handles of
+ * Note [Special streams], which the driver resolves in the current context:
+ * the current device's primary context). When `dev` is not NULL, stores the
+ * device index, or GCA_ERR_INVALID_HANDLE when the stream lives in a context
+ * other than a device's primary one. */
 static gca_status_t enter_stream(const char *op, gca_stream_t stream, int *dev) {
-  if (stream == NULL) {
+  if (stream == NULL || GCA_STREAM_IS_SPECIAL(stream)) {
     GCA_CHECK(enter_dev(op, t_current_dev));
   } else {
     GCA_CHECK(ready(op));
@@ -958,7 +959,7 @@ static gca_status_t cuda_ctx_get_device(int *dev) {
 static gca_status_t cuda_stream_get_device(gca_stream_t stream, int *dev) {
   if (!dev)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_get_device: dev is NULL");
-  if (stream == NULL) {
+  if (stream == NULL || GCA_STREAM_IS_SPECIAL(stream)) {
     GCA_CHECK(ready("stream_get_device"));
     *dev = t_current_dev;
     return GCA_OK;
@@ -984,9 +985,10 @@ static gca_status_t cuda_stream_create(int dev, unsigned flags, int priority, gc
 
 static gca_status_t cuda_stream_destroy(gca_stream_t stream) {
   GCA_CHECK(ready("stream_destroy"));
-  if (!stream)
+  if (!stream || GCA_STREAM_IS_SPECIAL(stream))
     return gca__error(GCA_ERR_INVALID_HANDLE,
-                      "stream_destroy: the legacy default stream (NULL) cannot be destroyed");
+                      "stream_destroy: the %s default stream (%p) cannot be destroyed",
+                      stream == GCA_STREAM_PER_THREAD ? "per-thread" : "legacy", (void *)stream);
   GCA_CHECK(enter_stream("stream_destroy", stream, NULL));
   CU_CHECK("stream_destroy", drv.StreamDestroy(stream));
   return GCA_OK;

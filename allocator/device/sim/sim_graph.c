@@ -726,6 +726,7 @@ void gca__sim_capture_forget_event(gca_event_t e) {
 
 static gca_status_t sim_stream_begin_capture(gca_stream_t stream, gca_capture_mode_t mode) {
   GCA_SIM_ENTER(stream_begin_capture, 0);
+  GCA_CHECK(gca__sim_stream_canon("stream_begin_capture", &stream));
   int dev;
   bool blocking, legacy;
   gca_status_t st = GCA_OK;
@@ -820,6 +821,7 @@ static void graph_free(gca__sim_obj_t *obj) {
 
 static gca_status_t sim_stream_end_capture(gca_stream_t stream, gca_graph_t *graph) {
   GCA_SIM_ENTER(stream_end_capture, 0);
+  GCA_CHECK(gca__sim_stream_canon("stream_end_capture", &stream));
   int dev;
   bool blocking, legacy;
   gca_status_t st = GCA_OK;
@@ -891,6 +893,7 @@ out:
 static gca_status_t sim_stream_capture_info(gca_stream_t stream, gca_capture_status_t *status,
                                             uint64_t *id) {
   GCA_SIM_ENTER(stream_capture_info, 0);
+  GCA_CHECK(gca__sim_stream_canon("stream_capture_info", &stream));
   int dev;
   bool blocking, legacy;
   gca_status_t st = GCA_OK;
@@ -1012,6 +1015,7 @@ out:
 
 static gca_status_t sim_graph_upload(gca_graph_exec_t exec, gca_stream_t stream) {
   GCA_SIM_ENTER(graph_upload, 0);
+  GCA_CHECK(gca__sim_stream_canon("graph_upload", &stream));
   sim_exec_t *x = NULL;
   int dev;
   bool blocking, legacy;
@@ -1023,6 +1027,7 @@ static gca_status_t sim_graph_upload(gca_graph_exec_t exec, gca_stream_t stream)
 
 static gca_status_t sim_graph_launch(gca_graph_exec_t exec, gca_stream_t stream) {
   GCA_SIM_ENTER(graph_launch, 0);
+  GCA_CHECK(gca__sim_stream_canon("graph_launch", &stream));
   sim_exec_t *x = NULL;
   gca_status_t st;
   capture_t *c = NULL;

@@ -585,6 +585,7 @@ static gca_status_t stream_push(const char *op, sim_stream_t *s, item_t *first, 
 gca_status_t gca__sim_stream_describe(const char *op, gca_stream_t stream, int *dev, bool *blocking,
                                       bool *legacy) {
   sim_stream_t *s = NULL;
+  GCA_CHECK(gca__sim_stream_canon(op, &stream));
   GCA_CHECK(stream_get(op, stream, &s));
   *dev = s->dev;
   *blocking = s->legacy || !(s->flags & GCA_STREAM_NON_BLOCKING);
@@ -615,6 +616,7 @@ static gca_status_t submit(const char *op, gca_stream_t stream, const gca__sim_w
   sim_stream_t *s = NULL;
   gca_status_t st;
   bool cap = false;
+  GCA_CHECK(gca__sim_stream_canon(op, &stream));
   GCA_CHECK(stream_get(op, stream, &s));
   GCA_CHECK_GOTO(gca__sim_capture_submit(op, stream, s->dev, s->legacy, w, &cap), st, out);
   if (!cap) {
@@ -673,7 +675,8 @@ static gca_status_t stream_mark(const char *op, sim_stream_t *s, gca__sim_marker
 gca__sim_marker_t *gca__sim_stream_mark(gca_stream_t stream) {
   sim_stream_t *s = NULL;
   gca__sim_marker_t *m = NULL;
-  if (stream_get("graph_launch", stream, &s) != GCA_OK)
+  if (gca__sim_stream_canon("graph_launch", &stream) != GCA_OK ||
+      stream_get("graph_launch", stream, &s) != GCA_OK)
     return NULL;
   if (stream_mark("graph_launch", s, &m) != GCA_OK)
     m = NULL;
@@ -692,6 +695,7 @@ static gca_status_t stream_wait_marker(const char *op, sim_stream_t *s, gca__sim
 gca_status_t gca__sim_stream_wait_marker(const char *op, gca_stream_t stream,
                                          gca__sim_marker_t *m) {
   sim_stream_t *s = NULL;
+  GCA_CHECK(gca__sim_stream_canon(op, &stream));
   GCA_CHECK(stream_get(op, stream, &s));
   gca_status_t st = stream_wait_marker(op, s, m);
   stream_unref(s);
@@ -700,18 +704,12 @@ gca_status_t gca__sim_stream_wait_marker(const char *op, gca_stream_t stream,
 
 /* ---- stream ops ---- */
 
-static gca_status_t sim_stream_create(int dev, unsigned flags, int priority, gca_stream_t *out) {
-  GCA_SIM_ENTER(stream_create, 0);
+/* A registered stream listed on its device; *out holds the creator's reference. */
+static gca_status_t stream_create_listed(const char *op, int dev, unsigned flags, int priority,
+                                         sim_stream_t **out) {
   gca_status_t st;
-  if (!out)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_create: out is NULL");
-  GCA_CHECK(gca__sim_check_device("stream_create", dev));
-  if (flags & ~GCA_STREAM_NON_BLOCKING)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_create: unknown flags 0x%x", flags);
-  /* The driver clamps priorities to its range [-5, 0] (greatest = -5). */
-  priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
   sim_stream_t *s = NULL;
-  GCA_CHECK(stream_new("stream_create", dev, flags, priority, false, &s));
+  GCA_CHECK(stream_new(op, dev, flags, priority, false, &s));
   struct sim_dev_streams *d = &devs[dev];
   pthread_once(&devs_once, devs_init);
   pthread_mutex_lock(&d->mu);
@@ -720,7 +718,7 @@ static gca_status_t sim_stream_create(int dev, unsigned flags, int priority, gca
     sim_stream_t **v = realloc(d->v, cap * sizeof(*v));
     if (!v) {
       pthread_mutex_unlock(&d->mu);
-      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "stream_create: no host memory for the stream list");
+      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for the stream list", op);
       goto fail_list;
     }
     d->v = v;
@@ -730,10 +728,10 @@ static gca_status_t sim_stream_create(int dev, unsigned flags, int priority, gca
   pthread_mutex_unlock(&d->mu);
   s->handle = gca__sim_handle_add(&s->obj);
   if (!s->handle) {
-    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "stream_create: the handle registry is full");
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: the handle registry is full", op);
     goto fail_handle;
   }
-  *out = (gca_stream_t)(uintptr_t)s->handle;
+  *out = s;
   return GCA_OK;
 fail_handle:
 fail_list:
@@ -745,19 +743,28 @@ fail_list:
   return st;
 }
 
-static gca_status_t sim_stream_destroy(gca_stream_t stream) {
-  GCA_SIM_ENTER(stream_destroy, 0);
-  if (!stream)
-    return gca__error(GCA_ERR_INVALID_HANDLE,
-                      "stream_destroy: the legacy stream (NULL) cannot be destroyed");
+static gca_status_t sim_stream_create(int dev, unsigned flags, int priority, gca_stream_t *out) {
+  GCA_SIM_ENTER(stream_create, 0);
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_create: out is NULL");
+  GCA_CHECK(gca__sim_check_device("stream_create", dev));
+  if (flags & ~GCA_STREAM_NON_BLOCKING)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_create: unknown flags 0x%x", flags);
+  /* The driver clamps priorities to its range [-5, 0] (greatest = -5). */
+  priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
   sim_stream_t *s = NULL;
-  GCA_CHECK(stream_get("stream_destroy", stream, &s));
+  GCA_CHECK(stream_create_listed("stream_create", dev, flags, priority, &s));
+  *out = (gca_stream_t)(uintptr_t)s->handle;
+  return GCA_OK;
+}
+
+/* Unregisters s (handle h) and lets its worker drain and exit; takes the caller's reference. */
+static gca_status_t stream_retire(const char *op, sim_stream_t *s, gca_stream_t h) {
   if (!gca__sim_handle_remove(GCA__SIM_STREAM, s->handle)) {
     stream_unref(s);
-    return gca__error(GCA_ERR_INVALID_HANDLE, "stream_destroy: stream %p is not a live stream",
-                      (void *)stream);
+    return gca__error(GCA_ERR_INVALID_HANDLE, "%s: stream %p is not a live stream", op, (void *)h);
   }
-  gca__sim_capture_forget_stream(stream);
+  gca__sim_capture_forget_stream(h);
   pthread_mutex_lock(&s->mu);
   s->dying = true;
   pthread_cond_signal(&s->work_cv);
@@ -765,6 +772,59 @@ static gca_status_t sim_stream_destroy(gca_stream_t stream) {
   stream_unref(s); /* the registry's */
   stream_unref(s); /* ours */
   return GCA_OK;
+}
+
+/* Note [Special streams] (device.h): per thread and device, the stream behind
+ * GCA_STREAM_PER_THREAD, an ordinary blocking stream created on first use and
+ * retired when the thread exits (its queued work still runs). */
+static _Thread_local sim_stream_t *t_per_thread[GCA_SIM_MAX_DEVICES];
+static pthread_key_t per_thread_key;
+static pthread_once_t per_thread_once = PTHREAD_ONCE_INIT;
+
+static void per_thread_exit(void *unused) {
+  (void)unused;
+  for (int dev = 0; dev < GCA_SIM_MAX_DEVICES; dev++) {
+    sim_stream_t *s = t_per_thread[dev];
+    t_per_thread[dev] = NULL;
+    if (s) {
+      gca__sim_obj_ref(&s->obj); /* stream_retire takes a caller's reference */
+      (void)stream_retire("stream_destroy", s, (gca_stream_t)(uintptr_t)s->handle);
+    }
+  }
+}
+
+static void per_thread_key_init(void) {
+  (void)pthread_key_create(&per_thread_key, per_thread_exit);
+}
+
+gca_status_t gca__sim_stream_canon(const char *op, gca_stream_t *h) {
+  if (*h == GCA_STREAM_LEGACY) {
+    *h = NULL;
+    return GCA_OK;
+  }
+  if (*h != GCA_STREAM_PER_THREAD)
+    return GCA_OK;
+  int dev = t_current_dev;
+  if (!t_per_thread[dev]) {
+    pthread_once(&per_thread_once, per_thread_key_init);
+    sim_stream_t *s = NULL;
+    GCA_CHECK(stream_create_listed(op, dev, GCA_STREAM_DEFAULT, 0, &s));
+    t_per_thread[dev] = s;
+    (void)pthread_setspecific(per_thread_key, (void *)1);
+  }
+  *h = (gca_stream_t)(uintptr_t)t_per_thread[dev]->handle;
+  return GCA_OK;
+}
+
+static gca_status_t sim_stream_destroy(gca_stream_t stream) {
+  GCA_SIM_ENTER(stream_destroy, 0);
+  if (!stream || GCA_STREAM_IS_SPECIAL(stream))
+    return gca__error(GCA_ERR_INVALID_HANDLE,
+                      "stream_destroy: the %s stream (%p) cannot be destroyed",
+                      stream == GCA_STREAM_PER_THREAD ? "per-thread" : "legacy", (void *)stream);
+  sim_stream_t *s = NULL;
+  GCA_CHECK(stream_get("stream_destroy", stream, &s));
+  return stream_retire("stream_destroy", s, stream);
 }
 
 /* Waits for the work given to s so far; for the legacy stream also for the
@@ -788,6 +848,7 @@ static gca_status_t stream_drain(const char *op, sim_stream_t *s) {
 
 static gca_status_t sim_stream_synchronize(gca_stream_t stream) {
   GCA_SIM_ENTER(stream_synchronize, 0);
+  GCA_CHECK(gca__sim_stream_canon("stream_synchronize", &stream));
   sim_stream_t *s = NULL;
   gca_status_t st;
   GCA_CHECK(stream_get("stream_synchronize", stream, &s));
@@ -819,6 +880,7 @@ static bool stream_idle(sim_stream_t *s) {
 
 static gca_status_t sim_stream_query(gca_stream_t stream) {
   GCA_SIM_ENTER(stream_query, 0);
+  GCA_CHECK(gca__sim_stream_canon("stream_query", &stream));
   sim_stream_t *s = NULL;
   gca_status_t st;
   GCA_CHECK(stream_get("stream_query", stream, &s));
@@ -851,6 +913,7 @@ static gca_status_t sim_stream_get_device(gca_stream_t stream, int *dev) {
   GCA_SIM_ENTER(stream_get_device, 0);
   if (!dev)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_get_device: dev is NULL");
+  GCA_CHECK(gca__sim_stream_canon("stream_get_device", &stream));
   sim_stream_t *s = NULL;
   GCA_CHECK(stream_get("stream_get_device", stream, &s));
   *dev = s->dev;
@@ -978,6 +1041,7 @@ static gca_status_t sim_event_destroy(gca_event_t event) {
 
 static gca_status_t sim_event_record(gca_event_t event, gca_stream_t stream) {
   GCA_SIM_ENTER(event_record, 0);
+  GCA_CHECK(gca__sim_stream_canon("event_record", &stream));
   sim_event_t *e = NULL;
   sim_stream_t *s = NULL;
   gca_status_t st;
@@ -1076,6 +1140,7 @@ fail_b:
 
 static gca_status_t sim_stream_wait_event(gca_stream_t stream, gca_event_t event) {
   GCA_SIM_ENTER(stream_wait_event, 0);
+  GCA_CHECK(gca__sim_stream_canon("stream_wait_event", &stream));
   sim_stream_t *s = NULL;
   sim_event_t *e = NULL;
   gca_status_t st;

@@ -98,6 +98,13 @@ bool gca__sim_is_host_mem(gca_devptr_t p, size_t len);
 void gca__sim_work_hold(const gca__sim_work_t *w);
 void gca__sim_work_release(gca__sim_work_t *w);
 
+/* Note [Special streams] (device.h): replaces GCA_STREAM_LEGACY by NULL and
+ * GCA_STREAM_PER_THREAD by the handle of the calling thread's per-thread
+ * stream of its current device (created on first use); other handles stay.
+ * Every op that takes a stream calls it first, so captures and launch order
+ * see one handle per stream. */
+gca_status_t gca__sim_stream_canon(const char *op, gca_stream_t *h);
+
 /* Device, blocking-ness and legacy-ness of a stream (NULL: the legacy stream of
  * the calling thread's current device). GCA_ERR_INVALID_HANDLE naming `op` when
  * the stream is not live. */
