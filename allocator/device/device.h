@@ -156,8 +156,13 @@ typedef enum gca_graph_update_result {
   GCA_GRAPH_UPDATE_FUNCTION_CHANGED = 4,
   GCA_GRAPH_UPDATE_PARAMETERS_CHANGED = 5,
   GCA_GRAPH_UPDATE_NOT_SUPPORTED = 6,
+  GCA_GRAPH_UPDATE_UNSUPPORTED_FUNCTION_CHANGE = 7,
+  GCA_GRAPH_UPDATE_ATTRIBUTES_CHANGED = 8,
 } gca_graph_update_result_t;
 
+/* cuGraphExecUpdate's CUgraphExecUpdateResultInfo, the same from both backends.
+ * error_node_index is SIZE_MAX where the driver's errorNode is NULL: success,
+ * and a node-count mismatch (TOPOLOGY_CHANGED). */
 typedef struct gca_graph_update_info {
   gca_graph_update_result_t result;
   size_t error_node_index; /* index (capture order) of the first offending node, or SIZE_MAX */

@@ -463,6 +463,16 @@ static CUresult f_exec_update(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultI
     info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
     return CUDA_SUCCESS;
   }
+  if (g == (CUgraph)(uintptr_t)0x7778) { /* a kernel node took a CDP function */
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE;
+    info->errorNode = (CUgraphNode)(uintptr_t)0x8001;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  if (g == (CUgraph)(uintptr_t)0x7779) { /* node counts differ: no error node */
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    info->errorNode = NULL;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
   info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
   info->errorNode = (CUgraphNode)(uintptr_t)0x8002;
   return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;

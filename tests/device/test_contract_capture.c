@@ -636,6 +636,55 @@ legacy_capture_info_during_blocking_capture_is_implicit_without_invalidating(voi
   assert_ok(ops->stream_destroy(blk));
 }
 
+/* cuGraphExecUpdate (cuda.h): a kernel node may change its function within
+ * the listed limits (fill -> add: same module and context, no CDP); differing
+ * node counts are TOPOLOGY_CHANGED with no error node; a memcpy whose
+ * destination changes memory type (device -> host) is PARAMETERS_CHANGED at
+ * that node. The last is what cuda.h lists; whether a memcpy captured from
+ * cuMemcpyAsync (unified addressing) keeps a distinct memory type is for a
+ * GPU run to confirm. */
+static void exec_update_follows_the_drivers_limitations(void **state) {
+  (void)state;
+  static uint32_t host[N];
+  gca_devptr_t a = dalloc(N * 4), b = dalloc(N * 4);
+  gca_stream_t s = mkstream(GCA_STREAM_NON_BLOCKING);
+  gca_graph_t g[4];
+  gca_graph_exec_t x;
+  gca_graph_update_info_t info;
+  for (int k = 0; k < 4; k++) {
+    assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+    if (k == 1)
+      assert_ok(ops->kernel_add_u32(a, b, b, N, s));
+    else
+      assert_ok(ops->kernel_fill_u32(a, 4, 1, N, s));
+    if (k == 2)
+      assert_ok(ops->kernel_fill_u32(b, 4, 1, N, s));
+    assert_ok(ops->memcpy_async(k == 3 ? (gca_devptr_t)(uintptr_t)host : b, a, N * 4, s));
+    assert_ok(ops->stream_end_capture(s, &g[k]));
+  }
+  zero(a);
+  zero(b);
+  assert_ok(ops->graph_instantiate(g[0], &x));
+  assert_ok(ops->graph_exec_update(x, g[1], &info)); /* fill -> add */
+  assert_int_equal(info.result, GCA_GRAPH_UPDATE_SUCCESS);
+  assert_int_equal(info.error_node_index, SIZE_MAX);
+  assert_ok(ops->graph_launch(x, s));
+  assert_ok(ops->stream_synchronize(s));
+  expect_fill(a, 0, 0); /* a = b + b with b zero, then b = a */
+  assert_status(ops->graph_exec_update(x, g[2], &info), GCA_ERR_GRAPH_UPDATE, "");
+  assert_int_equal(info.result, GCA_GRAPH_UPDATE_TOPOLOGY_CHANGED);
+  assert_int_equal(info.error_node_index, SIZE_MAX);
+  assert_status(ops->graph_exec_update(x, g[3], &info), GCA_ERR_GRAPH_UPDATE, "");
+  assert_int_equal(info.result, GCA_GRAPH_UPDATE_PARAMETERS_CHANGED);
+  assert_int_equal(info.error_node_index, 1);
+  assert_ok(ops->graph_exec_destroy(x));
+  for (int k = 0; k < 4; k++)
+    assert_ok(ops->graph_destroy(g[k]));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, a));
+  assert_ok(ops->mem_free(0, b));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(capture_records_work_and_replay_runs_it),
@@ -659,6 +708,7 @@ int main(void) {
       cmocka_unit_test(destroying_a_capturing_stream_ends_its_part),
       cmocka_unit_test(
           legacy_capture_info_during_blocking_capture_is_implicit_without_invalidating),
+      cmocka_unit_test(exec_update_follows_the_drivers_limitations),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

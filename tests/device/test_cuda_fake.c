@@ -345,6 +345,15 @@ static int child_graphs(report_t *r) {
   CHECK(r, info.error_node_index == 2);
   CHECK(r, strstr(info.reason, "node 2") != NULL);
   EXPECT(r, ops->graph_exec_update(e, other, NULL), GCA_ERR_GRAPH_UPDATE, "node 2");
+  /* each driver result keeps its own code; a NULL error node is no index */
+  EXPECT(r, ops->graph_exec_update(e, (gca_graph_t)(uintptr_t)0x7778, &info), GCA_ERR_GRAPH_UPDATE,
+         "node 1: kernel function changed in an unsupported way");
+  CHECK(r, info.result == GCA_GRAPH_UPDATE_UNSUPPORTED_FUNCTION_CHANGE);
+  CHECK(r, info.error_node_index == 1);
+  EXPECT(r, ops->graph_exec_update(e, (gca_graph_t)(uintptr_t)0x7779, &info), GCA_ERR_GRAPH_UPDATE,
+         "graph_exec_update: rejected: topology changed");
+  CHECK(r, info.result == GCA_GRAPH_UPDATE_TOPOLOGY_CHANGED);
+  CHECK(r, info.error_node_index == SIZE_MAX);
   EXPECT_OK(r, ops->graph_exec_destroy(e));
   EXPECT_OK(r, ops->graph_destroy(g));
   EXPECT_OK(r, ops->stream_destroy(s));

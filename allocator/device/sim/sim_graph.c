@@ -253,13 +253,52 @@ static const char *node_name(const gca__sim_work_t *w) {
   return "node";
 }
 
-/* Whether `to` can take `from`'s parameters (cuGraphExecUpdate's rules as far
- * as the sim's node kinds go). Fills info on refusal. */
+/* An operand's memory as cuGraphExecUpdate compares it: its memory type
+ * (device or host) and, for device memory, its device (-1 when unmapped now). */
+typedef struct operand {
+  bool device;
+  int dev;
+} operand_t;
+
+static operand_t operand_of(gca_devptr_t p, size_t len) {
+  operand_t o = {.device = gca__sim_mem_in_device_space(p, len), .dev = -1};
+  if (o.device)
+    o.dev = gca__sim_mem_device_of(p, len);
+  return o;
+}
+
+/* Whether an operand may change from a to b: same memory type, same device. */
+static bool operand_same(const char *prefix, size_t i, const char *what, gca_devptr_t a,
+                         gca_devptr_t b, size_t alen, size_t blen, gca_graph_update_info_t *info) {
+  operand_t x = operand_of(a, alen), y = operand_of(b, blen);
+  if (x.device != y.device) {
+    info->result = GCA_GRAPH_UPDATE_PARAMETERS_CHANGED;
+    snprintf(info->reason, sizeof(info->reason),
+             "%snode %zu: the %s memory type changed (%s to %s)", prefix, i, what,
+             x.device ? "device" : "host", y.device ? "device" : "host");
+    return false;
+  }
+  if (x.device && x.dev >= 0 && y.dev >= 0 && x.dev != y.dev) {
+    info->result = GCA_GRAPH_UPDATE_PARAMETERS_CHANGED;
+    snprintf(info->reason, sizeof(info->reason), "%snode %zu: the %s moved from device %d to %d",
+             prefix, i, what, x.dev, y.dev);
+    return false;
+  }
+  return true;
+}
+
+/* Whether `to` can take `from`'s parameters, following cuGraphExecUpdate's
+ * limitations as far as the sim's node kinds go: the same node count (else
+ * TOPOLOGY_CHANGED with no error node), dependencies and node types; a kernel
+ * may change its function (the sim's kernels are ordinary functions of one
+ * context: no CDP, device-side launch or cooperative launch to differ in);
+ * memcpy operands keep their memory type and device, memset targets their
+ * device (PARAMETERS_CHANGED). Fills info on refusal. */
 static bool image_compatible(const gca__sim_image_t *from, const gca__sim_image_t *to,
                              gca_graph_update_info_t *info, const char *prefix) {
   if (from->n != to->n) {
     info->result = GCA_GRAPH_UPDATE_TOPOLOGY_CHANGED;
-    info->error_node_index = from->n < to->n ? from->n : to->n;
+    info->error_node_index = SIZE_MAX;
     snprintf(info->reason, sizeof(info->reason), "%sthe graph has %zu nodes, the exec %zu", prefix,
              to->n, from->n);
     return false;
@@ -280,11 +319,17 @@ static bool image_compatible(const gca__sim_image_t *from, const gca__sim_image_
                prefix, i, node_name(&a->work));
       return false;
     }
-    if (node_type(&a->work) == NODE_KERNEL && a->work.kind != b->work.kind) {
-      info->result = GCA_GRAPH_UPDATE_FUNCTION_CHANGED;
-      snprintf(info->reason, sizeof(info->reason), "%snode %zu: %s became %s", prefix, i,
-               node_name(&a->work), node_name(&b->work));
+    if (node_type(&a->work) == NODE_MEMCPY &&
+        (!operand_same(prefix, i, "memcpy destination", a->work.dst, b->work.dst, a->work.count,
+                       b->work.count, info) ||
+         !operand_same(prefix, i, "memcpy source", a->work.a, b->work.a, a->work.count,
+                       b->work.count, info)))
       return false;
+    if (node_type(&a->work) == NODE_MEMSET) {
+      size_t an = a->work.kind == GCA__SIM_WORK_MEMSET32 ? a->work.count * 4 : a->work.count;
+      size_t bn = b->work.kind == GCA__SIM_WORK_MEMSET32 ? b->work.count * 4 : b->work.count;
+      if (!operand_same(prefix, i, "memset target", a->work.dst, b->work.dst, an, bn, info))
+        return false;
     }
     if (node_type(&a->work) == NODE_GRAPH) {
       char sub[64];
