@@ -611,7 +611,10 @@ static void destroying_a_capturing_stream_ends_its_part(void **state) {
   assert_ok(ops->stream_destroy(s1));
   assert_int_equal(capture_status(s3), GCA_CAPTURE_STATUS_NONE);
   assert_status(ops->stream_end_capture(s3, &g), GCA_ERR_CAPTURE_UNMATCHED, "");
-  assert_ok(ops->event_query(e));
+  /* e's last record was captured (Note [Captured events]) until recorded again */
+  assert_status(ops->event_query(e), GCA_ERR_DRIVER, "CUDA_ERROR_CAPTURED_EVENT");
+  assert_ok(ops->event_record(e, s3));
+  assert_ok(ops->event_synchronize(e));
   assert_ok(ops->event_destroy(e));
   assert_ok(ops->stream_destroy(s3));
 }
@@ -685,6 +688,72 @@ static void exec_update_follows_the_drivers_limitations(void **state) {
   assert_ok(ops->mem_free(0, b));
 }
 
+/* Unknown until a GPU answers. cuEventQuery on an event whose last record was
+ * captured, after that capture ended. The sim believes the event stays
+ * "captured" (CUDA_ERROR_CAPTURED_EVENT) until recorded again outside a
+ * capture, based on CUDA_ERROR_CAPTURED_EVENT's definition ("an event which
+ * was last recorded in a capturing stream") and on programs (PyTorch's host
+ * allocator) meeting that error when polling such events after a capture. */
+static void event_recorded_in_a_finished_capture_stays_captured(void **state) {
+  (void)state;
+  gca_stream_t s = mkstream(GCA_STREAM_NON_BLOCKING);
+  gca_event_t e = mkevent();
+  gca_devptr_t p = dalloc(N * 4);
+  gca_graph_t g;
+  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(ops->kernel_fill_u32(p, 1, 1, N, s));
+  assert_ok(ops->event_record(e, s));
+  assert_ok(ops->stream_end_capture(s, &g));
+  assert_status(ops->event_query(e), GCA_ERR_DRIVER, "");
+  assert_status(ops->event_synchronize(e), GCA_ERR_DRIVER, "");
+  assert_ok(ops->event_record(e, s)); /* outside a capture: an ordinary event again */
+  assert_ok(ops->event_synchronize(e));
+  assert_ok(ops->event_query(e));
+  assert_ok(ops->graph_destroy(g));
+  assert_ok(ops->event_destroy(e));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, p));
+}
+
+/* Unknown until a GPU answers. VMM calls (cuMemCreate, cuMemAddressReserve,
+ * cuMemMap, cuMemSetAccess) by the capturing thread while another stream
+ * captures in global mode. The sim permits them and leaves the capture
+ * active: the driver's "potentially unsafe" calls are the legacy allocation
+ * and synchronizing ones (cuMemAlloc is refused, see
+ * mem_alloc_is_refused_in_global_and_thread_local_capture_only), and PyTorch's
+ * expandable segments map new pages while a graph is being captured. */
+static void vmm_calls_during_a_global_capture_on_another_stream_are_permitted(void **state) {
+  (void)state;
+  gca_stream_t s = mkstream(GCA_STREAM_NON_BLOCKING);
+  gca_devptr_t p = dalloc(N * 4), va = 0;
+  gca_memhandle_t h = 0;
+  gca_graph_t g;
+  size_t gran = 0;
+  int dev0 = 0;
+  assert_ok(ops->mem_granularity(0, false, &gran));
+  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(ops->kernel_fill_u32(p, 1, 1, N, s));
+  assert_ok(ops->mem_create(0, gran, &h));
+  assert_ok(ops->mem_address_reserve(0, gran, 0, &va));
+  assert_ok(ops->mem_map(va, gran, 0, h));
+  assert_ok(ops->mem_set_access(va, gran, &dev0, 1));
+  assert_int_equal(capture_status(s), GCA_CAPTURE_STATUS_ACTIVE);
+  assert_ok(ops->memset_d32_async(va, 5, N, s)); /* the new memory is usable in the capture */
+  assert_ok(ops->stream_end_capture(s, &g));
+  gca_graph_exec_t x;
+  assert_ok(ops->graph_instantiate(g, &x));
+  assert_ok(ops->graph_launch(x, s));
+  assert_ok(ops->stream_synchronize(s));
+  expect_fill(va, 5, 0);
+  assert_ok(ops->graph_exec_destroy(x));
+  assert_ok(ops->graph_destroy(g));
+  assert_ok(ops->mem_unmap(va, gran));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, va, gran));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, p));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(capture_records_work_and_replay_runs_it),
@@ -709,6 +778,8 @@ int main(void) {
       cmocka_unit_test(
           legacy_capture_info_during_blocking_capture_is_implicit_without_invalidating),
       cmocka_unit_test(exec_update_follows_the_drivers_limitations),
+      cmocka_unit_test(event_recorded_in_a_finished_capture_stays_captured),
+      cmocka_unit_test(vmm_calls_during_a_global_capture_on_another_stream_are_permitted),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

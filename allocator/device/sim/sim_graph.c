@@ -366,7 +366,8 @@ typedef struct capture {
   size_t nstreams, capstreams;
 } capture_t;
 
-/* An event last recorded in a capturing stream: the tail it saw. */
+/* An event last recorded in a capturing stream: the tail it saw. cap is NULL
+ * once that capture has ended (Note [Captured events]). */
 typedef struct cap_event {
   struct cap_event *next;
   gca_event_t e;
@@ -374,10 +375,18 @@ typedef struct cap_event {
   idxs_t nodes;
 } cap_event_t;
 
+/* Note [Captured events]: an event whose last record was captured stays
+ * "captured" after its capture ends, until it is recorded again outside a
+ * capture: querying or synchronizing it fails with CUDA_ERROR_CAPTURED_EVENT
+ * (what the driver is believed to do: programs that query an event recorded
+ * during a finished capture meet that error; contract test
+ * event_recorded_in_a_finished_capture_stays_captured asks a GPU). */
+
 static pthread_mutex_t cap_mu = PTHREAD_MUTEX_INITIALIZER;
 static capture_t *captures;
 static cap_event_t *cap_events;
 static atomic_int ncaptures; /* lets the common case (nothing captures) skip cap_mu */
+static atomic_int norphans;  /* cap_events whose capture ended (cap NULL) */
 static atomic_uint_fast64_t last_capture_id;
 static _Thread_local gca_capture_mode_t thread_mode = GCA_CAPTURE_MODE_GLOBAL;
 
@@ -404,8 +413,21 @@ static cap_event_t **find_event(gca_event_t e) {
   return NULL;
 }
 
+/* Whether cap_mu must be taken to learn about events and captures. */
+static bool capture_state_empty(void) {
+  return atomic_load(&ncaptures) == 0 && atomic_load(&norphans) == 0;
+}
+
+/* The event's entry while its capture is ongoing, else NULL. */
+static cap_event_t **find_live_event(gca_event_t e) {
+  cap_event_t **p = find_event(e);
+  return p && (*p)->cap ? p : NULL;
+}
+
 static void event_drop(cap_event_t **p) {
   cap_event_t *ce = *p;
+  if (!ce->cap)
+    atomic_fetch_sub(&norphans, 1);
   *p = ce->next;
   idxs_free(&ce->nodes);
   free(ce);
@@ -417,11 +439,12 @@ static void capture_remove(capture_t *c) {
       *p = c->next;
       break;
     }
-  for (cap_event_t **p = &cap_events; *p;) {
-    if ((*p)->cap == c)
-      event_drop(p);
-    else
-      p = &(*p)->next;
+  for (cap_event_t *ce = cap_events; ce; ce = ce->next) {
+    if (ce->cap == c) {
+      ce->cap = NULL; /* Note [Captured events] */
+      idxs_free(&ce->nodes);
+      atomic_fetch_add(&norphans, 1);
+    }
   }
   for (size_t i = 0; i < c->nstreams; i++)
     idxs_free(&c->streams[i].tail);
@@ -521,12 +544,17 @@ out:
 }
 
 gca_status_t gca__sim_capture_check_event(const char *op, gca_event_t e) {
-  if (atomic_load(&ncaptures) == 0)
+  if (capture_state_empty())
     return GCA_OK;
   gca_status_t st;
   pthread_mutex_lock(&cap_mu);
   cap_event_t **p = find_event(e);
-  if (p) {
+  if (p && !(*p)->cap) {
+    st = gca__error(GCA_ERR_DRIVER,
+                    "%s: event %p was last recorded in a capturing stream whose capture has "
+                    "ended (CUDA_ERROR_CAPTURED_EVENT); record it again outside a capture first",
+                    op, (void *)e);
+  } else if (p) {
     (*p)->cap->invalidated = true;
     st = gca__error(GCA_ERR_DRIVER,
                     "%s: event %p was last recorded in a capturing stream "
@@ -622,7 +650,7 @@ out:
 gca_status_t gca__sim_capture_record(const char *op, gca_event_t e, gca_stream_t s, int dev,
                                      bool legacy, bool *captured) {
   *captured = false;
-  if (atomic_load(&ncaptures) == 0)
+  if (capture_state_empty())
     return GCA_OK;
   gca_status_t st = GCA_OK;
   capture_t *c = NULL;
@@ -656,6 +684,8 @@ gca_status_t gca__sim_capture_record(const char *op, gca_event_t e, gca_stream_t
     ce->e = e;
     ce->next = cap_events;
     cap_events = ce;
+  } else if (!ce->cap) {
+    atomic_fetch_sub(&norphans, 1);
   }
   idxs_free(&ce->nodes);
   ce->nodes = nodes;
@@ -678,7 +708,7 @@ gca_status_t gca__sim_capture_wait(const char *op, gca_stream_t s, int dev, bool
     st = implicit_error(op, dev, lc);
     goto out;
   }
-  cap_event_t **p = find_event(e);
+  cap_event_t **p = find_live_event(e);
   cap_stream_t *cs = find_stream(s, &c);
   if (p) {
     cap_event_t *ce = *p;
@@ -758,7 +788,7 @@ void gca__sim_capture_forget_stream(gca_stream_t s) {
 }
 
 void gca__sim_capture_forget_event(gca_event_t e) {
-  if (atomic_load(&ncaptures) == 0)
+  if (capture_state_empty())
     return;
   pthread_mutex_lock(&cap_mu);
   cap_event_t **p = find_event(e);
