@@ -21,6 +21,8 @@
  *   CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD -> GCA_ERR_CAPTURE_WRONG_THREAD
  *   CUDA_ERROR_STREAM_CAPTURE_UNJOINED     -> GCA_ERR_CAPTURE_UNJOINED
  *   CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE   -> GCA_ERR_GRAPH_UPDATE
+ *   CUDA_ERROR_NOT_PERMITTED               -> GCA_ERR_NOT_PERMITTED (e.g. a device call
+ *                                             from a host function, Note [Host functions])
  *   CUDA_ERROR_NO_DEVICE / NOT_INITIALIZED -> GCA_ERR_NO_DEVICE
  *   anything else                       -> GCA_ERR_DRIVER (driver's error name in the detail)
  */
@@ -124,8 +126,13 @@ typedef enum gca_graph_update_result {
   GCA_GRAPH_UPDATE_FUNCTION_CHANGED = 4,
   GCA_GRAPH_UPDATE_PARAMETERS_CHANGED = 5,
   GCA_GRAPH_UPDATE_NOT_SUPPORTED = 6,
+  GCA_GRAPH_UPDATE_UNSUPPORTED_FUNCTION_CHANGE = 7,
+  GCA_GRAPH_UPDATE_ATTRIBUTES_CHANGED = 8,
 } gca_graph_update_result_t;
 
+/* cuGraphExecUpdate's CUgraphExecUpdateResultInfo, the same from both backends.
+ * error_node_index is SIZE_MAX where the driver's errorNode is NULL: success,
+ * and a node-count mismatch (TOPOLOGY_CHANGED). */
 typedef struct gca_graph_update_info {
   gca_graph_update_result_t result;
   size_t error_node_index; /* index (capture order) of the first offending node, or SIZE_MAX */
@@ -191,7 +198,12 @@ typedef struct gca_device_ops {
   gca_status_t (*event_synchronize)(gca_event_t event);
   gca_status_t (*event_elapsed)(gca_event_t start, gca_event_t end, float *ms);
 
-  /* cuLaunchHostFunc: fn(user_data) runs on a host thread in stream order. */
+  /* cuLaunchHostFunc: fn(user_data) runs on a host thread in stream order.
+   * Note [Host functions]: fn must not call the device layer (cuda.h: "The host
+   * function must not make any CUDA API calls"; the driver may answer
+   * CUDA_ERROR_NOT_PERMITTED, the sim always does: GCA_ERR_NOT_PERMITTED), and
+   * host functions of different streams may run one at a time, so fn must
+   * never wait for another host function. */
   gca_status_t (*launch_host_func)(gca_stream_t stream, gca_host_fn_t fn, void *user_data);
   /* cuMemcpyAsync (unified addressing: either side may be host or device) and
    * cuMemsetD8Async / cuMemsetD32Async (count in elements). */

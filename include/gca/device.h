@@ -56,6 +56,18 @@ GCA_API gca_status_t gca_device_count(int *count);
  * with the public function's name ("gca_stream_query: stream_query: ...").
  */
 
+/* Note [Special streams]: the two implicit streams a program may name by
+ * handle, accepted by every op that takes a stream, numerically equal to the
+ * driver's: CU_STREAM_LEGACY (the legacy default stream of the calling
+ * thread's current device, the same as NULL) and CU_STREAM_PER_THREAD (the
+ * calling thread's own default stream of that device: a blocking stream that
+ * synchronizes with the legacy stream but not with other streams, one per
+ * thread and device). Neither can be destroyed. A layer that keys state by
+ * stream must not treat GCA_STREAM_PER_THREAD as one stream shared by threads. */
+#define GCA_STREAM_LEGACY        ((gca_stream_t)(uintptr_t)0x1)
+#define GCA_STREAM_PER_THREAD    ((gca_stream_t)(uintptr_t)0x2)
+#define GCA_STREAM_IS_SPECIAL(s) ((s) == GCA_STREAM_LEGACY || (s) == GCA_STREAM_PER_THREAD)
+
 /* Stream flags (CU_STREAM_*). */
 #define GCA_STREAM_DEFAULT      0x0u
 #define GCA_STREAM_NON_BLOCKING 0x1u

@@ -45,6 +45,8 @@ static int max_version_asked, over_version_asks, set_current_calls, capture_info
 static int module_loads;
 static int null_stream_device =
     -1; /* device whose context was current at the last NULL-stream op */
+static int special_stream_device = -1; /* device current at the last special-handle op */
+static int special_stream_handle;      /* that handle's value (1 or 2) */
 static int fabric_exports, fabric_imports, fabric_refusals;
 static CUmemGenericAllocationHandle last_fabric_import;
 static char last_kernel[32];
@@ -289,9 +291,10 @@ static CUresult f_stream_create(CUstream *s, unsigned fl, int prio) {
   *s = (CUstream)(void *)fs;
   return CUDA_SUCCESS;
 }
+#define SPECIAL_STREAM(s) ((s) == CU_STREAM_LEGACY || (s) == CU_STREAM_PER_THREAD)
 static CUresult f_stream_get_ctx(CUstream s, CUcontext *c) {
   NEED_INIT();
-  if (!s) {
+  if (!s || SPECIAL_STREAM(s)) {
     if (!current)
       return CUDA_ERROR_INVALID_CONTEXT;
     *c = current;
@@ -305,6 +308,11 @@ static CUresult stream_ok(CUstream s) {
   NEED_CTX();
   if (!s)
     null_stream_device = ctx_device(current);
+  if (SPECIAL_STREAM(s)) {
+    special_stream_device = ctx_device(current);
+    special_stream_handle = (int)(uintptr_t)s;
+    return CUDA_SUCCESS;
+  }
   if (s && ((fake_stream_t *)(void *)s)->ctx != current)
     return CUDA_ERROR_INVALID_CONTEXT;
   return CUDA_SUCCESS;
@@ -456,6 +464,16 @@ static CUresult f_exec_update(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultI
     info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
     return CUDA_SUCCESS;
   }
+  if (g == (CUgraph)(uintptr_t)0x7778) { /* a kernel node took a CDP function */
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE;
+    info->errorNode = (CUgraphNode)(uintptr_t)0x8001;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  if (g == (CUgraph)(uintptr_t)0x7779) { /* node counts differ: no error node */
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    info->errorNode = NULL;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
   info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
   info->errorNode = (CUgraphNode)(uintptr_t)0x8002;
   return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
@@ -580,6 +598,8 @@ EXPORT int fake_cuda_over_version_asks(void);
 EXPORT int fake_cuda_set_current_calls(void);
 EXPORT int fake_cuda_capture_info_form(void);
 EXPORT int fake_cuda_null_stream_device(void);
+EXPORT int fake_cuda_special_stream_device(void);
+EXPORT int fake_cuda_special_stream_handle(void);
 EXPORT int fake_cuda_current_device(void);
 EXPORT int fake_cuda_module_loads(void);
 EXPORT int fake_cuda_fabric_exports(void);
@@ -602,6 +622,12 @@ EXPORT int fake_cuda_capture_info_form(void) {
 }
 EXPORT int fake_cuda_null_stream_device(void) {
   return null_stream_device;
+}
+EXPORT int fake_cuda_special_stream_device(void) {
+  return special_stream_device;
+}
+EXPORT int fake_cuda_special_stream_handle(void) {
+  return special_stream_handle;
 }
 /* The device of the calling thread's current context, -1 when none is. */
 EXPORT int fake_cuda_current_device(void) {

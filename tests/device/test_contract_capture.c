@@ -612,12 +612,19 @@ static void destroying_a_capturing_stream_ends_its_part(void **state) {
   assert_ok(ops->stream_destroy(s1));
   assert_int_equal(capture_status(s3), GCA_CAPTURE_STATUS_NONE);
   assert_status(ops->stream_end_capture(s3, &g), GCA_ERR_CAPTURE_UNMATCHED, "");
-  assert_ok(ops->event_query(e));
+  /* e's last record was captured (Note [Captured events]) until recorded again */
+  assert_status(ops->event_query(e), GCA_ERR_DRIVER, "CUDA_ERROR_CAPTURED_EVENT");
+  assert_ok(ops->event_record(e, s3));
+  assert_ok(ops->event_synchronize(e));
   assert_ok(ops->event_destroy(e));
   assert_ok(ops->stream_destroy(s3));
 }
 
-static void legacy_capture_info_during_blocking_capture_is_implicit(void **state) {
+/* cuStreamIsCapturing on the legacy stream while a blocking stream captures:
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, and "the blocking stream capture is not
+ * invalidated" (cuda.h). */
+static void
+legacy_capture_info_during_blocking_capture_is_implicit_without_invalidating(void **state) {
   (void)state;
   gca_stream_t blk = mkstream(GCA_STREAM_DEFAULT);
   gca_capture_status_t cs;
@@ -626,8 +633,126 @@ static void legacy_capture_info_during_blocking_capture_is_implicit(void **state
   assert_int_equal(cs, GCA_CAPTURE_STATUS_NONE);
   assert_ok(ops->stream_begin_capture(blk, GCA_CAPTURE_MODE_RELAXED));
   assert_status(ops->stream_capture_info(NULL, &cs, NULL), GCA_ERR_CAPTURE_IMPLICIT, "");
-  assert_status(ops->stream_end_capture(blk, &g), GCA_ERR_CAPTURE_INVALIDATED, "");
+  assert_int_equal(capture_status(blk), GCA_CAPTURE_STATUS_ACTIVE);
+  assert_ok(ops->stream_end_capture(blk, &g));
+  assert_non_null(g);
+  assert_ok(ops->graph_destroy(g));
   assert_ok(ops->stream_destroy(blk));
+}
+
+/* cuGraphExecUpdate (cuda.h): a kernel node may change its function within
+ * the listed limits (fill -> add: same module and context, no CDP); differing
+ * node counts are TOPOLOGY_CHANGED with no error node; a memcpy whose
+ * destination changes memory type (device -> host) is PARAMETERS_CHANGED at
+ * that node. The last is what cuda.h lists; whether a memcpy captured from
+ * cuMemcpyAsync (unified addressing) keeps a distinct memory type is for a
+ * GPU run to confirm. */
+static void exec_update_follows_the_drivers_limitations(void **state) {
+  (void)state;
+  static uint32_t host[N];
+  gca_devptr_t a = dalloc(N * 4), b = dalloc(N * 4);
+  gca_stream_t s = mkstream(GCA_STREAM_NON_BLOCKING);
+  gca_graph_t g[4];
+  gca_graph_exec_t x;
+  gca_graph_update_info_t info;
+  for (int k = 0; k < 4; k++) {
+    assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+    if (k == 1)
+      assert_ok(ops->kernel_add_u32(a, b, b, N, s));
+    else
+      assert_ok(ops->kernel_fill_u32(a, 4, 1, N, s));
+    if (k == 2)
+      assert_ok(ops->kernel_fill_u32(b, 4, 1, N, s));
+    assert_ok(ops->memcpy_async(k == 3 ? (gca_devptr_t)(uintptr_t)host : b, a, N * 4, s));
+    assert_ok(ops->stream_end_capture(s, &g[k]));
+  }
+  zero(a);
+  zero(b);
+  assert_ok(ops->graph_instantiate(g[0], &x));
+  assert_ok(ops->graph_exec_update(x, g[1], &info)); /* fill -> add */
+  assert_int_equal(info.result, GCA_GRAPH_UPDATE_SUCCESS);
+  assert_int_equal(info.error_node_index, SIZE_MAX);
+  assert_ok(ops->graph_launch(x, s));
+  assert_ok(ops->stream_synchronize(s));
+  expect_fill(a, 0, 0); /* a = b + b with b zero, then b = a */
+  assert_status(ops->graph_exec_update(x, g[2], &info), GCA_ERR_GRAPH_UPDATE, "");
+  assert_int_equal(info.result, GCA_GRAPH_UPDATE_TOPOLOGY_CHANGED);
+  assert_int_equal(info.error_node_index, SIZE_MAX);
+  assert_status(ops->graph_exec_update(x, g[3], &info), GCA_ERR_GRAPH_UPDATE, "");
+  assert_int_equal(info.result, GCA_GRAPH_UPDATE_PARAMETERS_CHANGED);
+  assert_int_equal(info.error_node_index, 1);
+  assert_ok(ops->graph_exec_destroy(x));
+  for (int k = 0; k < 4; k++)
+    assert_ok(ops->graph_destroy(g[k]));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, a));
+  assert_ok(ops->mem_free(0, b));
+}
+
+/* Unknown until a GPU answers. cuEventQuery on an event whose last record was
+ * captured, after that capture ended. The sim believes the event stays
+ * "captured" (CUDA_ERROR_CAPTURED_EVENT) until recorded again outside a
+ * capture, based on CUDA_ERROR_CAPTURED_EVENT's definition ("an event which
+ * was last recorded in a capturing stream") and on programs (PyTorch's host
+ * allocator) meeting that error when polling such events after a capture. */
+static void event_recorded_in_a_finished_capture_stays_captured(void **state) {
+  (void)state;
+  gca_stream_t s = mkstream(GCA_STREAM_NON_BLOCKING);
+  gca_event_t e = mkevent();
+  gca_devptr_t p = dalloc(N * 4);
+  gca_graph_t g;
+  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(ops->kernel_fill_u32(p, 1, 1, N, s));
+  assert_ok(ops->event_record(e, s));
+  assert_ok(ops->stream_end_capture(s, &g));
+  assert_status(ops->event_query(e), GCA_ERR_DRIVER, "");
+  assert_status(ops->event_synchronize(e), GCA_ERR_DRIVER, "");
+  assert_ok(ops->event_record(e, s)); /* outside a capture: an ordinary event again */
+  assert_ok(ops->event_synchronize(e));
+  assert_ok(ops->event_query(e));
+  assert_ok(ops->graph_destroy(g));
+  assert_ok(ops->event_destroy(e));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, p));
+}
+
+/* Unknown until a GPU answers. VMM calls (cuMemCreate, cuMemAddressReserve,
+ * cuMemMap, cuMemSetAccess) by the capturing thread while another stream
+ * captures in global mode. The sim permits them and leaves the capture
+ * active: the driver's "potentially unsafe" calls are the legacy allocation
+ * and synchronizing ones (cuMemAlloc is refused, see
+ * mem_alloc_is_refused_in_global_and_thread_local_capture_only), and PyTorch's
+ * expandable segments map new pages while a graph is being captured. */
+static void vmm_calls_during_a_global_capture_on_another_stream_are_permitted(void **state) {
+  (void)state;
+  gca_stream_t s = mkstream(GCA_STREAM_NON_BLOCKING);
+  gca_devptr_t p = dalloc(N * 4), va = 0;
+  gca_memhandle_t h = 0;
+  gca_graph_t g;
+  size_t gran = 0;
+  int dev0 = 0;
+  assert_ok(ops->mem_granularity(0, false, &gran));
+  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(ops->kernel_fill_u32(p, 1, 1, N, s));
+  assert_ok(ops->mem_create(0, gran, &h));
+  assert_ok(ops->mem_address_reserve(0, gran, 0, &va));
+  assert_ok(ops->mem_map(va, gran, 0, h));
+  assert_ok(ops->mem_set_access(va, gran, &dev0, 1));
+  assert_int_equal(capture_status(s), GCA_CAPTURE_STATUS_ACTIVE);
+  assert_ok(ops->memset_d32_async(va, 5, N, s)); /* the new memory is usable in the capture */
+  assert_ok(ops->stream_end_capture(s, &g));
+  gca_graph_exec_t x;
+  assert_ok(ops->graph_instantiate(g, &x));
+  assert_ok(ops->graph_launch(x, s));
+  assert_ok(ops->stream_synchronize(s));
+  expect_fill(va, 5, 0);
+  assert_ok(ops->graph_exec_destroy(x));
+  assert_ok(ops->graph_destroy(g));
+  assert_ok(ops->mem_unmap(va, gran));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, va, gran));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, p));
 }
 
 int main(void) {
@@ -651,7 +776,11 @@ int main(void) {
       cmocka_unit_test(graph_handles_are_validated),
       cmocka_unit_test(injected_capture_faults_leave_no_capture_behind),
       cmocka_unit_test(destroying_a_capturing_stream_ends_its_part),
-      cmocka_unit_test(legacy_capture_info_during_blocking_capture_is_implicit),
+      cmocka_unit_test(
+          legacy_capture_info_during_blocking_capture_is_implicit_without_invalidating),
+      cmocka_unit_test(exec_update_follows_the_drivers_limitations),
+      cmocka_unit_test(event_recorded_in_a_finished_capture_stays_captured),
+      cmocka_unit_test(vmm_calls_during_a_global_capture_on_another_stream_are_permitted),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

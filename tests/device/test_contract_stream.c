@@ -394,6 +394,115 @@ static void bad_arguments_and_handles_are_refused(void **state) {
   assert_ok(ops->event_destroy(e));
 }
 
+/* cuMemcpyAsync, "API synchronization behavior": a transfer from any host
+ * memory to any host memory is fully synchronous with respect to the host. */
+static void host_to_host_async_copy_is_complete_at_return(void **state) {
+  (void)state;
+  gca_stream_t s;
+  uint32_t src[256], dst[256];
+  for (int i = 0; i < 256; i++) {
+    src[i] = 7u * (uint32_t)i + 1;
+    dst[i] = 0;
+  }
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->memcpy_async((gca_devptr_t)(uintptr_t)dst, (gca_devptr_t)(uintptr_t)src,
+                              sizeof(src), s));
+  for (int i = 0; i < 256; i++)
+    assert_int_equal(dst[i], 7u * (uint32_t)i + 1);
+  assert_ok(ops->stream_synchronize(s));
+  assert_ok(ops->stream_destroy(s));
+}
+
+/* Fills one word on GCA_STREAM_PER_THREAD from another thread and waits for it
+ * there, while the main thread's per-thread stream is held. */
+typedef struct pt_work {
+  gca_devptr_t buf;
+  uint32_t word;
+  gca_status_t st;
+  char detail[256];
+} pt_work_t;
+
+static void *per_thread_fill(void *arg) {
+  pt_work_t *w = arg;
+  w->st = ops->kernel_fill_u32(w->buf, 77, 0, 1, GCA_STREAM_PER_THREAD);
+  if (w->st == GCA_OK)
+    w->st = ops->memcpy_async((gca_devptr_t)(uintptr_t)&w->word, w->buf, 4, GCA_STREAM_PER_THREAD);
+  if (w->st == GCA_OK)
+    w->st = ops->stream_synchronize(GCA_STREAM_PER_THREAD);
+  if (w->st != GCA_OK)
+    snprintf(w->detail, sizeof(w->detail), "%s", gca_last_error());
+  return NULL;
+}
+
+/* CU_STREAM_PER_THREAD: each thread has its own implicit stream. */
+static void per_thread_stream_is_each_threads_own(void **state) {
+  (void)state;
+  gate_t g;
+  gate_init(&g);
+  pt_work_t w = {.st = GCA_OK};
+  assert_ok(ops->mem_alloc(0, 256, &w.buf));
+  assert_ok(ops->launch_host_func(GCA_STREAM_PER_THREAD, gate_pass, &g));
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, per_thread_fill, &w), 0);
+  pthread_join(t, NULL);
+  if (w.st != GCA_OK) {
+    gate_open(&g);
+    fail_msg("other thread: %s: %s", gca_status_name(w.st), w.detail);
+  }
+  assert_int_equal(w.word, 77);
+  assert_status(ops->stream_query(GCA_STREAM_PER_THREAD), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->stream_synchronize(GCA_STREAM_PER_THREAD));
+  assert_ok(ops->stream_query(GCA_STREAM_PER_THREAD));
+  assert_ok(ops->mem_free(0, w.buf));
+  gate_fini(&g);
+}
+
+/* The per-thread stream is not non-blocking: it synchronizes with the legacy
+ * stream (both ways), but not with other blocking streams. CU_STREAM_LEGACY is
+ * the legacy stream, the same as NULL. Neither handle can be destroyed. */
+static void per_thread_stream_orders_with_legacy_only(void **state) {
+  (void)state;
+  gate_t g;
+  gca_devptr_t p;
+  gca_stream_t blk;
+  assert_ok(ops->mem_alloc(0, 256, &p));
+  assert_ok(ops->stream_create(0, GCA_STREAM_DEFAULT, 0, &blk));
+  /* held legacy stream (named by its handle): per-thread work waits behind it */
+  gate_init(&g);
+  assert_ok(ops->launch_host_func(GCA_STREAM_LEGACY, gate_pass, &g));
+  assert_status(ops->stream_query(NULL), GCA_ERR_NOT_READY, "");
+  assert_ok(ops->kernel_fill_u32(p, 5, 0, 1, GCA_STREAM_PER_THREAD));
+  assert_status(ops->stream_query(GCA_STREAM_PER_THREAD), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->stream_synchronize(GCA_STREAM_PER_THREAD));
+  assert_ok(ops->stream_query(GCA_STREAM_LEGACY));
+  gate_fini(&g);
+  /* held per-thread stream: legacy work waits behind it */
+  gate_init(&g);
+  assert_ok(ops->launch_host_func(GCA_STREAM_PER_THREAD, gate_pass, &g));
+  assert_ok(ops->kernel_fill_u32(p, 6, 0, 1, NULL));
+  assert_status(ops->stream_query(NULL), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->stream_synchronize(NULL));
+  gate_fini(&g);
+  /* held blocking stream: per-thread work does not wait for it */
+  gate_init(&g);
+  assert_ok(ops->launch_host_func(blk, gate_pass, &g));
+  assert_ok(ops->kernel_fill_u32(p, 7, 0, 1, GCA_STREAM_PER_THREAD));
+  assert_ok(ops->stream_synchronize(GCA_STREAM_PER_THREAD));
+  assert_status(ops->stream_query(blk), GCA_ERR_NOT_READY, "");
+  gate_open(&g);
+  assert_ok(ops->stream_synchronize(blk));
+  gate_fini(&g);
+  assert_status(ops->stream_destroy(GCA_STREAM_PER_THREAD), GCA_ERR_INVALID_HANDLE,
+                "stream_destroy");
+  assert_status(ops->stream_destroy(GCA_STREAM_LEGACY), GCA_ERR_INVALID_HANDLE, "stream_destroy");
+  assert_ok(ops->stream_synchronize(GCA_STREAM_PER_THREAD));
+  assert_ok(ops->stream_destroy(blk));
+  assert_ok(ops->mem_free(0, p));
+}
+
 static void flag_set(void *arg) {
   atomic_store((atomic_int *)arg, 1);
 }
@@ -401,7 +510,9 @@ static void flag_set(void *arg) {
 /* What a thread on device 1 did with the NULL stream: the first failure, if any. */
 typedef struct dev1_work {
   gca_event_t ev1, ev0; /* created on device 1 and device 0 */
-  atomic_int ran1, ran0;
+  gca_devptr_t buf1;    /* device-1 memory the thread fills */
+  uint32_t word1;       /* what it read back */
+  atomic_int ran0;
   int seen_dev;
   gca_status_t st;
   char detail[256];
@@ -420,15 +531,19 @@ typedef struct dev1_work {
   } while (0)
 
 /* Sets device 1, runs work on its legacy stream to completion, then sets
- * device 0 again and queues more NULL-stream work (behind the main gate). */
+ * device 0 again and queues more NULL-stream work (behind the main gate).
+ * The device-1 work is a kernel, not a host function: host functions of
+ * different streams may run one at a time (Note [Host functions]), and device
+ * 0's is blocked on the gate meanwhile. */
 static void *null_stream_on_device_1(void *arg) {
   dev1_work_t *w = arg;
   DEV1_TRY(w, ops->ctx_set_device(1));
   DEV1_TRY(w, ops->ctx_get_device(&w->seen_dev));
-  DEV1_TRY(w, ops->launch_host_func(NULL, flag_set, &w->ran1));
+  DEV1_TRY(w, ops->kernel_fill_u32(w->buf1, 41, 0, 1, NULL));
   DEV1_TRY(w, ops->event_record(w->ev1, NULL));
   DEV1_TRY(w, ops->stream_wait_event(NULL, w->ev1));
   DEV1_TRY(w, ops->event_synchronize(w->ev1));
+  DEV1_TRY(w, ops->memcpy_async((gca_devptr_t)(uintptr_t)&w->word1, w->buf1, 4, NULL));
   DEV1_TRY(w, ops->stream_synchronize(NULL));
   DEV1_TRY(w, ops->stream_query(NULL));
   DEV1_TRY(w, ops->ctx_set_device(0));
@@ -448,8 +563,8 @@ static void null_stream_is_the_calling_threads_current_device(void **state) {
   gate_t g;
   gate_init(&g);
   dev1_work_t w = {.st = GCA_OK, .seen_dev = -1};
-  atomic_init(&w.ran1, 0);
   atomic_init(&w.ran0, 0);
+  assert_ok(ops->mem_alloc(1, 256, &w.buf1));
   assert_ok(ops->event_create(1, GCA_EVENT_DISABLE_TIMING, &w.ev1));
   assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &w.ev0));
   assert_ok(ops->ctx_get_device(&dev));
@@ -463,7 +578,7 @@ static void null_stream_is_the_calling_threads_current_device(void **state) {
     fail_msg("device-1 thread: %s -> %s: %s", w.what, gca_status_name(w.st), w.detail);
   }
   assert_int_equal(w.seen_dev, 1);
-  assert_int_equal(atomic_load(&w.ran1), 1);
+  assert_int_equal(w.word1, 41);
   /* this thread never set a device: still device 0, whose legacy stream is held */
   assert_ok(ops->ctx_get_device(&dev));
   assert_int_equal(dev, 0);
@@ -476,6 +591,7 @@ static void null_stream_is_the_calling_threads_current_device(void **state) {
   assert_ok(ops->event_query(w.ev0));
   assert_ok(ops->event_destroy(w.ev0));
   assert_ok(ops->event_destroy(w.ev1));
+  assert_ok(ops->mem_free(1, w.buf1));
   gate_fini(&g);
 }
 
@@ -626,6 +742,9 @@ static void injected_faults_fail_one_call_and_leave_streams_usable(void **state)
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(stream_order_holds_under_heavy_async_load),
+      cmocka_unit_test(host_to_host_async_copy_is_complete_at_return),
+      cmocka_unit_test(per_thread_stream_is_each_threads_own),
+      cmocka_unit_test(per_thread_stream_orders_with_legacy_only),
       cmocka_unit_test(event_after_slow_work_completes_only_with_it),
       cmocka_unit_test(never_recorded_event_is_complete),
       cmocka_unit_test(stream_wait_event_orders_cross_stream_work),

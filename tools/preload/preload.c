@@ -353,12 +353,11 @@ static gca_status_t current_device(enum api_kind api, int *dev) {
   return gca_get_device(dev);
 }
 
-/* The gca stream behind a program's stream handle. The sim has no separate
- * per-thread default stream: both special handles are its NULL stream. On
- * cuda a NULL stream in a _ptsz entry point is the per-thread stream. */
+/* The gca stream behind a program's stream handle. The special handles
+ * cudaStreamLegacy and cudaStreamPerThread have the driver's values, which
+ * the device layer accepts on both backends (Note [Special streams]); a NULL
+ * stream in a _ptsz entry point is the per-thread stream. */
 static inline gca_stream_t gca_stream_of(cudaStream_t s, bool per_thread) {
-  if (on_sim)
-    return (s == cudaStreamLegacy || s == cudaStreamPerThread) ? NULL : s;
   if (per_thread && s == NULL)
     return cudaStreamPerThread;
   return s;

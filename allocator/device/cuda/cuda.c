@@ -347,6 +347,7 @@ static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
   X(CUDA_ERROR_NOT_FOUND)                      \
   X(CUDA_ERROR_NOT_READY)                      \
   X(CUDA_ERROR_NOT_SUPPORTED)                  \
+  X(CUDA_ERROR_NOT_PERMITTED)                  \
   X(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)         \
   X(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE) \
   X(CUDA_ERROR_OPERATING_SYSTEM)               \
@@ -392,6 +393,8 @@ static gca_status_t map_result(CUresult r) {
     return GCA_ERR_CAPTURE_UNJOINED;
   case CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE:
     return GCA_ERR_GRAPH_UPDATE;
+  case CUDA_ERROR_NOT_PERMITTED:
+    return GCA_ERR_NOT_PERMITTED;
   case CUDA_ERROR_NO_DEVICE:
   case CUDA_ERROR_NOT_INITIALIZED:
   case CUDA_ERROR_STUB_LIBRARY:
@@ -640,12 +643,13 @@ static gca_status_t enter_any(const char *op) {
   return enter_dev(op, t_current_dev);
 }
 
-/* Makes the context of `stream` current (for NULL: the current device's
- * primary context). When `dev` is not NULL, stores the device index, or
- * GCA_ERR_INVALID_HANDLE when the stream lives in a context other than a
- * device's primary one. */
+/* Makes the context of `stream` current (for NULL and the special handles of
+ * Note [Special streams], which the driver resolves in the current context:
+ * the current device's primary context). When `dev` is not NULL, stores the
+ * device index, or GCA_ERR_INVALID_HANDLE when the stream lives in a context
+ * other than a device's primary one. */
 static gca_status_t enter_stream(const char *op, gca_stream_t stream, int *dev) {
-  if (stream == NULL) {
+  if (stream == NULL || GCA_STREAM_IS_SPECIAL(stream)) {
     GCA_CHECK(enter_dev(op, t_current_dev));
   } else {
     GCA_CHECK(ready(op));
@@ -957,7 +961,7 @@ static gca_status_t cuda_ctx_get_device(int *dev) {
 static gca_status_t cuda_stream_get_device(gca_stream_t stream, int *dev) {
   if (!dev)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_get_device: dev is NULL");
-  if (stream == NULL) {
+  if (stream == NULL || GCA_STREAM_IS_SPECIAL(stream)) {
     GCA_CHECK(ready("stream_get_device"));
     *dev = t_current_dev;
     return GCA_OK;
@@ -983,9 +987,10 @@ static gca_status_t cuda_stream_create(int dev, unsigned flags, int priority, gc
 
 static gca_status_t cuda_stream_destroy(gca_stream_t stream) {
   GCA_CHECK(ready("stream_destroy"));
-  if (!stream)
+  if (!stream || GCA_STREAM_IS_SPECIAL(stream))
     return gca__error(GCA_ERR_INVALID_HANDLE,
-                      "stream_destroy: the legacy default stream (NULL) cannot be destroyed");
+                      "stream_destroy: the %s default stream (%p) cannot be destroyed",
+                      stream == GCA_STREAM_PER_THREAD ? "per-thread" : "legacy", (void *)stream);
   GCA_CHECK(enter_stream("stream_destroy", stream, NULL));
   CU_CHECK("stream_destroy", drv.StreamDestroy(stream));
   return GCA_OK;
@@ -1268,8 +1273,9 @@ static const char *update_result_text(CUgraphExecUpdateResult r) {
   case CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED:
     return "node type changed";
   case CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED:
-  case CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE:
     return "kernel function changed";
+  case CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE:
+    return "kernel function changed in an unsupported way";
   case CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED:
     return "parameters changed in an unsupported way";
   case CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED:
@@ -1290,11 +1296,13 @@ static gca_graph_update_result_t update_result(CUgraphExecUpdateResult r) {
   case CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED:
     return GCA_GRAPH_UPDATE_NODE_TYPE_CHANGED;
   case CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED:
-  case CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE:
     return GCA_GRAPH_UPDATE_FUNCTION_CHANGED;
+  case CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE:
+    return GCA_GRAPH_UPDATE_UNSUPPORTED_FUNCTION_CHANGE;
   case CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED:
-  case CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED:
     return GCA_GRAPH_UPDATE_PARAMETERS_CHANGED;
+  case CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED:
+    return GCA_GRAPH_UPDATE_ATTRIBUTES_CHANGED;
   case CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED:
     return GCA_GRAPH_UPDATE_NOT_SUPPORTED;
   default:

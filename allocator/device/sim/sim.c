@@ -207,7 +207,20 @@ static gca_status_t read_env(void) {
   return GCA_OK;
 }
 
+/* Note [Sim after fork]: a forked child has none of the parent's stream
+ * workers, so queued work would never run and a synchronize would hang. The
+ * driver's rule applies instead: a child of a process that initialized the
+ * device cannot use it. Once the sim's state exists, a fork makes every op in
+ * the child fail with GCA_ERR_NO_DEVICE (CUDA_ERROR_NOT_INITIALIZED) saying so;
+ * a child of a process that never touched the sim starts its own. */
+static _Atomic int forked_child;
+
+static void atfork_child(void) {
+  atomic_store_explicit(&forked_child, 1, memory_order_relaxed);
+}
+
 static void state_once(void) {
+  pthread_atfork(NULL, NULL, atfork_child);
   sim.status = read_env();
   if (sim.status != GCA_OK)
     snprintf(sim.detail, sizeof(sim.detail), "%s", gca_last_error());
@@ -267,8 +280,20 @@ static bool rule_fires(gca_dev_op_t op, uint64_t bytes) {
   return fire;
 }
 
+_Thread_local bool gca__sim_in_host_fn;
+
 gca_status_t gca__sim_enter(gca_dev_op_t op, uint64_t bytes) {
   GCA_CHECK(state_init());
+  if (GCA_UNLIKELY(atomic_load_explicit(&forked_child, memory_order_relaxed)))
+    return gca__error(GCA_ERR_NO_DEVICE,
+                      "%s: the sim was initialized before this process was forked; a forked "
+                      "child cannot use it (CUDA_ERROR_NOT_INITIALIZED, as the driver)",
+                      gca__device_op_name(op));
+  if (GCA_UNLIKELY(gca__sim_in_host_fn))
+    return gca__error(GCA_ERR_NOT_PERMITTED,
+                      "%s: device calls are not permitted from a host function "
+                      "(CUDA_ERROR_NOT_PERMITTED)",
+                      gca__device_op_name(op));
   int64_t call = atomic_fetch_add_explicit(&calls[op], 1, memory_order_relaxed) + 1;
   uint64_t lat = atomic_load_explicit(&latency_ns[op], memory_order_relaxed);
   if (GCA_UNLIKELY(lat != 0)) {

@@ -40,6 +40,9 @@
  * GCA_OK, or the failure (detail set) the op must return at once. */
 gca_status_t gca__sim_enter(gca_dev_op_t op, uint64_t bytes);
 #define GCA_SIM_ENTER(op, bytes) GCA_CHECK(gca__sim_enter(GCA_OP_##op, (bytes)))
+/* True on a thread while it runs a host function (Note [Host functions],
+ * device.h): every op then fails with GCA_ERR_NOT_PERMITTED. */
+extern _Thread_local bool gca__sim_in_host_fn;
 
 /* Number of sim devices (GCA_SIM_DEVICES, default 1) once initialized. */
 int gca__sim_device_count(void);
@@ -61,6 +64,9 @@ void gca__sim_mem_ops(gca_device_ops_t *ops);
 void gca__sim_mem_free_wait_hook(void (*fn)(void *arg), void *arg);
 /* Device whose memory contains [ptr, ptr+len) if it is mapped device memory, else -1. */
 int gca__sim_mem_device_of(gca_devptr_t ptr, size_t len);
+/* Whether any byte of [ptr, ptr+len) lies in a device address reservation
+ * (classic allocations included), mapped or not: such bytes are never host memory. */
+bool gca__sim_mem_in_device_space(gca_devptr_t ptr, size_t len);
 
 /* ---- sim_stream.c ---- */
 

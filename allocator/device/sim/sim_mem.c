@@ -1130,6 +1130,20 @@ int gca__sim_mem_device_of(gca_devptr_t ptr, size_t len) {
   return dev;
 }
 
+bool gca__sim_mem_in_device_space(gca_devptr_t ptr, size_t len) {
+  uint64_t end = ptr + (len ? len : 1);
+  if (end < ptr)
+    end = UINT64_MAX;
+  pthread_mutex_lock(&mem.lock);
+  bool in = resv_of(ptr) != NULL;
+  if (!in) {
+    size_t i = vec_lower(&mem.resvs, ptr);
+    in = i < mem.resvs.len && vec_key(&mem.resvs, i) < end;
+  }
+  pthread_mutex_unlock(&mem.lock);
+  return in;
+}
+
 void gca__sim_mem_ops(gca_device_ops_t *ops) {
   ops->mem_get_info = sim_mem_get_info;
   ops->mem_alloc = sim_mem_alloc;

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "philox.h"
@@ -131,13 +132,81 @@ static void sleep_ns(uint64_t ns) {
     ;
 }
 
-void gca__sim_work_run(const gca__sim_work_t *w) {
+bool gca__sim_is_device_mem(gca_devptr_t p, size_t len) {
+  return len == 0 || gca__sim_mem_device_of(p, len) >= 0;
+}
+
+bool gca__sim_is_host_mem(gca_devptr_t p, size_t len) {
+  if (len == 0)
+    return true;
+  if (p + len < p || gca__sim_mem_in_device_space(p, len))
+    return false;
+  /* mincore fails with ENOMEM when a page of the range is not mapped */
+  static const size_t page = 4096;
+  unsigned char vec[64];
+  uint64_t at = p & ~(uint64_t)(page - 1), end = p + len;
+  while (at < end) {
+    uint64_t chunk = end - at < sizeof(vec) * page ? end - at : sizeof(vec) * page;
+    if (mincore((void *)(uintptr_t)at, (size_t)chunk, vec) != 0)
+      return false;
+    at += chunk;
+  }
+  return true;
+}
+
+static bool fault_if(bool bad, gca__sim_fault_t *fault, const char *what, gca_devptr_t addr,
+                     size_t len) {
+  if (bad && !fault->what)
+    *fault = (gca__sim_fault_t){.what = what, .addr = addr, .len = len};
+  return bad;
+}
+
+/* Whether a work item may run: its device sides are mapped device memory and
+ * a copy's other side host memory (Note [Sim memory faults]). */
+static bool work_memory_ok(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
+  size_t words = w->count * 4;
   switch (w->kind) {
-  case GCA__SIM_WORK_HOST:
-    w->fn(w->user_data);
-    break;
   case GCA__SIM_WORK_MEMCPY:
-    memmove((void *)(uintptr_t)w->dst, (const void *)(uintptr_t)w->a, w->count);
+    if (w->staged)
+      return !fault_if(!gca__sim_is_device_mem(w->dst, w->count), fault, "memcpy", w->dst,
+                       w->count);
+    return !fault_if(!gca__sim_is_device_mem(w->dst, w->count) &&
+                         !gca__sim_is_host_mem(w->dst, w->count),
+                     fault, "memcpy", w->dst, w->count) &&
+           !fault_if(!gca__sim_is_device_mem(w->a, w->count) &&
+                         !gca__sim_is_host_mem(w->a, w->count),
+                     fault, "memcpy", w->a, w->count);
+  case GCA__SIM_WORK_MEMSET8:
+    return !fault_if(!gca__sim_is_device_mem(w->dst, w->count), fault, "memset", w->dst, w->count);
+  case GCA__SIM_WORK_MEMSET32:
+    return !fault_if(!gca__sim_is_device_mem(w->dst, words), fault, "memset", w->dst, words);
+  case GCA__SIM_WORK_FILL:
+    return !fault_if(!gca__sim_is_device_mem(w->dst, words), fault, "kernel fill_u32", w->dst,
+                     words);
+  case GCA__SIM_WORK_ADD:
+    return !fault_if(!gca__sim_is_device_mem(w->dst, words), fault, "kernel add_u32", w->dst,
+                     words) &&
+           !fault_if(!gca__sim_is_device_mem(w->a, words), fault, "kernel add_u32", w->a, words) &&
+           !fault_if(!gca__sim_is_device_mem(w->b, words), fault, "kernel add_u32", w->b, words);
+  default:
+    return true;
+  }
+}
+
+void gca__sim_work_run(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
+  if (!work_memory_ok(w, fault))
+    return;
+  switch (w->kind) {
+  case GCA__SIM_WORK_HOST: {
+    bool outer = gca__sim_in_host_fn;
+    gca__sim_in_host_fn = true;
+    w->fn(w->user_data);
+    gca__sim_in_host_fn = outer;
+    break;
+  }
+  case GCA__SIM_WORK_MEMCPY:
+    memmove((void *)(uintptr_t)w->dst, w->staged ? w->staged : (const void *)(uintptr_t)w->a,
+            w->count);
     break;
   case GCA__SIM_WORK_MEMSET8:
     memset((void *)(uintptr_t)w->dst, (int)(w->value & 0xffu), w->count);
@@ -166,7 +235,7 @@ void gca__sim_work_run(const gca__sim_work_t *w) {
     sleep_ns(w->ns);
     break;
   case GCA__SIM_WORK_GRAPH:
-    gca__sim_image_run(w->graph);
+    gca__sim_image_run(w->graph, fault);
     break;
   case GCA__SIM_WORK_PHILOX: {
     uint64_t seed = *(const uint64_t *)(uintptr_t)w->a;
@@ -183,6 +252,8 @@ void gca__sim_work_hold(const gca__sim_work_t *w) {
 }
 
 void gca__sim_work_release(gca__sim_work_t *w) {
+  free(w->staged);
+  w->staged = NULL;
   if (w->kind == GCA__SIM_WORK_GRAPH && w->graph) {
     gca__sim_image_unref(w->graph);
     w->graph = NULL;
@@ -228,6 +299,7 @@ struct sim_stream {
   int waiters;
   bool worker_idle;
   bool dying;
+  gca__sim_fault_t fault; /* Note [Sim memory faults]: the first, under mu */
 };
 
 /* Per device: its streams (the legacy one apart), for Note [Legacy stream] and ctx_synchronize. */
@@ -334,11 +406,14 @@ static void *stream_worker(void *arg) {
     if (!s->head)
       s->tail = NULL;
     pthread_mutex_unlock(&s->mu);
+    gca__sim_fault_t f = {0};
     if (it->kind == ITEM_WORK)
-      gca__sim_work_run(&it->work);
+      gca__sim_work_run(&it->work, &f);
     else if (it->kind == ITEM_WAIT)
       stream_wait_seq(it->marker->stream, it->marker->seq);
     pthread_mutex_lock(&s->mu);
+    if (f.what && !s->fault.what)
+      s->fault = f;
     if (it->kind == ITEM_MARK)
       it->marker->time_ns = gca__now_ns();
     s->completed++;
@@ -517,6 +592,7 @@ static gca_status_t stream_push(const char *op, sim_stream_t *s, item_t *first, 
 gca_status_t gca__sim_stream_describe(const char *op, gca_stream_t stream, int *dev, bool *blocking,
                                       bool *legacy) {
   sim_stream_t *s = NULL;
+  GCA_CHECK(gca__sim_stream_canon(op, &stream));
   GCA_CHECK(stream_get(op, stream, &s));
   *dev = s->dev;
   *blocking = s->legacy || !(s->flags & GCA_STREAM_NON_BLOCKING);
@@ -525,29 +601,65 @@ gca_status_t gca__sim_stream_describe(const char *op, gca_stream_t stream, int *
   return GCA_OK;
 }
 
-gca_status_t gca__sim_stream_submit(const char *op, gca_stream_t stream, const gca__sim_work_t *w,
-                                    bool *captured) {
+/* The stream's fault (Note [Sim memory faults]) as an error naming op, else GCA_OK. */
+static gca_status_t stream_fault(const char *op, sim_stream_t *s) {
+  pthread_mutex_lock(&s->mu);
+  gca__sim_fault_t f = s->fault;
+  pthread_mutex_unlock(&s->mu);
+  if (!f.what)
+    return GCA_OK;
+  return gca__error(GCA_ERR_DRIVER,
+                    "%s: CUDA_ERROR_ILLEGAL_ADDRESS: a %s on %s touched [0x%llx, +%zu), which is "
+                    "not mapped device memory; the stream's work after it did not run as issued",
+                    op, f.what, s->legacy ? "the legacy stream" : "a stream",
+                    (unsigned long long)f.addr, f.len);
+}
+
+/* How submit() treats a copy: `stage` reads the source into a buffer at the
+ * call (pageable host memory, Note [Sim copies]); `sync` returns only once the
+ * work has run (host-to-host). Neither applies while the stream captures. */
+static gca_status_t submit(const char *op, gca_stream_t stream, const gca__sim_work_t *w,
+                           bool *captured, bool stage, bool sync) {
   sim_stream_t *s = NULL;
   gca_status_t st;
   bool cap = false;
+  GCA_CHECK(gca__sim_stream_canon(op, &stream));
   GCA_CHECK(stream_get(op, stream, &s));
   GCA_CHECK_GOTO(gca__sim_capture_submit(op, stream, s->dev, s->legacy, w, &cap), st, out);
   if (!cap) {
     item_t *it = calloc(1, sizeof(*it));
-    if (!it) {
+    void *staged = stage && w->count > 0 ? malloc(w->count) : NULL;
+    if (!it || (stage && w->count > 0 && !staged)) {
+      free(it);
+      free(staged);
       st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a work item", op);
       goto out;
     }
     it->kind = ITEM_WORK;
     it->work = *w;
+    if (staged) {
+      memcpy(staged, (const void *)(uintptr_t)w->a, w->count);
+      it->work.staged = staged;
+    }
     gca__sim_work_hold(&it->work);
     GCA_CHECK_GOTO(stream_push(op, s, it, it), st, out);
+    if (sync) {
+      uint64_t seq;
+      stream_pending(s, &seq);
+      stream_wait_seq(s, seq);
+      st = stream_fault(op, s);
+    }
   }
 out:
   if (captured)
     *captured = cap;
   stream_unref(s);
   return st;
+}
+
+gca_status_t gca__sim_stream_submit(const char *op, gca_stream_t stream, const gca__sim_work_t *w,
+                                    bool *captured) {
+  return submit(op, stream, w, captured, false, false);
 }
 
 /* Places a stamped marker at the end of s; the caller owns one reference. */
@@ -570,7 +682,8 @@ static gca_status_t stream_mark(const char *op, sim_stream_t *s, gca__sim_marker
 gca__sim_marker_t *gca__sim_stream_mark(gca_stream_t stream) {
   sim_stream_t *s = NULL;
   gca__sim_marker_t *m = NULL;
-  if (stream_get("graph_launch", stream, &s) != GCA_OK)
+  if (gca__sim_stream_canon("graph_launch", &stream) != GCA_OK ||
+      stream_get("graph_launch", stream, &s) != GCA_OK)
     return NULL;
   if (stream_mark("graph_launch", s, &m) != GCA_OK)
     m = NULL;
@@ -589,6 +702,7 @@ static gca_status_t stream_wait_marker(const char *op, sim_stream_t *s, gca__sim
 gca_status_t gca__sim_stream_wait_marker(const char *op, gca_stream_t stream,
                                          gca__sim_marker_t *m) {
   sim_stream_t *s = NULL;
+  GCA_CHECK(gca__sim_stream_canon(op, &stream));
   GCA_CHECK(stream_get(op, stream, &s));
   gca_status_t st = stream_wait_marker(op, s, m);
   stream_unref(s);
@@ -597,18 +711,12 @@ gca_status_t gca__sim_stream_wait_marker(const char *op, gca_stream_t stream,
 
 /* ---- stream ops ---- */
 
-static gca_status_t sim_stream_create(int dev, unsigned flags, int priority, gca_stream_t *out) {
-  GCA_SIM_ENTER(stream_create, 0);
+/* A registered stream listed on its device; *out holds the creator's reference. */
+static gca_status_t stream_create_listed(const char *op, int dev, unsigned flags, int priority,
+                                         sim_stream_t **out) {
   gca_status_t st;
-  if (!out)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_create: out is NULL");
-  GCA_CHECK(gca__sim_check_device("stream_create", dev));
-  if (flags & ~GCA_STREAM_NON_BLOCKING)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_create: unknown flags 0x%x", flags);
-  /* The driver clamps priorities to its range [-5, 0] (greatest = -5). */
-  priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
   sim_stream_t *s = NULL;
-  GCA_CHECK(stream_new("stream_create", dev, flags, priority, false, &s));
+  GCA_CHECK(stream_new(op, dev, flags, priority, false, &s));
   struct sim_dev_streams *d = &devs[dev];
   pthread_once(&devs_once, devs_init);
   pthread_mutex_lock(&d->mu);
@@ -617,7 +725,7 @@ static gca_status_t sim_stream_create(int dev, unsigned flags, int priority, gca
     sim_stream_t **v = realloc(d->v, cap * sizeof(*v));
     if (!v) {
       pthread_mutex_unlock(&d->mu);
-      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "stream_create: no host memory for the stream list");
+      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for the stream list", op);
       goto fail_list;
     }
     d->v = v;
@@ -627,10 +735,10 @@ static gca_status_t sim_stream_create(int dev, unsigned flags, int priority, gca
   pthread_mutex_unlock(&d->mu);
   s->handle = gca__sim_handle_add(&s->obj);
   if (!s->handle) {
-    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "stream_create: the handle registry is full");
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: the handle registry is full", op);
     goto fail_handle;
   }
-  *out = (gca_stream_t)(uintptr_t)s->handle;
+  *out = s;
   return GCA_OK;
 fail_handle:
 fail_list:
@@ -642,19 +750,28 @@ fail_list:
   return st;
 }
 
-static gca_status_t sim_stream_destroy(gca_stream_t stream) {
-  GCA_SIM_ENTER(stream_destroy, 0);
-  if (!stream)
-    return gca__error(GCA_ERR_INVALID_HANDLE,
-                      "stream_destroy: the legacy stream (NULL) cannot be destroyed");
+static gca_status_t sim_stream_create(int dev, unsigned flags, int priority, gca_stream_t *out) {
+  GCA_SIM_ENTER(stream_create, 0);
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_create: out is NULL");
+  GCA_CHECK(gca__sim_check_device("stream_create", dev));
+  if (flags & ~GCA_STREAM_NON_BLOCKING)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_create: unknown flags 0x%x", flags);
+  /* The driver clamps priorities to its range [-5, 0] (greatest = -5). */
+  priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
   sim_stream_t *s = NULL;
-  GCA_CHECK(stream_get("stream_destroy", stream, &s));
+  GCA_CHECK(stream_create_listed("stream_create", dev, flags, priority, &s));
+  *out = (gca_stream_t)(uintptr_t)s->handle;
+  return GCA_OK;
+}
+
+/* Unregisters s (handle h) and lets its worker drain and exit; takes the caller's reference. */
+static gca_status_t stream_retire(const char *op, sim_stream_t *s, gca_stream_t h) {
   if (!gca__sim_handle_remove(GCA__SIM_STREAM, s->handle)) {
     stream_unref(s);
-    return gca__error(GCA_ERR_INVALID_HANDLE, "stream_destroy: stream %p is not a live stream",
-                      (void *)stream);
+    return gca__error(GCA_ERR_INVALID_HANDLE, "%s: stream %p is not a live stream", op, (void *)h);
   }
-  gca__sim_capture_forget_stream(stream);
+  gca__sim_capture_forget_stream(h);
   pthread_mutex_lock(&s->mu);
   s->dying = true;
   pthread_cond_signal(&s->work_cv);
@@ -662,6 +779,59 @@ static gca_status_t sim_stream_destroy(gca_stream_t stream) {
   stream_unref(s); /* the registry's */
   stream_unref(s); /* ours */
   return GCA_OK;
+}
+
+/* Note [Special streams] (device.h): per thread and device, the stream behind
+ * GCA_STREAM_PER_THREAD, an ordinary blocking stream created on first use and
+ * retired when the thread exits (its queued work still runs). */
+static _Thread_local sim_stream_t *t_per_thread[GCA_SIM_MAX_DEVICES];
+static pthread_key_t per_thread_key;
+static pthread_once_t per_thread_once = PTHREAD_ONCE_INIT;
+
+static void per_thread_exit(void *unused) {
+  (void)unused;
+  for (int dev = 0; dev < GCA_SIM_MAX_DEVICES; dev++) {
+    sim_stream_t *s = t_per_thread[dev];
+    t_per_thread[dev] = NULL;
+    if (s) {
+      gca__sim_obj_ref(&s->obj); /* stream_retire takes a caller's reference */
+      (void)stream_retire("stream_destroy", s, (gca_stream_t)(uintptr_t)s->handle);
+    }
+  }
+}
+
+static void per_thread_key_init(void) {
+  (void)pthread_key_create(&per_thread_key, per_thread_exit);
+}
+
+gca_status_t gca__sim_stream_canon(const char *op, gca_stream_t *h) {
+  if (*h == GCA_STREAM_LEGACY) {
+    *h = NULL;
+    return GCA_OK;
+  }
+  if (*h != GCA_STREAM_PER_THREAD)
+    return GCA_OK;
+  int dev = t_current_dev;
+  if (!t_per_thread[dev]) {
+    pthread_once(&per_thread_once, per_thread_key_init);
+    sim_stream_t *s = NULL;
+    GCA_CHECK(stream_create_listed(op, dev, GCA_STREAM_DEFAULT, 0, &s));
+    t_per_thread[dev] = s;
+    (void)pthread_setspecific(per_thread_key, (void *)1);
+  }
+  *h = (gca_stream_t)(uintptr_t)t_per_thread[dev]->handle;
+  return GCA_OK;
+}
+
+static gca_status_t sim_stream_destroy(gca_stream_t stream) {
+  GCA_SIM_ENTER(stream_destroy, 0);
+  if (!stream || GCA_STREAM_IS_SPECIAL(stream))
+    return gca__error(GCA_ERR_INVALID_HANDLE,
+                      "stream_destroy: the %s stream (%p) cannot be destroyed",
+                      stream == GCA_STREAM_PER_THREAD ? "per-thread" : "legacy", (void *)stream);
+  sim_stream_t *s = NULL;
+  GCA_CHECK(stream_get("stream_destroy", stream, &s));
+  return stream_retire("stream_destroy", s, stream);
 }
 
 /* Waits for the work given to s so far; for the legacy stream also for the
@@ -685,12 +855,14 @@ static gca_status_t stream_drain(const char *op, sim_stream_t *s) {
 
 static gca_status_t sim_stream_synchronize(gca_stream_t stream) {
   GCA_SIM_ENTER(stream_synchronize, 0);
+  GCA_CHECK(gca__sim_stream_canon("stream_synchronize", &stream));
   sim_stream_t *s = NULL;
   gca_status_t st;
   GCA_CHECK(stream_get("stream_synchronize", stream, &s));
   GCA_CHECK_GOTO(gca__sim_capture_check_stream("stream_synchronize", stream, s->dev, s->legacy), st,
                  out);
-  st = stream_drain("stream_synchronize", s);
+  GCA_CHECK_GOTO(stream_drain("stream_synchronize", s), st, out);
+  st = stream_fault("stream_synchronize", s);
 out:
   stream_unref(s);
   return st;
@@ -715,12 +887,15 @@ static bool stream_idle(sim_stream_t *s) {
 
 static gca_status_t sim_stream_query(gca_stream_t stream) {
   GCA_SIM_ENTER(stream_query, 0);
+  GCA_CHECK(gca__sim_stream_canon("stream_query", &stream));
   sim_stream_t *s = NULL;
   gca_status_t st;
   GCA_CHECK(stream_get("stream_query", stream, &s));
   GCA_CHECK_GOTO(gca__sim_capture_check_stream("stream_query", stream, s->dev, s->legacy), st, out);
   if (!stream_idle(s))
     st = gca__error(GCA_ERR_NOT_READY, "stream_query: stream %p has pending work", (void *)stream);
+  else
+    st = stream_fault("stream_query", s);
 out:
   stream_unref(s);
   return st;
@@ -745,6 +920,7 @@ static gca_status_t sim_stream_get_device(gca_stream_t stream, int *dev) {
   GCA_SIM_ENTER(stream_get_device, 0);
   if (!dev)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_get_device: dev is NULL");
+  GCA_CHECK(gca__sim_stream_canon("stream_get_device", &stream));
   sim_stream_t *s = NULL;
   GCA_CHECK(stream_get("stream_get_device", stream, &s));
   *dev = s->dev;
@@ -752,12 +928,31 @@ static gca_status_t sim_stream_get_device(gca_stream_t stream, int *dev) {
   return GCA_OK;
 }
 
+/* The first fault kept by a live stream of dev (Note [Sim memory faults]). */
+static gca_status_t device_fault(int dev) {
+  struct sim_dev_streams *d = &devs[dev];
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&d->mu);
+  for (size_t i = 0; i <= d->n && st == GCA_OK; i++) {
+    sim_stream_t *s = i < d->n ? d->v[i] : d->legacy;
+    if (!s)
+      continue;
+    pthread_mutex_lock(&s->mu);
+    bool live = !s->dying; /* a destroyed stream's fault went with it */
+    pthread_mutex_unlock(&s->mu);
+    if (live)
+      st = stream_fault("ctx_synchronize", s);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return st;
+}
+
 static gca_status_t sim_ctx_synchronize(int dev) {
   GCA_SIM_ENTER(ctx_synchronize, 0);
   GCA_CHECK(gca__sim_check_device("ctx_synchronize", dev));
   GCA_CHECK(gca__sim_capture_check_device("ctx_synchronize", dev));
   gca__sim_device_drain(dev);
-  return GCA_OK;
+  return device_fault(dev);
 }
 
 void gca__sim_device_drain(int dev) {
@@ -863,6 +1058,7 @@ static gca_status_t sim_event_destroy(gca_event_t event) {
 
 static gca_status_t sim_event_record(gca_event_t event, gca_stream_t stream) {
   GCA_SIM_ENTER(event_record, 0);
+  GCA_CHECK(gca__sim_stream_canon("event_record", &stream));
   sim_event_t *e = NULL;
   sim_stream_t *s = NULL;
   gca_status_t st;
@@ -904,6 +1100,8 @@ static gca_status_t sim_event_query(gca_event_t event) {
   if (m && !marker_done(m))
     st = gca__error(GCA_ERR_NOT_READY, "event_query: the work recorded in event %p is pending",
                     (void *)event);
+  else if (m)
+    st = stream_fault("event_query", m->stream);
   gca__sim_marker_unref(m);
 out:
   gca__sim_obj_unref(&e->obj);
@@ -917,8 +1115,10 @@ static gca_status_t sim_event_synchronize(gca_event_t event) {
   GCA_CHECK(event_get("event_synchronize", event, &e));
   GCA_CHECK_GOTO(gca__sim_capture_check_event("event_synchronize", event), st, out);
   gca__sim_marker_t *m = event_marker(e);
-  if (m)
+  if (m) {
     stream_wait_seq(m->stream, m->seq);
+    st = stream_fault("event_synchronize", m->stream);
+  }
   gca__sim_marker_unref(m);
 out:
   gca__sim_obj_unref(&e->obj);
@@ -957,6 +1157,7 @@ fail_b:
 
 static gca_status_t sim_stream_wait_event(gca_stream_t stream, gca_event_t event) {
   GCA_SIM_ENTER(stream_wait_event, 0);
+  GCA_CHECK(gca__sim_stream_canon("stream_wait_event", &stream));
   sim_stream_t *s = NULL;
   sim_event_t *e = NULL;
   gca_status_t st;
@@ -988,6 +1189,14 @@ static gca_status_t sim_launch_host_func(gca_stream_t stream, gca_host_fn_t fn, 
   return gca__sim_stream_submit("launch_host_func", stream, &w, NULL);
 }
 
+/* Note [Sim copies]: as cuMemcpyAsync ("API synchronization behavior" in the
+ * driver's documentation): each side must be mapped device memory or host
+ * memory, else GCA_ERR_INVALID_ARGUMENT at the call (CUDA_ERROR_INVALID_VALUE)
+ * and nothing is queued. The sim has no page-locked host memory, so all host
+ * memory is pageable: a host-to-device copy reads its source at the call
+ * (staged), and a host-to-host copy is synchronous with respect to the host
+ * (it returns once done, after the stream's earlier work). Device-to-host and
+ * device-to-device copies are stream-ordered and asynchronous. */
 static gca_status_t sim_memcpy_async(gca_devptr_t dst, gca_devptr_t src, size_t bytes,
                                      gca_stream_t stream) {
   GCA_SIM_ENTER(memcpy_async, 0);
@@ -995,8 +1204,28 @@ static gca_status_t sim_memcpy_async(gca_devptr_t dst, gca_devptr_t src, size_t 
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
                       "memcpy_async: NULL %s pointer for a copy of %zu bytes",
                       !dst ? "destination" : "source", bytes);
+  bool dst_dev = gca__sim_is_device_mem(dst, bytes), src_dev = gca__sim_is_device_mem(src, bytes);
+  bool dst_host = !dst_dev && gca__sim_is_host_mem(dst, bytes);
+  bool src_host = !src_dev && gca__sim_is_host_mem(src, bytes);
+  if ((!dst_dev && !dst_host) || (!src_dev && !src_host)) {
+    bool bad_dst = !dst_dev && !dst_host;
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "memcpy_async: %s [0x%llx, +%zu) is neither mapped device memory nor host "
+                      "memory (CUDA_ERROR_INVALID_VALUE)",
+                      bad_dst ? "destination" : "source", (unsigned long long)(bad_dst ? dst : src),
+                      bytes);
+  }
   gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMCPY, .dst = dst, .a = src, .count = bytes};
-  return gca__sim_stream_submit("memcpy_async", stream, &w, NULL);
+  return submit("memcpy_async", stream, &w, NULL, src_host && dst_dev, src_host && dst_host);
+}
+
+/* A memset's target must be mapped device memory (CUDA_ERROR_INVALID_VALUE otherwise). */
+static gca_status_t memset_target(const char *op, gca_devptr_t dst, size_t bytes) {
+  if (gca__sim_is_device_mem(dst, bytes))
+    return GCA_OK;
+  return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                    "%s: [0x%llx, +%zu) is not mapped device memory (CUDA_ERROR_INVALID_VALUE)", op,
+                    (unsigned long long)dst, bytes);
 }
 
 static gca_status_t sim_memset_d8_async(gca_devptr_t dst, uint8_t value, size_t count,
@@ -1004,6 +1233,7 @@ static gca_status_t sim_memset_d8_async(gca_devptr_t dst, uint8_t value, size_t 
   GCA_SIM_ENTER(memset_d8_async, 0);
   if (count > 0 && !dst)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "memset_d8_async: dst is NULL (count %zu)", count);
+  GCA_CHECK(memset_target("memset_d8_async", dst, count));
   gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMSET8, .dst = dst, .value = value, .count = count};
   return gca__sim_stream_submit("memset_d8_async", stream, &w, NULL);
 }
@@ -1015,6 +1245,9 @@ static gca_status_t sim_memset_d32_async(gca_devptr_t dst, uint32_t value, size_
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
                       "memset_d32_async: dst 0x%llx is not a 4-byte aligned device pointer",
                       (unsigned long long)dst);
+  if (count > SIZE_MAX / 4)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "memset_d32_async: count %zu is too large", count);
+  GCA_CHECK(memset_target("memset_d32_async", dst, count * 4));
   gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMSET32, .dst = dst, .value = value, .count = count};
   return gca__sim_stream_submit("memset_d32_async", stream, &w, NULL);
 }

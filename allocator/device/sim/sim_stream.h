@@ -62,7 +62,22 @@ typedef struct gca__sim_work {
   void *user_data;
   gca__sim_image_t *graph;
   uint64_t offset; /* philox: added to *(u64 *)b; a is the seed's pointer */
+  void *staged; /* memcpy from pageable host memory: the bytes read at the call (owned) */
 } gca__sim_work_t;
+
+/* Note [Sim memory faults]: work that touches memory that is not mapped
+ * device memory (or, for a copy's host side, host memory) is not run; on a GPU
+ * it faults the context. The first such fault of a stream is kept and every
+ * later synchronize or query of the stream (or of an event recorded after it)
+ * reports it, as the driver's sticky CUDA_ERROR_ILLEGAL_ADDRESS would, instead
+ * of the worker crashing the process. Copies and memsets are checked at the
+ * call already (GCA_ERR_INVALID_ARGUMENT); the run-time check catches what
+ * changed since (memory unmapped before a replay, a kernel's bad pointer). */
+typedef struct gca__sim_fault {
+  const char *what; /* NULL: no fault */
+  gca_devptr_t addr;
+  size_t len;
+} gca__sim_fault_t;
 
 /* ---- sim_stream.c ---- */
 
@@ -75,10 +90,22 @@ bool gca__sim_handle_remove(gca__sim_kind_t kind, uint64_t h);
 void gca__sim_obj_ref(gca__sim_obj_t *obj);
 void gca__sim_obj_unref(gca__sim_obj_t *obj);
 
-/* Runs one unit of work on the calling thread. */
-void gca__sim_work_run(const gca__sim_work_t *w);
+/* Runs one unit of work on the calling thread; work that would touch bad
+ * memory is skipped and the first such fault kept in *fault. */
+void gca__sim_work_run(const gca__sim_work_t *w, gca__sim_fault_t *fault);
+/* Whether [p, p+len) is mapped device memory / host memory (not device address
+ * space, and mapped in the process). */
+bool gca__sim_is_device_mem(gca_devptr_t p, size_t len);
+bool gca__sim_is_host_mem(gca_devptr_t p, size_t len);
 void gca__sim_work_hold(const gca__sim_work_t *w);
 void gca__sim_work_release(gca__sim_work_t *w);
+
+/* Note [Special streams] (device.h): replaces GCA_STREAM_LEGACY by NULL and
+ * GCA_STREAM_PER_THREAD by the handle of the calling thread's per-thread
+ * stream of its current device (created on first use); other handles stay.
+ * Every op that takes a stream calls it first, so captures and launch order
+ * see one handle per stream. */
+gca_status_t gca__sim_stream_canon(const char *op, gca_stream_t *h);
 
 /* Device, blocking-ness and legacy-ness of a stream (NULL: the legacy stream of
  * the calling thread's current device). GCA_ERR_INVALID_HANDLE naming `op` when
@@ -99,8 +126,9 @@ void gca__sim_marker_unref(gca__sim_marker_t *m);
 
 /* ---- sim_graph.c ---- */
 
-/* Runs an image's nodes in dependency order on the calling thread. */
-void gca__sim_image_run(const gca__sim_image_t *img);
+/* Runs an image's nodes, each once its dependencies are done, independent
+ * branches concurrently (Note [Concurrent replay]); returns when all are done. */
+void gca__sim_image_run(const gca__sim_image_t *img, gca__sim_fault_t *fault);
 void gca__sim_image_ref(gca__sim_image_t *img);
 void gca__sim_image_unref(gca__sim_image_t *img);
 
