@@ -49,7 +49,8 @@ extern "C" {
   X(ERR_IO, 18, "input/output error")                                                  \
   X(ERR_PARSE, 19, "malformed input")                                                  \
   X(ERR_NOT_FOUND, 20, "not found")                                                    \
-  X(ERR_INTERNAL, 21, "internal error")
+  X(ERR_INTERNAL, 21, "internal error")                                                \
+  X(ERR_ILLEGAL_ADDRESS, 23, "device work touches memory its device cannot access")
 
 typedef enum gca_status {
 #define GCA__STATUS_ENUM(name, value, desc) GCA_##name = value,
