@@ -248,12 +248,12 @@ static const symbol_t symbols[] = {
     SYM(DeviceGetAttribute, "cuDeviceGetAttribute", 2000, true),
     SYM(DeviceGetName, "cuDeviceGetName", 2000, true),
     SYM(DeviceCanAccessPeer, "cuDeviceCanAccessPeer", 4000, true),
+    SYM(CtxEnablePeerAccess, "cuCtxEnablePeerAccess", 4000, true),
     SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, true),
     SYM(CtxGetCurrent, "cuCtxGetCurrent", 4000, true),
     SYM(CtxSetCurrent, "cuCtxSetCurrent", 4000, true),
     SYM(CtxGetDevice, "cuCtxGetDevice", 2000, true),
     SYM(CtxSynchronize, "cuCtxSynchronize", 2000, true), /* the current context's form */
-    SYM(CtxEnablePeerAccess, "cuCtxEnablePeerAccess", 4000, true),
     SYM(MemGetInfo, "cuMemGetInfo", 3020, true),         /* _v2: size_t */
     SYM(MemAlloc, "cuMemAlloc", 3020, true),             /* _v2: 64-bit CUdeviceptr */
     SYM(MemFree, "cuMemFree", 3020, true),

@@ -115,13 +115,14 @@ typedef struct vec {
 
 static struct {
   pthread_mutex_t lock;
-  uint64_t peers[GCA_SIM_MAX_DEVICES]; /* bit p of peers[d]: d enabled access to p's memory */
-  vec_t handles;                       /* handle_ent_t by id */
+  vec_t handles; /* handle_ent_t by id */
   vec_t resvs;   /* resv_t by base */
   vec_t pieces;  /* piece_t by base */
   phys_t *all;
   uint64_t next_handle;
   uint64_t next_map_id;
+  /* bit p of peers[d]: d enabled access to p's memory (Note [Sim access rights]) */
+  uint64_t peers[GCA_SIM_MAX_DEVICES];
 } mem = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .handles = {.esz = sizeof(handle_ent_t)},
