@@ -661,8 +661,12 @@ GCA_API gca_status_t gca_enable_peer_access(int device, int peer) {
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
                       "enable_peer_access: device %d is not a peer of itself", device);
   GCA_CHECK(devalloc_get("enable_peer_access", device, &d));
+  /* classic memory: peer's context gets device's (cudaDeviceEnablePeerAccess) */
+  gca_status_t st = d->ops->ctx_enable_peer_access(peer, device);
+  if (st != GCA_OK && st != GCA_ERR_INVALID_STATE) /* INVALID_STATE: already enabled */
+    return gca__error_prefix(st, "enable_peer_access: device %d to device %d", peer, device);
   gca__dev_lock(d);
-  gca_status_t st = gca__expand_add_peer(d, peer);
+  st = gca__expand_add_peer(d, peer);
   gca__mutex_unlock(&d->lock);
   return st;
 }

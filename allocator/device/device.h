@@ -24,6 +24,9 @@
  *   CUDA_ERROR_NOT_PERMITTED               -> GCA_ERR_NOT_PERMITTED (e.g. a device call
  *                                             from a host function, Note [Host functions])
  *   CUDA_ERROR_NO_DEVICE / NOT_INITIALIZED -> GCA_ERR_NO_DEVICE
+ *   CUDA_ERROR_ILLEGAL_ADDRESS             -> GCA_ERR_ILLEGAL_ADDRESS
+ *   CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED -> GCA_ERR_INVALID_STATE
+ *   CUDA_ERROR_PEER_ACCESS_UNSUPPORTED     -> GCA_ERR_NOT_SUPPORTED
  *   anything else                       -> GCA_ERR_DRIVER (driver's error name in the detail)
  */
 #ifndef GCA_DEVICE_INTERNAL_H
@@ -91,7 +94,8 @@
   X(ctx_set_device)               \
   X(ctx_get_device)               \
   X(stream_get_device)            \
-  X(kernel_philox_u32)
+  X(kernel_philox_u32)            \
+  X(ctx_enable_peer_access)
 
 typedef enum gca_dev_op {
 #define GCA__OP_ENUM(name) GCA_OP_##name,
@@ -272,6 +276,15 @@ typedef struct gca_device_ops {
   gca_status_t (*kernel_philox_u32)(gca_devptr_t dst, size_t count, gca_devptr_t seed_ptr,
                                     gca_devptr_t offset_ptr, uint64_t offset_add,
                                     gca_stream_t stream);
+
+  /* cuCtxEnablePeerAccess from dev's primary context to peer's: kernels and
+   * memsets on dev's streams may then touch peer's classic (mem_alloc) memory
+   * (copies may without it: the driver stages them through the host). One way;
+   * VMM memory is granted per range by mem_set_access instead.
+   * GCA_ERR_INVALID_STATE when already enabled, GCA_ERR_INVALID_ARGUMENT when
+   * dev == peer (CUDA_ERROR_INVALID_CONTEXT), GCA_ERR_NOT_SUPPORTED when
+   * device_can_access_peer(dev, peer) says no. */
+  gca_status_t (*ctx_enable_peer_access)(int dev, int peer);
 } gca_device_ops_t;
 
 /* ---- device.c ---- */

@@ -45,8 +45,10 @@ GCA_API gca_status_t gca_empty_cache(void);
 GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction);
 /* Caps the device's reserved memory at `bytes` (0 removes the cap). */
 GCA_API gca_status_t gca_set_memory_limit(int device, uint64_t bytes);
-/* Gives device `peer` read-write access to `device`'s expandable segments:
- * every range mapped now and every one mapped later (expandable_segments).
+/* Gives device `peer` read-write access to `device`'s memory: its classic
+ * allocations (peer access from peer's context, already enabled counting as
+ * done) and its expandable segments, every range mapped now and every one
+ * mapped later (expandable_segments).
  * GCA_ERR_NOT_SUPPORTED when the driver says peer cannot access device. */
 GCA_API gca_status_t gca_enable_peer_access(int device, int peer);
 

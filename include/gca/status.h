@@ -50,7 +50,8 @@ extern "C" {
   X(ERR_PARSE, 19, "malformed input")                                                  \
   X(ERR_NOT_FOUND, 20, "not found")                                                    \
   X(ERR_INTERNAL, 21, "internal error")                                                \
-  X(ERR_NOT_PERMITTED, 22, "operation not permitted from this context")
+  X(ERR_NOT_PERMITTED, 22, "operation not permitted from this context")                \
+  X(ERR_ILLEGAL_ADDRESS, 23, "device work touches memory its device cannot access")
 
 typedef enum gca_status {
 #define GCA__STATUS_ENUM(name, value, desc) GCA_##name = value,

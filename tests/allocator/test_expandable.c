@@ -538,9 +538,65 @@ static void peer_access_fault_leaves_the_peer_off(void **state) {
   expect_all_returned();
 }
 
+/* Classic segments (cudaMalloc'd) are reached by a peer once
+ * gca_enable_peer_access has enabled peer access between the contexts, as
+ * PyTorch's cudaDeviceEnablePeerAccess does. Runs first: peer access, once
+ * enabled, stays enabled for the process. */
+static void peer_access_reaches_classic_segments(void **state) {
+  (void)state;
+  const gca_device_ops_t *ops = gca__sim_ops();
+  assert_ok(gca_set_config("expandable_segments:False"));
+  char *a = alloc_on(4 * MiB, NULL);
+  gca_devptr_t p = (gca_devptr_t)(uintptr_t)a;
+  gca_stream_t s1;
+  assert_ok(ops->stream_create(1, GCA_STREAM_NON_BLOCKING, 0, &s1));
+  assert_status(ops->kernel_fill_u32(p, 1, 1, 16, s1), GCA_ERR_ILLEGAL_ADDRESS,
+                "device 1 has not enabled peer access to device 0");
+  assert_ok(gca_enable_peer_access(0, 1));
+  assert_ok(ops->kernel_fill_u32(p, 1, 1, 16, s1));
+  assert_ok(ops->stream_synchronize(s1));
+  assert_int_equal(((uint32_t *)a)[5], 6);
+  assert_ok(gca_enable_peer_access(0, 1)); /* the driver's "already enabled" is no error */
+  assert_ok(ops->stream_destroy(s1));
+  check();
+  free_ok(a);
+  expect_all_returned();
+}
+
+/* An injected failure of the peer-access op comes back through
+ * gca_enable_peer_access naming both devices, grants nothing (device 1's
+ * kernels still cannot reach device 0's segment) and leaves the allocator
+ * valid; enabling again then gives device 1 access. */
+static void peer_access_op_fault_surfaces_and_grants_nothing(void **state) {
+  (void)state;
+  const gca_device_ops_t *ops = gca__sim_ops();
+  char *a = alloc_on(10 * MiB, NULL);
+  gca_devptr_t p = (gca_devptr_t)(uintptr_t)a;
+  gca_stream_t s1;
+  assert_ok(ops->stream_create(1, GCA_STREAM_NON_BLOCKING, 0, &s1));
+  assert_ok(gca_sim_fault_set("ctx_enable_peer_access:nth=1"));
+  assert_status(gca_enable_peer_access(0, 1), GCA_ERR_DRIVER,
+                "enable_peer_access: device 1 to device 0: ctx_enable_peer_access: injected fault");
+  gca_sim_fault_clear();
+  check();
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  assert_int_equal(d->npeers, 0);
+  assert_status(ops->kernel_fill_u32(p, 1, 1, 16, s1), GCA_ERR_ILLEGAL_ADDRESS,
+                "device 1 cannot access");
+  assert_ok(gca_enable_peer_access(0, 1));
+  assert_int_equal(d->npeers, 1);
+  assert_ok(ops->kernel_fill_u32(p, 1, 1, 16, s1));
+  assert_ok(ops->stream_synchronize(s1));
+  assert_int_equal(((uint32_t *)a)[3], 4);
+  assert_ok(ops->stream_destroy(s1));
+  free_ok(a);
+  expect_all_returned();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, exp_setup, exp_teardown)
+      T(peer_access_reaches_classic_segments),
       T(growth_is_one_create_map_and_set_access),
       T(small_requests_grow_the_small_pool_by_two_mib),
       T(free_tail_block_plus_unmapped_space_is_one_fit),
@@ -561,6 +617,7 @@ int main(void) {
       T(granularity_below_512_bytes_is_refused_by_both_segment_kinds),
       T(peer_access_covers_existing_vmm_backed_classic_segments),
       T(peer_access_fault_leaves_the_peer_off),
+      T(peer_access_op_fault_surfaces_and_grants_nothing),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

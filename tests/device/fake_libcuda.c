@@ -17,6 +17,8 @@
  *                                  (reported, but cuMemCreate refuses them
  *                                  with CUDA_ERROR_NOT_PERMITTED, as without
  *                                  an IMEX channel); default off
+ *   FAKE_CUDA_PEERLESS=<dev>       a device that cannot access any peer nor
+ *                                  be accessed by one (cuDeviceCanAccessPeer)
  * and inspected through the fake_cuda_* functions at the bottom.
  */
 #include <cuda.h>
@@ -37,6 +39,8 @@ static int init_result, driver_version = 12080, ndev = 2;
 static char missing[128];
 enum { FABRIC_OFF, FABRIC_ON, FABRIC_DENIED };
 static int fabric_mode;
+static int peerless = -1;
+static uint64_t peer_on[64]; /* bit p of peer_on[d]: d's context enabled access to p's */
 static int initialized;
 static __thread CUcontext current;
 
@@ -65,6 +69,8 @@ static void setup(void) {
     strncpy(missing, v, sizeof(missing) - 1);
   if ((v = getenv("FAKE_CUDA_FABRIC")))
     fabric_mode = strcmp(v, "on") == 0 ? FABRIC_ON : strcmp(v, "denied") == 0 ? FABRIC_DENIED : 0;
+  if ((v = getenv("FAKE_CUDA_PEERLESS")))
+    peerless = atoi(v);
 }
 
 static CUcontext primary(int dev) {
@@ -113,6 +119,12 @@ static CUresult f_error_name(CUresult r, const char **s) {
   case CUDA_ERROR_LAUNCH_FAILED:
     *s = "CUDA_ERROR_LAUNCH_FAILED";
     return CUDA_SUCCESS;
+  case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+    *s = "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED:
+    *s = "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED";
+    return CUDA_SUCCESS;
   default:
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -151,7 +163,7 @@ static CUresult f_device_name(char *name, int len, CUdevice d) {
   return CUDA_SUCCESS;
 }
 static CUresult f_can_access_peer(int *can, CUdevice a, CUdevice b) {
-  *can = a != b;
+  *can = a != b && a - 100 != peerless && b - 100 != peerless;
   return CUDA_SUCCESS;
 }
 static CUresult f_primary_retain(CUcontext *c, CUdevice d) {
@@ -177,6 +189,23 @@ static CUresult f_ctx_get_device(CUdevice *d) {
 }
 static CUresult f_ctx_sync(void) {
   NEED_CTX();
+  return CUDA_SUCCESS;
+}
+/* As the driver: errors checked in the order its documentation lists them. */
+static CUresult f_ctx_enable_peer(CUcontext peer, unsigned flags) {
+  NEED_CTX();
+  int d = ctx_device(current), p = ctx_device(peer);
+  if (peer == current || p < 0 || p >= ndev)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (flags != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  int can = 0;
+  f_can_access_peer(&can, 100 + d, 100 + p);
+  if (!can)
+    return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+  if ((peer_on[d] >> p) & 1u)
+    return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  peer_on[d] |= (uint64_t)1 << p;
   return CUDA_SUCCESS;
 }
 static CUresult f_mem_get_info(size_t *f, size_t *t) {
@@ -510,6 +539,7 @@ static const entry_t entries[] = {
     E("cuCtxSetCurrent", 4000, f_ctx_set_current),
     E("cuCtxGetDevice", 2000, f_ctx_get_device),
     E("cuCtxSynchronize", 2000, f_ctx_sync),
+    E("cuCtxEnablePeerAccess", 4000, f_ctx_enable_peer),
     E("cuMemGetInfo", 3020, f_mem_get_info),
     E("cuMemAlloc", 3020, f_mem_alloc),
     E("cuMemFree", 3020, f_mem_free),
@@ -607,6 +637,7 @@ EXPORT int fake_cuda_fabric_imports(void);
 EXPORT int fake_cuda_fabric_refusals(void);
 EXPORT uint64_t fake_cuda_last_fabric_import(void);
 EXPORT const char *fake_cuda_last_kernel(unsigned *grid, unsigned *block, uint64_t args[4]);
+EXPORT int fake_cuda_peer_enabled(int dev, int peer);
 
 EXPORT int fake_cuda_max_version_asked(void) {
   return max_version_asked;
@@ -653,4 +684,8 @@ EXPORT const char *fake_cuda_last_kernel(unsigned *grid, unsigned *block, uint64
   *block = last_block;
   memcpy(args, last_args, sizeof(last_args));
   return last_kernel;
+}
+/* 1 when dev's context has enabled peer access to peer's, else 0. */
+EXPORT int fake_cuda_peer_enabled(int dev, int peer) {
+  return dev >= 0 && dev < 64 && peer >= 0 && peer < 64 ? (int)((peer_on[dev] >> peer) & 1u) : 0;
 }

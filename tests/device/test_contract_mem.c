@@ -2,7 +2,8 @@
  * against the ops and run on sim and on cuda: VMM reserve/create/map/access/
  * unmap/release round trips, aliasing of mappings of one handle, faults on
  * unmapped or inaccessible addresses, capacity exhaustion, large sparse
- * devices, classic allocations, and fd export/import.
+ * devices, classic allocations, fd export/import, and per-device access
+ * rights (mem_set_access grants, peer access to classic memory; two devices).
  *
  * Host access to device memory goes through dev_write/dev_read: a plain load
  * or store on sim (device memory is host memory there), a copy through the
@@ -565,6 +566,171 @@ static void device_reports_vmm_and_granularity(void **state) {
   }
 }
 
+/* ---- per-device access rights (two devices) ---- */
+
+/* Skips unless there are two devices and device 1 may access device 0's memory. */
+static void need_two_peers(void) {
+  int n = 0, can = 0;
+  assert_ok(ops->device_count(&n));
+  if (n >= 2)
+    assert_ok(ops->device_can_access_peer(1, 0, &can));
+  if (n < 2 || !can) {
+    printf("SKIP: needs two devices, the second able to access the first (found %d)\n", n);
+    skip();
+  }
+}
+
+/* The detail an access failure of `op` by `dev` at `at` in [ptr, ptr+len) starts with. */
+static const char *denied(char *buf, size_t len, const char *op, int dev, gca_devptr_t at,
+                          gca_devptr_t ptr, size_t n) {
+  snprintf(buf, len, "%s: device %d cannot access 0x%llx in [0x%llx, 0x%llx)", op, dev,
+           (unsigned long long)at, (unsigned long long)ptr, (unsigned long long)(ptr + n));
+  return buf;
+}
+
+/* A VMM range mapped on device 0 and granted to device 0 only: device 1's
+ * copies and kernels that touch it fail at the call (sim; a GPU faults while
+ * running them) and nothing is queued; once mem_set_access grants device 1
+ * they work. A copy is checked over every byte it touches. */
+static void vmm_range_is_reachable_only_by_devices_granted_access(void **state) {
+  (void)state;
+  need_two_peers();
+  gca_devptr_t base;
+  gca_memhandle_t h;
+  gca_stream_t s1;
+  int dev0 = 0, dev1 = 1;
+  char want[160];
+  uint32_t host[16] = {0};
+  gca_devptr_t hp = (gca_devptr_t)(uintptr_t)host;
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
+  assert_ok(ops->mem_create(0, 2 * gran, &h));
+  assert_ok(ops->mem_map(base, 2 * gran, 0, h));
+  assert_ok(ops->mem_set_access(base, 2 * gran, &dev0, 1));
+  dev_write(base + gran, 0xacce55);
+  assert_ok(ops->stream_create(1, GCA_STREAM_NON_BLOCKING, 0, &s1));
+  if (is_sim) {
+    assert_status(ops->memcpy_async(hp, base + gran, 64, s1), GCA_ERR_ILLEGAL_ADDRESS,
+                  denied(want, sizeof(want), "memcpy_async", 1, base + gran, base + gran, 64));
+    assert_status(ops->memcpy_async(hp, base + gran, 64, s1), GCA_ERR_ILLEGAL_ADDRESS,
+                  "grants access to devices {0}");
+    assert_status(ops->kernel_fill_u32(base, 1, 1, 16, s1), GCA_ERR_ILLEGAL_ADDRESS,
+                  denied(want, sizeof(want), "kernel_fill_u32", 1, base, base, 64));
+    assert_ok(ops->stream_query(s1)); /* nothing was queued */
+    /* device 1 granted the first granule only: a copy across the boundary fails at it */
+    assert_ok(ops->mem_set_access(base, gran, &dev1, 1));
+    assert_status(ops->memcpy_async(hp, base + gran - 32, 64, s1), GCA_ERR_ILLEGAL_ADDRESS,
+                  denied(want, sizeof(want), "memcpy_async", 1, base + gran, base + gran - 32, 64));
+  }
+  assert_ok(ops->mem_set_access(base, 2 * gran, &dev1, 1));
+  assert_ok(ops->memcpy_async(hp, base + gran, 64, s1));
+  assert_ok(ops->stream_synchronize(s1));
+  assert_int_equal(host[0], 0xacce55);
+  assert_ok(ops->kernel_fill_u32(base, 5, 1, 16, s1));
+  assert_ok(ops->stream_synchronize(s1));
+  assert_int_equal(dev_read(base + 8), 7);
+  assert_ok(ops->stream_destroy(s1));
+  assert_ok(ops->mem_unmap(base, 2 * gran));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, base, 2 * gran));
+  assert_int_equal(used(), 0);
+}
+
+/* Device 1's kernels and memsets cannot touch device 0's mem_alloc memory
+ * until device 1 enables peer access to device 0 (cuCtxEnablePeerAccess);
+ * copies can (the driver stages them through the host), and the access is one
+ * way. Must run before anything enables peer access between devices 0 and 1. */
+static void classic_memory_of_another_device_needs_peer_access(void **state) {
+  (void)state;
+  need_two_peers();
+  gca_devptr_t a, b;
+  gca_stream_t s0, s1;
+  char want[160];
+  assert_ok(ops->mem_alloc(0, 4096, &a));
+  assert_ok(ops->mem_alloc(1, 4096, &b));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s0));
+  assert_ok(ops->stream_create(1, GCA_STREAM_NON_BLOCKING, 0, &s1));
+  assert_ok(ops->kernel_fill_u32(a, 10, 1, 16, s0));
+  assert_ok(ops->stream_synchronize(s0));
+  if (is_sim) {
+    assert_status(ops->kernel_add_u32(b, a, a, 16, s1), GCA_ERR_ILLEGAL_ADDRESS,
+                  denied(want, sizeof(want), "kernel_add_u32", 1, a, a, 64));
+    assert_status(ops->kernel_add_u32(b, a, a, 16, s1), GCA_ERR_ILLEGAL_ADDRESS,
+                  "device 1 has not enabled peer access to device 0");
+    assert_status(ops->memset_d8_async(a, 0, 64, s1), GCA_ERR_ILLEGAL_ADDRESS,
+                  denied(want, sizeof(want), "memset_d8_async", 1, a, a, 64));
+    assert_ok(ops->stream_query(s1)); /* nothing was queued */
+    assert_ok(ops->memcpy_async(b, a, 64, s1));
+    assert_ok(ops->stream_synchronize(s1));
+    assert_int_equal(dev_read(b + 4), 11);
+  }
+  assert_ok(ops->ctx_enable_peer_access(1, 0));
+  assert_ok(ops->kernel_add_u32(b, a, a, 16, s1));
+  assert_ok(ops->stream_synchronize(s1));
+  assert_int_equal(dev_read(b + 12), 26);
+  if (is_sim) /* one way: device 0 still cannot reach device 1's memory */
+    assert_status(ops->kernel_fill_u32(b, 0, 0, 16, s0), GCA_ERR_ILLEGAL_ADDRESS,
+                  denied(want, sizeof(want), "kernel_fill_u32", 0, b, b, 64));
+  assert_ok(ops->stream_destroy(s0));
+  assert_ok(ops->stream_destroy(s1));
+  assert_ok(ops->mem_free(0, a));
+  assert_ok(ops->mem_free(1, b));
+  assert_int_equal(used(), 0);
+}
+
+static void enabling_peer_access_twice_is_already_enabled(void **state) {
+  (void)state;
+  need_two_peers();
+  gca_status_t st = ops->ctx_enable_peer_access(0, 1);
+  assert_true(st == GCA_OK || st == GCA_ERR_INVALID_STATE);
+  assert_status(ops->ctx_enable_peer_access(0, 1), GCA_ERR_INVALID_STATE,
+                "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED");
+  assert_status(ops->ctx_enable_peer_access(1, 1), GCA_ERR_INVALID_ARGUMENT,
+                "device 1 cannot be its own peer");
+  assert_status(ops->ctx_enable_peer_access(0, 64), GCA_ERR_INVALID_ARGUMENT,
+                "ctx_enable_peer_access");
+}
+
+/* Grants belong to a mapping: after unmap and map again, no device (not even
+ * the memory's own) may touch the range until mem_set_access grants it. */
+static void unmap_clears_access_grants(void **state) {
+  (void)state;
+  need_two_peers();
+  if (!is_sim)
+    skip(); /* the negative half would fault a GPU */
+  gca_devptr_t base;
+  gca_memhandle_t h;
+  gca_stream_t s0, s1;
+  int both[2] = {0, 1}, dev0 = 0;
+  uint32_t host[4] = {0};
+  gca_devptr_t hp = (gca_devptr_t)(uintptr_t)host;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s0));
+  assert_ok(ops->stream_create(1, GCA_STREAM_NON_BLOCKING, 0, &s1));
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
+  assert_ok(ops->mem_create(0, 2 * gran, &h));
+  assert_ok(ops->mem_map(base, 2 * gran, 0, h));
+  assert_ok(ops->mem_set_access(base, 2 * gran, both, 2));
+  assert_ok(ops->memcpy_async(hp, base, 16, s1));
+  assert_ok(ops->stream_synchronize(s1));
+  assert_ok(ops->mem_unmap(base, 2 * gran));
+  assert_ok(ops->mem_map(base, 2 * gran, 0, h));
+  /* granted to no device, the range is not usable device memory at all */
+  assert_status(ops->memcpy_async(hp, base, 16, s1), GCA_ERR_INVALID_ARGUMENT,
+                "neither mapped device memory nor host memory");
+  assert_status(ops->memcpy_async(hp, base, 16, s0), GCA_ERR_INVALID_ARGUMENT,
+                "neither mapped device memory nor host memory");
+  assert_ok(ops->mem_set_access(base, 2 * gran, &dev0, 1));
+  assert_ok(ops->memcpy_async(hp, base, 16, s0));
+  assert_ok(ops->stream_synchronize(s0));
+  assert_status(ops->memset_d32_async(base, 1, 4, s1), GCA_ERR_ILLEGAL_ADDRESS,
+                "grants access to devices {0}");
+  assert_ok(ops->stream_destroy(s0));
+  assert_ok(ops->stream_destroy(s1));
+  assert_ok(ops->mem_unmap(base, 2 * gran));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, base, 2 * gran));
+  assert_int_equal(used(), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vmm_round_trip_returns_used_bytes_to_zero),
@@ -582,6 +748,10 @@ int main(void) {
       cmocka_unit_test(exported_fd_imports_as_the_same_memory),
       cmocka_unit_test(concurrent_vmm_traffic_keeps_counts_and_bytes_exact),
       cmocka_unit_test(device_reports_vmm_and_granularity),
+      cmocka_unit_test(vmm_range_is_reachable_only_by_devices_granted_access),
+      cmocka_unit_test(classic_memory_of_another_device_needs_peer_access),
+      cmocka_unit_test(enabling_peer_access_twice_is_already_enabled),
+      cmocka_unit_test(unmap_clears_access_grants),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

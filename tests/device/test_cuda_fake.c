@@ -3,8 +3,8 @@
  * ABI versions and the version guard, init's failure messages, optional entry
  * points, CUresult -> status mapping with the driver's names, per-thread
  * contexts and current devices, kernel argument marshalling, graph-update
- * reporting and fabric handles (requested at mem_create, exported and
- * imported as 64 bytes).
+ * reporting, fabric handles (requested at mem_create, exported and
+ * imported as 64 bytes) and peer access (cuCtxEnablePeerAccess).
  *
  * The backend initializes once per process, so each case runs in a forked
  * child with its own FAKE_CUDA_* settings; the child reports through a
@@ -498,6 +498,36 @@ static int child_fabric_without_export_entry(report_t *r) {
   return CHILD_PASS;
 }
 
+typedef int (*peer_enabled_fn)(int dev, int peer);
+
+static int child_peer_access(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  EXPECT_OK(r, ops->init());
+  peer_enabled_fn enabled = (peer_enabled_fn)(uintptr_t)fake_fn("fake_cuda_peer_enabled");
+  CHECK(r, enabled != NULL);
+  EXPECT_OK(r, ops->ctx_enable_peer_access(0, 1));
+  CHECK(r, enabled(0, 1) == 1 && enabled(1, 0) == 0); /* one way, in dev's context */
+  CHECK(r, fake_int("fake_cuda_current_device") == 0);
+  EXPECT(r, ops->ctx_enable_peer_access(0, 1), GCA_ERR_INVALID_STATE,
+         "ctx_enable_peer_access: CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED");
+  EXPECT(r, ops->ctx_enable_peer_access(1, 1), GCA_ERR_INVALID_ARGUMENT,
+         "device 1 cannot be its own peer");
+  EXPECT(r, ops->ctx_enable_peer_access(0, 2), GCA_ERR_INVALID_ARGUMENT, "device 2 is not in");
+  EXPECT_OK(r, ops->ctx_enable_peer_access(1, 0));
+  CHECK(r, enabled(1, 0) == 1);
+  return CHILD_PASS;
+}
+
+static int child_peer_access_unsupported(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  int can = -1;
+  EXPECT_OK(r, ops->device_can_access_peer(0, 1, &can));
+  CHECK(r, can == 0);
+  EXPECT(r, ops->ctx_enable_peer_access(0, 1), GCA_ERR_NOT_SUPPORTED,
+         "ctx_enable_peer_access: CUDA_ERROR_PEER_ACCESS_UNSUPPORTED");
+  return CHILD_PASS;
+}
+
 /* ---- tests ---- */
 
 static void init_resolves_every_entry_within_the_driver_version(void **state) {
@@ -594,6 +624,17 @@ static void fabric_export_without_the_entry_point_is_not_supported(void **state)
   run_in_child(env, child_fabric_without_export_entry);
 }
 
+static void peer_access_is_enabled_once_one_way_and_errors_map(void **state) {
+  (void)state;
+  run_in_child(NULL, child_peer_access);
+}
+
+static void peer_access_the_driver_says_unsupported_is_not_supported(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_CUDA_PEERLESS", "1", NULL};
+  run_in_child(env, child_peer_access_unsupported);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(init_resolves_every_entry_within_the_driver_version),
@@ -613,6 +654,8 @@ int main(void) {
       cmocka_unit_test(fabric_refused_at_create_falls_back_once_per_device),
       cmocka_unit_test(fabric_ops_without_fabric_support_fail_in_the_driver),
       cmocka_unit_test(fabric_export_without_the_entry_point_is_not_supported),
+      cmocka_unit_test(peer_access_is_enabled_once_one_way_and_errors_map),
+      cmocka_unit_test(peer_access_the_driver_says_unsupported_is_not_supported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -545,6 +545,13 @@ static gca_status_t call_stream_get_device(void) {
   return first_st;
 }
 
+/* One sim device here: the unfaulted call is refused (no peer), after counting. */
+static gca_status_t call_ctx_enable_peer_access(void) {
+  begin();
+  TRY(ops->ctx_enable_peer_access(0, 1));
+  return first_st;
+}
+
 typedef struct op_call {
   gca_status_t (*call)(void);
   bool present; /* the table has a function for the op */

@@ -260,6 +260,9 @@ static void memset_target_on_another_device_is_parameters_changed(void **state) 
     skip();
   }
   gca_devptr_t d1;
+  gca_status_t pst = ops->ctx_enable_peer_access(0, 1); /* device 0's stream writes d1 */
+  if (pst != GCA_OK && pst != GCA_ERR_INVALID_STATE)
+    fail_msg("ctx_enable_peer_access(0, 1): %s", gca_last_error());
   assert_ok(ops->mem_alloc(1, N * 4, &d1));
   expect_parameters_changed(capture_memset(a), capture_memset(d1), 0,
                             "memset target moved from device 0 to 1");

@@ -115,6 +115,7 @@ STUB(ctx_get_device, int *dev)
 STUB(stream_get_device, gca_stream_t s, int *dev)
 STUB(kernel_philox_u32, gca_devptr_t d, size_t n, gca_devptr_t seed, gca_devptr_t off, uint64_t add,
      gca_stream_t s)
+STUB(ctx_enable_peer_access, int dev, int peer)
 #undef STUB
 
 static const gca_device_ops_t cuda_ops = {.name = "cuda",
@@ -159,6 +160,7 @@ static struct driver {
   CUresult (*CtxSetCurrent)(CUcontext ctx);
   CUresult (*CtxGetDevice)(CUdevice *device);
   CUresult (*CtxSynchronize)(void);
+  CUresult (*CtxEnablePeerAccess)(CUcontext peer, unsigned int flags);
   CUresult (*MemGetInfo)(size_t *free_bytes, size_t *total_bytes);
   CUresult (*MemAlloc)(CUdeviceptr *dptr, size_t size);
   CUresult (*MemFree)(CUdeviceptr dptr);
@@ -246,6 +248,7 @@ static const symbol_t symbols[] = {
     SYM(DeviceGetAttribute, "cuDeviceGetAttribute", 2000, true),
     SYM(DeviceGetName, "cuDeviceGetName", 2000, true),
     SYM(DeviceCanAccessPeer, "cuDeviceCanAccessPeer", 4000, true),
+    SYM(CtxEnablePeerAccess, "cuCtxEnablePeerAccess", 4000, true),
     SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, true),
     SYM(CtxGetCurrent, "cuCtxGetCurrent", 4000, true),
     SYM(CtxSetCurrent, "cuCtxSetCurrent", 4000, true),
@@ -395,6 +398,12 @@ static gca_status_t map_result(CUresult r) {
     return GCA_ERR_GRAPH_UPDATE;
   case CUDA_ERROR_NOT_PERMITTED:
     return GCA_ERR_NOT_PERMITTED;
+  case CUDA_ERROR_ILLEGAL_ADDRESS:
+    return GCA_ERR_ILLEGAL_ADDRESS;
+  case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+    return GCA_ERR_INVALID_STATE;
+  case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED:
+    return GCA_ERR_NOT_SUPPORTED;
   case CUDA_ERROR_NO_DEVICE:
   case CUDA_ERROR_NOT_INITIALIZED:
   case CUDA_ERROR_STUB_LIBRARY:
@@ -739,6 +748,22 @@ static gca_status_t cuda_device_can_access_peer(int dev, int peer, int *can) {
   GCA_CHECK(check_dev("device_can_access_peer", peer));
   CU_CHECK("device_can_access_peer",
            drv.DeviceCanAccessPeer(can, cu.dev[dev].cudev, cu.dev[peer].cudev));
+  return GCA_OK;
+}
+
+/* The driver refuses a context as its own peer with CUDA_ERROR_INVALID_CONTEXT;
+ * that is a caller's mistake here, so it is caught before the call. */
+static gca_status_t cuda_ctx_enable_peer_access(int dev, int peer) {
+  GCA_CHECK(check_dev("ctx_enable_peer_access", peer));
+  if (dev == peer)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "ctx_enable_peer_access: device %d cannot be its own peer "
+                      "(CUDA_ERROR_INVALID_CONTEXT)",
+                      dev);
+  CUcontext peer_ctx = NULL;
+  GCA_CHECK(primary_ctx("ctx_enable_peer_access", peer, &peer_ctx));
+  GCA_CHECK(enter_dev("ctx_enable_peer_access", dev));
+  CU_CHECK("ctx_enable_peer_access", drv.CtxEnablePeerAccess(peer_ctx, 0));
   return GCA_OK;
 }
 

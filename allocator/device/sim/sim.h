@@ -5,7 +5,8 @@
  *                and the public gca_sim_* control API
  *   sim_mem.c    classic and VMM memory (memfd physical handles, PROT_NONE
  *                reservations, MAP_FIXED mappings at 2 MiB granularity, small
- *                classic allocations sub-allocated in shared chunks), IPC fds
+ *                classic allocations sub-allocated in shared chunks), IPC fds,
+ *                per-device access rights and peer access
  *   sim_stream.c streams (a worker thread each, in order), events, host funcs,
  *                copies, memsets and the ready-made kernels
  *   sim_graph.c  stream capture (modes, illegal-operation rules, invalidation,
@@ -67,6 +68,13 @@ int gca__sim_mem_device_of(gca_devptr_t ptr, size_t len);
 /* Whether any byte of [ptr, ptr+len) lies in a device address reservation
  * (classic allocations included), mapped or not: such bytes are never host memory. */
 bool gca__sim_mem_in_device_space(gca_devptr_t ptr, size_t len);
+/* Note [Sim access rights]: GCA_OK when device `dev` may touch every mapped
+ * byte of [ptr, ptr+len) (bytes outside device memory are not its concern),
+ * else GCA_ERR_ILLEGAL_ADDRESS naming op, the device, the address and the
+ * range. `copy`: the access is a copy's, which needs no peer access to classic
+ * memory. One lookup; takes the memory lock. */
+gca_status_t gca__sim_mem_check_access(const char *op, int dev, gca_devptr_t ptr, size_t len,
+                                       bool copy);
 
 /* ---- sim_stream.c ---- */
 

@@ -20,6 +20,24 @@
  * adjacent, which is how mem_unmap tells "covers each mapping whole" apart from
  * a partial unmap. Handles are ids, never pointers, so a stale or foreign
  * handle is a status, not a crash.
+ *
+ * Note [Sim access rights]: as on the driver, access is per device, not per
+ * process. A piece records the devices granted access to it (a bitmask set by
+ * mem_set_access, which only adds devices, and gone with the piece at
+ * mem_unmap, so a re-mapping starts with none). A classic allocation is
+ * accessible by its own device and by every device that enabled peer access to
+ * its owner (ctx_enable_peer_access, cuCtxEnablePeerAccess), which is why a
+ * classic piece's rights are computed from the peer table when asked rather
+ * than stored. The host range is readable and writable as soon as any device
+ * has access (a sim device's work is host code), so the rights are enforced
+ * where work is submitted: gca__sim_mem_check_access, called for every range
+ * a copy, memset or kernel touches, fails with GCA_ERR_ILLEGAL_ADDRESS at the
+ * call and nothing is queued. A GPU would fault while running the work and
+ * leave its context unusable (CUDA_ERROR_ILLEGAL_ADDRESS is sticky); the sim
+ * reports earlier and stays usable, which is what tests need. Copies are the
+ * exception for classic memory: the driver stages a copy between two
+ * devices' cuMemAlloc memory through the host when peer access is off, so a
+ * copy needs no peer access for it; VMM memory it must be granted.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -86,7 +104,8 @@ typedef struct piece {
   uint64_t offset;
   uint64_t map_id;
   phys_t *phys;
-  bool access;
+  uint64_t access; /* bit d: device d may touch it (Note [Sim access rights]) */
+  bool classic;    /* made by mem_alloc: access is its device's plus peers' */
 } piece_t;
 
 typedef struct vec {
@@ -102,6 +121,8 @@ static struct {
   phys_t *all;
   uint64_t next_handle;
   uint64_t next_map_id;
+  /* bit p of peers[d]: d enabled access to p's memory (Note [Sim access rights]) */
+  uint64_t peers[GCA_SIM_MAX_DEVICES];
 } mem = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .handles = {.esz = sizeof(handle_ent_t)},
@@ -729,8 +750,11 @@ static gca_status_t sim_mem_set_access(gca_devptr_t ptr, size_t size, const int 
                     (unsigned long long)ptr, size, strerror(errno));
     goto out;
   }
+  uint64_t grant = 0;
+  for (int k = 0; k < ndevs; k++)
+    grant |= (uint64_t)1 << devs[k];
   for (size_t k = i; k < j; k++)
-    piece_at(k)->access = true;
+    piece_at(k)->access |= grant;
 out:
   pthread_mutex_unlock(&mem.lock);
   return st;
@@ -930,7 +954,12 @@ static gca_status_t classic_range_make(int dev, uint64_t size, uint64_t *out) {
   }
   resv_t r = {.base = base, .size = size, .mapped = size, .dev = dev, .classic = true};
   pthread_mutex_lock(&mem.lock);
-  piece_t pc = {.base = base, .size = size, .map_id = mem.next_map_id, .phys = p, .access = true};
+  piece_t pc = {.base = base,
+                .size = size,
+                .map_id = mem.next_map_id,
+                .phys = p,
+                .access = (uint64_t)1 << dev,
+                .classic = true};
   size_t ri = vec_lower(&mem.resvs, base);
   if (!vec_insert(&mem.resvs, ri, &r)) {
     pthread_mutex_unlock(&mem.lock);
@@ -1144,7 +1173,93 @@ bool gca__sim_mem_in_device_space(gca_devptr_t ptr, size_t len) {
   return in;
 }
 
+/* ---- access rights (Note [Sim access rights]) ---- */
+
+_Static_assert(GCA_SIM_MAX_DEVICES <= 64, "access rights are a 64-bit mask of devices");
+
+/* Whether `dev` may touch piece pc (mem.lock held); a copy needs no peer access
+ * for classic memory. */
+static bool piece_allows(const piece_t *pc, int dev, bool copy) {
+  if (!pc->classic)
+    return (pc->access >> dev) & 1u;
+  int owner = pc->phys->dev;
+  return copy || owner == dev || ((mem.peers[dev] >> owner) & 1u);
+}
+
+/* Writes "{0, 2}" (the devices in mask) into buf. */
+static const char *devs_str(uint64_t mask, char *buf, size_t len) {
+  size_t n = (size_t)snprintf(buf, len, "{");
+  for (int d = 0; d < 64 && n < len; d++)
+    if ((mask >> d) & 1u)
+      n += (size_t)snprintf(buf + n, len - n, "%s%d", n > 1 ? ", " : "", d);
+  if (n < len)
+    snprintf(buf + n, len - n, "}");
+  return buf;
+}
+
+gca_status_t gca__sim_mem_check_access(const char *op, int dev, gca_devptr_t ptr, size_t len,
+                                       bool copy) {
+  if (len == 0)
+    return GCA_OK;
+  uint64_t end = ptr + len < ptr ? UINT64_MAX : ptr + len;
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&mem.lock);
+  size_t k = vec_lower(&mem.pieces, ptr);
+  if (k > 0 && piece_at(k - 1)->base + piece_at(k - 1)->size > ptr)
+    k--;
+  for (; k < mem.pieces.len && piece_at(k)->base < end; k++) {
+    const piece_t *pc = piece_at(k);
+    if (piece_allows(pc, dev, copy))
+      continue;
+    uint64_t at = pc->base > ptr ? pc->base : ptr;
+    char granted[96];
+    if (pc->classic)
+      st = gca__error(GCA_ERR_ILLEGAL_ADDRESS,
+                      "%s: device %d cannot access 0x%llx in [0x%llx, 0x%llx): it is device %d's "
+                      "mem_alloc memory and device %d has not enabled peer access to device %d "
+                      "(ctx_enable_peer_access) (CUDA_ERROR_ILLEGAL_ADDRESS)",
+                      op, dev, (unsigned long long)at, (unsigned long long)ptr,
+                      (unsigned long long)end, pc->phys->dev, dev, pc->phys->dev);
+    else
+      st = gca__error(GCA_ERR_ILLEGAL_ADDRESS,
+                      "%s: device %d cannot access 0x%llx in [0x%llx, 0x%llx): the mapping of "
+                      "device %d's memory at 0x%llx grants access to devices %s "
+                      "(mem_set_access) (CUDA_ERROR_ILLEGAL_ADDRESS)",
+                      op, dev, (unsigned long long)at, (unsigned long long)ptr,
+                      (unsigned long long)end, pc->phys->dev, (unsigned long long)pc->base,
+                      devs_str(pc->access, granted, sizeof(granted)));
+    break;
+  }
+  pthread_mutex_unlock(&mem.lock);
+  return st;
+}
+
+/* The sim's devices can all reach each other (device_can_access_peer answers
+ * yes for any two), so only "self" and "already enabled" are refused. */
+static gca_status_t sim_ctx_enable_peer_access(int dev, int peer) {
+  GCA_SIM_ENTER(ctx_enable_peer_access, 0);
+  GCA_CHECK(gca__sim_check_device("ctx_enable_peer_access", dev));
+  GCA_CHECK(gca__sim_check_device("ctx_enable_peer_access", peer));
+  if (dev == peer)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "ctx_enable_peer_access: device %d cannot be its own peer "
+                      "(CUDA_ERROR_INVALID_CONTEXT)",
+                      dev);
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&mem.lock);
+  if ((mem.peers[dev] >> peer) & 1u)
+    st = gca__error(GCA_ERR_INVALID_STATE,
+                    "ctx_enable_peer_access: device %d already has peer access to device %d "
+                    "(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)",
+                    dev, peer);
+  else
+    mem.peers[dev] |= (uint64_t)1 << peer;
+  pthread_mutex_unlock(&mem.lock);
+  return st;
+}
+
 void gca__sim_mem_ops(gca_device_ops_t *ops) {
+  ops->ctx_enable_peer_access = sim_ctx_enable_peer_access;
   ops->mem_get_info = sim_mem_get_info;
   ops->mem_alloc = sim_mem_alloc;
   ops->mem_free = sim_mem_free;

@@ -608,11 +608,37 @@ static gca_status_t stream_fault(const char *op, sim_stream_t *s) {
   pthread_mutex_unlock(&s->mu);
   if (!f.what)
     return GCA_OK;
-  return gca__error(GCA_ERR_DRIVER,
+  return gca__error(GCA_ERR_ILLEGAL_ADDRESS,
                     "%s: CUDA_ERROR_ILLEGAL_ADDRESS: a %s on %s touched [0x%llx, +%zu), which is "
                     "not mapped device memory; the stream's work after it did not run as issued",
                     op, f.what, s->legacy ? "the legacy stream" : "a stream",
                     (unsigned long long)f.addr, f.len);
+}
+
+/* Note [Sim access rights]: the stream's device must have access to every
+ * device range the work touches; one lookup per operand range. */
+static gca_status_t work_access(const char *op, int dev, const gca__sim_work_t *w) {
+  size_t words = w->count > SIZE_MAX / 4 ? SIZE_MAX : w->count * 4;
+  switch (w->kind) {
+  case GCA__SIM_WORK_MEMCPY:
+    GCA_CHECK(gca__sim_mem_check_access(op, dev, w->dst, w->count, true));
+    return gca__sim_mem_check_access(op, dev, w->a, w->count, true);
+  case GCA__SIM_WORK_MEMSET8:
+    return gca__sim_mem_check_access(op, dev, w->dst, w->count, false);
+  case GCA__SIM_WORK_MEMSET32:
+  case GCA__SIM_WORK_FILL:
+    return gca__sim_mem_check_access(op, dev, w->dst, words, false);
+  case GCA__SIM_WORK_ADD:
+    GCA_CHECK(gca__sim_mem_check_access(op, dev, w->dst, words, false));
+    GCA_CHECK(gca__sim_mem_check_access(op, dev, w->a, words, false));
+    return gca__sim_mem_check_access(op, dev, w->b, words, false);
+  case GCA__SIM_WORK_PHILOX:
+    GCA_CHECK(gca__sim_mem_check_access(op, dev, w->dst, words, false));
+    GCA_CHECK(gca__sim_mem_check_access(op, dev, w->a, sizeof(uint64_t), false));
+    return gca__sim_mem_check_access(op, dev, w->b, sizeof(uint64_t), false);
+  default:
+    return GCA_OK;
+  }
 }
 
 /* How submit() treats a copy: `stage` reads the source into a buffer at the
@@ -625,6 +651,7 @@ static gca_status_t submit(const char *op, gca_stream_t stream, const gca__sim_w
   bool cap = false;
   GCA_CHECK(gca__sim_stream_canon(op, &stream));
   GCA_CHECK(stream_get(op, stream, &s));
+  GCA_CHECK_GOTO(work_access(op, s->dev, w), st, out);
   GCA_CHECK_GOTO(gca__sim_capture_submit(op, stream, s->dev, s->legacy, w, &cap), st, out);
   if (!cap) {
     item_t *it = calloc(1, sizeof(*it));
