@@ -7,7 +7,10 @@ no internal header), libgca needs no CUDA library (Note [CUDA partial
 dependency]), and the pkg-config file builds use_gca.c, which runs on the sim
 backend against the installed libgca.
 
-usage: test_install.py BUILD_DIR SOURCE_INCLUDE_DIR USE_GCA_C MESON PKG_CONFIG CC
+usage: test_install.py BUILD_DIR SOURCE_INCLUDE_DIR USE_GCA_C MESON PKG_CONFIG CC [SANITIZE]
+
+SANITIZE is the build's b_sanitize (e.g. address,undefined): the program is
+built with the same runtime as the libgca it links.
 """
 import filecmp
 import glob
@@ -33,10 +36,11 @@ def tree(root):
 
 
 def main(argv):
-    if len(argv) != 7:
+    if len(argv) not in (7, 8):
         print(__doc__)
         return 2
     build, src_inc, use_gca_c, meson, pkg_config, cc = argv[1:7]
+    sanitize = argv[7] if len(argv) == 8 and argv[7] != "none" else None
     with tempfile.TemporaryDirectory(prefix="gca-install-") as dest:
         step([meson, "install", "-C", build, "--no-rebuild", "--quiet", "--destdir", dest])
         pcs = glob.glob(os.path.join(dest, "**", "pkgconfig", "gca.pc"), recursive=True)
@@ -72,9 +76,8 @@ def main(argv):
             print(f"{libgca[0]} needs a CUDA library:\n{needed}")
             return 1
         exe = os.path.join(dest, "use_gca")
-        # A sanitizer build's libgca leaves the runtime's symbols to the program.
-        step([cc, use_gca_c, "-o", exe] + flags +
-             ["-Wl,-rpath," + libdirs[0], "-Wl,--allow-shlib-undefined"])
+        step([cc, use_gca_c, "-o", exe] + flags + ["-Wl,-rpath," + libdirs[0]] +
+             (["-fsanitize=" + sanitize] if sanitize else []))
         env = dict(os.environ, GCA_DEVICE="sim", GCA_LOG_LEVEL="error")
         print("pkg-config: " + " ".join(flags))
         print(step([exe], env), end="")
