@@ -1,4 +1,4 @@
-/* json.h - a small JSON writer and a small strict JSON parser.
+/* json.h - a small JSON writer (snapshots, traces, tool reports).
  *
  * The writer appends to a growable buffer and keeps a sticky status: calls
  * after the first failure (out of memory, misuse such as a value in an object
@@ -8,9 +8,8 @@
  * escaped (quote, backslash, control characters) and bytes that are not valid
  * UTF-8 are written as \ufffd, so the output is always valid JSON.
  *
- * The parser accepts exactly RFC 8259 JSON (no comments, no trailing commas,
- * no lone surrogates, valid UTF-8 only) into a DOM; a malformed document is
- * GCA_ERR_PARSE with its line, column and byte offset in the detail.
+ * There is no reader here: libgca only writes JSON. The snapshot tool and the
+ * tests read it with jansson, which libgca never links.
  */
 #ifndef GCA_COMMON_JSON_H
 #define GCA_COMMON_JSON_H
@@ -66,68 +65,5 @@ void gca__json_uint(gca_json_writer_t *w, uint64_t v);
 void gca__json_double(gca_json_writer_t *w, double v);
 void gca__json_bool(gca_json_writer_t *w, bool v);
 void gca__json_null(gca_json_writer_t *w);
-
-/* ---- parser (DOM) ---- */
-
-typedef enum gca_json_type {
-  GCA_JSON_NULL = 0,
-  GCA_JSON_BOOL,
-  GCA_JSON_NUMBER,
-  GCA_JSON_STRING,
-  GCA_JSON_ARRAY,
-  GCA_JSON_OBJECT,
-} gca_json_type_t;
-
-typedef struct gca_json_value gca_json_value_t;
-
-/* A parsed value. Numbers keep their exact integer value when the text is an
- * integer that fits (has_i64 / has_u64); d is always set. Strings are
- * NUL-terminated and may contain embedded NULs (len is authoritative).
- * Objects keep members in document order; keys[i] names values[i]. */
-struct gca_json_value {
-  gca_json_type_t type;
-  union {
-    bool b;
-    struct {
-      double d;
-      bool has_i64, has_u64;
-      int64_t i64;
-      uint64_t u64;
-    } num;
-    struct {
-      char *s;
-      size_t len;
-    } str;
-    struct {
-      gca_json_value_t *items;
-      size_t count;
-    } arr;
-    struct {
-      char **keys;
-      gca_json_value_t *values;
-      size_t count;
-    } obj;
-  } u;
-};
-
-/* Parses `len` bytes of `text` into *out (free with gca__json_free).
- * GCA_ERR_PARSE "json: line L column C (offset O): <what was expected>"; the
- * offset is also stored in *err_offset when given. */
-gca_status_t gca__json_parse(const char *text, size_t len, gca_json_value_t **out,
-                             size_t *err_offset);
-void gca__json_free(gca_json_value_t *v);
-/* The first member named `key` of an object; NULL when absent or v is not one. */
-const gca_json_value_t *gca__json_get(const gca_json_value_t *v, const char *key);
-/* Element i of an array; NULL when out of range or v is not one. */
-const gca_json_value_t *gca__json_at(const gca_json_value_t *v, size_t i);
-/* Elements of an array or members of an object; 0 otherwise. */
-size_t gca__json_count(const gca_json_value_t *v);
-/* Typed reads: false when v is missing or not of that kind. */
-bool gca__json_as_u64(const gca_json_value_t *v, uint64_t *out);
-bool gca__json_as_i64(const gca_json_value_t *v, int64_t *out);
-bool gca__json_as_double(const gca_json_value_t *v, double *out);
-bool gca__json_as_bool(const gca_json_value_t *v, bool *out);
-/* The string of a string value; NULL otherwise. */
-const char *gca__json_as_string(const gca_json_value_t *v);
 
 #endif

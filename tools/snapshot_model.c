@@ -1,15 +1,20 @@
-/* snapshot_model.c - loading a snapshot JSON into gca-snapshot's flat model:
- * every field the renderers use is checked here, once, and a failure names
- * the field and its place in the document. Integers may be JSON numbers or
- * strings ("0x7f00..."), since addresses do not always fit a double.
+/* snapshot_model.c - loading a snapshot JSON (read with jansson) into
+ * gca-snapshot's flat model: every field the renderers use is checked here,
+ * once, and a failure names the field and its place in the document.
+ * Integers may be JSON numbers or strings ("0x7f00..."), since addresses do
+ * not always fit a double. Note [Snapshot sizes]: sizes and addresses must
+ * fit int64, and every total they feed (reserved, requested and allocated
+ * bytes, the timeline walked backwards) is added with an overflow check, so a
+ * hostile or corrupt snapshot is an error naming the field, never signed
+ * overflow.
  */
 #include "snapshot_model.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "json.h"
 
 static const char *const state_names[SNAP_STATES] = {"active_allocated", "active_pending_free",
                                                      "inactive"};
@@ -31,64 +36,89 @@ static const struct {
     {"segment_unmap", SNAP_EV_SEGMENT_UNMAP},
 };
 
-/* An unsigned integer member `key` of object v: a number, or a string in
- * decimal or 0x-hex. Absent: *out = dflt when !required, else an error. */
-static gca_status_t get_u64(const gca_json_value_t *v, const char *key, bool required,
-                            uint64_t dflt, const char *where, uint64_t *out) {
-  const gca_json_value_t *m = gca__json_get(v, key);
-  if (!m || m->type == GCA_JSON_NULL) {
+/* A size or address member `key` of object v: a non-negative integer that
+ * fits int64, as a number or as a string in decimal or 0x-hex. Absent or
+ * null: *out = dflt when !required, else an error. */
+static gca_status_t get_u64(const json_t *v, const char *key, bool required, uint64_t dflt,
+                            const char *where, uint64_t *out) {
+  const json_t *m = json_object_get(v, key);
+  if (!m || json_is_null(m)) {
     if (required)
-      return gca__error(GCA_ERR_PARSE, "snapshot: %s: missing '%s'", where, key);
+      return tool_error(GCA_ERR_PARSE, "snapshot: %s: missing '%s'", where, key);
     *out = dflt;
     return GCA_OK;
   }
-  if (gca__json_as_u64(m, out))
+  if (json_is_integer(m)) {
+    json_int_t x = json_integer_value(m);
+    if (x < 0)
+      return tool_error(GCA_ERR_PARSE, "snapshot: %s: '%s' is negative (%lld)", where, key,
+                        (long long)x);
+    *out = (uint64_t)x;
     return GCA_OK;
-  const char *s = gca__json_as_string(m);
-  if (s && *s) {
+  }
+  const char *s = json_string_value(m);
+  if (s && *s && !isspace((unsigned char)s[0]) && s[0] != '+') {
+    if (s[0] == '-')
+      return tool_error(GCA_ERR_PARSE, "snapshot: %s: '%s' is negative (%.40s)", where, key, s);
     char *end;
     errno = 0;
     unsigned long long x = strtoull(s, &end, 0);
-    if (errno == 0 && *end == '\0' && s[0] != '-') {
+    if (*end == '\0') {
+      if (errno == ERANGE || x > (unsigned long long)INT64_MAX)
+        return tool_error(GCA_ERR_PARSE, "snapshot: %s: '%s' is beyond int64 (%.40s)", where, key,
+                          s);
       *out = x;
       return GCA_OK;
     }
   }
-  return gca__error(GCA_ERR_PARSE, "snapshot: %s: '%s' is not a non-negative integer", where, key);
+  return tool_error(GCA_ERR_PARSE, "snapshot: %s: '%s' is not a non-negative integer", where, key);
 }
 
-static gca_status_t get_i64(const gca_json_value_t *v, const char *key, int64_t dflt,
-                            const char *where, int64_t *out) {
-  const gca_json_value_t *m = gca__json_get(v, key);
-  if (!m || m->type == GCA_JSON_NULL) {
+static gca_status_t get_i64(const json_t *v, const char *key, int64_t dflt, const char *where,
+                            int64_t *out) {
+  const json_t *m = json_object_get(v, key);
+  if (!m || json_is_null(m)) {
     *out = dflt;
     return GCA_OK;
   }
-  if (gca__json_as_i64(m, out))
-    return GCA_OK;
-  return gca__error(GCA_ERR_PARSE, "snapshot: %s: '%s' is not an integer", where, key);
-}
-
-static gca_status_t get_array(const gca_json_value_t *v, const char *key, bool required,
-                              const char *where, const gca_json_value_t **out) {
-  const gca_json_value_t *m = gca__json_get(v, key);
-  *out = NULL;
-  if (!m || m->type == GCA_JSON_NULL) {
-    if (required)
-      return gca__error(GCA_ERR_PARSE, "snapshot: %s: missing '%s'", where, key);
+  if (json_is_integer(m)) {
+    *out = json_integer_value(m);
     return GCA_OK;
   }
-  if (m->type != GCA_JSON_ARRAY)
-    return gca__error(GCA_ERR_PARSE, "snapshot: %s: '%s' is not an array", where, key);
+  return tool_error(GCA_ERR_PARSE, "snapshot: %s: '%s' is not an integer", where, key);
+}
+
+/* *total += x, both within [0, INT64_MAX]; else the error names the field
+ * that took `what` beyond int64 (Note [Snapshot sizes]). */
+static gca_status_t add_total(uint64_t *total, uint64_t x, const char *where, const char *key,
+                              const char *what) {
+  if (x > (uint64_t)INT64_MAX - *total)
+    return tool_error(GCA_ERR_PARSE, "snapshot: %s: '%s' takes the %s bytes beyond int64", where,
+                      key, what);
+  *total += x;
+  return GCA_OK;
+}
+
+static gca_status_t get_array(const json_t *v, const char *key, bool required, const char *where,
+                              const json_t **out) {
+  const json_t *m = json_object_get(v, key);
+  *out = NULL;
+  if (!m || json_is_null(m)) {
+    if (required)
+      return tool_error(GCA_ERR_PARSE, "snapshot: %s: missing '%s'", where, key);
+    return GCA_OK;
+  }
+  if (!json_is_array(m))
+    return tool_error(GCA_ERR_PARSE, "snapshot: %s: '%s' is not an array", where, key);
   *out = m;
   return GCA_OK;
 }
 
-static char *dup_string(const gca_json_value_t *v) {
-  const char *s = gca__json_as_string(v);
-  if (!s && v && v->type == GCA_JSON_NUMBER) {
+static char *dup_string(const json_t *v) {
+  const char *s = json_string_value(v);
+  if (!s && json_is_number(v)) {
     char buf[32];
-    snprintf(buf, sizeof(buf), "%.17g", v->u.num.d);
+    snprintf(buf, sizeof(buf), "%.17g", json_number_value(v));
     return strdup(buf);
   }
   return strdup(s ? s : "");
@@ -96,59 +126,59 @@ static char *dup_string(const gca_json_value_t *v) {
 
 /* Frames of a block: its own "frames", else those of its last "history" entry
  * (the older PyTorch layout). */
-static gca_status_t load_frames(const gca_json_value_t *blk, const char *where, snap_block_t *b) {
-  const gca_json_value_t *frames;
-  GCA_CHECK(get_array(blk, "frames", false, where, &frames));
+static gca_status_t load_frames(const json_t *blk, const char *where, snap_block_t *b) {
+  const json_t *frames;
+  TOOL_CHECK(get_array(blk, "frames", false, where, &frames));
   if (!frames) {
-    const gca_json_value_t *hist;
-    GCA_CHECK(get_array(blk, "history", false, where, &hist));
-    size_t n = gca__json_count(hist);
+    const json_t *hist;
+    TOOL_CHECK(get_array(blk, "history", false, where, &hist));
+    size_t n = json_array_size(hist);
     if (n > 0)
-      GCA_CHECK(get_array(gca__json_at(hist, n - 1), "frames", false, where, &frames));
+      TOOL_CHECK(get_array(json_array_get(hist, n - 1), "frames", false, where, &frames));
   }
-  size_t n = gca__json_count(frames);
+  size_t n = json_array_size(frames);
   if (n == 0)
     return GCA_OK;
   b->frames = calloc(n, sizeof(*b->frames));
   if (!b->frames)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: %s: no memory for %zu frames", where, n);
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "snapshot: %s: no memory for %zu frames", where, n);
   for (size_t i = 0; i < n; i++) {
-    const gca_json_value_t *f = gca__json_at(frames, i);
+    const json_t *f = json_array_get(frames, i);
     snap_frame_t *fr = &b->frames[i];
     b->nframes++;
-    if (f->type == GCA_JSON_STRING) {
+    if (json_is_string(f)) {
       fr->name = dup_string(f);
       fr->filename = strdup("");
-    } else if (f->type == GCA_JSON_OBJECT) {
-      fr->name = dup_string(gca__json_get(f, "name"));
-      fr->filename = dup_string(gca__json_get(f, "filename"));
-      GCA_CHECK(get_i64(f, "line", 0, where, &fr->line));
+    } else if (json_is_object(f)) {
+      fr->name = dup_string(json_object_get(f, "name"));
+      fr->filename = dup_string(json_object_get(f, "filename"));
+      TOOL_CHECK(get_i64(f, "line", 0, where, &fr->line));
     } else {
-      return gca__error(GCA_ERR_PARSE,
+      return tool_error(GCA_ERR_PARSE,
                         "snapshot: %s: frames[%zu] is neither an object nor a string", where, i);
     }
     if (!fr->name || !fr->filename)
-      return gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: %s: no memory for frame names", where);
+      return tool_error(GCA_ERR_OUT_OF_MEMORY, "snapshot: %s: no memory for frame names", where);
   }
   return GCA_OK;
 }
 
-static gca_status_t load_block(const gca_json_value_t *blk, const char *where, snap_block_t *b) {
-  if (!blk || blk->type != GCA_JSON_OBJECT)
-    return gca__error(GCA_ERR_PARSE, "snapshot: %s: expected an object", where);
-  GCA_CHECK(get_u64(blk, "address", true, 0, where, &b->address));
-  GCA_CHECK(get_u64(blk, "size", true, 0, where, &b->size));
-  GCA_CHECK(get_u64(blk, "requested_size", false, UINT64_MAX, where, &b->requested_size));
-  const gca_json_value_t *st = gca__json_get(blk, "state");
-  const char *state = gca__json_as_string(st);
+static gca_status_t load_block(const json_t *blk, const char *where, snap_block_t *b) {
+  if (!json_is_object(blk))
+    return tool_error(GCA_ERR_PARSE, "snapshot: %s: expected an object", where);
+  TOOL_CHECK(get_u64(blk, "address", true, 0, where, &b->address));
+  TOOL_CHECK(get_u64(blk, "size", true, 0, where, &b->size));
+  TOOL_CHECK(get_u64(blk, "requested_size", false, UINT64_MAX, where, &b->requested_size));
+  const json_t *st = json_object_get(blk, "state");
+  const char *state = json_string_value(st);
   if (!st)
-    return gca__error(GCA_ERR_PARSE, "snapshot: %s: missing 'state'", where);
+    return tool_error(GCA_ERR_PARSE, "snapshot: %s: missing 'state'", where);
   int found = -1;
   for (int i = 0; i < SNAP_STATES && state; i++)
     if (strcmp(state, state_names[i]) == 0)
       found = i;
   if (found < 0)
-    return gca__error(GCA_ERR_PARSE,
+    return tool_error(GCA_ERR_PARSE,
                       "snapshot: %s: 'state' must be active_allocated, active_pending_free or "
                       "inactive, not '%s'",
                       where, state ? state : "(not a string)");
@@ -158,51 +188,51 @@ static gca_status_t load_block(const gca_json_value_t *blk, const char *where, s
   return load_frames(blk, where, b);
 }
 
-static gca_status_t load_segments(const gca_json_value_t *segs, snapshot_t *s) {
-  size_t nseg = gca__json_count(segs), nblk = 0;
+static gca_status_t load_segments(const json_t *segs, snapshot_t *s) {
+  size_t nseg = json_array_size(segs), nblk = 0;
   char where[96];
   for (size_t i = 0; i < nseg; i++) {
-    const gca_json_value_t *seg = gca__json_at(segs, i), *blocks;
+    const json_t *seg = json_array_get(segs, i), *blocks;
     snprintf(where, sizeof(where), "segments[%zu]", i);
-    if (seg->type != GCA_JSON_OBJECT)
-      return gca__error(GCA_ERR_PARSE, "snapshot: %s: expected an object", where);
-    GCA_CHECK(get_array(seg, "blocks", true, where, &blocks));
-    nblk += gca__json_count(blocks);
+    if (!json_is_object(seg))
+      return tool_error(GCA_ERR_PARSE, "snapshot: %s: expected an object", where);
+    TOOL_CHECK(get_array(seg, "blocks", true, where, &blocks));
+    nblk += json_array_size(blocks);
   }
   s->segments = calloc(nseg ? nseg : 1, sizeof(*s->segments));
   s->blocks = calloc(nblk ? nblk : 1, sizeof(*s->blocks));
   if (!s->segments || !s->blocks)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory for %zu segments, %zu blocks",
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory for %zu segments, %zu blocks",
                       nseg, nblk);
   for (size_t i = 0; i < nseg; i++) {
-    const gca_json_value_t *seg = gca__json_at(segs, i), *blocks;
+    const json_t *seg = json_array_get(segs, i), *blocks;
     snap_segment_t *sg = &s->segments[i];
     snprintf(where, sizeof(where), "segments[%zu]", i);
     s->nsegments++;
-    GCA_CHECK(get_i64(seg, "device", 0, where, &sg->device));
-    GCA_CHECK(get_u64(seg, "address", true, 0, where, &sg->address));
-    GCA_CHECK(get_u64(seg, "total_size", true, 0, where, &sg->total_size));
-    GCA_CHECK(get_u64(seg, "stream", false, 0, where, &sg->stream));
-    const char *type = gca__json_as_string(gca__json_get(seg, "segment_type"));
+    TOOL_CHECK(get_i64(seg, "device", 0, where, &sg->device));
+    TOOL_CHECK(get_u64(seg, "address", true, 0, where, &sg->address));
+    TOOL_CHECK(get_u64(seg, "total_size", true, 0, where, &sg->total_size));
+    TOOL_CHECK(add_total(&s->reserved, sg->total_size, where, "total_size", "reserved"));
+    TOOL_CHECK(get_u64(seg, "stream", false, 0, where, &sg->stream));
+    const char *type = json_string_value(json_object_get(seg, "segment_type"));
     sg->is_large = !type || strcmp(type, "small") != 0;
-    bool exp = false;
-    gca__json_as_bool(gca__json_get(seg, "is_expandable"), &exp);
-    sg->is_expandable = exp;
-    GCA_CHECK(get_array(seg, "blocks", true, where, &blocks));
+    sg->is_expandable = json_is_true(json_object_get(seg, "is_expandable"));
+    TOOL_CHECK(get_array(seg, "blocks", true, where, &blocks));
     sg->first_block = s->nblocks;
-    for (size_t j = 0; j < gca__json_count(blocks); j++) {
+    for (size_t j = 0; j < json_array_size(blocks); j++) {
       char bwhere[128];
       snprintf(bwhere, sizeof(bwhere), "%s.blocks[%zu]", where, j);
       snap_block_t *b = &s->blocks[s->nblocks++];
       sg->nblocks++;
       b->segment = i;
-      GCA_CHECK(load_block(gca__json_at(blocks, j), bwhere, b));
-      s->by_state[b->state] += b->size;
+      TOOL_CHECK(load_block(json_array_get(blocks, j), bwhere, b));
+      TOOL_CHECK(add_total(&s->by_state[b->state], b->size, bwhere, "size",
+                          gca__snapshot_state_name(b->state)));
       s->count_by_state[b->state]++;
       if (b->state == SNAP_ACTIVE_ALLOCATED)
-        s->requested += b->requested_size;
+        TOOL_CHECK(
+            add_total(&s->requested, b->requested_size, bwhere, "requested_size", "requested"));
     }
-    s->reserved += sg->total_size;
     bool seen = false;
     for (size_t k = 0; k < i; k++)
       seen = seen || s->segments[k].device == sg->device;
@@ -214,7 +244,8 @@ static gca_status_t load_segments(const gca_json_value_t *segs, snapshot_t *s) {
 
 /* Bytes a device holds at snapshot time: allocated (requested bytes of
  * active_allocated blocks, the measure alloc/free_requested events carry) and
- * reserved (segments). */
+ * reserved (segments). Both are parts of s->requested and s->reserved, which
+ * load_segments kept within int64. */
 static void device_totals(const snapshot_t *s, int64_t device, int64_t *alloc, int64_t *reserved) {
   *alloc = *reserved = 0;
   for (size_t i = 0; i < s->nsegments; i++) {
@@ -230,6 +261,7 @@ static void device_totals(const snapshot_t *s, int64_t device, int64_t *alloc, i
   }
 }
 
+/* e->size <= INT64_MAX (get_u64), so -sz is defined. */
 static void event_delta(const snap_event_t *e, int64_t *da, int64_t *dr) {
   int64_t sz = (int64_t)e->size;
   *da = e->action == SNAP_EV_ALLOC ? sz : e->action == SNAP_EV_FREE_REQUESTED ? -sz : 0;
@@ -238,39 +270,41 @@ static void event_delta(const snap_event_t *e, int64_t *da, int64_t *dr) {
                                                                                     : 0;
 }
 
-static gca_status_t load_trace(const gca_json_value_t *tr, size_t dev, snapshot_t *s) {
+static gca_status_t load_trace(const json_t *tr, size_t dev, snapshot_t *s) {
   snap_trace_t *t = &s->traces[dev];
   char where[96];
   t->device = (int64_t)dev;
-  if (tr->type != GCA_JSON_ARRAY)
-    return gca__error(GCA_ERR_PARSE, "snapshot: device_traces[%zu] is not an array", dev);
-  size_t n = gca__json_count(tr);
+  if (!json_is_array(tr))
+    return tool_error(GCA_ERR_PARSE, "snapshot: device_traces[%zu] is not an array", dev);
+  size_t n = json_array_size(tr);
   t->events = calloc(n ? n : 1, sizeof(*t->events));
   if (!t->events)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory for %zu events", n);
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory for %zu events", n);
   t->has_times = true;
   for (size_t i = 0; i < n; i++) {
-    const gca_json_value_t *e = gca__json_at(tr, i);
+    const json_t *e = json_array_get(tr, i);
     snap_event_t *ev = &t->events[i];
     snprintf(where, sizeof(where), "device_traces[%zu][%zu]", dev, i);
     t->nevents++;
-    if (e->type != GCA_JSON_OBJECT)
-      return gca__error(GCA_ERR_PARSE, "snapshot: %s: expected an object", where);
-    const gca_json_value_t *a = gca__json_get(e, "action");
-    const char *action = gca__json_as_string(a);
+    if (!json_is_object(e))
+      return tool_error(GCA_ERR_PARSE, "snapshot: %s: expected an object", where);
+    const json_t *a = json_object_get(e, "action");
+    const char *action = json_string_value(a);
     if (!action)
-      return gca__error(GCA_ERR_PARSE, "snapshot: %s: %s 'action'", where,
+      return tool_error(GCA_ERR_PARSE, "snapshot: %s: %s 'action'", where,
                         a ? "non-string" : "missing");
     ev->action = SNAP_EV_OTHER;
-    for (size_t k = 0; k < GCA_ARRAY_SIZE(action_names); k++)
+    for (size_t k = 0; k < TOOL_ARRAY_SIZE(action_names); k++)
       if (strcmp(action, action_names[k].name) == 0)
         ev->action = action_names[k].action;
-    GCA_CHECK(get_u64(e, "addr", false, 0, where, &ev->addr));
-    GCA_CHECK(get_u64(e, "size", ev->action != SNAP_EV_OTHER, 0, where, &ev->size));
-    const gca_json_value_t *tm = gca__json_get(e, "time_us");
-    if (!gca__json_as_double(tm, &ev->time_us)) {
-      if (tm && tm->type != GCA_JSON_NULL)
-        return gca__error(GCA_ERR_PARSE, "snapshot: %s: 'time_us' is not a number", where);
+    TOOL_CHECK(get_u64(e, "addr", false, 0, where, &ev->addr));
+    TOOL_CHECK(get_u64(e, "size", ev->action != SNAP_EV_OTHER, 0, where, &ev->size));
+    const json_t *tm = json_object_get(e, "time_us");
+    if (json_is_number(tm)) {
+      ev->time_us = json_number_value(tm);
+    } else {
+      if (tm && !json_is_null(tm))
+        return tool_error(GCA_ERR_PARSE, "snapshot: %s: 'time_us' is not a number", where);
       t->has_times = false;
     }
   }
@@ -284,8 +318,11 @@ static gca_status_t load_trace(const gca_json_value_t *tr, size_t dev, snapshot_
     t->events[i].allocated_after = alloc;
     t->events[i].reserved_after = reserved;
     event_delta(&t->events[i], &da, &dr);
-    alloc -= da;
-    reserved -= dr;
+    bool alloc_overflows = __builtin_sub_overflow(alloc, da, &alloc);
+    if (alloc_overflows || __builtin_sub_overflow(reserved, dr, &reserved))
+      return tool_error(GCA_ERR_PARSE,
+                        "snapshot: device_traces[%zu][%zu]: 'size' takes the %s bytes beyond int64",
+                        dev, i, alloc_overflows ? "allocated" : "reserved");
   }
   t->allocated_before = t->peak_allocated = alloc;
   t->reserved_before = t->peak_reserved = reserved;
@@ -311,11 +348,11 @@ static int cmp_addr(const void *a, const void *b) {
 /* Live blocks recorded without frames take those of the latest alloc event at
  * their address on their device (gca's snapshots keep frames in the history
  * only). */
-static gca_status_t attach_alloc_frames(snapshot_t *s, const gca_json_value_t *traces) {
+static gca_status_t attach_alloc_frames(snapshot_t *s, const json_t *traces) {
   size_t n = 0;
   addr_index_t *idx = malloc((s->nblocks ? s->nblocks : 1) * sizeof(*idx));
   if (!idx)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory to index %zu blocks", s->nblocks);
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory to index %zu blocks", s->nblocks);
   for (size_t i = 0; i < s->nblocks; i++)
     if (s->blocks[i].state == SNAP_ACTIVE_ALLOCATED && s->blocks[i].nframes == 0)
       idx[n++] = (addr_index_t){s->blocks[i].address, i};
@@ -335,7 +372,7 @@ static gca_status_t attach_alloc_frames(snapshot_t *s, const gca_json_value_t *t
       if (b->nframes > 0 || s->segments[b->segment].device != t->device)
         continue;
       snprintf(where, sizeof(where), "device_traces[%zu][%zu]", d, i);
-      GCA_CHECK_GOTO(load_frames(gca__json_at(gca__json_at(traces, d), i), where, b), st, out);
+      TOOL_CHECK_GOTO(load_frames(json_array_get(json_array_get(traces, d), i), where, b), st, out);
     }
   }
 out:
@@ -343,38 +380,81 @@ out:
   return st;
 }
 
+/* The member name written just before the number that ends at byte `end`
+ * ("size": 123...), so that an integer jansson refuses can be named; false
+ * when the number is not an object member's value. */
+static bool member_before(const char *text, size_t end, char *key, size_t cap) {
+  size_t i = end;
+  while (i > 0 && (isdigit((unsigned char)text[i - 1]) || strchr("+-.eE", text[i - 1])))
+    i--;
+  while (i > 0 && isspace((unsigned char)text[i - 1]))
+    i--;
+  if (i == 0 || text[--i] != ':')
+    return false;
+  while (i > 0 && isspace((unsigned char)text[i - 1]))
+    i--;
+  if (i == 0 || text[--i] != '"')
+    return false;
+  size_t close = i;
+  while (i > 0 && text[i - 1] != '"')
+    i--;
+  if (i == 0 || close - i >= cap)
+    return false;
+  memcpy(key, text + i, close - i);
+  key[close - i] = '\0';
+  return true;
+}
+
+/* Parses the text with jansson: GCA_ERR_PARSE "json: line L column C
+ * (offset O): ..." with jansson's words, naming the member whose integer does
+ * not fit int64 (jansson's integers are int64). */
+static gca_status_t parse_json(const char *text, size_t len, json_t **out) {
+  json_error_t err;
+  *out = json_loadb(text, len, JSON_DECODE_ANY, &err);
+  if (*out)
+    return GCA_OK;
+  char key[64];
+  if (strncmp(err.text, "too big", 7) == 0 && err.position >= 0 && (size_t)err.position <= len &&
+      member_before(text, (size_t)err.position, key, sizeof(key)))
+    return tool_error(GCA_ERR_PARSE,
+                      "snapshot: json: line %d column %d (offset %d): '%s' is beyond int64 (%s)",
+                      err.line, err.column, err.position, key, err.text);
+  return tool_error(GCA_ERR_PARSE, "snapshot: json: line %d column %d (offset %d): %s", err.line,
+                    err.column, err.position, err.text);
+}
+
 gca_status_t gca__snapshot_load(const char *text, size_t len, snapshot_t *out) {
-  gca_json_value_t *root = NULL;
+  json_t *root = NULL;
   snapshot_t s = {0};
-  gca_status_t st = gca__json_parse(text, len, &root, NULL);
+  gca_status_t st = parse_json(text, len, &root);
   if (st != GCA_OK)
-    return gca__error_prefix(st, "snapshot");
-  const gca_json_value_t *segs, *traces;
-  if (root->type != GCA_JSON_OBJECT) {
-    st = gca__error(GCA_ERR_PARSE, "snapshot: the document is not an object");
+    return st;
+  const json_t *segs, *traces;
+  if (!json_is_object(root)) {
+    st = tool_error(GCA_ERR_PARSE, "snapshot: the document is not an object");
     goto fail;
   }
-  GCA_CHECK_GOTO(get_array(root, "segments", true, "top level", &segs), st, fail);
-  GCA_CHECK_GOTO(get_array(root, "device_traces", true, "top level", &traces), st, fail);
-  GCA_CHECK_GOTO(load_segments(segs, &s), st, fail);
-  size_t nt = gca__json_count(traces);
+  TOOL_CHECK_GOTO(get_array(root, "segments", true, "top level", &segs), st, fail);
+  TOOL_CHECK_GOTO(get_array(root, "device_traces", true, "top level", &traces), st, fail);
+  TOOL_CHECK_GOTO(load_segments(segs, &s), st, fail);
+  size_t nt = json_array_size(traces);
   s.traces = calloc(nt ? nt : 1, sizeof(*s.traces));
   if (!s.traces) {
-    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory for %zu traces", nt);
+    st = tool_error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory for %zu traces", nt);
     goto fail;
   }
   for (size_t d = 0; d < nt; d++) {
     s.ntraces++;
-    GCA_CHECK_GOTO(load_trace(gca__json_at(traces, d), d, &s), st, fail);
+    TOOL_CHECK_GOTO(load_trace(json_array_get(traces, d), d, &s), st, fail);
   }
-  GCA_CHECK_GOTO(attach_alloc_frames(&s, traces), st, fail);
-  gca__json_free(root);
+  TOOL_CHECK_GOTO(attach_alloc_frames(&s, traces), st, fail);
+  json_decref(root);
   *out = s;
   return GCA_OK;
 
 fail:
   gca__snapshot_free(&s);
-  gca__json_free(root);
+  json_decref(root);
   return st;
 }
 
@@ -382,7 +462,7 @@ gca_status_t gca__snapshot_load_file(const char *path, snapshot_t *out) {
   gca_status_t st;
   FILE *f = fopen(path, "rb");
   if (!f)
-    return gca__error(GCA_ERR_IO, "snapshot: cannot open '%s': %s", path, strerror(errno));
+    return tool_error(GCA_ERR_IO, "snapshot: cannot open '%s': %s", path, strerror(errno));
   char *buf = NULL;
   size_t len = 0, cap = 0;
   for (;;) {
@@ -390,7 +470,7 @@ gca_status_t gca__snapshot_load_file(const char *path, snapshot_t *out) {
       size_t ncap = cap ? cap * 2 : 1 << 16;
       char *grown = realloc(buf, ncap);
       if (!grown) {
-        st = gca__error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory to read '%s'", path);
+        st = tool_error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory to read '%s'", path);
         goto fail_buf;
       }
       buf = grown;
@@ -402,12 +482,12 @@ gca_status_t gca__snapshot_load_file(const char *path, snapshot_t *out) {
       break;
   }
   if (ferror(f)) {
-    st = gca__error(GCA_ERR_IO, "snapshot: error reading '%s'", path);
+    st = tool_error(GCA_ERR_IO, "snapshot: error reading '%s'", path);
     goto fail_buf;
   }
   st = gca__snapshot_load(buf, len, out);
   if (st != GCA_OK)
-    gca__error_prefix(st, "%s", path);
+    tool_error_prefix(st, "%s", path);
 
 fail_buf:
   free(buf);

@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
   const char *input = argv[optind];
   snapshot_t snap;
   if (gca__snapshot_load_file(input, &snap) != GCA_OK) {
-    fprintf(stderr, "gca-snapshot: %s\n", gca_last_error());
+    fprintf(stderr, "gca-snapshot: %s\n", tool_last_error());
     return EXIT_INPUT;
   }
   int rc = 0;

@@ -6,6 +6,7 @@
 
 #include "gca.h"
 #include "support.h"
+#include "json_read.h"
 
 #define MiB (1024ull * 1024ull)
 
@@ -27,30 +28,26 @@ static int teardown(void **state) {
   return 0;
 }
 
-static gca_json_value_t *snapshot(void) {
+static json_t *snapshot(void) {
   char *text = NULL;
   size_t len = 0;
   assert_ok(gca_snapshot_json(&text, &len));
   assert_non_null(text);
   assert_int_equal(len, strlen(text));
-  gca_json_value_t *v = NULL;
-  size_t off = 0;
-  gca_status_t st = gca__json_parse(text, len, &v, &off);
-  if (st != GCA_OK)
-    fail_msg("snapshot does not parse: %s near '%.40s'", gca_last_error(), text + off);
+  json_t *v = jload(text, len);
   gca_string_free(text);
   return v;
 }
 
-static uint64_t u64_of(const gca_json_value_t *obj, const char *key) {
-  uint64_t x;
-  if (!gca__json_as_u64(gca__json_get(obj, key), &x))
+static uint64_t u64_of(const json_t *obj, const char *key) {
+  uint64_t x = 0;
+  if (!ju64(json_object_get(obj, key), &x))
     fail_msg("'%s' is missing or not an unsigned integer", key);
   return x;
 }
 
-static const char *str_of(const gca_json_value_t *obj, const char *key) {
-  const char *s = gca__json_as_string(gca__json_get(obj, key));
+static const char *str_of(const json_t *obj, const char *key) {
+  const char *s = json_string_value(json_object_get(obj, key));
   if (!s)
     fail_msg("'%s' is missing or not a string", key);
   return s;
@@ -66,17 +63,17 @@ typedef struct sums {
   uint64_t reserved, allocated, active, requested, blocks_total;
 } sums_t;
 
-static sums_t check_segments(const gca_json_value_t *segs) {
+static sums_t check_segments(const json_t *segs) {
   sums_t s = {0};
-  for (size_t i = 0; i < gca__json_count(segs); i++) {
-    const gca_json_value_t *seg = gca__json_at(segs, i);
+  for (size_t i = 0; i < jcount(segs); i++) {
+    const json_t *seg = json_array_get(segs, i);
     uint64_t total = u64_of(seg, "total_size");
     uint64_t seg_alloc = 0, seg_active = 0, seg_req = 0, seg_sum = 0;
     uint64_t next = u64_of(seg, "address");
-    const gca_json_value_t *blocks = gca__json_get(seg, "blocks");
-    assert_true(gca__json_count(blocks) > 0);
-    for (size_t k = 0; k < gca__json_count(blocks); k++) {
-      const gca_json_value_t *b = gca__json_at(blocks, k);
+    const json_t *blocks = json_object_get(seg, "blocks");
+    assert_true(jcount(blocks) > 0);
+    for (size_t k = 0; k < jcount(blocks); k++) {
+      const json_t *b = json_array_get(blocks, k);
       uint64_t size = u64_of(b, "size");
       const char *state = str_of(b, "state");
       assert_int_equal(u64_of(b, "address"), next); /* blocks tile the segment in order */
@@ -92,7 +89,7 @@ static sums_t check_segments(const gca_json_value_t *segs) {
       } else {
         assert_string_equal(state, "inactive");
       }
-      assert_int_equal(gca__json_get(b, "frames")->type, GCA_JSON_ARRAY);
+      assert_true(json_is_array(json_object_get(b, "frames")));
     }
     assert_int_equal(seg_sum, total);
     assert_int_equal(u64_of(seg, "allocated_size"), seg_alloc);
@@ -102,9 +99,9 @@ static sums_t check_segments(const gca_json_value_t *segs) {
     assert_true(strcmp(type, "large") == 0 || strcmp(type, "small") == 0);
     if (strcmp(type, "small") == 0)
       assert_int_equal(total, 2 * MiB);
-    assert_int_equal(gca__json_count(gca__json_get(seg, "segment_pool_id")), 2);
+    assert_int_equal(jcount(json_object_get(seg, "segment_pool_id")), 2);
     bool expandable;
-    assert_true(gca__json_as_bool(gca__json_get(seg, "is_expandable"), &expandable));
+    assert_true(jbool(json_object_get(seg, "is_expandable"), &expandable));
     assert_int_equal(u64_of(seg, "device"), 0);
     (void)u64_of(seg, "stream");
     s.reserved += total;
@@ -136,10 +133,10 @@ static void snapshot_sums_match_stats_and_traces_keep_order(void **state) {
 
   gca_stats_t st;
   assert_ok(gca_get_stats(0, &st));
-  gca_json_value_t *v = snapshot();
-  const gca_json_value_t *segs = gca__json_get(v, "segments");
+  json_t *v = snapshot();
+  const json_t *segs = json_object_get(v, "segments");
   assert_non_null(segs);
-  assert_true(gca__json_count(segs) >= 2);
+  assert_true(jcount(segs) >= 2);
   sums_t s = check_segments(segs);
   assert_int_equal(s.reserved, st.reserved_bytes[GCA_STAT_ALL].current);
   assert_int_equal(s.allocated, st.allocated_bytes[GCA_STAT_ALL].current);
@@ -148,9 +145,9 @@ static void snapshot_sums_match_stats_and_traces_keep_order(void **state) {
   assert_true(s.active > s.allocated); /* d is pending */
 
   /* device_traces[0]: the user-visible actions in the order they happened. */
-  const gca_json_value_t *traces = gca__json_get(v, "device_traces");
-  assert_true(gca__json_count(traces) >= 1);
-  const gca_json_value_t *t0 = gca__json_at(traces, 0);
+  const json_t *traces = json_object_get(v, "device_traces");
+  assert_true(jcount(traces) >= 1);
+  const json_t *t0 = json_array_get(traces, 0);
   const struct {
     const char *action;
     void *ptr;
@@ -159,18 +156,18 @@ static void snapshot_sums_match_stats_and_traces_keep_order(void **state) {
   size_t w = 0;
   bool saw_segment_alloc = false;
   uint64_t last_time = 0;
-  for (size_t i = 0; i < gca__json_count(t0); i++) {
-    const gca_json_value_t *e = gca__json_at(t0, i);
+  for (size_t i = 0; i < jcount(t0); i++) {
+    const json_t *e = json_array_get(t0, i);
     const char *action = str_of(e, "action");
     uint64_t time = u64_of(e, "time_us");
     assert_true(time >= last_time);
     last_time = time;
     if (strcmp(action, "segment_alloc") == 0 && w == 0)
       saw_segment_alloc = true;
-    const gca_json_value_t *frames = gca__json_get(e, "frames");
-    assert_true(gca__json_count(frames) > 0);
-    for (size_t f = 0; f < gca__json_count(frames); f++) {
-      const gca_json_value_t *fr = gca__json_at(frames, f);
+    const json_t *frames = json_object_get(e, "frames");
+    assert_true(jcount(frames) > 0);
+    for (size_t f = 0; f < jcount(frames); f++) {
+      const json_t *fr = json_array_get(frames, f);
       assert_non_null(str_of(fr, "filename"));
       assert_non_null(str_of(fr, "name"));
       assert_int_equal(u64_of(fr, "line"), 0);
@@ -187,13 +184,13 @@ static void snapshot_sums_match_stats_and_traces_keep_order(void **state) {
   assert_int_equal(w, GCA_ARRAY_SIZE(want));
   assert_true(saw_segment_alloc);
 
-  const gca_json_value_t *set = gca__json_get(v, "allocator_settings");
+  const json_t *set = json_object_get(v, "allocator_settings");
   assert_non_null(strstr(str_of(set, "PYTORCH_CUDA_ALLOC_CONF"), "backend:native"));
   int64_t mss;
-  assert_true(gca__json_as_i64(gca__json_get(set, "max_split_size"), &mss));
+  assert_true(ji64(json_object_get(set, "max_split_size"), &mss));
   assert_int_equal(mss, -1);
-  assert_int_equal(gca__json_count(gca__json_get(set, "roundup_power2_divisions")), 16);
-  gca__json_free(v);
+  assert_int_equal(jcount(json_object_get(set, "roundup_power2_divisions")), 16);
+  json_decref(v);
 
   atomic_store(&gate, 1);
   assert_ok(gca_stream_synchronize(s2));
@@ -204,38 +201,38 @@ static void snapshot_sums_match_stats_and_traces_keep_order(void **state) {
 
   /* With everything released, the snapshot has no segments left. */
   v = snapshot();
-  assert_int_equal(gca__json_count(gca__json_get(v, "segments")), 0);
-  gca__json_free(v);
+  assert_int_equal(jcount(json_object_get(v, "segments")), 0);
+  json_decref(v);
 }
 
 static void settings_in_force_are_reported(void **state) {
   (void)state;
   assert_ok(gca_set_config("max_split_size_mb:64,garbage_collection_threshold:0.5,"
                            "roundup_power2_divisions:[256:1,>:4]"));
-  gca_json_value_t *v = snapshot();
-  const gca_json_value_t *set = gca__json_get(v, "allocator_settings");
+  json_t *v = snapshot();
+  const json_t *set = json_object_get(v, "allocator_settings");
   assert_int_equal(u64_of(set, "max_split_size"), 64 * MiB);
   double gc;
-  assert_true(gca__json_as_double(gca__json_get(set, "garbage_collection_threshold"), &gc));
+  assert_true(jdouble(json_object_get(set, "garbage_collection_threshold"), &gc));
   assert_true(gc == 0.5);
-  const gca_json_value_t *r = gca__json_get(set, "roundup_power2_divisions");
+  const json_t *r = json_object_get(set, "roundup_power2_divisions");
   assert_int_equal(u64_of(r, "1"), 1);
   assert_int_equal(u64_of(r, "256"), 4);
   assert_int_equal(u64_of(r, "32768"), 4);
   assert_non_null(strstr(str_of(set, "PYTORCH_CUDA_ALLOC_CONF"), "max_split_size_mb:64"));
-  gca__json_free(v);
+  json_decref(v);
 }
 
 static void history_off_gives_empty_traces(void **state) {
   (void)state;
   void *p;
   assert_ok(gca_malloc(&p, 4096, NULL));
-  gca_json_value_t *v = snapshot();
-  const gca_json_value_t *traces = gca__json_get(v, "device_traces");
-  for (size_t i = 0; i < gca__json_count(traces); i++)
-    assert_int_equal(gca__json_count(gca__json_at(traces, i)), 0);
-  assert_int_equal(gca__json_count(gca__json_get(v, "segments")), 1);
-  gca__json_free(v);
+  json_t *v = snapshot();
+  const json_t *traces = json_object_get(v, "device_traces");
+  for (size_t i = 0; i < jcount(traces); i++)
+    assert_int_equal(jcount(json_array_get(traces, i)), 0);
+  assert_int_equal(jcount(json_object_get(v, "segments")), 1);
+  json_decref(v);
   assert_ok(gca_free(p));
 }
 
@@ -244,34 +241,34 @@ static void out_of_memory_is_traced_and_leaves_the_snapshot_intact(void **state)
   assert_ok(gca_record_history(true, 100, false));
   void *p, *q = NULL;
   assert_ok(gca_malloc(&p, 4 * MiB, NULL));
-  gca_json_value_t *before = snapshot();
+  json_t *before = snapshot();
   assert_ok(gca_sim_set_capacity(0, 64 * MiB));
   assert_status(gca_malloc(&q, 128 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "out of memory");
   assert_null(q);
   assert_ok(gca_sim_set_capacity(0, 16ull << 30));
-  gca_json_value_t *after = snapshot();
+  json_t *after = snapshot();
   /* The failed request left the segments exactly as they were. */
-  const gca_json_value_t *sb = gca__json_get(before, "segments");
-  const gca_json_value_t *sa = gca__json_get(after, "segments");
-  assert_int_equal(gca__json_count(sa), gca__json_count(sb));
-  for (size_t i = 0; i < gca__json_count(sa); i++) {
-    assert_int_equal(u64_of(gca__json_at(sa, i), "address"),
-                     u64_of(gca__json_at(sb, i), "address"));
-    assert_int_equal(u64_of(gca__json_at(sa, i), "allocated_size"),
-                     u64_of(gca__json_at(sb, i), "allocated_size"));
+  const json_t *sb = json_object_get(before, "segments");
+  const json_t *sa = json_object_get(after, "segments");
+  assert_int_equal(jcount(sa), jcount(sb));
+  for (size_t i = 0; i < jcount(sa); i++) {
+    assert_int_equal(u64_of(json_array_get(sa, i), "address"),
+                     u64_of(json_array_get(sb, i), "address"));
+    assert_int_equal(u64_of(json_array_get(sa, i), "allocated_size"),
+                     u64_of(json_array_get(sb, i), "allocated_size"));
   }
-  const gca_json_value_t *t0 = gca__json_at(gca__json_get(after, "device_traces"), 0);
+  const json_t *t0 = json_array_get(json_object_get(after, "device_traces"), 0);
   bool saw_oom = false;
-  for (size_t i = 0; i < gca__json_count(t0); i++) {
-    const gca_json_value_t *e = gca__json_at(t0, i);
+  for (size_t i = 0; i < jcount(t0); i++) {
+    const json_t *e = json_array_get(t0, i);
     if (strcmp(str_of(e, "action"), "oom") == 0) {
       saw_oom = true;
       assert_int_equal(u64_of(e, "device_free"), u64_of(e, "addr"));
     }
   }
   assert_true(saw_oom);
-  gca__json_free(before);
-  gca__json_free(after);
+  json_decref(before);
+  json_decref(after);
   assert_ok(gca_free(p));
 }
 

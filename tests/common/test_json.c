@@ -1,6 +1,7 @@
-/* test_json.c - the JSON writer's escaping, separators and misuse reports, and
- * the strict parser: what it accepts, what it rejects and where it says the
- * error is. */
+/* test_json.c - the JSON writer's escaping, separators and misuse reports.
+ * What it writes is read back with jansson, an independent reader, so
+ * "always valid JSON" is checked by something other than the writer. */
+#include <jansson.h>
 #include <math.h>
 
 #include "gca.h"
@@ -14,9 +15,13 @@ static char *finish(gca_json_writer_t *w) {
   return out;
 }
 
-static gca_json_value_t *parse_ok(const char *text) {
-  gca_json_value_t *v = NULL;
-  assert_ok(gca__json_parse(text, strlen(text), &v, NULL));
+/* The writer's output parsed by jansson (NULs in strings allowed, as the
+ * writer escapes them); a rejection fails the test with jansson's words. */
+static json_t *parse_ok(const char *text) {
+  json_error_t err;
+  json_t *v = json_loadb(text, strlen(text), JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+  if (!v)
+    fail_msg("jansson rejects '%s': %s at line %d column %d", text, err.text, err.line, err.column);
   return v;
 }
 
@@ -63,15 +68,17 @@ static void writer_escapes_quotes_controls_and_bad_utf8(void **state) {
                            "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\","
                            "\"bad\\ufffd\\ufffd(\\ufffd\\ufffd\\ufffdx\","
                            "\"nul\\u0000in\",null]");
-  /* What the writer produces, the parser reads back to the same bytes. */
-  gca_json_value_t *v = parse_ok(out);
-  assert_string_equal(gca__json_as_string(gca__json_at(v, 0)), "q\"b\\s/\b\f\n\r\t\x01\x1f\x7f");
-  assert_string_equal(gca__json_as_string(gca__json_at(v, 1)),
+  /* What the writer produces, jansson reads back to the same bytes. */
+  json_t *v = parse_ok(out);
+  assert_string_equal(json_string_value(json_array_get(v, 0)), "q\"b\\s/\b\f\n\r\t\x01\x1f\x7f");
+  assert_string_equal(json_string_value(json_array_get(v, 1)),
                       "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
-  assert_int_equal(gca__json_at(v, 3)->u.str.len, 6);
-  assert_memory_equal(gca__json_at(v, 3)->u.str.s, "nul\0in", 6);
-  assert_int_equal(gca__json_at(v, 4)->type, GCA_JSON_NULL);
-  gca__json_free(v);
+  assert_string_equal(json_string_value(json_array_get(v, 2)),
+                      "bad\xef\xbf\xbd\xef\xbf\xbd(\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx");
+  assert_int_equal(json_string_length(json_array_get(v, 3)), 6);
+  assert_memory_equal(json_string_value(json_array_get(v, 3)), "nul\0in", 6);
+  assert_true(json_is_null(json_array_get(v, 4)));
+  json_decref(v);
   free(out);
 }
 
@@ -87,15 +94,15 @@ static void writer_doubles_round_trip_and_non_finite_become_null(void **state) {
   gca__json_double(&w, INFINITY);
   gca__json_array_end(&w);
   char *out = finish(&w);
-  gca_json_value_t *v = parse_ok(out);
+  json_t *v = parse_ok(out);
   for (size_t i = 0; i < GCA_ARRAY_SIZE(vals); i++) {
-    double d;
-    assert_true(gca__json_as_double(gca__json_at(v, i), &d));
-    assert_true(d == vals[i]);
+    const json_t *x = json_array_get(v, i);
+    assert_true(json_is_number(x));
+    assert_true(json_number_value(x) == vals[i]);
   }
-  assert_int_equal(gca__json_at(v, GCA_ARRAY_SIZE(vals))->type, GCA_JSON_NULL);
-  assert_int_equal(gca__json_at(v, GCA_ARRAY_SIZE(vals) + 1)->type, GCA_JSON_NULL);
-  gca__json_free(v);
+  assert_true(json_is_null(json_array_get(v, GCA_ARRAY_SIZE(vals))));
+  assert_true(json_is_null(json_array_get(v, GCA_ARRAY_SIZE(vals) + 1)));
+  json_decref(v);
   free(out);
 }
 
@@ -153,175 +160,12 @@ static void writer_grows_past_its_first_buffer(void **state) {
     gca__json_int(&w, i);
   gca__json_array_end(&w);
   char *out = finish(&w);
-  gca_json_value_t *v = parse_ok(out);
-  assert_int_equal(gca__json_count(v), 10000);
-  int64_t x;
-  assert_true(gca__json_as_i64(gca__json_at(v, 9999), &x));
-  assert_int_equal(x, 9999);
-  gca__json_free(v);
+  json_t *v = parse_ok(out);
+  assert_int_equal(json_array_size(v), 10000);
+  assert_true(json_is_integer(json_array_get(v, 9999)));
+  assert_int_equal(json_integer_value(json_array_get(v, 9999)), 9999);
+  json_decref(v);
   free(out);
-}
-
-static void parser_reads_every_kind_of_value(void **state) {
-  (void)state;
-  const char *doc =
-      " {\"s\": \"a\\u00e9\\ud83d\\ude00\\/\", \"n\": [0, -0, 12.5e1, -9223372036854775808,"
-      " 18446744073709551615, 18446744073709551616, 1E2],"
-      " \"t\": true, \"f\": false, \"z\": null, \"o\": {\"x\": {}}, \"dup\": 1,"
-      " \"dup\": 2}\n";
-  gca_json_value_t *v = parse_ok(doc);
-  assert_int_equal(v->type, GCA_JSON_OBJECT);
-  assert_int_equal(gca__json_count(v), 8);
-  assert_string_equal(gca__json_as_string(gca__json_get(v, "s")), "a\xc3\xa9\xf0\x9f\x98\x80/");
-  const gca_json_value_t *n = gca__json_get(v, "n");
-  uint64_t u;
-  int64_t i;
-  double d;
-  assert_true(gca__json_as_u64(gca__json_at(n, 0), &u));
-  assert_int_equal(u, 0);
-  assert_true(gca__json_as_i64(gca__json_at(n, 1), &i));
-  assert_int_equal(i, 0);
-  assert_false(gca__json_as_i64(gca__json_at(n, 2), &i));
-  assert_true(gca__json_as_double(gca__json_at(n, 2), &d));
-  assert_true(d == 125.0);
-  assert_true(gca__json_as_i64(gca__json_at(n, 3), &i));
-  assert_true(i == INT64_MIN);
-  assert_false(gca__json_as_u64(gca__json_at(n, 3), &u));
-  assert_true(gca__json_as_u64(gca__json_at(n, 4), &u));
-  assert_true(u == UINT64_MAX);
-  assert_false(gca__json_as_i64(gca__json_at(n, 4), &i));
-  assert_false(gca__json_as_u64(gca__json_at(n, 5), &u));
-  assert_true(gca__json_as_double(gca__json_at(n, 5), &d));
-  assert_true(d == 18446744073709551616.0);
-  assert_true(gca__json_as_double(gca__json_at(n, 6), &d));
-  assert_true(d == 100.0);
-  bool b;
-  assert_true(gca__json_as_bool(gca__json_get(v, "t"), &b));
-  assert_true(b);
-  assert_true(gca__json_as_bool(gca__json_get(v, "f"), &b));
-  assert_false(b);
-  assert_int_equal(gca__json_get(v, "z")->type, GCA_JSON_NULL);
-  assert_int_equal(gca__json_count(gca__json_get(gca__json_get(v, "o"), "x")), 0);
-  assert_true(gca__json_as_i64(gca__json_get(v, "dup"), &i));
-  assert_int_equal(i, 1); /* first member wins */
-  assert_null(gca__json_get(v, "missing"));
-  assert_null(gca__json_at(v, 0));
-  assert_null(gca__json_at(n, 7));
-  assert_null(gca__json_as_string(n));
-  gca__json_free(v);
-
-  v = parse_ok("\"top\"");
-  assert_string_equal(gca__json_as_string(v), "top");
-  gca__json_free(v);
-  v = parse_ok("[]");
-  assert_int_equal(gca__json_count(v), 0);
-  gca__json_free(v);
-}
-
-static void parser_rejects_what_rfc8259_rejects(void **state) {
-  (void)state;
-  static const struct {
-    const char *text;
-    const char *needle;
-  } bad[] = {
-      {"", "expected a value"},
-      {"   ", "expected a value"},
-      {"[1,]", "expected a value"},
-      {"{\"a\":1,}", "member name"},
-      {"{a:1}", "member name"},
-      {"{\"a\" 1}", "':'"},
-      {"[1 2]", "',' or ']'"},
-      {"{\"a\":1 \"b\":2}", "',' or '}'"},
-      {"[1", "',' or ']'"},
-      {"01", "end of the document"},
-      {"-", "a digit"},
-      {"1.", "after '.'"},
-      {".5", "expected a value"},
-      {"1e", "exponent"},
-      {"+1", "expected a value"},
-      {"tru", "expected a value"},
-      {"nul", "expected a value"},
-      {"True", "expected a value"},
-      {"\"abc", "closing"},
-      {"\"a\tb\"", "control"},
-      {"\"\\x\"", "after '\\'"},
-      {"\"\\u12g4\"", "hex digits"},
-      {"\"\\ud800\"", "low surrogate"},
-      {"\"\\ud800\\u0041\"", "low surrogate"},
-      {"\"\\udc00\"", "high surrogate"},
-      {"\"\xff\"", "UTF-8"},
-      {"\"\xc0\xaf\"", "UTF-8"},
-      {"\"\xed\xa0\x80\"", "UTF-8"},
-      {"{} {}", "end of the document"},
-      {"[1] x", "end of the document"},
-      {"/* c */ 1", "expected a value"},
-      {"NaN", "expected a value"},
-  };
-  for (size_t k = 0; k < GCA_ARRAY_SIZE(bad); k++) {
-    gca_json_value_t *v = (gca_json_value_t *)0x1;
-    gca_clear_last_error();
-    gca_status_t st = gca__json_parse(bad[k].text, strlen(bad[k].text), &v, NULL);
-    if (st != GCA_ERR_PARSE)
-      fail_msg("'%s' was accepted", bad[k].text);
-    if (!strstr(gca_last_error(), bad[k].needle))
-      fail_msg("'%s': detail '%s' does not mention '%s'", bad[k].text, gca_last_error(),
-               bad[k].needle);
-    assert_ptr_equal(v, (gca_json_value_t *)0x1); /* untouched on failure */
-  }
-}
-
-static void parser_error_names_line_column_and_offset(void **state) {
-  (void)state;
-  const char *doc = "{\n  \"a\": [1,\n        2,,]\n}";
-  gca_json_value_t *v = NULL;
-  size_t off = 0;
-  assert_status(gca__json_parse(doc, strlen(doc), &v, &off), GCA_ERR_PARSE,
-                "line 3 column 11 (offset 23)");
-  assert_int_equal(off, 23);
-  assert_int_equal(doc[off], ',');
-  assert_null(v);
-}
-
-static void parser_limits_depth(void **state) {
-  (void)state;
-  char deep[2 * (GCA_JSON_MAX_DEPTH + 1) + 1];
-  for (int i = 0; i < GCA_JSON_MAX_DEPTH; i++) {
-    deep[i] = '[';
-    deep[2 * GCA_JSON_MAX_DEPTH - 1 - i] = ']';
-  }
-  gca_json_value_t *v = NULL;
-  assert_ok(gca__json_parse(deep, 2 * GCA_JSON_MAX_DEPTH, &v, NULL));
-  gca__json_free(v);
-
-  for (int i = 0; i <= GCA_JSON_MAX_DEPTH; i++) {
-    deep[i] = '[';
-    deep[2 * (GCA_JSON_MAX_DEPTH + 1) - 1 - i] = ']';
-  }
-  v = NULL;
-  assert_status(gca__json_parse(deep, 2 * (GCA_JSON_MAX_DEPTH + 1), &v, NULL), GCA_ERR_PARSE,
-                "deeper");
-  assert_null(v);
-}
-
-static void parser_frees_partial_documents(void **state) {
-  (void)state;
-  /* Fails deep inside nested containers holding strings: ASan's leak check
-   * proves everything built so far was released. */
-  const char *doc =
-      "{\"a\":[\"x\",{\"b\":[\"y\",\"z\",{\"c\":\"w\"}],\"d\":\"v\"}],\"e\":[1,2,bad]}";
-  gca_json_value_t *v = NULL;
-  assert_status(gca__json_parse(doc, strlen(doc), &v, NULL), GCA_ERR_PARSE, "expected a value");
-  assert_null(v);
-  gca__json_free(NULL);
-}
-
-static void parser_respects_the_given_length(void **state) {
-  (void)state;
-  gca_json_value_t *v = NULL;
-  assert_ok(gca__json_parse("[1]garbage", 3, &v, NULL));
-  assert_int_equal(gca__json_count(v), 1);
-  gca__json_free(v);
-  assert_status(gca__json_parse("\"abc\"", 4, &v, NULL), GCA_ERR_PARSE, "closing");
 }
 
 int main(void) {
@@ -331,12 +175,6 @@ int main(void) {
       cmocka_unit_test(writer_doubles_round_trip_and_non_finite_become_null),
       cmocka_unit_test(writer_reports_misuse_once_and_frees),
       cmocka_unit_test(writer_grows_past_its_first_buffer),
-      cmocka_unit_test(parser_reads_every_kind_of_value),
-      cmocka_unit_test(parser_rejects_what_rfc8259_rejects),
-      cmocka_unit_test(parser_error_names_line_column_and_offset),
-      cmocka_unit_test(parser_limits_depth),
-      cmocka_unit_test(parser_frees_partial_documents),
-      cmocka_unit_test(parser_respects_the_given_length),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

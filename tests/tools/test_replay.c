@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "json_read.h"
+
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream\n"
 #define MiB    (1ull << 20)
 
@@ -54,25 +56,22 @@ static run_out_t run_replay(const char *body, const char *args) {
   return out;
 }
 
-static gca_json_value_t *parse_json(const run_out_t *o) {
+static json_t *parse_json(const run_out_t *o) {
   if (o->exit_code != 0)
     fail_msg("gca-replay failed (%d): %s", o->exit_code, o->text);
-  gca_json_value_t *v = NULL;
-  if (gca__json_parse(o->text, strlen(o->text), &v, NULL) != GCA_OK)
-    fail_msg("output is not JSON (%s): %s", gca_last_error(), o->text);
-  return v;
+  return jload(o->text, strlen(o->text));
 }
 
-static uint64_t u64_at(const gca_json_value_t *v, const char *key) {
+static uint64_t u64_at(const json_t *v, const char *key) {
   uint64_t x = 0;
-  if (!gca__json_as_u64(gca__json_get(v, key), &x))
+  if (!ju64(json_object_get(v, key), &x))
     fail_msg("no unsigned '%s' in the JSON", key);
   return x;
 }
 
-static double dbl_at(const gca_json_value_t *v, const char *key) {
+static double dbl_at(const json_t *v, const char *key) {
   double x = 0;
-  if (!gca__json_as_double(gca__json_get(v, key), &x))
+  if (!jdouble(json_object_get(v, key), &x))
     fail_msg("no number '%s' in the JSON", key);
   return x;
 }
@@ -90,14 +89,14 @@ static void three_small_allocations_fill_two_small_segments(void **state) {
                                   "1,00:00:00.000003,allocate,0x300000,1048576,0x0\n"
                                   "1,00:00:00.000004,free,0x100000,1048576,0x0\n",
                            "--json");
-  gca_json_value_t *v = parse_json(&o);
+  json_t *v = parse_json(&o);
   assert_int_equal(u64_at(v, "events"), 4);
   assert_int_equal(u64_at(v, "allocations"), 3);
   assert_int_equal(u64_at(v, "frees"), 1);
   assert_int_equal(u64_at(v, "peak_live_bytes"), 3 * MiB);
-  const gca_json_value_t *runs = gca__json_get(v, "runs");
-  assert_int_equal(gca__json_count(runs), 1);
-  const gca_json_value_t *r = gca__json_at(runs, 0);
+  const json_t *runs = json_object_get(v, "runs");
+  assert_int_equal(jcount(runs), 1);
+  const json_t *r = json_array_get(runs, 0);
   assert_int_equal(u64_at(r, "peak_reserved_bytes"), 4 * MiB);
   assert_int_equal(u64_at(r, "device_allocations"), 2);
   assert_int_equal(u64_at(r, "ooms"), 0);
@@ -107,7 +106,7 @@ static void three_small_allocations_fill_two_small_segments(void **state) {
   assert_true(dbl_at(r, "fragmentation_at_peak_reserved") == 0.0);
   dbl_at(r, "ns_per_event");
   dbl_at(r, "ns_per_event_warm");
-  gca__json_free(v);
+  json_decref(v);
   free(o.text);
 }
 
@@ -123,16 +122,16 @@ static void fragmentation_is_sampled_at_peak_reserved(void **state) {
                                   "1,00:00:00.5,free,0xb00,524288,0x0\n"
                                   "1,00:00:00.6,free,0xc00,1572864,0x0\n",
                            "--json");
-  gca_json_value_t *v = parse_json(&o);
+  json_t *v = parse_json(&o);
   assert_int_equal(u64_at(v, "peak_live_bytes"), 2 * MiB);
-  const gca_json_value_t *r = gca__json_at(gca__json_get(v, "runs"), 0);
+  const json_t *r = json_array_get(json_object_get(v, "runs"), 0);
   assert_int_equal(u64_at(r, "peak_reserved_bytes"), 22 * MiB);
   assert_true(dbl_at(r, "reserved_over_peak_live") == 11.0);
   assert_int_equal(u64_at(r, "free_bytes_at_peak_reserved"), 20 * MiB);
   assert_int_equal(u64_at(r, "largest_free_at_peak_reserved"), 18 * MiB + 512 * 1024);
   assert_float_equal(dbl_at(r, "fragmentation_at_peak_reserved"), 0.075, 1e-12);
   assert_int_equal(u64_at(r, "device_allocations"), 2);
-  gca__json_free(v);
+  json_decref(v);
   free(o.text);
 }
 
@@ -142,14 +141,14 @@ static void allocate_failures_are_skipped_and_streams_created(void **state) {
                                   "1,00:00:00.3,allocate,0x20,4096,0x0\n"
                                   "1,00:00:00.4,free,0x10,4096,0xabc\n",
                            "--json");
-  gca_json_value_t *v = parse_json(&o);
+  json_t *v = parse_json(&o);
   assert_int_equal(u64_at(v, "events"), 4);
   assert_int_equal(u64_at(v, "allocate_failures_skipped"), 1);
   assert_int_equal(u64_at(v, "streams"), 2);
   assert_int_equal(u64_at(v, "peak_live_bytes"), 8192);
-  const gca_json_value_t *r = gca__json_at(gca__json_get(v, "runs"), 0);
+  const json_t *r = json_array_get(json_object_get(v, "runs"), 0);
   assert_int_equal(u64_at(r, "ooms"), 0);
-  gca__json_free(v);
+  json_decref(v);
   free(o.text);
 }
 
@@ -159,16 +158,16 @@ static void each_config_is_replayed_side_by_side(void **state) {
                              "1,00:00:00.3,allocate,0x20,4096,0x0\n";
   run_out_t o = run_replay(trace, "--json --config max_split_size_mb:64 --config "
                                   "expandable_segments:False");
-  gca_json_value_t *v = parse_json(&o);
-  const gca_json_value_t *runs = gca__json_get(v, "runs");
-  assert_int_equal(gca__json_count(runs), 2);
-  assert_string_equal(gca__json_as_string(gca__json_get(gca__json_at(runs, 0), "config")),
+  json_t *v = parse_json(&o);
+  const json_t *runs = json_object_get(v, "runs");
+  assert_int_equal(jcount(runs), 2);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(runs, 0), "config")),
                       "max_split_size_mb:64");
-  assert_string_equal(gca__json_as_string(gca__json_get(gca__json_at(runs, 1), "config")),
+  assert_string_equal(json_string_value(json_object_get(json_array_get(runs, 1), "config")),
                       "expandable_segments:False");
   for (size_t i = 0; i < 2; i++)
-    assert_int_equal(u64_at(gca__json_at(runs, i), "peak_reserved_bytes"), 30 * MiB + 2 * MiB);
-  gca__json_free(v);
+    assert_int_equal(u64_at(json_array_get(runs, i), "peak_reserved_bytes"), 30 * MiB + 2 * MiB);
+  json_decref(v);
   free(o.text);
   o = run_replay(trace, "--config max_split_size_mb:64");
   assert_int_equal(o.exit_code, 0);
@@ -184,12 +183,12 @@ static void device_memory_limit_turns_into_counted_ooms(void **state) {
                                   "1,00:00:00.3,free,0x20,8388608,0x0\n"
                                   "1,00:00:00.4,free,0x10,1048576,0x0\n",
                            "--json --device-memory 4MiB");
-  gca_json_value_t *v = parse_json(&o);
+  json_t *v = parse_json(&o);
   assert_int_equal(u64_at(v, "device_memory"), 4 * MiB);
-  const gca_json_value_t *r = gca__json_at(gca__json_get(v, "runs"), 0);
+  const json_t *r = json_array_get(json_object_get(v, "runs"), 0);
   assert_int_equal(u64_at(r, "ooms"), 1);
   assert_int_equal(u64_at(r, "peak_reserved_bytes"), 2 * MiB);
-  gca__json_free(v);
+  json_decref(v);
   free(o.text);
 }
 
@@ -222,13 +221,13 @@ static void lenient_skips_and_counts_frees_of_pointers_not_live(void **state) {
                                   "1,00:00:00.3,free,0x10,4096,0x0\n"
                                   "1,00:00:00.4,free,0x10,4096,0x0\n",
                            "--json --lenient");
-  gca_json_value_t *v = parse_json(&o);
+  json_t *v = parse_json(&o);
   assert_int_equal(u64_at(v, "unmatched_frees_skipped"), 2);
   assert_int_equal(u64_at(v, "frees"), 1);
   assert_int_equal(u64_at(v, "peak_live_bytes"), 4096);
-  const gca_json_value_t *r = gca__json_at(gca__json_get(v, "runs"), 0);
+  const json_t *r = json_array_get(json_object_get(v, "runs"), 0);
   assert_int_equal(u64_at(r, "peak_reserved_bytes"), 2 * MiB);
-  gca__json_free(v);
+  json_decref(v);
   free(o.text);
   o = run_replay(HEADER "1,00:00:00.1,free,0x99,64,0x0\n", "--lenient");
   assert_int_equal(o.exit_code, 0);
@@ -242,10 +241,10 @@ static void reallocating_a_freed_pointer_is_fine(void **state) {
                                   "1,00:00:00.3,allocate,0x10,128,0x0\n"
                                   "1,00:00:00.4,free,0x10,128,0x0\n",
                            "--json");
-  gca_json_value_t *v = parse_json(&o);
+  json_t *v = parse_json(&o);
   assert_int_equal(u64_at(v, "peak_live_bytes"), 128);
   assert_int_equal(u64_at(v, "allocations"), 2);
-  gca__json_free(v);
+  json_decref(v);
   free(o.text);
 }
 
@@ -284,22 +283,20 @@ static void snapshot_option_writes_the_state_after_the_pass(void **state) {
   size_t n = fread(buf, 1, sizeof(buf), f);
   fclose(f);
   unlink(snap);
-  gca_json_value_t *v = NULL;
-  if (gca__json_parse(buf, n, &v, NULL) != GCA_OK)
-    fail_msg("snapshot is not JSON: %s", gca_last_error());
-  const gca_json_value_t *segs = gca__json_get(v, "segments");
-  assert_int_equal(gca__json_count(segs), 1); /* one 2 MiB small-pool segment */
-  assert_int_equal(u64_at(gca__json_at(segs, 0), "allocated_size"), 1048576);
-  const gca_json_value_t *traces = gca__json_get(v, "device_traces");
-  const gca_json_value_t *dev0 = gca__json_at(traces, 0);
+  json_t *v = jload(buf, n);
+  const json_t *segs = json_object_get(v, "segments");
+  assert_int_equal(jcount(segs), 1); /* one 2 MiB small-pool segment */
+  assert_int_equal(u64_at(json_array_get(segs, 0), "allocated_size"), 1048576);
+  const json_t *traces = json_object_get(v, "device_traces");
+  const json_t *dev0 = json_array_get(traces, 0);
   size_t allocs = 0;
-  for (size_t i = 0; i < gca__json_count(dev0); i++) {
-    const char *action = gca__json_as_string(gca__json_get(gca__json_at(dev0, i), "action"));
+  for (size_t i = 0; i < jcount(dev0); i++) {
+    const char *action = json_string_value(json_object_get(json_array_get(dev0, i), "action"));
     allocs += action && strcmp(action, "alloc") == 0;
   }
   assert_int_equal(allocs, 2);
-  assert_non_null(gca__json_get(v, "allocator_settings"));
-  gca__json_free(v);
+  assert_non_null(json_object_get(v, "allocator_settings"));
+  json_decref(v);
   free(o.text);
   /* an unwritable path is an error naming it */
   run_out_t bad = run_replay(HEADER "1,00:00:00.000001,allocate,0x1000,4096,0x0\n",

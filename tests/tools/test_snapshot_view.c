@@ -15,6 +15,7 @@
 #include "gca.h"
 #include "support.h"
 #include "snapshot_model.h"
+#include "tool_assert.h"
 
 static const char *snapshot_path;
 static const char *tool_path;
@@ -163,7 +164,7 @@ static void malformed_or_incomplete_snapshots_name_the_problem(void **state) {
        "not 'bogus'"},
       {"{\"segments\": [{\"address\": -1, \"total_size\": 2, \"blocks\": []}], "
        "\"device_traces\": []}",
-       "'address' is not a non-negative integer"},
+       "segments[0]: 'address' is negative"},
       {"{\"segments\": [], \"device_traces\": [[{\"size\": 1}]]}",
        "device_traces[0][0]: missing 'action'"},
       {"{\"segments\": [], \"device_traces\": [[{\"action\": \"alloc\"}]]}",
@@ -172,11 +173,11 @@ static void malformed_or_incomplete_snapshots_name_the_problem(void **state) {
   };
   for (size_t i = 0; i < GCA_ARRAY_SIZE(cases); i++) {
     snapshot_t s = {0};
-    assert_status(load_text(cases[i].json, &s), GCA_ERR_PARSE, cases[i].needle);
+    assert_tool_status(load_text(cases[i].json, &s), GCA_ERR_PARSE, cases[i].needle);
     assert_null(s.segments);
   }
   snapshot_t s;
-  assert_status(gca__snapshot_load_file("/nonexistent/snap.json", &s), GCA_ERR_IO,
+  assert_tool_status(gca__snapshot_load_file("/nonexistent/snap.json", &s), GCA_ERR_IO,
                 "/nonexistent/snap.json");
 }
 
@@ -256,6 +257,63 @@ static void snapshot_of_a_live_allocator_matches_its_statistics(void **state) {
   assert_ok(gca_free(large));
   assert_ok(gca_empty_cache());
   assert_ok(dev->stream_destroy(stream));
+}
+
+/* Sizes and addresses are kept as int64 on the timeline: a value beyond it or
+ * negative, written as a number or as a string, is an error naming the field,
+ * and so is one that takes a total beyond int64; no signed arithmetic
+ * overflows on the way (the UBSan build checks). */
+static void huge_or_negative_sizes_are_errors_naming_the_field(void **state) {
+  (void)state;
+#define SEG(extra) \
+  "{\"address\": 4096, \"total_size\": 9223372036854775807, " extra "\"blocks\": []}"
+  static const struct {
+    const char *json;
+    const char *needle;
+  } cases[] = {
+      /* two segments of INT64_MAX bytes each on one device */
+      {"{\"segments\": [" SEG("") ", " SEG(
+           "") "], "
+               "\"device_traces\": [[{\"action\": \"segment_alloc\", \"size\": 1}]]}",
+       "segments[1]: 'total_size' takes the reserved bytes beyond int64"},
+      {"{\"segments\": [{\"address\": 1, \"total_size\": 2, \"blocks\": [{\"address\": 1, "
+       "\"size\": \"0xffffffffffffffff\", \"state\": \"inactive\"}]}], \"device_traces\": []}",
+       "segments[0].blocks[0]: 'size' is beyond int64 (0xffffffffffffffff)"},
+      {"{\"segments\": [{\"address\": 1, \"total_size\": 2, \"blocks\": [{\"address\": 1, "
+       "\"size\": \"99999999999999999999999\", \"state\": \"inactive\"}]}], "
+       "\"device_traces\": []}",
+       "segments[0].blocks[0]: 'size' is beyond int64"},
+      {"{\"segments\": [{\"address\": 1, \"total_size\": 2, \"blocks\": [{\"address\": 1, "
+       "\"size\": 18446744073709551615, \"state\": \"inactive\"}]}], \"device_traces\": []}",
+       "'size' is beyond int64"},
+      {"{\"segments\": [{\"address\": 1, \"total_size\": -2, \"blocks\": []}], "
+       "\"device_traces\": []}",
+       "segments[0]: 'total_size' is negative (-2)"},
+      {"{\"segments\": [{\"address\": \"-0x10\", \"total_size\": 2, \"blocks\": []}], "
+       "\"device_traces\": []}",
+       "segments[0]: 'address' is negative"},
+      /* an event of 2^63 bytes: its change cannot be negated in int64 */
+      {"{\"segments\": [], \"device_traces\": [[{\"action\": \"free_requested\", "
+       "\"size\": \"0x8000000000000000\"}]]}",
+       "device_traces[0][0]: 'size' is beyond int64"},
+      /* frees of 2^62 bytes each: the allocated bytes before them exceed int64 */
+      {"{\"segments\": [], \"device_traces\": [[{\"action\": \"free_requested\", "
+       "\"size\": 4611686018427387904}, {\"action\": \"free_requested\", "
+       "\"size\": 4611686018427387904}]]}",
+       "device_traces[0][0]: 'size' takes the allocated bytes beyond int64"},
+      {"{\"segments\": [{\"address\": 1, \"total_size\": 2, \"blocks\": ["
+       "{\"address\": 1, \"size\": 1, \"requested_size\": 9223372036854775807, "
+       "\"state\": \"active_allocated\"}, "
+       "{\"address\": 2, \"size\": 1, \"requested_size\": 9223372036854775807, "
+       "\"state\": \"active_allocated\"}]}], \"device_traces\": []}",
+       "segments[0].blocks[1]: 'requested_size' takes the requested bytes beyond int64"},
+  };
+#undef SEG
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(cases); i++) {
+    snapshot_t s = {0};
+    assert_tool_status(load_text(cases[i].json, &s), GCA_ERR_PARSE, cases[i].needle);
+    assert_null(s.segments);
+  }
 }
 
 static void command_exits_2_on_bad_input_and_0_on_text(void **state) {
@@ -374,6 +432,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(text_summary_of_handwritten_snapshot_is_exact),
       cmocka_unit_test(largest_blocks_are_ordered_and_capped),
       cmocka_unit_test(malformed_or_incomplete_snapshots_name_the_problem),
+      cmocka_unit_test(huge_or_negative_sizes_are_errors_naming_the_field),
       cmocka_unit_test(html_page_is_self_contained_and_escapes_its_data),
       cmocka_unit_test(snapshot_of_a_live_allocator_matches_its_statistics),
       cmocka_unit_test(command_exits_2_on_bad_input_and_0_on_text),
