@@ -678,6 +678,16 @@ gca_status_t gca__pending_sync(gca__devalloc_t *d);
 /* Records the events of the frees deferred during capture; those that fail
  * stay deferred. Call once no capture is under way on the device. */
 gca_status_t gca__pending_flush_deferred(gca__devalloc_t *d);
+/* Makes room to park n more blocks with gca__pending_park, so that parking
+ * cannot fail (GCA_ERR_OUT_OF_MEMORY, detail set). */
+gca_status_t gca__pending_park_reserve(gca__devalloc_t *d, size_t n);
+/* Parks free block b (out of the tree, not pending, its uses set) as a
+ * deferred free (Note [Frees during capture]): its events are recorded by the
+ * next gca__pending_flush_deferred or gca__pending_process with no capture
+ * under way, and it joins the tree once they have completed. Counts it
+ * pending (Note [Active statistics]); the caller keeps its owner's nactive.
+ * For a restore (Note [Checkpoints and stream uses], checkpoint.c). */
+void gca__pending_park(gca__devalloc_t *d, gca__block_t *b);
 /* Synchronizes and destroys every event (allocator teardown). */
 void gca__pending_destroy(gca__devalloc_t *d);
 

@@ -257,6 +257,27 @@ gca_status_t gca__pending_flush_deferred(gca__devalloc_t *d) {
   return GCA_OK;
 }
 
+gca_status_t gca__pending_park_reserve(gca__devalloc_t *d, size_t n) {
+  if (d->ndeferred + n <= d->cap_deferred)
+    return GCA_OK;
+  size_t ncap = d->cap_deferred ? d->cap_deferred : 16;
+  while (ncap < d->ndeferred + n)
+    ncap *= 2;
+  gca__block_t **p = realloc(d->deferred, ncap * sizeof(*p));
+  if (p == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "host out of memory parking %zu blocks", n);
+  d->deferred = p;
+  d->cap_deferred = ncap;
+  return GCA_OK;
+}
+
+void gca__pending_park(gca__devalloc_t *d, gca__block_t *b) {
+  GCA_ASSERT(d->ndeferred < d->cap_deferred && b->nuses != 0 && !b->allocated && !b->in_tree);
+  d->deferred[d->ndeferred++] = b;
+  b->event_count = 1;
+  gca__pend_add(d, b->pool, 1, b->size);
+}
+
 void gca__pending_destroy(gca__devalloc_t *d) {
   for (size_t i = 0; i < d->npending; i++) {
     GCA_CHECK_IGNORE(d->ops->event_synchronize(d->pending[i].event));
