@@ -92,6 +92,8 @@ static gca_status_t events_reserve(gca__devalloc_t *d, const gca__block_t *b) {
 static gca_status_t use_op(gca__devalloc_t *d, const gca__use_t *u, gca_event_t ev) {
   int cur = u->dev;
   gca_status_t st;
+  if (GCA_UNLIKELY(gca__stream_is_ptds(u->stream))) /* Note [Per-thread stream keys] */
+    return gca__stream_op(d, u->dev, u->stream, ev);
   if (u->stream == NULL) {
     GCA_CHECK(d->ops->ctx_get_device(&cur));
     if (cur != u->dev)
