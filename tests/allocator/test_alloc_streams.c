@@ -245,6 +245,7 @@ static const char *no_caching_env(const char *name, void *ctx) {
 
 static void no_caching_env_frees_to_the_driver(void **state) {
   (void)state;
+  assert_nothing_leaked();
   gca__allocator_reset();
   gca__env_set_hook(no_caching_env, NULL);
   void *p = alloc_on(4096, NULL);
