@@ -41,6 +41,7 @@
  *   slab.c       block records: slabs, reserve, take, free
  *   sizes.c      size rules: rounding, segment sizes, split and fit rules, the
  *                memory limit
+ *   streamkey.c  the allocator's key for a stream handle (per-thread streams)
  *   config.c, history.c  settings; history and trace recording (any floor)
  *
  * Who calls whom (an edge is a call down; the graph, read from the objects'
@@ -63,7 +64,8 @@
  *   mempool.c    -> segment.c, vmm.c
  *   segment.c    -> expandable.c, vmm.c, slab.c, sizes.c, ptrmap.c, freetree.c
  *   expandable.c -> vmm.c, slab.c, sizes.c, freetree.c, ptrmap.c
- *   vmm.c, freetree.c, ptrmap.c, slab.c, sizes.c -> the device layer only
+ *   vmm.c, freetree.c, ptrmap.c, slab.c, sizes.c, streamkey.c -> the device
+ *                   layer only (every floor may call streamkey.c)
  * A gca_malloc that misses the free cache: allocator.c (gca_malloc_device,
  * dev_malloc_locked) -> route.c (only while a route exists) -> pending.c
  * (gca__pending_process, only when events are pending) -> fcache.c
@@ -81,6 +83,8 @@
  *   Expandable segments            expandable.c
  *   Frees during capture           pending.c
  *   Checkpoints                    checkpoint.c (and DESIGN.md)
+ *   Checkpoints and stream uses    checkpoint.c
+ *   Per-thread stream keys         streamkey.c
  */
 #ifndef GCA_ALLOC_CORE_H
 #define GCA_ALLOC_CORE_H
@@ -499,6 +503,39 @@ static inline bool gca__fc_near(const gca__block_t *b) {
   return gca__fc_cached_below(b) != NULL || gca__fc_cached_above(b) != NULL;
 }
 
+/* ---- streamkey.c (Note [Per-thread stream keys]) ---- */
+
+/* The calling thread's key for GCA_STREAM_PER_THREAD, NULL until first use. */
+extern _Thread_local gca_stream_t gca__t_ptds_key __attribute__((tls_model("initial-exec")));
+gca_stream_t gca__ptds_key_slow(void);
+/* The allocator's key for a stream handle: the handle itself, NULL for
+ * GCA_STREAM_LEGACY, the calling thread's own key for GCA_STREAM_PER_THREAD.
+ * Inline: one compare on the hot path. */
+static inline gca_stream_t gca__stream_key(gca_stream_t s) {
+  if (GCA_LIKELY((uintptr_t)s > 2))
+    return s;
+  if (s != GCA_STREAM_PER_THREAD)
+    return NULL;
+  return gca__t_ptds_key != NULL ? gca__t_ptds_key : gca__ptds_key_slow();
+}
+/* Per-thread keys are GCA__PTDS_TAG | a serial number: a non-canonical
+ * address, which neither a driver's handle (a user-space pointer) nor a sim
+ * handle (a kind in the top byte) has. */
+#define GCA__PTDS_TAG ((uintptr_t)0xfffe000000000000ull)
+/* Whether key s is some thread's per-thread key. */
+static inline bool gca__stream_is_ptds(gca_stream_t s) {
+  return ((uintptr_t)s >> 48) == (GCA__PTDS_TAG >> 48);
+}
+/* stream_synchronize for key s of d's device; another thread's per-thread
+ * key waits for the whole device. The caller's lock rules are those of the
+ * stream wait it replaces. */
+gca_status_t gca__stream_synchronize(gca__devalloc_t *d, gca_stream_t s);
+/* event_record of ev (an event of device dev) on key s of device dev, or
+ * stream_synchronize of it when ev is NULL; the calling thread's per-thread
+ * key runs with dev current; another thread's waits for the device (and
+ * records on dev's legacy stream). */
+gca_status_t gca__stream_op(gca__devalloc_t *d, int dev, gca_stream_t s, gca_event_t ev);
+
 /* ---- sizes.c ---- */
 
 /* PyTorch's round_size: 512-byte minimum and multiple, or the next
@@ -678,6 +715,16 @@ gca_status_t gca__pending_sync(gca__devalloc_t *d);
 /* Records the events of the frees deferred during capture; those that fail
  * stay deferred. Call once no capture is under way on the device. */
 gca_status_t gca__pending_flush_deferred(gca__devalloc_t *d);
+/* Makes room to park n more blocks with gca__pending_park, so that parking
+ * cannot fail (GCA_ERR_OUT_OF_MEMORY, detail set). */
+gca_status_t gca__pending_park_reserve(gca__devalloc_t *d, size_t n);
+/* Parks free block b (out of the tree, not pending, its uses set) as a
+ * deferred free (Note [Frees during capture]): its events are recorded by the
+ * next gca__pending_flush_deferred or gca__pending_process with no capture
+ * under way, and it joins the tree once they have completed. Counts it
+ * pending (Note [Active statistics]); the caller keeps its owner's nactive.
+ * For a restore (Note [Checkpoints and stream uses], checkpoint.c). */
+void gca__pending_park(gca__devalloc_t *d, gca__block_t *b);
 /* Synchronizes and destroys every event (allocator teardown). */
 void gca__pending_destroy(gca__devalloc_t *d);
 

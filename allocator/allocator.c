@@ -263,9 +263,30 @@ static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_strea
              gca__format_size(private_bytes, s_priv, sizeof(s_priv)), s_lim);
 }
 
-/* malloc with d->lock held; returns with it released. */
+/* Checks, before allocator state is made for it, that the caller's stream
+ * handle names a live stream of d's device (NULL and the special handles
+ * always do); one device call, on the miss path only. */
+static gca_status_t stream_check(gca__devalloc_t *d, gca_stream_t handle) {
+  int sdev = -1;
+  if (handle == NULL || GCA_STREAM_IS_SPECIAL(handle))
+    return GCA_OK;
+  gca_status_t st = d->ops->stream_get_device(handle, &sdev);
+  if (st == GCA_ERR_INVALID_HANDLE || st == GCA_ERR_INVALID_ARGUMENT)
+    return gca__error(GCA_ERR_INVALID_HANDLE, "stream %p is not a live stream (%s)", (void *)handle,
+                      gca_last_error());
+  if (st != GCA_OK)
+    return gca__error_prefix(st, "stream %p", (void *)handle);
+  if (sdev != d->device)
+    return gca__error(GCA_ERR_INVALID_HANDLE, "stream %p belongs to device %d, not device %d",
+                      (void *)handle, sdev, d->device);
+  return GCA_OK;
+}
+
+/* malloc with d->lock held; returns with it released. `stream` is the key
+ * (Note [Per-thread stream keys]), `handle` the caller's stream. */
 static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t *d, void **out,
-                                                                size_t size, gca_stream_t stream) {
+                                                                size_t size, gca_stream_t stream,
+                                                                gca_stream_t handle) {
   gca_status_t st;
   gca__block_t *b = NULL;
   d->epoch++; /* Note [Free cache epochs] */
@@ -275,7 +296,7 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   size_t rounded = gca__round_request(d, size);
   gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
   if (GCA_UNLIKELY(atomic_load_explicit(&d->routing, memory_order_relaxed) != 0)) {
-    pool = routed_pool(d, pool, stream, rounded);
+    pool = routed_pool(d, pool, handle == GCA_STREAM_LEGACY ? NULL : handle, rounded);
     if (pool->owner != NULL && pool->owner->suspended) {
       st = gca__error(GCA_ERR_INVALID_STATE,
                       "malloc: the pool %#" PRIx64 " this request is routed to is suspended; "
@@ -297,6 +318,7 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   if (GCA_LIKELY(d->caching))
     b = gca__pool_take_fit(d, pool, stream, rounded);
   if (b == NULL) {
+    GCA_CHECK_GOTO(stream_check(d, handle), st, fail);
     st = gca__release_new_block(d, pool, stream, seg_size, rounded, &b);
     if (st == GCA_ERR_OUT_OF_MEMORY) {
       DEBUG_CHECK(d);
@@ -356,7 +378,7 @@ static __attribute__((noinline)) gca_status_t malloc_slow(int device, void **ptr
                       size, device);
   }
   gca__dev_lock(d);
-  return dev_malloc_locked(d, ptr, size, stream);
+  return dev_malloc_locked(d, ptr, size, gca__stream_key(stream), stream);
 }
 
 /* The fast paths below (the free cache's hit, an uncontended lock) hold no
@@ -364,6 +386,7 @@ static __attribute__((noinline)) gca_status_t malloc_slow(int device, void **ptr
  * other case goes to a function that starts over or continues under the lock. */
 GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_stream_t stream) {
   gca__devalloc_t *d;
+  gca_stream_t key = gca__stream_key(stream);
   if (GCA_LIKELY(ptr != NULL && size - 1 < GCA__MAX_REQUEST &&
                  (unsigned)device < GCA__MAX_DEVICES &&
                  (d = atomic_load_explicit(&g_devs[device], memory_order_acquire)) != NULL &&
@@ -371,7 +394,7 @@ GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_
     if (GCA_LIKELY(d->fc_count != 0 && gca__fc_quiet(d))) {
       size_t rounded = gca__round_request(d, size);
       gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
-      gca__block_t *b = gca__fc_take(d, pool, stream, rounded, size, true);
+      gca__block_t *b = gca__fc_take(d, pool, key, rounded, size, true);
       if (GCA_LIKELY(b != NULL)) {
         DEBUG_CHECK(d);
         *ptr = (void *)(uintptr_t)b->addr;
@@ -380,7 +403,7 @@ GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_
       }
     }
     *ptr = NULL;
-    return dev_malloc_locked(d, ptr, size, stream);
+    return dev_malloc_locked(d, ptr, size, key, stream);
   }
   return malloc_slow(device, ptr, size, stream);
 }
@@ -463,6 +486,45 @@ gca__block_t *gca__lock_live(gca_devptr_t addr, gca__devalloc_t **out) {
   return NULL;
 }
 
+/* The devices of b's uses on other threads' per-thread streams, as a mask. */
+static uint64_t foreign_ptds_devices(const gca__block_t *b) {
+  uint64_t mask = 0;
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (gca__stream_is_ptds(b->uses[i].stream) && b->uses[i].stream != gca__t_ptds_key)
+      mask |= (uint64_t)1 << b->uses[i].dev;
+  return mask;
+}
+
+/* Note [Per-thread stream keys]: no handle reaches another thread's
+ * per-thread stream, so a free of a block used on one waits for those
+ * devices with d->lock released, then drops those uses (satisfied) under the
+ * lock again. Returns with the lock held and *bp the live block at addr, or
+ * with no lock held and a status. */
+static gca_status_t free_wait_foreign(gca__devalloc_t **dp, gca__block_t **bp, gca_devptr_t addr,
+                                      uint64_t mask) {
+  gca__devalloc_t *d = *dp;
+  const gca_device_ops_t *ops = d->ops;
+  gca__mutex_unlock(&d->lock);
+  for (int dev = 0; dev < GCA__MAX_DEVICES; dev++) {
+    gca_status_t st = mask & ((uint64_t)1 << dev) ? ops->ctx_synchronize(dev) : GCA_OK;
+    if (st != GCA_OK)
+      return gca__error_prefix(st,
+                               "free: 0x%" PRIx64 " waiting for device %d (another thread's "
+                               "per-thread stream used it)",
+                               addr, dev);
+  }
+  gca__block_t *b = gca__lock_live(addr, dp);
+  if (b == NULL)
+    return bad_pointer("free", addr);
+  uint32_t w = 0;
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (!(gca__stream_is_ptds(b->uses[i].stream) && b->uses[i].stream != gca__t_ptds_key))
+      b->uses[w++] = b->uses[i];
+  b->nuses = w;
+  *bp = b;
+  return GCA_OK;
+}
+
 /* Frees the live block b at addr with d->lock held; returns with it released. */
 static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gca__block_t *b,
                                                           gca_devptr_t addr, int expected_dev) {
@@ -473,6 +535,11 @@ static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gc
     return gca__error(GCA_ERR_INVALID_POINTER,
                       "free: pointer 0x%" PRIx64 " belongs to device %d, not device %d", addr,
                       d->device, expected_dev);
+  }
+  if (GCA_UNLIKELY(b->nuses != 0)) {
+    uint64_t mask = foreign_ptds_devices(b);
+    if (mask != 0)
+      GCA_CHECK(free_wait_foreign(&d, &b, addr, mask));
   }
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0)) {
     st = gca__pending_process(d);
@@ -549,19 +616,21 @@ GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   gca_status_t st = GCA_OK;
   gca__devalloc_t *d;
+  gca_stream_t handle = stream;
+  stream = gca__stream_key(handle); /* Note [Per-thread stream keys] */
   gca__block_t *b = gca__lock_live(addr, &d);
   if (b == NULL)
     return bad_pointer("record_stream", addr);
-  /* a non-NULL handle names one stream: known ones need no device query */
+  /* a non-NULL key names one stream: known ones need no device query */
   if (stream != NULL && stream == b->stream)
     goto out;
   for (uint32_t i = 0; i < b->nuses; i++)
     if (stream != NULL && b->uses[i].stream == stream)
       goto out;
   int sdev;
-  st = d->ops->stream_get_device(stream, &sdev);
+  st = d->ops->stream_get_device(handle, &sdev);
   if (st != GCA_OK) {
-    st = gca__error_prefix(st, "record_stream: 0x%" PRIx64 " on stream %p", addr, (void *)stream);
+    st = gca__error_prefix(st, "record_stream: 0x%" PRIx64 " on stream %p", addr, (void *)handle);
     goto out;
   }
   if (stream == NULL && b->stream == NULL && sdev == d->device)

@@ -23,6 +23,21 @@
  * unmap is a warning, leaves that mapping mapped and free (the next restore
  * tries again; the pool's release frees it), and the restore still succeeds.
  * While a capture is under way on the device the trim is skipped.
+ *
+ * Note [Checkpoints and stream uses]. A live block used on other streams
+ * (gca_record_stream) may have work queued there when the pool is restored;
+ * PyTorch's restore frees it through the normal free path, so its memory is
+ * reused only after events recorded at that point. Here every block of the
+ * target inherits the uses of each live block whose memory it overlaps: a
+ * live target block keeps them (the same block keeps its own; its later free
+ * waits for those streams), and a free one is parked as a deferred free
+ * (gca__pending_park) instead of joining the tree, so it is handed out only
+ * after events recorded on those streams at the restore have completed. The
+ * events are recorded once the state is applied (gca__pending_flush_deferred);
+ * during a capture on the device, or when recording fails (a warning), they
+ * are recorded by the next malloc or free that processes pending frees, and
+ * until then the memory stays parked. A parked block covers its whole target
+ * block, so memory next to the used block may wait too.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -150,10 +165,17 @@ fail:
 
 /* What a segment becomes: its saved blocks, or (a segment made since the
  * checkpoint) its mapped runs as free blocks and its unmapped blocks kept. */
+typedef struct inherit {
+  gca__use_t *uses;
+  uint32_t n, cap;
+} inherit_t;
+
 typedef struct target {
   const saved_block_t *blocks;
   size_t n;
   saved_block_t *owned; /* the derived list, freed after the restore */
+  inherit_t *inh;       /* per target block, the uses it inherits; NULL when none
+                           (Note [Checkpoints and stream uses]) */
 } target_t;
 
 static gca__segment_t *find_segment(gca__mempool_t *m, const saved_seg_t *ss) {
@@ -293,6 +315,60 @@ static gca_status_t target_of(const gca__segment_t *seg, const gca_pool_state_t 
   return GCA_OK;
 }
 
+static gca_status_t inherit_add(inherit_t *h, const gca__use_t *u) {
+  for (uint32_t k = 0; k < h->n; k++)
+    if (h->uses[k].stream == u->stream && h->uses[k].dev == u->dev)
+      return GCA_OK;
+  if (h->n == h->cap) {
+    uint32_t ncap = h->cap ? h->cap * 2 : 4;
+    gca__use_t *n = realloc(h->uses, ncap * sizeof(*n));
+    if (n == NULL)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_restore: host out of memory for stream uses");
+    h->uses = n;
+    h->cap = ncap;
+  }
+  h->uses[h->n++] = *u;
+  return GCA_OK;
+}
+
+/* Fills t->inh (Note [Checkpoints and stream uses]): each mapped target
+ * block gets the uses of the live blocks of seg it overlaps. *parks counts
+ * the free target blocks that inherit some. */
+static gca_status_t target_uses(const gca__segment_t *seg, target_t *t, size_t *parks) {
+  const gca__block_t *b = seg->head;
+  while (b != NULL && !(b->allocated && b->nuses != 0))
+    b = b->next;
+  if (b == NULL)
+    return GCA_OK;
+  t->inh = calloc(t->n, sizeof(*t->inh));
+  if (t->inh == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_restore: host out of memory for stream uses");
+  gca_devptr_t at = seg->base;
+  b = seg->head;
+  for (size_t i = 0; i < t->n; i++) {
+    gca_devptr_t end = at + t->blocks[i].size;
+    while (b != NULL && b->addr + b->size <= at)
+      b = b->next;
+    for (const gca__block_t *c = b; c != NULL && c->addr < end && !t->blocks[i].unmapped;
+         c = c->next)
+      if (c->allocated)
+        for (uint32_t k = 0; k < c->nuses; k++)
+          GCA_CHECK(inherit_add(&t->inh[i], &c->uses[k]));
+    if (t->inh[i].n != 0 && !t->blocks[i].allocated)
+      (*parks)++;
+    at = end;
+  }
+  return GCA_OK;
+}
+
+static void target_free(target_t *t) {
+  if (t->inh != NULL)
+    for (size_t i = 0; i < t->n; i++)
+      free(t->inh[i].uses);
+  free(t->inh);
+  free(t->owned);
+}
+
 /* Takes a segment's blocks out of the pointer map, the tree and the stats. */
 static void seg_unaccount(gca__devalloc_t *d, gca__segment_t *seg) {
   gca__pool_t *p = seg->pool;
@@ -328,6 +404,9 @@ static void seg_account(gca__devalloc_t *d, gca__segment_t *seg) {
       GCA_ASSERT(st == GCA_OK); /* grown beforehand */
       gca__stat_block_alloc(d, b, gca__stat_type(p), false);
       p->owner->nactive++;
+    } else if (b->nuses != 0) {
+      gca__pending_park(d, b); /* Note [Checkpoints and stream uses] */
+      p->owner->nactive++;
     } else {
       b->gc_base = p->free_calls;
       gca__tree_insert(p, b);
@@ -339,9 +418,9 @@ static void seg_account(gca__devalloc_t *d, gca__segment_t *seg) {
   }
 }
 
-/* Replaces seg's blocks by the target's, taking block records from *spare. */
-static void seg_retile(gca__devalloc_t *d, gca__segment_t *seg, const target_t *t,
-                       gca__block_t **spare) {
+/* Replaces seg's blocks by the target's, taking block records from *spare;
+ * the new blocks take the uses they inherit. */
+static void seg_retile(gca__devalloc_t *d, gca__segment_t *seg, target_t *t, gca__block_t **spare) {
   for (gca__block_t *b = seg->head, *next; b != NULL; b = next) {
     next = b->next;
     free(b->uses);
@@ -364,6 +443,11 @@ static void seg_retile(gca__devalloc_t *d, gca__segment_t *seg, const target_t *
     b->stream = seg->stream;
     b->pool = seg->pool;
     b->seg = seg;
+    if (t->inh != NULL && t->inh[i].n != 0) {
+      b->uses = t->inh[i].uses;
+      b->nuses = b->cap_uses = t->inh[i].n;
+      t->inh[i] = (inherit_t){0};
+    }
     b->prev = prev;
     if (prev != NULL)
       prev->next = b;
@@ -467,7 +551,9 @@ GCA_API gca_status_t gca_pool_restore(gca_pool_t *pool, const gca_pool_state_t *
   GCA_CHECK(gca__mempool_lookup("pool_restore", pool, &d, &m));
   GCA_CHECK_GOTO(restore_validate(d, m, state, pool), st, out);
   if (pool_has_pending(m)) {
-    if (d->ncaptures == 0 && d->ndeferred == 0)
+    if (d->ncaptures == 0 && d->ndeferred != 0)
+      GCA_CHECK_GOTO(gca__pending_flush_deferred(d), st, out);
+    if (d->ncaptures == 0)
       GCA_CHECK_GOTO(gca__pending_sync(d), st, out);
     if (pool_has_pending(m)) {
       st = gca__error(GCA_ERR_INVALID_STATE,
@@ -484,11 +570,12 @@ GCA_API gca_status_t gca_pool_restore(gca_pool_t *pool, const gca_pool_state_t *
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_restore: host out of memory");
     goto out;
   }
-  size_t live_now = 0, live_then = 0, records = 0;
+  size_t live_now = 0, live_then = 0, records = 0, parks = 0;
   for (int k = 0; k < 2; k++) {
     for (gca__segment_t *seg = pools[k]->segments; seg != NULL; seg = seg->next) {
       target_t *t = &targets[ntargets++];
       GCA_CHECK_GOTO(target_of(seg, state, t), st, out);
+      GCA_CHECK_GOTO(target_uses(seg, t, &parks), st, out);
       records += t->n;
       for (size_t i = 0; i < t->n; i++)
         live_then += t->blocks[i].allocated;
@@ -502,6 +589,7 @@ GCA_API gca_status_t gca_pool_restore(gca_pool_t *pool, const gca_pool_state_t *
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_restore: host out of memory for the changes");
     goto out;
   }
+  GCA_CHECK_GOTO(gca__pending_park_reserve(d, parks), st, out);
   for (size_t i = 0; i < records; i++) {
     gca__block_t *b;
     GCA_CHECK_GOTO(gca__block_new(d, &b), st, out);
@@ -532,6 +620,10 @@ GCA_API gca_status_t gca_pool_restore(gca_pool_t *pool, const gca_pool_state_t *
     }
   }
   GCA_ASSERT(spare == NULL);
+  if (parks != 0 && d->ncaptures == 0 && gca__pending_flush_deferred(d) != GCA_OK)
+    GCA_LOG_WARN("pool_restore: events for blocks used on other streams are not recorded yet; "
+                 "their memory stays parked until they are: %s",
+                 gca_last_error());
   trim(d, m, state);
   st = GCA_OK;
 out:
@@ -542,7 +634,7 @@ out:
   }
   gca__mutex_unlock(&d->lock);
   for (size_t i = 0; i < ntargets; i++)
-    free(targets[i].owned);
+    target_free(&targets[i]);
   free(targets);
   if (st != GCA_OK) {
     gca_pool_changes_free(&c);

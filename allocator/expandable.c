@@ -395,7 +395,7 @@ static gca_status_t release_in(gca__devalloc_t *d, gca__segment_t *seg, size_t l
       continue;
     }
     if (!synced) {
-      st = d->ops->stream_synchronize(seg->stream);
+      st = gca__stream_synchronize(d, seg->stream);
       if (st != GCA_OK) {
         gca__error_prefix(st, "release of expandable segment 0x%" PRIx64, seg->base);
         goto out;

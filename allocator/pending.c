@@ -92,6 +92,8 @@ static gca_status_t events_reserve(gca__devalloc_t *d, const gca__block_t *b) {
 static gca_status_t use_op(gca__devalloc_t *d, const gca__use_t *u, gca_event_t ev) {
   int cur = u->dev;
   gca_status_t st;
+  if (GCA_UNLIKELY(gca__stream_is_ptds(u->stream))) /* Note [Per-thread stream keys] */
+    return gca__stream_op(d, u->dev, u->stream, ev);
   if (u->stream == NULL) {
     GCA_CHECK(d->ops->ctx_get_device(&cur));
     if (cur != u->dev)
@@ -255,6 +257,27 @@ gca_status_t gca__pending_flush_deferred(gca__devalloc_t *d) {
       complete(d, b, true);
   }
   return GCA_OK;
+}
+
+gca_status_t gca__pending_park_reserve(gca__devalloc_t *d, size_t n) {
+  if (d->ndeferred + n <= d->cap_deferred)
+    return GCA_OK;
+  size_t ncap = d->cap_deferred ? d->cap_deferred : 16;
+  while (ncap < d->ndeferred + n)
+    ncap *= 2;
+  gca__block_t **p = realloc(d->deferred, ncap * sizeof(*p));
+  if (p == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "host out of memory parking %zu blocks", n);
+  d->deferred = p;
+  d->cap_deferred = ncap;
+  return GCA_OK;
+}
+
+void gca__pending_park(gca__devalloc_t *d, gca__block_t *b) {
+  GCA_ASSERT(d->ndeferred < d->cap_deferred && b->nuses != 0 && !b->allocated && !b->in_tree);
+  d->deferred[d->ndeferred++] = b;
+  b->event_count = 1;
+  gca__pend_add(d, b->pool, 1, b->size);
 }
 
 void gca__pending_destroy(gca__devalloc_t *d) {

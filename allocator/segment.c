@@ -52,7 +52,7 @@ gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg, b
   if (seg->maps == NULL)
     return d->ops->mem_free(d->device, seg->base);
   if (sync)
-    GCA_CHECK(d->ops->stream_synchronize(seg->stream));
+    GCA_CHECK(gca__stream_synchronize(d, seg->stream));
   gca_status_t st = gca__vmm_unmap(d, seg->base, seg->size, seg->maps[0].handle, &unmapped);
   if (!unmapped)
     return st;

@@ -199,6 +199,62 @@ static void two_devices_keep_their_pointers(void **state) {
   assert_int_equal(gca_sim_used_bytes(1), 0);
 }
 
+/* A request that would make allocator state for a stream (a new segment, an
+ * expandable segment) first asks the device whether the stream is live and
+ * belongs to the request's device. */
+static void bad_streams_are_refused_before_any_segment(bool expandable) {
+  if (expandable)
+    assert_ok(gca_set_config("expandable_segments:True"));
+  void *p = (void *)1;
+  gca_stream_t garbage = (gca_stream_t)(uintptr_t)0x12345678;
+  assert_status(gca_malloc(&p, 4096, garbage), GCA_ERR_INVALID_HANDLE,
+                "stream 0x12345678 is not a live stream");
+  assert_null(p);
+  gca_stream_t dead;
+  assert_ok(gca_stream_create(&dead, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_destroy(dead));
+  assert_status(gca_malloc(&p, 3 * MiB, dead), GCA_ERR_INVALID_HANDLE, "is not a live stream");
+  int n = 0;
+  assert_ok(gca_device_count(&n));
+  if (n >= 2) {
+    gca_stream_t other;
+    assert_ok(ops->stream_create(1, GCA_STREAM_NON_BLOCKING, 0, &other));
+    assert_status(gca_malloc_device(0, &p, 4096, other), GCA_ERR_INVALID_HANDLE,
+                  "belongs to device 1, not device 0");
+    assert_ok(ops->stream_destroy(other));
+  }
+  gca_stream_t live;
+  assert_ok(gca_stream_create(&live, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_sim_fault_set("stream_get_device:nth=1"));
+  assert_status(gca_malloc(&p, 4096, live), GCA_ERR_DRIVER, "stream_get_device");
+  gca_sim_fault_clear();
+  check();
+  gca_stats_t s = stats();
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_int_equal(gca_sim_used_bytes(0), 0);
+  /* a live stream still works, and its cache hits ask the device nothing */
+  p = alloc_on(4096, live);
+  free_ok(p);
+  int64_t asks = gca_sim_call_count("stream_get_device");
+  free_ok(alloc_on(4096, live));
+  assert_int_equal(gca_sim_call_count("stream_get_device"), asks);
+  assert_ok(gca_empty_cache());
+  assert_ok(gca_stream_destroy(live));
+  if (expandable)
+    assert_ok(gca_set_config(""));
+}
+
+static void bad_streams_are_refused_on_a_miss(void **state) {
+  (void)state;
+  bad_streams_are_refused_before_any_segment(false);
+}
+
+static void bad_streams_are_refused_before_an_expandable_segment(void **state) {
+  (void)state;
+  bad_streams_are_refused_before_any_segment(true);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(double_free_is_reported_and_harmless, alloc_setup,
@@ -214,6 +270,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(bad_config_changes_nothing, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(torch_entry_points_round_trip, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(two_devices_keep_their_pointers, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(bad_streams_are_refused_on_a_miss, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(bad_streams_are_refused_before_an_expandable_segment,
+                                      alloc_setup, alloc_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -130,6 +130,7 @@ static void failed_set_device_changes_nothing(void **state) {
 static void reset_returns_the_thread_to_device_0(void **state) {
   (void)state;
   assert_ok(gca_set_device(1));
+  assert_nothing_leaked();
   gca__allocator_reset();
   int dev = -1;
   assert_ok(gca_get_device(&dev));

@@ -192,6 +192,7 @@ static void sweep_every_call_of_every_op(void **state) {
   for (int caching = 1; caching >= 0; caching--) {
     for (size_t o = 0; o < GCA_ARRAY_SIZE(op_names); o++) {
       for (int nth = 1; nth <= 6; nth++) {
+        assert_nothing_leaked();
         gca__allocator_reset();
         assert_ok(gca_sim_set_capacity(0, 40 * MiB));
         gca_stream_t s1, s2;

@@ -325,6 +325,7 @@ static void active_matches_eager_model_on_random_scripts(void **state) {
     gca_stats_t s = stats();
     assert_int_equal(s.active[ALL].current, 0);
     assert_int_equal(s.active_bytes[ALL].current, 0);
+    assert_nothing_leaked();
     gca__allocator_reset();
   }
 }

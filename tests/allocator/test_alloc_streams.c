@@ -245,6 +245,7 @@ static const char *no_caching_env(const char *name, void *ctx) {
 
 static void no_caching_env_frees_to_the_driver(void **state) {
   (void)state;
+  assert_nothing_leaked();
   gca__allocator_reset();
   gca__env_set_hook(no_caching_env, NULL);
   void *p = alloc_on(4096, NULL);
@@ -438,6 +439,128 @@ static void faults_on_another_devices_stream_fail_cleanly(void **state) {
   assert_ok(gca_stream_destroy(b1));
 }
 
+/* ---- Note [Per-thread stream keys] ---- */
+
+typedef struct ptds_other {
+  void *got;
+  gca_status_t st;
+  size_t size;
+} ptds_other_t;
+
+/* Another thread's request on its own per-thread stream; the block is stamped
+ * by the host and kept (the test's thread checks and frees it). */
+static void *alloc_on_own_ptds(void *arg) {
+  ptds_other_t *o = arg;
+  o->st = gca_malloc(&o->got, o->size, GCA_STREAM_PER_THREAD);
+  if (o->st == GCA_OK)
+    stamp_fill(o->got, o->size, 0x7d5);
+  return NULL;
+}
+
+static void per_thread_stream_blocks_are_not_shared_between_threads(void **state) {
+  (void)state;
+  const size_t size = 64 * KiB;
+  void *p = alloc_on(size, GCA_STREAM_PER_THREAD);
+  hold(GCA_STREAM_PER_THREAD); /* this thread's per-thread stream */
+  assert_ok(gca_kernel_fill_u32(p, 0xabc00000u, 1, size / 4, GCA_STREAM_PER_THREAD));
+  free_ok(p);
+  /* the same thread reuses it at once: its work queues behind the fill */
+  void *q = alloc_on(size, GCA_STREAM_PER_THREAD);
+  assert_ptr_equal(q, p);
+  free_ok(q);
+  /* another thread's per-thread stream is another stream */
+  ptds_other_t o = {.size = size};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, alloc_on_own_ptds, &o), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_ok(o.st);
+  assert_ptr_not_equal(o.got, p);
+  check();
+  atomic_store(&gate, 1);
+  assert_ok(gca_stream_synchronize(GCA_STREAM_PER_THREAD));
+  assert_int_equal(stamp_mismatch(o.got, size, 0x7d5), -1);
+  free_ok(o.got);               /* back under the other thread's key */
+  assert_ok(gca_empty_cache()); /* its segment's release waits for the device */
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+}
+
+static void legacy_handle_is_the_null_stream(void **state) {
+  (void)state;
+  void *p = alloc_on(4096, NULL);
+  free_ok(p);
+  void *q = alloc_on(4096, GCA_STREAM_LEGACY);
+  assert_ptr_equal(q, p);
+  assert_ok(gca_record_stream(q, NULL)); /* its own stream: no use */
+  assert_ok(gca_record_stream(q, GCA_STREAM_LEGACY));
+  int64_t records = gca_sim_call_count("event_record");
+  free_ok(q);
+  assert_int_equal(gca_sim_call_count("event_record"), records);
+  assert_ptr_equal(alloc_on(4096, NULL), p);
+  free_ok(p);
+}
+
+/* A block recorded on another thread's per-thread stream: its free cannot
+ * reach that stream, so it waits for the device (with the lock released)
+ * and the block is free at once after it. The opener opens the gate once
+ * the free has begun to wait (the sim counts ctx_synchronize at its entry) or
+ * once the free has returned and the block was read, so a free that does not
+ * wait sees the work unfinished. */
+static atomic_int free_returned;
+static int64_t ctx_syncs_before;
+
+static void *open_when_waited(void *arg) {
+  (void)arg;
+  while (gca_sim_call_count("ctx_synchronize") <= ctx_syncs_before &&
+         atomic_load(&free_returned) == 0)
+    sched_yield();
+  atomic_store(&gate, 1);
+  return NULL;
+}
+
+typedef struct ptds_use {
+  void *p;
+  size_t size;
+  gca_status_t st[3];
+} ptds_use_t;
+
+static void *use_on_own_ptds(void *arg) {
+  ptds_use_t *u = arg;
+  u->st[0] = gca_record_stream(u->p, GCA_STREAM_PER_THREAD);
+  atomic_store(&gate, 0);
+  u->st[1] = gca_launch_host_func(GCA_STREAM_PER_THREAD, hold_stream, NULL);
+  u->st[2] = gca_kernel_fill_u32(u->p, 0x5a000000u, 1, u->size / 4, GCA_STREAM_PER_THREAD);
+  return NULL;
+}
+
+static void free_of_a_block_used_on_another_threads_per_thread_stream_waits(void **state) {
+  (void)state;
+  gca_stream_t s = mk_stream();
+  ptds_use_t u = {.size = 4096};
+  u.p = alloc_on(u.size, s);
+  pthread_t t, opener;
+  assert_int_equal(pthread_create(&t, NULL, use_on_own_ptds, &u), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  for (int i = 0; i < 3; i++)
+    assert_ok(u.st[i]);
+  atomic_store(&free_returned, 0);
+  ctx_syncs_before = gca_sim_call_count("ctx_synchronize");
+  assert_int_equal(pthread_create(&opener, NULL, open_when_waited, NULL), 0);
+  gca_status_t st = gca_free(u.p);
+  uint32_t first = *(volatile uint32_t *)u.p; /* the fill, if the free waited for it */
+  atomic_store(&free_returned, 1);
+  assert_int_equal(pthread_join(opener, NULL), 0);
+  assert_ok(st);
+  assert_int_equal(first, 0x5a000000u);
+  assert_int_equal(gca_sim_call_count("ctx_synchronize"), ctx_syncs_before + 1);
+  check();
+  /* nothing pending: the same stream gets the block back */
+  assert_ptr_equal(alloc_on(u.size, s), u.p);
+  free_ok(u.p);
+  assert_ok(gca_device_synchronize());
+  assert_ok(gca_stream_destroy(s));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(block_waits_for_recorded_stream_before_reuse, alloc_setup,
@@ -463,6 +586,13 @@ int main(void) {
                                       streams_teardown),
       cmocka_unit_test_setup_teardown(device_switch_fault_fails_the_free_cleanly, alloc_setup,
                                       streams_teardown),
+      cmocka_unit_test_setup_teardown(per_thread_stream_blocks_are_not_shared_between_threads,
+                                      alloc_setup, streams_teardown),
+      cmocka_unit_test_setup_teardown(legacy_handle_is_the_null_stream, alloc_setup,
+                                      streams_teardown),
+      cmocka_unit_test_setup_teardown(
+          free_of_a_block_used_on_another_threads_per_thread_stream_waits, alloc_setup,
+          streams_teardown),
       cmocka_unit_test_setup_teardown(no_caching_env_frees_to_the_driver, alloc_setup,
                                       alloc_teardown),
   };

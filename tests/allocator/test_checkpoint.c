@@ -5,6 +5,8 @@
  * since the checkpoint in expandable segments, and every refusal leaving the
  * pool as it was. GCA_TEST_SEED fixes the seed; it is printed either way. */
 #include <inttypes.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "alloc_fixture.h"
@@ -504,6 +506,112 @@ static void restore_sync_failure_leaves_the_pool_as_it_was(void **state) {
   assert_ok(gca_stream_destroy(user));
 }
 
+/* ---- stream uses across a restore (Note [Checkpoints and stream uses]) ---- */
+
+static atomic_int uses_gate = 1;
+
+/* Host function holding a stream until *arg becomes nonzero. */
+static void hold_until(void *arg) {
+  while (atomic_load((atomic_int *)arg) == 0)
+    sched_yield();
+}
+
+static int uses_teardown(void **state) {
+  atomic_store(&uses_gate, 1); /* a failed test must not leave a stream held */
+  return alloc_teardown(state);
+}
+
+static int64_t pending_blocks(void) {
+  gca_stats_t s = stats();
+  return s.active[GCA_STAT_ALL].current - s.allocation[GCA_STAT_ALL].current;
+}
+
+static void restore_keeps_stream_uses_of_live_blocks(void **state) {
+  (void)state;
+  gca_stream_t s2;
+  assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+  gca_pool_t *pool = NULL;
+  assert_ok(gca_pool_create(0, NULL, &pool));
+  void *keep = pool_alloc(pool, 64 * KiB);
+  assert_ok(gca_record_stream(keep, s2));
+  gca_pool_state_t *st = NULL;
+  assert_ok(gca_pool_checkpoint(pool, &st)); /* keep live, the rest free */
+  void *used = pool_alloc(pool, 64 * KiB);
+  assert_ok(gca_record_stream(used, s2));
+  /* s2 overwrites both blocks once the gate opens */
+  atomic_store(&uses_gate, 0);
+  assert_ok(gca_launch_host_func(s2, hold_until, &uses_gate));
+  assert_ok(gca_memset_d32_async(used, 0xdeadbeef, 64 * KiB / 4, s2));
+  assert_ok(gca_memset_d32_async(keep, 0xdeadbeef, 64 * KiB / 4, s2));
+
+  gca_pool_changes_t ch;
+  assert_ok(gca_pool_restore(pool, st, &ch));
+  assert_int_equal(ch.nfreed, 1);
+  assert_ptr_equal(ch.freed[0], used);
+  assert_int_equal(ch.nallocated, 0);
+  gca_pool_changes_free(&ch);
+  check();
+  /* the freed block's memory waits for s2: a request of its size gets other memory */
+  void *next = pool_alloc(pool, 64 * KiB);
+  assert_ptr_not_equal(next, used);
+  stamp_fill(next, 64 * KiB, 0x5eed);
+  /* the block that stayed live kept its use: its free waits for s2 too */
+  int64_t pend = pending_blocks(), records = gca_sim_call_count("event_record");
+  free_ok(keep);
+  assert_int_equal(pending_blocks(), pend + 1);
+  assert_int_equal(gca_sim_call_count("event_record"), records + 1);
+
+  atomic_store(&uses_gate, 1);
+  assert_ok(gca_stream_synchronize(s2));
+  assert_int_equal(stamp_mismatch(next, 64 * KiB, 0x5eed), -1);
+  free_ok(next);
+  void *again = pool_alloc(pool, 64 * KiB); /* completes the pending frees */
+  assert_int_equal(pending_blocks(), 0);
+  free_ok(again);
+  gca_pool_state_free(st);
+  assert_ok(gca_pool_release(pool));
+  assert_ok(gca_stream_destroy(s2));
+}
+
+static void restore_keeps_memory_parked_when_recording_its_events_fails(void **state) {
+  (void)state;
+  gca_stream_t s2;
+  assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+  gca_pool_t *pool = NULL;
+  assert_ok(gca_pool_create(0, NULL, &pool));
+  gca_pool_state_t *st = NULL;
+  assert_ok(gca_pool_checkpoint(pool, &st)); /* nothing live */
+  void *used = pool_alloc(pool, 64 * KiB);
+  assert_ok(gca_record_stream(used, s2));
+  atomic_store(&uses_gate, 0);
+  assert_ok(gca_launch_host_func(s2, hold_until, &uses_gate));
+  assert_ok(gca_memset_d32_async(used, 0xdeadbeef, 64 * KiB / 4, s2));
+
+  assert_ok(gca_sim_fault_set("event_record:nth=1"));
+  gca_pool_changes_t ch;
+  assert_ok(gca_pool_restore(pool, st, &ch)); /* applied; the events wait */
+  gca_sim_fault_clear();
+  assert_int_equal(ch.nfreed, 1);
+  gca_pool_changes_free(&ch);
+  check();
+  assert_int_equal(pending_blocks(), 1);
+  int64_t records = gca_sim_call_count("event_record");
+  void *next = pool_alloc(pool, 64 * KiB); /* records the parked block's event */
+  assert_int_equal(gca_sim_call_count("event_record"), records + 1);
+  assert_ptr_not_equal(next, used);
+  stamp_fill(next, 64 * KiB, 0xfeed);
+  atomic_store(&uses_gate, 1);
+  assert_ok(gca_stream_synchronize(s2));
+  assert_int_equal(stamp_mismatch(next, 64 * KiB, 0xfeed), -1);
+  free_ok(next);
+  void *again = pool_alloc(pool, 64 * KiB);
+  assert_int_equal(pending_blocks(), 0);
+  free_ok(again);
+  gca_pool_state_free(st);
+  assert_ok(gca_pool_release(pool));
+  assert_ok(gca_stream_destroy(s2));
+}
+
 /* ---- the trim of expandable segments ---- */
 
 static int exp_setup(void **state) {
@@ -759,6 +867,10 @@ int main(void) {
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(restore_sync_failure_leaves_the_pool_as_it_was, alloc_setup,
                                       alloc_teardown),
+      cmocka_unit_test_setup_teardown(restore_keeps_stream_uses_of_live_blocks, alloc_setup,
+                                      uses_teardown),
+      cmocka_unit_test_setup_teardown(restore_keeps_memory_parked_when_recording_its_events_fails,
+                                      alloc_setup, uses_teardown),
       cmocka_unit_test_setup_teardown(restore_gives_back_a_mapping_made_since_the_checkpoint,
                                       exp_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(restore_survives_an_unmap_failure_in_the_trim, exp_setup,

@@ -428,6 +428,7 @@ static gca_status_t rec_set_access(gca_devptr_t ptr, size_t size, const int *dev
 
 static void peer_access_covers_existing_and_new_mappings(void **state) {
   (void)state;
+  assert_nothing_leaked();
   gca__allocator_reset();
   wrapped = *gca__sim_ops();
   wrapped.mem_set_access = rec_set_access;
@@ -473,6 +474,7 @@ static gca_status_t small_granularity(int device, bool recommended, size_t *out)
 static void granularity_below_512_bytes_is_refused_by_both_segment_kinds(void **state) {
   (void)state;
   void *p = NULL;
+  assert_nothing_leaked();
   gca__allocator_reset();
   wrapped = *gca__sim_ops();
   wrapped.mem_granularity = small_granularity;
@@ -500,6 +502,7 @@ static void granularity_below_512_bytes_is_refused_by_both_segment_kinds(void **
  * mapping in seg->maps too, and a peer enabled later must reach it. */
 static void peer_access_covers_existing_vmm_backed_classic_segments(void **state) {
   (void)state;
+  assert_nothing_leaked();
   gca__allocator_reset();
   wrapped = *gca__sim_ops();
   wrapped.mem_set_access = rec_set_access;

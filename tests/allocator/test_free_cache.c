@@ -63,6 +63,7 @@ static void pair_reuses_block_with_exact_statistics(void **state) {
   (void)state;
   gca_stats_t with[3], without[3];
   for (int pass = 0; pass < 2; pass++) {
+    assert_nothing_leaked();
     gca__allocator_reset();
     assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
     gca_stats_t *out = pass == 0 ? with : without;
@@ -104,6 +105,7 @@ static void random_scripts_keep_statistics_exact(void **state) {
   for (unsigned seed = 1; seed <= 6; seed++) {
     gca_stats_t *trace[2];
     for (int pass = 0; pass < 2; pass++) {
+      assert_nothing_leaked();
       gca__allocator_reset();
       assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
       trace[pass] = calloc(STEPS, sizeof(gca_stats_t));
@@ -210,6 +212,7 @@ static void free_cache_false_restores_pytorch_placement(void **state) {
   assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
   gca_stats_t st[2];
   for (int pass = 0; pass < 2; pass++) {
+    assert_nothing_leaked();
     gca__allocator_reset();
     assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
     char *y = alloc_on(512 * KiB, NULL);

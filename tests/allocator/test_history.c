@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "alloc_fixture.h"
 #include "gca.h"
 #include "support.h"
 
@@ -247,6 +248,7 @@ static void record_history_rejects_a_huge_capacity_on_a_live_allocator(void **st
   assert_ok(gca_get_stats(0, &st));
   assert_int_equal(st.allocation[GCA_STAT_ALL].current, 0);
   assert_ok(gca_empty_cache());
+  assert_nothing_leaked();
   gca__allocator_reset();
 }
 

@@ -4,13 +4,10 @@
  * settings in force are reported. */
 #include <stdatomic.h>
 
+#include "alloc_fixture.h"
 #include "gca.h"
 #include "support.h"
 #include "json_read.h"
-
-#define MiB (1024ull * 1024ull)
-
-static const gca_device_ops_t *ops;
 
 static int setup(void **state) {
   (void)state;
@@ -24,6 +21,7 @@ static int teardown(void **state) {
   (void)state;
   atomic_store(&gate, 1); /* a failed test must not leave the stream held */
   gca_record_history(false, 0, false);
+  assert_nothing_leaked();
   gca__allocator_reset();
   return 0;
 }
