@@ -23,6 +23,7 @@
 
 #include "philox.h"
 #include "sim_stream.h"
+#include "lock.h"
 
 /* ---- handle registry (Note [Sim handles]) ---- */
 
@@ -685,6 +686,7 @@ static gca_status_t stream_drain(const char *op, sim_stream_t *s) {
 
 static gca_status_t sim_stream_synchronize(gca_stream_t stream) {
   GCA_SIM_ENTER(stream_synchronize, 0);
+  gca__assert_no_lock("stream_synchronize");
   sim_stream_t *s = NULL;
   gca_status_t st;
   GCA_CHECK(stream_get("stream_synchronize", stream, &s));
@@ -754,6 +756,7 @@ static gca_status_t sim_stream_get_device(gca_stream_t stream, int *dev) {
 
 static gca_status_t sim_ctx_synchronize(int dev) {
   GCA_SIM_ENTER(ctx_synchronize, 0);
+  gca__assert_no_lock("ctx_synchronize");
   GCA_CHECK(gca__sim_check_device("ctx_synchronize", dev));
   GCA_CHECK(gca__sim_capture_check_device("ctx_synchronize", dev));
   gca__sim_device_drain(dev);
@@ -912,6 +915,7 @@ out:
 
 static gca_status_t sim_event_synchronize(gca_event_t event) {
   GCA_SIM_ENTER(event_synchronize, 0);
+  gca__assert_no_lock("event_synchronize");
   sim_event_t *e = NULL;
   gca_status_t st;
   GCA_CHECK(event_get("event_synchronize", event, &e));
