@@ -98,9 +98,11 @@
  * (pending.c). An allocation that runs out of memory while another thread
  * releases waits for that release (rel_cv, no device lock held) and retries.
  * GCA_DEBUG_CHECKS builds count the device locks each thread holds (lock.h)
- * and the sim's waiting operations abort when the count is not zero; the few
- * paths that still wait under the lock are marked with gca__wait_exempt
- * (GCA__WAIT_UNDER_LOCK) and listed in the README's known limits.
+ * and the sim's waiting operations abort when the count is not zero. Paths
+ * that still wait under the lock are marked GCA__WAIT_UNDER_LOCK (lock.h):
+ * a private pool's destruction (gca__segment_release), frees and releases
+ * with caching off, suspend and resume (mempool.c), and checkpoint restore's
+ * expandable releases (gca__expand_release_range).
  */
 #ifndef GCA_ALLOC_CORE_H
 #define GCA_ALLOC_CORE_H

@@ -395,7 +395,9 @@ static gca_status_t release_in(gca__devalloc_t *d, gca__segment_t *seg, size_t l
       continue;
     }
     if (!synced) {
-      st = d->ops->stream_synchronize(seg->stream);
+      /* private pools and checkpoints: still under the lock (Note [No waits
+       * under the device lock]); release batches come synced */
+      st = GCA__WAIT_UNDER_LOCK(d->ops->stream_synchronize(seg->stream));
       if (st != GCA_OK) {
         gca__error_prefix(st, "release of expandable segment 0x%" PRIx64, seg->base);
         goto out;

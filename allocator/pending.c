@@ -97,7 +97,9 @@ static gca_status_t use_op(gca__devalloc_t *d, const gca__use_t *u, gca_event_t 
     if (cur != u->dev)
       GCA_CHECK(d->ops->ctx_set_device(u->dev));
   }
-  st = ev != NULL ? d->ops->event_record(ev, u->stream) : d->ops->stream_synchronize(u->stream);
+  /* caching off: the free waits under the lock (Note [No waits under the device lock]) */
+  st = ev != NULL ? d->ops->event_record(ev, u->stream)
+                  : GCA__WAIT_UNDER_LOCK(d->ops->stream_synchronize(u->stream));
   if (cur != u->dev) {
     gca_status_t rst = d->ops->ctx_set_device(cur);
     if (st == GCA_OK)

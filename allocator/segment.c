@@ -145,7 +145,9 @@ gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
   if (seg->expandable)
     return gca__expand_release(d, seg, NULL);
   GCA_ASSERT(gca__block_whole(b) && b->in_tree);
-  gca_status_t st = gca__segment_memory_free(d, seg, true);
+  /* private pool destruction, caching off: still under the lock (Note [No
+   * waits under the device lock]) */
+  gca_status_t st = GCA__WAIT_UNDER_LOCK(gca__segment_memory_free(d, seg, true));
   if (st != GCA_OK)
     return gca__error_prefix(st, "release of segment 0x%" PRIx64 " (%zu bytes)", seg->base,
                              seg->size);
