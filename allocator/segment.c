@@ -174,8 +174,8 @@ void gca__segment_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
   } else {
     GCA_CHECK_IGNORE(gca__segment_memory_free(d, seg, false));
     gca__owner_remove(seg->base, seg->size, d->device);
-    gca__segment_maps_forget(
-        seg); /* a failed unmap left them: the memory is lost, not the records */
+    /* a failed unmap left them: the memory is lost, not the records */
+    gca__segment_maps_forget(seg);
   }
   free(seg);
 }
