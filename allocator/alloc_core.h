@@ -85,6 +85,28 @@
  *   Checkpoints                    checkpoint.c (and DESIGN.md)
  *   Checkpoints and stream uses    checkpoint.c
  *   Per-thread stream keys         streamkey.c
+ *   No waits under the device lock below, and release.c (release batches)
+ *
+ * Note [No waits under the device lock]. A host function queued on a stream
+ * may call gca_free, which takes the device lock; so a thread that holds the
+ * lock and waits for queued work (event_synchronize, stream_synchronize,
+ * ctx_synchronize, mem_free, which synchronizes the device as cuMemFree does)
+ * can wait for a host function that waits for the lock: nothing moves. The
+ * rule: no device-layer call that can wait for queued work is made with
+ * d->lock held. What is to be given back is taken out of reach under the lock
+ * (a release batch: its free blocks leave the tree, marked `releasing`, and
+ * stay counted in reserved, so the limit and the OOM message stay right), the
+ * lock is let go for the waits and driver frees, and retaken to finish the
+ * accounting and the history (release.c). Pending events are waited for the
+ * same way: snapshot, unlock, wait, relock, then complete by queries
+ * (pending.c). An allocation that runs out of memory while another thread
+ * releases waits for that release (rel_cv, no device lock held) and retries.
+ * GCA_DEBUG_CHECKS builds count the device locks each thread holds (lock.h)
+ * and the sim's waiting operations abort when the count is not zero. Paths
+ * that still wait under the lock are marked GCA__WAIT_UNDER_LOCK (lock.h):
+ * a private pool's destruction (gca__segment_release), frees and releases
+ * with caching off, suspend and resume (mempool.c), and checkpoint restore's
+ * expandable releases (gca__expand_release_range).
  */
 #ifndef GCA_ALLOC_CORE_H
 #define GCA_ALLOC_CORE_H
@@ -159,11 +181,13 @@ struct gca__block {
                         cached block is near (Note [Free cache epochs]) */
   bool allocated;
   bool in_tree;
-  bool oversize; /* counted in oversize_allocations at allocation */
-  bool cached;   /* in the free cache (Note [Free cache]); bin link: left */
-  bool unmapped; /* expandable segments only: address space with no memory behind it;
-                    never allocated, never in the tree, never next to another unmapped
-                    block, both ends on the granularity (Note [Expandable segments]) */
+  bool oversize;  /* counted in oversize_allocations at allocation */
+  bool cached;    /* in the free cache (Note [Free cache]); bin link: left */
+  bool releasing; /* free, but taken out of the tree by a release batch that is waiting
+                    with the lock let go (Note [No waits under the device lock]) */
+  bool unmapped;  /* expandable segments only: address space with no memory behind it;
+                     never allocated, never in the tree, never next to another unmapped
+                     block, both ends on the granularity (Note [Expandable segments]) */
 };
 
 /* One physical allocation mapped into an expandable segment: the handle
@@ -196,6 +220,24 @@ struct gca__segment {
                                   classic segments], segment.c) */
   size_t nmaps, cap_maps;
 };
+
+/* One entry of a release batch (Note [No waits under the device lock]): the
+ * releasing block b of seg, [lo, hi) its offsets in seg at the time it was
+ * taken, and the status of the unlocked step. */
+typedef struct gca__relent {
+  gca__segment_t *seg;
+  gca__block_t *b;
+  size_t lo, hi;
+  gca_status_t st;
+  bool expandable; /* seg's kind (a classic seg is freed once finished) */
+} gca__relent_t;
+
+/* A release batch: taken under the lock, waited for and freed without it,
+ * finished under it. `bytes` counts the mapped bytes of its blocks. */
+typedef struct gca__relbatch {
+  gca__relent_t *v;
+  size_t n, cap, bytes;
+} gca__relbatch_t;
 
 /* A pool: segments and the free tree over their free blocks. The default
  * pools of a device are small (requests <= 1 MiB, 2 MiB segments) and large.
@@ -268,10 +310,15 @@ struct gca__devalloc {
   gca__ptrmap_t ptrs; /* allocated blocks by address */
   gca_stats_t stats;  /* active and active_bytes stay zero: see pend */
   gca__pend_stat_t pend[GCA_STAT_TYPES], pend_bytes[GCA_STAT_TYPES]; /* Note [Active statistics] */
-  size_t total_memory;     /* device total (mem_get_info at creation) */
-  size_t reserved;         /* bytes of all segments */
-  size_t reserving;        /* bytes of segments being created with the lock released
-                              (release_lock_on_cudamalloc), held against the limit */
+  size_t total_memory;    /* device total (mem_get_info at creation) */
+  size_t reserved;        /* bytes of all segments */
+  size_t reserving;       /* bytes of segments being created with the lock released
+                             (release_lock_on_cudamalloc), held against the limit */
+  size_t releasing;       /* bytes of release batches under way (still in reserved) */
+  unsigned nreleases;     /* release batches under way */
+  uint64_t release_gen;   /* release batches finished; written under lock and rel_mu */
+  pthread_mutex_t rel_mu; /* with rel_cv: waiting for a release batch, no device lock held */
+  pthread_cond_t rel_cv;
   bool set_fraction;       /* a fraction or limit is in force */
   size_t allowed_max;      /* cap on reserved when set_fraction */
   gca__pending_t *pending; /* Note [Stream-ordered reuse] */
@@ -587,7 +634,7 @@ static inline gca__block_t *gca__block_take(gca__devalloc_t *d) {
   b->uses = NULL;
   b->nuses = b->cap_uses = 0;
   b->event_count = 0;
-  b->allocated = b->in_tree = b->oversize = b->unmapped = b->cached = false;
+  b->allocated = b->in_tree = b->oversize = b->unmapped = b->cached = b->releasing = false;
   b->fc_epoch = 0;
   d->live_blocks++;
   return b;
@@ -642,6 +689,14 @@ gca_status_t gca__expand_release(gca__devalloc_t *d, gca__segment_t *seg, size_t
  * unmapped before it stays unmapped, the failed mapping stays mapped and free. */
 gca_status_t gca__expand_release_range(gca__devalloc_t *d, gca__segment_t *seg, size_t offset,
                                        size_t len, size_t *released);
+/* Release batches: marks seg's free blocks that hold a whole mapping as
+ * releasing (out of the tree) into bt. */
+gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg);
+/* Unmaps, without waiting (the stream was synchronized), the mappings inside
+ * [lo, hi) of seg that lie wholly inside a free block; removes the segment
+ * when nothing stays mapped and `remove`. */
+gca_status_t gca__expand_release_synced(gca__devalloc_t *d, gca__segment_t *seg, size_t lo,
+                                        size_t hi, size_t *released, bool remove);
 /* Unmaps, releases and unreserves everything of an expandable segment regardless
  * of its blocks (allocator reset); the caller frees the record itself. */
 void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg);
@@ -670,6 +725,27 @@ gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg);
  * unmapped the memory is gone, so later failures are only logged. The caller
  * keeps the record and its owner entry. */
 gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg, bool sync);
+/* Release batches (Note [No waits under the device lock]); release.c runs them.
+ * Takes seg's releasable memory out of reach into bt: a classic segment whose
+ * single block is in the tree, or an expandable segment's free blocks that
+ * hold whole mappings; they leave the tree, marked releasing. Only host
+ * memory can fail (nothing taken then). */
+gca_status_t gca__relbatch_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg);
+/* Room for `more` entries in bt (GCA_ERR_OUT_OF_MEMORY, detail set). */
+gca_status_t gca__relbatch_room(gca__relbatch_t *bt, size_t more);
+/* Takes free block b of seg (in the tree, room made) into bt, counting `bytes`. */
+void gca__relbatch_add(gca__relbatch_t *bt, gca__segment_t *seg, gca__block_t *b, size_t bytes);
+/* The unlocked step, with NO lock held: waits for the streams of bt's
+ * segments (the device, once, when a stream is gone) and frees classic
+ * segments' memory; the statuses go to the entries. */
+void gca__relbatch_wait(gca__devalloc_t *d, gca__relbatch_t *bt);
+/* Finishes a classic entry under the lock: its memory freed, the segment
+ * leaves the pool with its accounting and history; else its block goes back
+ * to the tree and the status (prefixed) is returned. */
+gca_status_t gca__relbatch_finish_classic(gca__devalloc_t *d, gca__relent_t *e, size_t *released);
+/* Frees the host records of a VMM-backed classic segment after its memory was
+ * given back in the unlocked step. */
+void gca__segment_maps_forget(gca__segment_t *seg);
 /* Gives a segment of either kind back whatever its blocks, with its owner
  * entry and its blocks' uses, and frees the record (teardown: the caller
  * drops the whole list; failures are logged). */
@@ -704,13 +780,17 @@ void gca__block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, si
 /* The free request of live block b (out of the pointer map): with uses on
  * other streams its events are recorded and it becomes pending (during a
  * capture: deferred), else its free completes now. On failure nothing
- * changed. */
-gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b);
+ * changed. A use whose stream is gone (event_record: GCA_ERR_INVALID_HANDLE)
+ * fails with *gone_dev set to its device, unless that device is *gone_dev on
+ * entry (the caller waited for it: the use is dropped); else *gone_dev is -1. */
+gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b, int *gone_dev);
 /* Completes the pending frees whose events are done, without blocking
  * (nothing while a capture is under way). */
 gca_status_t gca__pending_process(gca__devalloc_t *d);
 /* Waits for every pending free of the device (PyTorch's
- * synchronize_and_free_events), counted in num_sync_all_streams. */
+ * synchronize_and_free_events), counted in num_sync_all_streams: the events
+ * are waited for with d->lock let go, then completed by queries (Note [No
+ * waits under the device lock]); on return the lock is held again. */
 gca_status_t gca__pending_sync(gca__devalloc_t *d);
 /* Records the events of the frees deferred during capture; those that fail
  * stay deferred. Call once no capture is under way on the device. */
@@ -731,7 +811,8 @@ void gca__pending_destroy(gca__devalloc_t *d);
 /* ---- release.c ---- */
 
 /* PyTorch's release_cached_blocks: flushes the free cache, waits for pending
- * frees, then frees every cached whole segment. */
+ * frees, then frees every cached whole segment. Lets d->lock go around the
+ * waits (Note [No waits under the device lock]). */
 gca_status_t gca__release_cached(gca__devalloc_t *d);
 /* A new block for `rounded` bytes when no cached block fits: garbage
  * collection when on, a new segment of seg_size, then the out-of-memory

@@ -156,6 +156,8 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
   size_t free_bytes = 0;
   GCA_CHECK_GOTO(ops->mem_get_info(device, &free_bytes, &d->total_memory), st, fail);
   gca__mutex_init(&d->lock);
+  pthread_mutex_init(&d->rel_mu, NULL);
+  pthread_cond_init(&d->rel_cv, NULL);
   d->epoch = 1; /* a new block's fc_epoch (0) is never current */
   d->device = device;
   d->ops = ops;
@@ -555,7 +557,29 @@ static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gc
     return GCA_OK;
   }
   gca__ptrmap_take(&d->ptrs, addr);
-  st = gca__free_request(d, b);
+  int gone = -1;
+  st = gca__free_request(d, b, &gone);
+  /* A stream the block was recorded on was destroyed: its work still runs,
+   * so wait for that device, with the lock let go (Note [No waits under the
+   * device lock]), and free again without that use. The block stays live
+   * meanwhile. */
+  for (int round = 0; st == GCA_ERR_INVALID_HANDLE && gone >= 0 && round < GCA__MAX_DEVICES;
+       round++) {
+    st2 = gca__ptrmap_insert(&d->ptrs, addr, b);
+    GCA_ASSERT(st2 == GCA_OK);
+    gca__mutex_unlock(&d->lock);
+    st = d->ops->ctx_synchronize(gone);
+    gca__dev_lock(d);
+    if (st != GCA_OK)
+      goto out;
+    if (gca__ptrmap_find(&d->ptrs, addr) != b) { /* freed by another thread meanwhile */
+      DEBUG_CHECK(d);
+      gca__mutex_unlock(&d->lock);
+      return bad_pointer("free", addr);
+    }
+    gca__ptrmap_take(&d->ptrs, addr);
+    st = gca__free_request(d, b, &gone);
+  }
   if (st != GCA_OK)
     goto fail;
   DEBUG_CHECK(d);
@@ -565,6 +589,7 @@ static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gc
 fail:
   st2 = gca__ptrmap_insert(&d->ptrs, addr, b);
   GCA_ASSERT(st2 == GCA_OK); /* room is left by the take */
+out:
   DEBUG_CHECK(d);
   gca__mutex_unlock(&d->lock);
   return st;
@@ -939,8 +964,13 @@ int gca__allocator_device_count(void) {
   return atomic_load(&g_ndevs);
 }
 
+/* d is out of the registry: no other thread reaches it. Its lock is taken and
+ * let go once (the other threads' last changes are seen), and the teardown,
+ * which waits for events and frees memory, runs without it (Note [No waits
+ * under the device lock]). */
 static void devalloc_destroy(gca__devalloc_t *d) {
   gca__dev_lock(d);
+  gca__mutex_unlock(&d->lock);
   gca__pending_destroy(d);
   gca__ptrmap_destroy(&d->ptrs);
   gca__mempools_destroy_locked(d);
@@ -952,7 +982,8 @@ static void devalloc_destroy(gca__devalloc_t *d) {
     }
   }
   gca__slabs_destroy(d);
-  gca__mutex_unlock(&d->lock);
+  pthread_cond_destroy(&d->rel_cv);
+  pthread_mutex_destroy(&d->rel_mu);
   free(d);
 }
 

@@ -116,7 +116,10 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
       }
       if (b->cached || (b->allocated && b->fc_epoch == d->epoch))
         GCA_CHECK(check_fc_facts(b));
-      bool is_free = !b->allocated && b->event_count == 0 && !b->cached;
+      if (b->releasing && (b->allocated || b->event_count != 0 || b->cached || b->in_tree))
+        return BROKEN("block 0x%" PRIx64 ": releasing but not a free block out of the tree",
+                      b->addr);
+      bool is_free = !b->allocated && b->event_count == 0 && !b->cached && !b->releasing;
       if (b->in_tree != is_free)
         return BROKEN("block 0x%" PRIx64 ": %s but %sin the free tree", b->addr,
                       is_free ? "free" : "in use", b->in_tree ? "" : "not ");
@@ -141,13 +144,13 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
         sum->active_bytes += (int64_t)b->size;
         sum->requested_bytes += (int64_t)b->requested;
       } else {
-        nfree += !b->cached;
+        nfree += !b->cached && !b->releasing;
         if (b->requested != 0)
           return BROKEN("block 0x%" PRIx64 ": free with a requested size", b->addr);
         if (split) {
           /* one inactive split block per free run: a cached block and its free
            * neighbours count once (Note [Free cache]) */
-          if (b->prev == NULL || !free_or_cached(b->prev))
+          if (b->releasing || b->prev == NULL || !free_or_cached(b->prev))
             sum->inactive_split++;
           sum->inactive_split_bytes += (int64_t)b->size;
         }

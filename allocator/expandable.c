@@ -376,13 +376,13 @@ static size_t mapping_inside(const gca__segment_t *seg, size_t lo, size_t hi) {
 }
 
 /* Unmaps every mapping that lies wholly inside [lo, hi) (offsets into seg) and
- * wholly inside a free block, syncing seg's stream once before the first; stops
- * at the first failure, keeping what was released before it. */
+ * wholly inside a free block, syncing seg's stream once before the first
+ * unless `synced`; stops at the first failure, keeping what was released
+ * before it. */
 static gca_status_t release_in(gca__devalloc_t *d, gca__segment_t *seg, size_t lo, size_t hi,
-                               size_t *released) {
+                               size_t *released, bool synced) {
   gca_status_t st = GCA_OK;
   gca__block_t *spare[2] = {NULL, NULL};
-  bool synced = false;
   for (gca__block_t *b = seg->head; b != NULL;) {
     size_t blo = b->addr - seg->base, bhi = blo + b->size;
     if (!b->in_tree || bhi <= lo || blo >= hi) {
@@ -395,7 +395,9 @@ static gca_status_t release_in(gca__devalloc_t *d, gca__segment_t *seg, size_t l
       continue;
     }
     if (!synced) {
-      st = gca__stream_synchronize(d, seg->stream);
+      /* private pools and checkpoints: still under the lock (Note [No waits
+       * under the device lock]); release batches come synced */
+      st = GCA__WAIT_UNDER_LOCK(gca__stream_synchronize(d, seg->stream));
       if (st != GCA_OK) {
         gca__error_prefix(st, "release of expandable segment 0x%" PRIx64, seg->base);
         goto out;
@@ -427,7 +429,7 @@ out:
 }
 
 gca_status_t gca__expand_release(gca__devalloc_t *d, gca__segment_t *seg, size_t *released) {
-  GCA_CHECK(release_in(d, seg, 0, seg->reserved_size, released));
+  GCA_CHECK(release_in(d, seg, 0, seg->reserved_size, released, false));
   if (seg->nmaps == 0)
     return segment_remove(d, seg);
   return GCA_OK;
@@ -436,7 +438,39 @@ gca_status_t gca__expand_release(gca__devalloc_t *d, gca__segment_t *seg, size_t
 gca_status_t gca__expand_release_range(gca__devalloc_t *d, gca__segment_t *seg, size_t offset,
                                        size_t len, size_t *released) {
   GCA_ASSERT(offset <= seg->reserved_size && len <= seg->reserved_size - offset);
-  return release_in(d, seg, offset, offset + len, released);
+  return release_in(d, seg, offset, offset + len, released, false);
+}
+
+/* Whether free block b holds a whole mapping of seg; its mapped bytes in *bytes. */
+static bool holds_mapping(const gca__segment_t *seg, const gca__block_t *b, size_t *bytes) {
+  size_t blo = b->addr - seg->base, bhi = blo + b->size;
+  *bytes = 0;
+  for (size_t i = mapping_inside(seg, blo, bhi);
+       i < seg->nmaps && seg->maps[i].offset + seg->maps[i].size <= bhi; i++)
+    *bytes += seg->maps[i].size;
+  return *bytes != 0;
+}
+
+gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg) {
+  (void)d;
+  size_t n = 0, bytes;
+  for (gca__block_t *b = seg->head; b != NULL; b = b->next)
+    n += b->in_tree && holds_mapping(seg, b, &bytes);
+  if (n == 0)
+    return GCA_OK;
+  GCA_CHECK(gca__relbatch_room(bt, n));
+  for (gca__block_t *b = seg->head; b != NULL; b = b->next)
+    if (b->in_tree && holds_mapping(seg, b, &bytes))
+      gca__relbatch_add(bt, seg, b, bytes);
+  return GCA_OK;
+}
+
+gca_status_t gca__expand_release_synced(gca__devalloc_t *d, gca__segment_t *seg, size_t lo,
+                                        size_t hi, size_t *released, bool remove) {
+  GCA_CHECK(release_in(d, seg, lo, hi, released, true));
+  if (remove && seg->nmaps == 0)
+    return segment_remove(d, seg);
+  return GCA_OK;
 }
 
 void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg) {

@@ -178,7 +178,7 @@ fail_unmap:
 static gca_status_t sync_copies(gca__devalloc_t *d, gca__mempool_t *m) {
   for (size_t i = 0; i < m->nsusp; i++)
     if (i == 0 || m->susp[i].seg->stream != m->susp[i - 1].seg->stream)
-      GCA_CHECK(gca__stream_synchronize(d, m->susp[i].seg->stream));
+      GCA_CHECK(GCA__WAIT_UNDER_LOCK(gca__stream_synchronize(d, m->susp[i].seg->stream)));
   return GCA_OK;
 }
 
@@ -190,7 +190,7 @@ static gca_status_t sync_copies(gca__devalloc_t *d, gca__mempool_t *m) {
 static bool drain_copies(gca__devalloc_t *d, gca__mempool_t *m) {
   if (sync_copies(d, m) == GCA_OK)
     return true;
-  if (d->ops->ctx_synchronize(d->device) == GCA_OK)
+  if (GCA__WAIT_UNDER_LOCK(d->ops->ctx_synchronize(d->device)) == GCA_OK)
     return true;
   GCA_LOG_ERR("pool: cannot wait for the copies of pool %#" PRIx64
               " on device %d; their memory is left in place",
@@ -280,7 +280,8 @@ gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, 
     }
   }
   m->nsusp = n;
-  GCA_CHECK_GOTO(d->ops->ctx_synchronize(d->device), st, fail);
+  /* suspend and resume still wait under the lock (Note [No waits under the device lock]) */
+  GCA_CHECK_GOTO(GCA__WAIT_UNDER_LOCK(d->ops->ctx_synchronize(d->device)), st, fail);
   copies_queued = true; /* from here a failure waits for them (drain_copies) */
   for (i = 0; i < n; i++) {
     struct gca__suspended *r = &m->susp[i];

@@ -99,7 +99,9 @@ static gca_status_t use_op(gca__devalloc_t *d, const gca__use_t *u, gca_event_t 
     if (cur != u->dev)
       GCA_CHECK(d->ops->ctx_set_device(u->dev));
   }
-  st = ev != NULL ? d->ops->event_record(ev, u->stream) : d->ops->stream_synchronize(u->stream);
+  /* caching off: the free waits under the lock (Note [No waits under the device lock]) */
+  st = ev != NULL ? d->ops->event_record(ev, u->stream)
+                  : GCA__WAIT_UNDER_LOCK(d->ops->stream_synchronize(u->stream));
   if (cur != u->dev) {
     gca_status_t rst = d->ops->ctx_set_device(cur);
     if (st == GCA_OK)
@@ -127,15 +129,25 @@ static gca_status_t defer_free(gca__devalloc_t *d, gca__block_t *b) {
 }
 
 /* Records an event on each stream that used b, on that stream's device; b
- * becomes pending. On failure nothing changed. */
-static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b) {
+ * becomes pending. A use whose stream is gone fails with *gone_dev its
+ * device, unless the caller already waited for that device (*gone_dev on
+ * entry): then the use needs no event. On failure nothing changed. */
+static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b, int *gone_dev) {
+  int waited = *gone_dev;
+  *gone_dev = -1;
   GCA_CHECK(events_reserve(d, b));
   size_t first = d->npending;
   for (uint32_t i = 0; i < b->nuses; i++) {
     const gca__use_t *u = &b->uses[i];
     gca_event_t ev = event_take(d, u->dev);
     gca_status_t st = use_op(d, u, ev);
+    if (st == GCA_ERR_INVALID_HANDLE && u->dev == waited) {
+      event_put(d, u->dev, ev); /* destroyed before the wait: its work is done */
+      continue;
+    }
     if (st != GCA_OK) {
+      if (st == GCA_ERR_INVALID_HANDLE)
+        *gone_dev = u->dev;
       event_put(d, u->dev, ev);
       while (d->npending > first) {
         d->npending--;
@@ -166,15 +178,22 @@ static void pending_done(gca__devalloc_t *d, const gca__pending_t *e) {
 }
 
 /* Events on one stream complete in order, so a stream is skipped after its
- * first unfinished event. */
+ * first unfinished event. Called from a host function (gca_free there), where
+ * the driver permits no call (GCA_ERR_NOT_PERMITTED), it leaves the rest for a
+ * later malloc or free and succeeds: completing pending frees is never what
+ * the caller asked for. */
 gca_status_t gca__pending_process(gca__devalloc_t *d) {
   gca__use_t busy[16]; /* (stream, device): NULL names a different stream on each device */
   size_t nbusy = 0, w = 0, i;
   gca_status_t st = GCA_OK;
   if (d->ncaptures != 0) /* Note [Frees during capture] */
     return GCA_OK;
-  if (d->ndeferred != 0)
-    GCA_CHECK(gca__pending_flush_deferred(d));
+  if (d->ndeferred != 0) {
+    st = gca__pending_flush_deferred(d);
+    if (st == GCA_ERR_NOT_PERMITTED) /* from a host function: left for a later call */
+      return GCA_OK;
+    GCA_CHECK(st);
+  }
   for (i = 0; i < d->npending; i++) {
     gca__pending_t e = d->pending[i];
     bool skip = false;
@@ -185,6 +204,10 @@ gca_status_t gca__pending_process(gca__devalloc_t *d) {
       if (st == GCA_OK) {
         pending_done(d, &e);
         continue;
+      }
+      if (st == GCA_ERR_NOT_PERMITTED) { /* a host function may not query: later */
+        st = GCA_OK;
+        break;
       }
       if (st != GCA_ERR_NOT_READY)
         break;
@@ -200,30 +223,41 @@ gca_status_t gca__pending_process(gca__devalloc_t *d) {
   return st;
 }
 
+/* The events are snapshot and waited for with the lock let go (Note [No
+ * waits under the device lock]); meanwhile other threads may complete them,
+ * and pooled events may be recorded again (a wait then lasts longer, nothing
+ * worse). Back under the lock, queries complete what is done. */
 gca_status_t gca__pending_sync(gca__devalloc_t *d) {
   gca_status_t st = GCA_OK;
-  size_t i, w = 0;
   d->stats.num_sync_all_streams++;
-  for (i = 0; i < d->npending; i++) {
-    gca__pending_t e = d->pending[i];
-    st = d->ops->event_synchronize(e.event);
-    if (st != GCA_OK)
-      break;
-    pending_done(d, &e);
-  }
-  for (; i < d->npending; i++)
-    d->pending[w++] = d->pending[i];
-  d->npending = w;
-  return st;
+  size_t n = d->npending;
+  if (n == 0)
+    return GCA_OK;
+  gca_event_t *evs = malloc(n * sizeof(*evs));
+  if (evs == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "host out of memory waiting for %zu events", n);
+  for (size_t i = 0; i < n; i++)
+    evs[i] = d->pending[i].event;
+  gca__mutex_unlock(&d->lock);
+  for (size_t i = 0; i < n && st == GCA_OK; i++)
+    st = d->ops->event_synchronize(evs[i]);
+  gca__dev_lock(d);
+  free(evs);
+  if (st != GCA_OK) /* the rest completes on a later query */
+    return gca__error_prefix(st, "waiting for pending frees");
+  return gca__pending_process(d);
 }
 
-gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b) {
+gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b, int *gone_dev) {
   gca__pool_t *pool = b->pool;
+  int waited = *gone_dev;
+  *gone_dev = -1;
   if (b->nuses != 0) {
     if (GCA_UNLIKELY(d->ncaptures != 0)) {
       GCA_CHECK(defer_free(d, b));
     } else if (d->caching) {
-      GCA_CHECK(block_insert_events(d, b));
+      *gone_dev = waited;
+      GCA_CHECK(block_insert_events(d, b, gone_dev));
     } else {
       for (uint32_t i = 0; i < b->nuses; i++) {
         gca_status_t st = use_op(d, &b->uses[i], NULL);
@@ -247,7 +281,8 @@ gca_status_t gca__pending_flush_deferred(gca__devalloc_t *d) {
   while (d->ndeferred > 0) {
     gca__block_t *b = d->deferred[d->ndeferred - 1];
     b->event_count = 0;
-    gca_status_t st = block_insert_events(d, b);
+    int gone = -1;
+    gca_status_t st = block_insert_events(d, b, &gone);
     if (st != GCA_OK) {
       b->event_count = 1;
       return st;

@@ -8,29 +8,119 @@
  * alloc_block, release_available_cached_blocks, release_cached_blocks) in one
  * place, so that the malloc path above asks once for a block and gets either
  * one or a real out-of-memory.
+ *
+ * Memory goes back in release batches (Note [No waits under the device lock],
+ * alloc_core.h): the segments or free blocks chosen leave the tree under the
+ * lock, the lock is let go while the streams are waited for and the driver
+ * frees, then retaken to finish. A batch is run wherever PyTorch frees a
+ * segment: with the lock let go, other threads may allocate and free
+ * meanwhile, so every step after a batch looks at the pools afresh.
  */
+#include <inttypes.h>
 #include <stdlib.h>
 
 #include "fcache.h"
 
-/* Frees every cached whole segment of the pool. */
-static gca_status_t pool_release_all(gca__devalloc_t *d, gca__pool_t *pool) {
-  for (gca__segment_t *s = pool->segments, *next; s != NULL; s = next) {
-    next = s->next;
-    if (s->expandable)
-      GCA_CHECK(gca__expand_release(d, s, NULL));
-    else if (gca__block_whole(s->head) && s->head->in_tree)
-      GCA_CHECK(gca__segment_release(d, s));
+/* Puts an expandable segment's releasing block back in the tree, merging it
+ * with neighbours freed meanwhile (its inactive_split share moves with it). */
+static void reinsert(gca__devalloc_t *d, gca__block_t *b) {
+  int64_t blocks, bytes;
+  b->releasing = false;
+  if (!gca__block_whole(b)) {
+    gca__stat_pool(d->stats.inactive_split, b->pool, -1);
+    gca__stat_pool(d->stats.inactive_split_bytes, b->pool, -(int64_t)b->size);
   }
+  gca__block_coalesce(d, b, &blocks, &bytes);
+  gca__stat_pool(d->stats.inactive_split, b->pool, blocks);
+  gca__stat_pool(d->stats.inactive_split_bytes, b->pool, bytes);
+}
+
+/* Runs batch bt taken under d->lock: lets the lock go for the waits and the
+ * driver frees, retakes it and finishes; bt is emptied. Returns with the lock
+ * held and the first failure. */
+static gca_status_t batch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *released) {
+  gca_status_t st = GCA_OK;
+  if (bt->n == 0)
+    return GCA_OK;
+  d->releasing += bt->bytes;
+  d->nreleases++;
+  gca__mutex_unlock(&d->lock);
+  gca__relbatch_wait(d, bt);
+  gca__dev_lock(d);
+  /* no cached block may sit near a block going back to the tree */
+  if (d->fc_count != 0)
+    gca__fcache_flush(d);
+  for (size_t i = 0; i < bt->n; i++) {
+    gca__relent_t *e = &bt->v[i];
+    gca_status_t est = GCA_OK;
+    if (!e->expandable)
+      est = gca__relbatch_finish_classic(d, e, released);
+    else
+      reinsert(d, e->b);
+    if (st == GCA_OK)
+      st = est;
+  }
+  for (size_t i = 0; i < bt->n; i++) {
+    gca__relent_t *e = &bt->v[i];
+    if (!e->expandable || e->st != GCA_OK)
+      continue;
+    bool last = true; /* the segment's last entry may remove it */
+    for (size_t k = i + 1; k < bt->n && last; k++)
+      last = !bt->v[k].expandable || bt->v[k].seg != e->seg;
+    gca_status_t est = gca__expand_release_synced(d, e->seg, e->lo, e->hi, released, last);
+    if (st == GCA_OK)
+      st = est;
+  }
+  for (size_t i = 0; i < bt->n; i++) /* a failed wait: the blocks are back, nothing unmapped */
+    if (bt->v[i].expandable && bt->v[i].st != GCA_OK && st == GCA_OK)
+      st = gca__error_prefix(bt->v[i].st, "release of expandable segment 0x%" PRIx64,
+                             bt->v[i].seg->base);
+  d->releasing -= bt->bytes;
+  d->nreleases--;
+  pthread_mutex_lock(&d->rel_mu);
+  d->release_gen++;
+  pthread_cond_broadcast(&d->rel_cv);
+  pthread_mutex_unlock(&d->rel_mu);
+  bt->n = 0;
+  bt->bytes = 0;
+  return st;
+}
+
+/* Takes every cached whole segment (and every wholly free mapping of an
+ * expandable one) of the pool into bt. */
+static gca_status_t pool_take_all(gca__devalloc_t *d, gca__pool_t *pool, gca__relbatch_t *bt) {
+  for (gca__segment_t *s = pool->segments; s != NULL; s = s->next)
+    GCA_CHECK(gca__relbatch_take(d, bt, s));
   return GCA_OK;
 }
 
 gca_status_t gca__release_cached(gca__devalloc_t *d) {
+  gca__relbatch_t bt = {0};
+  gca_status_t st;
   gca__fcache_flush(d);
   GCA_CHECK(gca__pending_sync(d));
-  GCA_CHECK(pool_release_all(d, &d->large));
-  GCA_CHECK(pool_release_all(d, &d->small));
-  return GCA_OK;
+  gca__fcache_flush(d); /* others may have cached frees while the lock was let go */
+  st = pool_take_all(d, &d->large, &bt);
+  if (st == GCA_OK)
+    st = pool_take_all(d, &d->small, &bt);
+  gca_status_t rst = batch_run(d, &bt, NULL); /* what was taken goes back either way */
+  free(bt.v);
+  return st != GCA_OK ? st : rst;
+}
+
+/* Waits, with no device lock held, until a release batch under way when it
+ * was called has finished; false when none was under way. */
+static bool wait_release(gca__devalloc_t *d) {
+  if (d->nreleases == 0)
+    return false;
+  uint64_t gen = d->release_gen;
+  gca__mutex_unlock(&d->lock);
+  pthread_mutex_lock(&d->rel_mu);
+  while (d->release_gen == gen)
+    pthread_cond_wait(&d->rel_cv, &d->rel_mu);
+  pthread_mutex_unlock(&d->rel_mu);
+  gca__dev_lock(d);
+  return true;
 }
 
 /* PyTorch's release_available_cached_blocks: with max_split_size set, free
@@ -46,22 +136,35 @@ static gca_status_t release_available(gca__devalloc_t *d, gca__pool_t *pool, gca
   gca__block_t *it = gca__tree_lower_bound(pool, stream, key);
   if (it == NULL || it->stream != stream) {
     size_t total = 0;
+    gca__relbatch_t bt = {0};
+    gca_status_t st = GCA_OK;
     it = gca__tree_below(pool, stream, key);
     while (total < key && it != NULL && it->size >= msplit && it->stream == stream) {
       gca__block_t *cur = it;
       it = gca__tree_prev(pool, cur);
       if (gca__block_whole(cur)) {
         size_t sz = cur->size;
-        GCA_CHECK(gca__segment_release(d, cur->seg));
+        if ((st = gca__relbatch_take(d, &bt, cur->seg)) != GCA_OK)
+          break;
         total += sz;
       }
     }
+    size_t freed = 0;
+    gca_status_t rst = batch_run(d, &bt, &freed);
+    free(bt.v);
+    GCA_CHECK(st);
+    GCA_CHECK(rst);
     if (total < key)
       return GCA_OK;
   } else {
     if (!gca__block_whole(it))
       return GCA_OK;
-    GCA_CHECK(gca__segment_release(d, it->seg));
+    gca__relbatch_t bt = {0};
+    gca_status_t st = gca__relbatch_take(d, &bt, it->seg);
+    gca_status_t rst = batch_run(d, &bt, NULL);
+    free(bt.v);
+    GCA_CHECK(st);
+    GCA_CHECK(rst);
   }
   *released = true;
   return GCA_OK;
@@ -86,31 +189,38 @@ static gca_status_t garbage_collect(gca__devalloc_t *d) {
     }
   }
   bool freed = true;
-  while (reclaimed < target && freed && count > 0) {
+  gca__relbatch_t bt = {0};
+  gca_status_t st = GCA_OK;
+  /* the rounds choose; one batch frees what they chose */
+  while (reclaimed < target && freed && count > 0 && st == GCA_OK) {
     double age_threshold = (double)total_age / (double)count;
     freed = false;
-    for (gca__segment_t *s = pool->segments, *next; s != NULL; s = next) {
-      next = s->next;
+    for (gca__segment_t *s = pool->segments; s != NULL && st == GCA_OK; s = s->next) {
       gca__block_t *b = s->head;
-      if (!gca__block_whole(b) || !b->in_tree)
+      if (s->expandable || !gca__block_whole(b) || !b->in_tree)
         continue;
       uint64_t age = pool->free_calls - b->gc_base;
       if ((double)age >= age_threshold) {
-        size_t sz = s->size;
-        GCA_CHECK(gca__segment_release(d, s));
+        if ((st = gca__relbatch_take(d, &bt, s)) != GCA_OK)
+          break;
         freed = true;
-        reclaimed += sz;
+        reclaimed += s->size;
         total_age -= age;
         count--;
       }
     }
   }
-  for (gca__segment_t *s = pool->segments, *next; s != NULL && reclaimed < target; s = next) {
-    next = s->next;
-    if (s->expandable)
-      GCA_CHECK(gca__expand_release(d, s, &reclaimed));
+  for (gca__segment_t *s = pool->segments; s != NULL && reclaimed < target && st == GCA_OK;
+       s = s->next) {
+    if (s->expandable) {
+      size_t before = bt.bytes;
+      st = gca__relbatch_take(d, &bt, s);
+      reclaimed += bt.bytes - before;
+    }
   }
-  return GCA_OK;
+  gca_status_t rst = batch_run(d, &bt, NULL);
+  free(bt.v);
+  return st != GCA_OK ? st : rst;
 }
 
 /* Tries the free trees of the use_on_oom private pools; the block found is
@@ -136,6 +246,9 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
   gca_capture_mode_t mode = GCA_CAPTURE_MODE_RELAXED;
   bool relaxed =
       GCA_UNLIKELY(d->ncaptures != 0) && d->ops->thread_exchange_capture_mode(&mode) == GCA_OK;
+  gca__mempool_t *owner = pool->owner;
+  if (owner != NULL) /* the lock may be let go (release batches): the pool stays */
+    owner->use_count++;
   if (GCA_UNLIKELY(gca__gc_enabled(d))) {
     st = garbage_collect(d);
     if (st != GCA_OK)
@@ -154,12 +267,17 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
     gca_status_t rst = gca__release_cached(d);
     st = rst != GCA_OK ? rst : gca__segment_alloc(d, pool, stream, seg_size, rounded, true, &b);
   }
+  /* memory another thread is giving back is not gone: wait for it and retry */
+  while (st == GCA_ERR_OUT_OF_MEMORY && wait_release(d))
+    st = gca__segment_alloc(d, pool, stream, seg_size, rounded, true, &b);
 out:
   if (GCA_UNLIKELY(relaxed))
     GCA_CHECK_IGNORE(d->ops->thread_exchange_capture_mode(&mode));
   if (st == GCA_ERR_OUT_OF_MEMORY && pool->owner == NULL && d->mempools != NULL &&
       (b = take_on_oom(d, stream, rounded)) != NULL)
     st = GCA_OK;
+  if (owner != NULL) /* not gca__mempool_unuse: b, still free, is about to become active */
+    owner->use_count--;
   if (st == GCA_OK)
     *out = b;
   return st;

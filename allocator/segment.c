@@ -145,7 +145,9 @@ gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
   if (seg->expandable)
     return gca__expand_release(d, seg, NULL);
   GCA_ASSERT(gca__block_whole(b) && b->in_tree);
-  gca_status_t st = gca__segment_memory_free(d, seg, true);
+  /* private pool destruction, caching off: still under the lock (Note [No
+   * waits under the device lock]) */
+  gca_status_t st = GCA__WAIT_UNDER_LOCK(gca__segment_memory_free(d, seg, true));
   if (st != GCA_OK)
     return gca__error_prefix(st, "release of segment 0x%" PRIx64 " (%zu bytes)", seg->base,
                              seg->size);
@@ -172,6 +174,122 @@ void gca__segment_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
   } else {
     GCA_CHECK_IGNORE(gca__segment_memory_free(d, seg, false));
     gca__owner_remove(seg->base, seg->size, d->device);
+    /* a failed unmap left them: the memory is lost, not the records */
+    gca__segment_maps_forget(seg);
   }
   free(seg);
+}
+
+void gca__segment_maps_forget(gca__segment_t *seg) {
+  free(seg->maps);
+  seg->maps = NULL;
+  seg->nmaps = seg->cap_maps = 0;
+}
+
+/* ---- release batches (Note [No waits under the device lock]) ---- */
+
+/* Adds releasing block b of seg to bt (room made by the caller). */
+static void batch_add(gca__relbatch_t *bt, gca__segment_t *seg, gca__block_t *b, size_t bytes) {
+  gca__tree_erase(b->pool, b);
+  b->releasing = true;
+  bt->v[bt->n++] = (gca__relent_t){
+      seg, b, b->addr - seg->base, b->addr - seg->base + b->size, GCA_OK, seg->expandable};
+  bt->bytes += bytes;
+}
+
+gca_status_t gca__relbatch_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg) {
+  if (seg->expandable)
+    return gca__expand_take(d, bt, seg);
+  if (!gca__block_whole(seg->head) || !seg->head->in_tree)
+    return GCA_OK;
+  GCA_CHECK(gca__relbatch_room(bt, 1));
+  batch_add(bt, seg, seg->head, seg->size);
+  return GCA_OK;
+}
+
+gca_status_t gca__relbatch_room(gca__relbatch_t *bt, size_t more) {
+  if (bt->n + more <= bt->cap)
+    return GCA_OK;
+  size_t ncap = bt->cap ? bt->cap * 2 : 8;
+  while (ncap < bt->n + more)
+    ncap *= 2;
+  gca__relent_t *v = realloc(bt->v, ncap * sizeof(*v));
+  if (v == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "release: host out of memory for a release batch");
+  bt->v = v;
+  bt->cap = ncap;
+  return GCA_OK;
+}
+
+void gca__relbatch_add(gca__relbatch_t *bt, gca__segment_t *seg, gca__block_t *b, size_t bytes) {
+  batch_add(bt, seg, b, bytes);
+}
+
+/* Waits for s's work; when s is gone (destroyed: its work still runs, as with
+ * the driver) for the whole device instead, once (*dev_synced). */
+static gca_status_t stream_wait(gca__devalloc_t *d, gca_stream_t s, bool *dev_synced) {
+  if (*dev_synced)
+    return GCA_OK;
+  gca_status_t st = gca__stream_synchronize(d, s); /* Note [Per-thread stream keys] */
+  if (st != GCA_ERR_INVALID_HANDLE)
+    return st;
+  st = d->ops->ctx_synchronize(d->device);
+  *dev_synced = st == GCA_OK;
+  return st;
+}
+
+void gca__relbatch_wait(gca__devalloc_t *d, gca__relbatch_t *bt) {
+  bool dev_synced = false;
+  for (size_t i = 0; i < bt->n; i++) {
+    gca__relent_t *e = &bt->v[i];
+    gca__segment_t *seg = e->seg;
+    if (!seg->expandable && seg->maps == NULL) {
+      e->st = d->ops->mem_free(d->device, seg->base); /* synchronizes the device first */
+      continue;
+    }
+    bool seen = false; /* one wait per stream */
+    for (size_t k = 0; k < i && !seen; k++)
+      seen = bt->v[k].seg->stream == seg->stream && bt->v[k].st == GCA_OK &&
+             (bt->v[k].seg->expandable || bt->v[k].seg->maps != NULL);
+    e->st = seen ? GCA_OK : stream_wait(d, seg->stream, &dev_synced);
+    if (e->st != GCA_OK || seg->expandable)
+      continue;
+    bool unmapped;
+    e->st = gca__vmm_unmap(d, seg->base, seg->size, seg->maps[0].handle, &unmapped);
+    if (!unmapped)
+      continue;
+    if (e->st == GCA_OK)
+      e->st = d->ops->mem_address_free(d->device, seg->base, seg->size);
+    if (e->st != GCA_OK)
+      GCA_LOG_WARN("segment 0x%" PRIx64 " (%zu bytes) unmapped but not fully released: %s",
+                   seg->base, seg->size, gca_last_error());
+    e->st = GCA_OK; /* once unmapped the memory is gone */
+  }
+}
+
+gca_status_t gca__relbatch_finish_classic(gca__devalloc_t *d, gca__relent_t *e, size_t *released) {
+  gca__segment_t *seg = e->seg;
+  gca__block_t *b = e->b;
+  gca__pool_t *pool = seg->pool;
+  b->releasing = false;
+  if (e->st != GCA_OK) {
+    gca__tree_insert(pool, b);
+    return gca__error_prefix(e->st, "release of segment 0x%" PRIx64 " (%zu bytes)", seg->base,
+                             seg->size);
+  }
+  gca__segment_maps_forget(seg);
+  gca__owner_remove(seg->base, seg->size, d->device);
+  gca__block_free(d, b);
+  gca__segment_unlink(pool, seg);
+  d->reserved -= seg->size;
+  gca__stat_pool(d->stats.segment, pool, -1);
+  gca__stat_pool(d->stats.reserved_bytes, pool, -(int64_t)seg->size);
+  if (seg->oversize)
+    gca__stat_add(&d->stats.oversize_segments, -1);
+  d->stats.num_device_free++;
+  gca__history_event(GCA_HA_SEGMENT_FREE, d->device, seg->base, seg->size, seg->stream);
+  if (released != NULL)
+    *released += seg->size;
+  free(seg);
+  return GCA_OK;
 }

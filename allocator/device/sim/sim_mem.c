@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "sim.h"
+#include "lock.h"
 
 #define GRAN ((uint64_t)GCA_SIM_GRANULARITY)
 /* Note [Sim IPC handles]: physical memory is a memfd with this name, sealed
@@ -1105,6 +1106,7 @@ static gca_status_t classic_find(int dev, uint64_t ptr, size_t *index) {
  * queued on it, then releases. */
 static gca_status_t sim_mem_free(int dev, gca_devptr_t ptr) {
   GCA_SIM_ENTER(mem_free, 0);
+  gca__assert_no_lock("mem_free");
   GCA_CHECK(gca__sim_capture_check_unsafe("mem_free"));
   GCA_CHECK(gca__sim_check_device("mem_free", dev));
   if (ptr == 0)

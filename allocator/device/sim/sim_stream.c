@@ -24,6 +24,7 @@
 
 #include "philox.h"
 #include "sim_stream.h"
+#include "lock.h"
 
 /* ---- handle registry (Note [Sim handles]) ---- */
 
@@ -882,6 +883,7 @@ static gca_status_t stream_drain(const char *op, sim_stream_t *s) {
 
 static gca_status_t sim_stream_synchronize(gca_stream_t stream) {
   GCA_SIM_ENTER(stream_synchronize, 0);
+  gca__assert_no_lock("stream_synchronize");
   GCA_CHECK(gca__sim_stream_canon("stream_synchronize", &stream));
   sim_stream_t *s = NULL;
   gca_status_t st;
@@ -976,6 +978,7 @@ static gca_status_t device_fault(int dev) {
 
 static gca_status_t sim_ctx_synchronize(int dev) {
   GCA_SIM_ENTER(ctx_synchronize, 0);
+  gca__assert_no_lock("ctx_synchronize");
   GCA_CHECK(gca__sim_check_device("ctx_synchronize", dev));
   GCA_CHECK(gca__sim_capture_check_device("ctx_synchronize", dev));
   gca__sim_device_drain(dev);
@@ -1137,6 +1140,7 @@ out:
 
 static gca_status_t sim_event_synchronize(gca_event_t event) {
   GCA_SIM_ENTER(event_synchronize, 0);
+  gca__assert_no_lock("event_synchronize");
   sim_event_t *e = NULL;
   gca_status_t st;
   GCA_CHECK(event_get("event_synchronize", event, &e));

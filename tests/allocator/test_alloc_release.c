@@ -1,0 +1,363 @@
+/* test_alloc_release.c - giving memory back without waiting under the device
+ * lock (Note [No waits under the device lock]), and releases and frees that
+ * meet a destroyed stream.
+ *
+ * The one idea: the device table is wrapped so that each waiting operation
+ * (event_synchronize, stream_synchronize, ctx_synchronize, mem_free) opens a
+ * gate as it starts to wait. A host function queued on a stream waits for
+ * that gate and only then calls gca_free: if the waiting thread still held
+ * the device lock, that free could never take it and the wait could never
+ * end. Everything is ordered by gates; a watchdog (a timed wait of a minute)
+ * turns a hang into a failure. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "alloc_fixture.h"
+
+/* ---- gates ---- */
+
+typedef struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool open;
+} gate_t;
+
+static void gate_init(gate_t *g) {
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->cv, NULL);
+  g->open = false;
+}
+
+static void gate_open(gate_t *g) {
+  pthread_mutex_lock(&g->mu);
+  g->open = true;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Waits for the gate; false when the watchdog (60 s) ran out first. */
+static bool gate_wait(gate_t *g) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  t.tv_sec += 60;
+  int rc = 0;
+  pthread_mutex_lock(&g->mu);
+  while (!g->open && rc != ETIMEDOUT)
+    rc = pthread_cond_timedwait(&g->cv, &g->mu, &t);
+  bool open = g->open;
+  pthread_mutex_unlock(&g->mu);
+  return open;
+}
+
+/* ---- the wrapped device table ---- */
+
+static gca_device_ops_t wrapped;
+static const gca_device_ops_t *real;
+static gate_t waiting; /* opened by the first waiting operation after arming */
+static atomic_bool armed;
+
+static void note_wait(void) {
+  if (atomic_exchange(&armed, false))
+    gate_open(&waiting);
+}
+
+static gca_status_t w_event_synchronize(gca_event_t e) {
+  note_wait();
+  return real->event_synchronize(e);
+}
+static gca_status_t w_stream_synchronize(gca_stream_t s) {
+  note_wait();
+  return real->stream_synchronize(s);
+}
+static gca_status_t w_ctx_synchronize(int dev) {
+  note_wait();
+  return real->ctx_synchronize(dev);
+}
+static gca_status_t w_mem_free(int dev, gca_devptr_t p) {
+  note_wait();
+  return real->mem_free(dev, p);
+}
+
+static int release_setup(void **state) {
+  alloc_setup(state);
+  real = ops;
+  wrapped = *real;
+  wrapped.event_synchronize = w_event_synchronize;
+  wrapped.stream_synchronize = w_stream_synchronize;
+  wrapped.ctx_synchronize = w_ctx_synchronize;
+  wrapped.mem_free = w_mem_free;
+  gca__device_override(&wrapped);
+  gca__allocator_reset();
+  gate_init(&waiting);
+  atomic_store(&armed, false);
+  return 0;
+}
+
+static int release_teardown(void **state) {
+  alloc_teardown(state);
+  gca__device_override(real);
+  return 0;
+}
+
+/* ---- a host function that frees while another thread waits ---- */
+
+typedef struct freer {
+  void *p;
+  gca_status_t st;
+  bool timed_out;
+  gate_t freed, done; /* freed: opened by it; done: opened by the test */
+} freer_t;
+
+/* Queued on a stream: waits until some thread waits for the device, frees p,
+ * says so, and holds the stream until the test opens `done`. */
+static void free_from_host_fn(void *arg) {
+  freer_t *f = arg;
+  if (!gate_wait(&waiting)) {
+    f->timed_out = true;
+    gate_open(&f->freed);
+    return;
+  }
+  f->st = gca_free(f->p);
+  gate_open(&f->freed);
+  if (!gate_wait(&f->done))
+    f->timed_out = true;
+}
+
+typedef struct job {
+  gca_status_t (*fn)(struct job *);
+  gca_status_t st;
+  void *out;
+  size_t size;
+  gca_stream_t stream;
+} job_t;
+
+static void *run_job(void *arg) {
+  job_t *j = arg;
+  j->st = j->fn(j);
+  return NULL;
+}
+
+static gca_status_t job_empty_cache(job_t *j) {
+  (void)j;
+  return gca_empty_cache();
+}
+
+static gca_status_t job_malloc(job_t *j) {
+  return gca_malloc(&j->out, j->size, j->stream);
+}
+
+/* Queues the freer of p on s, runs job on another thread, and checks that the
+ * free from the host function went through while the job waited. */
+static void free_during(job_t *job, void *p, gca_stream_t s) {
+  freer_t f = {.p = p};
+  gate_init(&f.freed);
+  gate_init(&f.done);
+  assert_ok(gca_launch_host_func(s, free_from_host_fn, &f));
+  atomic_store(&armed, true);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, run_job, job), 0);
+  bool freed = gate_wait(&f.freed);
+  gate_open(&f.done);
+  if (!freed || f.timed_out)
+    fail_msg("the free from a host function did not complete while another thread waited "
+             "for the device (a wait under the device lock?)");
+  pthread_join(t, NULL);
+  assert_ok(f.st);
+  assert_ok(gca_stream_synchronize(s));
+  check();
+}
+
+static void host_fn_free_completes_during_empty_cache(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  void *p = alloc_on(4096, s);
+  void *q = alloc_on(30 * MiB, s);
+  free_ok(q); /* a cached whole segment: empty_cache gives it back (mem_free waits) */
+  job_t job = {.fn = job_empty_cache};
+  free_during(&job, p, s);
+  assert_ok(job.st);
+  assert_int_equal(stats().num_device_free, 1);
+  assert_ok(gca_empty_cache());
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_stream_destroy(s));
+}
+
+static void host_fn_free_completes_during_the_oom_retry(void **state) {
+  (void)state;
+  assert_ok(gca_sim_set_capacity(0, 64 * MiB));
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  void *p = alloc_on(4096, s);
+  void *q = alloc_on(30 * MiB, s);
+  free_ok(q); /* 2 + 30 MiB reserved: 40 more fit only once q's segment is given back */
+  job_t job = {.fn = job_malloc, .size = 40 * MiB, .stream = s};
+  free_during(&job, p, s);
+  assert_ok(job.st);
+  gca_stats_t st = stats();
+  assert_int_equal(st.num_alloc_retries, 1);
+  assert_int_equal(st.num_ooms, 0);
+  free_ok(job.out);
+  assert_ok(gca_empty_cache());
+  assert_ok(gca_stream_destroy(s));
+}
+
+static void host_fn_free_completes_during_pending_sync(void **state) {
+  (void)state;
+  gca_stream_t s, u;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
+  void *p = alloc_on(4096, s);
+  void *r = alloc_on(4096, NULL);
+  assert_ok(gca_record_stream(r, s));
+  freer_t f = {.p = p};
+  gate_init(&f.freed);
+  gate_init(&f.done);
+  assert_ok(gca_launch_host_func(s, free_from_host_fn, &f));
+  free_ok(r); /* pending on an event of s, behind the host function */
+  atomic_store(&armed, true);
+  job_t job = {.fn = job_empty_cache};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, run_job, &job), 0);
+  bool freed = gate_wait(&f.freed);
+  gate_open(&f.done);
+  if (!freed || f.timed_out)
+    fail_msg("the free from a host function did not complete during empty_cache's event wait");
+  pthread_join(t, NULL);
+  assert_ok(f.st);
+  assert_ok(job.st);
+  assert_int_equal(stats().num_sync_all_streams, 1);
+  assert_ok(gca_empty_cache());
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_stream_destroy(u));
+}
+
+/* ---- destroyed streams ---- */
+
+static void release_of_memory_whose_stream_was_destroyed(const char *conf) {
+  assert_ok(gca_set_config(conf));
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  void *p = alloc_on(4 * MiB, s);
+  free_ok(p);
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_empty_cache());
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  void *q = alloc_on(4 * MiB, NULL); /* later allocations are served */
+  free_ok(q);
+  assert_ok(gca_empty_cache());
+  assert_ok(gca_set_config(""));
+}
+
+static void expandable_segment_of_a_destroyed_stream_is_released(void **state) {
+  (void)state;
+  release_of_memory_whose_stream_was_destroyed("expandable_segments:True");
+}
+
+static void vmm_segment_of_a_destroyed_stream_is_released(void **state) {
+  (void)state;
+  release_of_memory_whose_stream_was_destroyed("ipc_handles:True");
+}
+
+typedef struct stamper {
+  void *p;
+  size_t size;
+  gate_t go;
+  bool timed_out;
+} stamper_t;
+
+/* Queued on the stream to be destroyed: the write that must land before the
+ * block is handed out again. */
+static void stamp_when_open(void *arg) {
+  stamper_t *w = arg;
+  if (!gate_wait(&w->go)) {
+    w->timed_out = true;
+    return;
+  }
+  stamp_fill(w->p, w->size, 0x5eed);
+}
+
+static void *open_when_waiting(void *arg) {
+  stamper_t *w = arg;
+  if (gate_wait(&waiting))
+    gate_open(&w->go);
+  return NULL;
+}
+
+static void free_of_block_recorded_on_destroyed_stream_waits_for_its_work(void **state) {
+  (void)state;
+  gca_stream_t s2;
+  assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+  size_t size = 64 * KiB;
+  void *p = alloc_on(size, NULL);
+  memset(p, 0, size);
+  assert_ok(gca_record_stream(p, s2));
+  stamper_t w = {.p = p, .size = size};
+  gate_init(&w.go);
+  assert_ok(gca_launch_host_func(s2, stamp_when_open, &w));
+  assert_ok(gca_stream_destroy(s2)); /* returns at once; the write stays queued */
+  atomic_store(&armed, true);
+  pthread_t opener;
+  assert_int_equal(pthread_create(&opener, NULL, open_when_waiting, &w), 0);
+  free_ok(p); /* waits for the device: the write lands first */
+  pthread_join(opener, NULL);
+  assert_false(w.timed_out);
+  assert_int_equal(stamp_mismatch(p, size, 0x5eed), -1);
+  void *q = alloc_on(size, NULL);
+  assert_ptr_equal(q, p); /* reused only now */
+  free_ok(q);
+  assert_ok(gca_empty_cache());
+}
+
+/* ---- teardown ---- */
+
+static void failed_unmap_at_teardown_frees_the_records(void **state) {
+  (void)state;
+  assert_ok(gca_set_config("ipc_handles:True"));
+  void *p = alloc_on(4096, NULL);
+  void *q = alloc_on(30 * MiB, NULL);
+  free_ok(q);
+  assert_ok(gca_sim_fault_set("mem_unmap:nth=1"));
+  /* one segment's unmap fails: its memory is lost (logged), its records are
+   * freed all the same, which the ASan build's leak check sees */
+  gca__allocator_reset();
+  gca_sim_fault_clear();
+  assert_int_equal(gca_sim_call_count("mem_unmap"), 2);
+  (void)p;
+  assert_ok(gca_set_config(""));
+}
+
+/* The failed unmap left one segment's memory on the sim: the usual teardown's
+ * check that the device is empty does not apply. */
+static int lost_memory_teardown(void **state) {
+  (void)state;
+  gca_sim_fault_clear();
+  assert_ok(gca__allocator_check());
+  gca__allocator_reset();
+  gca__device_override(real);
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(host_fn_free_completes_during_empty_cache, release_setup,
+                                      release_teardown),
+      cmocka_unit_test_setup_teardown(host_fn_free_completes_during_the_oom_retry, release_setup,
+                                      release_teardown),
+      cmocka_unit_test_setup_teardown(host_fn_free_completes_during_pending_sync, release_setup,
+                                      release_teardown),
+      cmocka_unit_test_setup_teardown(expandable_segment_of_a_destroyed_stream_is_released,
+                                      release_setup, release_teardown),
+      cmocka_unit_test_setup_teardown(vmm_segment_of_a_destroyed_stream_is_released, release_setup,
+                                      release_teardown),
+      cmocka_unit_test_setup_teardown(free_of_block_recorded_on_destroyed_stream_waits_for_its_work,
+                                      release_setup, release_teardown),
+      cmocka_unit_test_setup_teardown(failed_unmap_at_teardown_frees_the_records, release_setup,
+                                      lost_memory_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
