@@ -385,7 +385,10 @@ static void injected_faults_surface_with_the_operation_name(void **state) {
   assert_null(s2);
   assert_null(e2);
   assert_null(g);
-  /* Everything still works once the faults are cleared. */
+  /* Everything still works once the faults are cleared. The memset whose
+   * synchronize failed may still be queued on the legacy stream, which the
+   * non-blocking stream s does not wait for: drain the device first. */
+  assert_ok(gca_device_synchronize());
   assert_ok(gca_kernel_fill_u32(d, 4u, 0u, 16, s));
   assert_ok(gca_memcpy_async(host, d, sizeof(host), s));
   assert_ok(gca_stream_synchronize(s));
