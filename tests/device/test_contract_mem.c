@@ -392,32 +392,14 @@ static void small_classic_allocations_share_chunks_and_are_256_aligned(void **st
   }
 }
 
-/* A gate that holds a stream in a host function until it is opened. */
+/* A free racing a write held back behind a gate. */
 typedef struct free_race {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool open;
+  test_gate_t gate;
   atomic_bool freed;
   bool freed_when_written;
   gca_devptr_t p;
   gca_status_t st;
 } free_race_t;
-
-static void gate_wait(void *arg) {
-  free_race_t *r = arg;
-  pthread_mutex_lock(&r->mu);
-  while (!r->open)
-    pthread_cond_wait(&r->cv, &r->mu);
-  pthread_mutex_unlock(&r->mu);
-}
-
-static void gate_open(void *arg) {
-  free_race_t *r = arg;
-  pthread_mutex_lock(&r->mu);
-  r->open = true;
-  pthread_cond_broadcast(&r->cv);
-  pthread_mutex_unlock(&r->mu);
-}
 
 static void after_write(void *arg) {
   free_race_t *r = arg;
@@ -428,7 +410,7 @@ static void *freer(void *arg) {
   free_race_t *r = arg;
   r->st = ops->mem_free(0, r->p);
   atomic_store(&r->freed, true);
-  gate_open(r); /* a mem_free that did not wait must not leave the stream blocked */
+  test_gate_open(&r->gate); /* a mem_free that did not wait must not leave the stream blocked */
   return NULL;
 }
 
@@ -437,21 +419,21 @@ static void *freer(void *arg) {
  * waiting (a hook), so a free that returned early is caught every time. */
 static void mem_free_waits_for_work_queued_on_the_device(void **state) {
   (void)state;
-  free_race_t r = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  free_race_t r = {.gate = TEST_GATE_INIT};
   gca_stream_t s;
   gca_devptr_t keep; /* keeps a sim chunk mapped, so an early free shows as a late write */
   pthread_t t;
   assert_ok(ops->mem_alloc(0, 4096, &keep));
   assert_ok(ops->mem_alloc(0, 4096, &r.p));
   assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
-  assert_ok(ops->launch_host_func(s, gate_wait, &r));
+  assert_ok(ops->launch_host_func(s, test_gate_pass, &r.gate));
   assert_ok(ops->memset_d32_async(r.p, 0x5eed, 1024, s));
   assert_ok(ops->launch_host_func(s, after_write, &r));
   if (is_sim)
-    gca__sim_mem_free_wait_hook(gate_open, &r);
+    gca__sim_mem_free_wait_hook(test_gate_open, &r.gate);
   assert_int_equal(pthread_create(&t, NULL, freer, &r), 0);
   if (!is_sim)
-    gate_open(&r);
+    test_gate_open(&r.gate);
   pthread_join(t, NULL);
   if (is_sim)
     gca__sim_mem_free_wait_hook(NULL, NULL);
