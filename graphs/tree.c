@@ -137,15 +137,10 @@ static void unpoison_all(gca_graph_tree_t *t) {
 /* ---- nodes ---- */
 
 static void node_clear(gca_graph_tree_t *t, gca__gnode_t *n);
+static void node_drop_children(gca_graph_tree_t *t, gca__gnode_t *n);
 
 static void node_free_subtree(gca_graph_tree_t *t, gca__gnode_t *n) {
-  gca__gnode_t *c = n->children;
-  while (c) {
-    gca__gnode_t *next = c->next;
-    node_free_subtree(t, c);
-    c = next;
-  }
-  n->children = NULL;
+  node_drop_children(t, n);
   if (n != &t->root) {
     node_clear(t, n);
     free(n->in_mode);
