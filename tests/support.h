@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -151,6 +152,41 @@ static inline int test_fd_count(void) {
     n++;
   closedir(d);
   return n;
+}
+
+/* Exit status of a child whose read faulted under ASan, which handles SIGSEGV
+ * itself unless the child installs its own handler (test_read_faults does). */
+#define TEST_FAULT_EXIT 97
+
+static inline void test_fault_exit(int sig) {
+  (void)sig;
+  _exit(TEST_FAULT_EXIT);
+}
+
+/* Whether reading a word at `p` faults (SIGSEGV or SIGBUS), tried in a forked
+ * child so that the test process survives the fault. */
+static inline bool test_read_faults(const void *p) {
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    struct sigaction sa = {0};
+    sa.sa_handler = test_fault_exit;
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+    volatile uint32_t v = *(volatile const uint32_t *)p;
+    (void)v;
+    _exit(0);
+  }
+  int ws = 0;
+  assert_int_equal(waitpid(pid, &ws, 0), pid);
+  if (WIFSIGNALED(ws)) {
+    assert_true(WTERMSIG(ws) == SIGSEGV || WTERMSIG(ws) == SIGBUS);
+    return true;
+  }
+  assert_true(WIFEXITED(ws));
+  assert_true(WEXITSTATUS(ws) == TEST_FAULT_EXIT || WEXITSTATUS(ws) == 0);
+  return WEXITSTATUS(ws) == TEST_FAULT_EXIT;
 }
 
 /* Runs argv (searched in PATH when it has no slash) with stdout and stderr

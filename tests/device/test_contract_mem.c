@@ -11,15 +11,11 @@
  * settable capacity run on sim only.
  */
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gca.h"
 #include "support.h"
-
-#define FAULT_EXIT 42
 
 static const gca_device_ops_t *ops;
 static bool is_sim;
@@ -194,35 +190,6 @@ static void unmap_may_span_adjacent_mappings_whole(void **state) {
   assert_int_equal(used(), 0);
 }
 
-static void segv_exit(int sig) {
-  (void)sig;
-  _exit(FAULT_EXIT);
-}
-
-/* Whether reading `ptr` in a forked child faults (killed by SIGSEGV/SIGBUS, or
- * exits FAULT_EXIT from its own handler, which is what runs under ASan). */
-static bool read_faults(gca_devptr_t ptr) {
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    struct sigaction sa = {0};
-    sa.sa_handler = segv_exit;
-    sigaction(SIGSEGV, &sa, NULL);
-    sigaction(SIGBUS, &sa, NULL);
-    volatile uint32_t v = *(volatile uint32_t *)(uintptr_t)ptr;
-    (void)v;
-    _exit(0);
-  }
-  int ws = 0;
-  assert_int_equal(waitpid(pid, &ws, 0), pid);
-  if (WIFSIGNALED(ws))
-    return WTERMSIG(ws) == SIGSEGV || WTERMSIG(ws) == SIGBUS;
-  assert_true(WIFEXITED(ws));
-  assert_true(WEXITSTATUS(ws) == FAULT_EXIT || WEXITSTATUS(ws) == 0);
-  return WEXITSTATUS(ws) == FAULT_EXIT;
-}
-
 static void unmapped_and_inaccessible_addresses_fault(void **state) {
   (void)state;
   if (!is_sim)
@@ -231,14 +198,14 @@ static void unmapped_and_inaccessible_addresses_fault(void **state) {
   gca_memhandle_t h;
   int dev = 0;
   assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
-  assert_true(read_faults(base));
+  assert_true(test_read_faults((const void *)(uintptr_t)base));
   assert_ok(ops->mem_create(0, 2 * gran, &h));
   assert_ok(ops->mem_map(base, 2 * gran, 0, h));
-  assert_true(read_faults(base + 128)); /* mapped, no access yet */
+  assert_true(test_read_faults((const void *)(uintptr_t)(base + 128))); /* mapped, no access yet */
   assert_ok(ops->mem_set_access(base, 2 * gran, &dev, 1));
-  assert_false(read_faults(base + 128));
+  assert_false(test_read_faults((const void *)(uintptr_t)(base + 128)));
   assert_ok(ops->mem_unmap(base, 2 * gran));
-  assert_true(read_faults(base + 128)); /* a reservation again */
+  assert_true(test_read_faults((const void *)(uintptr_t)(base + 128))); /* a reservation again */
   assert_ok(ops->mem_release(h));
   assert_ok(ops->mem_address_free(0, base, 2 * gran));
   assert_int_equal(used(), 0);
