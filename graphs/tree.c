@@ -137,24 +137,24 @@ static void unpoison_all(gca_graph_tree_t *t) {
 /* ---- nodes ---- */
 
 static void node_clear(gca_graph_tree_t *t, gca__gnode_t *n);
+static void node_drop_children(gca_graph_tree_t *t, gca__gnode_t *n);
+
+/* Frees a node's per-input and per-output arrays and the node (not its recording). */
+static void node_free_shell(gca__gnode_t *n) {
+  free(n->in_mode);
+  free(n->in_addr);
+  free(n->staging);
+  free(n->out_ptr);
+  free(n->out_block);
+  free(n->out_live);
+  free(n);
+}
 
 static void node_free_subtree(gca_graph_tree_t *t, gca__gnode_t *n) {
-  gca__gnode_t *c = n->children;
-  while (c) {
-    gca__gnode_t *next = c->next;
-    node_free_subtree(t, c);
-    c = next;
-  }
-  n->children = NULL;
+  node_drop_children(t, n);
   if (n != &t->root) {
     node_clear(t, n);
-    free(n->in_mode);
-    free(n->in_addr);
-    free(n->staging);
-    free(n->out_ptr);
-    free(n->out_block);
-    free(n->out_live);
-    free(n);
+    node_free_shell(n);
   }
 }
 
@@ -203,15 +203,8 @@ static gca__gnode_t *node_child(gca_graph_tree_t *t, gca__gnode_t *parent, gca_g
   }
   if (!n || !n->in_mode || !n->in_addr || !n->staging || !n->out_ptr || !n->out_block ||
       !n->out_live) {
-    if (n) {
-      free(n->in_mode);
-      free(n->in_addr);
-      free(n->staging);
-      free(n->out_ptr);
-      free(n->out_block);
-      free(n->out_live);
-      free(n);
-    }
+    if (n)
+      node_free_shell(n);
     *st = gca__error(GCA_ERR_OUT_OF_MEMORY, "graph_tree_run: no host memory for a node of %s",
                      fn->name);
     return NULL;

@@ -1,24 +1,21 @@
-/* fuzz_snapshot.c - fuzz target for gca-snapshot's loader and renderers, and a
- * standalone driver that runs the same entry point over mutated seeds without
- * libFuzzer.
+/* fuzz_snapshot.c - fuzz target for gca-snapshot's loader and renderers, with
+ * its seed and tokens for the standalone driver (fuzz_driver.h).
  *
  * The one idea: whatever the bytes, loading either fails with a parse error
  * whose detail starts with "snapshot: ", or gives a model whose totals add up
  * (by state, reserved, the timeline walked forward from its start lands on
  * every event's totals) and that both renderers draw. Built with
- * -fsanitize=fuzzer it is a libFuzzer target; built with -DGCA_FUZZ_STANDALONE
- * it has a main that mutates a built-in seed and the files named on the
- * command line (tests/tools/corpus_snapshot/) for N iterations from a given
- * seed, so the default suite exercises it under the sanitizers too.
+ * -fsanitize=fuzzer it is a libFuzzer target; linked with fuzz_driver.c it
+ * runs over tests/tools/corpus_snapshot/ in the default suite, under the
+ * sanitizers too.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_driver.h"
 #include "snapshot_model.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void die(const char *what) {
   fprintf(stderr, "fuzz_snapshot: %s (last error: %s)\n", what, tool_last_error());
@@ -101,14 +98,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   return 0;
 }
 
-#ifdef GCA_FUZZ_STANDALONE
-
-#define MAX_INPUT (64u << 10)
-
-static const char builtin_seed[] =
+static const char *const builtin_seeds[] = {
     "{\"segments\": [{\"address\": 4096, \"total_size\": 2097152, \"blocks\": [{\"address\": "
     "4096, \"size\": 2097152, \"state\": \"active_allocated\", \"frames\": [\"f\"]}]}], "
-    "\"device_traces\": [[{\"action\": \"alloc\", \"addr\": 4096, \"size\": 2097152}]]}";
+    "\"device_traces\": [[{\"action\": \"alloc\", \"addr\": 4096, \"size\": 2097152}]]}",
+};
 
 /* Tokens that matter to the loader: inserted whole, they reach deeper than
  * random bytes do. */
@@ -150,126 +144,14 @@ static const char *const tokens[] = {
     "\"device\": 3",
 };
 
-static uint64_t rng_state;
-
-static uint64_t rnd(void) {
-  uint64_t x = rng_state;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return rng_state = x;
-}
-
-static void insert(uint8_t *buf, size_t *len, size_t cap, size_t at, const char *s, size_t k) {
-  if (*len + k > cap)
-    return;
-  memmove(buf + at + k, buf + at, *len - at);
-  memcpy(buf + at, s, k);
-  *len += k;
-}
-
-/* Applies one random edit to buf[0, *len). */
-static void mutate(uint8_t *buf, size_t *len, size_t cap) {
-  size_t n = *len;
-  size_t at = n ? rnd() % n : 0;
-  switch (rnd() % 6) {
-  case 0: /* flip a bit */
-    if (n)
-      buf[at] ^= (uint8_t)(1u << (rnd() % 8));
-    break;
-  case 1: { /* insert a token */
-    const char *t = tokens[rnd() % TOOL_ARRAY_SIZE(tokens)];
-    insert(buf, len, cap, at, t, strlen(t));
-    break;
-  }
-  case 2: { /* delete a run */
-    size_t k = n ? 1 + rnd() % (n - at < 32 ? n - at : 32) : 0;
-    memmove(buf + at, buf + at + k, n - at - k);
-    *len -= k;
-    break;
-  }
-  case 3: { /* duplicate a run (repeated members, elements and events) */
-    size_t k = n ? 1 + rnd() % (n - at < 256 ? n - at : 256) : 0;
-    insert(buf, len, cap, at, (const char *)buf + at, k);
-    break;
-  }
-  case 4: /* a digit, so numbers change and grow */
-    if (n)
-      buf[at] = (uint8_t)('0' + rnd() % 10);
-    break;
-  default: /* truncate */
-    *len = at;
-    break;
-  }
-}
-
-static int load_file_seed(const char *path, uint8_t **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return -1;
-  uint8_t *b = malloc(MAX_INPUT);
-  size_t n = b ? fread(b, 1, MAX_INPUT / 2, f) : 0;
-  fclose(f);
-  if (!b)
-    return -1;
-  *out = b;
-  *len = n;
-  return 0;
-}
-
-int main(int argc, char **argv) {
-  uint64_t iterations = 20000, seed = 1;
-  double seconds = 2.0;
-  uint8_t *seeds[64];
-  size_t seed_len[64];
-  size_t nseeds = 0;
-  seeds[nseeds] = (uint8_t *)(uintptr_t)builtin_seed;
-  seed_len[nseeds++] = sizeof(builtin_seed) - 1;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
-      iterations = strtoull(argv[++i], NULL, 10);
-    } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
-      seed = strtoull(argv[++i], NULL, 10);
-    } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
-      seconds = strtod(argv[++i], NULL);
-    } else if (argv[i][0] != '-' && nseeds < TOOL_ARRAY_SIZE(seeds)) {
-      if (load_file_seed(argv[i], &seeds[nseeds], &seed_len[nseeds]) != 0) {
-        fprintf(stderr, "fuzz_snapshot: cannot read seed file %s\n", argv[i]);
-        return 2;
-      }
-      nseeds++;
-    } else {
-      fprintf(stderr,
-              "usage: fuzz_snapshot [--iterations N] [--seed S] [--seconds T] [SEED_FILE]...\n");
-      return 2;
-    }
-  }
-  rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
-  printf("fuzz_snapshot: seed %llu, up to %llu iterations or %.1f s, %zu seeds\n",
-         (unsigned long long)seed, (unsigned long long)iterations, seconds, nseeds);
-  fflush(stdout);
-  uint8_t *buf = malloc(MAX_INPUT);
-  if (!buf)
-    return 1;
-  for (size_t i = 0; i < nseeds; i++)
-    LLVMFuzzerTestOneInput(seeds[i], seed_len[i]);
-  uint64_t start = tool_now_ns(), done = 0;
-  for (; done < iterations; done++) {
-    if ((done & 63) == 0 && (double)(tool_now_ns() - start) / 1e9 > seconds)
-      break;
-    size_t s = rnd() % nseeds;
-    size_t len = seed_len[s];
-    memcpy(buf, seeds[s], len);
-    int edits = 1 + (int)(rnd() % 8);
-    for (int e = 0; e < edits; e++)
-      mutate(buf, &len, MAX_INPUT);
-    LLVMFuzzerTestOneInput(buf, len);
-  }
-  printf("fuzz_snapshot: %llu inputs, no failure\n", (unsigned long long)done);
-  free(buf);
-  for (size_t i = 1; i < nseeds; i++)
-    free(seeds[i]);
-  return 0;
-}
-
-#endif
+const fuzz_target_t fuzz_target = {
+    .name = "fuzz_snapshot",
+    .seeds = builtin_seeds,
+    .nseeds = TOOL_ARRAY_SIZE(builtin_seeds),
+    .max_input = 64u << 10,
+    .alphabet = "0123456789", /* numbers change and grow */
+    .words = tokens,
+    .nwords = TOOL_ARRAY_SIZE(tokens),
+    .max_run = 256, /* repeated members, elements and events */
+    .max_copies = 1,
+};

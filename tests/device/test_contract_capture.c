@@ -487,20 +487,6 @@ static void ctx_synchronize_during_capture_is_refused(void **state) {
   assert_ok(ops->mem_free(0, a));
 }
 
-typedef struct gate {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool open;
-} gate_t;
-
-static void gate_pass(void *arg) {
-  gate_t *g = arg;
-  pthread_mutex_lock(&g->mu);
-  while (!g->open)
-    pthread_cond_wait(&g->cv, &g->mu);
-  pthread_mutex_unlock(&g->mu);
-}
-
 static void launches_of_one_exec_are_ordered_across_streams(void **state) {
   (void)state;
   gca_stream_t s = mkstream(GCA_STREAM_NON_BLOCKING), s1 = mkstream(GCA_STREAM_NON_BLOCKING),
@@ -509,21 +495,18 @@ static void launches_of_one_exec_are_ordered_across_streams(void **state) {
   gca_graph_t g;
   gca_graph_exec_t x;
   int calls = 0;
-  gate_t gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+  test_gate_t gate = TEST_GATE_INIT;
   assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
   assert_ok(ops->launch_host_func(s, bump, &calls));
   assert_ok(ops->stream_end_capture(s, &g));
   assert_ok(ops->graph_instantiate(g, &x));
-  assert_ok(ops->launch_host_func(s1, gate_pass, &gate));
+  assert_ok(ops->launch_host_func(s1, test_gate_pass, &gate));
   assert_ok(ops->graph_launch(x, s1));
   assert_ok(ops->graph_launch(x, s2));
   assert_ok(ops->event_record(e, s2));
   assert_status(ops->event_query(e), GCA_ERR_NOT_READY, "");
   assert_int_equal(__atomic_load_n(&calls, __ATOMIC_SEQ_CST), 0);
-  pthread_mutex_lock(&gate.mu);
-  gate.open = true;
-  pthread_cond_broadcast(&gate.cv);
-  pthread_mutex_unlock(&gate.mu);
+  test_gate_open(&gate);
   assert_ok(ops->event_synchronize(e));
   assert_int_equal(__atomic_load_n(&calls, __ATOMIC_SEQ_CST), 2);
   assert_ok(ops->stream_synchronize(s1));

@@ -11,15 +11,11 @@
  * settable capacity run on sim only.
  */
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gca.h"
 #include "support.h"
-
-#define FAULT_EXIT 42
 
 static const gca_device_ops_t *ops;
 static bool is_sim;
@@ -194,35 +190,6 @@ static void unmap_may_span_adjacent_mappings_whole(void **state) {
   assert_int_equal(used(), 0);
 }
 
-static void segv_exit(int sig) {
-  (void)sig;
-  _exit(FAULT_EXIT);
-}
-
-/* Whether reading `ptr` in a forked child faults (killed by SIGSEGV/SIGBUS, or
- * exits FAULT_EXIT from its own handler, which is what runs under ASan). */
-static bool read_faults(gca_devptr_t ptr) {
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    struct sigaction sa = {0};
-    sa.sa_handler = segv_exit;
-    sigaction(SIGSEGV, &sa, NULL);
-    sigaction(SIGBUS, &sa, NULL);
-    volatile uint32_t v = *(volatile uint32_t *)(uintptr_t)ptr;
-    (void)v;
-    _exit(0);
-  }
-  int ws = 0;
-  assert_int_equal(waitpid(pid, &ws, 0), pid);
-  if (WIFSIGNALED(ws))
-    return WTERMSIG(ws) == SIGSEGV || WTERMSIG(ws) == SIGBUS;
-  assert_true(WIFEXITED(ws));
-  assert_true(WEXITSTATUS(ws) == FAULT_EXIT || WEXITSTATUS(ws) == 0);
-  return WEXITSTATUS(ws) == FAULT_EXIT;
-}
-
 static void unmapped_and_inaccessible_addresses_fault(void **state) {
   (void)state;
   if (!is_sim)
@@ -231,14 +198,14 @@ static void unmapped_and_inaccessible_addresses_fault(void **state) {
   gca_memhandle_t h;
   int dev = 0;
   assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
-  assert_true(read_faults(base));
+  assert_true(test_read_faults((const void *)(uintptr_t)base));
   assert_ok(ops->mem_create(0, 2 * gran, &h));
   assert_ok(ops->mem_map(base, 2 * gran, 0, h));
-  assert_true(read_faults(base + 128)); /* mapped, no access yet */
+  assert_true(test_read_faults((const void *)(uintptr_t)(base + 128))); /* mapped, no access yet */
   assert_ok(ops->mem_set_access(base, 2 * gran, &dev, 1));
-  assert_false(read_faults(base + 128));
+  assert_false(test_read_faults((const void *)(uintptr_t)(base + 128)));
   assert_ok(ops->mem_unmap(base, 2 * gran));
-  assert_true(read_faults(base + 128)); /* a reservation again */
+  assert_true(test_read_faults((const void *)(uintptr_t)(base + 128))); /* a reservation again */
   assert_ok(ops->mem_release(h));
   assert_ok(ops->mem_address_free(0, base, 2 * gran));
   assert_int_equal(used(), 0);
@@ -392,32 +359,14 @@ static void small_classic_allocations_share_chunks_and_are_256_aligned(void **st
   }
 }
 
-/* A gate that holds a stream in a host function until it is opened. */
+/* A free racing a write held back behind a gate. */
 typedef struct free_race {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool open;
+  test_gate_t gate;
   atomic_bool freed;
   bool freed_when_written;
   gca_devptr_t p;
   gca_status_t st;
 } free_race_t;
-
-static void gate_wait(void *arg) {
-  free_race_t *r = arg;
-  pthread_mutex_lock(&r->mu);
-  while (!r->open)
-    pthread_cond_wait(&r->cv, &r->mu);
-  pthread_mutex_unlock(&r->mu);
-}
-
-static void gate_open(void *arg) {
-  free_race_t *r = arg;
-  pthread_mutex_lock(&r->mu);
-  r->open = true;
-  pthread_cond_broadcast(&r->cv);
-  pthread_mutex_unlock(&r->mu);
-}
 
 static void after_write(void *arg) {
   free_race_t *r = arg;
@@ -428,7 +377,7 @@ static void *freer(void *arg) {
   free_race_t *r = arg;
   r->st = ops->mem_free(0, r->p);
   atomic_store(&r->freed, true);
-  gate_open(r); /* a mem_free that did not wait must not leave the stream blocked */
+  test_gate_open(&r->gate); /* a mem_free that did not wait must not leave the stream blocked */
   return NULL;
 }
 
@@ -437,21 +386,21 @@ static void *freer(void *arg) {
  * waiting (a hook), so a free that returned early is caught every time. */
 static void mem_free_waits_for_work_queued_on_the_device(void **state) {
   (void)state;
-  free_race_t r = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  free_race_t r = {.gate = TEST_GATE_INIT};
   gca_stream_t s;
   gca_devptr_t keep; /* keeps a sim chunk mapped, so an early free shows as a late write */
   pthread_t t;
   assert_ok(ops->mem_alloc(0, 4096, &keep));
   assert_ok(ops->mem_alloc(0, 4096, &r.p));
   assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
-  assert_ok(ops->launch_host_func(s, gate_wait, &r));
+  assert_ok(ops->launch_host_func(s, test_gate_pass, &r.gate));
   assert_ok(ops->memset_d32_async(r.p, 0x5eed, 1024, s));
   assert_ok(ops->launch_host_func(s, after_write, &r));
   if (is_sim)
-    gca__sim_mem_free_wait_hook(gate_open, &r);
+    gca__sim_mem_free_wait_hook(test_gate_open, &r.gate);
   assert_int_equal(pthread_create(&t, NULL, freer, &r), 0);
   if (!is_sim)
-    gate_open(&r);
+    test_gate_open(&r.gate);
   pthread_join(t, NULL);
   if (is_sim)
     gca__sim_mem_free_wait_hook(NULL, NULL);

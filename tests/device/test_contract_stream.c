@@ -21,38 +21,6 @@
 static const gca_device_ops_t *ops;
 static bool is_sim;
 
-typedef struct gate {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool open;
-} gate_t;
-
-static void gate_init(gate_t *g) {
-  pthread_mutex_init(&g->mu, NULL);
-  pthread_cond_init(&g->cv, NULL);
-  g->open = false;
-}
-
-static void gate_open(gate_t *g) {
-  pthread_mutex_lock(&g->mu);
-  g->open = true;
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_pass(void *arg) {
-  gate_t *g = arg;
-  pthread_mutex_lock(&g->mu);
-  while (!g->open)
-    pthread_cond_wait(&g->cv, &g->mu);
-  pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_fini(gate_t *g) {
-  pthread_mutex_destroy(&g->mu);
-  pthread_cond_destroy(&g->cv);
-}
-
 static int setup(void **state) {
   (void)state;
   ops = test_backend();
@@ -126,18 +94,18 @@ static void event_after_slow_work_completes_only_with_it(void **state) {
   gca_devptr_t p = dalloc(N * 4);
   gca_stream_t s;
   gca_event_t e;
-  gate_t g;
-  gate_init(&g);
+  test_gate_t g;
+  test_gate_init(&g);
   assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
   assert_ok(ops->event_create(0, GCA_EVENT_DEFAULT, &e));
   assert_ok(ops->memset_d32_async(p, 0, N, s));
-  assert_ok(ops->launch_host_func(s, gate_pass, &g));
+  assert_ok(ops->launch_host_func(s, test_gate_pass, &g));
   assert_ok(ops->kernel_sleep(20 * 1000 * 1000, s));
   assert_ok(ops->kernel_fill_u32(p, 7, 3, N, s));
   assert_ok(ops->event_record(e, s));
   assert_status(ops->event_query(e), GCA_ERR_NOT_READY, "");
   assert_status(ops->stream_query(s), GCA_ERR_NOT_READY, "");
-  gate_open(&g);
+  test_gate_open(&g);
   assert_ok(ops->event_synchronize(e));
   assert_ok(ops->event_query(e));
   expect_fill(p, 7, 3);
@@ -146,7 +114,7 @@ static void event_after_slow_work_completes_only_with_it(void **state) {
   assert_ok(ops->event_destroy(e));
   assert_ok(ops->stream_destroy(s));
   assert_ok(ops->mem_free(0, p));
-  gate_fini(&g);
+  test_gate_fini(&g);
 }
 
 static void never_recorded_event_is_complete(void **state) {
@@ -168,21 +136,21 @@ static void stream_wait_event_orders_cross_stream_work(void **state) {
   gca_devptr_t a = dalloc(N * 4), out = dalloc(N * 4);
   gca_stream_t s1, s2;
   gca_event_t e;
-  gate_t g;
-  gate_init(&g);
+  test_gate_t g;
+  test_gate_init(&g);
   assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s1));
   assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s2));
   assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &e));
   assert_ok(ops->memset_d32_async(a, 0, N, s1));
   assert_ok(ops->memset_d32_async(out, 0, N, s1));
   assert_ok(ops->stream_synchronize(s1));
-  assert_ok(ops->launch_host_func(s1, gate_pass, &g));
+  assert_ok(ops->launch_host_func(s1, test_gate_pass, &g));
   assert_ok(ops->kernel_fill_u32(a, 5, 1, N, s1));
   assert_ok(ops->event_record(e, s1));
   assert_ok(ops->stream_wait_event(s2, e));
   assert_ok(ops->kernel_add_u32(out, a, a, N, s2));
   assert_status(ops->stream_query(s2), GCA_ERR_NOT_READY, "");
-  gate_open(&g);
+  test_gate_open(&g);
   assert_ok(ops->stream_synchronize(s2));
   expect_fill(out, 10, 2);
   assert_ok(ops->event_destroy(e));
@@ -190,16 +158,16 @@ static void stream_wait_event_orders_cross_stream_work(void **state) {
   assert_ok(ops->stream_destroy(s2));
   assert_ok(ops->mem_free(0, a));
   assert_ok(ops->mem_free(0, out));
-  gate_fini(&g);
+  test_gate_fini(&g);
 }
 
 static void legacy_stream_orders_with_blocking_streams_only(void **state) {
   (void)state;
   gca_devptr_t a = dalloc(N * 4), out = dalloc(N * 4), x = dalloc(N * 4);
   gca_stream_t blk, nb;
-  gate_t g1, g2;
-  gate_init(&g1);
-  gate_init(&g2);
+  test_gate_t g1, g2;
+  test_gate_init(&g1);
+  test_gate_init(&g2);
   assert_ok(ops->stream_create(0, GCA_STREAM_DEFAULT, 0, &blk));
   assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &nb));
   assert_ok(ops->memset_d32_async(a, 0, N, NULL));
@@ -207,30 +175,30 @@ static void legacy_stream_orders_with_blocking_streams_only(void **state) {
   assert_ok(ops->memset_d32_async(x, 0, N, NULL));
   assert_ok(ops->stream_synchronize(NULL));
   /* blocking stream -> legacy -> blocking stream, ordered without events */
-  assert_ok(ops->launch_host_func(blk, gate_pass, &g1));
+  assert_ok(ops->launch_host_func(blk, test_gate_pass, &g1));
   assert_ok(ops->kernel_fill_u32(a, 3, 0, N, blk));
   assert_ok(ops->kernel_add_u32(out, a, a, N, NULL));
   assert_ok(ops->kernel_fill_u32(a, 100, 0, N, blk));
   assert_status(ops->stream_query(NULL), GCA_ERR_NOT_READY, "");
-  gate_open(&g1);
+  test_gate_open(&g1);
   assert_ok(ops->stream_synchronize(blk));
   expect_fill(out, 6, 0);
   expect_fill(a, 100, 0);
   /* a non-blocking stream is not waited for */
-  assert_ok(ops->launch_host_func(nb, gate_pass, &g2));
+  assert_ok(ops->launch_host_func(nb, test_gate_pass, &g2));
   assert_ok(ops->kernel_fill_u32(x, 9, 1, N, NULL));
   assert_ok(ops->stream_synchronize(NULL));
   assert_status(ops->stream_query(nb), GCA_ERR_NOT_READY, "");
   expect_fill(x, 9, 1);
-  gate_open(&g2);
+  test_gate_open(&g2);
   assert_ok(ops->stream_synchronize(nb));
   assert_ok(ops->stream_destroy(blk));
   assert_ok(ops->stream_destroy(nb));
   assert_ok(ops->mem_free(0, a));
   assert_ok(ops->mem_free(0, out));
   assert_ok(ops->mem_free(0, x));
-  gate_fini(&g1);
-  gate_fini(&g2);
+  test_gate_fini(&g1);
+  test_gate_fini(&g2);
 }
 
 static void elapsed_time_needs_two_completed_timed_events(void **state) {
@@ -238,20 +206,20 @@ static void elapsed_time_needs_two_completed_timed_events(void **state) {
   gca_stream_t s;
   gca_event_t e1, e2, untimed, unrecorded;
   float ms = -1;
-  gate_t g;
-  gate_init(&g);
+  test_gate_t g;
+  test_gate_init(&g);
   assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
   assert_ok(ops->event_create(0, GCA_EVENT_DEFAULT, &e1));
   assert_ok(ops->event_create(0, GCA_EVENT_DEFAULT, &e2));
   assert_ok(ops->event_create(0, GCA_EVENT_DEFAULT, &unrecorded));
   assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &untimed));
   assert_ok(ops->event_record(e1, s));
-  assert_ok(ops->launch_host_func(s, gate_pass, &g));
+  assert_ok(ops->launch_host_func(s, test_gate_pass, &g));
   assert_ok(ops->kernel_sleep(5 * 1000 * 1000, s));
   assert_ok(ops->event_record(e2, s));
   assert_ok(ops->event_record(untimed, s));
   assert_status(ops->event_elapsed(e1, e2, &ms), GCA_ERR_NOT_READY, "");
-  gate_open(&g);
+  test_gate_open(&g);
   assert_ok(ops->event_synchronize(e2));
   assert_ok(ops->event_elapsed(e1, e2, &ms));
   assert_true(ms >= 0.0f);
@@ -264,7 +232,7 @@ static void elapsed_time_needs_two_completed_timed_events(void **state) {
   assert_ok(ops->event_destroy(untimed));
   assert_ok(ops->event_destroy(unrecorded));
   assert_ok(ops->stream_destroy(s));
-  gate_fini(&g);
+  test_gate_fini(&g);
 }
 
 typedef struct log {
@@ -316,22 +284,22 @@ static void destroyed_stream_still_completes_pending_work(void **state) {
   gca_devptr_t p = dalloc(N * 4);
   gca_stream_t s;
   gca_event_t e;
-  gate_t g;
-  gate_init(&g);
+  test_gate_t g;
+  test_gate_init(&g);
   assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
   assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &e));
-  assert_ok(ops->launch_host_func(s, gate_pass, &g));
+  assert_ok(ops->launch_host_func(s, test_gate_pass, &g));
   assert_ok(ops->kernel_fill_u32(p, 42, 1, N, s));
   assert_ok(ops->event_record(e, s));
   assert_ok(ops->stream_destroy(s));
   assert_status(ops->event_query(e), GCA_ERR_NOT_READY, "");
-  gate_open(&g);
+  test_gate_open(&g);
   assert_ok(ops->event_synchronize(e));
   assert_ok(ops->ctx_synchronize(0));
   expect_fill(p, 42, 1);
   assert_ok(ops->event_destroy(e));
   assert_ok(ops->mem_free(0, p));
-  gate_fini(&g);
+  test_gate_fini(&g);
 }
 
 static void ctx_synchronize_waits_for_every_stream(void **state) {
@@ -437,25 +405,25 @@ static void *per_thread_fill(void *arg) {
 /* CU_STREAM_PER_THREAD: each thread has its own implicit stream. */
 static void per_thread_stream_is_each_threads_own(void **state) {
   (void)state;
-  gate_t g;
-  gate_init(&g);
+  test_gate_t g;
+  test_gate_init(&g);
   pt_work_t w = {.st = GCA_OK};
   assert_ok(ops->mem_alloc(0, 256, &w.buf));
-  assert_ok(ops->launch_host_func(GCA_STREAM_PER_THREAD, gate_pass, &g));
+  assert_ok(ops->launch_host_func(GCA_STREAM_PER_THREAD, test_gate_pass, &g));
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, per_thread_fill, &w), 0);
   pthread_join(t, NULL);
   if (w.st != GCA_OK) {
-    gate_open(&g);
+    test_gate_open(&g);
     fail_msg("other thread: %s: %s", gca_status_name(w.st), w.detail);
   }
   assert_int_equal(w.word, 77);
   assert_status(ops->stream_query(GCA_STREAM_PER_THREAD), GCA_ERR_NOT_READY, "");
-  gate_open(&g);
+  test_gate_open(&g);
   assert_ok(ops->stream_synchronize(GCA_STREAM_PER_THREAD));
   assert_ok(ops->stream_query(GCA_STREAM_PER_THREAD));
   assert_ok(ops->mem_free(0, w.buf));
-  gate_fini(&g);
+  test_gate_fini(&g);
 }
 
 /* The per-thread stream is not non-blocking: it synchronizes with the legacy
@@ -463,38 +431,38 @@ static void per_thread_stream_is_each_threads_own(void **state) {
  * the legacy stream, the same as NULL. Neither handle can be destroyed. */
 static void per_thread_stream_orders_with_legacy_only(void **state) {
   (void)state;
-  gate_t g;
+  test_gate_t g;
   gca_devptr_t p;
   gca_stream_t blk;
   assert_ok(ops->mem_alloc(0, 256, &p));
   assert_ok(ops->stream_create(0, GCA_STREAM_DEFAULT, 0, &blk));
   /* held legacy stream (named by its handle): per-thread work waits behind it */
-  gate_init(&g);
-  assert_ok(ops->launch_host_func(GCA_STREAM_LEGACY, gate_pass, &g));
+  test_gate_init(&g);
+  assert_ok(ops->launch_host_func(GCA_STREAM_LEGACY, test_gate_pass, &g));
   assert_status(ops->stream_query(NULL), GCA_ERR_NOT_READY, "");
   assert_ok(ops->kernel_fill_u32(p, 5, 0, 1, GCA_STREAM_PER_THREAD));
   assert_status(ops->stream_query(GCA_STREAM_PER_THREAD), GCA_ERR_NOT_READY, "");
-  gate_open(&g);
+  test_gate_open(&g);
   assert_ok(ops->stream_synchronize(GCA_STREAM_PER_THREAD));
   assert_ok(ops->stream_query(GCA_STREAM_LEGACY));
-  gate_fini(&g);
+  test_gate_fini(&g);
   /* held per-thread stream: legacy work waits behind it */
-  gate_init(&g);
-  assert_ok(ops->launch_host_func(GCA_STREAM_PER_THREAD, gate_pass, &g));
+  test_gate_init(&g);
+  assert_ok(ops->launch_host_func(GCA_STREAM_PER_THREAD, test_gate_pass, &g));
   assert_ok(ops->kernel_fill_u32(p, 6, 0, 1, NULL));
   assert_status(ops->stream_query(NULL), GCA_ERR_NOT_READY, "");
-  gate_open(&g);
+  test_gate_open(&g);
   assert_ok(ops->stream_synchronize(NULL));
-  gate_fini(&g);
+  test_gate_fini(&g);
   /* held blocking stream: per-thread work does not wait for it */
-  gate_init(&g);
-  assert_ok(ops->launch_host_func(blk, gate_pass, &g));
+  test_gate_init(&g);
+  assert_ok(ops->launch_host_func(blk, test_gate_pass, &g));
   assert_ok(ops->kernel_fill_u32(p, 7, 0, 1, GCA_STREAM_PER_THREAD));
   assert_ok(ops->stream_synchronize(GCA_STREAM_PER_THREAD));
   assert_status(ops->stream_query(blk), GCA_ERR_NOT_READY, "");
-  gate_open(&g);
+  test_gate_open(&g);
   assert_ok(ops->stream_synchronize(blk));
-  gate_fini(&g);
+  test_gate_fini(&g);
   assert_status(ops->stream_destroy(GCA_STREAM_PER_THREAD), GCA_ERR_INVALID_HANDLE,
                 "stream_destroy");
   assert_status(ops->stream_destroy(GCA_STREAM_LEGACY), GCA_ERR_INVALID_HANDLE, "stream_destroy");
@@ -560,8 +528,8 @@ static void null_stream_is_the_calling_threads_current_device(void **state) {
     printf("SKIP: needs two devices for per-thread legacy streams (found %d)\n", n);
     skip();
   }
-  gate_t g;
-  gate_init(&g);
+  test_gate_t g;
+  test_gate_init(&g);
   dev1_work_t w = {.st = GCA_OK, .seen_dev = -1};
   atomic_init(&w.ran0, 0);
   assert_ok(ops->mem_alloc(1, 256, &w.buf1));
@@ -569,12 +537,12 @@ static void null_stream_is_the_calling_threads_current_device(void **state) {
   assert_ok(ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &w.ev0));
   assert_ok(ops->ctx_get_device(&dev));
   assert_int_equal(dev, 0);
-  assert_ok(ops->launch_host_func(NULL, gate_pass, &g));
+  assert_ok(ops->launch_host_func(NULL, test_gate_pass, &g));
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, null_stream_on_device_1, &w), 0);
   pthread_join(t, NULL);
   if (w.st != GCA_OK) {
-    gate_open(&g);
+    test_gate_open(&g);
     fail_msg("device-1 thread: %s -> %s: %s", w.what, gca_status_name(w.st), w.detail);
   }
   assert_int_equal(w.seen_dev, 1);
@@ -585,14 +553,14 @@ static void null_stream_is_the_calling_threads_current_device(void **state) {
   assert_int_equal(atomic_load(&w.ran0), 0);
   assert_status(ops->event_query(w.ev0), GCA_ERR_NOT_READY, "");
   assert_status(ops->stream_query(NULL), GCA_ERR_NOT_READY, "");
-  gate_open(&g);
+  test_gate_open(&g);
   assert_ok(ops->stream_synchronize(NULL));
   assert_int_equal(atomic_load(&w.ran0), 1);
   assert_ok(ops->event_query(w.ev0));
   assert_ok(ops->event_destroy(w.ev0));
   assert_ok(ops->event_destroy(w.ev1));
   assert_ok(ops->mem_free(1, w.buf1));
-  gate_fini(&g);
+  test_gate_fini(&g);
 }
 
 static void count_up(void *arg) {

@@ -15,38 +15,6 @@
 
 #define N 4096u
 
-typedef struct gate {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool open;
-} gate_t;
-
-static void gate_init(gate_t *g) {
-  pthread_mutex_init(&g->mu, NULL);
-  pthread_cond_init(&g->cv, NULL);
-  g->open = false;
-}
-
-static void gate_open(gate_t *g) {
-  pthread_mutex_lock(&g->mu);
-  g->open = true;
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_pass(void *arg) {
-  gate_t *g = arg;
-  pthread_mutex_lock(&g->mu);
-  while (!g->open)
-    pthread_cond_wait(&g->cv, &g->mu);
-  pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_fini(gate_t *g) {
-  pthread_cond_destroy(&g->cv);
-  pthread_mutex_destroy(&g->mu);
-}
-
 static int setup(void **state) {
   (void)state;
   assert_ok(gca_device_init());
@@ -150,8 +118,8 @@ static void kernels_fill_and_add(void **state) {
 
 static void event_completes_only_after_the_gate_opens(void **state) {
   (void)state;
-  gate_t g;
-  gate_init(&g);
+  test_gate_t g;
+  test_gate_init(&g);
   gca_stream_t s1 = NULL, s2 = NULL;
   gca_event_t start = NULL, done = NULL;
   assert_ok(gca_stream_create(&s1, GCA_STREAM_NON_BLOCKING));
@@ -164,7 +132,7 @@ static void event_completes_only_after_the_gate_opens(void **state) {
 
   assert_ok(gca_memset_d32(d, 0, N));
   assert_ok(gca_event_record(start, s1));
-  assert_ok(gca_launch_host_func(s1, gate_pass, &g));
+  assert_ok(gca_launch_host_func(s1, test_gate_pass, &g));
   assert_ok(gca_kernel_fill_u32(d, 100u, 1u, N, s1));
   assert_ok(gca_event_record(done, s1));
   /* s2 copies out after `done`: the copy cannot run before the fill. */
@@ -178,7 +146,7 @@ static void event_completes_only_after_the_gate_opens(void **state) {
   assert_status(gca_event_elapsed_time(&ms, start, done), GCA_ERR_NOT_READY,
                 "gca_event_elapsed_time: event_elapsed:");
 
-  gate_open(&g);
+  test_gate_open(&g);
   assert_ok(gca_event_synchronize(done));
   assert_ok(gca_event_query(done));
   assert_ok(gca_stream_synchronize(s2));
@@ -193,7 +161,7 @@ static void event_completes_only_after_the_gate_opens(void **state) {
   assert_ok(gca_stream_destroy(s2));
   assert_ok(gca_free(d));
   free(host);
-  gate_fini(&g);
+  test_gate_fini(&g);
 }
 
 static void elapsed_time_needs_timing_events(void **state) {

@@ -9,10 +9,8 @@
  * most GATE_LIMIT_S seconds so that a serialized replay fails the test rather
  * than hanging it; the limit is a deadlock detector, never an ordering device.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <time.h>
 
 #include "support.h"
 
@@ -26,55 +24,17 @@ static int setup(void **state) {
   return 0;
 }
 
-typedef struct gate {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool open;
-} gate_t;
-
-static void gate_init(gate_t *g) {
-  pthread_mutex_init(&g->mu, NULL);
-  pthread_cond_init(&g->cv, NULL);
-  g->open = false;
-}
-
-static void gate_destroy(gate_t *g) {
-  pthread_cond_destroy(&g->cv);
-  pthread_mutex_destroy(&g->mu);
-}
-
-static void gate_open(gate_t *g) {
-  pthread_mutex_lock(&g->mu);
-  g->open = true;
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
-}
-
-/* True once the gate is open; false when GATE_LIMIT_S passed first. */
-static bool gate_pass(gate_t *g) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += GATE_LIMIT_S;
-  pthread_mutex_lock(&g->mu);
-  int rc = 0;
-  while (!g->open && rc != ETIMEDOUT)
-    rc = pthread_cond_timedwait(&g->cv, &g->mu, &until);
-  bool open = g->open;
-  pthread_mutex_unlock(&g->mu);
-  return open;
-}
-
 /* A branch opens the other's gate, then waits on its own: two such branches
  * complete only when they run at the same time. */
 typedef struct branch {
-  gate_t *mine, *other;
+  test_gate_t *mine, *other;
   atomic_int passed, runs;
 } branch_t;
 
 static void branch_fn(void *arg) {
   branch_t *b = arg;
-  gate_open(b->other);
-  if (gate_pass(b->mine))
+  test_gate_open(b->other);
+  if (test_gate_pass_within(b->mine, GATE_LIMIT_S))
     atomic_fetch_add(&b->passed, 1);
   atomic_fetch_add(&b->runs, 1);
 }
@@ -116,9 +76,9 @@ static void independent_branches_of_a_replay_run_concurrently(void **state) {
   (void)state;
   gca_stream_t s1, s2;
   gca_event_t fork = mkevent(), join = mkevent();
-  gate_t ga, gb;
-  gate_init(&ga);
-  gate_init(&gb);
+  test_gate_t ga, gb;
+  test_gate_init(&ga);
+  test_gate_init(&gb);
   branch_t a = {.mine = &ga, .other = &gb}, b = {.mine = &gb, .other = &ga};
   gca_graph_t g;
   gca_graph_exec_t x;
@@ -148,8 +108,8 @@ static void independent_branches_of_a_replay_run_concurrently(void **state) {
   assert_ok(ops->event_destroy(join));
   assert_ok(ops->stream_destroy(s1));
   assert_ok(ops->stream_destroy(s2));
-  gate_destroy(&ga);
-  gate_destroy(&gb);
+  test_gate_fini(&ga);
+  test_gate_fini(&gb);
 }
 
 /* Graph: 0 -> 1 -> 2 on s1, 0 -> 3 -> 4 on s2, joined by 5 on s1; launched

@@ -24,38 +24,6 @@ static int setup(void **state) {
   return 0;
 }
 
-typedef struct gate {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool open;
-} gate_t;
-
-static void gate_init(gate_t *g) {
-  pthread_mutex_init(&g->mu, NULL);
-  pthread_cond_init(&g->cv, NULL);
-  g->open = false;
-}
-
-static void gate_open(gate_t *g) {
-  pthread_mutex_lock(&g->mu);
-  g->open = true;
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_pass(void *arg) {
-  gate_t *g = arg;
-  pthread_mutex_lock(&g->mu);
-  while (!g->open)
-    pthread_cond_wait(&g->cv, &g->mu);
-  pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_fini(gate_t *g) {
-  pthread_cond_destroy(&g->cv);
-  pthread_mutex_destroy(&g->mu);
-}
-
 /* What a host function got from the device calls it tried. */
 typedef struct inside {
   gca_stream_t s;
@@ -137,22 +105,23 @@ static int child_synchronize(report_t *r) {
 
 static void forked_child_cannot_use_the_sim_and_does_not_hang(void **state) {
   (void)state;
-  gate_t g;
-  gate_init(&g);
+  test_gate_t g;
+  test_gate_init(&g);
   assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &fork_stream));
-  assert_ok(ops->launch_host_func(fork_stream, gate_pass, &g)); /* work queued across the fork */
+  assert_ok(
+      ops->launch_host_func(fork_stream, test_gate_pass, &g)); /* work queued across the fork */
   assert_ok(ops->kernel_sleep(1, fork_stream));
   run_child(NULL, child_synchronize, NULL, 0);
-  gate_open(&g);
+  test_gate_open(&g);
   assert_ok(ops->stream_synchronize(fork_stream));
   assert_ok(ops->stream_destroy(fork_stream));
-  gate_fini(&g);
+  test_gate_fini(&g);
 }
 
 static void pageable_host_to_device_copy_reads_the_source_at_the_call(void **state) {
   (void)state;
-  gate_t g;
-  gate_init(&g);
+  test_gate_t g;
+  test_gate_init(&g);
   gca_stream_t s;
   gca_devptr_t d;
   uint32_t src[64], back[64];
@@ -160,17 +129,17 @@ static void pageable_host_to_device_copy_reads_the_source_at_the_call(void **sta
     src[i] = 1000u + (uint32_t)i;
   assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
   assert_ok(ops->mem_alloc(0, sizeof(src), &d));
-  assert_ok(ops->launch_host_func(s, gate_pass, &g)); /* the copy cannot run yet */
+  assert_ok(ops->launch_host_func(s, test_gate_pass, &g)); /* the copy cannot run yet */
   assert_ok(ops->memcpy_async(d, (gca_devptr_t)(uintptr_t)src, sizeof(src), s));
   memset(src, 0xee, sizeof(src)); /* the caller reuses its buffer at once */
-  gate_open(&g);
+  test_gate_open(&g);
   assert_ok(ops->memcpy_async((gca_devptr_t)(uintptr_t)back, d, sizeof(back), s));
   assert_ok(ops->stream_synchronize(s));
   for (int i = 0; i < 64; i++)
     assert_int_equal(back[i], 1000u + (uint32_t)i);
   assert_ok(ops->mem_free(0, d));
   assert_ok(ops->stream_destroy(s));
-  gate_fini(&g);
+  test_gate_fini(&g);
 }
 
 static void copies_and_memsets_of_non_device_memory_fail_at_the_call(void **state) {

@@ -94,11 +94,14 @@ static const gca_graph_input_t std_inputs[2] = {{GCA_GRAPH_INPUT_COPIED, NW * 4}
                                                 {GCA_GRAPH_INPUT_STATIC, NW * 4}};
 static const size_t std_outputs[2] = {NW * 4, NW * 4};
 
-__attribute__((unused)) static gca_graph_fn_t *std_register(gca_graph_tree_t *t, const char *name,
-                                                            gca_graph_body_t body) {
+/* A function of the standard shape (two inputs, two NW-word outputs) whose
+ * body (std_body when NULL) gets `ctx`. */
+__attribute__((unused)) static gca_graph_fn_t *
+std_register_ctx(gca_graph_tree_t *t, const char *name, gca_graph_body_t body, void *ctx) {
   gca_graph_fn_desc_t d = GCA_GRAPH_FN_DESC_INIT;
   d.name = name;
   d.body = body ? body : std_body;
+  d.ctx = ctx;
   d.ninputs = 2;
   d.inputs = std_inputs;
   d.noutputs = 2;
@@ -106,6 +109,11 @@ __attribute__((unused)) static gca_graph_fn_t *std_register(gca_graph_tree_t *t,
   gca_graph_fn_t *fn = NULL;
   assert_ok(gca_graph_fn_register(t, &d, &fn));
   return fn;
+}
+
+__attribute__((unused)) static gca_graph_fn_t *std_register(gca_graph_tree_t *t, const char *name,
+                                                            gca_graph_body_t body) {
+  return std_register_ctx(t, name, body, NULL);
 }
 
 /* Checks y and z of the standard function against the host reference, word by word. */

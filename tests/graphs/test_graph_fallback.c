@@ -34,20 +34,6 @@ static gca_status_t variant_body(gca_stream_t s, void *const *in, void *const *o
   return st != GCA_OK ? st : st2;
 }
 
-static gca_graph_fn_t *variant_register(gca_graph_tree_t *t, variant_t *v) {
-  gca_graph_fn_desc_t d = GCA_GRAPH_FN_DESC_INIT;
-  d.name = "variant";
-  d.body = variant_body;
-  d.ctx = v;
-  d.ninputs = 2;
-  d.inputs = std_inputs;
-  d.noutputs = 2;
-  d.output_bytes = std_outputs;
-  gca_graph_fn_t *fn = NULL;
-  assert_ok(gca_graph_fn_register(t, &d, &fn));
-  return fn;
-}
-
 typedef struct world {
   gca_graph_tree_t *t;
   decisions_t ds;
@@ -76,7 +62,7 @@ static world_t *world_new(unsigned limit, bool topology) {
     wd->x[j] = j * 3u;
   wd->xd = dev_alloc(NW * 4);
   dev_write(wd->xd, wd->x, NW);
-  wd->fn = variant_register(wd->t, &wd->v);
+  wd->fn = std_register_ctx(wd->t, "variant", variant_body, &wd->v);
   return wd;
 }
 
