@@ -817,12 +817,12 @@ static void add_counters(counters_t *sum, const counters_t *c) {
 }
 
 static const char *const part_counter_names[] = {
-    "churns",           "churns_live",      "churn_aborted",
-    "captures",         "capture_aborted",  "replays_checked",
-    "restores_checked", "ipc_checked",      "ipc_not_supported",
-    "ipc_aborted",      "suspends_checked", "suspend_refused",
-    "suspend_aborted",  "misc_rounds",      "misc_aborted",
-    "deferred_frees",
+    "churns",           "churns_live",       "churn_aborted",
+    "captures",         "capture_aborted",   "replays_checked",
+    "restores_checked", "ipc_checked",       "ipc_not_supported",
+    "ipc_aborted",      "ipc_close_dropped", "suspends_checked",
+    "suspend_refused",  "suspend_aborted",   "misc_rounds",
+    "misc_aborted",     "deferred_frees",
 };
 _Static_assert(sizeof(part_counter_names) / sizeof(part_counter_names[0]) ==
                    sizeof(stress_part_counters_t) / sizeof(uint64_t),

@@ -76,9 +76,17 @@ static bool close_import(stress_part_ctx_t *ctx, void *q) {
   if (!q)
     return true;
   gca_status_t st = GCA_OK;
-  for (int i = 0; i < RETRIES; i++)
+  for (int i = 0; i < RETRIES; i++) {
     if ((st = gca_ipc_close(q)) == GCA_OK)
       return true;
+    /* Note [Close is not retried]: a close that failed after unmapping
+     * ("was unmapped, but ...") has already forgotten the import; what it
+     * could not release is beyond the caller's reach. */
+    if (i > 0 && st == GCA_ERR_INVALID_POINTER && ctx->faults) {
+      ctx->c->ipc_close_dropped++;
+      return true;
+    }
+  }
   if (!ctx->faults)
     return part_fail(ctx, "gca_ipc_close(%p) failed: %s: %s", q, gca_status_name(st),
                      gca_last_error());
@@ -163,6 +171,7 @@ bool gca__stress_part_capture(stress_part_ctx_t *ctx) {
   gca_pool_changes_t changes = {0};
   void *a = NULL, *b = NULL, *c = NULL;
   bool capturing = false, routed = false, ok = true;
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
   const char *what = "";
   gca_status_t st;
   uint32_t *host = malloc(n * 4);
@@ -184,14 +193,13 @@ bool gca__stress_part_capture(stress_part_ctx_t *ctx) {
   a = NULL;
   STEP("gca_free (captured)", gca_free(b));
   b = NULL;
-  gca_capture_status_t cs;
   STEP("gca_stream_capture_status", gca_stream_capture_status(s, &cs));
   if (cs != GCA_CAPTURE_STATUS_ACTIVE) {
     ok = part_fail(ctx, "capture status %d during a capture, expected active", (int)cs);
     goto out;
   }
-  capturing = false;
   STEP("gca_stream_end_capture", gca_stream_end_capture(s, &g));
+  capturing = false;
   routed = false;
   STEP("gca_pool_end_capture", gca_pool_end_capture(pool, s));
   STEP("gca_graph_instantiate", gca_graph_instantiate(&x, g));
@@ -234,10 +242,16 @@ bool gca__stress_part_capture(stress_part_ctx_t *ctx) {
 failed:
   ok = step_failed(ctx, what, st, &ctx->c->capture_aborted);
 out:
-  if (capturing) {
+  /* a failed end of capture may leave the stream capturing */
+  for (int i = 0; capturing && i < RETRIES; i++) {
     gca_graph_t g2 = NULL;
-    if (gca_stream_end_capture(s, &g2) == GCA_OK && g2)
-      RETRY(gca_graph_destroy(g2));
+    if (gca_stream_end_capture(s, &g2) == GCA_OK) {
+      capturing = false;
+      if (g2)
+        RETRY(gca_graph_destroy(g2));
+    } else if (gca_stream_capture_status(s, &cs) == GCA_OK && cs == GCA_CAPTURE_STATUS_NONE) {
+      capturing = false;
+    }
   }
   if (routed)
     RETRY(gca_pool_end_capture(pool, s));

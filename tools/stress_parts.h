@@ -35,8 +35,9 @@ typedef struct stress_part_counters {
   uint64_t ipc_checked; /* stamps read back through an import */
   uint64_t ipc_not_supported;
   uint64_t ipc_aborted;
-  uint64_t suspends_checked; /* stamps read back after suspend and resume */
-  uint64_t suspend_refused;  /* not expandable, or a capture under way */
+  uint64_t ipc_close_dropped; /* a failed close that forgot the import anyway */
+  uint64_t suspends_checked;  /* stamps read back after suspend and resume */
+  uint64_t suspend_refused;   /* not expandable, or a capture under way */
   uint64_t suspend_aborted;
   uint64_t misc_rounds;
   uint64_t misc_aborted;
