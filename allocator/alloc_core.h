@@ -237,6 +237,7 @@ typedef struct gca__relent {
 typedef struct gca__relbatch {
   gca__relent_t *v;
   size_t n, cap, bytes;
+  bool captures; /* the device had capture routes when the lock was let go */
 } gca__relbatch_t;
 
 /* A pool: segments and the free tree over their free blocks. The default
@@ -902,9 +903,12 @@ gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devall
 
 /* ---- route.c ---- */
 
-/* The private pool the request on `stream` is routed to, or NULL: the calling
- * thread's innermost scope for d, else the newest matching route. */
-gca__mempool_t *gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream);
+/* *out: the private pool the request on `stream` is routed to, or NULL: the
+ * calling thread's innermost scope for d, else the newest matching route.
+ * Fails (the driver's status) when a capture route must ask whether `stream`
+ * captures and cannot: an unknown answer is not taken for "no". */
+gca_status_t gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream,
+                                      gca__mempool_t **out);
 /* Adds route *r (one use of its pool); GCA_ERR_OUT_OF_MEMORY naming `op`. */
 gca_status_t gca__route_add(const char *op, gca__devalloc_t *d, const gca__route_t *r);
 /* Removes route i (order kept: later routes take precedence); the end of the

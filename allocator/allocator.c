@@ -214,12 +214,13 @@ static gca_status_t devalloc_get_slow(const char *op, int device, gca__devalloc_
 
 /* The pool of a routed request: the matching private pool's tree of the same
  * size class, or `pool` when no route matches. */
-static gca__pool_t *routed_pool(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+static gca_status_t routed_pool(gca__devalloc_t *d, gca__pool_t **pool, gca_stream_t stream,
                                 size_t rounded) {
-  gca__mempool_t *m = gca__route_select_locked(d, stream);
-  if (m == NULL)
-    return pool;
-  return rounded <= GCA__SMALL_SIZE ? &m->small : &m->large;
+  gca__mempool_t *m;
+  GCA_CHECK(gca__route_select_locked(d, stream, &m));
+  if (m != NULL)
+    *pool = rounded <= GCA__SMALL_SIZE ? &m->small : &m->large;
+  return GCA_OK;
 }
 
 static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_stream_t stream) {
@@ -298,7 +299,8 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   size_t rounded = gca__round_request(d, size);
   gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
   if (GCA_UNLIKELY(atomic_load_explicit(&d->routing, memory_order_relaxed) != 0)) {
-    pool = routed_pool(d, pool, handle == GCA_STREAM_LEGACY ? NULL : handle, rounded);
+    GCA_CHECK_GOTO(routed_pool(d, &pool, handle == GCA_STREAM_LEGACY ? NULL : handle, rounded), st,
+                   fail);
     if (pool->owner != NULL && pool->owner->suspended) {
       st = gca__error(GCA_ERR_INVALID_STATE,
                       "malloc: the pool %#" PRIx64 " this request is routed to is suspended; "

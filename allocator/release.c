@@ -44,6 +44,7 @@ static gca_status_t batch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *r
     return GCA_OK;
   d->releasing += bt->bytes;
   d->nreleases++;
+  bt->captures = d->ncaptures != 0;
   gca__mutex_unlock(&d->lock);
   gca__relbatch_wait(d, bt);
   gca__dev_lock(d);
@@ -72,7 +73,8 @@ static gca_status_t batch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *r
       st = est;
   }
   for (size_t i = 0; i < bt->n; i++) /* a failed wait: the blocks are back, nothing unmapped */
-    if (bt->v[i].expandable && bt->v[i].st != GCA_OK && st == GCA_OK)
+    if (bt->v[i].expandable && bt->v[i].st != GCA_OK && bt->v[i].st != GCA_ERR_NOT_READY &&
+        st == GCA_OK) /* NOT_READY: kept, its stream captures (segment.c) */
       st = gca__error_prefix(bt->v[i].st, "release of expandable segment 0x%" PRIx64,
                              bt->v[i].seg->base);
   d->releasing -= bt->bytes;

@@ -58,31 +58,42 @@ bool gca__mempool_capturing_locked(const gca__devalloc_t *d, const gca__mempool_
   return false;
 }
 
-gca__mempool_t *gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream) {
+gca_status_t gca__route_select_locked(gca__devalloc_t *d, gca_stream_t stream,
+                                      gca__mempool_t **out) {
+  *out = NULL;
   for (int i = t_nscopes - 1; i >= 0; i--)
-    if (t_scopes[i]->dev == d)
-      return t_scopes[i];
+    if (t_scopes[i]->dev == d) {
+      *out = t_scopes[i];
+      return GCA_OK;
+    }
   bool queried = false;
   gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
   uint64_t id = 0;
   for (size_t i = d->nroutes; i-- > 0;) {
     const gca__route_t *r = &d->routes[i];
     if (r->kind == ROUTE_FILTER) {
-      if (r->filter(stream, r->ctx))
-        return r->pool;
+      if (r->filter(stream, r->ctx)) {
+        *out = r->pool;
+        return GCA_OK;
+      }
       continue;
     }
     if (stream == NULL) /* the legacy stream is never captured; asking would invalidate */
       continue;
     if (!queried) {
       queried = true;
-      if (d->ops->stream_capture_info(stream, &cs, &id) != GCA_OK)
-        cs = GCA_CAPTURE_STATUS_NONE;
+      /* not knowing whether the stream captures is not "it does not": taken
+       * for no, a captured allocation would come from the default pools */
+      gca_status_t st = d->ops->stream_capture_info(stream, &cs, &id);
+      if (st != GCA_OK)
+        return gca__error_prefix(st, "malloc: routing a request on stream %p", (void *)stream);
     }
-    if (cs == GCA_CAPTURE_STATUS_ACTIVE && id == r->capture_id)
-      return r->pool;
+    if (cs == GCA_CAPTURE_STATUS_ACTIVE && id == r->capture_id) {
+      *out = r->pool;
+      return GCA_OK;
+    }
   }
-  return NULL;
+  return GCA_OK;
 }
 
 gca_status_t gca__route_scope_push(gca__devalloc_t *d, gca__mempool_t *m) {

@@ -226,13 +226,26 @@ void gca__relbatch_add(gca__relbatch_t *bt, gca__segment_t *seg, gca__block_t *b
 }
 
 /* Waits for s's work; when s is gone (destroyed: its work still runs, as with
- * the driver) for the whole device instead, once (*dev_synced). */
-static gca_status_t stream_wait(gca__devalloc_t *d, gca_stream_t s, bool *dev_synced) {
+ * the driver) for the whole device instead, once (*dev_synced).
+ * Note [Releases during a capture]: a stream that is capturing (on any thread,
+ * possibly before the allocator was told of the capture) may not be
+ * synchronized, and synchronizing it would invalidate the capture; its
+ * segments are kept cached instead (GCA_ERR_NOT_READY: kept, not a failure). */
+static gca_status_t stream_wait(gca__devalloc_t *d, const gca__relbatch_t *bt, gca_stream_t s,
+                                bool *dev_synced) {
   if (*dev_synced)
     return GCA_OK;
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  if (s != NULL && !gca__stream_is_ptds(s) && d->ops->stream_capture_info(s, &cs, NULL) == GCA_OK &&
+      cs != GCA_CAPTURE_STATUS_NONE)
+    return GCA_ERR_NOT_READY;
   gca_status_t st = gca__stream_synchronize(d, s); /* Note [Per-thread stream keys] */
   if (st != GCA_ERR_INVALID_HANDLE)
     return st;
+  /* synchronizing the device while one of its streams captures would fail
+   * and invalidate that capture: keep the segment until none does */
+  if (bt->captures)
+    return GCA_ERR_NOT_READY;
   st = d->ops->ctx_synchronize(d->device);
   *dev_synced = st == GCA_OK;
   return st;
@@ -251,7 +264,7 @@ void gca__relbatch_wait(gca__devalloc_t *d, gca__relbatch_t *bt) {
     for (size_t k = 0; k < i && !seen; k++)
       seen = bt->v[k].seg->stream == seg->stream && bt->v[k].st == GCA_OK &&
              (bt->v[k].seg->expandable || bt->v[k].seg->maps != NULL);
-    e->st = seen ? GCA_OK : stream_wait(d, seg->stream, &dev_synced);
+    e->st = seen ? GCA_OK : stream_wait(d, bt, seg->stream, &dev_synced);
     if (e->st != GCA_OK || seg->expandable)
       continue;
     bool unmapped;
@@ -272,6 +285,10 @@ gca_status_t gca__relbatch_finish_classic(gca__devalloc_t *d, gca__relent_t *e, 
   gca__block_t *b = e->b;
   gca__pool_t *pool = seg->pool;
   b->releasing = false;
+  if (e->st == GCA_ERR_NOT_READY) { /* Note [Releases during a capture] */
+    gca__tree_insert(pool, b);
+    return GCA_OK;
+  }
   if (e->st != GCA_OK) {
     gca__tree_insert(pool, b);
     return gca__error_prefix(e->st, "release of segment 0x%" PRIx64 " (%zu bytes)", seg->base,

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "gca.h"
+#include "stress_parts.h"
 #include "stress_sizes.h"
 #include "stress_stamp.h"
 
@@ -38,6 +39,12 @@
 #define EXIT_USAGE            2
 #define CROSS_STREAM_SLEEP_NS 20000u
 #define INJECT_GARBAGE        0xdeadbeefu
+/* --all: each part every N operations of a thread */
+#define ALL_CHURN_EVERY   40
+#define ALL_CAPTURE_EVERY 25
+#define ALL_IPC_EVERY     15
+#define ALL_SUSPEND_EVERY 30
+#define ALL_MISC_EVERY    20
 
 typedef struct options {
   int threads;
@@ -55,6 +62,13 @@ typedef struct options {
   size_t live;            /* slots */
   bool json;
   bool inject_overwrite_after_free;
+  /* workload parts, each every N operations of a thread (0 = off; --all turns
+   * on those not given) */
+  uint64_t churn_every;
+  uint64_t capture_every;
+  uint64_t ipc_every;
+  uint64_t suspend_every;
+  uint64_t misc_every;
 } options_t;
 
 /* A live block. Owned by exactly one party at a time: the slot table, or the
@@ -106,12 +120,17 @@ typedef struct worker {
   size_t nkept, capkept;
   gca_devptr_t dangling; /* --inject-bug: the last freed pointer */
   uint32_t scratch[STRESS_STAMP_MAX_WORDS];
+  stress_part_counters_t pc;
+  stress_part_ctx_t parts;
 } worker_t;
 
 struct shared {
   options_t opt;
   stress_sizes_t sizes;
   gca_stream_t *streams;
+  /* streams[i] is used under stream_locks[i] read-locked and replaced under it
+   * write-locked (stream churn). Several are taken in index order. */
+  pthread_rwlock_t *stream_locks;
   _Atomic(block_t *) *slots;
   _Atomic uint64_t next_id;
   atomic_bool stop;
@@ -170,6 +189,20 @@ static void keep_block(worker_t *w, block_t *b) {
     w->capkept = ncap;
   }
   w->kept[w->nkept++] = b;
+}
+
+/* Read-locks streams a and b (b < 0: none; b == a: once) in index order. */
+static void lock_streams(shared_t *sh, int a, int b) {
+  int lo = b >= 0 && b < a ? b : a, hi = b >= 0 && b < a ? a : b;
+  pthread_rwlock_rdlock(&sh->stream_locks[lo]);
+  if (hi >= 0 && hi != lo)
+    pthread_rwlock_rdlock(&sh->stream_locks[hi]);
+}
+
+static void unlock_streams(shared_t *sh, int a, int b) {
+  if (b >= 0 && b != a)
+    pthread_rwlock_unlock(&sh->stream_locks[b]);
+  pthread_rwlock_unlock(&sh->stream_locks[a]);
 }
 
 /* Reads the block's stamp back and compares; a mismatch fails the run. */
@@ -239,12 +272,15 @@ static void release_block(worker_t *w, block_t *b, bool allow_cross) {
   if (s2 >= b->stream)
     s2++;
   digest_add(w, 2, b->size ^ ((uint64_t)cross << 63));
-  if (!verify_block(w, b) ||
-      (allow_cross && cross && sh->opt.streams > 1 && !cross_stream_use(w, b, s2))) {
+  bool use_cross = allow_cross && cross && sh->opt.streams > 1;
+  lock_streams(sh, b->stream, use_cross ? s2 : -1);
+  if (!verify_block(w, b) || (use_cross && !cross_stream_use(w, b, s2))) {
+    unlock_streams(sh, b->stream, use_cross ? s2 : -1);
     keep_block(w, b);
     return;
   }
   gca_status_t st = gca_free((void *)(uintptr_t)b->ptr);
+  unlock_streams(sh, b->stream, use_cross ? s2 : -1);
   if (st != GCA_OK) {
     keep_block(w, b);
     if (faults_on(sh)) {
@@ -283,8 +319,10 @@ static void alloc_block(worker_t *w, size_t slot) {
   int s = (int)gca__stress_rng_below(&w->rng, (uint64_t)sh->opt.streams);
   digest_add(w, 1, size ^ ((uint64_t)s << 48) ^ ((uint64_t)slot << 32));
   void *p = NULL;
+  lock_streams(sh, s, -1);
   gca_status_t st = gca_malloc(&p, size, sh->streams[s]);
   if (st != GCA_OK) {
+    unlock_streams(sh, s, -1);
     if (st == GCA_ERR_OUT_OF_MEMORY)
       w->c.alloc_oom++;
     else if (faults_on(sh))
@@ -297,6 +335,7 @@ static void alloc_block(worker_t *w, size_t slot) {
   block_t *b = malloc(sizeof(*b));
   if (!b) {
     gca_free(p);
+    unlock_streams(sh, s, -1);
     fail(sh, "out of host memory for a block record");
     return;
   }
@@ -311,19 +350,98 @@ static void alloc_block(worker_t *w, size_t slot) {
   if (st != GCA_OK && !tool_op_failed(w, "stamping a new block", st)) {
     free(b);
     gca_free(p);
+    unlock_streams(sh, s, -1);
     return;
   }
   w->c.allocs++;
   w->c.bytes_requested += size;
   if (sh->opt.inject_overwrite_after_free)
     inject_overwrite_after_free(w, b);
+  unlock_streams(sh, s, -1);
   block_t *old = atomic_exchange(&sh->slots[slot], b);
   if (old)
     release_block(w, old, false);
 }
 
+/* Replaces stream i by a new one. Half the time the old stream is
+ * synchronized first; else it is destroyed with its work still queued and the
+ * new stream waits for that work through an event. Either way blocks
+ * allocated on it, cached on it or recorded on it stay as they are: the
+ * allocator must cope with their stream's end. An injected fault keeps the
+ * old stream. */
+static void churn_stream(worker_t *w) {
+  shared_t *sh = w->sh;
+  int i = (int)gca__stress_rng_below(&w->rng, (uint64_t)sh->opt.streams);
+  bool live = gca__stress_rng_below(&w->rng, 2) == 0;
+  gca_stream_t fresh = NULL;
+  gca_status_t st;
+  const char *what = "gca_stream_create";
+  pthread_rwlock_wrlock(&sh->stream_locks[i]);
+  gca_stream_t old = sh->streams[i];
+  if ((st = gca_stream_create(&fresh, GCA_STREAM_NON_BLOCKING)) != GCA_OK)
+    goto failed;
+  if (live) {
+    what = "chaining a new stream to the one it replaces";
+    if ((st = gca_event_record(w->event, old)) != GCA_OK ||
+        (st = gca_stream_wait_event(fresh, w->event)) != GCA_OK)
+      goto failed;
+  } else {
+    what = "gca_stream_synchronize before a stream's destruction";
+    if ((st = gca_stream_synchronize(old)) != GCA_OK)
+      goto failed;
+  }
+  what = "gca_stream_destroy";
+  if ((st = gca_stream_destroy(old)) != GCA_OK)
+    goto failed;
+  sh->streams[i] = fresh;
+  w->pc.churns++;
+  w->pc.churns_live += live;
+  pthread_rwlock_unlock(&sh->stream_locks[i]);
+  return;
+failed:
+  if (fresh)
+    gca_stream_destroy(fresh);
+  pthread_rwlock_unlock(&sh->stream_locks[i]);
+  if (tool_op_failed(w, what, st))
+    w->pc.churn_aborted++;
+}
+
+/* Takes a random live block out of its slot, checks it through an IPC import
+ * and puts it back. */
+static void ipc_episode(worker_t *w) {
+  shared_t *sh = w->sh;
+  size_t slot = (size_t)gca__stress_rng_below(&w->rng, sh->opt.live);
+  block_t *b = atomic_exchange(&sh->slots[slot], NULL);
+  if (!b)
+    return;
+  bool ok = true;
+  if (b->stamped) {
+    lock_streams(sh, b->stream, -1);
+    ok = gca__stress_part_ipc(&w->parts, b->ptr, &b->stamp, sh->streams[b->stream]);
+    unlock_streams(sh, b->stream, -1);
+  }
+  block_t *old = atomic_exchange(&sh->slots[slot], b);
+  if (old)
+    release_block(w, old, false);
+  if (!ok)
+    fail(sh, "%s", w->parts.fail);
+}
+
+static bool due(const worker_t *w, uint64_t every) {
+  return every && w->c.ops % every == 0;
+}
+
 static void periodic(worker_t *w) {
   shared_t *sh = w->sh;
+  const options_t *o = &sh->opt;
+  if (due(w, o->churn_every))
+    churn_stream(w);
+  if (due(w, o->ipc_every))
+    ipc_episode(w);
+  if ((due(w, o->capture_every) && !gca__stress_part_capture(&w->parts)) ||
+      (due(w, o->suspend_every) && !gca__stress_part_suspend(&w->parts)) ||
+      (due(w, o->misc_every) && !gca__stress_part_misc(&w->parts)))
+    fail(sh, "%s", w->parts.fail);
   if (sh->opt.empty_cache_every && w->c.ops % sh->opt.empty_cache_every == 0) {
     gca_status_t st = gca_empty_cache();
     w->c.empty_cache++;
@@ -362,36 +480,51 @@ static void *worker_main(void *arg) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: gca-stress [--threads N] [--streams M] [--seconds S | --ops N] [--seed X]\n"
-             "                  [--sizes uniform:MIN:MAX|loguniform:MIN:MAX|trace:FILE.csv]\n"
-             "                  [--config STR] [--empty-cache-every N] [--check-every N]\n"
-             "                  [--cross-stream-frees P] [--faults SPEC] [--device-memory SIZE]\n"
-             "                  [--live N] [--json] [--inject-bug overwrite-after-free]\n"
-             "\n"
-             "Threads x streams allocate and free random sizes through gca; every live block\n"
-             "carries a per-block pattern checked before its free. Exit 0: no corruption and\n"
-             "the allocator consistent; 1: a failure (the seed is printed); 2: bad usage.\n"
-             "\n"
-             "  --threads N            worker threads (default 4)\n"
-             "  --streams M            streams shared by the threads (default 4)\n"
-             "  --seconds S            run for S seconds (default 3)\n"
-             "  --ops N                run N operations over all threads instead\n"
-             "  --seed X               random seed (default: from the clock; printed)\n"
-             "  --sizes DIST           request sizes (default loguniform:256:16MiB)\n"
-             "  --config STR           allocator settings, GCA_ALLOC_CONF syntax\n"
-             "  --empty-cache-every N  gca_empty_cache every N operations of a thread\n"
-             "  --check-every N        gca_allocator_check every N operations of a thread\n"
-             "                         (default 1000; always at the end)\n"
-             "  --cross-stream-frees P probability that a free first hands the block to another\n"
-             "                         stream with gca_record_stream (default 0.1)\n"
-             "  --faults SPEC          sim fault injection (GCA_SIM_FAULTS syntax); failed\n"
-             "                         allocations are counted, not errors\n"
-             "  --device-memory SIZE   device capacity (sim) or memory limit (cuda)\n"
-             "  --live N               live-block slots shared by the threads (default 256)\n"
-             "  --json                 print the report as JSON on stdout\n"
-             "  --inject-bug overwrite-after-free\n"
-             "                         self-test of the checker: write through a stale pointer\n"
-             "                         after its block was reused; the run must fail\n");
+  fprintf(f,
+          "usage: gca-stress [--threads N] [--streams M] [--seconds S | --ops N] [--seed X]\n"
+          "                  [--sizes uniform:MIN:MAX|loguniform:MIN:MAX|trace:FILE.csv]\n"
+          "                  [--config STR] [--empty-cache-every N] [--check-every N]\n"
+          "                  [--cross-stream-frees P] [--faults SPEC] [--device-memory SIZE]\n"
+          "                  [--live N] [--json] [--inject-bug overwrite-after-free]\n"
+          "                  [--all] [--stream-churn N] [--capture-every N] [--ipc-every N]\n"
+          "                  [--suspend-every N] [--misc-every N]\n"
+          "\n"
+          "Threads x streams allocate and free random sizes through gca; every live block\n"
+          "carries a per-block pattern checked before its free. Exit 0: no corruption and\n"
+          "the allocator consistent; 1: a failure (the seed is printed); 2: bad usage.\n"
+          "\n"
+          "  --threads N            worker threads (default 4)\n"
+          "  --streams M            streams shared by the threads (default 4)\n"
+          "  --seconds S            run for S seconds (default 3)\n"
+          "  --ops N                run N operations over all threads instead\n"
+          "  --seed X               random seed (default: from the clock; printed)\n"
+          "  --sizes DIST           request sizes (default loguniform:256:16MiB)\n"
+          "  --config STR           allocator settings, GCA_ALLOC_CONF syntax\n"
+          "  --empty-cache-every N  gca_empty_cache every N operations of a thread\n"
+          "  --check-every N        gca_allocator_check every N operations of a thread\n"
+          "                         (default 1000; always at the end)\n"
+          "  --cross-stream-frees P probability that a free first hands the block to another\n"
+          "                         stream with gca_record_stream (default 0.1)\n"
+          "  --faults SPEC          sim fault injection (GCA_SIM_FAULTS syntax), armed before\n"
+          "                         the device is initialized; failed operations are\n"
+          "                         counted, not errors\n"
+          "  --device-memory SIZE   device capacity (sim) or memory limit (cuda)\n"
+          "  --live N               live-block slots shared by the threads (default 256)\n"
+          "  --json                 print the report as JSON on stdout\n"
+          "  --inject-bug overwrite-after-free\n"
+          "                         self-test of the checker: write through a stale pointer\n"
+          "                         after its block was reused; the run must fail\n"
+          "  --stream-churn N       every N operations a thread destroys a stream and\n"
+          "                         creates its replacement, blocks still on the old one\n"
+          "  --capture-every N      capture allocations and kernels into a private pool,\n"
+          "                         replay and check them (checkpoint and restore too)\n"
+          "  --ipc-every N          export a live block, import it, check it through the import\n"
+          "  --suspend-every N      suspend and resume a private pool holding stamped blocks\n"
+          "                         (needs expandable_segments:True, else counted as refused)\n"
+          "  --misc-every N         a round of the rest of the device API (events, memsets,\n"
+          "                         host functions, queries)\n"
+          "  --all                  every part above, at default periods where not given;\n"
+          "                         --json then lists the device ops the run reached\n");
 }
 
 static bool parse_u64(const char *text, uint64_t *out) {
@@ -419,7 +552,13 @@ static int parse_options(int argc, char **argv, options_t *o) {
     O_DEVMEM,
     O_LIVE,
     O_JSON,
-    O_INJECT
+    O_INJECT,
+    O_ALL,
+    O_CHURN,
+    O_CAPTURE,
+    O_IPC,
+    O_SUSPEND,
+    O_MISC
   };
   static const struct option longopts[] = {
       {"threads", required_argument, NULL, 't'},
@@ -437,6 +576,12 @@ static int parse_options(int argc, char **argv, options_t *o) {
       {"live", required_argument, NULL, O_LIVE},
       {"json", no_argument, NULL, O_JSON},
       {"inject-bug", required_argument, NULL, O_INJECT},
+      {"all", no_argument, NULL, O_ALL},
+      {"stream-churn", required_argument, NULL, O_CHURN},
+      {"capture-every", required_argument, NULL, O_CAPTURE},
+      {"ipc-every", required_argument, NULL, O_IPC},
+      {"suspend-every", required_argument, NULL, O_SUSPEND},
+      {"misc-every", required_argument, NULL, O_MISC},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -447,7 +592,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
                    .check_every = 1000,
                    .cross_stream_frees = 0.1,
                    .live = 256};
-  bool seeded = false, have_seconds = false;
+  bool seeded = false, have_seconds = false, all = false;
+  unsigned given = 0; /* bit (c - O_CHURN): a part's period was given */
   int c;
   uint64_t v;
   char *end;
@@ -530,6 +676,26 @@ static int parse_options(int argc, char **argv, options_t *o) {
     case O_JSON:
       o->json = true;
       break;
+    case O_ALL:
+      all = true;
+      break;
+    case O_CHURN:
+    case O_CAPTURE:
+    case O_IPC:
+    case O_SUSPEND:
+    case O_MISC: {
+      uint64_t *dst = c == O_CHURN     ? &o->churn_every
+                      : c == O_CAPTURE ? &o->capture_every
+                      : c == O_IPC     ? &o->ipc_every
+                      : c == O_SUSPEND ? &o->suspend_every
+                                       : &o->misc_every;
+      if (!parse_u64(a, dst)) {
+        fprintf(stderr, "gca-stress: '%s' is not a valid count for %s\n", a, argv[optind - 1]);
+        return EXIT_USAGE;
+      }
+      given |= 1u << (c - O_CHURN);
+      break;
+    }
     case O_INJECT:
       if (strcmp(a, "overwrite-after-free") != 0) {
         fprintf(stderr, "gca-stress: --inject-bug '%s': the only bug is overwrite-after-free\n", a);
@@ -556,6 +722,15 @@ static int parse_options(int argc, char **argv, options_t *o) {
   }
   if (o->ops)
     o->seconds = 0;
+  if (all) {
+    static const uint64_t defaults[] = {ALL_CHURN_EVERY, ALL_CAPTURE_EVERY, ALL_IPC_EVERY,
+                                        ALL_SUSPEND_EVERY, ALL_MISC_EVERY};
+    uint64_t *periods[] = {&o->churn_every, &o->capture_every, &o->ipc_every, &o->suspend_every,
+                           &o->misc_every};
+    for (size_t i = 0; i < TOOL_ARRAY_SIZE(periods); i++)
+      if (!(given & (1u << i)))
+        *periods[i] = defaults[i];
+  }
   if (!seeded)
     o->seed = gca__stress_mix(tool_now_ns(), (uint64_t)getpid());
   return 0;
@@ -609,6 +784,11 @@ static void drain(shared_t *sh, worker_t *w0, gca_stats_t *before_empty, gca_sta
       release_block(w0, b, false);
     }
   }
+  for (int t = 0; t < sh->opt.threads && !sh->failed; t++) {
+    worker_t *w = &sh->workers[t];
+    if (!gca__stress_parts_finish(&w->parts))
+      fail(sh, "%s", w->parts.fail);
+  }
   if (sh->failed)
     return;
   gca_status_t st = gca_device_synchronize();
@@ -636,8 +816,42 @@ static void add_counters(counters_t *sum, const counters_t *c) {
     dst[i] += src[i];
 }
 
-static void report(shared_t *sh, const counters_t *c, uint64_t digest, double elapsed,
-                   const gca_stats_t *st, const gca_stats_t *after) {
+static const char *const part_counter_names[] = {
+    "churns",           "churns_live",       "churn_aborted",
+    "captures",         "capture_aborted",   "replays_checked",
+    "restores_checked", "ipc_checked",       "ipc_not_supported",
+    "ipc_aborted",      "ipc_close_dropped", "suspends_checked",
+    "suspend_refused",  "suspend_aborted",   "misc_rounds",
+    "misc_aborted",     "deferred_frees",
+};
+_Static_assert(sizeof(part_counter_names) / sizeof(part_counter_names[0]) ==
+                   sizeof(stress_part_counters_t) / sizeof(uint64_t),
+               "a name per part counter");
+
+/* The parts' counters and, per device op of the sim, its calls over the run
+ * (failed ones included): "ops_reached" counts the ops called at least once. */
+static void report_parts_json(const stress_part_counters_t *pc) {
+  const uint64_t *v = (const uint64_t *)pc;
+  printf(",\n \"parts\": {");
+  for (size_t i = 0; i < TOOL_ARRAY_SIZE(part_counter_names); i++)
+    printf("%s\"%s\": %" PRIu64, i ? ", " : "", part_counter_names[i], v[i]);
+  int total = gca_sim_op_count(), reached = 0;
+  printf("},\n \"op_calls\": {");
+  for (int i = 0; i < total; i++) {
+    int64_t n = gca_sim_call_count(gca_sim_op_name(i));
+    reached += n > 0;
+    printf("%s\"%s\": %" PRId64, i ? ", " : "", gca_sim_op_name(i), n);
+  }
+  printf("},\n \"ops_unreached\": [");
+  for (int i = 0, k = 0; i < total; i++)
+    if (gca_sim_call_count(gca_sim_op_name(i)) <= 0)
+      printf("%s\"%s\"", k++ ? ", " : "", gca_sim_op_name(i));
+  printf("], \"ops_reached\": %d, \"ops_total\": %d", reached, total);
+}
+
+static void report(shared_t *sh, const counters_t *c, const stress_part_counters_t *pc,
+                   uint64_t digest, double elapsed, const gca_stats_t *st,
+                   const gca_stats_t *after) {
   const options_t *o = &sh->opt;
   const gca_stat_t *ab = &st->allocated_bytes[GCA_STAT_ALL];
   const gca_stat_t *rb = &st->reserved_bytes[GCA_STAT_ALL];
@@ -667,6 +881,7 @@ static void report(shared_t *sh, const counters_t *c, uint64_t digest, double el
            st->allocation[GCA_STAT_ALL].allocated, ab->allocated, ab->peak, rb->peak,
            after->reserved_bytes[GCA_STAT_ALL].current, after->num_device_alloc,
            after->num_device_free, after->num_alloc_retries, after->num_ooms);
+    report_parts_json(pc);
     if (sh->failed) {
       printf(",\n \"error\": \"");
       for (const unsigned char *p = (const unsigned char *)sh->fail_msg; *p; p++) {
@@ -706,16 +921,47 @@ static void report(shared_t *sh, const counters_t *c, uint64_t digest, double el
          after->num_device_free, after->num_alloc_retries, after->num_ooms,
          sh->failed ? "now" : "at the end",
          tool_format_size((uint64_t)after->reserved_bytes[GCA_STAT_ALL].current, b1, sizeof(b1)));
+  if (pc->churns + pc->captures + pc->ipc_checked + pc->suspends_checked + pc->misc_rounds +
+          pc->suspend_refused + pc->ipc_not_supported >
+      0)
+    printf("  streams churned %" PRIu64 " (%" PRIu64 " with work queued), captures %" PRIu64
+           " (replays checked %" PRIu64 ", restores %" PRIu64 "), ipc checks %" PRIu64 " (%" PRIu64
+           " not exportable), suspends %" PRIu64 " (%" PRIu64 " refused), misc rounds %" PRIu64
+           "\n",
+           pc->churns, pc->churns_live, pc->captures, pc->replays_checked, pc->restores_checked,
+           pc->ipc_checked, pc->ipc_not_supported, pc->suspends_checked, pc->suspend_refused,
+           pc->misc_rounds);
   if (!sh->failed)
     printf("gca-stress: ok\n");
 }
 
+/* Creates a stream or an event, retrying while faults are injected. */
+static gca_status_t create_retrying(const shared_t *sh, gca_stream_t *stream, gca_event_t *event) {
+  gca_status_t st = GCA_OK;
+  for (int i = 0; i < (faults_on(sh) ? 3 : 1); i++) {
+    st = stream ? gca_stream_create(stream, GCA_STREAM_NON_BLOCKING)
+                : gca_event_create(event, GCA_EVENT_DISABLE_TIMING);
+    if (st == GCA_OK)
+      break;
+  }
+  return st;
+}
+
+/* Note [Faults from the start]: --faults is armed before the device layer is
+ * initialized, so that a sweep over every op and every nth call reaches the
+ * calls made while setting up (init, the first stream, ...). A failed setup
+ * step is retried while faults are injected; the device's init is not
+ * (its first result is final): it ends the run with exit 1 and the detail. */
 static int setup(shared_t *sh) {
-  gca_status_t st = gca_device_init();
-  if (st != GCA_OK) {
+  gca_status_t st;
+  if (sh->opt.faults && (st = gca_sim_fault_set(sh->opt.faults)) != GCA_OK) {
+    fprintf(stderr, "gca-stress: --faults: %s\n", gca_last_error());
+    return EXIT_USAGE;
+  }
+  if ((st = gca_device_init()) != GCA_OK) {
     fprintf(stderr, "gca-stress: device init failed: %s: %s\n", gca_status_name(st),
             gca_last_error());
-    return EXIT_USAGE;
+    return EXIT_FAILED;
   }
   bool sim = strcmp(gca_device_backend_name(), "sim") == 0;
   if (sh->opt.device_memory) {
@@ -735,14 +981,16 @@ static int setup(shared_t *sh) {
     return EXIT_USAGE;
   }
   sh->streams = calloc((size_t)sh->opt.streams, sizeof(*sh->streams));
+  sh->stream_locks = calloc((size_t)sh->opt.streams, sizeof(*sh->stream_locks));
   sh->slots = calloc(sh->opt.live, sizeof(*sh->slots));
   sh->workers = calloc((size_t)sh->opt.threads, sizeof(*sh->workers));
-  if (!sh->streams || !sh->slots || !sh->workers) {
+  if (!sh->streams || !sh->stream_locks || !sh->slots || !sh->workers) {
     fprintf(stderr, "gca-stress: out of host memory\n");
     return EXIT_FAILED;
   }
   for (int i = 0; i < sh->opt.streams; i++) {
-    if ((st = gca_stream_create(&sh->streams[i], GCA_STREAM_NON_BLOCKING)) != GCA_OK) {
+    pthread_rwlock_init(&sh->stream_locks[i], NULL);
+    if ((st = create_retrying(sh, &sh->streams[i], NULL)) != GCA_OK) {
       fprintf(stderr, "gca-stress: stream_create: %s\n", gca_last_error());
       return EXIT_FAILED;
     }
@@ -756,14 +1004,19 @@ static int setup(shared_t *sh) {
     if (sh->opt.ops)
       w->target_ops = sh->opt.ops / (uint64_t)sh->opt.threads +
                       ((uint64_t)i < sh->opt.ops % (uint64_t)sh->opt.threads ? 1 : 0);
-    if ((st = gca_event_create(&w->event, GCA_EVENT_DISABLE_TIMING)) != GCA_OK) {
+    w->parts = (stress_part_ctx_t){.key = gca__stress_mix(sh->opt.seed, 2000 + (uint64_t)i),
+                                   .faults = faults_on(sh),
+                                   .rng = &w->rng,
+                                   .c = &w->pc,
+                                   .scratch = w->scratch};
+    if ((st = create_retrying(sh, &w->parts.stream, NULL)) != GCA_OK) {
+      fprintf(stderr, "gca-stress: stream_create: %s\n", gca_last_error());
+      return EXIT_FAILED;
+    }
+    if ((st = create_retrying(sh, NULL, &w->event)) != GCA_OK) {
       fprintf(stderr, "gca-stress: event_create: %s\n", gca_last_error());
       return EXIT_FAILED;
     }
-  }
-  if (sh->opt.faults && (st = gca_sim_fault_set(sh->opt.faults)) != GCA_OK) {
-    fprintf(stderr, "gca-stress: --faults: %s\n", gca_last_error());
-    return EXIT_USAGE;
   }
   return 0;
 }
@@ -778,15 +1031,24 @@ static void teardown(shared_t *sh) {
       worker_t *w = &sh->workers[i];
       if (w->event)
         gca_event_destroy(w->event);
+      if (w->parts.stream)
+        gca_stream_destroy(w->parts.stream);
       for (size_t j = 0; j < w->nkept; j++)
         free(w->kept[j]);
       free(w->kept);
+      free(w->parts.deferred);
+      free(w->parts.unclosed);
     }
   }
   if (sh->streams) {
     for (int i = 0; i < sh->opt.streams; i++)
       if (sh->streams[i])
         gca_stream_destroy(sh->streams[i]);
+  }
+  if (sh->stream_locks) {
+    for (int i = 0; i < sh->opt.streams; i++)
+      pthread_rwlock_destroy(&sh->stream_locks[i]);
+    free(sh->stream_locks);
   }
   free(sh->workers);
   free(sh->slots);
@@ -827,9 +1089,12 @@ int main(int argc, char **argv) {
   }
 
   counters_t sum = {0};
+  stress_part_counters_t psum = {0};
   uint64_t digest = 0;
   for (int i = 0; i < sh.opt.threads; i++) {
     add_counters(&sum, &sh.workers[i].c);
+    for (size_t k = 0; k < sizeof(psum) / sizeof(uint64_t); k++)
+      ((uint64_t *)&psum)[k] += ((const uint64_t *)&sh.workers[i].pc)[k];
     digest ^= sh.workers[i].digest;
   }
   gca_stats_t before = {0}, after = {0};
@@ -847,7 +1112,7 @@ int main(int argc, char **argv) {
   }
   if (sh.failed && gca_get_stats(0, &before) == GCA_OK)
     after = before;
-  report(&sh, &sum, digest, elapsed, &before, &after);
+  report(&sh, &sum, &psum, digest, elapsed, &before, &after);
   if (sh.failed) {
     fprintf(stderr, "gca-stress: FAILED (seed %" PRIu64 "): %s\n", sh.opt.seed, sh.fail_msg);
     fprintf(stderr,

@@ -263,6 +263,48 @@ static void vmm_segment_of_a_destroyed_stream_is_released(void **state) {
   release_of_memory_whose_stream_was_destroyed("ipc_handles:True");
 }
 
+/* Note [Releases during a capture]: empty_cache on another thread while a
+ * stream with a cached segment captures (thread-local mode) keeps that
+ * segment instead of synchronizing the capturing stream, which would fail
+ * and invalidate the capture; the segment goes once the capture has ended. */
+static void release_during_a_capture(const char *conf) {
+  assert_ok(gca_set_config(conf));
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  void *p = alloc_on(4 * MiB, s);
+  free_ok(p);
+  size_t reserved = (size_t)stats().reserved_bytes[GCA_STAT_ALL].current;
+  assert_true(reserved >= 4 * MiB);
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_THREAD_LOCAL));
+  job_t job = {.fn = job_empty_cache};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, run_job, &job), 0);
+  pthread_join(t, NULL);
+  assert_ok(job.st);
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  assert_ok(gca_stream_capture_status(s, &cs));
+  assert_int_equal(cs, GCA_CAPTURE_STATUS_ACTIVE);
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, reserved);
+  gca_graph_t g;
+  assert_ok(gca_stream_end_capture(s, &g));
+  assert_ok(gca_graph_destroy(g));
+  assert_ok(gca_empty_cache());
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_set_config(""));
+}
+
+static void expandable_segment_of_a_capturing_stream_is_kept(void **state) {
+  (void)state;
+  release_during_a_capture("expandable_segments:True");
+}
+
+static void vmm_segment_of_a_capturing_stream_is_kept(void **state) {
+  (void)state;
+  release_during_a_capture("ipc_handles:True");
+}
+
 typedef struct stamper {
   void *p;
   size_t size;
@@ -353,6 +395,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(expandable_segment_of_a_destroyed_stream_is_released,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(vmm_segment_of_a_destroyed_stream_is_released, release_setup,
+                                      release_teardown),
+      cmocka_unit_test_setup_teardown(expandable_segment_of_a_capturing_stream_is_kept,
+                                      release_setup, release_teardown),
+      cmocka_unit_test_setup_teardown(vmm_segment_of_a_capturing_stream_is_kept, release_setup,
                                       release_teardown),
       cmocka_unit_test_setup_teardown(free_of_block_recorded_on_destroyed_stream_waits_for_its_work,
                                       release_setup, release_teardown),

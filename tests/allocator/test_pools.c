@@ -392,6 +392,38 @@ static void capture_info_fault_leaves_the_pool_unrouted(void **state) {
   assert_ok(gca_stream_destroy(s));
 }
 
+/* A routed request whose stream cannot be asked whether it captures fails
+ * with the driver's status; it does not quietly come from the default pools
+ * (where a graph would write memory the default pools hand out again). */
+static void capture_info_fault_on_a_routed_malloc_fails_it(void **state) {
+  (void)state;
+  gca_stream_t s = new_stream();
+  gca_graph_t graph = NULL;
+  gca_pool_t *pool = new_pool(false, false);
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(gca_pool_begin_capture(pool, s));
+  gca_stats_t before;
+  assert_ok(gca_get_stats(0, &before));
+  assert_ok(gca_sim_fault_set("stream_capture_info:nth=1"));
+  void *p = NULL;
+  assert_status(gca_malloc(&p, 4096, s), GCA_ERR_DRIVER, "malloc: routing a request on stream");
+  gca_sim_fault_clear();
+  assert_null(p);
+  gca_stats_t after;
+  assert_ok(gca_get_stats(0, &after));
+  assert_int_equal(after.allocation[GCA_STAT_ALL].current, before.allocation[GCA_STAT_ALL].current);
+  void *q = alloc_on(4096, s); /* and the next one is routed to the pool */
+  assert_true(in_pool(q, pool));
+  assert_ok(gca_free(q));
+  assert_ok(gca_stream_end_capture(s, &graph));
+  assert_ok(gca_pool_end_capture(pool, s));
+  if (graph != NULL)
+    assert_ok(gca_graph_destroy(graph));
+  check();
+  assert_ok(gca_pool_release(pool));
+  assert_ok(gca_stream_destroy(s));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(stream_filter_routes_matching_streams_only, alloc_setup,
@@ -413,6 +445,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(no_split_gives_each_allocation_its_own_block, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(dead_and_foreign_handles_are_refused, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(capture_info_fault_on_a_routed_malloc_fails_it, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(capture_info_fault_leaves_the_pool_unrouted, alloc_setup,
                                       alloc_teardown),

@@ -3,11 +3,16 @@
  * command: a seeded single-thread run is reproducible, the checker catches an
  * injected overwrite-after-free and names the seed and the block, injected
  * allocation faults are counted rather than fatal, bad usage exits 2.
+ * The workload parts of --all check what they compute; and (the stress
+ * suite's sweep) a fault injected at the n-th call of any device op, n = 1..5,
+ * ends a short --all run cleanly.
  *
- * Usage: test_stress GCA_STRESS_BINARY
+ * Usage: test_stress GCA_STRESS_BINARY [sweep]
  */
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gca.h"
@@ -484,12 +489,348 @@ static void bad_usage_exits_2_with_a_message(void **state) {
   free(out);
 }
 
+/* ---- --all ---- */
+
+/* Every part runs and checks its results; with expandable segments IPC and
+ * suspend work, with classic cuMemAlloc segments they are refused and
+ * counted; the run reaches the device ops listed. */
+static void all_parts_run_and_check_their_results(void **state) {
+  (void)state;
+  static const char *const configs[] = {"expandable_segments:True", "ipc_handles:True",
+                                        "expandable_segments:False"};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(configs); k++) {
+    char *out = NULL;
+    char *argv[] = {(char *)tool_path,
+                    "--all",
+                    "--stream-churn",
+                    "0",
+                    "--threads",
+                    "2",
+                    "--ops",
+                    "600",
+                    "--seed",
+                    "21",
+                    "--config",
+                    (char *)configs[k],
+                    "--live",
+                    "32",
+                    "--empty-cache-every",
+                    "100",
+                    "--json",
+                    NULL};
+    int rc = test_run_capture(argv, &out);
+    if (rc != 0)
+      fail_msg("%s: exit %d:\n%s", configs[k], rc, out);
+    assert_true(json_field(out, "captures") > 0);
+    assert_true(json_field(out, "replays_checked") >= json_field(out, "captures"));
+    assert_true(json_field(out, "restores_checked") > 0);
+    assert_true(json_field(out, "misc_rounds") > 0);
+    bool exportable = k < 2, expandable = k == 0;
+    assert_int_equal(json_field(out, "ipc_checked") > 0, exportable);
+    assert_int_equal(json_field(out, "ipc_not_supported") > 0, !exportable);
+    assert_int_equal(json_field(out, "suspends_checked") > 0, expandable);
+    assert_int_equal(json_field(out, "ops_total"), gca_sim_op_count());
+    assert_true(json_field(out, "ops_reached") >= 36);
+    assert_int_equal(json_field(out, "mem_export_fd") > 0, exportable);
+    assert_int_equal(json_field(out, "mem_alloc") > 0, k == 2);
+    assert_true(json_field(out, "stream_begin_capture") > 0);
+    assert_true(json_field(out, "event_elapsed") > 0);
+    assert_int_equal(json_field(out, "reserved_bytes_end"), 0);
+    free(out);
+  }
+}
+
+/* ---- the fault sweep (suite 'stress') ----
+ *
+ * For every device op and n = 1..5, one short gca-stress --all run with
+ * --faults op:nth=n (armed before the device is initialized), at most two at
+ * a time. A case passes when the run ends cleanly:
+ *   - it exits on its own within SWEEP_TIMEOUT_S (no hang, no signal);
+ *   - its output holds no sanitizer report and no CORRUPTION;
+ *   - either it exits 0 with "ok": true (every injected failure was counted
+ *     and wound down, the allocator check passed at the end, and after
+ *     freeing every block and gca_empty_cache nothing is allocated and nothing
+ *     reserved: reserved_bytes_end is 0), or it exits 1 having failed to set
+ *     up, with the injected op named ("<op>: injected fault") before any
+ *     allocation was made (the device's init, whose first result is final).
+ * The seed is fixed and printed; GCA_STRESS_SWEEP_SEED changes it. */
+
+#define SWEEP_NTH       5
+#define SWEEP_PARALLEL  2
+#define SWEEP_TIMEOUT_S 60.0
+
+/* Cases (op, nth) skipped for a known defect, each named; empty now (the
+ * sentinel keeps the array valid C). Add an entry only with the defect's
+ * description and a reproducing command, and remove it with the fix. */
+static const struct {
+  const char *op;
+  int nth; /* 0: every nth */
+  const char *defect;
+} sweep_skips[] = {
+    {NULL, 0, NULL},
+};
+
+/* Ops no gca-stress run can reach on the sim, and why. */
+static const struct {
+  const char *op, *why;
+} sweep_unreachable[] = {
+    {"graph_node_count", "no caller above the device layer"},
+    {"graph_upload", "no caller above the device layer"},
+    {"mem_export_fabric", "the sim reports no fabric handles; gca_ipc_export_ex checks first"},
+    {"mem_import_fabric", "the sim reports no fabric handles; gca_ipc_open checks first"},
+    {"graph_exec_update", "only graph trees call it; gca-stress has no graph-tree part"},
+    {"kernel_philox_u32", "only graph trees' RNG calls it; gca-stress has no graph-tree part"},
+};
+
+typedef struct sweep_case {
+  const char *op;
+  int nth;
+  const char *config;
+  char spec[96];
+  pid_t pid;
+  int fd;
+  double start;
+} sweep_case_t;
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* classic cuMemAlloc segments for the ops only they call; else expandable
+ * segments and classic VMM segments (ipc_handles:True) in turn */
+static const char *sweep_config(const char *op, int nth) {
+  if (strcmp(op, "mem_alloc") == 0 || strcmp(op, "mem_free") == 0)
+    return "expandable_segments:False";
+  return nth % 2 ? "expandable_segments:True" : "ipc_handles:True";
+}
+
+static void sweep_start(sweep_case_t *c, const char *seed) {
+  char tmpl[] = "/tmp/gca-sweep-XXXXXX";
+  c->fd = mkstemp(tmpl);
+  assert_true(c->fd >= 0);
+  unlink(tmpl);
+  snprintf(c->spec, sizeof(c->spec), "%s:nth=%d", c->op, c->nth);
+  char *argv[] = {(char *)tool_path,
+                  "--all",
+                  "--threads",
+                  "2",
+                  "--streams",
+                  "3",
+                  "--ops",
+                  "300",
+                  "--live",
+                  "32",
+                  "--seed",
+                  (char *)seed,
+                  "--config",
+                  (char *)c->config,
+                  "--empty-cache-every",
+                  "50",
+                  "--check-every",
+                  "50",
+                  "--faults",
+                  c->spec,
+                  "--json",
+                  NULL};
+  c->start = mono_s();
+  c->pid = fork();
+  assert_true(c->pid >= 0);
+  if (c->pid == 0) {
+    dup2(c->fd, 1);
+    dup2(c->fd, 2);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+}
+
+static char *read_all(int fd) {
+  off_t len = lseek(fd, 0, SEEK_END);
+  char *out = calloc(1, (size_t)len + 1);
+  assert_non_null(out);
+  assert_int_equal(pread(fd, out, (size_t)len, 0), len);
+  close(fd);
+  return out;
+}
+
+/* Calls of `op` in the report's op_calls, or -1 when there is none. */
+static long long op_calls(const char *out, const char *op) {
+  const char *calls = strstr(out, "\"op_calls\": {");
+  if (!calls)
+    return -1;
+  char pat[64];
+  snprintf(pat, sizeof(pat), "\"%s\": ", op);
+  const char *p = strstr(calls, pat);
+  return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
+/* NULL when the case ended cleanly, else why not (static storage). */
+static const char *sweep_verdict(const sweep_case_t *c, int status, bool timed_out,
+                                 const char *out) {
+  static char why[256];
+  char injected[96];
+  snprintf(injected, sizeof(injected), "%s: injected fault", c->op);
+  static const char *const never[] = {"AddressSanitizer", "runtime error:", "ThreadSanitizer",
+                                      "LeakSanitizer", "CORRUPTION"};
+  if (timed_out)
+    return "did not finish in time (hang?)";
+  if (!WIFEXITED(status)) {
+    snprintf(why, sizeof(why), "killed by signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    return why;
+  }
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(never); i++)
+    if (strstr(out, never[i])) {
+      snprintf(why, sizeof(why), "output holds '%s'", never[i]);
+      return why;
+    }
+  int rc = WEXITSTATUS(status);
+  if (rc == 0) {
+    if (!strstr(out, "\"ok\": true"))
+      return "exit 0 without \"ok\": true";
+    const char *p = strstr(out, "\"reserved_bytes_end\": ");
+    if (!p || strtoll(p + strlen("\"reserved_bytes_end\": "), NULL, 10) != 0)
+      return "memory still reserved at the end";
+    return NULL;
+  }
+  if (rc == 1 && strstr(out, "gca-stress: device init failed") && strstr(out, injected))
+    return NULL;
+  snprintf(why, sizeof(why), "exit %d", rc);
+  return why;
+}
+
+static bool sweep_skipped(const char *op, int nth) {
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(sweep_skips); i++)
+    if (sweep_skips[i].op && strcmp(sweep_skips[i].op, op) == 0 &&
+        (sweep_skips[i].nth == 0 || sweep_skips[i].nth == nth))
+      return true;
+  return false;
+}
+
+static bool sweep_unreachable_op(const char *op) {
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(sweep_unreachable); i++)
+    if (strcmp(sweep_unreachable[i].op, op) == 0)
+      return true;
+  return false;
+}
+
+static sweep_case_t *sweep_find(sweep_case_t *cases, size_t n, pid_t pid) {
+  for (size_t i = 0; i < n; i++)
+    if (cases[i].pid == pid)
+      return &cases[i];
+  return NULL;
+}
+
+static void fault_at_any_call_of_any_op_ends_the_run_cleanly(void **state) {
+  (void)state;
+  const char *seed = getenv("GCA_STRESS_SWEEP_SEED");
+  if (!seed || !*seed)
+    seed = "7";
+  /* a second device, so that enabling peer access reaches device_can_access_peer */
+  setenv("GCA_SIM_DEVICES", "2", 1);
+  int nops = gca_sim_op_count();
+  assert_true(nops > 0);
+  size_t ncases = (size_t)nops * SWEEP_NTH, next = 0, running = 0, skipped = 0, bad = 0;
+  sweep_case_t *cases = calloc(ncases, sizeof(*cases));
+  int *fired = calloc((size_t)nops, sizeof(*fired)); /* highest nth that fired */
+  assert_true(cases && fired);
+  for (int op = 0; op < nops; op++)
+    for (int n = 1; n <= SWEEP_NTH; n++) {
+      sweep_case_t *c = &cases[(size_t)op * SWEEP_NTH + (size_t)(n - 1)];
+      c->op = gca_sim_op_name(op);
+      c->nth = n;
+      c->config = sweep_config(c->op, n);
+      c->pid = -1;
+    }
+  print_message("fault sweep: %d ops x nth=1..%d, seed %s (GCA_STRESS_SWEEP_SEED)\n", nops,
+                SWEEP_NTH, seed);
+  double t0 = mono_s();
+  size_t done = 0;
+  while (done < ncases) {
+    while (running < SWEEP_PARALLEL && next < ncases) {
+      sweep_case_t *c = &cases[next++];
+      if (sweep_skipped(c->op, c->nth)) {
+        skipped++;
+        done++;
+        continue;
+      }
+      sweep_start(c, seed);
+      running++;
+    }
+    if (running == 0)
+      continue;
+    int status = 0;
+    bool timed_out = false;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    sweep_case_t *c = pid > 0 ? sweep_find(cases, next, pid) : NULL;
+    if (pid <= 0) {
+      /* a watchdog for hung runs, not an ordering device */
+      double now = mono_s();
+      for (size_t i = 0; i < next && !c; i++)
+        if (cases[i].pid > 0 && now - cases[i].start > SWEEP_TIMEOUT_S)
+          c = &cases[i];
+      if (!c) {
+        struct timespec nap = {0, 2 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+        continue;
+      }
+      kill(c->pid, SIGKILL);
+      assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
+      timed_out = true;
+    }
+    assert_non_null(c);
+    c->pid = 0;
+    running--;
+    done++;
+    char *out = read_all(c->fd);
+    const char *why = sweep_verdict(c, status, timed_out, out);
+    int op = (int)((size_t)(c - cases) / SWEEP_NTH);
+    if (op_calls(out, c->op) >= c->nth || (why == NULL && strstr(out, "device init failed")))
+      fired[op] = c->nth > fired[op] ? c->nth : fired[op];
+    if (why) {
+      bad++;
+      print_error("fault sweep: --faults %s --config %s --seed %s: %s\n%s\n", c->spec, c->config,
+                  seed, why, out);
+    }
+    free(out);
+  }
+  int reached = 0;
+  char unreached[2048] = "";
+  for (int op = 0; op < nops; op++) {
+    reached += fired[op] > 0;
+    if (!fired[op]) {
+      size_t l = strlen(unreached);
+      snprintf(unreached + l, sizeof(unreached) - l, " %s", gca_sim_op_name(op));
+    }
+  }
+  print_message("fault sweep: %zu cases in %.1f s, %zu skipped for known defects; injected "
+                "faults fired in %d of %d ops; never in:%s\n",
+                ncases, mono_s() - t0, skipped, reached, nops, unreached);
+  for (int op = 0; op < nops; op++)
+    if (!fired[op] && !sweep_unreachable_op(gca_sim_op_name(op)) &&
+        !sweep_skipped(gca_sim_op_name(op), 1))
+      fail_msg("fault sweep: no injected fault of '%s' fired (seed %s), and it is not listed "
+               "as unreachable",
+               gca_sim_op_name(op), seed);
+  free(cases);
+  free(fired);
+  if (bad)
+    fail_msg("fault sweep: %zu of %zu cases did not end cleanly (seed %s; see above)", bad, ncases,
+             seed);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s GCA_STRESS_BINARY\n", argv[0]);
+    fprintf(stderr, "usage: %s GCA_STRESS_BINARY [sweep]\n", argv[0]);
     return 1;
   }
   tool_path = argv[1];
+  if (argc > 2 && strcmp(argv[2], "sweep") == 0) {
+    const struct CMUnitTest sweep[] = {
+        cmocka_unit_test(fault_at_any_call_of_any_op_ends_the_run_cleanly),
+    };
+    return cmocka_run_group_tests(sweep, NULL, NULL);
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(size_ranges_parse_and_bad_text_is_rejected),
       cmocka_unit_test(trace_sizes_are_the_allocate_rows),
@@ -505,6 +846,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(small_device_runs_out_of_memory_without_failing),
       cmocka_unit_test(trace_sizes_drive_a_run),
       cmocka_unit_test(bad_usage_exits_2_with_a_message),
+      cmocka_unit_test(all_parts_run_and_check_their_results),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

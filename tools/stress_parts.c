@@ -1,0 +1,509 @@
+/* stress_parts.c - gca-stress's episodes beyond allocate and free: capture and
+ * replay into a private pool (with checkpoint and restore), IPC export and
+ * import of a live block, suspend and resume of a private pool, and a round
+ * of the remaining device API calls.
+ *
+ * The one idea: an episode checks what it computed and always winds down the
+ * same way, in reverse order of creation, whichever step an injected fault
+ * stopped it at; what cannot be freed now (a free or a close that failed) is
+ * kept and retried once the run's faults are cleared, so the end-of-run leak
+ * check still holds.
+ */
+#include "stress_parts.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RETRIES        3
+#define SETTLE_RETRIES 64
+
+static bool part_fail(stress_part_ctx_t *ctx, const char *fmt, ...) TOOL_PRINTF(2, 3);
+
+static bool part_fail(stress_part_ctx_t *ctx, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ctx->fail, sizeof(ctx->fail), fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+/* A step of an episode failed: counted in *aborted while faults are injected
+ * (the episode winds down), else a failure of the run. */
+static bool step_failed(stress_part_ctx_t *ctx, const char *what, gca_status_t st,
+                        uint64_t *aborted) {
+  if (ctx->faults) {
+    (*aborted)++;
+    return true;
+  }
+  return part_fail(ctx, "%s failed: %s: %s", what, gca_status_name(st), gca_last_error());
+}
+
+static bool push(void ***v, size_t *n, size_t *cap, void *p) {
+  if (*n == *cap) {
+    size_t ncap = *cap ? *cap * 2 : 8;
+    void **grown = realloc(*v, ncap * sizeof(*grown));
+    if (!grown)
+      return false;
+    *v = grown;
+    *cap = ncap;
+  }
+  (*v)[(*n)++] = p;
+  return true;
+}
+
+/* Frees a block, retrying; one that still fails is freed after the run. */
+static bool release(stress_part_ctx_t *ctx, void *p) {
+  if (!p)
+    return true;
+  gca_status_t st = GCA_OK;
+  for (int i = 0; i < RETRIES; i++)
+    if ((st = gca_free(p)) == GCA_OK)
+      return true;
+  if (!ctx->faults)
+    return part_fail(ctx, "gca_free(%p) failed: %s: %s", p, gca_status_name(st), gca_last_error());
+  ctx->c->deferred++;
+  if (!push(&ctx->deferred, &ctx->ndeferred, &ctx->capdeferred, p))
+    return part_fail(ctx, "out of host memory deferring a free");
+  return true;
+}
+
+static bool close_import(stress_part_ctx_t *ctx, void *q) {
+  if (!q)
+    return true;
+  gca_status_t st = GCA_OK;
+  for (int i = 0; i < RETRIES; i++) {
+    if ((st = gca_ipc_close(q)) == GCA_OK)
+      return true;
+    /* Note [Close is not retried]: a close that failed after unmapping
+     * ("was unmapped, but ...") has already forgotten the import; what it
+     * could not release is beyond the caller's reach. */
+    if (i > 0 && st == GCA_ERR_INVALID_POINTER && ctx->faults) {
+      ctx->c->ipc_close_dropped++;
+      return true;
+    }
+  }
+  if (!ctx->faults)
+    return part_fail(ctx, "gca_ipc_close(%p) failed: %s: %s", q, gca_status_name(st),
+                     gca_last_error());
+  ctx->c->deferred++;
+  if (!push(&ctx->unclosed, &ctx->nunclosed, &ctx->capunclosed, q))
+    return part_fail(ctx, "out of host memory deferring a close");
+  return true;
+}
+
+/* Waits for a stream even through injected synchronize failures, so nothing
+ * queued on it still writes into host memory the caller is about to reuse. */
+static void settle(gca_stream_t s) {
+  if (!s)
+    return;
+  for (int i = 0; i < SETTLE_RETRIES; i++)
+    if (gca_stream_synchronize(s) == GCA_OK)
+      return;
+  for (int i = 0; i < SETTLE_RETRIES; i++)
+    if (gca_device_synchronize() == GCA_OK)
+      return;
+}
+
+#define RETRY(call)                                  \
+  do {                                               \
+    for (int retry_ = 0; retry_ < RETRIES; retry_++) \
+      if ((call) == GCA_OK)                          \
+        break;                                       \
+  } while (0)
+
+/* Runs `call` as a step of the episode: on failure, `what` names it and the
+ * episode jumps to its `failed` label. */
+#define STEP(name, call)         \
+  do {                           \
+    what = (name);               \
+    if ((st = (call)) != GCA_OK) \
+      goto failed;               \
+  } while (0)
+
+/* ---- capture, replay, checkpoint and restore ---- */
+
+/* Replays the graph once and checks c[i] == value + i * step for i < n. */
+static gca_status_t replay_and_check(stress_part_ctx_t *ctx, gca_graph_exec_t x, gca_stream_t s,
+                                     void *c, uint32_t *host, size_t n, uint32_t value,
+                                     uint32_t step, const char **what, bool *ok) {
+  *what = "gca_memset_d32_async (clearing the result)";
+  TOOL_CHECK(gca_memset_d32_async(c, 0, n, s));
+  *what = "gca_graph_launch";
+  TOOL_CHECK(gca_graph_launch(x, s));
+  *what = "gca_memcpy_async (reading the result)";
+  TOOL_CHECK(gca_memcpy_async(host, c, n * 4, s));
+  *what = "gca_stream_synchronize";
+  gca_status_t st = gca_stream_synchronize(s);
+  if (st != GCA_OK) {
+    settle(s);
+    return st;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint32_t want = value + (uint32_t)i * step;
+    if (host[i] != want) {
+      *ok = part_fail(ctx,
+                      "CORRUPTION in a graph replay: the captured result at %p (%zu words) has "
+                      "word %zu = 0x%08x, expected 0x%08x",
+                      c, n, i, host[i], want);
+      return GCA_OK;
+    }
+  }
+  return GCA_OK;
+}
+
+bool gca__stress_part_capture(stress_part_ctx_t *ctx) {
+  stress_rng_t *rng = ctx->rng;
+  size_t n = 64 + (size_t)gca__stress_rng_below(rng, 4033);
+  uint32_t va = (uint32_t)gca__stress_rng_next(rng), sa = (uint32_t)gca__stress_rng_next(rng);
+  uint32_t vb = (uint32_t)gca__stress_rng_next(rng), sb = (uint32_t)gca__stress_rng_next(rng);
+  int replays = 1 + (int)gca__stress_rng_below(rng, 3);
+  bool restore = gca__stress_rng_below(rng, 2) == 0;
+  gca_pool_t *pool = NULL;
+  gca_stream_t s = ctx->stream;
+  gca_graph_t g = NULL;
+  gca_graph_exec_t x = NULL;
+  gca_pool_state_t *state = NULL;
+  gca_pool_changes_t changes = {0};
+  void *a = NULL, *b = NULL, *c = NULL;
+  bool capturing = false, routed = false, ok = true;
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  const char *what = "";
+  gca_status_t st;
+  uint32_t *host = malloc(n * 4);
+  if (!host)
+    return part_fail(ctx, "out of host memory for a capture's result");
+
+  STEP("gca_pool_create", gca_pool_create(0, NULL, &pool));
+  STEP("gca_stream_begin_capture", gca_stream_begin_capture(s, GCA_CAPTURE_MODE_THREAD_LOCAL));
+  capturing = true;
+  STEP("gca_pool_begin_capture", gca_pool_begin_capture(pool, s));
+  routed = true;
+  STEP("gca_malloc (captured)", gca_malloc(&a, n * 4, s));
+  STEP("gca_malloc (captured)", gca_malloc(&b, n * 4, s));
+  STEP("gca_kernel_fill_u32 (captured)", gca_kernel_fill_u32(a, va, sa, n, s));
+  STEP("gca_kernel_fill_u32 (captured)", gca_kernel_fill_u32(b, vb, sb, n, s));
+  STEP("gca_malloc (captured)", gca_malloc(&c, n * 4, s));
+  STEP("gca_kernel_add_u32 (captured)", gca_kernel_add_u32(c, a, b, n, s));
+  STEP("gca_free (captured)", gca_free(a));
+  a = NULL;
+  STEP("gca_free (captured)", gca_free(b));
+  b = NULL;
+  STEP("gca_stream_capture_status", gca_stream_capture_status(s, &cs));
+  if (cs != GCA_CAPTURE_STATUS_ACTIVE) {
+    ok = part_fail(ctx, "capture status %d during a capture, expected active", (int)cs);
+    goto out;
+  }
+  STEP("gca_stream_end_capture", gca_stream_end_capture(s, &g));
+  capturing = false;
+  routed = false;
+  STEP("gca_pool_end_capture", gca_pool_end_capture(pool, s));
+  STEP("gca_graph_instantiate", gca_graph_instantiate(&x, g));
+  ctx->c->captures++;
+  for (int r = 0; r < replays && ok; r++) {
+    STEP(what, replay_and_check(ctx, x, s, c, host, n, va + vb, sa + sb, &what, &ok));
+    ctx->c->replays_checked += ok;
+  }
+  if (!ok || !restore)
+    goto out;
+  /* the pool's layout with c live; c freed; restored: c is live again at the
+   * same address, the graph writes it as before */
+  STEP("gca_pool_checkpoint", gca_pool_checkpoint(pool, &state));
+  STEP("gca_free", gca_free(c));
+  void *freed = c;
+  c = NULL;
+  st = gca_pool_restore(pool, state, &changes);
+  if (st != GCA_OK) {
+    size_t bs;
+    int dev;
+    if (gca_pointer_info(freed, &bs, &dev) == GCA_OK)
+      c = freed; /* live again despite the failure: freed below */
+    what = "gca_pool_restore";
+    goto failed;
+  }
+  c = freed;
+  if (changes.nallocated != 1 || changes.allocated[0] != c || changes.nfreed != 0) {
+    ok = part_fail(ctx,
+                   "gca_pool_restore of a pool whose one live block %p was freed after the "
+                   "checkpoint reported %zu allocated (first %p) and %zu freed, expected that "
+                   "block alone allocated",
+                   c, changes.nallocated, changes.nallocated ? changes.allocated[0] : NULL,
+                   changes.nfreed);
+    goto out;
+  }
+  STEP(what, replay_and_check(ctx, x, s, c, host, n, va + vb, sa + sb, &what, &ok));
+  ctx->c->restores_checked += ok;
+  goto out;
+
+failed:
+  ok = step_failed(ctx, what, st, &ctx->c->capture_aborted);
+out:
+  /* a failed end of capture may leave the stream capturing */
+  for (int i = 0; capturing && i < RETRIES; i++) {
+    gca_graph_t g2 = NULL;
+    if (gca_stream_end_capture(s, &g2) == GCA_OK) {
+      capturing = false;
+      if (g2)
+        RETRY(gca_graph_destroy(g2));
+    } else if (gca_stream_capture_status(s, &cs) == GCA_OK && cs == GCA_CAPTURE_STATUS_NONE) {
+      capturing = false;
+    }
+  }
+  if (routed)
+    RETRY(gca_pool_end_capture(pool, s));
+  settle(s);
+  ok = release(ctx, a) && ok;
+  ok = release(ctx, b) && ok;
+  ok = release(ctx, c) && ok;
+  if (x)
+    RETRY(gca_graph_exec_destroy(x));
+  if (g)
+    RETRY(gca_graph_destroy(g));
+  gca_pool_changes_free(&changes);
+  gca_pool_state_free(state);
+  if (pool)
+    RETRY(gca_pool_release(pool));
+  free(host);
+  return ok;
+}
+
+/* ---- IPC ---- */
+
+bool gca__stress_part_ipc(stress_part_ctx_t *ctx, gca_devptr_t ptr, const stress_stamp_t *stamp,
+                          gca_stream_t stream) {
+  gca_ipc_handle_t *h = NULL, *h2 = NULL;
+  int sv[2] = {-1, -1};
+  void *q = NULL;
+  bool ok = true;
+  const char *what = "gca_ipc_export";
+  gca_status_t st = gca_ipc_export((void *)(uintptr_t)ptr, &h);
+  if (st == GCA_ERR_NOT_SUPPORTED) { /* a cuMemAlloc segment: neither expandable nor ipc_handles */
+    ctx->c->ipc_not_supported++;
+    return true;
+  }
+  if (st != GCA_OK)
+    goto failed;
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
+    ok = part_fail(ctx, "socketpair for an IPC handle failed");
+    goto out;
+  }
+  STEP("gca_ipc_send", gca_ipc_send(sv[0], h));
+  STEP("gca_ipc_recv", gca_ipc_recv(sv[1], &h2));
+  STEP("gca_ipc_open", gca_ipc_open(h2, 0, &q));
+  STEP("reading the stamp through the import",
+       gca__stress_stamp_read((gca_devptr_t)(uintptr_t)q, stamp, ctx->scratch, stream));
+  stress_mismatch_t mm;
+  if (!gca__stress_stamp_check(stamp, ctx->scratch, &mm)) {
+    ok = part_fail(ctx,
+                   "CORRUPTION through an IPC import of the block at 0x%" PRIx64
+                   " (imported at %p): offset %" PRIu64 " expected 0x%08x found 0x%08x",
+                   ptr, q, mm.offset, mm.expected, mm.found);
+    goto out;
+  }
+  ctx->c->ipc_checked++;
+  goto out;
+
+failed:
+  ok = step_failed(ctx, what, st, &ctx->c->ipc_aborted);
+out:
+  ok = close_import(ctx, q) && ok;
+  gca_ipc_handle_free(h2);
+  gca_ipc_handle_free(h);
+  if (sv[0] >= 0)
+    close(sv[0]);
+  if (sv[1] >= 0)
+    close(sv[1]);
+  return ok;
+}
+
+/* ---- suspend and resume ---- */
+
+#define SUSPEND_BLOCKS 3
+
+bool gca__stress_part_suspend(stress_part_ctx_t *ctx) {
+  stress_rng_t *rng = ctx->rng;
+  int nblocks = 1 + (int)gca__stress_rng_below(rng, SUSPEND_BLOCKS);
+  void *p[SUSPEND_BLOCKS] = {0};
+  stress_stamp_t stamp[SUSPEND_BLOCKS];
+  gca_pool_t *pool = NULL;
+  gca_stream_t s = ctx->stream;
+  bool scoped = false, ok = true, readable = true, suspended = false;
+  const char *what = "";
+  gca_status_t st;
+
+  STEP("gca_pool_create", gca_pool_create(0, NULL, &pool));
+  STEP("gca_pool_use_begin", gca_pool_use_begin(pool));
+  scoped = true;
+  for (int i = 0; i < nblocks; i++) {
+    uint64_t size = 4096 + gca__stress_rng_below(rng, 4u << 20);
+    STEP("gca_malloc (in the pool)", gca_malloc(&p[i], size, s));
+    gca__stress_stamp_layout(size, gca__stress_mix(ctx->key, gca__stress_rng_next(rng)), &stamp[i]);
+    STEP("stamping a pool block", gca__stress_stamp_write((gca_devptr_t)(uintptr_t)p[i], &stamp[i],
+                                                          0, stamp[i].nregions, s));
+  }
+  scoped = false;
+  STEP("gca_pool_use_end", gca_pool_use_end(pool));
+  st = gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE);
+  if (st == GCA_ERR_NOT_SUPPORTED ||
+      (st == GCA_ERR_INVALID_STATE && strstr(gca_last_error(), "capture"))) {
+    ctx->c->suspend_refused++; /* classic segments, or another thread's capture */
+  } else if (st != GCA_OK) {
+    what = "gca_pool_suspend";
+    goto failed;
+  } else {
+    readable = false;
+    suspended = true;
+    for (int i = 0; i < RETRIES && !readable; i++)
+      readable = (st = gca_pool_resume(pool)) == GCA_OK;
+    if (!readable) {
+      what = "gca_pool_resume";
+      goto failed;
+    }
+  }
+  for (int i = 0; i < nblocks; i++) {
+    STEP("reading a pool block's stamp back",
+         gca__stress_stamp_read((gca_devptr_t)(uintptr_t)p[i], &stamp[i], ctx->scratch, s));
+    stress_mismatch_t mm;
+    if (!gca__stress_stamp_check(&stamp[i], ctx->scratch, &mm)) {
+      ok = part_fail(ctx,
+                     "CORRUPTION in a private pool's block at %p after %s: offset %" PRIu64
+                     " expected 0x%08x found 0x%08x",
+                     p[i], suspended ? "suspend and resume" : "a refused suspend", mm.offset,
+                     mm.expected, mm.found);
+      goto out;
+    }
+  }
+  ctx->c->suspends_checked += suspended;
+  goto out;
+
+failed:
+  ok = step_failed(ctx, what, st, &ctx->c->suspend_aborted);
+out:
+  if (scoped)
+    RETRY(gca_pool_use_end(pool));
+  if (readable)
+    settle(s);
+  for (int i = 0; i < nblocks; i++)
+    ok = release(ctx, p[i]) && ok;
+  if (pool)
+    RETRY(gca_pool_release(pool));
+  return ok;
+}
+
+/* ---- the rest of the device API ---- */
+
+#define MISC_BYTES 256
+
+static void host_fn_ran(void *flag) {
+  __atomic_store_n((int *)flag, 1, __ATOMIC_RELEASE);
+}
+
+bool gca__stress_part_misc(stress_part_ctx_t *ctx) {
+  int ndev = 0, dev = 0;
+  char name[128];
+  size_t free_bytes, total_bytes;
+  gca_stream_t s = NULL;
+  gca_event_t e1 = NULL, e2 = NULL;
+  void *p = NULL;
+  int flag = 0;
+  uint8_t host[MISC_BYTES];
+  uint32_t value = (uint32_t)gca__stress_rng_next(ctx->rng);
+  bool ok = true, queued = false;
+  const char *what = "";
+  gca_status_t st;
+  float ms = -1;
+
+  STEP("gca_device_count", gca_device_count(&ndev));
+  STEP("gca_device_name", gca_device_name(0, name, sizeof(name)));
+  STEP("gca_mem_get_info", gca_mem_get_info(&free_bytes, &total_bytes));
+  STEP("gca_get_device", gca_get_device(&dev));
+  STEP("gca_set_device", gca_set_device(dev));
+  if (ndev > 1) {
+    st = gca_enable_peer_access(0, 1);
+    if (st != GCA_OK && st != GCA_ERR_NOT_SUPPORTED)
+      STEP("gca_enable_peer_access", st);
+  }
+  STEP("gca_stream_create", gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  STEP("gca_event_create", gca_event_create(&e1, GCA_EVENT_DEFAULT));
+  STEP("gca_event_create", gca_event_create(&e2, GCA_EVENT_BLOCKING_SYNC));
+  /* allocated on the part's stream, used on s, which is synchronized before
+   * the free (so no record_stream is needed) and then destroyed */
+  STEP("gca_malloc", gca_malloc(&p, MISC_BYTES, ctx->stream));
+  queued = true;
+  STEP("gca_event_record", gca_event_record(e1, s));
+  STEP("gca_memset_d8_async", gca_memset_d8_async(p, 0xab, MISC_BYTES / 2, s));
+  STEP("gca_memset_d32_async",
+       gca_memset_d32_async((char *)p + MISC_BYTES / 2, value, MISC_BYTES / 8, s));
+  STEP("gca_kernel_sleep", gca_kernel_sleep(1000, s));
+  STEP("gca_launch_host_func", gca_launch_host_func(s, host_fn_ran, &flag));
+  STEP("gca_event_record", gca_event_record(e2, s));
+  st = gca_stream_query(s);
+  if (st != GCA_ERR_NOT_READY)
+    STEP("gca_stream_query", st);
+  st = gca_event_query(e2);
+  if (st != GCA_ERR_NOT_READY)
+    STEP("gca_event_query", st);
+  STEP("gca_event_synchronize", gca_event_synchronize(e2));
+  STEP("gca_event_elapsed_time", gca_event_elapsed_time(&ms, e1, e2));
+  if (!(ms >= 0) || !__atomic_load_n(&flag, __ATOMIC_ACQUIRE)) {
+    ok = part_fail(ctx,
+                   "after gca_event_synchronize the host function %s and the elapsed time is "
+                   "%g ms",
+                   flag ? "ran" : "did not run", (double)ms);
+    goto out;
+  }
+  STEP("gca_memcpy", gca_memcpy(host, p, MISC_BYTES));
+  for (size_t i = 0; i < MISC_BYTES; i++) {
+    uint32_t word;
+    memcpy(&word, host + (i & ~(size_t)3), 4);
+    if (i < MISC_BYTES / 2 ? host[i] != 0xab : word != value) {
+      ok = part_fail(ctx, "CORRUPTION after memsets on the block at %p: byte %zu is 0x%02x", p, i,
+                     host[i]);
+      goto out;
+    }
+  }
+  STEP("gca_memset_d8", gca_memset_d8(p, 0, MISC_BYTES));
+  STEP("gca_memset_d32", gca_memset_d32(p, value, MISC_BYTES / 4));
+  ctx->c->misc_rounds++;
+  goto out;
+
+failed:
+  ok = step_failed(ctx, what, st, &ctx->c->misc_aborted);
+out:
+  if (queued)
+    settle(s);
+  ok = release(ctx, p) && ok;
+  if (e2)
+    RETRY(gca_event_destroy(e2));
+  if (e1)
+    RETRY(gca_event_destroy(e1));
+  if (s)
+    RETRY(gca_stream_destroy(s));
+  return ok;
+}
+
+bool gca__stress_parts_finish(stress_part_ctx_t *ctx) {
+  bool ok = true;
+  for (size_t i = 0; i < ctx->nunclosed; i++) {
+    gca_status_t st = gca_ipc_close(ctx->unclosed[i]);
+    if (st != GCA_OK && ok)
+      ok = part_fail(ctx, "gca_ipc_close(%p) failed after the run: %s: %s", ctx->unclosed[i],
+                     gca_status_name(st), gca_last_error());
+  }
+  for (size_t i = 0; i < ctx->ndeferred; i++) {
+    gca_status_t st = gca_free(ctx->deferred[i]);
+    if (st != GCA_OK && ok)
+      ok = part_fail(ctx, "gca_free(%p) failed after the run: %s: %s", ctx->deferred[i],
+                     gca_status_name(st), gca_last_error());
+  }
+  free(ctx->unclosed);
+  free(ctx->deferred);
+  ctx->unclosed = NULL;
+  ctx->deferred = NULL;
+  ctx->nunclosed = ctx->ndeferred = 0;
+  return ok;
+}
