@@ -344,6 +344,11 @@ struct gca__devalloc {
    * caching on, no garbage collection); fc_count blocks are cached. */
   bool fc_on;
   size_t fc_count;
+  /* Something waits to be given back at the end of the entry point that holds
+   * the lock (gca__dev_unlock -> gca__release_reap): a dying idle private pool,
+   * or with caching off a segment whose blocks are all free. Set deep in a
+   * free, where the lock cannot be let go (Note [No waits under the device lock]). */
+  bool reap;
   gca__fcbin_t fc_bins[GCA__FC_BINS];
   uint64_t epoch; /* Note [Free cache epochs] */
 };
@@ -353,6 +358,16 @@ struct gca__devalloc {
 static inline void gca__dev_lock(gca__devalloc_t *d) {
   gca__mutex_lock(&d->lock);
   d->epoch++;
+}
+
+void gca__release_reap(gca__devalloc_t *d); /* release.c, below */
+/* Lets d->lock go at the end of an entry point (allocator.c, pool.c,
+ * checkpoint.c: nothing of d is held in locals), first giving back what frees
+ * left to give back (d->reap), with the lock let go around the waits. */
+static inline void gca__dev_unlock(gca__devalloc_t *d) {
+  if (GCA_UNLIKELY(d->reap))
+    gca__release_reap(d);
+  gca__mutex_unlock(&d->lock);
 }
 
 /* ---- statistics (inline: they are on the hot path) ----
@@ -716,9 +731,6 @@ gca_status_t gca__expand_check(const gca__devalloc_t *d, const gca__segment_t *s
  * GCA_ERR_OUT_OF_MEMORY when the driver or the memory limit refuses. */
 gca_status_t gca__segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                 size_t size, size_t rounded, bool retry, gca__block_t **out);
-/* Returns a segment whose single block is free (in the tree) to the driver;
- * an expandable one releases what it can (gca__expand_release). */
-gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg);
 /* Returns a classic segment's memory to the driver whatever its blocks:
  * mem_free, or for a VMM-backed one (Note [VMM-backed classic segments])
  * unmap (after its stream is done when `sync`), release and unreserve; once
@@ -779,11 +791,16 @@ void gca__block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, si
 
 /* The free request of live block b (out of the pointer map): with uses on
  * other streams its events are recorded and it becomes pending (during a
- * capture: deferred), else its free completes now. On failure nothing
+ * capture: deferred), else its free completes now. With caching off the
+ * caller first waits for b's uses with the lock let go (gca__use_wait) and
+ * drops them. On failure nothing
  * changed. A use whose stream is gone (event_record: GCA_ERR_INVALID_HANDLE)
  * fails with *gone_dev set to its device, unless that device is *gone_dev on
  * entry (the caller waited for it: the use is dropped); else *gone_dev is -1. */
 gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b, int *gone_dev);
+/* Waits, with NO lock held, for the work queued on use u's stream (its device
+ * current for a legacy stream): a free with caching off. */
+gca_status_t gca__use_wait(gca__devalloc_t *d, const gca__use_t *u);
 /* Completes the pending frees whose events are done, without blocking
  * (nothing while a capture is under way). */
 gca_status_t gca__pending_process(gca__devalloc_t *d);
@@ -822,6 +839,15 @@ gca_status_t gca__release_cached(gca__devalloc_t *d);
  * in its tree or not. GCA_ERR_OUT_OF_MEMORY when everything failed. */
 gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                     size_t seg_size, size_t rounded, gca__block_t **out);
+/* Runs release batch bt taken under d->lock: lets the lock go for the waits
+ * and the driver frees, retakes it and finishes; bt is emptied. Returns with
+ * the lock held and the first failure. For entry points only. */
+gca_status_t gca__relbatch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *released);
+/* With d->lock held at the end of an entry point: destroys the dying idle
+ * private pools and, with caching off, gives back every segment whose blocks
+ * are all free, each through a release batch (the lock let go around the
+ * waits); clears d->reap. Failures are logged: what failed stays, cached. */
+void gca__release_reap(gca__devalloc_t *d);
 
 /* ---- allocator.c ---- */
 
@@ -862,6 +888,8 @@ struct gca__mempool {
   int use_count; /* creator, retains, routes and thread scopes */
   size_t nactive;
   bool use_on_oom;
+  bool destroying;             /* release.c's reap gives its segments back with the lock let go and
+                                  holds a use meanwhile: no lookup, route or OOM borrow reaches it */
   bool suspended;              /* gca_pool_suspend: every segment suspended */
   struct gca__suspended *susp; /* one per mapping released, while suspended */
   size_t nsusp;
@@ -919,12 +947,17 @@ gca_status_t gca__route_scope_pop(gca__devalloc_t *d, gca__mempool_t *m);
 
 /* ---- mempool.c ---- */
 
-/* A block of `m` became free (completion of a free); may destroy a dying pool. */
+/* A block of `m` became free (completion of a free); a dying pool now idle
+ * is left for the reap (d->reap). */
 void gca__mempool_block_freed(gca__devalloc_t *d, gca__mempool_t *m);
-/* Drops one use of m; may destroy it when it is dying and idle. */
+/* Drops one use of m; a dying, idle pool is left for the reap (d->reap). */
 void gca__mempool_unuse(gca__devalloc_t *d, gca__mempool_t *m);
-/* Destroys every dying, idle pool (a capture ended). */
+/* Leaves every dying, idle pool for the reap (a capture ended). */
 void gca__mempool_sweep_dying(gca__devalloc_t *d);
+/* Whether m is dying and idle and may be destroyed now (no capture). */
+bool gca__mempool_reapable(const gca__devalloc_t *d, const gca__mempool_t *m);
+/* Unlinks and frees m, dying, idle and with no segment left. */
+void gca__mempool_forget(gca__devalloc_t *d, gca__mempool_t *m);
 /* Releases the memory of every mapping of m's segments (expandable only,
  * else GCA_ERR_NOT_SUPPORTED), saving the contents with
  * GCA_POOL_SUSPEND_SAVE; m keeps its blocks and addresses. On failure m is

@@ -151,12 +151,12 @@ GCA_API gca_status_t gca_pool_checkpoint(gca_pool_t *pool, gca_pool_state_t **st
         ss->nblocks += save_block(s->blocks, &s->nblocks, ss->nblocks == 0, b);
     }
   }
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   *state = s;
   return GCA_OK;
 
 fail:
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   gca_pool_state_free(s);
   return st;
 }
@@ -632,7 +632,7 @@ out:
     gca__block_free(d, spare);
     spare = next;
   }
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   for (size_t i = 0; i < ntargets; i++)
     target_free(&targets[i]);
   free(targets);
