@@ -436,5 +436,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(failed_unmap_at_teardown_frees_the_records, release_setup,
                                       lost_memory_teardown),
   };
+  if (getenv("TF") != NULL)
+    cmocka_set_test_filter(getenv("TF"));
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
