@@ -230,6 +230,7 @@ typedef struct gca__relent {
   size_t lo, hi;
   gca_status_t st;
   bool expandable; /* seg's kind (a classic seg is freed once finished) */
+  bool keep;       /* expandable: the segment stays even when nothing stays mapped */
 } gca__relent_t;
 
 /* A release batch: taken under the lock, waited for and freed without it,
@@ -694,19 +695,14 @@ void gca__vmm_destroy(gca__devalloc_t *d, gca_devptr_t base, size_t reserved,
  * failure is undone and names its operation. */
 gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                size_t rounded, size_t step, gca__block_t **out);
-/* Unmaps every mapping of `seg` that lies wholly inside a free block and
- * releases its handle, synchronizing only seg's stream first; frees the
- * reservation when nothing stays mapped. *released += bytes unmapped. */
-gca_status_t gca__expand_release(gca__devalloc_t *d, gca__segment_t *seg, size_t *released);
-/* Unmaps, as gca__expand_release does, the mappings of `seg` that lie wholly
- * inside [base + offset, + len) and wholly inside a free block, but keeps the
- * segment even when nothing stays mapped. Stops at the first failure; what was
- * unmapped before it stays unmapped, the failed mapping stays mapped and free. */
-gca_status_t gca__expand_release_range(gca__devalloc_t *d, gca__segment_t *seg, size_t offset,
-                                       size_t len, size_t *released);
 /* Release batches: marks seg's free blocks that hold a whole mapping as
  * releasing (out of the tree) into bt. */
 gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg);
+/* The same within [lo, hi) (offsets into seg): each entry covers its block's
+ * part inside the range, and the segment is kept even when nothing stays
+ * mapped (a checkpoint's trim). */
+gca_status_t gca__expand_take_range(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg,
+                                    size_t lo, size_t hi);
 /* Unmaps, without waiting (the stream was synchronized), the mappings inside
  * [lo, hi) of seg that lie wholly inside a free block; removes the segment
  * when nothing stays mapped and `remove`. */

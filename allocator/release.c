@@ -64,7 +64,8 @@ gca_status_t gca__relbatch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *
     bool last = true; /* the segment's last entry may remove it */
     for (size_t k = i + 1; k < bt->n && last; k++)
       last = !bt->v[k].expandable || bt->v[k].seg != e->seg;
-    gca_status_t est = gca__expand_release_synced(d, e->seg, e->lo, e->hi, released, last);
+    gca_status_t est =
+        gca__expand_release_synced(d, e->seg, e->lo, e->hi, released, last && !e->keep);
     if (st == GCA_OK)
       st = est;
   }

@@ -166,7 +166,7 @@ static void batch_add(gca__relbatch_t *bt, gca__segment_t *seg, gca__block_t *b,
   gca__tree_erase(b->pool, b);
   b->releasing = true;
   bt->v[bt->n++] = (gca__relent_t){
-      seg, b, b->addr - seg->base, b->addr - seg->base + b->size, GCA_OK, seg->expandable};
+      seg, b, b->addr - seg->base, b->addr - seg->base + b->size, GCA_OK, seg->expandable, false};
   bt->bytes += bytes;
 }
 

@@ -131,6 +131,7 @@ typedef struct job {
   void *out;
   size_t size;
   gca_stream_t stream;
+  const gca_pool_state_t *state;
 } job_t;
 
 static void *run_job(void *arg) {
@@ -305,6 +306,44 @@ static void host_fn_free_completes_during_a_used_block_free_with_caching_off(voi
   assert_ok(gca_stream_destroy(s));
 }
 
+/* ---- checkpoints ---- */
+
+static gca_status_t job_restore(job_t *j) {
+  gca_pool_changes_t c;
+  gca_status_t st = gca_pool_restore(j->out, j->state, &c);
+  if (st == GCA_OK)
+    gca_pool_changes_free(&c);
+  return st;
+}
+
+static void host_fn_free_completes_during_restore_trim(void **state) {
+  (void)state;
+  assert_ok(gca_set_config("expandable_segments:True"));
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  gca_pool_t *pool;
+  gca_pool_options_t opts = GCA_POOL_OPTIONS_INIT;
+  assert_ok(gca_pool_create(0, &opts, &pool));
+  gca_pool_state_t *saved;
+  assert_ok(gca_pool_checkpoint(pool, &saved)); /* nothing mapped */
+  assert_ok(gca_pool_use_begin(pool));
+  void *q = alloc_on(30 * MiB, s);
+  assert_ok(gca_pool_use_end(pool));
+  free_ok(q); /* mapped since the checkpoint: the restore unmaps it after waiting for s */
+  void *p = alloc_on(4096, s);
+  job_t job = {.fn = job_restore, .out = pool, .state = saved};
+  free_during(&job, p, s);
+  assert_ok(job.st);
+  size_t reserved;
+  assert_ok(gca_pool_memory(pool, &reserved, NULL));
+  assert_int_equal(reserved, 0);
+  gca_pool_state_free(saved);
+  assert_ok(gca_pool_release(pool));
+  assert_ok(gca_empty_cache());
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_set_config(""));
+}
+
 /* ---- destroyed streams ---- */
 
 static void release_of_memory_whose_stream_was_destroyed(const char *conf) {
@@ -427,6 +466,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(
           host_fn_free_completes_during_a_used_block_free_with_caching_off, release_setup,
           release_teardown),
+      cmocka_unit_test_setup_teardown(host_fn_free_completes_during_restore_trim, release_setup,
+                                      release_teardown),
       cmocka_unit_test_setup_teardown(expandable_segment_of_a_destroyed_stream_is_released,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(vmm_segment_of_a_destroyed_stream_is_released, release_setup,
