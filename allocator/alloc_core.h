@@ -22,14 +22,15 @@
  *   route.c      routes to private pools: stream filters, thread scopes,
  *                captures; the choice of pool for a request
  *   release.c    a new block when the cache has none: garbage collection, a
- *                new segment, the out-of-memory retries; release_cached
+ *                new segment, the out-of-memory retries; release_cached;
+ *                release batches run; the reap (dying pools, caching off)
  *   pending.c    frees that wait for events of other streams or for a
  *                capture's end, and the per-device event pools
  *   fcache.c     the free cache (fcache.h: its hit and put, inline)
  *   blocks.c     blocks in their pool: best fit, activate (split), complete a
  *                free (coalesce)
- *   mempool.c    a private pool's memory over its life: destroyed once dying
- *                and idle, suspend and resume, its bytes, teardown
+ *   mempool.c    a private pool's memory over its life: left for the reap once
+ *                dying and idle, suspend and resume, its bytes, teardown
  *   segment.c    classic segments (mem_alloc, or VMM-backed with ipc_handles);
  *                which kind a new segment is; releasing and destroying one
  *   expandable.c expandable segments: one reservation per (stream, pool),
@@ -46,9 +47,9 @@
  *
  * Who calls whom (an edge is a call down; the graph, read from the objects'
  * symbols, has no cycle):
- *   pool.c       -> allocator.c (registry), route.c, mempool.c
- *   checkpoint.c -> pool.c (lookup), route.c, pending.c, expandable.c, slab.c,
- *                   freetree.c, ptrmap.c
+ *   pool.c       -> allocator.c (registry), route.c, mempool.c, release.c (reap)
+ *   checkpoint.c -> pool.c (lookup), route.c, release.c, pending.c, expandable.c,
+ *                   slab.c, freetree.c, ptrmap.c
  *   ipc.c        -> allocator.c (gca__lock_live)
  *   snapshot.c   -> check.c, allocator.c
  *   check.c      -> allocator.c, pool.c (the pools' own checks), fcache.h,
@@ -57,7 +58,7 @@
  *                   mempool.c (OOM report, teardown), segment.c (teardown),
  *                   expandable.c (peer access), slab.c, sizes.c, ptrmap.c
  *   route.c      -> pending.c (a capture's end), mempool.c
- *   release.c    -> pending.c, fcache.c, blocks.c, segment.c, expandable.c
+ *   release.c    -> pending.c, fcache.c, blocks.c, mempool.c, segment.c, expandable.c
  *   pending.c    -> fcache.c, blocks.c
  *   fcache.c     -> blocks.c, ptrmap.c
  *   blocks.c     -> mempool.c, segment.c, freetree.c, slab.c, sizes.c
@@ -102,11 +103,16 @@
  * (pending.c). An allocation that runs out of memory while another thread
  * releases waits for that release (rel_cv, no device lock held) and retries.
  * GCA_DEBUG_CHECKS builds count the device locks each thread holds (lock.h)
- * and the sim's waiting operations abort when the count is not zero. Paths
- * that still wait under the lock are marked GCA__WAIT_UNDER_LOCK (lock.h):
- * a private pool's destruction (gca__segment_release), frees and releases
- * with caching off, suspend and resume (mempool.c), and checkpoint restore's
- * expandable releases (gca__expand_release_range).
+ * and the sim's waiting operations abort when the count is not zero. What a
+ * free makes releasable deep in its call (a dying private pool now idle, a
+ * whole free segment with caching off) cannot let the lock go there: the free
+ * sets d->reap and the entry point's unlock (gca__dev_unlock) gives it back
+ * through release batches (gca__release_reap, release.c). A free with caching
+ * off waits for the block's other streams before it, the lock let go
+ * (allocator.c). Checkpoint restore's trim is a release batch (checkpoint.c).
+ * The paths that still wait under the lock are marked GCA__WAIT_UNDER_LOCK
+ * (lock.h): pool suspend and resume (mempool.c), and so a dying pool's
+ * destruction when it was suspended (its resume).
  */
 #ifndef GCA_ALLOC_CORE_H
 #define GCA_ALLOC_CORE_H

@@ -1,5 +1,6 @@
-/* mempool.c - a private pool's memory over its life: the pool is destroyed
- * (segments released, record freed) as soon as it is dying and idle, and its
+/* mempool.c - a private pool's memory over its life: once it is dying and
+ * idle it is left for the reap (release.c: segments released through a
+ * release batch, record freed here by gca__mempool_forget), and its
  * expandable segments' memory can be given back (suspend) and mapped again
  * at the same addresses (resume).
  *
