@@ -22,14 +22,15 @@
  *   route.c      routes to private pools: stream filters, thread scopes,
  *                captures; the choice of pool for a request
  *   release.c    a new block when the cache has none: garbage collection, a
- *                new segment, the out-of-memory retries; release_cached
+ *                new segment, the out-of-memory retries; release_cached;
+ *                release batches run; the reap (dying pools, caching off)
  *   pending.c    frees that wait for events of other streams or for a
  *                capture's end, and the per-device event pools
  *   fcache.c     the free cache (fcache.h: its hit and put, inline)
  *   blocks.c     blocks in their pool: best fit, activate (split), complete a
  *                free (coalesce)
- *   mempool.c    a private pool's memory over its life: destroyed once dying
- *                and idle, suspend and resume, its bytes, teardown
+ *   mempool.c    a private pool's memory over its life: left for the reap once
+ *                dying and idle, suspend and resume, its bytes, teardown
  *   segment.c    classic segments (mem_alloc, or VMM-backed with ipc_handles);
  *                which kind a new segment is; releasing and destroying one
  *   expandable.c expandable segments: one reservation per (stream, pool),
@@ -46,9 +47,9 @@
  *
  * Who calls whom (an edge is a call down; the graph, read from the objects'
  * symbols, has no cycle):
- *   pool.c       -> allocator.c (registry), route.c, mempool.c
- *   checkpoint.c -> pool.c (lookup), route.c, pending.c, expandable.c, slab.c,
- *                   freetree.c, ptrmap.c
+ *   pool.c       -> allocator.c (registry), route.c, mempool.c, release.c (reap)
+ *   checkpoint.c -> pool.c (lookup), route.c, release.c, pending.c, expandable.c,
+ *                   slab.c, freetree.c, ptrmap.c
  *   ipc.c        -> allocator.c (gca__lock_live)
  *   snapshot.c   -> check.c, allocator.c
  *   check.c      -> allocator.c, pool.c (the pools' own checks), fcache.h,
@@ -57,7 +58,7 @@
  *                   mempool.c (OOM report, teardown), segment.c (teardown),
  *                   expandable.c (peer access), slab.c, sizes.c, ptrmap.c
  *   route.c      -> pending.c (a capture's end), mempool.c
- *   release.c    -> pending.c, fcache.c, blocks.c, segment.c, expandable.c
+ *   release.c    -> pending.c, fcache.c, blocks.c, mempool.c, segment.c, expandable.c
  *   pending.c    -> fcache.c, blocks.c
  *   fcache.c     -> blocks.c, ptrmap.c
  *   blocks.c     -> mempool.c, segment.c, freetree.c, slab.c, sizes.c
@@ -102,11 +103,16 @@
  * (pending.c). An allocation that runs out of memory while another thread
  * releases waits for that release (rel_cv, no device lock held) and retries.
  * GCA_DEBUG_CHECKS builds count the device locks each thread holds (lock.h)
- * and the sim's waiting operations abort when the count is not zero. Paths
- * that still wait under the lock are marked GCA__WAIT_UNDER_LOCK (lock.h):
- * a private pool's destruction (gca__segment_release), frees and releases
- * with caching off, suspend and resume (mempool.c), and checkpoint restore's
- * expandable releases (gca__expand_release_range).
+ * and the sim's waiting operations abort when the count is not zero. What a
+ * free makes releasable deep in its call (a dying private pool now idle, a
+ * whole free segment with caching off) cannot let the lock go there: the free
+ * sets d->reap and the entry point's unlock (gca__dev_unlock) gives it back
+ * through release batches (gca__release_reap, release.c). A free with caching
+ * off waits for the block's other streams before it, the lock let go
+ * (allocator.c). Checkpoint restore's trim is a release batch (checkpoint.c).
+ * The paths that still wait under the lock are marked GCA__WAIT_UNDER_LOCK
+ * (lock.h): pool suspend and resume (mempool.c), and so a dying pool's
+ * destruction when it was suspended (its resume).
  */
 #ifndef GCA_ALLOC_CORE_H
 #define GCA_ALLOC_CORE_H
@@ -230,6 +236,7 @@ typedef struct gca__relent {
   size_t lo, hi;
   gca_status_t st;
   bool expandable; /* seg's kind (a classic seg is freed once finished) */
+  bool keep;       /* expandable: the segment stays even when nothing stays mapped */
 } gca__relent_t;
 
 /* A release batch: taken under the lock, waited for and freed without it,
@@ -345,6 +352,11 @@ struct gca__devalloc {
    * caching on, no garbage collection); fc_count blocks are cached. */
   bool fc_on;
   size_t fc_count;
+  /* Something waits to be given back at the end of the entry point that holds
+   * the lock (gca__dev_unlock -> gca__release_reap): a dying idle private pool,
+   * or with caching off a segment whose blocks are all free. Set deep in a
+   * free, where the lock cannot be let go (Note [No waits under the device lock]). */
+  bool reap;
   gca__fcbin_t fc_bins[GCA__FC_BINS];
   uint64_t epoch; /* Note [Free cache epochs] */
 };
@@ -354,6 +366,16 @@ struct gca__devalloc {
 static inline void gca__dev_lock(gca__devalloc_t *d) {
   gca__mutex_lock(&d->lock);
   d->epoch++;
+}
+
+void gca__release_reap(gca__devalloc_t *d); /* release.c, below */
+/* Lets d->lock go at the end of an entry point (allocator.c, pool.c,
+ * checkpoint.c: nothing of d is held in locals), first giving back what frees
+ * left to give back (d->reap), with the lock let go around the waits. */
+static inline void gca__dev_unlock(gca__devalloc_t *d) {
+  if (GCA_UNLIKELY(d->reap))
+    gca__release_reap(d);
+  gca__mutex_unlock(&d->lock);
 }
 
 /* ---- statistics (inline: they are on the hot path) ----
@@ -680,19 +702,14 @@ void gca__vmm_destroy(gca__devalloc_t *d, gca_devptr_t base, size_t reserved,
  * failure is undone and names its operation. */
 gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                size_t rounded, size_t step, gca__block_t **out);
-/* Unmaps every mapping of `seg` that lies wholly inside a free block and
- * releases its handle, synchronizing only seg's stream first; frees the
- * reservation when nothing stays mapped. *released += bytes unmapped. */
-gca_status_t gca__expand_release(gca__devalloc_t *d, gca__segment_t *seg, size_t *released);
-/* Unmaps, as gca__expand_release does, the mappings of `seg` that lie wholly
- * inside [base + offset, + len) and wholly inside a free block, but keeps the
- * segment even when nothing stays mapped. Stops at the first failure; what was
- * unmapped before it stays unmapped, the failed mapping stays mapped and free. */
-gca_status_t gca__expand_release_range(gca__devalloc_t *d, gca__segment_t *seg, size_t offset,
-                                       size_t len, size_t *released);
 /* Release batches: marks seg's free blocks that hold a whole mapping as
  * releasing (out of the tree) into bt. */
 gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg);
+/* The same within [lo, hi) (offsets into seg): each entry covers its block's
+ * part inside the range, and the segment is kept even when nothing stays
+ * mapped (a checkpoint's trim). */
+gca_status_t gca__expand_take_range(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg,
+                                    size_t lo, size_t hi);
 /* Unmaps, without waiting (the stream was synchronized), the mappings inside
  * [lo, hi) of seg that lie wholly inside a free block; removes the segment
  * when nothing stays mapped and `remove`. */
@@ -717,9 +734,6 @@ gca_status_t gca__expand_check(const gca__devalloc_t *d, const gca__segment_t *s
  * GCA_ERR_OUT_OF_MEMORY when the driver or the memory limit refuses. */
 gca_status_t gca__segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                 size_t size, size_t rounded, bool retry, gca__block_t **out);
-/* Returns a segment whose single block is free (in the tree) to the driver;
- * an expandable one releases what it can (gca__expand_release). */
-gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg);
 /* Returns a classic segment's memory to the driver whatever its blocks:
  * mem_free, or for a VMM-backed one (Note [VMM-backed classic segments])
  * unmap (after its stream is done when `sync`), release and unreserve; once
@@ -780,11 +794,16 @@ void gca__block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, si
 
 /* The free request of live block b (out of the pointer map): with uses on
  * other streams its events are recorded and it becomes pending (during a
- * capture: deferred), else its free completes now. On failure nothing
+ * capture: deferred), else its free completes now. With caching off the
+ * caller first waits for b's uses with the lock let go (gca__use_wait) and
+ * drops them. On failure nothing
  * changed. A use whose stream is gone (event_record: GCA_ERR_INVALID_HANDLE)
  * fails with *gone_dev set to its device, unless that device is *gone_dev on
  * entry (the caller waited for it: the use is dropped); else *gone_dev is -1. */
 gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b, int *gone_dev);
+/* Waits, with NO lock held, for the work queued on use u's stream (its device
+ * current for a legacy stream): a free with caching off. */
+gca_status_t gca__use_wait(gca__devalloc_t *d, const gca__use_t *u);
 /* Completes the pending frees whose events are done, without blocking
  * (nothing while a capture is under way). */
 gca_status_t gca__pending_process(gca__devalloc_t *d);
@@ -823,6 +842,15 @@ gca_status_t gca__release_cached(gca__devalloc_t *d);
  * in its tree or not. GCA_ERR_OUT_OF_MEMORY when everything failed. */
 gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                     size_t seg_size, size_t rounded, gca__block_t **out);
+/* Runs release batch bt taken under d->lock: lets the lock go for the waits
+ * and the driver frees, retakes it and finishes; bt is emptied. Returns with
+ * the lock held and the first failure. For entry points only. */
+gca_status_t gca__relbatch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *released);
+/* With d->lock held at the end of an entry point: destroys the dying idle
+ * private pools and, with caching off, gives back every segment whose blocks
+ * are all free, each through a release batch (the lock let go around the
+ * waits); clears d->reap. Failures are logged: what failed stays, cached. */
+void gca__release_reap(gca__devalloc_t *d);
 
 /* ---- allocator.c ---- */
 
@@ -863,6 +891,8 @@ struct gca__mempool {
   int use_count; /* creator, retains, routes and thread scopes */
   size_t nactive;
   bool use_on_oom;
+  bool destroying;             /* release.c's reap gives its segments back with the lock let go and
+                                  holds a use meanwhile: no lookup, route or OOM borrow reaches it */
   bool suspended;              /* gca_pool_suspend: every segment suspended */
   struct gca__suspended *susp; /* one per mapping released, while suspended */
   size_t nsusp;
@@ -923,12 +953,17 @@ gca_status_t gca__route_scope_pop(gca__devalloc_t *d, gca__mempool_t *m);
 
 /* ---- mempool.c ---- */
 
-/* A block of `m` became free (completion of a free); may destroy a dying pool. */
+/* A block of `m` became free (completion of a free); a dying pool now idle
+ * is left for the reap (d->reap). */
 void gca__mempool_block_freed(gca__devalloc_t *d, gca__mempool_t *m);
-/* Drops one use of m; may destroy it when it is dying and idle. */
+/* Drops one use of m; a dying, idle pool is left for the reap (d->reap). */
 void gca__mempool_unuse(gca__devalloc_t *d, gca__mempool_t *m);
-/* Destroys every dying, idle pool (a capture ended). */
+/* Leaves every dying, idle pool for the reap (a capture ended). */
 void gca__mempool_sweep_dying(gca__devalloc_t *d);
+/* Whether m is dying and idle and may be destroyed now (no capture). */
+bool gca__mempool_reapable(const gca__devalloc_t *d, const gca__mempool_t *m);
+/* Unlinks and frees m, dying, idle and with no segment left. */
+void gca__mempool_forget(gca__devalloc_t *d, gca__mempool_t *m);
 /* Releases the memory of every mapping of m's segments (expandable only,
  * else GCA_ERR_NOT_SUPPORTED), saving the contents with
  * GCA_POOL_SUSPEND_SAVE; m keeps its blocks and addresses. On failure m is

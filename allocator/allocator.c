@@ -239,7 +239,7 @@ static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_strea
   int device = d->device;
   bool limited = d->set_fraction;
   size_t allowed = d->allowed_max;
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
 
   pthread_mutex_lock(&g_lock);
   nobs = g_nobservers;
@@ -348,7 +348,7 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
 out:
   gca__history_event(GCA_HA_ALLOC, d->device, b->addr, size, stream);
   DEBUG_CHECK(d);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   *out = (void *)(uintptr_t)b->addr;
   return GCA_OK;
 
@@ -361,7 +361,7 @@ fail_unmap:
 fail:
   gca__history_alloc_failure(d->device, size, stream);
   DEBUG_CHECK(d);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return gca__error_prefix(st, "malloc of %zu bytes on device %d", size, d->device);
 }
 
@@ -437,7 +437,7 @@ static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
         gca_devptr_t start = b->addr;
         size_t size = b->size;
         bool live = b->allocated;
-        gca__mutex_unlock(&d->lock);
+        gca__dev_unlock(d);
         if (live)
           return gca__error(GCA_ERR_INVALID_POINTER,
                             "%s: pointer 0x%" PRIx64 " is inside the live block at 0x%" PRIx64
@@ -454,7 +454,7 @@ static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
                           op, addr, i, start);
       }
     }
-    gca__mutex_unlock(&d->lock);
+    gca__dev_unlock(d);
   }
   return gca__error(GCA_ERR_INVALID_POINTER,
                     "%s: pointer 0x%" PRIx64 " was not allocated by gca (or was already freed "
@@ -485,7 +485,7 @@ gca__block_t *gca__lock_live(gca_devptr_t addr, gca__devalloc_t **out) {
       *out = d;
       return b;
     }
-    gca__mutex_unlock(&d->lock);
+    gca__dev_unlock(d);
   }
   return NULL;
 }
@@ -529,13 +529,57 @@ static gca_status_t free_wait_foreign(gca__devalloc_t **dp, gca__block_t **bp, g
   return GCA_OK;
 }
 
+/* Caching off: a free waits for the streams that used the block before it
+ * completes (PyTorch synchronizes them), with d->lock let go (Note [No waits
+ * under the device lock]): the block stays live and in the pointer map
+ * meanwhile, so other threads see an allocated block and may use the device
+ * freely; a free of the same pointer meanwhile is the caller's race, found
+ * when the block is looked up again. The uses waited for are then dropped;
+ * any recorded since are left to events. Returns as free_wait_foreign. */
+static gca_status_t free_wait_uses(gca__devalloc_t **dp, gca__block_t **bp, gca_devptr_t addr) {
+  gca__devalloc_t *d = *dp;
+  gca__block_t *b = *bp;
+  uint32_t n = b->nuses;
+  gca__use_t *uses = malloc(n * sizeof(*uses));
+  if (uses == NULL) {
+    gca__dev_unlock(d);
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "free: 0x%" PRIx64 ": host out of memory", addr);
+  }
+  memcpy(uses, b->uses, n * sizeof(*uses));
+  gca__mutex_unlock(&d->lock);
+  gca_status_t st = GCA_OK;
+  for (uint32_t i = 0; i < n && st == GCA_OK; i++)
+    st = gca__use_wait(d, &uses[i]);
+  if (st != GCA_OK) {
+    free(uses);
+    return gca__error_prefix(st, "free: 0x%" PRIx64, addr);
+  }
+  b = gca__lock_live(addr, dp);
+  if (b == NULL) {
+    free(uses);
+    return bad_pointer("free", addr);
+  }
+  uint32_t w = 0;
+  for (uint32_t i = 0; i < b->nuses; i++) {
+    bool waited = false;
+    for (uint32_t k = 0; k < n && !waited; k++)
+      waited = b->uses[i].stream == uses[k].stream && b->uses[i].dev == uses[k].dev;
+    if (!waited)
+      b->uses[w++] = b->uses[i];
+  }
+  b->nuses = w;
+  free(uses);
+  *bp = b;
+  return GCA_OK;
+}
+
 /* Frees the live block b at addr with d->lock held; returns with it released. */
 static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gca__block_t *b,
                                                           gca_devptr_t addr, int expected_dev) {
   gca_status_t st, st2;
   d->epoch++; /* Note [Free cache epochs] */
   if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
-    gca__mutex_unlock(&d->lock);
+    gca__dev_unlock(d);
     return gca__error(GCA_ERR_INVALID_POINTER,
                       "free: pointer 0x%" PRIx64 " belongs to device %d, not device %d", addr,
                       d->device, expected_dev);
@@ -544,18 +588,20 @@ static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gc
     uint64_t mask = foreign_ptds_devices(b);
     if (mask != 0)
       GCA_CHECK(free_wait_foreign(&d, &b, addr, mask));
+    if (!d->caching && b->nuses != 0)
+      GCA_CHECK(free_wait_uses(&d, &b, addr));
   }
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0)) {
     st = gca__pending_process(d);
     if (st != GCA_OK) {
       DEBUG_CHECK(d);
-      gca__mutex_unlock(&d->lock);
+      gca__dev_unlock(d);
       return st;
     }
   }
   if (gca__fcache_try_put(d, b)) {
     DEBUG_CHECK(d);
-    gca__mutex_unlock(&d->lock);
+    gca__dev_unlock(d);
     return GCA_OK;
   }
   gca__ptrmap_take(&d->ptrs, addr);
@@ -576,7 +622,7 @@ static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gc
       goto out;
     if (gca__ptrmap_find(&d->ptrs, addr) != b) { /* freed by another thread meanwhile */
       DEBUG_CHECK(d);
-      gca__mutex_unlock(&d->lock);
+      gca__dev_unlock(d);
       return bad_pointer("free", addr);
     }
     gca__ptrmap_take(&d->ptrs, addr);
@@ -585,7 +631,7 @@ static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gc
   if (st != GCA_OK)
     goto fail;
   DEBUG_CHECK(d);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return GCA_OK;
 
 fail:
@@ -593,7 +639,7 @@ fail:
   GCA_ASSERT(st2 == GCA_OK); /* room is left by the take */
 out:
   DEBUG_CHECK(d);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return st;
 }
 
@@ -625,13 +671,13 @@ GCA_API gca_status_t gca_free(void *ptr) {
         if (GCA_LIKELY(gca__fc_fits(d, bin, b))) {
           gca__fc_put(d, bin, b);
           DEBUG_CHECK(d);
-          gca__mutex_unlock(&d->lock);
+          gca__dev_unlock(d);
           return GCA_OK;
         }
       }
       return free_locked(d, b, addr, -1);
     }
-    gca__mutex_unlock(&d->lock);
+    gca__dev_unlock(d);
   }
   return free_impl(ptr, -1);
 }
@@ -678,7 +724,7 @@ GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
   }
   b->uses[b->nuses++] = (gca__use_t){stream, sdev};
 out:
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return st;
 }
 
@@ -690,7 +736,7 @@ GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *
     return bad_pointer("pointer_info", addr);
   size_t size = b->size;
   int dev = d->device;
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   if (block_size != NULL)
     *block_size = size;
   if (device != NULL)
@@ -729,7 +775,7 @@ GCA_API gca_status_t gca_empty_cache(void) {
     gca__dev_lock(d);
     gca_status_t st = gca__release_cached(d);
     DEBUG_CHECK(d);
-    gca__mutex_unlock(&d->lock);
+    gca__dev_unlock(d);
     if (st != GCA_OK)
       return gca__error_prefix(st, "empty_cache: device %d", i);
   }
@@ -746,7 +792,7 @@ GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction) {
   d->set_fraction = true;
   d->allowed_max = (size_t)(fraction * (double)d->total_memory);
   gca__fcache_update(d);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return GCA_OK;
 }
 
@@ -763,7 +809,7 @@ GCA_API gca_status_t gca_enable_peer_access(int device, int peer) {
     return gca__error_prefix(st, "enable_peer_access: device %d to device %d", peer, device);
   gca__dev_lock(d);
   st = gca__expand_add_peer(d, peer);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return st;
 }
 
@@ -774,7 +820,7 @@ GCA_API gca_status_t gca_set_memory_limit(int device, uint64_t bytes) {
   d->set_fraction = bytes != 0;
   d->allowed_max = bytes;
   gca__fcache_update(d);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return GCA_OK;
 }
 
@@ -802,7 +848,7 @@ GCA_API gca_status_t gca_set_config(const char *conf) {
     set_config_locked(d, &cfg);
     apply_limit_from_config(d);
     gca__fcache_update(d);
-    gca__mutex_unlock(&d->lock);
+    gca__dev_unlock(d);
   }
 out:
   pthread_mutex_unlock(&g_lock);
@@ -847,7 +893,7 @@ GCA_API gca_status_t gca_set_caching(bool enabled) {
     gca__fcache_update(d);
     if (!enabled)
       st = gca__release_cached(d);
-    gca__mutex_unlock(&d->lock);
+    gca__dev_unlock(d);
     if (st != GCA_OK)
       return gca__error_prefix(st, "set_caching: device %d", i);
   }
@@ -863,7 +909,7 @@ GCA_API gca_status_t gca_get_stats(int device, gca_stats_t *out) {
   GCA_CHECK(devalloc_get("get_stats", device, &d));
   gca__dev_lock(d);
   gca__stats_read(d, out);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return GCA_OK;
 }
 
@@ -899,7 +945,7 @@ GCA_API gca_status_t gca_reset_peak_stats(int device) {
     d->pend[t].peak = d->stats.allocation[t].current + d->pend[t].current;
     d->pend_bytes[t].peak = d->stats.allocated_bytes[t].current + d->pend_bytes[t].current;
   }
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return GCA_OK;
 }
 
@@ -917,7 +963,7 @@ GCA_API gca_status_t gca_reset_accumulated_stats(int device) {
   d->stats.num_sync_all_streams = 0;
   d->stats.num_device_alloc = 0;
   d->stats.num_device_free = 0;
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return GCA_OK;
 }
 

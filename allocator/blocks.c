@@ -78,13 +78,10 @@ void gca__block_free_complete(gca__devalloc_t *d, gca__block_t *b, bool pending)
   gca__stat_pool(d->stats.inactive_split, pool, net_blocks);
   gca__stat_pool(d->stats.inactive_split_bytes, pool, net_bytes);
   gca__stat_dec(d->stats.requested_bytes, pool, (int64_t)requested);
-  if (!d->caching && gca__block_whole(b)) {
-    gca_status_t st = gca__segment_release(d, b->seg);
-    if (st != GCA_OK)
-      GCA_LOG_WARN("free: caching is off but the segment stays cached: %s", gca_last_error());
-  }
+  if (!d->caching && gca__block_whole(b))
+    d->reap = true; /* the segment goes back at the entry point's end (release.c) */
   if (GCA_UNLIKELY(owner != NULL))
-    gca__mempool_block_freed(d, owner); /* may release b's segment */
+    gca__mempool_block_freed(d, owner); /* may leave the pool for the reap */
 }
 
 gca__block_t *gca__pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,

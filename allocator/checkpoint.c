@@ -151,12 +151,12 @@ GCA_API gca_status_t gca_pool_checkpoint(gca_pool_t *pool, gca_pool_state_t **st
         ss->nblocks += save_block(s->blocks, &s->nblocks, ss->nblocks == 0, b);
     }
   }
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   *state = s;
   return GCA_OK;
 
 fail:
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   gca_pool_state_free(s);
   return st;
 }
@@ -490,49 +490,56 @@ static void seg_changes(const gca__segment_t *seg, const target_t *t, gca_pool_c
   }
 }
 
-/* Gives back the mappings of seg that lie wholly inside space the checkpoint
- * had unmapped (all of a segment made since it, the reservation included),
- * through the release path of empty_cache. Best effort: a failure is a
- * warning and leaves that mapping mapped and free. */
-static void trim_segment(gca__devalloc_t *d, gca__segment_t *seg, const gca_pool_state_t *s) {
+/* Takes into bt the free mappings of seg that lie wholly inside space the
+ * checkpoint had unmapped (all of a segment made since it, the reservation
+ * included). */
+static gca_status_t trim_segment(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg,
+                                 const gca_pool_state_t *s) {
   const saved_seg_t *ss = saved_of(s, seg);
-  gca_devptr_t base = seg->base;
-  if (ss == NULL) {
-    if (gca__expand_release(d, seg, NULL) != GCA_OK)
-      GCA_LOG_WARN("pool_restore: expandable segment 0x%" PRIx64 " made since the checkpoint "
-                   "is not all given back: %s",
-                   base, gca_last_error());
-    return;
-  }
+  if (ss == NULL)
+    return gca__relbatch_take(d, bt, seg);
   size_t off = 0;
   for (size_t i = 0; i < ss->nblocks; i++) {
     const saved_block_t *sb = &s->blocks[ss->first + i];
-    if (sb->unmapped && gca__expand_release_range(d, seg, off, sb->size, NULL) != GCA_OK)
-      GCA_LOG_WARN("pool_restore: space at 0x%" PRIx64 " (%zu bytes) unmapped at the checkpoint "
-                   "stays partly mapped: %s",
-                   base + off, sb->size, gca_last_error());
+    if (sb->unmapped)
+      GCA_CHECK(gca__expand_take_range(d, bt, seg, off, off + sb->size));
     off += sb->size;
   }
+  return GCA_OK;
 }
 
 /* Note [Checkpoints]: after the state is applied, memory mapped since the
- * checkpoint outside its mapped space goes back to the driver. A mapping that
+ * checkpoint outside its mapped space goes back to the driver, through a
+ * release batch (the path of empty_cache: Note [No waits under the device
+ * lock]). While the lock is let go for the stream waits, other threads may
+ * allocate from m and free into it (the batch's blocks are out of the tree,
+ * and the finish looks at the segments afresh), or release its last handle:
+ * m holds a use meanwhile, so it is destroyed only after. A mapping that
  * straddles the boundary (part of it mapped at the checkpoint) stays mapped;
  * its part outside the saved mapped space is free. Suspended segments keep
  * their mapping records for the resume and are left alone; while a capture is
  * under way on the device nothing is trimmed, since unmapping synchronizes a
- * stream (the next restore trims). */
+ * stream (the next restore trims). Best effort: a failure is a warning and
+ * leaves that memory mapped and free. Called last, at the entry point. */
 static void trim(gca__devalloc_t *d, gca__mempool_t *m, const gca_pool_state_t *s) {
   gca__pool_t *pools[2] = {&m->small, &m->large};
+  gca__relbatch_t bt = {0};
+  gca_status_t st = GCA_OK;
   if (d->ncaptures != 0)
     return;
-  for (int k = 0; k < 2; k++) {
-    for (gca__segment_t *seg = pools[k]->segments, *next; seg != NULL; seg = next) {
-      next = seg->next; /* a segment made since the checkpoint may go */
+  for (int k = 0; k < 2 && st == GCA_OK; k++)
+    for (gca__segment_t *seg = pools[k]->segments; seg != NULL && st == GCA_OK; seg = seg->next)
       if (seg->expandable && !seg->suspended)
-        trim_segment(d, seg, s);
-    }
-  }
+        st = trim_segment(d, &bt, seg, s);
+  m->use_count++;
+  gca_status_t rst = gca__relbatch_run(d, &bt, NULL); /* what was taken goes back either way */
+  free(bt.v);
+  if (st == GCA_OK)
+    st = rst;
+  if (st != GCA_OK)
+    GCA_LOG_WARN("pool_restore: memory mapped since the checkpoint stays partly mapped: %s",
+                 gca_last_error());
+  gca__mempool_unuse(d, m);
 }
 
 GCA_API gca_status_t gca_pool_restore(gca_pool_t *pool, const gca_pool_state_t *state,
@@ -632,7 +639,7 @@ out:
     gca__block_free(d, spare);
     spare = next;
   }
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   for (size_t i = 0; i < ntargets; i++)
     target_free(&targets[i]);
   free(targets);

@@ -376,11 +376,11 @@ static size_t mapping_inside(const gca__segment_t *seg, size_t lo, size_t hi) {
 }
 
 /* Unmaps every mapping that lies wholly inside [lo, hi) (offsets into seg) and
- * wholly inside a free block, syncing seg's stream once before the first
- * unless `synced`; stops at the first failure, keeping what was released
- * before it. */
+ * wholly inside a free block; seg's stream was synchronized (a release batch,
+ * Note [No waits under the device lock]). Stops at the first failure, keeping
+ * what was released before it. */
 static gca_status_t release_in(gca__devalloc_t *d, gca__segment_t *seg, size_t lo, size_t hi,
-                               size_t *released, bool synced) {
+                               size_t *released) {
   gca_status_t st = GCA_OK;
   gca__block_t *spare[2] = {NULL, NULL};
   for (gca__block_t *b = seg->head; b != NULL;) {
@@ -393,16 +393,6 @@ static gca_status_t release_in(gca__devalloc_t *d, gca__segment_t *seg, size_t l
     if (i == seg->nmaps) {
       b = b->next;
       continue;
-    }
-    if (!synced) {
-      /* private pools and checkpoints: still under the lock (Note [No waits
-       * under the device lock]); release batches come synced */
-      st = GCA__WAIT_UNDER_LOCK(gca__stream_synchronize(d, seg->stream));
-      if (st != GCA_OK) {
-        gca__error_prefix(st, "release of expandable segment 0x%" PRIx64, seg->base);
-        goto out;
-      }
-      synced = true;
     }
     for (int k = 0; k < 2; k++)
       if (spare[k] == NULL && (st = gca__block_new(d, &spare[k])) != GCA_OK)
@@ -426,19 +416,6 @@ out:
     if (spare[k] != NULL)
       gca__block_free(d, spare[k]);
   return st;
-}
-
-gca_status_t gca__expand_release(gca__devalloc_t *d, gca__segment_t *seg, size_t *released) {
-  GCA_CHECK(release_in(d, seg, 0, seg->reserved_size, released, false));
-  if (seg->nmaps == 0)
-    return segment_remove(d, seg);
-  return GCA_OK;
-}
-
-gca_status_t gca__expand_release_range(gca__devalloc_t *d, gca__segment_t *seg, size_t offset,
-                                       size_t len, size_t *released) {
-  GCA_ASSERT(offset <= seg->reserved_size && len <= seg->reserved_size - offset);
-  return release_in(d, seg, offset, offset + len, released, false);
 }
 
 /* Whether free block b holds a whole mapping of seg; its mapped bytes in *bytes. */
@@ -465,9 +442,50 @@ gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segm
   return GCA_OK;
 }
 
+/* The mapped bytes of seg wholly inside [lo, hi). */
+static size_t mapped_inside(const gca__segment_t *seg, size_t lo, size_t hi) {
+  size_t bytes = 0;
+  for (size_t i = mapping_inside(seg, lo, hi);
+       i < seg->nmaps && seg->maps[i].offset + seg->maps[i].size <= hi; i++)
+    bytes += seg->maps[i].size;
+  return bytes;
+}
+
+gca_status_t gca__expand_take_range(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg,
+                                    size_t lo, size_t hi) {
+  (void)d;
+  size_t n = 0;
+  for (int pass = 0; pass < 2; pass++) { /* count, make room, then take */
+    if (pass == 1) {
+      if (n == 0)
+        return GCA_OK;
+      GCA_CHECK(gca__relbatch_room(bt, n));
+    }
+    for (gca__block_t *b = seg->head, *next; b != NULL; b = next) {
+      next = b->next;
+      size_t blo = b->addr - seg->base, bhi = blo + b->size;
+      size_t clo = blo > lo ? blo : lo, chi = bhi < hi ? bhi : hi;
+      if (!b->in_tree || clo >= chi)
+        continue;
+      size_t bytes = mapped_inside(seg, clo, chi);
+      if (bytes == 0)
+        continue;
+      if (pass == 0) {
+        n++;
+        continue;
+      }
+      gca__relbatch_add(bt, seg, b, bytes);
+      bt->v[bt->n - 1].lo = clo;
+      bt->v[bt->n - 1].hi = chi;
+      bt->v[bt->n - 1].keep = true;
+    }
+  }
+  return GCA_OK;
+}
+
 gca_status_t gca__expand_release_synced(gca__devalloc_t *d, gca__segment_t *seg, size_t lo,
                                         size_t hi, size_t *released, bool remove) {
-  GCA_CHECK(release_in(d, seg, lo, hi, released, true));
+  GCA_CHECK(release_in(d, seg, lo, hi, released));
   if (remove && seg->nmaps == 0)
     return segment_remove(d, seg);
   return GCA_OK;

@@ -1,5 +1,6 @@
-/* mempool.c - a private pool's memory over its life: the pool is destroyed
- * (segments released, record freed) as soon as it is dying and idle, and its
+/* mempool.c - a private pool's memory over its life: once it is dying and
+ * idle it is left for the reap (release.c: segments released through a
+ * release batch, record freed here by gca__mempool_forget), and its
  * expandable segments' memory can be given back (suspend) and mapped again
  * at the same addresses (resume).
  *
@@ -22,26 +23,13 @@
 
 /* ---- lifetime ---- */
 
-/* Releases every segment of m and unlinks and frees it; all its blocks are
- * free (nactive == 0). On a driver failure m stays, dying, for a later try. */
-static gca_status_t destroy(gca__devalloc_t *d, gca__mempool_t *m) {
-  GCA_ASSERT(m->nactive == 0 && m->use_count == 0);
-  if (m->suspended)
-    GCA_CHECK(gca__mempool_resume_locked(d, m)); /* the release path needs mappings to unmap */
-  gca__pool_t *pools[2] = {&m->small, &m->large};
-  for (int k = 0; k < 2; k++) {
-    for (gca__segment_t *s = pools[k]->segments, *next; s != NULL; s = next) {
-      next = s->next;
-      gca_status_t st = gca__segment_release(d, s);
-      if (st != GCA_OK)
-        return gca__error_prefix(st, "pool_release: pool %#" PRIx64, m->handle);
-    }
-  }
-  if (m->small.segments != NULL || m->large.segments != NULL)
-    return gca__error(GCA_ERR_INTERNAL,
-                      "pool_release: pool %#" PRIx64 " kept segments that hold "
-                      "no live block",
-                      m->handle);
+bool gca__mempool_reapable(const gca__devalloc_t *d, const gca__mempool_t *m) {
+  return m->use_count == 0 && m->nactive == 0 && !m->destroying && d->ncaptures == 0;
+}
+
+void gca__mempool_forget(gca__devalloc_t *d, gca__mempool_t *m) {
+  GCA_ASSERT(m->nactive == 0 && m->use_count == 0 && m->small.segments == NULL &&
+             m->large.segments == NULL);
   if (m->prev != NULL)
     m->prev->next = m->next;
   else
@@ -49,16 +37,14 @@ static gca_status_t destroy(gca__devalloc_t *d, gca__mempool_t *m) {
   if (m->next != NULL)
     m->next->prev = m->prev;
   free(m);
-  return GCA_OK;
 }
 
-/* Destroys m if it is dying and idle, and no capture forbids freeing memory. */
+/* A dying pool that became idle is destroyed by the reap at the end of the
+ * entry point (release.c): here, deep in a free or a route's removal, the
+ * lock cannot be let go for the waits (Note [No waits under the device lock]). */
 static void maybe_destroy(gca__devalloc_t *d, gca__mempool_t *m) {
-  if (m->use_count != 0 || m->nactive != 0 || d->ncaptures != 0)
-    return;
-  if (destroy(d, m) != GCA_OK)
-    GCA_LOG_WARN("%s (the pool's memory stays until its next free or capture end)",
-                 gca_last_error());
+  if (gca__mempool_reapable(d, m))
+    d->reap = true;
 }
 
 void gca__mempool_sweep_dying(gca__devalloc_t *d) {

@@ -88,7 +88,9 @@ static gca_status_t events_reserve(gca__devalloc_t *d, const gca__block_t *b) {
 }
 
 /* Runs a stream op for use u with u's device current when its stream is
- * NULL (that device's legacy stream), as PyTorch sets the device around it. */
+ * NULL (that device's legacy stream), as PyTorch sets the device around it:
+ * event_record of ev, or with ev NULL stream_synchronize, which waits and is
+ * made with no lock held (gca__use_wait). */
 static gca_status_t use_op(gca__devalloc_t *d, const gca__use_t *u, gca_event_t ev) {
   int cur = u->dev;
   gca_status_t st;
@@ -99,9 +101,7 @@ static gca_status_t use_op(gca__devalloc_t *d, const gca__use_t *u, gca_event_t 
     if (cur != u->dev)
       GCA_CHECK(d->ops->ctx_set_device(u->dev));
   }
-  /* caching off: the free waits under the lock (Note [No waits under the device lock]) */
-  st = ev != NULL ? d->ops->event_record(ev, u->stream)
-                  : GCA__WAIT_UNDER_LOCK(d->ops->stream_synchronize(u->stream));
+  st = ev != NULL ? d->ops->event_record(ev, u->stream) : d->ops->stream_synchronize(u->stream);
   if (cur != u->dev) {
     gca_status_t rst = d->ops->ctx_set_device(cur);
     if (st == GCA_OK)
@@ -255,16 +255,11 @@ gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b, int *gone_de
   if (b->nuses != 0) {
     if (GCA_UNLIKELY(d->ncaptures != 0)) {
       GCA_CHECK(defer_free(d, b));
-    } else if (d->caching) {
+    } else {
+      /* caching off, the caller waited for the uses it saw (gca__use_wait);
+       * uses recorded since are waited for by events, as with caching on */
       *gone_dev = waited;
       GCA_CHECK(block_insert_events(d, b, gone_dev));
-    } else {
-      for (uint32_t i = 0; i < b->nuses; i++) {
-        gca_status_t st = use_op(d, &b->uses[i], NULL);
-        if (st != GCA_OK)
-          return gca__error_prefix(st, "free: 0x%" PRIx64, b->addr);
-      }
-      b->nuses = 0;
     }
   }
   b->allocated = false;
@@ -275,6 +270,10 @@ gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b, int *gone_de
   else
     gca__pend_add(d, pool, 1, b->size);
   return GCA_OK;
+}
+
+gca_status_t gca__use_wait(gca__devalloc_t *d, const gca__use_t *u) {
+  return use_op(d, u, NULL);
 }
 
 gca_status_t gca__pending_flush_deferred(gca__devalloc_t *d) {

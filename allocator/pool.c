@@ -42,13 +42,13 @@ gca_status_t gca__mempool_lookup(const char *op, const void *handle, gca__devall
   for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
     if (m->handle != h)
       continue;
-    if (m->use_count == 0)
+    if (m->use_count == 0 || m->destroying)
       break;
     *dout = d;
     *mout = m;
     return GCA_OK;
   }
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return gca__error(GCA_ERR_INVALID_HANDLE,
                     "%s: pool %p (device %d) was released: its use count reached zero", op, handle,
                     device);
@@ -101,7 +101,7 @@ GCA_API gca_status_t gca_pool_create(int device, const gca_pool_options_t *opts,
   if (d->mempools != NULL)
     d->mempools->prev = m;
   d->mempools = m;
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   *pool = (gca_pool_t *)(uintptr_t)m->handle;
   return GCA_OK;
 }
@@ -111,7 +111,7 @@ GCA_API gca_status_t gca_pool_retain(gca_pool_t *pool) {
   gca__mempool_t *m;
   GCA_CHECK(gca__mempool_lookup("pool_retain", pool, &d, &m));
   m->use_count++;
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return GCA_OK;
 }
 
@@ -120,7 +120,7 @@ GCA_API gca_status_t gca_pool_release(gca_pool_t *pool) {
   gca__mempool_t *m;
   GCA_CHECK(gca__mempool_lookup("pool_release", pool, &d, &m));
   gca__mempool_unuse(d, m);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return GCA_OK;
 }
 
@@ -131,7 +131,7 @@ GCA_API gca_status_t gca_pool_use_count(gca_pool_t *pool, int *count) {
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_use_count: the output pointer is NULL");
   GCA_CHECK(gca__mempool_lookup("pool_use_count", pool, &d, &m));
   *count = m->use_count;
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return GCA_OK;
 }
 
@@ -143,7 +143,7 @@ GCA_API gca_status_t gca_pool_id(gca_pool_t *pool, uint64_t id[2]) {
   GCA_CHECK(gca__mempool_lookup("pool_id", pool, &d, &m));
   id[0] = m->small.id[0];
   id[1] = m->small.id[1];
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return GCA_OK;
 }
 
@@ -155,7 +155,7 @@ GCA_API gca_status_t gca_pool_memory(gca_pool_t *pool, size_t *reserved, size_t 
     *reserved = gca__pool_bytes(&m->small, false) + gca__pool_bytes(&m->large, false);
   if (allocated != NULL)
     *allocated = gca__pool_bytes(&m->small, true) + gca__pool_bytes(&m->large, true);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return GCA_OK;
 }
 
@@ -168,7 +168,7 @@ GCA_API gca_status_t gca_pool_begin_allocate(gca_pool_t *pool, gca_stream_filter
   GCA_CHECK(gca__mempool_lookup("pool_begin_allocate", pool, &d, &m));
   gca__route_t r = {.pool = m, .kind = ROUTE_FILTER, .filter = filter, .ctx = ctx};
   gca_status_t st = gca__route_add("pool_begin_allocate", d, &r);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return st;
 }
 
@@ -185,7 +185,7 @@ GCA_API gca_status_t gca_pool_end_allocate(gca_pool_t *pool) {
     }
   }
   gca__mempool_unuse(d, m);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   if (!found)
     return gca__error(GCA_ERR_INVALID_STATE,
                       "pool_end_allocate: pool %p has no allocation route to end", (void *)pool);
@@ -197,7 +197,7 @@ GCA_API gca_status_t gca_pool_use_begin(gca_pool_t *pool) {
   gca__mempool_t *m;
   GCA_CHECK(gca__mempool_lookup("pool_use_begin", pool, &d, &m));
   gca_status_t st = gca__route_scope_push(d, m);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return st;
 }
 
@@ -206,7 +206,7 @@ GCA_API gca_status_t gca_pool_use_end(gca_pool_t *pool) {
   gca__mempool_t *m;
   GCA_CHECK(gca__mempool_lookup("pool_use_end", pool, &d, &m));
   gca_status_t st = gca__route_scope_pop(d, m);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return st;
 }
 
@@ -241,7 +241,7 @@ GCA_API gca_status_t gca_pool_begin_capture(gca_pool_t *pool, gca_stream_t strea
   gca__route_t r = {.pool = m, .kind = ROUTE_CAPTURE, .stream = stream, .capture_id = id};
   st = gca__route_add("pool_begin_capture", d, &r);
 out:
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return st;
 }
 
@@ -253,11 +253,11 @@ GCA_API gca_status_t gca_pool_end_capture(gca_pool_t *pool, gca_stream_t stream)
     if (d->routes[i].pool == m && d->routes[i].kind == ROUTE_CAPTURE &&
         d->routes[i].stream == stream) {
       gca__route_remove(d, i);
-      gca__mutex_unlock(&d->lock);
+      gca__dev_unlock(d);
       return GCA_OK;
     }
   }
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return gca__error(GCA_ERR_INVALID_STATE,
                     "pool_end_capture: pool %p has no capture begun on stream %p", (void *)pool,
                     (void *)stream);
@@ -299,7 +299,7 @@ GCA_API gca_status_t gca_pool_suspend(gca_pool_t *pool, unsigned flags) {
                     gca__mempool_capturing_locked(d, m) ? " into this pool" : "");
   else
     st = gca__mempool_suspend_locked(d, m, flags);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return st;
 }
 
@@ -312,6 +312,6 @@ GCA_API gca_status_t gca_pool_resume(gca_pool_t *pool) {
     st = gca__error(GCA_ERR_INVALID_STATE, "pool_resume: pool %p is not suspended", (void *)pool);
   else
     st = gca__mempool_resume_locked(d, m);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_unlock(d);
   return st;
 }

@@ -35,10 +35,7 @@ static void reinsert(gca__devalloc_t *d, gca__block_t *b) {
   gca__stat_pool(d->stats.inactive_split_bytes, b->pool, bytes);
 }
 
-/* Runs batch bt taken under d->lock: lets the lock go for the waits and the
- * driver frees, retakes it and finishes; bt is emptied. Returns with the lock
- * held and the first failure. */
-static gca_status_t batch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *released) {
+gca_status_t gca__relbatch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *released) {
   gca_status_t st = GCA_OK;
   if (bt->n == 0)
     return GCA_OK;
@@ -68,7 +65,8 @@ static gca_status_t batch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *r
     bool last = true; /* the segment's last entry may remove it */
     for (size_t k = i + 1; k < bt->n && last; k++)
       last = !bt->v[k].expandable || bt->v[k].seg != e->seg;
-    gca_status_t est = gca__expand_release_synced(d, e->seg, e->lo, e->hi, released, last);
+    gca_status_t est =
+        gca__expand_release_synced(d, e->seg, e->lo, e->hi, released, last && !e->keep);
     if (st == GCA_OK)
       st = est;
   }
@@ -105,9 +103,84 @@ gca_status_t gca__release_cached(gca__devalloc_t *d) {
   st = pool_take_all(d, &d->large, &bt);
   if (st == GCA_OK)
     st = pool_take_all(d, &d->small, &bt);
-  gca_status_t rst = batch_run(d, &bt, NULL); /* what was taken goes back either way */
+  gca_status_t rst = gca__relbatch_run(d, &bt, NULL); /* what was taken goes back either way */
   free(bt.v);
   return st != GCA_OK ? st : rst;
+}
+
+/* ---- the reap: what frees left to give back ---- */
+
+/* Destroys dying idle pool m (Note [No waits under the device lock]): its
+ * segments go back through one release batch while m holds a use and is
+ * marked destroying, so that no lookup, route or OOM borrow reaches it while
+ * the lock is let go; other threads meanwhile allocate and free in other
+ * pools only (m has no live block, no handle and no route). Once the batch is
+ * done m is unlinked and freed, or, if something failed, stays dying for a
+ * later free or capture end. *next: m's successor, read under the lock. */
+static void reap_pool(gca__devalloc_t *d, gca__mempool_t *m, gca__mempool_t **next) {
+  gca__relbatch_t bt = {0};
+  gca_status_t st = GCA_OK, rst;
+  m->use_count++;
+  m->destroying = true;
+  if (m->suspended) /* the release path needs mappings to unmap */
+    st = gca__mempool_resume_locked(d, m);
+  gca__pool_t *pools[2] = {&m->small, &m->large};
+  for (int k = 0; k < 2 && st == GCA_OK; k++)
+    st = pool_take_all(d, pools[k], &bt);
+  rst = gca__relbatch_run(d, &bt, NULL); /* what was taken goes back either way */
+  free(bt.v);
+  if (st == GCA_OK)
+    st = rst;
+  for (int k = 0; k < 2 && st == GCA_OK; k++) /* wholly unmapped expandable segments */
+    for (gca__segment_t *s = pools[k]->segments, *sn; s != NULL && st == GCA_OK; s = sn) {
+      sn = s->next;
+      if (s->expandable && s->nmaps == 0)
+        st = gca__expand_release_synced(d, s, 0, 0, NULL, true);
+    }
+  if (st == GCA_OK && (m->small.segments != NULL || m->large.segments != NULL))
+    st = gca__error(GCA_ERR_INTERNAL, "kept segments that hold no live block");
+  m->destroying = false;
+  m->use_count--;
+  *next = m->next;
+  if (st == GCA_OK)
+    gca__mempool_forget(d, m);
+  else
+    GCA_LOG_WARN("pool_release: pool %#" PRIx64 ": %s (the pool's memory stays until its next "
+                 "free or capture end)",
+                 m->handle, gca_last_error());
+}
+
+/* Caching off: takes every segment of pool whose blocks are all free. */
+static gca_status_t pool_take_whole(gca__devalloc_t *d, gca__pool_t *pool, gca__relbatch_t *bt) {
+  for (gca__segment_t *s = pool->segments; s != NULL; s = s->next)
+    if (gca__block_whole(s->head) && s->head->in_tree)
+      GCA_CHECK(gca__relbatch_take(d, bt, s));
+  return GCA_OK;
+}
+
+void gca__release_reap(gca__devalloc_t *d) {
+  d->reap = false;
+  if (!d->caching) {
+    /* with the lock let go other threads may free (setting d->reap again:
+     * their own unlock reaps) or allocate; the batch's blocks are out of reach */
+    gca__relbatch_t bt = {0};
+    gca_status_t st = GCA_OK;
+    for (gca__pool_t *p = &d->small; p != NULL && st == GCA_OK; p = gca__pool_next(d, p))
+      if (p->owner == NULL || (!p->owner->suspended && !p->owner->destroying))
+        st = pool_take_whole(d, p, &bt);
+    gca_status_t rst = gca__relbatch_run(d, &bt, NULL);
+    free(bt.v);
+    if (st == GCA_OK)
+      st = rst;
+    if (st != GCA_OK)
+      GCA_LOG_WARN("free: caching is off but a segment stays cached: %s", gca_last_error());
+  }
+  for (gca__mempool_t *m = d->mempools, *next; m != NULL; m = next) {
+    if (gca__mempool_reapable(d, m))
+      reap_pool(d, m, &next);
+    else
+      next = m->next;
+  }
 }
 
 /* Waits, with no device lock held, until a release batch under way when it
@@ -152,7 +225,7 @@ static gca_status_t release_available(gca__devalloc_t *d, gca__pool_t *pool, gca
       }
     }
     size_t freed = 0;
-    gca_status_t rst = batch_run(d, &bt, &freed);
+    gca_status_t rst = gca__relbatch_run(d, &bt, &freed);
     free(bt.v);
     GCA_CHECK(st);
     GCA_CHECK(rst);
@@ -163,7 +236,7 @@ static gca_status_t release_available(gca__devalloc_t *d, gca__pool_t *pool, gca
       return GCA_OK;
     gca__relbatch_t bt = {0};
     gca_status_t st = gca__relbatch_take(d, &bt, it->seg);
-    gca_status_t rst = batch_run(d, &bt, NULL);
+    gca_status_t rst = gca__relbatch_run(d, &bt, NULL);
     free(bt.v);
     GCA_CHECK(st);
     GCA_CHECK(rst);
@@ -220,7 +293,7 @@ static gca_status_t garbage_collect(gca__devalloc_t *d) {
       reclaimed += bt.bytes - before;
     }
   }
-  gca_status_t rst = batch_run(d, &bt, NULL);
+  gca_status_t rst = gca__relbatch_run(d, &bt, NULL);
   free(bt.v);
   return st != GCA_OK ? st : rst;
 }
@@ -229,7 +302,7 @@ static gca_status_t garbage_collect(gca__devalloc_t *d) {
  * still in its tree (Note [Tree places]). */
 static gca__block_t *take_on_oom(gca__devalloc_t *d, gca_stream_t stream, size_t rounded) {
   for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
-    if (!m->use_on_oom || m->use_count == 0 || m->suspended)
+    if (!m->use_on_oom || m->use_count == 0 || m->suspended || m->destroying)
       continue;
     gca__pool_t *p = rounded <= GCA__SMALL_SIZE ? &m->small : &m->large;
     gca__block_t *b = gca__pool_take_fit(d, p, stream, rounded);

@@ -139,33 +139,6 @@ gca_status_t gca__segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_strea
   return classic_alloc(d, pool, stream, size, out);
 }
 
-gca_status_t gca__segment_release(gca__devalloc_t *d, gca__segment_t *seg) {
-  gca__block_t *b = seg->head;
-  gca__pool_t *pool = seg->pool;
-  if (seg->expandable)
-    return gca__expand_release(d, seg, NULL);
-  GCA_ASSERT(gca__block_whole(b) && b->in_tree);
-  /* private pool destruction, caching off: still under the lock (Note [No
-   * waits under the device lock]) */
-  gca_status_t st = GCA__WAIT_UNDER_LOCK(gca__segment_memory_free(d, seg, true));
-  if (st != GCA_OK)
-    return gca__error_prefix(st, "release of segment 0x%" PRIx64 " (%zu bytes)", seg->base,
-                             seg->size);
-  gca__owner_remove(seg->base, seg->size, d->device);
-  gca__tree_erase(pool, b);
-  gca__block_free(d, b);
-  gca__segment_unlink(pool, seg);
-  d->reserved -= seg->size;
-  gca__stat_pool(d->stats.segment, pool, -1);
-  gca__stat_pool(d->stats.reserved_bytes, pool, -(int64_t)seg->size);
-  if (seg->oversize)
-    gca__stat_add(&d->stats.oversize_segments, -1);
-  d->stats.num_device_free++;
-  gca__history_event(GCA_HA_SEGMENT_FREE, d->device, seg->base, seg->size, seg->stream);
-  free(seg);
-  return GCA_OK;
-}
-
 void gca__segment_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
   for (gca__block_t *b = seg->head; b != NULL; b = b->next)
     free(b->uses);
@@ -193,7 +166,7 @@ static void batch_add(gca__relbatch_t *bt, gca__segment_t *seg, gca__block_t *b,
   gca__tree_erase(b->pool, b);
   b->releasing = true;
   bt->v[bt->n++] = (gca__relent_t){
-      seg, b, b->addr - seg->base, b->addr - seg->base + b->size, GCA_OK, seg->expandable};
+      seg, b, b->addr - seg->base, b->addr - seg->base + b->size, GCA_OK, seg->expandable, false};
   bt->bytes += bytes;
 }
 

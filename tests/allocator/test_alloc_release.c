@@ -131,6 +131,7 @@ typedef struct job {
   void *out;
   size_t size;
   gca_stream_t stream;
+  const gca_pool_state_t *state;
 } job_t;
 
 static void *run_job(void *arg) {
@@ -233,6 +234,114 @@ static void host_fn_free_completes_during_pending_sync(void **state) {
   assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
   assert_ok(gca_stream_destroy(s));
   assert_ok(gca_stream_destroy(u));
+}
+
+/* ---- private pools and caching off ---- */
+
+static gca_status_t job_pool_release(job_t *j) {
+  return gca_pool_release(j->out);
+}
+
+static gca_status_t job_free(job_t *j) {
+  return gca_free(j->out);
+}
+
+static void host_fn_free_completes_during_pool_destruction(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  gca_pool_t *pool;
+  gca_pool_options_t opts = GCA_POOL_OPTIONS_INIT;
+  assert_ok(gca_pool_create(0, &opts, &pool));
+  assert_ok(gca_pool_use_begin(pool));
+  void *q = alloc_on(30 * MiB, s);
+  assert_ok(gca_pool_use_end(pool));
+  free_ok(q); /* the pool's whole segment: its release (mem_free) waits */
+  void *p = alloc_on(4096, s);
+  job_t job = {.fn = job_pool_release, .out = pool};
+  free_during(&job, p, s);
+  assert_ok(job.st);
+  assert_int_equal(stats().num_device_free, 1);
+  int count;
+  assert_int_equal(gca_pool_use_count(pool, &count), GCA_ERR_INVALID_HANDLE);
+  assert_ok(gca_empty_cache());
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_stream_destroy(s));
+}
+
+static void host_fn_free_completes_during_a_free_with_caching_off(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  void *p = alloc_on(4096, s);
+  void *q = alloc_on(30 * MiB, s);
+  assert_ok(gca_set_caching(false));
+  job_t job = {.fn = job_free, .out = q}; /* q's segment goes back at once (mem_free waits) */
+  free_during(&job, p, s);
+  assert_ok(job.st);
+  assert_int_equal(stats().segment[GCA_STAT_LARGE].current, 0);
+  assert_ok(gca_set_caching(true));
+  assert_ok(gca_empty_cache());
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_stream_destroy(s));
+}
+
+static void host_fn_free_completes_during_a_used_block_free_with_caching_off(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  void *p = alloc_on(4096, s);
+  void *q = alloc_on(4096, NULL);
+  assert_ok(gca_record_stream(q, s)); /* the free waits for s (stream_synchronize) */
+  assert_ok(gca_set_caching(false));
+  job_t job = {.fn = job_free, .out = q};
+  free_during(&job, p, s);
+  assert_ok(job.st);
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
+  /* q's segment, and p's, left by the host function's refused release */
+  assert_int_equal(stats().num_device_free, 2);
+  assert_ok(gca_set_caching(true));
+  assert_ok(gca_empty_cache());
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_stream_destroy(s));
+}
+
+/* ---- checkpoints ---- */
+
+static gca_status_t job_restore(job_t *j) {
+  gca_pool_changes_t c;
+  gca_status_t st = gca_pool_restore(j->out, j->state, &c);
+  if (st == GCA_OK)
+    gca_pool_changes_free(&c);
+  return st;
+}
+
+static void host_fn_free_completes_during_restore_trim(void **state) {
+  (void)state;
+  assert_ok(gca_set_config("expandable_segments:True"));
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  gca_pool_t *pool;
+  gca_pool_options_t opts = GCA_POOL_OPTIONS_INIT;
+  assert_ok(gca_pool_create(0, &opts, &pool));
+  gca_pool_state_t *saved;
+  assert_ok(gca_pool_checkpoint(pool, &saved)); /* nothing mapped */
+  assert_ok(gca_pool_use_begin(pool));
+  void *q = alloc_on(30 * MiB, s);
+  assert_ok(gca_pool_use_end(pool));
+  free_ok(q); /* mapped since the checkpoint: the restore unmaps it after waiting for s */
+  void *p = alloc_on(4096, s);
+  job_t job = {.fn = job_restore, .out = pool, .state = saved};
+  free_during(&job, p, s);
+  assert_ok(job.st);
+  size_t reserved;
+  assert_ok(gca_pool_memory(pool, &reserved, NULL));
+  assert_int_equal(reserved, 0);
+  gca_pool_state_free(saved);
+  assert_ok(gca_pool_release(pool));
+  assert_ok(gca_empty_cache());
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_set_config(""));
 }
 
 /* ---- destroyed streams ---- */
@@ -392,6 +501,15 @@ int main(void) {
                                       release_teardown),
       cmocka_unit_test_setup_teardown(host_fn_free_completes_during_pending_sync, release_setup,
                                       release_teardown),
+      cmocka_unit_test_setup_teardown(host_fn_free_completes_during_pool_destruction, release_setup,
+                                      release_teardown),
+      cmocka_unit_test_setup_teardown(host_fn_free_completes_during_a_free_with_caching_off,
+                                      release_setup, release_teardown),
+      cmocka_unit_test_setup_teardown(
+          host_fn_free_completes_during_a_used_block_free_with_caching_off, release_setup,
+          release_teardown),
+      cmocka_unit_test_setup_teardown(host_fn_free_completes_during_restore_trim, release_setup,
+                                      release_teardown),
       cmocka_unit_test_setup_teardown(expandable_segment_of_a_destroyed_stream_is_released,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(vmm_segment_of_a_destroyed_stream_is_released, release_setup,
@@ -405,5 +523,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(failed_unmap_at_teardown_frees_the_records, release_setup,
                                       lost_memory_teardown),
   };
+  if (getenv("TF") != NULL)
+    cmocka_set_test_filter(getenv("TF"));
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
