@@ -345,6 +345,10 @@ struct gca__devalloc {
   gca__route_t *routes;
   size_t nroutes, cap_routes;
   atomic_uint routing;
+  int deferred_need;       /* 1 + a device whose destroyed stream a deferred free was recorded
+                              on: the reap waits for that device (Note [Gone streams of deferred
+                              frees], pending.c); 0: none */
+  int deferred_waited;     /* 1 + the device just waited for, while the reap flushes again */
   unsigned ncaptures;      /* capture routes; while > 0 no event is queried */
   gca__block_t **deferred; /* Note [Frees during capture] */
   size_t ndeferred, cap_deferred;

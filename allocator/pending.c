@@ -276,12 +276,25 @@ gca_status_t gca__use_wait(gca__devalloc_t *d, const gca__use_t *u) {
   return use_op(d, u, NULL);
 }
 
+/* Note [Gone streams of deferred frees]: a free deferred during a capture
+ * records its events once the capture is over; a stream it was used on may
+ * have been destroyed meanwhile, and its work still runs. Then the block stays
+ * deferred, the device is named in d->deferred_need and the reap (on the way
+ * out of the lock) waits for that device with the lock let go and flushes
+ * again with that use counted as done; the caller that ran into it, which
+ * asked for something else, is not failed. */
 gca_status_t gca__pending_flush_deferred(gca__devalloc_t *d) {
   while (d->ndeferred > 0) {
     gca__block_t *b = d->deferred[d->ndeferred - 1];
     b->event_count = 0;
-    int gone = -1;
+    int gone = d->deferred_waited - 1;
     gca_status_t st = block_insert_events(d, b, &gone);
+    if (st == GCA_ERR_INVALID_HANDLE && gone >= 0) {
+      b->event_count = 1;
+      d->deferred_need = gone + 1;
+      d->reap = true;
+      return GCA_OK;
+    }
     if (st != GCA_OK) {
       b->event_count = 1;
       return st;

@@ -160,6 +160,21 @@ static gca_status_t pool_take_whole(gca__devalloc_t *d, gca__pool_t *pool, gca__
 
 void gca__release_reap(gca__devalloc_t *d) {
   d->reap = false;
+  if (d->deferred_need != 0 && d->ncaptures == 0) { /* Note [Gone streams of deferred frees] */
+    int dev = d->deferred_need - 1;
+    d->deferred_need = 0;
+    gca__mutex_unlock(&d->lock);
+    gca_status_t st = d->ops->ctx_synchronize(dev);
+    gca__dev_lock(d);
+    if (st == GCA_OK) {
+      d->deferred_waited = dev + 1;
+      st = gca__pending_flush_deferred(d);
+      d->deferred_waited = 0;
+    }
+    if (st != GCA_OK)
+      GCA_LOG_WARN("a deferred free recorded on a destroyed stream stays pending: %s",
+                   gca_last_error());
+  }
   if (!d->caching) {
     /* with the lock let go other threads may free (setting d->reap again:
      * their own unlock reaps) or allocate; the batch's blocks are out of reach */
