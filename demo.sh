@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs what the build needs (Debian packages, when missing), builds gca in
 # ./build and runs gca-demo on the default backend: the GPU when a CUDA driver
 # and device are present, else the sim backend.

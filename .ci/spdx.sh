@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # SPDX headers: every source file (.c, .h, .py, .sh, meson.build,
 # meson_options.txt, .ci/run) opens with "SPDX-License-Identifier: Apache-2.0"
 # in its comment syntax, on the first line or, below a "#!" line, the second.

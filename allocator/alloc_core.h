@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* alloc_core.h - the caching allocator's structures: blocks, segments, pools,
  * the per-device allocator, and the module map of the files that build them.
  *

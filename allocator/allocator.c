@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* allocator.c - the device registry and the public entry points: each
  * device's allocator created on first use, gca_malloc / gca_free and their
  * cache-hit fast paths, record_stream, pointer lookups, settings, statistics,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* blocks.c - blocks within their pool: the best fit for a request, making a
  * found block active (splitting off the remainder), and a freed block's return
  * to the free tree (merging with its free neighbours), with the statistics of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* check.c - the invariant walker and the read-only walk over segments.
  *
  * The walker recomputes, from the segments and their blocks alone, everything

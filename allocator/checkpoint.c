@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* checkpoint.c - saving a private pool's block layout and restoring it
  * (DESIGN.md "Note [Checkpoints]", PyTorch's getCheckpointState /
  * setCheckpointPoolState).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.c - the allocator's settings: defaults, the GCA_ALLOC_CONF /
  * PYTORCH_CUDA_ALLOC_CONF parser, the writer that prints them back, and the
  * roundup_power2_divisions lookup.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.h - the allocator's settings and their parser.
  *
  * Syntax and keys are PyTorch's (PYTORCH_CUDA_ALLOC_CONF): a comma-separated

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* expandable.c - expandable segments: per (device, stream, pool) one range of
  * address space, reserved once, with physical memory mapped into it as the
  * pool grows and unmapped again when the cache is released.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fcache.c - the free cache: plain frees wait, uncoalesced and out of the
  * free tree, in per-device (stream, size) bins for the next request of that
  * size; a miss, and every path that releases memory, flushes them back into

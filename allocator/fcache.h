@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fcache.h - the free cache's fast paths, inline for the entry points of
  * allocator.c and the facts the walker checks (Note [Free cache] and Note
  * [Free cache epochs], fcache.c): the bin of a (stream, size), whether a free

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* free_blocks.c - gca_get_free_blocks(): a device's cached free memory, the
  * figure behind external fragmentation (1 - largest free block / free bytes).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* freetree.c - a pool's free structure: an intrusive treap of free blocks
  * keyed (stream, size, address).
  *

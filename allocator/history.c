@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* history.c - the recorders the allocator reports to: per-device rings of
  * recent events (behind snapshots' device_traces), the GCA_TRACE file in
  * RMM's log CSV format, and the public trace observers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* history.h - what the allocator tells the recorders beside it: the bounded
  * history ring behind snapshots' device_traces, the RMM-CSV trace file
  * (GCA_TRACE=path.csv) and the public trace observers.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* introspect.h - a read-only walk over an allocator's segments and blocks, the
  * one view that snapshots, the invariant walker's tests and tools share.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ipc.c - sharing blocks between processes: export as file descriptors or
  * fabric handles, the socket protocol that carries them, import and the
  * registry of imports.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mempool.c - a private pool's memory over its life: once it is dying and
  * idle it is left for the reap (release.c: segments released through a
  * release batch, record freed here by gca__mempool_forget), and its

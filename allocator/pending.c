@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pending.c - frees that must wait: a block used on other streams
  * (gca_record_stream) is freed by recording an event on each of them and
  * parking the block until every event has completed; during a capture the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pool.c - private pools: their handles, use counts and public API.
  *
  * The one idea: a private pool is two more free trees (small, large) with

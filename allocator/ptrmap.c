@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ptrmap.c - how a pointer finds its block: a per-device pointer -> block
  * hash, and a process-wide, lock-free map from 2 MiB address granules to the
  * device whose segments cover them.

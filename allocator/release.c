@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* release.c - giving cached memory back to the driver, and getting a new
  * segment when the cache has nothing that fits: garbage collection before,
  * and the out-of-memory retries after a refusal (free the oversize blocks

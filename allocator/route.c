@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* route.c - the routes that send a device's allocations to a private pool:
  * stream filters (gca_pool_begin_allocate), per-thread use scopes
  * (gca_pool_use_begin) and stream captures (gca_pool_begin_capture).

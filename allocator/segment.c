@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* segment.c - classic segments: one device allocation each (mem_alloc, or one
  * mem_create handle when ipc_handles is on), linked into its pool, carved into
  * blocks by the floors above, given back whole; and the two entry points that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sizes.c - the size rules: how a request is rounded, how large a segment is
  * made for it, when a free block may serve it and when serving it splits the
  * block, and whether more bytes may be reserved under the device's limit.

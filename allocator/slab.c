@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* slab.c - the block records of a device: carved from slabs of SLAB_BLOCKS,
  * kept on a free list, never returned to the host until the allocator goes.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* snapshot.c - gca_record_history() and gca_snapshot_json(): the allocator's
  * state as JSON in the shape of PyTorch's torch.cuda.memory._snapshot().
  *

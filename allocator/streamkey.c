@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* streamkey.c - the allocator's key for a stream handle, and the way back
  * from a key to the device (Note [Per-thread stream keys]).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* vmm.c - the driver side of virtual memory management for a device: the
  * allocation granularity, the list of devices that get access to new
  * mappings, and the create + map + set_access / unmap + release steps.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* common.h - internals shared by every layer: error reporting, logging, the
  * environment and clock seams, size parsing.
  *

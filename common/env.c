@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* env.c - the one place the environment and the clock are read, each through
  * a hook that tests can set, plus parsers for the values found there. */
 #include <ctype.h>

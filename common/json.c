@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* json.c - the JSON writer declared in json.h.
  *
  * One growable buffer and a sticky status, so a document is written as a

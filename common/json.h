@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* json.h - a small JSON writer (snapshots, traces, tool reports).
  *
  * The writer appends to a growable buffer and keeps a sticky status: calls

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lock.c - the contended paths of gca__mutex_t (see lock.h): a short spin,
  * then sleeping on a futex until the holder's unlock wakes one sleeper. */
 #include <linux/futex.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lock.h - gca__mutex_t, the lock of a device allocator.
  *
  * Critical sections under it are a few hundred instructions, and the cached

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.c - the one logging function. The level comes from GCA_LOG_LEVEL (read
  * once) unless gca_set_log_level() overrides it; messages go to stderr as
  * "gca: <level>: <text>". */

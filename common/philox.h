@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* philox.h - the Philox4x32-10 counter-based generator (Salmon et al., "Parallel
  * random numbers: as easy as 1, 2, 3", SC'11), one block function shared by
  * the sim's RNG kernel, the graph layer and the tests.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status.c - status names and strings from GCA_STATUS_MAP, the thread-local
  * last-error detail, and the version. See Note [Error detail] in common.h. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* graphs_internal.h - the structures of a graph tree shared by tree.c (the
  * state machine: warm-up, record, replay, update, re-record, eager) and rng.c
  * (graph-safe generators, whose offsets a replay writes before launch).

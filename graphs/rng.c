@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rng.c - graph-safe random number generators: Philox4x32-10 (common/philox.h)
  * with the seed and the offset in device memory, so that a recorded draw
  * reads them when the graph is replayed rather than when it was captured.

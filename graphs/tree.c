@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tree.c - the graph tree's state machine: warm up eagerly inside the pool,
  * record a child of the node that ran before (keyed by function), replay it
  * while its invariants hold, and when one breaks update the executable graph

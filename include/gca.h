@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gca.h - umbrella header: a CUDA caching allocator and graph-capture runtime. */
 #ifndef GCA_H
 #define GCA_H

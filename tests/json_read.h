@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* json_read.h - reading JSON in tests with jansson: loading with the
  * reader's line and column in the failure, and typed reads that answer
  * false for a missing member or another kind, so a test says what it wanted. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* support.h - the one place tests reach the library's internals from, and
  * what every test file shares: cmocka, the device table under test
  * (GCA_TEST_BACKEND=sim|cuda; cuda skips with exit 77 and a message when no

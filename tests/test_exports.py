@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """test_exports.py - libgca.so exports exactly the public API.
 
 The expected list is derived, not written down: every name declared with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_alloc.c - gca-bench: the cost of a cached allocation, next to glibc.
  *
  *   gca-bench [--seconds S] [--json] [--help]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_expand.c - gca-bench-expand: what expandable segments cost.
  *
  *   gca-bench-expand [--gib N] [--seconds S]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_graphs.c - gca-bench-graphs: what the graph-tree layer costs.
  *
  *   replay_overhead_ns     host time of a tree replay (gca_graph_tree_run of a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* demo.c - gca-demo: a short tour of gca on the default backend (cuda when a
  * GPU and driver are present, else the sim backend), printing what happened:
  * the device, a cached allocation that costs no driver call, stream-ordered

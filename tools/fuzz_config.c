@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_config.c - fuzz target for the allocator's configuration parser
  * (GCA_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF text, gca__config_parse), with
  * its seeds and the words of its grammar for the standalone driver

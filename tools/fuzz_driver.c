@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_driver.c - the standalone driver every fuzz target links when it is not
  * built for libFuzzer: options, seed files, a seeded generator, the mutator
  * and the time limit, around the target's LLVMFuzzerTestOneInput.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_driver.h - what a fuzz target tells the standalone driver about itself.
  *
  * A fuzz target is a file that defines LLVMFuzzerTestOneInput. Built with

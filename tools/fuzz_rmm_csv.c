@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_rmm_csv.c - fuzz target for the RMM CSV reader, with its seeds and
  * alphabet for the standalone driver (fuzz_driver.h).
  *

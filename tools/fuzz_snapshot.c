@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_snapshot.c - fuzz target for gca-snapshot's loader and renderers, with
  * its seed and tokens for the standalone driver (fuzz_driver.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* replay.c - gca-replay: replays an RMM log CSV allocation trace through the
  * caching allocator and reports how much device memory it reserved.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rmm_csv.c - the streaming RMM log CSV reader.
  *
  * A reader is a window [pos, len) over bytes not yet consumed: for memory input

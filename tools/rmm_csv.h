@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rmm_csv.h - a streaming reader for RMM's allocation log CSV, the trace format
  * gca records (GCA_TRACE) and gca-replay reads.
  *

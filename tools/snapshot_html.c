@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* snapshot_html.c - gca-snapshot's page: one self-contained HTML file whose
  * inline script draws SVG from a JSON data island the C side writes.
  *

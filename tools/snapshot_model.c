@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* snapshot_model.c - loading a snapshot JSON (read with jansson) into
  * gca-snapshot's flat model: every field the renderers use is checked here,
  * once, and a failure names the field and its place in the document.

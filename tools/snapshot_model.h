@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* snapshot_model.h - gca-snapshot's in-memory view of a snapshot JSON
  * (PyTorch's fields: segments with their blocks, device_traces, frames) and
  * the figures both renderers print.

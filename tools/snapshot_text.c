@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* snapshot_text.c - gca-snapshot --text: the snapshot as a plain summary,
  * exact byte counts first (for scripts and diffs) with a human-readable size
  * beside them.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* snapshot_view.c - gca-snapshot: renders a snapshot JSON (gca_snapshot_json,
  * or PyTorch's torch.cuda.memory._snapshot() dumped as JSON) as a
  * self-contained HTML page or, with --text, as a plain summary.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stress.c - gca-stress: threads x streams hammering the caching allocator
  * with random allocations and frees, every live block stamped with its own
  * pattern and checked before it is freed.

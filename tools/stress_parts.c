@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stress_parts.c - gca-stress's episodes beyond allocate and free: capture and
  * replay into a private pool (with checkpoint and restore), IPC export and
  * import of a live block, suspend and resume of a private pool, and a round

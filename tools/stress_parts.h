@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stress_parts.h - gca-stress's workload parts beyond allocate and free: a
  * capture into a private pool replayed and checked, checkpoint and restore of
  * that pool, a block exported and imported through IPC and read back through

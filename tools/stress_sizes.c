@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stress_sizes.c - request-size distributions for gca-stress: uniform and
  * log-uniform ranges, and the empirical distribution of a recorded RMM log
  * CSV (read with rmm_csv.h). A log-uniform range spends as many draws on 1-2 KiB as on 1-2 GiB,

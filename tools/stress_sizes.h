@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stress_sizes.h - gca-stress's request-size distributions and its random
  * numbers.
  *

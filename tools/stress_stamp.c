@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stress_stamp.c - writing, reading back and checking gca-stress's per-block
  * pattern with device operations only (fill kernels and copies on the block's
  * stream), so the same checker runs on the sim and on a real GPU.

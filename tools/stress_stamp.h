@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stress_stamp.h - the per-block pattern gca-stress writes into every live
  * block and checks before freeing it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* util.c - the tools' error detail, clock and size text (see util.h).
  *
  * The detail is a per-thread buffer so the stress tool's worker threads can

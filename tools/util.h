@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* util.h - what the tools share beyond the public API: their own error detail,
  * a monotonic clock, and byte sizes written and read the way the library's
  * configuration does ("512MiB").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* device.c - backend selection. GCA_DEVICE=cuda|sim|auto picks the operation
  * table once per process; auto tries cuda (a driver and at least one device)
  * and otherwise falls back to sim, saying so once on stderr. */

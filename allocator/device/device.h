@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* device.h - the device layer's operation table: everything the layers above
  * need from a GPU, behind one struct of function pointers with two backends,
  * cuda (the driver API, loaded at run time) and sim (a software GPU).

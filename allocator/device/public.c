@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* public.c - the public device API (gca/device.h): streams, events, copies,
  * memsets, kernels and capture on the backend gca_device_init() selected.
  *
@@ -7,6 +8,7 @@
  * detail so a failure reads "gca_memcpy: memcpy_async: ...".
  */
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common.h"
 #include "device.h"
@@ -165,13 +167,34 @@ GCA_API gca_status_t gca_memcpy_async(void *dst, const void *src, size_t bytes,
   return fwd(fn, ops->memcpy_async(dptr(dst), dptr(src), bytes, stream));
 }
 
+/* The synchronous copies and memsets queue on the legacy stream and wait for
+ * it, as cuMemcpy/cuMemsetD8 return once done. When that wait fails the work
+ * may still be queued and would write the caller's memory after the error is
+ * returned (a stack buffer, say): wait it out (retries, then the device)
+ * before reporting the first failure. */
+static gca_status_t sync_legacy(const char *fn, const gca_device_ops_t *ops) {
+  gca_status_t st = ops->stream_synchronize(NULL);
+  if (st == GCA_OK)
+    return GCA_OK;
+  st = fwd(fn, st);
+  char detail[256];
+  snprintf(detail, sizeof(detail), "%s", gca_last_error());
+  bool done = false;
+  for (int i = 0; i < 8 && !done; i++)
+    done = ops->stream_synchronize(NULL) == GCA_OK;
+  int dev = 0;
+  for (int i = 0; i < 8 && !done; i++)
+    done = ops->ctx_get_device(&dev) == GCA_OK && ops->ctx_synchronize(dev) == GCA_OK;
+  return gca__error(st, "%s", detail);
+}
+
 GCA_API gca_status_t gca_memcpy(void *dst, const void *src, size_t bytes) {
   static const char fn[] = "gca_memcpy";
   if (bytes && (!dst || !src))
     return null_arg(fn, !dst ? "dst" : "src");
   ACTIVE(fn);
   GCA_CHECK(fwd(fn, ops->memcpy_async(dptr(dst), dptr(src), bytes, NULL)));
-  return fwd(fn, ops->stream_synchronize(NULL));
+  return sync_legacy(fn, ops);
 }
 
 GCA_API gca_status_t gca_memset_d8_async(void *dst, uint8_t value, size_t count,
@@ -198,7 +221,7 @@ GCA_API gca_status_t gca_memset_d8(void *dst, uint8_t value, size_t count) {
     return null_arg(fn, "dst");
   ACTIVE(fn);
   GCA_CHECK(fwd(fn, ops->memset_d8_async(dptr(dst), value, count, NULL)));
-  return fwd(fn, ops->stream_synchronize(NULL));
+  return sync_legacy(fn, ops);
 }
 
 GCA_API gca_status_t gca_memset_d32(void *dst, uint32_t value, size_t count) {
@@ -207,7 +230,7 @@ GCA_API gca_status_t gca_memset_d32(void *dst, uint32_t value, size_t count) {
     return null_arg(fn, "dst");
   ACTIVE(fn);
   GCA_CHECK(fwd(fn, ops->memset_d32_async(dptr(dst), value, count, NULL)));
-  return fwd(fn, ops->stream_synchronize(NULL));
+  return sync_legacy(fn, ops);
 }
 
 /* ---- the device ---- */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gca/allocator.h - the stream-ordered caching allocator.
  *
  * Behaviour follows PyTorch's CUDA caching allocator (configuration keys,

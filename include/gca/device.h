@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gca/device.h - the device handles gca passes through its API, backend
  * selection, and control of the sim backend (a software GPU used for tests and
  * tools on machines without one).

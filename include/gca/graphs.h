@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gca/graphs.h - graph trees: a function that issues GPU work on a stream is
  * run through a tree of recorded CUDA graphs, as TorchInductor's cudagraph
  * trees do (DESIGN.md "Graph trees").

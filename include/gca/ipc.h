@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gca/ipc.h - sharing an allocation with another process: export a block as
  * file descriptors (or fabric handles), pass them over a Unix socket, map
  * them in the peer.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gca/pool.h - private memory pools: allocations routed away from a device's
  * default pools, kept apart for the lifetime of the pool, and the checkpoint
  * and restore of a pool's block layout (DESIGN.md "Note [Checkpoints]").

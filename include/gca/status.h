@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gca/status.h - status codes, the last error's detail, version and logging.
  *
  * Every fallible gca function returns gca_status_t; results travel through

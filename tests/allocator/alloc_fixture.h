@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* alloc_fixture.h - what the allocator tests share: a fixture that gives each
  * test a fresh allocator on a fresh sim device (faults cleared, counters
  * zeroed, 16 GiB unless the test shrinks it), checks the allocator's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_alloc_bad_input.c - misuse by the caller: double free, foreign and
  * interior pointers, the wrong device, record_stream or pointer_info on a
  * freed pointer, sizes near SIZE_MAX or beyond the device, bad devices and

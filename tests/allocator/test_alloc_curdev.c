@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_alloc_curdev.c - gca_set_device also makes the device current in the
  * device layer, so a NULL stream in the allocator's work (events recorded at
  * free, stream-ordered reuse) is the legacy stream of the thread's current

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_alloc_faults.c - every device call the allocator makes, made to fail
  * (sim fault injection): the failing call returns a status whose detail names
  * the operation, the invariant walker passes, live pointers stay live, and

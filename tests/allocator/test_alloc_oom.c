@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_alloc_oom.c - running out of device memory on a small sim device:
  * cached blocks are freed and the allocation retried before anything fails
  * (oversize blocks first under max_split_size, then everything cached after

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_alloc_release.c - giving memory back without waiting under the device
  * lock (Note [No waits under the device lock]), and releases and frees that
  * meet a destroyed stream.

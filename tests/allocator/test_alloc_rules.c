@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_alloc_rules.c - the size rules of the caching allocator, PyTorch's:
  * rounding (512-byte steps or roundup_power2_divisions), pool choice and
  * segment sizes, splitting, max_split_size and max_non_split_rounding, best

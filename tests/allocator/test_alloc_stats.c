@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_alloc_stats.c - every statistic (PyTorch's names and meaning) after
  * scripted sequences: current, peak, allocated and freed per pool, the event
  * counters, resets of peaks and of accumulated values; active and

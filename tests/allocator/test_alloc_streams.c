@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_alloc_streams.c - Note [Stream-ordered reuse]: a block used on another
  * stream (gca_record_stream) is not handed out again until the work queued
  * there before the free has finished; events are pooled; nothing touches the

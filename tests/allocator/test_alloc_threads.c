@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_alloc_threads.c - many threads, each allocating on its own stream and
  * the legacy stream with random sizes, stamping every block by writing its
  * memory directly (sim device memory is host memory), handing blocks to other

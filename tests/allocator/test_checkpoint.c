@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_checkpoint.c - checkpoint and restore of a private pool's layout: a
  * seeded property test (random allocations and frees, checkpoint, more of
  * them, restore: the layout equals the checkpoint's and the reported pointer

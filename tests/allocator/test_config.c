@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_config.c - the allocator settings parser: every key, both forms of
  * roundup_power2_divisions, every rejection quoted and leaving the settings
  * unchanged, environment precedence, the format round trip and the roundup

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_expandable.c - expandable segments on the sim backend: one reservation
  * per (stream, pool) grown by one mapping per growth, free space next to
  * unmapped space counted as one fit, release unmapping whole mappings inside

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_free_blocks.c - gca_get_free_blocks(): the free bytes of a device's
  * segments and the largest free block, as the snapshot walk sees them (cached
  * frees included once flushed), zeros before the device has an allocator, and

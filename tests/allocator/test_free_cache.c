@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_free_cache.c - the free cache (Note [Free cache], allocator.c): a
  * plain free waits uncoalesced for the next request of its (stream, size);
  * statistics stay exactly those of PyTorch's rules at every step, misses and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_history.c - the history rings (bounds, order, stacks, reconfiguring,
  * off means nothing recorded) and the GCA_TRACE file (RMM's CSV, read back
  * row by row; an unopenable path warns and recording carries on). */

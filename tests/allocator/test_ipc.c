@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_ipc.c - sharing blocks between processes (gca/ipc.h) on the sim
  * backend: a real second process (this binary exec'd again with --child, so
  * it shares nothing with the parent but the socket) maps a block of a

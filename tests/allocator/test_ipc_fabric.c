@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_ipc_fabric.c - sharing blocks through fabric handles (gca_ipc_export_ex
  * with GCA_IPC_FABRIC) on the sim backend.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_pools.c - private pools: routing by stream filter, by thread scope and
  * by stream capture (forked streams included), frees during capture, use
  * counts and the pool's lifetime, use_on_oom, no_split, and misuse of handles. */

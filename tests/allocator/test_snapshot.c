@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_snapshot.c - gca_snapshot_json() after a scripted sequence on the sim
  * backend: the JSON parses, its segment and block sums equal gca_get_stats(),
  * device_traces hold the actions in order with resolved frames, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_suspend.c - suspending a private pool (its memory released, its
  * addresses kept) and resuming it: contents survive when saved, a graph
  * recorded against the pool replays after the resume, reserved bytes drop to

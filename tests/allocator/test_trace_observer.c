@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_trace_observer.c - the public trace observers (gca_trace_observer_add/
  * remove): every event the history records reaches each attached observer in
  * order, with the device's reserved and allocated bytes after the event;

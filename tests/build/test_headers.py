@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """test_headers.py - every public header stands alone, in C and in C++.
 
 The headers are listed from the include directory, so a new one is covered

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """test_install.py - what `meson install` puts in place.
 
 Installs the build into a temporary DESTDIR and checks: the include tree holds

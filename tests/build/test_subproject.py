@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """test_subproject.py - gca embedded as a meson subproject.
 
 A throwaway project is written to a temporary directory with the source tree

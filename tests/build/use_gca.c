@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* use_gca.c - a program that knows gca only from its installed face: the
  * public headers and libgca. It allocates, touches and frees through the
  * caching allocator (on the sim backend, where device memory is host memory)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_common.c - status names and strings, the thread-local last error, and
  * the size/bool parsers that configuration and tools rely on. */
 #include <pthread.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_json.c - the JSON writer's escaping, separators and misuse reports.
  * What it writes is read back with jansson, an independent reader, so
  * "always valid JSON" is checked by something other than the writer. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* child.h - running a check in a forked child, for tests of state that is
  * set once per process (backend selection, the cuda backend's one-time
  * initialization): the child sets its environment, runs the check, and

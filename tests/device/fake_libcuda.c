@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fake_libcuda.c - a pretend CUDA driver for testing the cuda backend's own
  * logic on machines without a GPU: symbol resolution through
  * cuGetProcAddress at explicit ABI versions, the version guard, init's error

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_backend_select.c - GCA_DEVICE picks the backend: auto falls back to sim
  * with one line on stderr when cuda is unusable, sim is chosen silently, cuda
  * without a driver fails with the no-device message, anything else is a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_contract_capture.c - the stream-capture and graph contract of the
  * device table, written once against the ops and run on sim and on cuda:
  * capture records instead of running, replays run the recording, fork/join

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_contract_mem.c - the memory contract of the device table, written once
  * against the ops and run on sim and on cuda: VMM reserve/create/map/access/
  * unmap/release round trips, aliasing of mappings of one handle, faults on

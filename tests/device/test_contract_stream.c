@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_contract_stream.c - the stream and event contract of the device table,
  * written once against the ops and run on sim and on cuda: in-order
  * asynchronous execution under load, events that complete only with the work

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda_fake.c - the cuda backend's own logic against a pretend driver
  * (fake_libcuda.c, path in GCA_TEST_FAKE_CUDA): symbol resolution at explicit
  * ABI versions and the version guard, init's failure messages, optional entry

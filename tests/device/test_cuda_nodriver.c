@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda_nodriver.c - the cuda backend on a machine without a usable
  * driver: init fails cleanly with GCA_ERR_NO_DEVICE and a message naming what
  * was missing, and every op afterwards returns an error instead of crashing.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_device_api.c - the public device API (gca/device.h) on the sim backend.
  *
  * Each call is exercised through the public names only; the internals this

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_ptx_assemble.c - every kernel embedded in the cuda backend (cuda_ptx.h)
  * assembles for a current architecture: the PTX is written to a file and
  * handed to ptxas (-arch=sm_90), which must accept it and define each entry.

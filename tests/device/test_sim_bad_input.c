@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sim_bad_input.c - misuse of the sim's memory ops and settings: each is a
  * status and a message naming what was wrong, never a crash, and leaves the
  * sim as it was (used bytes back to where they were, live mappings still

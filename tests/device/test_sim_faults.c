@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sim_faults.c - the sim's fault injection and call counters: every op in
  * the table can be made to fail by name (through gca_sim_fault_set and through
  * GCA_SIM_FAULTS at start-up), the failure reaches the caller with the op's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sim_graph_replay.c - how the sim replays a graph (Note [Concurrent
  * replay]): independent branches run at the same time, as on a GPU, so a race
  * between branches shows on the sim; every dependency is still honoured, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sim_graph_update.c - graph_exec_update on the sim, following
  * cuGraphExecUpdate's limitations (cuda.h): a graph of the same topology and
  * node kinds hands its parameters to the exec (the next launch uses them),

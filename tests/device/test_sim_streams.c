@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sim_streams.c - sim rules for streams that are the driver's but cannot
  * be contract tests (a GPU may, not must, behave so): device calls from a host
  * function are refused (Note [Host functions]); a forked child of a process

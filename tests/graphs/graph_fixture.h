@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* graph_fixture.h - what the graph-tree tests share: a fresh allocator per
  * test on the backend under test (sim by default, cuda for the gpu suite),
  * faults cleared and counters zeroed; after the test the allocator's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_graph_branch.c - branching: A->B recorded, then A->B' recorded as a
  * sibling of B (the pool restored to A's checkpoint first). A's outputs stay
  * intact while B' records and replays, B still replays correctly afterwards,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_graph_fallback.c - what the tree does when a recording's invariant
  * breaks: a static input that moved is taken by an in-place exec update when
  * the new capture has the same topology (no instantiation), by a re-record

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_graph_faults.c - failures and misuse. Faults injected (sim) into
  * capture, instantiate, exec-update and launch: the tree falls back as
  * documented (eager run outside the pool, or a re-record when the update

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_graph_liveness.c - outputs belong to the tree until released or until
  * the next generation: a step makes every output of the previous generation
  * stale, the validity query reports it, releasing it again is refused, and

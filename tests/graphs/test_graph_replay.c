@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_graph_replay.c - the tree's main path: warm-up, record, replay. A
  * multi-kernel function with a copied and a static input computes, replay
  * after replay, exactly what its host reference (the eager semantics) gives,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_graph_rng.c - graph-safe RNG: Philox4x32-10 gives the published
  * Random123 known answers (block function and the device kernel); N replays
  * of a recording that draws from two generators give bit for bit what N eager

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_replay.c - gca-replay end to end: the tool (path in argv[1]) replays
  * hand-written traces whose figures follow from the allocator's rules, rejects
  * inconsistent traces naming the line, and writes JSON that parses.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_rmm_csv.c - the RMM log CSV reader: valid traces parse field by field,
  * each kind of malformed input fails with GCA_ERR_PARSE naming its line, and
  * the file reader (buffer refills) agrees with the memory reader. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_snapshot_view.c - gca-snapshot: loading a snapshot JSON into the model
  * (exact totals, the timeline rebuilt backwards from the snapshot's state,
  * errors that name the missing field), the text summary of a hand-written

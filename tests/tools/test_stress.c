@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_stress.c - gca-stress: its size distributions, the per-block stamp and
  * its checker (in process, on the sim device), and the tool itself run as a
  * command: a seeded single-thread run is reproducible, the checker catches an

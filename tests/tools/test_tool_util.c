@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_tool_util.c - the tools' shared helpers (tools/util.c): the JSON string
  * escaper writes a literal that a JSON reader gives back byte for byte and
  * never writes a raw '<' (the text may sit in an HTML <script> block). */

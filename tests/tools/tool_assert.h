@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tool_assert.h - assertions on the tools' own error detail (tools/util.h):
  * tool modules report through tool_last_error(), not gca_last_error(). */
 #ifndef GCA_TEST_TOOL_ASSERT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* preload.c - libgca_preload.so: `LD_PRELOAD=libgca_preload.so ./program`
  * serves an unmodified program's device allocations from gca.
  *

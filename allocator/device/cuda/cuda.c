@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda.c - the CUDA driver backend: the device operation table mapped onto the
  * driver API, which is loaded at run time so the build needs cuda.h only.
  *

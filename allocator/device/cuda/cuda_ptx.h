@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_ptx.h - the cuda backend's ready-made kernels as PTX text, so the build
  * needs no nvcc: the driver JIT-compiles the module for whatever GPU it runs on
  * (cuModuleLoadData), once per device.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim.c - the sim backend's core: its devices and their capacity, the op
  * table, call counters, fault injection, and the public gca_sim_* control API.
  *

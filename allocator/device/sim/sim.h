@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim.h - internals of the sim backend, a software GPU on the host.
  *
  * Module map:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_graph.c - the sim's stream capture and graphs, following the driver's
  * rules (cuStreamBeginCapture_v2, cuStreamEndCapture, cuStreamGetCaptureInfo,
  * cuThreadExchangeStreamCaptureMode, "Prohibited and Unhandled Operations").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_mem.c - the sim's device memory: physical allocations, address
  * reservations and the mappings between them, classic allocations, IPC fds.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_stream.c - the sim's streams and events: a worker thread per stream runs
  * a FIFO of work items in order, asynchronously to the caller; events are
  * markers placed in that FIFO; host functions, copies, memsets and the

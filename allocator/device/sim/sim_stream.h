@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_stream.h - the contract between the sim's streams (sim_stream.c) and its
  * capture and graphs (sim_graph.c).
  *

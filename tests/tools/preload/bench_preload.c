@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_preload.c - what the preload shim adds to an allocation: the time of a
  * cudaMalloc+cudaFree pair through libgca_preload.so against a
  * gca_malloc+gca_free pair called directly, both served from gca's cache.

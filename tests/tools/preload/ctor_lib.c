@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ctor_lib.c - a library whose constructor allocates through the CUDA runtime
  * before main() runs, as some libraries do at load time: under the preload
  * shim that allocation must be served (Note [Preload initialization]).

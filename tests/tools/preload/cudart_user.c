@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cudart_user.c - an ordinary CUDA runtime program, linked against libcudart,
  * that the preload tests run under LD_PRELOAD=libgca_preload.so. It knows
  * nothing of gca: whatever serves its calls must behave as the runtime does.

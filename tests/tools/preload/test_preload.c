@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_preload.c - libgca_preload.so seen from outside: runs cudart_user (an
  * ordinary libcudart program) under LD_PRELOAD on the sim backend and reads
  * its exit status, stdout and stderr, and opens the shim to check what it
