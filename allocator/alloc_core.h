@@ -16,6 +16,7 @@
  *   checkpoint.c checkpoint and restore of a private pool's block layout
  *   ipc.c        export and import of live blocks between processes
  *   snapshot.c   snapshots (JSON) of segments, blocks and history
+ *   free_blocks.c gca_get_free_blocks: free bytes and the largest free block
  *   check.c      the invariant walker and the read-only walk for snapshots
  *   allocator.c  the device registry and the public entry points (malloc, free,
  *                record_stream, settings, statistics, empty_cache, limits, OOM
@@ -53,6 +54,7 @@
  *                   slab.c, freetree.c, ptrmap.c
  *   ipc.c        -> allocator.c (gca__lock_live)
  *   snapshot.c   -> check.c, allocator.c
+ *   free_blocks.c -> check.c (the walk)
  *   check.c      -> allocator.c, pool.c (the pools' own checks), fcache.h,
  *                   expandable.c, freetree.c, ptrmap.c
  *   allocator.c  -> route.c, release.c, pending.c, fcache.c, blocks.c,
