@@ -72,6 +72,8 @@ typedef struct ipc_import {
   int device;
   uint32_t n;
   gca_memhandle_t *handles;
+  bool unmapped; /* a close unmapped it but could not release everything: handles[0..n)
+                    and (span != 0) the range are what is left (Note [Half-closed imports]) */
 } ipc_import_t;
 
 static struct {
@@ -680,15 +682,45 @@ GCA_API gca_status_t gca_ipc_close(void *ptr) {
                       user);
   const gca_device_ops_t *ops = gca__device();
   GCA_ASSERT(ops != NULL);
-  gca_status_t st = ops->mem_unmap(imp.base, imp.span);
-  if (st != GCA_OK) {
-    gca_status_t st2 = registry_add(&imp);
-    GCA_ASSERT(st2 == GCA_OK);
-    return gca__error_prefix(st, "ipc_close: pointer 0x%" PRIx64, user);
+  gca_status_t st;
+  if (!imp.unmapped) {
+    st = ops->mem_unmap(imp.base, imp.span);
+    if (st != GCA_OK) {
+      gca_status_t st2 = registry_add(&imp);
+      GCA_ASSERT(st2 == GCA_OK); /* the take left room */
+      return gca__error_prefix(st, "ipc_close: pointer 0x%" PRIx64, user);
+    }
+    imp.unmapped = true;
   }
-  st = import_undo(ops, imp.device, imp.base, imp.span, 0, imp.handles, imp.n);
+  /* Note [Half-closed imports]: once unmapped the pointer is unusable, but a
+   * handle or the range that fails to go back stays registered, so that
+   * calling gca_ipc_close again retries what is left instead of leaking it. */
+  gca_status_t first = GCA_OK;
+  uint32_t left = 0;
+  for (uint32_t i = 0; i < imp.n; i++) {
+    st = ops->mem_release(imp.handles[i]);
+    if (st != GCA_OK) {
+      if (first == GCA_OK)
+        first = st;
+      imp.handles[left++] = imp.handles[i];
+    }
+  }
+  imp.n = left;
+  if (imp.span != 0) {
+    st = ops->mem_address_free(imp.device, imp.base, imp.span);
+    if (st == GCA_OK)
+      imp.span = 0;
+    else if (first == GCA_OK)
+      first = st;
+  }
+  if (first != GCA_OK) {
+    gca_status_t st2 = registry_add(&imp);
+    GCA_ASSERT(st2 == GCA_OK); /* the take left room */
+    return gca__error_prefix(first,
+                             "ipc_close: pointer 0x%" PRIx64 " was unmapped, but %" PRIu32
+                             " handle(s)%s could not be released; call gca_ipc_close again",
+                             user, imp.n, imp.span != 0 ? " and its address range" : "");
+  }
   free(imp.handles);
-  if (st != GCA_OK)
-    return gca__error_prefix(st, "ipc_close: pointer 0x%" PRIx64 " was unmapped, but", user);
   return GCA_OK;
 }
