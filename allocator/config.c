@@ -256,29 +256,48 @@ static gca_status_t parse_roundup(const tokens_t *t, size_t *ip, gca_alloc_confi
   return GCA_OK;
 }
 
+const char *const gca__config_keys[GCA__CONFIG_NKEYS] = {
+    "max_split_size_mb",
+    "max_non_split_rounding_mb",
+    "garbage_collection_threshold",
+    "roundup_power2_divisions",
+    "expandable_segments",
+    "release_lock_on_cudamalloc",
+    "pinned_use_cuda_host_register",
+    "pinned_num_register_threads",
+    "pinned_use_background_threads",
+    "per_process_memory_fraction",
+    "graph_capture_record_stream_reuse",
+    "backend",
+    "ipc_handles",
+    "free_cache",
+};
+
+bool gca__config_equal(const gca_alloc_config_t *a, const gca_alloc_config_t *b) {
+  return a->max_split_size == b->max_split_size &&
+         a->max_non_split_rounding == b->max_non_split_rounding &&
+         a->garbage_collection_threshold == b->garbage_collection_threshold &&
+         memcmp(a->roundup_power2_divisions, b->roundup_power2_divisions,
+                sizeof(a->roundup_power2_divisions)) == 0 &&
+         a->expandable_segments == b->expandable_segments &&
+         a->release_lock_on_device_alloc == b->release_lock_on_device_alloc &&
+         a->pinned_use_host_register == b->pinned_use_host_register &&
+         a->pinned_num_register_threads == b->pinned_num_register_threads &&
+         a->pinned_use_background_threads == b->pinned_use_background_threads &&
+         a->per_process_memory_fraction == b->per_process_memory_fraction &&
+         a->graph_capture_record_stream_reuse == b->graph_capture_record_stream_reuse &&
+         a->ipc_handles == b->ipc_handles && a->free_cache == b->free_cache &&
+         strcmp(a->backend, b->backend) == 0;
+}
+
 static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t *cfg) {
   size_t i = *ip;
   const char *key = tok_at(t, i);
-  static const char *const keys[] = {
-      "max_split_size_mb",
-      "max_non_split_rounding_mb",
-      "garbage_collection_threshold",
-      "roundup_power2_divisions",
-      "expandable_segments",
-      "release_lock_on_cudamalloc",
-      "pinned_use_cuda_host_register",
-      "pinned_num_register_threads",
-      "pinned_use_background_threads",
-      "per_process_memory_fraction",
-      "graph_capture_record_stream_reuse",
-      "backend",
-      "ipc_handles",
-      "free_cache",
-  };
+  const char *const *keys = gca__config_keys;
   size_t k = 0;
-  while (k < GCA_ARRAY_SIZE(keys) && strcmp(key, keys[k]) != 0)
+  while (k < GCA__CONFIG_NKEYS && strcmp(key, keys[k]) != 0)
     k++;
-  if (k == GCA_ARRAY_SIZE(keys))
+  if (k == GCA__CONFIG_NKEYS)
     return gca__error(GCA_ERR_CONFIG,
                       "'%s' is not a configuration key (known: max_split_size_mb, "
                       "max_non_split_rounding_mb, garbage_collection_threshold, "

@@ -58,6 +58,11 @@ typedef struct gca_alloc_config {
 void gca__config_defaults(gca_alloc_config_t *cfg);
 /* Parses `text` on top of *cfg (keys not named keep their values). */
 gca_status_t gca__config_parse(const char *text, gca_alloc_config_t *cfg);
+/* The keys the parser knows, PyTorch's then gca's, in parse order. */
+#define GCA__CONFIG_NKEYS 14
+extern const char *const gca__config_keys[GCA__CONFIG_NKEYS];
+/* Whether two settings are the same, field by field (padding is not a setting). */
+bool gca__config_equal(const gca_alloc_config_t *a, const gca_alloc_config_t *b);
 /* Defaults + GCA_ALLOC_CONF (else PYTORCH_CUDA_ALLOC_CONF). */
 gca_status_t gca__config_from_env(gca_alloc_config_t *cfg);
 /* Writes cfg back as a configuration string that parses to the same cfg. */

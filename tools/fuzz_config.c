@@ -23,24 +23,6 @@ static void die(const char *what, const char *text) {
   abort();
 }
 
-/* Field by field: padding is not part of the settings. */
-static bool same(const gca_alloc_config_t *a, const gca_alloc_config_t *b) {
-  return a->max_split_size == b->max_split_size &&
-         a->max_non_split_rounding == b->max_non_split_rounding &&
-         a->garbage_collection_threshold == b->garbage_collection_threshold &&
-         memcmp(a->roundup_power2_divisions, b->roundup_power2_divisions,
-                sizeof(a->roundup_power2_divisions)) == 0 &&
-         a->expandable_segments == b->expandable_segments &&
-         a->release_lock_on_device_alloc == b->release_lock_on_device_alloc &&
-         a->pinned_use_host_register == b->pinned_use_host_register &&
-         a->pinned_num_register_threads == b->pinned_num_register_threads &&
-         a->pinned_use_background_threads == b->pinned_use_background_threads &&
-         a->per_process_memory_fraction == b->per_process_memory_fraction &&
-         a->graph_capture_record_stream_reuse == b->graph_capture_record_stream_reuse &&
-         a->ipc_handles == b->ipc_handles && a->free_cache == b->free_cache &&
-         strcmp(a->backend, b->backend) == 0;
-}
-
 /* The ranges the parser promises for what it accepts. */
 static void check_ranges(const gca_alloc_config_t *c, const char *text) {
   if (c->max_split_size != UINT64_MAX && c->max_split_size <= (20ull << 20))
@@ -73,7 +55,7 @@ static void parse_and_check(const char *text, const gca_alloc_config_t *base) {
       die("unexpected status", text);
     if (gca_last_error()[0] == '\0')
       die("refusal without a detail", text);
-    if (!same(&c, base))
+    if (!gca__config_equal(&c, base))
       die("a refused text changed the settings", text);
     return;
   }
@@ -85,7 +67,7 @@ static void parse_and_check(const char *text, const gca_alloc_config_t *base) {
   gca__config_defaults(&back);
   if (gca__config_parse(buf, &back) != GCA_OK)
     die("the formatted settings do not parse", buf);
-  if (!same(&back, &c))
+  if (!gca__config_equal(&back, &c))
     die("the formatted settings parse to other settings", text);
 }
 

@@ -8,23 +8,6 @@
 
 #define MiB (1024ull * 1024ull)
 
-/* Field by field: struct padding is not part of the settings. */
-static bool cfg_equal(const gca_alloc_config_t *a, const gca_alloc_config_t *b) {
-  return a->max_split_size == b->max_split_size &&
-         a->max_non_split_rounding == b->max_non_split_rounding &&
-         a->garbage_collection_threshold == b->garbage_collection_threshold &&
-         memcmp(a->roundup_power2_divisions, b->roundup_power2_divisions,
-                sizeof(a->roundup_power2_divisions)) == 0 &&
-         a->expandable_segments == b->expandable_segments &&
-         a->release_lock_on_device_alloc == b->release_lock_on_device_alloc &&
-         a->pinned_use_host_register == b->pinned_use_host_register &&
-         a->pinned_num_register_threads == b->pinned_num_register_threads &&
-         a->pinned_use_background_threads == b->pinned_use_background_threads &&
-         a->per_process_memory_fraction == b->per_process_memory_fraction &&
-         a->graph_capture_record_stream_reuse == b->graph_capture_record_stream_reuse &&
-         strcmp(a->backend, b->backend) == 0;
-}
-
 static gca_alloc_config_t parsed(const char *text) {
   gca_alloc_config_t c;
   gca__config_defaults(&c);
@@ -223,7 +206,7 @@ static void bad_strings_are_quoted_and_change_nothing(void **state) {
       fail_msg("'%s' -> %s (wanted GCA_ERR_CONFIG)", text, gca_status_name(st));
     if (!strstr(gca_last_error(), bad[k].needle))
       fail_msg("'%s': detail '%s' does not mention '%s'", text, gca_last_error(), bad[k].needle);
-    if (!cfg_equal(&c, &before))
+    if (!gca__config_equal(&c, &before))
       fail_msg("'%s' changed the settings although it was rejected", text);
   }
 }
@@ -255,7 +238,7 @@ static void many_items_lex_without_bound(void **state) {
     gca__config_defaults(&c);
     before = c;
     assert_status(gca__config_parse(text, &c), GCA_ERR_CONFIG, "'a' is not a configuration key");
-    assert_true(cfg_equal(&c, &before));
+    assert_true(gca__config_equal(&c, &before));
     free(text);
 
     /* The same count of valid items is accepted; the last one wins. */
@@ -273,7 +256,7 @@ static void many_items_lex_without_bound(void **state) {
     text = repeated("free_cache:True", "free_cache:maybe", counts[k]);
     before = c;
     assert_status(gca__config_parse(text, &c), GCA_ERR_CONFIG, "'maybe' is not True or False");
-    assert_true(cfg_equal(&c, &before));
+    assert_true(gca__config_equal(&c, &before));
     free(text);
   }
   /* The list form with as many entries as the text holds. */
@@ -312,14 +295,14 @@ static void long_values_are_bounded_and_quoted(void **state) {
   before = c;
   assert_status(gca__config_parse(text, &c), GCA_ERR_CONFIG,
                 "item at character 43 ('00000000000000000000000000000000...') is longer than 255");
-  assert_true(cfg_equal(&c, &before));
+  assert_true(gca__config_equal(&c, &before));
 
   /* 100000 characters of value, of key, and of a value inside the list form. */
   n = sprintf(text, "expandable_segments:");
   memset(text + n, 'x', 100000);
   text[n + 100000] = '\0';
   assert_status(gca__config_parse(text, &c), GCA_ERR_CONFIG, "item at character 20 ('xxx");
-  assert_true(cfg_equal(&c, &before));
+  assert_true(gca__config_equal(&c, &before));
   memset(text, 'k', 150000);
   strcpy(text + 150000, ":True");
   assert_status(gca__config_parse(text, &c), GCA_ERR_CONFIG, "item at character 0 ('kkk");
@@ -327,7 +310,7 @@ static void long_values_are_bounded_and_quoted(void **state) {
   memset(text + n, '1', 100000);
   strcpy(text + n + 100000, "]");
   assert_status(gca__config_parse(text, &c), GCA_ERR_CONFIG, "is longer than 255 characters");
-  assert_true(cfg_equal(&c, &before));
+  assert_true(gca__config_equal(&c, &before));
 
   /* Whitespace is dropped before the length counts, as it is from tokens. */
   n = sprintf(text, "max_split_size_mb:");
@@ -379,11 +362,11 @@ static void env_prefers_gca_alloc_conf_over_pytorchs(void **state) {
   gca_alloc_config_t before = c;
   assert_status(gca__config_from_env(&c), GCA_ERR_CONFIG,
                 "GCA_ALLOC_CONF: max_split_size_mb:abc: 'abc' is not a number");
-  assert_true(cfg_equal(&c, &before));
+  assert_true(gca__config_equal(&c, &before));
   env.gca = NULL;
   env.pytorch = "backend:cudaMallocAsync";
   assert_status(gca__config_from_env(&c), GCA_ERR_CONFIG, "PYTORCH_CUDA_ALLOC_CONF: backend");
-  assert_true(cfg_equal(&c, &before));
+  assert_true(gca__config_equal(&c, &before));
   gca__env_set_hook(NULL, NULL);
 }
 
@@ -395,7 +378,7 @@ static void round_trip(const gca_alloc_config_t *c) {
   gca_status_t st = gca__config_parse(buf, &back);
   if (st != GCA_OK)
     fail_msg("'%s' does not parse: %s", buf, gca_last_error());
-  if (!cfg_equal(&back, c))
+  if (!gca__config_equal(&back, c))
     fail_msg("'%s' parses to different settings", buf);
 }
 
