@@ -113,9 +113,10 @@
  * through release batches (gca__release_reap, release.c). A free with caching
  * off waits for the block's other streams before it, the lock let go
  * (allocator.c). Checkpoint restore's trim is a release batch (checkpoint.c).
- * The paths that still wait under the lock are marked GCA__WAIT_UNDER_LOCK
- * (lock.h): pool suspend and resume (mempool.c), and so a dying pool's
- * destruction when it was suspended (its resume).
+ * Pool suspend and resume (and so a dying suspended pool's destruction, which
+ * resumes it first) mark the pool busy and let the lock go for their device
+ * work (Note [Suspend and resume with the lock let go], mempool.c). No path
+ * waits under the lock.
  */
 #ifndef GCA_ALLOC_CORE_H
 #define GCA_ALLOC_CORE_H
@@ -884,6 +885,8 @@ struct gca__suspended {
   gca__segment_t *seg;
   size_t map; /* index into seg->maps */
   void *copy;
+  gca_memhandle_t handle; /* the mapping's handle, kept here while the pool is busy and written
+                             back under the lock (Note [Suspend and resume with the lock let go]) */
 };
 
 /* A private pool. Invariants: small.owner == large.owner == this;
@@ -901,6 +904,9 @@ struct gca__mempool {
   bool destroying;             /* release.c's reap gives its segments back with the lock let go and
                                   holds a use meanwhile: no lookup, route or OOM borrow reaches it */
   bool suspended;              /* gca_pool_suspend: every segment suspended */
+  const char *transition;      /* "suspended" or "resumed" while a suspend or resume works with
+                                  the lock let go, else NULL (Note [Suspend and resume with the
+                                  lock let go], mempool.c) */
   struct gca__suspended *susp; /* one per mapping released, while suspended */
   size_t nsusp;
   gca__mempool_t *prev, *next; /* the device's list */
@@ -974,11 +980,16 @@ void gca__mempool_forget(gca__devalloc_t *d, gca__mempool_t *m);
 /* Releases the memory of every mapping of m's segments (expandable only,
  * else GCA_ERR_NOT_SUPPORTED), saving the contents with
  * GCA_POOL_SUSPEND_SAVE; m keeps its blocks and addresses. On failure m is
- * as it was. The caller checked that m is not suspended and nothing captures. */
+ * as it was. The caller checked that m is not suspended and nothing captures.
+ * Called and returns with d->lock held, but lets it go for the device work
+ * (Note [Suspend and resume with the lock let go], mempool.c). */
 gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, unsigned flags);
 /* Maps m's suspended memory again (contents copied back when saved); on
- * failure m stays suspended. */
+ * failure m stays suspended. Lets the lock go as suspend does. */
 gca_status_t gca__mempool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m);
+/* GCA_ERR_INVALID_STATE naming `op` while a suspend or resume of m works
+ * with the lock let go (m->transition), else GCA_OK. */
+gca_status_t gca__mempool_settled(const char *op, const gca__mempool_t *m);
 /* Bytes of p's segments (mapped ones), or of its allocated blocks. */
 size_t gca__pool_bytes(const gca__pool_t *p, bool allocated_only);
 /* Bytes of segments held by private pools. */

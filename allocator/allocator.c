@@ -302,6 +302,13 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   if (GCA_UNLIKELY(atomic_load_explicit(&d->routing, memory_order_relaxed) != 0)) {
     GCA_CHECK_GOTO(routed_pool(d, &pool, handle == GCA_STREAM_LEGACY ? NULL : handle, rounded), st,
                    fail);
+    if (pool->owner != NULL && pool->owner->transition != NULL) {
+      st = gca__error(GCA_ERR_INVALID_STATE,
+                      "malloc: the pool %#" PRIx64 " this request is routed to is being %s; "
+                      "try again after",
+                      pool->owner->handle, pool->owner->transition);
+      goto fail;
+    }
     if (pool->owner != NULL && pool->owner->suspended) {
       st = gca__error(GCA_ERR_INVALID_STATE,
                       "malloc: the pool %#" PRIx64 " this request is routed to is suspended; "

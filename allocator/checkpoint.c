@@ -120,6 +120,10 @@ GCA_API gca_status_t gca_pool_checkpoint(gca_pool_t *pool, gca_pool_state_t **st
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_checkpoint: the output pointer is NULL");
   *state = NULL;
   GCA_CHECK(gca__mempool_lookup("pool_checkpoint", pool, &d, &m));
+  if ((st = gca__mempool_settled("pool_checkpoint", m)) != GCA_OK) {
+    gca__dev_unlock(d);
+    return st;
+  }
   gca_pool_state_t *s = calloc(1, sizeof(*s));
   size_t nsegs = m->small.nsegments + m->large.nsegments, nblocks = 0;
   gca__pool_t *pools[2] = {&m->small, &m->large};
@@ -557,6 +561,7 @@ GCA_API gca_status_t gca_pool_restore(gca_pool_t *pool, const gca_pool_state_t *
   if (state == NULL)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_restore: the state is NULL");
   GCA_CHECK(gca__mempool_lookup("pool_restore", pool, &d, &m));
+  GCA_CHECK_GOTO(gca__mempool_settled("pool_restore", m), st, out);
   GCA_CHECK_GOTO(restore_validate(d, m, state, pool), st, out);
   if (pool_has_pending(m)) {
     if (d->ncaptures == 0 && d->ndeferred != 0)

@@ -127,23 +127,73 @@ static void suspended_account(gca__devalloc_t *d, gca__segment_t *seg, bool susp
   gca__stat_pool(d->stats.reserved_bytes, seg->pool, n);
 }
 
-/* Unmaps and releases the memory of record r (contents already saved). */
-static gca_status_t release_one(gca__devalloc_t *d, const struct gca__suspended *r) {
-  gca__mapping_t *mp = &r->seg->maps[r->map];
+/* Note [Suspend and resume with the lock let go]. Suspend and resume wait for
+ * queued work (the device before the copies out, the copies themselves), and
+ * a host function queued on that work may call gca_free, which takes the
+ * device lock (Note [No waits under the device lock]). So the records
+ * (m->susp) are made under the lock, then m is marked busy (m->transition)
+ * and holds a use, the lock is let go for the whole device work (waits,
+ * copies, unmaps, maps), and it is retaken to finish: the mapping handles,
+ * the accounting and m->suspended. Meanwhile other threads may:
+ *  - free blocks of m, or complete their pending frees: that changes only
+ *    blocks and free trees, never a segment or a mapping, since every path
+ *    that gives memory back skips a busy pool (the reap: m holds a use; with
+ *    caching off: release.c checks transition) and the paths that map or
+ *    unmap for an allocation are not reached (next item);
+ *  - allocate: a request routed to m fails ("... is being suspended"), and
+ *    no OOM borrow takes from m's trees (release.c); other pools work;
+ *  - call gca_pool_suspend, _resume, _checkpoint or _restore on m: refused
+ *    (gca__mempool_settled), so m->susp and its map indices stay ours;
+ *  - release m's last handle: m holds a use, so it is destroyed by the reap
+ *    only after the transition ends (gca__mempool_unuse).
+ * The unlocked work reads only the segments' base, maps[] offsets and sizes
+ * and streams, which nothing changes while m is busy, and writes only the
+ * records (r->handle); maps[].handle is written back under the lock. Until
+ * then the statistics still count the memory being released (or not yet the
+ * memory being mapped). */
+
+gca_status_t gca__mempool_settled(const char *op, const gca__mempool_t *m) {
+  if (m->transition == NULL)
+    return GCA_OK;
+  return gca__error(GCA_ERR_INVALID_STATE, "%s: pool %#" PRIx64 " is being %s; try again after", op,
+                    m->handle, m->transition);
+}
+
+/* Marks m busy, takes a use of it and lets the lock go. */
+static void transition_begin(gca__devalloc_t *d, gca__mempool_t *m, const char *what) {
+  m->transition = what;
+  m->use_count++;
+  gca__mutex_unlock(&d->lock);
+}
+
+/* Retakes the lock, writes the records' handles back and ends the busy mark;
+ * a pool left dying and idle meanwhile goes to the reap (d->reap). */
+static void transition_end(gca__devalloc_t *d, gca__mempool_t *m) {
+  gca__dev_lock(d);
+  for (size_t i = 0; i < m->nsusp; i++)
+    m->susp[i].seg->maps[m->susp[i].map].handle = m->susp[i].handle;
+  m->transition = NULL;
+  gca__mempool_unuse(d, m);
+}
+
+/* Unmaps and releases the memory of record r (contents already saved). No
+ * lock held (Note [Suspend and resume with the lock let go]). */
+static gca_status_t release_one(gca__devalloc_t *d, struct gca__suspended *r) {
+  const gca__mapping_t *mp = &r->seg->maps[r->map];
   gca_devptr_t ptr = r->seg->base + mp->offset;
   gca_status_t st = d->ops->mem_unmap(ptr, mp->size);
   if (st == GCA_OK) {
     /* unmapped: the memory goes with the last mapping */
-    GCA_CHECK_IGNORE(d->ops->mem_release(mp->handle));
-    mp->handle = 0;
+    GCA_CHECK_IGNORE(d->ops->mem_release(r->handle));
+    r->handle = 0;
   }
   return st;
 }
 
 /* Maps fresh memory for record r and copies its contents back (queued on the
- * segment's stream). On failure nothing stays mapped. */
-static gca_status_t map_one(gca__devalloc_t *d, const struct gca__suspended *r) {
-  gca__mapping_t *mp = &r->seg->maps[r->map];
+ * segment's stream). On failure nothing stays mapped. No lock held. */
+static gca_status_t map_one(gca__devalloc_t *d, struct gca__suspended *r) {
+  const gca__mapping_t *mp = &r->seg->maps[r->map];
   gca_devptr_t ptr = r->seg->base + mp->offset;
   gca_memhandle_t h;
   gca_status_t st;
@@ -152,7 +202,7 @@ static gca_status_t map_one(gca__devalloc_t *d, const struct gca__suspended *r) 
     GCA_CHECK_GOTO(
         d->ops->memcpy_async(ptr, (gca_devptr_t)(uintptr_t)r->copy, mp->size, r->seg->stream), st,
         fail_unmap);
-  mp->handle = h;
+  r->handle = h;
   return GCA_OK;
 
 fail_unmap:
@@ -161,11 +211,12 @@ fail_unmap:
   return st;
 }
 
-/* Waits for the copies queued on the streams of m's suspended segments. */
+/* Waits for the copies queued on the streams of m's suspended segments. No
+ * lock held. */
 static gca_status_t sync_copies(gca__devalloc_t *d, gca__mempool_t *m) {
   for (size_t i = 0; i < m->nsusp; i++)
     if (i == 0 || m->susp[i].seg->stream != m->susp[i - 1].seg->stream)
-      GCA_CHECK(GCA__WAIT_UNDER_LOCK(gca__stream_synchronize(d, m->susp[i].seg->stream)));
+      GCA_CHECK(gca__stream_synchronize(d, m->susp[i].seg->stream));
   return GCA_OK;
 }
 
@@ -173,11 +224,11 @@ static gca_status_t sync_copies(gca__devalloc_t *d, gca__mempool_t *m) {
  * freed or their device memory unmapped on a failure path. A failed
  * synchronize leaves the copies queued all the same, so it falls back to the
  * whole device; false when that fails too (a broken device: the caller must
- * then leak rather than free what a copy may still touch). */
+ * then leak rather than free what a copy may still touch). No lock held. */
 static bool drain_copies(gca__devalloc_t *d, gca__mempool_t *m) {
   if (sync_copies(d, m) == GCA_OK)
     return true;
-  if (GCA__WAIT_UNDER_LOCK(d->ops->ctx_synchronize(d->device)) == GCA_OK)
+  if (d->ops->ctx_synchronize(d->device) == GCA_OK)
     return true;
   GCA_LOG_ERR("pool: cannot wait for the copies of pool %#" PRIx64
               " on device %d; their memory is left in place",
@@ -193,7 +244,9 @@ static void susp_free(gca__mempool_t *m) {
   m->nsusp = 0;
 }
 
-gca_status_t gca__mempool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m) {
+/* The device work of a resume, no lock held: maps every record again and
+ * waits for the copies back; on failure unmaps what it mapped. */
+static gca_status_t resume_unlocked(gca__devalloc_t *d, gca__mempool_t *m) {
   gca_status_t st = GCA_OK;
   size_t i;
   for (i = 0; i < m->nsusp; i++) {
@@ -210,8 +263,16 @@ gca_status_t gca__mempool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m) {
       for (size_t k = 0; k < i && k < m->nsusp; k++)
         GCA_CHECK_IGNORE(release_one(d, &m->susp[k]));
     gca__error(st, "%s", why);
-    return gca__error_prefix(st, "pool_resume: pool %#" PRIx64 " stays suspended", m->handle);
   }
+  return st;
+}
+
+gca_status_t gca__mempool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m) {
+  transition_begin(d, m, "resumed");
+  gca_status_t st = resume_unlocked(d, m);
+  transition_end(d, m);
+  if (st != GCA_OK)
+    return gca__error_prefix(st, "pool_resume: pool %#" PRIx64 " stays suspended", m->handle);
   for (size_t k = 0; k < m->nsusp; k++)
     if (m->susp[k].seg->suspended)
       suspended_account(d, m->susp[k].seg, false);
@@ -225,39 +286,67 @@ gca_status_t gca__mempool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m) {
   return GCA_OK;
 }
 
+/* The device work of a suspend, no lock held: waits for the device, copies
+ * the contents out when saved, waits for the copies and releases every
+ * mapping; a failed release maps back what was released. *copies_queued:
+ * whether copies may have been queued (a failure must then drain them). */
+static gca_status_t suspend_unlocked(gca__devalloc_t *d, gca__mempool_t *m, void *pool,
+                                     bool *copies_queued) {
+  size_t n = m->nsusp;
+  GCA_CHECK(d->ops->ctx_synchronize(d->device));
+  *copies_queued = true;
+  for (size_t i = 0; i < n; i++) {
+    struct gca__suspended *r = &m->susp[i];
+    if (r->copy == NULL)
+      continue;
+    const gca__mapping_t *mp = &r->seg->maps[r->map];
+    GCA_CHECK(d->ops->memcpy_async((gca_devptr_t)(uintptr_t)r->copy, r->seg->base + mp->offset,
+                                   mp->size, r->seg->stream));
+  }
+  GCA_CHECK(sync_copies(d, m));
+  for (size_t i = 0; i < n; i++) {
+    gca_status_t st = release_one(d, &m->susp[i]);
+    if (st != GCA_OK) {
+      for (size_t k = 0; k < i; k++) /* map back what was released; contents from the copies */
+        if (map_one(d, &m->susp[k]) != GCA_OK || m->susp[k].copy == NULL)
+          GCA_LOG_ERR("pool_suspend: 0x%" PRIx64 " of pool %p lost its contents on the undo",
+                      m->susp[k].seg->base + m->susp[k].seg->maps[m->susp[k].map].offset, pool);
+      return st;
+    }
+  }
+  return GCA_OK;
+}
+
 gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, unsigned flags) {
   gca_status_t st = GCA_OK;
   size_t n = 0, i = 0;
-  bool copies_queued = false;
+  bool copies_queued = false, drained = true;
   void *pool = (void *)(uintptr_t)m->handle; /* the public handle, for messages */
   gca__pool_t *pools[2] = {&m->small, &m->large};
   for (int k = 0; k < 2; k++) {
     for (gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next) {
       if (!s->expandable) {
-        st = gca__error(GCA_ERR_NOT_SUPPORTED,
-                        "pool_suspend: segment 0x%" PRIx64 " (%zu bytes) of pool %p is a classic "
-                        "segment; only expandable segments (expandable_segments:True) can give "
-                        "their memory back and keep their addresses",
-                        s->base, s->size, (void *)pool);
-        goto out;
+        return gca__error(GCA_ERR_NOT_SUPPORTED,
+                          "pool_suspend: segment 0x%" PRIx64 " (%zu bytes) of pool %p is a "
+                          "classic segment; only expandable segments (expandable_segments:True) "
+                          "can give their memory back and keep their addresses",
+                          s->base, s->size, pool);
       }
       n += s->nmaps;
     }
   }
   m->susp = calloc(n ? n : 1, sizeof(*m->susp));
-  if (m->susp == NULL) {
-    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_suspend: host out of memory");
-    goto out;
-  }
+  if (m->susp == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_suspend: host out of memory");
   for (int k = 0; k < 2; k++) {
     for (gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next) {
       for (size_t j = 0; j < s->nmaps; j++, i++) {
-        m->susp[i] = (struct gca__suspended){.seg = s, .map = j};
+        m->susp[i] = (struct gca__suspended){.seg = s, .map = j, .handle = s->maps[j].handle};
+        m->nsusp = i + 1;
         if (!(flags & GCA_POOL_SUSPEND_SAVE))
           continue;
         m->susp[i].copy = malloc(s->maps[j].size);
         if (m->susp[i].copy == NULL) {
-          m->nsusp = i + 1;
           st = gca__error(GCA_ERR_OUT_OF_MEMORY,
                           "pool_suspend: host out of memory for a %zu-byte copy of 0x%" PRIx64,
                           s->maps[j].size, s->base + s->maps[j].offset);
@@ -267,44 +356,31 @@ gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, 
     }
   }
   m->nsusp = n;
-  /* suspend and resume still wait under the lock (Note [No waits under the device lock]) */
-  GCA_CHECK_GOTO(GCA__WAIT_UNDER_LOCK(d->ops->ctx_synchronize(d->device)), st, fail);
-  copies_queued = true; /* from here a failure waits for them (drain_copies) */
-  for (i = 0; i < n; i++) {
-    struct gca__suspended *r = &m->susp[i];
-    if (r->copy == NULL)
-      continue;
-    gca__mapping_t *mp = &r->seg->maps[r->map];
-    GCA_CHECK_GOTO(d->ops->memcpy_async((gca_devptr_t)(uintptr_t)r->copy, r->seg->base + mp->offset,
-                                        mp->size, r->seg->stream),
-                   st, fail);
+  /* Note [Suspend and resume with the lock let go] */
+  transition_begin(d, m, "suspended");
+  st = suspend_unlocked(d, m, pool, &copies_queued);
+  if (st != GCA_OK) {
+    gca__error_prefix(st, "pool_suspend: pool %p", pool);
+    if (copies_queued)
+      drained = drain_copies(d, m);
   }
-  GCA_CHECK_GOTO(sync_copies(d, m), st, fail);
-  for (i = 0; i < n; i++) {
-    st = release_one(d, &m->susp[i]);
-    if (st != GCA_OK) {
-      for (size_t k = 0; k < i; k++) /* map back what was released; contents from the copies */
-        if (map_one(d, &m->susp[k]) != GCA_OK || m->susp[k].copy == NULL)
-          GCA_LOG_ERR("pool_suspend: 0x%" PRIx64 " of pool %p lost its contents on the undo",
-                      m->susp[k].seg->base + m->susp[k].seg->maps[m->susp[k].map].offset,
-                      (void *)pool);
-      goto fail;
-    }
-  }
+  transition_end(d, m);
+  if (st != GCA_OK)
+    goto fail_drained;
   for (int k = 0; k < 2; k++)
     for (gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next)
       suspended_account(d, s, true);
   m->suspended = true;
-  goto out;
+  return GCA_OK;
 
 fail:
-  gca__error_prefix(st, "pool_suspend: pool %p", (void *)pool);
-  if (copies_queued && !drain_copies(d, m)) {
+  gca__error_prefix(st, "pool_suspend: pool %p", pool);
+fail_drained:
+  if (!drained) {
     m->susp = NULL; /* a copy may still write into them: leaked, not freed */
     m->nsusp = 0;
   } else {
     susp_free(m);
   }
-out:
   return st;
 }

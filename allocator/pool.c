@@ -291,7 +291,9 @@ GCA_API gca_status_t gca_pool_suspend(gca_pool_t *pool, unsigned flags) {
   if ((flags & ~GCA_POOL_SUSPEND_SAVE) != 0)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "pool_suspend: unknown flags %#x", flags);
   GCA_CHECK(gca__mempool_lookup("pool_suspend", pool, &d, &m));
-  if (m->suspended)
+  if ((st = gca__mempool_settled("pool_suspend", m)) != GCA_OK)
+    ;
+  else if (m->suspended)
     st = gca__error(GCA_ERR_INVALID_STATE, "pool_suspend: pool %p is already suspended",
                     (void *)pool);
   else if (d->ncaptures != 0)
@@ -309,7 +311,9 @@ GCA_API gca_status_t gca_pool_resume(gca_pool_t *pool) {
   gca__mempool_t *m;
   gca_status_t st = GCA_OK;
   GCA_CHECK(gca__mempool_lookup("pool_resume", pool, &d, &m));
-  if (!m->suspended)
+  if ((st = gca__mempool_settled("pool_resume", m)) != GCA_OK)
+    ;
+  else if (!m->suspended)
     st = gca__error(GCA_ERR_INVALID_STATE, "pool_resume: pool %p is not suspended", (void *)pool);
   else
     st = gca__mempool_resume_locked(d, m);

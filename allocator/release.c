@@ -182,7 +182,8 @@ void gca__release_reap(gca__devalloc_t *d) {
     gca__relbatch_t bt = {0};
     gca_status_t st = GCA_OK;
     for (gca__pool_t *p = &d->small; p != NULL && st == GCA_OK; p = gca__pool_next(d, p))
-      if (p->owner == NULL || (!p->owner->suspended && !p->owner->destroying))
+      if (p->owner == NULL ||
+          (!p->owner->suspended && !p->owner->destroying && p->owner->transition == NULL))
         st = pool_take_whole(d, p, &bt);
     gca_status_t rst = gca__relbatch_run(d, &bt, NULL);
     free(bt.v);
@@ -318,7 +319,8 @@ static gca_status_t garbage_collect(gca__devalloc_t *d) {
  * still in its tree (Note [Tree places]). */
 static gca__block_t *take_on_oom(gca__devalloc_t *d, gca_stream_t stream, size_t rounded) {
   for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
-    if (!m->use_on_oom || m->use_count == 0 || m->suspended || m->destroying)
+    if (!m->use_on_oom || m->use_count == 0 || m->suspended || m->destroying ||
+        m->transition != NULL)
       continue;
     gca__pool_t *p = rounded <= GCA__SMALL_SIZE ? &m->small : &m->large;
     gca__block_t *b = gca__pool_take_fit(d, p, stream, rounded);

@@ -12,12 +12,11 @@
 
 #ifdef GCA_DEBUG_CHECKS
 _Thread_local int gca__lock_depth;
-_Thread_local int gca__wait_exempt;
 #endif
 
 void gca__assert_no_lock(const char *op) {
 #ifdef GCA_DEBUG_CHECKS
-  if (gca__lock_depth > 0 && gca__wait_exempt == 0) {
+  if (gca__lock_depth > 0) {
     GCA_LOG_ERR("%s waits with %d device lock(s) held by this thread (Note [No waits under the "
                 "device lock])",
                 op, gca__lock_depth);

@@ -28,23 +28,12 @@ typedef struct gca__mutex {
 /* Note [No waits under the device lock] (the rule: alloc_core.h). In
  * GCA_DEBUG_CHECKS builds every thread counts the device locks it holds, and
  * the device layer's waiting operations call gca__assert_no_lock, which aborts
- * when the count is not zero outside a gca__wait_exempt scope. */
+ * when the count is not zero. */
 #ifdef GCA_DEBUG_CHECKS
 extern _Thread_local int gca__lock_depth;
-extern _Thread_local int gca__wait_exempt;
 #define GCA__LOCK_DEPTH_ADD(n) (gca__lock_depth += (n))
-/* Marks a call that still waits under a device lock: a known exception to the
- * Note, listed there, to be moved out of the lock. */
-#define GCA__WAIT_UNDER_LOCK(call)         \
-  ({                                       \
-    gca__wait_exempt++;                    \
-    __typeof__(call) gca__wul_r_ = (call); \
-    gca__wait_exempt--;                    \
-    gca__wul_r_;                           \
-  })
 #else
-#define GCA__LOCK_DEPTH_ADD(n)     ((void)0)
-#define GCA__WAIT_UNDER_LOCK(call) (call)
+#define GCA__LOCK_DEPTH_ADD(n) ((void)0)
 #endif
 
 /* ---- lock.c ---- */

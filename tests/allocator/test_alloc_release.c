@@ -345,6 +345,81 @@ static void host_fn_free_completes_during_restore_trim(void **state) {
   assert_ok(gca_set_config(""));
 }
 
+static gca_status_t job_suspend(job_t *j) {
+  return gca_pool_suspend(j->out, GCA_POOL_SUSPEND_SAVE);
+}
+
+static gca_status_t job_resume(job_t *j) {
+  return gca_pool_resume(j->out);
+}
+
+/* A pool with one live 30 MiB block (expandable) whose bytes are 0x5a. */
+static gca_pool_t *pool_with_block(gca_stream_t s, void **q) {
+  assert_ok(gca_set_config("expandable_segments:True"));
+  gca_pool_t *pool;
+  gca_pool_options_t opts = GCA_POOL_OPTIONS_INIT;
+  assert_ok(gca_pool_create(0, &opts, &pool));
+  assert_ok(gca_pool_use_begin(pool));
+  *q = alloc_on(30 * MiB, s);
+  assert_ok(gca_pool_use_end(pool));
+  assert_ok(gca_memset_d8(*q, 0x5a, 30 * MiB));
+  return pool;
+}
+
+static void expect_bytes(void *q, unsigned char v) {
+  unsigned char b[2];
+  assert_ok(gca_memcpy(b, q, 1));
+  assert_ok(gca_memcpy(b + 1, (char *)q + 30 * MiB - 1, 1));
+  assert_int_equal(b[0], v);
+  assert_int_equal(b[1], v);
+}
+
+static void release_pool_with_block(gca_pool_t *pool, void *q, gca_stream_t s) {
+  free_ok(q);
+  assert_ok(gca_pool_release(pool));
+  assert_ok(gca_empty_cache());
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_set_config(""));
+}
+
+static void host_fn_free_completes_during_pool_suspend(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  void *q;
+  gca_pool_t *pool = pool_with_block(s, &q);
+  void *p = alloc_on(4096, s); /* default pool: freed by the host function */
+  job_t job = {.fn = job_suspend, .out = pool};
+  free_during(&job, p, s); /* the suspend waits for the device, then for the copies */
+  assert_ok(job.st);
+  size_t reserved;
+  assert_ok(gca_pool_memory(pool, &reserved, NULL));
+  assert_int_equal(reserved, 0);
+  assert_ok(gca_pool_resume(pool));
+  expect_bytes(q, 0x5a);
+  check();
+  release_pool_with_block(pool, q, s);
+}
+
+static void host_fn_free_completes_during_pool_resume(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  void *q;
+  gca_pool_t *pool = pool_with_block(s, &q);
+  assert_ok(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE));
+  void *p = alloc_on(4096, s);
+  job_t job = {.fn = job_resume, .out = pool};
+  free_during(&job, p, s); /* the resume waits for the copies back on s */
+  assert_ok(job.st);
+  size_t reserved;
+  assert_ok(gca_pool_memory(pool, &reserved, NULL));
+  assert_int_equal(reserved, 30 * MiB);
+  expect_bytes(q, 0x5a);
+  release_pool_with_block(pool, q, s);
+}
+
 /* ---- destroyed streams ---- */
 
 static void release_of_memory_whose_stream_was_destroyed(const char *conf) {
@@ -545,6 +620,10 @@ int main(void) {
           host_fn_free_completes_during_a_used_block_free_with_caching_off, release_setup,
           release_teardown),
       cmocka_unit_test_setup_teardown(host_fn_free_completes_during_restore_trim, release_setup,
+                                      release_teardown),
+      cmocka_unit_test_setup_teardown(host_fn_free_completes_during_pool_suspend, release_setup,
+                                      release_teardown),
+      cmocka_unit_test_setup_teardown(host_fn_free_completes_during_pool_resume, release_setup,
                                       release_teardown),
       cmocka_unit_test_setup_teardown(expandable_segment_of_a_destroyed_stream_is_released,
                                       release_setup, release_teardown),
