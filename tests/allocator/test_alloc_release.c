@@ -152,6 +152,13 @@ static gca_status_t job_malloc(job_t *j) {
 
 /* Queues the freer of p on s, runs job on another thread, and checks that the
  * free from the host function went through while the job waited. */
+/* While the job waits for the device (after the host function freed, before
+ * the test lets the stream go on), `probe` runs on the test thread; it must
+ * not assert (an assertion there would leave the stream held): it records. */
+typedef void (*probe_fn)(void *ctx);
+static probe_fn during_probe;
+static void *during_ctx;
+
 static void free_during(job_t *job, void *p, gca_stream_t s) {
   freer_t f = {.p = p};
   gate_init(&f.freed);
@@ -161,6 +168,9 @@ static void free_during(job_t *job, void *p, gca_stream_t s) {
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, run_job, job), 0);
   bool freed = gate_wait(&f.freed);
+  if (freed && !f.timed_out && during_probe != NULL)
+    during_probe(during_ctx);
+  during_probe = NULL;
   gate_open(&f.done);
   if (!freed || f.timed_out)
     fail_msg("the free from a host function did not complete while another thread waited "
@@ -224,6 +234,9 @@ static void host_fn_free_completes_during_pending_sync(void **state) {
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, run_job, &job), 0);
   bool freed = gate_wait(&f.freed);
+  if (freed && !f.timed_out && during_probe != NULL)
+    during_probe(during_ctx);
+  during_probe = NULL;
   gate_open(&f.done);
   if (!freed || f.timed_out)
     fail_msg("the free from a host function did not complete during empty_cache's event wait");
@@ -381,6 +394,62 @@ static void release_pool_with_block(gca_pool_t *pool, void *q, gca_stream_t s) {
   assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
   assert_ok(gca_stream_destroy(s));
   assert_ok(gca_set_config(""));
+}
+
+/* What the probe saw while the pool was being suspended. */
+typedef struct busy_probe {
+  gca_pool_t *pool;
+  gca_status_t st[4];
+  char msg[4][256];
+  void *r;
+} busy_probe_t;
+
+static void probe_note(busy_probe_t *b, int i, gca_status_t st) {
+  b->st[i] = st;
+  snprintf(b->msg[i], sizeof(b->msg[i]), "%s", gca_last_error());
+}
+
+static void probe_busy_pool(void *ctx) {
+  busy_probe_t *b = ctx;
+  gca_pool_state_t *state = NULL;
+  probe_note(b, 0, gca_pool_suspend(b->pool, GCA_POOL_SUSPEND_SAVE));
+  probe_note(b, 1, gca_pool_resume(b->pool));
+  probe_note(b, 2, gca_pool_checkpoint(b->pool, &state));
+  gca_pool_state_free(state);
+  if (gca_pool_use_begin(b->pool) == GCA_OK) {
+    probe_note(b, 3, gca_malloc(&b->r, 4096, NULL));
+    GCA_CHECK_IGNORE(gca_pool_use_end(b->pool));
+  } else {
+    probe_note(b, 3, GCA_ERR_INTERNAL);
+  }
+}
+
+/* Everything that would touch a pool's mappings while it is being suspended
+ * is refused, naming the pool's state (Note [Suspend and resume with the lock
+ * let go]); nothing changes. */
+static void busy_pool_refuses_what_would_touch_its_mappings(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  void *q;
+  gca_pool_t *pool = pool_with_block(s, &q);
+  void *p = alloc_on(4096, s);
+  job_t job = {.fn = job_suspend, .out = pool};
+  busy_probe_t b = {.pool = pool};
+  during_probe = probe_busy_pool;
+  during_ctx = &b;
+  free_during(&job, p, s);
+  assert_ok(job.st);
+  for (int i = 0; i < 4; i++) {
+    if (b.st[i] != GCA_ERR_INVALID_STATE || strstr(b.msg[i], "is being suspended") == NULL)
+      fail_msg("call %d on a pool being suspended: %s: '%s'", i, gca_status_name(b.st[i]),
+               b.msg[i]);
+  }
+  assert_null(b.r);
+  assert_ok(gca_pool_resume(pool));
+  expect_bytes(q, 0x5a);
+  check();
+  release_pool_with_block(pool, q, s);
 }
 
 static void host_fn_free_completes_during_pool_suspend(void **state) {
@@ -625,6 +694,8 @@ int main(void) {
                                       release_teardown),
       cmocka_unit_test_setup_teardown(host_fn_free_completes_during_pool_resume, release_setup,
                                       release_teardown),
+      cmocka_unit_test_setup_teardown(busy_pool_refuses_what_would_touch_its_mappings,
+                                      release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(expandable_segment_of_a_destroyed_stream_is_released,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(vmm_segment_of_a_destroyed_stream_is_released, release_setup,
