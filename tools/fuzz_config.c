@@ -102,22 +102,9 @@ static const char *const builtin_seeds[] = {
     "pinned_num_register_threads:8,pinned_use_cuda_host_register:True,free_cache:False",
 };
 
-/* Pieces the grammar is made of, inserted whole. */
+/* Pieces the grammar is made of, inserted whole (the keys come from the
+ * parser's own list, gca__config_keys). */
 static const char *const words[] = {
-    "max_split_size_mb",
-    "max_non_split_rounding_mb",
-    "garbage_collection_threshold",
-    "roundup_power2_divisions",
-    "expandable_segments",
-    "release_lock_on_cudamalloc",
-    "pinned_use_cuda_host_register",
-    "pinned_num_register_threads",
-    "pinned_use_background_threads",
-    "per_process_memory_fraction",
-    "graph_capture_record_stream_reuse",
-    "backend",
-    "ipc_handles",
-    "free_cache",
     "True",
     "False",
     "native",
@@ -138,6 +125,8 @@ const fuzz_target_t fuzz_target = {
     .alphabet = ",:[]> .0123456789-+eE\t",
     .words = words,
     .nwords = GCA_ARRAY_SIZE(words),
+    .keys = gca__config_keys,
+    .nkeys = GCA__CONFIG_NKEYS,
     .max_run = 64,
     .max_copies = 64, /* many items */
     .long_run = "7x", /* over-long tokens */

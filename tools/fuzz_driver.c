@@ -63,8 +63,9 @@ static void mutate(const fuzz_target_t *t, uint8_t *buf, size_t *len, size_t cap
       open_gap(buf, len, cap, at, &t->alphabet[rnd() % nalpha], 1);
     break;
   case 3: /* insert a word of the grammar */
-    if (t->nwords) {
-      const char *w = t->words[rnd() % t->nwords];
+    if (t->nwords + t->nkeys) {
+      size_t k = rnd() % (t->nwords + t->nkeys);
+      const char *w = k < t->nwords ? t->words[k] : t->keys[k - t->nwords];
       open_gap(buf, len, cap, at, w, strlen(w));
     }
     break;

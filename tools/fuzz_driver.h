@@ -25,6 +25,8 @@ typedef struct fuzz_target {
   const char *alphabet;     /* bytes the grammar cares about, written over and inserted */
   const char *const *words; /* pieces of the grammar inserted whole; NULL for none */
   size_t nwords;
+  const char *const *keys; /* more such pieces, kept by the code under test (its key list) */
+  size_t nkeys;
   size_t max_run;       /* longest run duplicated (a quarter of it deleted) */
   unsigned max_copies;  /* a duplicated run goes in 1..max_copies times */
   const char *long_run; /* over-long tokens: a run of one of these bytes; NULL for none */

@@ -228,7 +228,7 @@ static gca_status_t load_segments(const json_t *segs, snapshot_t *s) {
       b->segment = i;
       TOOL_CHECK(load_block(json_array_get(blocks, j), bwhere, b));
       TOOL_CHECK(add_total(&s->by_state[b->state], b->size, bwhere, "size",
-                          gca__snapshot_state_name(b->state)));
+                           gca__snapshot_state_name(b->state)));
       s->count_by_state[b->state]++;
       if (b->state == SNAP_ACTIVE_ALLOCATED)
         TOOL_CHECK(

@@ -60,7 +60,7 @@ static void block_waits_for_recorded_stream_before_reuse(void **state) {
   free_ok(q);
   atomic_store(&gate, 1);
   assert_ok(gca_stream_synchronize(b)); /* the fill and the recorded event are done */
-  void *r = alloc_on(4096, a);         /* processing finds the event complete */
+  void *r = alloc_on(4096, a);          /* processing finds the event complete */
   assert_ptr_equal(r, p);
   for (size_t i = 0; i < n; i++)
     if (p[i] != 0xabc00000u + (uint32_t)i)

@@ -179,7 +179,7 @@ static void malformed_or_incomplete_snapshots_name_the_problem(void **state) {
   }
   snapshot_t s;
   assert_tool_status(gca__snapshot_load_file("/nonexistent/snap.json", &s), GCA_ERR_IO,
-                "/nonexistent/snap.json");
+                     "/nonexistent/snap.json");
 }
 
 static void html_page_is_self_contained_and_escapes_its_data(void **state) {

@@ -63,7 +63,7 @@ typedef struct gca__sim_work {
   void *user_data;
   gca__sim_image_t *graph;
   uint64_t offset; /* philox: added to *(u64 *)b; a is the seed's pointer */
-  void *staged; /* memcpy from pageable host memory: the bytes read at the call (owned) */
+  void *staged;    /* memcpy from pageable host memory: the bytes read at the call (owned) */
 } gca__sim_work_t;
 
 /* Note [Sim memory faults]: work that touches memory that is not mapped
