@@ -56,6 +56,7 @@ struct gca__gnode {
   unsigned warmups;
   bool recorded;
   gca_graph_exec_t exec;
+  size_t graph_nodes;     /* operations in the recording (graph_node_count) */
   gca_pool_state_t *ckpt; /* the pool after this recording */
   in_mode_t *in_mode;     /* [ninputs] */
   void **in_addr;         /* [ninputs] recorded address (FIXED, ANCESTOR) */

@@ -166,6 +166,8 @@ static void node_clear(gca_graph_tree_t *t, gca__gnode_t *n) {
     n->exec = NULL;
     t->stats.nodes--;
   }
+  t->stats.graph_nodes -= n->graph_nodes;
+  n->graph_nodes = 0;
   gca_pool_state_free(n->ckpt);
   n->ckpt = NULL;
   free(n->dead);
@@ -306,6 +308,7 @@ static gca_status_t fallback(gca_graph_tree_t *t, gca_graph_fn_t *fn, void *cons
  * tentative layout in the out-parameters. */
 typedef struct capture {
   gca_graph_t graph;
+  size_t graph_nodes; /* operations captured (kernels, copies, memsets, ...) */
   in_mode_t *in_mode;
   void **in_addr, **staging, **out_ptr, **out_block;
   gca__rng_use_t *rng;
@@ -407,6 +410,11 @@ static gca_status_t capture_body(gca_graph_tree_t *t, gca__gnode_t *parent, gca_
   pool_routed = false;
   if (st != GCA_OK) {
     c->graph = NULL;
+    goto fail;
+  }
+  st = t->ops->graph_node_count(c->graph, &c->graph_nodes);
+  if (st != GCA_OK) {
+    st = gca__error_prefix(st, "graph_tree_run: counting the nodes captured for %s", fn->name);
     goto fail;
   }
   if (t->ncap_rng) {
@@ -618,6 +626,16 @@ static gca_status_t record(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
   gca_graph_exec_t exec = NULL;
   if (action != GCA_GRAPH_UPDATE) {
     st = t->ops->graph_instantiate(c.graph, &exec);
+    /* Note [Uploading recordings]: the executable graph is uploaded on the
+     * tree's stream right away (cuGraphUpload), so the device-side setup is
+     * done once here, ordered with the tree's work, and not on the first
+     * replay. A failed upload is a failed instantiation: the recording is
+     * dropped and the function runs eagerly. */
+    if (st == GCA_OK && (st = t->ops->graph_upload(exec, t->stream)) != GCA_OK) {
+      st = gca__error_prefix(st, "graph_tree_run: uploading the recording of %s", fn->name);
+      GCA_CHECK_IGNORE(t->ops->graph_exec_destroy(exec));
+      exec = NULL;
+    }
     if (st != GCA_OK) {
       capture_free(t, &c);
       GCA_CHECK_IGNORE(sync_pool(t, parent));
@@ -636,6 +654,8 @@ static gca_status_t record(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
   }
 
   /* Commit: the node now describes this capture. */
+  t->stats.graph_nodes = t->stats.graph_nodes - n->graph_nodes + c.graph_nodes;
+  n->graph_nodes = c.graph_nodes;
   bool moved = node_take(n, &c);
   capture_free(t, &c);
   if (action != GCA_GRAPH_UPDATE) {

@@ -160,6 +160,8 @@ typedef struct gca_graph_stats {
   uint64_t nodes;           /* recorded nodes in the tree */
   size_t pool_reserved;     /* bytes of the pool's segments */
   size_t pool_allocated;    /* bytes of its allocated blocks */
+  uint64_t graph_nodes;     /* operations (kernels, copies, memsets, host functions) in the
+                               recordings */
 } gca_graph_stats_t;
 
 /* Creates a tree on `device` with its own pool and stream. opts may be NULL. */

@@ -109,6 +109,27 @@ static void instantiate_fault_runs_eagerly(void **state) {
   record_fault("graph_instantiate:nth=1", GCA_GRAPH_RULE_INSTANTIATE_FAILED, "graph_instantiate");
 }
 
+/* Note [Uploading recordings]: the upload right after instantiation failing
+ * drops the new executable graph like a failed instantiation. */
+static void upload_fault_runs_eagerly(void **state) {
+  (void)state;
+  if (!on_sim)
+    skip();
+  record_fault("graph_upload:nth=1", GCA_GRAPH_RULE_INSTANTIATE_FAILED,
+               "uploading the recording of std");
+  assert_int_equal(gca_sim_call_count("graph_exec_destroy"),
+                   gca_sim_call_count("graph_instantiate"));
+}
+
+/* Counting the captured operations is part of the capture. */
+static void node_count_fault_runs_eagerly(void **state) {
+  (void)state;
+  if (!on_sim)
+    skip();
+  record_fault("graph_node_count:nth=1", GCA_GRAPH_RULE_CAPTURE_FAILED,
+               "counting the nodes captured for std");
+}
+
 static void exec_update_fault_rerecords(void **state) {
   (void)state;
   if (!on_sim)
@@ -200,6 +221,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(pool_capture_route_fault_runs_eagerly, graph_setup,
                                       graph_teardown),
       cmocka_unit_test_setup_teardown(instantiate_fault_runs_eagerly, graph_setup, graph_teardown),
+      cmocka_unit_test_setup_teardown(upload_fault_runs_eagerly, graph_setup, graph_teardown),
+      cmocka_unit_test_setup_teardown(node_count_fault_runs_eagerly, graph_setup, graph_teardown),
       cmocka_unit_test_setup_teardown(exec_update_fault_rerecords, graph_setup, graph_teardown),
       cmocka_unit_test_setup_teardown(launch_fault_runs_eagerly, graph_setup, graph_teardown),
       cmocka_unit_test_setup_teardown(bad_input_is_a_clear_status, graph_setup, graph_teardown),

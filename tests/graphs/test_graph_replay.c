@@ -48,6 +48,8 @@ static void replays_compute_what_eager_runs_do_over_many_steps(void **state) {
   assert_int_equal(s.updates + s.rerecords + s.eager_fallbacks, 0);
   assert_int_equal(s.generation, STEPS);
   assert_int_equal(s.nodes, 1);
+  assert_int_equal(s.graph_nodes,
+                   4); /* std_body's four kernels; the staging copy is not captured */
   assert_true(s.pool_reserved > 0);
   assert_ok(gca_graph_tree_destroy(t));
   for (int i = 0; i < 2; i++)

@@ -63,6 +63,7 @@ static struct {
   gca_status_t status;
   char detail[512];
   int ndev;
+  bool fabric; /* GCA_SIM_FABRIC: devices claim fabric handles (Note [Sim fabric handles]) */
   sim_device_t dev[GCA_SIM_MAX_DEVICES];
 } sim = {.once = PTHREAD_ONCE_INIT};
 
@@ -194,6 +195,13 @@ static gca_status_t read_env(void) {
       return gca__error(GCA_ERR_CONFIG,
                         "init: GCA_SIM_DEVICE_MEMORY='%s' is not a memory size (e.g. 80GiB)", text);
   }
+  bool fabric = false;
+  text = gca__getenv("GCA_SIM_FABRIC");
+  if (text && *text) {
+    if (strcmp(text, "0") != 0 && strcmp(text, "1") != 0)
+      return gca__error(GCA_ERR_CONFIG, "init: GCA_SIM_FABRIC='%s' is not 0 or 1", text);
+    fabric = text[0] == '1';
+  }
   text = gca__getenv("GCA_SIM_FAULTS");
   if (text && *text) {
     char who[SPEC_MAX + 64];
@@ -201,6 +209,7 @@ static gca_status_t read_env(void) {
     GCA_CHECK(apply_spec(who, text));
   }
   sim.ndev = ndev;
+  sim.fabric = fabric;
   for (int i = 0; i < GCA_SIM_MAX_DEVICES; i++) {
     atomic_store(&sim.dev[i].capacity, mem);
     atomic_store(&sim.dev[i].used, 0);
@@ -235,6 +244,10 @@ static gca_status_t state_init(void) {
   if (GCA_UNLIKELY(sim.status != GCA_OK))
     return gca__error(sim.status, "%s", sim.detail);
   return GCA_OK;
+}
+
+bool gca__sim_fabric_supported(void) {
+  return state_init() == GCA_OK && sim.fabric;
 }
 
 /* ---- entry, counters, faults ---- */
@@ -387,7 +400,7 @@ static gca_status_t sim_device_attr(int dev, gca_dev_attr_t attr, int *value) {
     *value = 1;
     return GCA_OK;
   case GCA_ATTR_FABRIC_SUPPORTED:
-    *value = 0;
+    *value = sim.fabric;
     return GCA_OK;
   }
   return gca__error(GCA_ERR_INVALID_ARGUMENT, "device_attr: unknown attribute %d", (int)attr);

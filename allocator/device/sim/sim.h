@@ -56,6 +56,8 @@ gca_status_t gca__sim_capacity_take(const char *op, int dev, uint64_t bytes);
 void gca__sim_capacity_give(int dev, uint64_t bytes);
 /* Capacity of a valid device in bytes (GCA_SIM_DEVICE_MEMORY or gca_sim_set_capacity). */
 uint64_t gca__sim_capacity(int dev);
+/* Whether GCA_SIM_FABRIC=1 made the devices claim fabric handles. */
+bool gca__sim_fabric_supported(void);
 
 /* ---- sim_mem.c ---- */
 
