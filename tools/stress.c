@@ -46,6 +46,7 @@
 #define ALL_IPC_EVERY     15
 #define ALL_SUSPEND_EVERY 30
 #define ALL_MISC_EVERY    20
+#define ALL_TREE_EVERY    35
 
 typedef struct options {
   int threads;
@@ -70,6 +71,7 @@ typedef struct options {
   uint64_t ipc_every;
   uint64_t suspend_every;
   uint64_t misc_every;
+  uint64_t tree_every;
 } options_t;
 
 /* A live block. Owned by exactly one party at a time: the slot table, or the
@@ -441,7 +443,8 @@ static void periodic(worker_t *w) {
     ipc_episode(w);
   if ((due(w, o->capture_every) && !gca__stress_part_capture(&w->parts)) ||
       (due(w, o->suspend_every) && !gca__stress_part_suspend(&w->parts)) ||
-      (due(w, o->misc_every) && !gca__stress_part_misc(&w->parts)))
+      (due(w, o->misc_every) && !gca__stress_part_misc(&w->parts)) ||
+      (due(w, o->tree_every) && !gca__stress_part_tree(&w->parts)))
     fail(sh, "%s", w->parts.fail);
   if (sh->opt.empty_cache_every && w->c.ops % sh->opt.empty_cache_every == 0) {
     gca_status_t st = gca_empty_cache();
@@ -488,7 +491,7 @@ static void usage(FILE *f) {
           "                  [--cross-stream-frees P] [--faults SPEC] [--device-memory SIZE]\n"
           "                  [--live N] [--json] [--inject-bug overwrite-after-free]\n"
           "                  [--all] [--stream-churn N] [--capture-every N] [--ipc-every N]\n"
-          "                  [--suspend-every N] [--misc-every N]\n"
+          "                  [--suspend-every N] [--misc-every N] [--tree-every N]\n"
           "\n"
           "Threads x streams allocate and free random sizes through gca; every live block\n"
           "carries a per-block pattern checked before its free. Exit 0: no corruption and\n"
@@ -524,6 +527,9 @@ static void usage(FILE *f) {
           "                         (needs expandable_segments:True, else counted as refused)\n"
           "  --misc-every N         a round of the rest of the device API (events, memsets,\n"
           "                         host functions, queries)\n"
+          "  --tree-every N         run a function drawing from the graph-safe RNG through a\n"
+          "                         graph tree (warm-up, record, replay, exec update) and\n"
+          "                         check each output against the same draws made eagerly\n"
           "  --all                  every part above, at default periods where not given;\n"
           "                         --json then lists the device ops the run reached\n");
 }
@@ -559,7 +565,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
     O_CAPTURE,
     O_IPC,
     O_SUSPEND,
-    O_MISC
+    O_MISC,
+    O_TREE
   };
   static const struct option longopts[] = {
       {"threads", required_argument, NULL, 't'},
@@ -583,6 +590,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
       {"ipc-every", required_argument, NULL, O_IPC},
       {"suspend-every", required_argument, NULL, O_SUSPEND},
       {"misc-every", required_argument, NULL, O_MISC},
+      {"tree-every", required_argument, NULL, O_TREE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -684,12 +692,14 @@ static int parse_options(int argc, char **argv, options_t *o) {
     case O_CAPTURE:
     case O_IPC:
     case O_SUSPEND:
-    case O_MISC: {
+    case O_MISC:
+    case O_TREE: {
       uint64_t *dst = c == O_CHURN     ? &o->churn_every
                       : c == O_CAPTURE ? &o->capture_every
                       : c == O_IPC     ? &o->ipc_every
                       : c == O_SUSPEND ? &o->suspend_every
-                                       : &o->misc_every;
+                      : c == O_MISC    ? &o->misc_every
+                                       : &o->tree_every;
       if (!parse_u64(a, dst)) {
         fprintf(stderr, "gca-stress: '%s' is not a valid count for %s\n", a, argv[optind - 1]);
         return EXIT_USAGE;
@@ -724,10 +734,10 @@ static int parse_options(int argc, char **argv, options_t *o) {
   if (o->ops)
     o->seconds = 0;
   if (all) {
-    static const uint64_t defaults[] = {ALL_CHURN_EVERY, ALL_CAPTURE_EVERY, ALL_IPC_EVERY,
-                                        ALL_SUSPEND_EVERY, ALL_MISC_EVERY};
-    uint64_t *periods[] = {&o->churn_every, &o->capture_every, &o->ipc_every, &o->suspend_every,
-                           &o->misc_every};
+    static const uint64_t defaults[] = {ALL_CHURN_EVERY,   ALL_CAPTURE_EVERY, ALL_IPC_EVERY,
+                                        ALL_SUSPEND_EVERY, ALL_MISC_EVERY,    ALL_TREE_EVERY};
+    uint64_t *periods[] = {&o->churn_every,   &o->capture_every, &o->ipc_every,
+                           &o->suspend_every, &o->misc_every,    &o->tree_every};
     for (size_t i = 0; i < TOOL_ARRAY_SIZE(periods); i++)
       if (!(given & (1u << i)))
         *periods[i] = defaults[i];
@@ -818,12 +828,29 @@ static void add_counters(counters_t *sum, const counters_t *c) {
 }
 
 static const char *const part_counter_names[] = {
-    "churns",           "churns_live",       "churn_aborted",
-    "captures",         "capture_aborted",   "replays_checked",
-    "restores_checked", "ipc_checked",       "ipc_not_supported",
-    "ipc_aborted",      "ipc_close_dropped", "suspends_checked",
-    "suspend_refused",  "suspend_aborted",   "misc_rounds",
-    "misc_aborted",     "deferred_frees",
+    "churns",
+    "churns_live",
+    "churn_aborted",
+    "captures",
+    "capture_aborted",
+    "replays_checked",
+    "restores_checked",
+    "ipc_checked",
+    "ipc_not_supported",
+    "ipc_fabric_checked",
+    "ipc_fabric_not_supported",
+    "ipc_aborted",
+    "ipc_close_dropped",
+    "suspends_checked",
+    "suspend_refused",
+    "suspend_aborted",
+    "misc_rounds",
+    "misc_aborted",
+    "tree_rounds",
+    "tree_steps_checked",
+    "tree_updates",
+    "tree_aborted",
+    "deferred_frees",
 };
 _Static_assert(sizeof(part_counter_names) / sizeof(part_counter_names[0]) ==
                    sizeof(stress_part_counters_t) / sizeof(uint64_t),
@@ -923,15 +950,15 @@ static void report(shared_t *sh, const counters_t *c, const stress_part_counters
          sh->failed ? "now" : "at the end",
          tool_format_size((uint64_t)after->reserved_bytes[GCA_STAT_ALL].current, b1, sizeof(b1)));
   if (pc->churns + pc->captures + pc->ipc_checked + pc->suspends_checked + pc->misc_rounds +
-          pc->suspend_refused + pc->ipc_not_supported >
+          pc->suspend_refused + pc->ipc_not_supported + pc->tree_rounds >
       0)
     printf("  streams churned %" PRIu64 " (%" PRIu64 " with work queued), captures %" PRIu64
            " (replays checked %" PRIu64 ", restores %" PRIu64 "), ipc checks %" PRIu64 " (%" PRIu64
            " not exportable), suspends %" PRIu64 " (%" PRIu64 " refused), misc rounds %" PRIu64
-           "\n",
+           ", graph trees %" PRIu64 " (%" PRIu64 " steps checked, %" PRIu64 " updates)\n",
            pc->churns, pc->churns_live, pc->captures, pc->replays_checked, pc->restores_checked,
            pc->ipc_checked, pc->ipc_not_supported, pc->suspends_checked, pc->suspend_refused,
-           pc->misc_rounds);
+           pc->misc_rounds, pc->tree_rounds, pc->tree_steps_checked, pc->tree_updates);
   if (!sh->failed)
     printf("gca-stress: ok\n");
 }

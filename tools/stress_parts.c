@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* stress_parts.c - gca-stress's episodes beyond allocate and free: capture and
  * replay into a private pool (with checkpoint and restore), IPC export and
- * import of a live block, suspend and resume of a private pool, and a round
+ * import of a live block, suspend and resume of a private pool, a graph tree
+ * (warm-up, record, replay, exec update, with the graph-safe RNG), and a round
  * of the remaining device API calls.
  *
  * The one idea: an episode checks what it computed and always winds down the
@@ -280,8 +281,20 @@ bool gca__stress_part_ipc(stress_part_ctx_t *ctx, gca_devptr_t ptr, const stress
   int sv[2] = {-1, -1};
   void *q = NULL;
   bool ok = true;
-  const char *what = "gca_ipc_export";
-  gca_status_t st = gca_ipc_export((void *)(uintptr_t)ptr, &h);
+  /* every other export asks for fabric handles; a device without them
+   * refuses (GCA_SIM_FABRIC=1 turns them on in the sim) and the export falls
+   * back to file descriptors */
+  bool fabric = gca__stress_rng_below(ctx->rng, 2) == 0;
+  const char *what = fabric ? "gca_ipc_export_ex (fabric)" : "gca_ipc_export";
+  gca_status_t st = fabric ? gca_ipc_export_ex((void *)(uintptr_t)ptr, GCA_IPC_FABRIC, &h)
+                           : gca_ipc_export((void *)(uintptr_t)ptr, &h);
+  if (st == GCA_ERR_NOT_SUPPORTED && fabric &&
+      strstr(gca_last_error(), "does not support fabric handles")) {
+    ctx->c->ipc_fabric_not_supported++;
+    what = "gca_ipc_export";
+    st = gca_ipc_export((void *)(uintptr_t)ptr, &h);
+    fabric = false;
+  }
   if (st == GCA_ERR_NOT_SUPPORTED) { /* a cuMemAlloc segment: neither expandable nor ipc_handles */
     ctx->c->ipc_not_supported++;
     return true;
@@ -306,6 +319,7 @@ bool gca__stress_part_ipc(stress_part_ctx_t *ctx, gca_devptr_t ptr, const stress
     goto out;
   }
   ctx->c->ipc_checked++;
+  ctx->c->ipc_fabric_checked += fabric;
   goto out;
 
 failed:
@@ -392,6 +406,142 @@ out:
     ok = release(ctx, p[i]) && ok;
   if (pool)
     RETRY(gca_pool_release(pool));
+  return ok;
+}
+
+/* ---- graph trees ---- */
+
+#define TREE_STEPS_MIN 5
+#define TREE_MOVE_AT   3 /* the step whose static input moves (an exec update) */
+#define TREE_WORDS_MAX 4096
+
+/* The function run through the tree: y = the generator's next n numbers + x. */
+typedef struct tree_fn_ctx {
+  gca_graph_rng_t *rng;
+  size_t n;
+} tree_fn_ctx_t;
+
+static gca_status_t tree_body(gca_stream_t s, void *const *in, void *const *out, void *arg) {
+  const tree_fn_ctx_t *f = arg;
+  gca_status_t st = gca_graph_rng_uniform_u32(f->rng, out[0], f->n, s);
+  if (st == GCA_OK)
+    st = gca_kernel_add_u32(out[0], out[0], in[0], f->n, s);
+  return st;
+}
+
+/* One step: runs the function on x and checks its output against the same
+ * draws made eagerly by a second generator set to the first one's state. */
+static gca_status_t tree_step_check(stress_part_ctx_t *ctx, gca_graph_tree_t *t, gca_graph_fn_t *fn,
+                                    gca_graph_rng_t *rng, gca_graph_rng_t *ref, void *x, void *r,
+                                    size_t n, uint32_t *got, uint32_t *want, const char **what,
+                                    bool *ok) {
+  gca_stream_t ts = NULL;
+  uint64_t seed = 0, offset = 0;
+  void *out[1] = {NULL};
+  *what = "gca_graph_tree_stream";
+  TOOL_CHECK(gca_graph_tree_stream(t, &ts));
+  *what = "gca_graph_rng_get_state";
+  TOOL_CHECK(gca_graph_rng_get_state(rng, &seed, &offset));
+  *what = "gca_graph_tree_run";
+  TOOL_CHECK(gca_graph_tree_run(t, fn, &x, 1, out, 1));
+  *what = "gca_graph_rng_set_state (the reference generator)";
+  TOOL_CHECK(gca_graph_rng_set_state(ref, seed, offset));
+  *what = "gca_graph_rng_uniform_u32 (the reference draws)";
+  TOOL_CHECK(gca_graph_rng_uniform_u32(ref, r, n, ts));
+  *what = "gca_kernel_add_u32 (the reference)";
+  TOOL_CHECK(gca_kernel_add_u32(r, r, x, n, ts));
+  *what = "gca_memcpy_async (reading the output)";
+  TOOL_CHECK(gca_memcpy_async(got, out[0], n * 4, ts));
+  *what = "gca_memcpy_async (reading the reference)";
+  TOOL_CHECK(gca_memcpy_async(want, r, n * 4, ts));
+  *what = "gca_stream_synchronize (the tree's stream)";
+  gca_status_t st = gca_stream_synchronize(ts);
+  if (st != GCA_OK) {
+    settle(ts);
+    return st;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (got[i] != want[i]) {
+      *ok = part_fail(
+          ctx,
+          "CORRUPTION in a graph tree's output at %p (%zu words, generator offset %" PRIu64
+          "): word %zu = 0x%08x, the same draws made eagerly give 0x%08x",
+          out[0], n, offset, i, got[i], want[i]);
+      return GCA_OK;
+    }
+  *what = "gca_graph_tree_step";
+  return gca_graph_tree_step(t);
+}
+
+bool gca__stress_part_tree(stress_part_ctx_t *ctx) {
+  stress_rng_t *rng = ctx->rng;
+  size_t n = 64 + (size_t)gca__stress_rng_below(rng, TREE_WORDS_MAX - 63);
+  int steps = TREE_STEPS_MIN + (int)gca__stress_rng_below(rng, 3);
+  uint64_t seed = gca__stress_rng_next(rng);
+  gca_graph_tree_t *t = NULL;
+  gca_graph_rng_t *g = NULL, *ref = NULL;
+  gca_graph_fn_t *fn = NULL;
+  gca_stream_t ts = NULL;
+  void *x[2] = {NULL, NULL}, *r = NULL;
+  bool ok = true;
+  const char *what = "";
+  gca_status_t st;
+  uint32_t *got = malloc(n * 4), *want = malloc(n * 4);
+  if (!got || !want) {
+    free(got);
+    free(want);
+    return part_fail(ctx, "out of host memory for a graph tree's output");
+  }
+  tree_fn_ctx_t f = {.n = n};
+  gca_graph_input_t input = {GCA_GRAPH_INPUT_STATIC, n * 4};
+  size_t out_bytes = n * 4;
+  gca_graph_fn_desc_t d = GCA_GRAPH_FN_DESC_INIT;
+  d.name = "stress";
+  d.body = tree_body;
+  d.ctx = &f;
+  d.ninputs = 1;
+  d.inputs = &input;
+  d.noutputs = 1;
+  d.output_bytes = &out_bytes;
+
+  STEP("gca_graph_tree_create", gca_graph_tree_create(0, NULL, &t));
+  STEP("gca_graph_tree_stream", gca_graph_tree_stream(t, &ts));
+  STEP("gca_graph_rng_create", gca_graph_rng_create(t, seed, &g));
+  STEP("gca_graph_rng_create", gca_graph_rng_create(t, seed, &ref));
+  f.rng = g;
+  STEP("gca_graph_fn_register", gca_graph_fn_register(t, &d, &fn));
+  for (int k = 0; k < 2; k++) {
+    STEP("gca_malloc (a tree's input)", gca_malloc(&x[k], n * 4, ts));
+    STEP("gca_kernel_fill_u32 (a tree's input)",
+         gca_kernel_fill_u32(x[k], (uint32_t)gca__stress_rng_next(rng),
+                             (uint32_t)gca__stress_rng_next(rng), n, ts));
+  }
+  STEP("gca_malloc (the reference)", gca_malloc(&r, n * 4, ts));
+  /* warm-up, record, replay, then the static input moves: an update */
+  for (int i = 0; i < steps && ok; i++) {
+    STEP(what,
+         tree_step_check(ctx, t, fn, g, ref, x[i >= TREE_MOVE_AT], r, n, got, want, &what, &ok));
+    ctx->c->tree_steps_checked += ok;
+  }
+  if (ok) {
+    gca_graph_stats_t gs = {.size = sizeof(gs)};
+    STEP("gca_graph_tree_stats", gca_graph_tree_stats(t, &gs));
+    ctx->c->tree_rounds++;
+    ctx->c->tree_updates += gs.updates;
+  }
+  goto out;
+
+failed:
+  ok = step_failed(ctx, what, st, &ctx->c->tree_aborted);
+out:
+  settle(ts);
+  ok = release(ctx, r) && ok;
+  ok = release(ctx, x[0]) && ok;
+  ok = release(ctx, x[1]) && ok;
+  if (t)
+    RETRY(gca_graph_tree_destroy(t));
+  free(got);
+  free(want);
   return ok;
 }
 

@@ -35,6 +35,8 @@ typedef struct stress_part_counters {
   uint64_t restores_checked;
   uint64_t ipc_checked; /* stamps read back through an import */
   uint64_t ipc_not_supported;
+  uint64_t ipc_fabric_checked;       /* ... of them through fabric handles */
+  uint64_t ipc_fabric_not_supported; /* fabric export refused: fell back to fds */
   uint64_t ipc_aborted;
   uint64_t ipc_close_dropped; /* a failed close that forgot the import anyway */
   uint64_t suspends_checked;  /* stamps read back after suspend and resume */
@@ -42,6 +44,10 @@ typedef struct stress_part_counters {
   uint64_t suspend_aborted;
   uint64_t misc_rounds;
   uint64_t misc_aborted;
+  uint64_t tree_rounds;        /* graph-tree episodes that checked every step */
+  uint64_t tree_steps_checked; /* outputs checked against eager draws */
+  uint64_t tree_updates;       /* exec updates the trees made */
+  uint64_t tree_aborted;
   uint64_t deferred; /* frees and closes that failed, retried after the run */
 } stress_part_counters_t;
 
@@ -72,6 +78,11 @@ bool gca__stress_part_ipc(stress_part_ctx_t *ctx, gca_devptr_t ptr, const stress
                           gca_stream_t stream);
 bool gca__stress_part_suspend(stress_part_ctx_t *ctx);
 bool gca__stress_part_misc(stress_part_ctx_t *ctx);
+/* Runs a function that draws from the graph-safe RNG through a graph tree
+ * for several steps (warm-up, record, replays; a static input moves, so the
+ * tree updates the recording) and checks every output against the same draws
+ * made eagerly. */
+bool gca__stress_part_tree(stress_part_ctx_t *ctx);
 /* Frees and closes what the parts deferred (after faults are cleared);
  * false with ctx->fail set when one still fails. */
 bool gca__stress_parts_finish(stress_part_ctx_t *ctx);

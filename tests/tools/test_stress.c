@@ -499,6 +499,7 @@ static void all_parts_run_and_check_their_results(void **state) {
   (void)state;
   static const char *const configs[] = {"expandable_segments:True", "ipc_handles:True",
                                         "expandable_segments:False"};
+  setenv("GCA_SIM_FABRIC", "1", 1); /* IPC then takes fabric handles every other export */
   for (size_t k = 0; k < GCA_ARRAY_SIZE(configs); k++) {
     char *out = NULL;
     char *argv[] = {(char *)tool_path,
@@ -536,9 +537,20 @@ static void all_parts_run_and_check_their_results(void **state) {
     assert_int_equal(json_field(out, "mem_alloc") > 0, k == 2);
     assert_true(json_field(out, "stream_begin_capture") > 0);
     assert_true(json_field(out, "event_elapsed") > 0);
+    assert_int_equal(json_field(out, "ipc_fabric_checked") > 0, exportable);
+    assert_int_equal(json_field(out, "mem_import_fabric") > 0, exportable);
+    assert_int_equal(json_field(out, "ipc_fabric_not_supported"), 0);
+    assert_true(json_field(out, "tree_rounds") > 0);
+    assert_true(json_field(out, "tree_steps_checked") >= 5 * json_field(out, "tree_rounds"));
+    assert_int_equal(json_field(out, "tree_updates"), json_field(out, "tree_rounds"));
+    assert_true(json_field(out, "graph_exec_update") > 0);
+    assert_true(json_field(out, "kernel_philox_u32") > 0);
+    assert_true(json_field(out, "graph_upload") > 0);
+    assert_true(json_field(out, "graph_node_count") > 0);
     assert_int_equal(json_field(out, "reserved_bytes_end"), 0);
     free(out);
   }
+  unsetenv("GCA_SIM_FABRIC");
 }
 
 /* ---- the fault sweep (suite 'stress') ----
@@ -569,18 +581,6 @@ static const struct {
   const char *defect;
 } sweep_skips[] = {
     {NULL, 0, NULL},
-};
-
-/* Ops no gca-stress run can reach on the sim, and why. */
-static const struct {
-  const char *op, *why;
-} sweep_unreachable[] = {
-    {"graph_node_count", "no caller above the device layer"},
-    {"graph_upload", "no caller above the device layer"},
-    {"mem_export_fabric", "the sim reports no fabric handles; gca_ipc_export_ex checks first"},
-    {"mem_import_fabric", "the sim reports no fabric handles; gca_ipc_open checks first"},
-    {"graph_exec_update", "only graph trees call it; gca-stress has no graph-tree part"},
-    {"kernel_philox_u32", "only graph trees' RNG calls it; gca-stress has no graph-tree part"},
 };
 
 typedef struct sweep_case {
@@ -708,13 +708,6 @@ static bool sweep_skipped(const char *op, int nth) {
   return false;
 }
 
-static bool sweep_unreachable_op(const char *op) {
-  for (size_t i = 0; i < GCA_ARRAY_SIZE(sweep_unreachable); i++)
-    if (strcmp(sweep_unreachable[i].op, op) == 0)
-      return true;
-  return false;
-}
-
 static sweep_case_t *sweep_find(sweep_case_t *cases, size_t n, pid_t pid) {
   for (size_t i = 0; i < n; i++)
     if (cases[i].pid == pid)
@@ -727,8 +720,10 @@ static void fault_at_any_call_of_any_op_ends_the_run_cleanly(void **state) {
   const char *seed = getenv("GCA_STRESS_SWEEP_SEED");
   if (!seed || !*seed)
     seed = "7";
-  /* a second device, so that enabling peer access reaches device_can_access_peer */
+  /* a second device, so that enabling peer access reaches device_can_access_peer;
+   * fabric handles, so that IPC reaches the fabric export and import */
   setenv("GCA_SIM_DEVICES", "2", 1);
+  setenv("GCA_SIM_FABRIC", "1", 1);
   int nops = gca_sim_op_count();
   assert_true(nops > 0);
   size_t ncases = (size_t)nops * SWEEP_NTH, next = 0, running = 0, skipped = 0, bad = 0;
@@ -808,10 +803,9 @@ static void fault_at_any_call_of_any_op_ends_the_run_cleanly(void **state) {
                 "faults fired in %d of %d ops; never in:%s\n",
                 ncases, mono_s() - t0, skipped, reached, nops, unreached);
   for (int op = 0; op < nops; op++)
-    if (!fired[op] && !sweep_unreachable_op(gca_sim_op_name(op)) &&
-        !sweep_skipped(gca_sim_op_name(op), 1))
-      fail_msg("fault sweep: no injected fault of '%s' fired (seed %s), and it is not listed "
-               "as unreachable",
+    if (!fired[op] && !sweep_skipped(gca_sim_op_name(op), 1))
+      fail_msg("fault sweep: no injected fault of '%s' fired (seed %s): every device op must be "
+               "reached by gca-stress --all",
                gca_sim_op_name(op), seed);
   free(cases);
   free(fired);
