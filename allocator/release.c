@@ -95,6 +95,8 @@ static gca_status_t pool_take_all(gca__devalloc_t *d, gca__pool_t *pool, gca__re
   return GCA_OK;
 }
 
+static gca_status_t reap_dead_pools(gca__devalloc_t *d);
+
 gca_status_t gca__release_cached(gca__devalloc_t *d) {
   gca__relbatch_t bt = {0};
   gca_status_t st;
@@ -106,7 +108,10 @@ gca_status_t gca__release_cached(gca__devalloc_t *d) {
     st = pool_take_all(d, &d->small, &bt);
   gca_status_t rst = gca__relbatch_run(d, &bt, NULL); /* what was taken goes back either way */
   free(bt.v);
-  return st != GCA_OK ? st : rst;
+  if (st == GCA_OK)
+    st = rst;
+  gca_status_t pst = reap_dead_pools(d); /* Note [Failed reaps] */
+  return st != GCA_OK ? st : pst;
 }
 
 /* ---- the reap: what frees left to give back ---- */
@@ -118,7 +123,7 @@ gca_status_t gca__release_cached(gca__devalloc_t *d) {
  * pools only (m has no live block, no handle and no route). Once the batch is
  * done m is unlinked and freed, or, if something failed, stays dying for a
  * later free or capture end. *next: m's successor, read under the lock. */
-static void reap_pool(gca__devalloc_t *d, gca__mempool_t *m, gca__mempool_t **next) {
+static gca_status_t reap_pool(gca__devalloc_t *d, gca__mempool_t *m, gca__mempool_t **next) {
   gca__relbatch_t bt = {0};
   gca_status_t st = GCA_OK, rst;
   m->use_count++;
@@ -143,12 +148,32 @@ static void reap_pool(gca__devalloc_t *d, gca__mempool_t *m, gca__mempool_t **ne
   m->destroying = false;
   m->use_count--;
   *next = m->next;
-  if (st == GCA_OK)
+  if (st == GCA_OK) {
     gca__mempool_forget(d, m);
-  else
-    GCA_LOG_WARN("pool_release: pool %#" PRIx64 ": %s (the pool's memory stays until its next "
-                 "free or capture end)",
-                 m->handle, gca_last_error());
+    return GCA_OK;
+  }
+  st = gca__error_prefix(st, "pool %#" PRIx64, m->handle);
+  GCA_LOG_WARN("pool_release: %s (the pool's memory stays until gca_empty_cache or a capture's "
+               "end)",
+               gca_last_error());
+  return st;
+}
+
+/* Note [Failed reaps]: a dead pool whose reap failed keeps its memory and is
+ * not reaped again by itself (nothing of it is freed any more); gca_empty_cache
+ * and a capture's end (gca__mempool_sweep_dying) try again. */
+static gca_status_t reap_dead_pools(gca__devalloc_t *d) {
+  gca_status_t st = GCA_OK;
+  for (gca__mempool_t *m = d->mempools, *next; m != NULL; m = next) {
+    if (gca__mempool_reapable(d, m)) {
+      gca_status_t pst = reap_pool(d, m, &next);
+      if (st == GCA_OK)
+        st = pst;
+    } else {
+      next = m->next;
+    }
+  }
+  return st;
 }
 
 /* Caching off: takes every segment of pool whose blocks are all free. */
@@ -192,12 +217,7 @@ void gca__release_reap(gca__devalloc_t *d) {
     if (st != GCA_OK)
       GCA_LOG_WARN("free: caching is off but a segment stays cached: %s", gca_last_error());
   }
-  for (gca__mempool_t *m = d->mempools, *next; m != NULL; m = next) {
-    if (gca__mempool_reapable(d, m))
-      reap_pool(d, m, &next);
-    else
-      next = m->next;
-  }
+  (void)reap_dead_pools(d); /* failures are logged; Note [Failed reaps] */
 }
 
 /* Waits, with no device lock held, until a release batch under way when it

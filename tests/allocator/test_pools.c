@@ -297,6 +297,48 @@ static void routes_hold_the_pool_until_they_end(void **state) {
   assert_ok(gca_stream_destroy(s));
 }
 
+/* The reap of a dead pool whose last block was freed fails (the driver
+ * refuses a mem_free): the free itself succeeded, the pool's memory stays
+ * reserved and accounted, and gca_empty_cache gives it back once the driver
+ * works again; nothing leaks. */
+static void failed_reap_keeps_the_dead_pools_memory_until_empty_cache(void **state) {
+  (void)state;
+  gca_stream_t s = new_stream();
+  gca_pool_t *pool = new_pool(false, false);
+  assert_ok(gca_pool_use_begin(pool));
+  void *p = alloc_on(3 * MiB, s);
+  assert_ok(gca_pool_use_end(pool));
+  assert_true(in_pool(p, pool));
+  assert_ok(gca_pool_release(pool)); /* dead handle; the block keeps the pool's memory */
+  gca_stats_t st;
+  assert_ok(gca_get_stats(0, &st));
+  int64_t reserved = st.reserved_bytes[GCA_STAT_ALL].current;
+  assert_true(reserved > 0);
+  int64_t frees = gca_sim_call_count("mem_free") + gca_sim_call_count("mem_unmap");
+  assert_ok(gca_sim_fault_set("mem_free:always,mem_unmap:always"));
+  assert_ok(gca_free(p)); /* the block is freed; giving the segment back fails */
+  gca_sim_fault_clear();
+  assert_true(gca_sim_call_count("mem_free") + gca_sim_call_count("mem_unmap") > frees);
+  assert_ok(gca_get_stats(0, &st));
+  assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, reserved);
+  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca__allocator_check());
+  /* empty_cache retries the reap: a failure is its status, naming the pool */
+  assert_ok(gca_sim_fault_set("mem_free:always,mem_unmap:always"));
+  assert_int_equal(gca_empty_cache(), GCA_ERR_DRIVER);
+  gca_sim_fault_clear();
+  assert_non_null(strstr(gca_last_error(), "pool 0x"));
+  assert_non_null(strstr(gca_last_error(), "injected fault"));
+  assert_ok(gca__allocator_check());
+  assert_ok(gca_get_stats(0, &st));
+  assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, reserved);
+  assert_ok(gca_empty_cache());
+  assert_ok(gca_get_stats(0, &st));
+  assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_stream_destroy(s));
+  assert_nothing_leaked();
+}
+
 static void use_on_oom_serves_default_requests_from_the_pool(void **state) {
   (void)state;
   gca_pool_t *helpful = new_pool(true, false), *plain = new_pool(false, false);
@@ -449,6 +491,8 @@ int main(void) {
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(capture_info_fault_on_a_routed_malloc_fails_it, alloc_setup,
                                       alloc_teardown),
+      cmocka_unit_test_setup_teardown(failed_reap_keeps_the_dead_pools_memory_until_empty_cache,
+                                      alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(capture_info_fault_leaves_the_pool_unrouted, alloc_setup,
                                       alloc_teardown),
   };
