@@ -9,6 +9,8 @@
  * timing.
  */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "gca.h"
@@ -286,6 +288,60 @@ static void bad_arguments_are_refused_with_a_clear_detail(void **state) {
 
 /* A fault injected in each underlying operation comes back as its status with
  * the public name and the operation's name in the detail. */
+/* Opens the gate once the synchronous copy's first retry has begun waiting:
+ * a condition on a call counter, never a time. */
+typedef struct opener {
+  test_gate_t *gate;
+  int64_t base; /* stream_synchronize calls before the copy */
+  _Atomic int stop;
+} opener_t;
+
+static void *open_on_retry(void *arg) {
+  opener_t *o = arg;
+  while (!atomic_load(&o->stop) && gca_sim_call_count("stream_synchronize") < o->base + 2)
+    sched_yield();
+  test_gate_open(o->gate);
+  return NULL;
+}
+
+/* gca_memcpy's wait fails (an injected stream_synchronize fault) while the
+ * copy is still held back: the call reports the failure with its name only
+ * after the copy has landed in the caller's buffer, so nothing writes the
+ * buffer after the error returns. */
+static void failed_synchronous_copy_returns_after_the_copy_landed(void **state) {
+  (void)state;
+  test_gate_t g;
+  test_gate_init(&g);
+  uint32_t *d = dev_alloc(N * 4);
+  uint32_t *host = calloc(N, sizeof(uint32_t));
+  assert_non_null(host);
+  assert_ok(gca_memset_d32(d, 0x5eedu, N));
+  assert_ok(gca_launch_host_func(GCA_STREAM_LEGACY, test_gate_pass, &g));
+  opener_t o = {.gate = &g, .base = gca_sim_call_count("stream_synchronize")};
+  pthread_t th;
+  assert_ok(gca_sim_fault_set("stream_synchronize:nth=1"));
+  assert_int_equal(pthread_create(&th, NULL, open_on_retry, &o), 0);
+  gca_status_t st = gca_memcpy(host, d, N * 4);
+  char detail[512];
+  snprintf(detail, sizeof(detail), "%s", gca_last_error());
+  gca_sim_fault_clear();
+  bool landed = true;
+  for (uint32_t i = 0; i < N; i++)
+    landed &= host[i] == 0x5eedu;
+  atomic_store(&o.stop, 1);
+  test_gate_open(&g);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  assert_ok(gca_stream_synchronize(GCA_STREAM_LEGACY));
+  assert_int_equal(st, GCA_ERR_DRIVER);
+  if (!strstr(detail, "gca_memcpy") || !strstr(detail, "stream_synchronize: injected fault"))
+    fail_msg("gca_memcpy's detail '%s' does not name the call and the failed wait", detail);
+  assert_true(landed);
+  assert_ok(gca__allocator_check());
+  assert_ok(gca_free(d));
+  free(host);
+  test_gate_fini(&g);
+}
+
 static void injected_faults_surface_with_the_operation_name(void **state) {
   (void)state;
   uint32_t *d = dev_alloc(64);
@@ -378,6 +434,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(captured_graph_replays_the_work, setup, teardown),
       cmocka_unit_test_setup_teardown(device_info_and_current_device, setup, teardown),
       cmocka_unit_test_setup_teardown(bad_arguments_are_refused_with_a_clear_detail, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(failed_synchronous_copy_returns_after_the_copy_landed, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(injected_faults_surface_with_the_operation_name, setup,
                                       teardown),
