@@ -548,7 +548,7 @@ static gca_status_t free_wait_uses(gca__devalloc_t **dp, gca__block_t **bp, gca_
   gca__devalloc_t *d = *dp;
   gca__block_t *b = *bp;
   uint32_t n = b->nuses;
-  gca__use_t *uses = malloc(n * sizeof(*uses));
+  gca__use_t *uses = GCA_FAILPOINT("free_wait_uses") ? NULL : malloc(n * sizeof(*uses));
   if (uses == NULL) {
     gca__dev_unlock(d);
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "free: 0x%" PRIx64 ": host out of memory", addr);

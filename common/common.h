@@ -126,4 +126,18 @@ gca_status_t gca__parse_bool(const char *text, bool *out);
 /* Formats bytes as "1.50 GiB" into buf; returns buf. */
 const char *gca__format_size(uint64_t bytes, char *buf, size_t len);
 
+/* ---- failpoint.c ----
+ * Note [Host fail points]: a host allocation whose failure no device fault
+ * can provoke is written `GCA_FAILPOINT("name") ? NULL : malloc(n)`, so that a
+ * test arms the place by name (gca__failpoint_arm, internal: tests only) and
+ * checks the out-of-host-memory path: the nth pass through it after arming
+ * fails once. Unarmed the check is one relaxed atomic load. */
+extern _Atomic int gca__failpoints_armed;
+gca_status_t gca__failpoint_arm(const char *name, unsigned nth);
+void gca__failpoint_clear(void);
+bool gca__failpoint_hit(const char *name);
+#define GCA_FAILPOINT(name)                                                                     \
+  (GCA_UNLIKELY(__atomic_load_n((const int *)&gca__failpoints_armed, __ATOMIC_RELAXED) != 0) && \
+   gca__failpoint_hit(name))
+
 #endif

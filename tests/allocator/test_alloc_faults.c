@@ -22,6 +22,32 @@ static void drain_and_expect_empty(void **live, int n) {
   assert_int_equal(gca_sim_used_bytes(0), 0);
 }
 
+/* Caching off: the free of a block used on another stream copies its uses
+ * before waiting for them; without host memory for that copy the free fails
+ * with a clear status, the block stays live with its uses, and a later free
+ * completes (Note [Host fail points]). */
+static void free_with_caching_off_without_host_memory_keeps_the_block(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  void *q = alloc_on(4096, NULL);
+  assert_ok(gca_record_stream(q, s));
+  assert_ok(gca_set_caching(false));
+  assert_ok(gca__failpoint_arm("free_wait_uses", 1));
+  assert_status(gca_free(q), GCA_ERR_OUT_OF_MEMORY, "host out of memory");
+  gca__failpoint_clear();
+  check();
+  size_t bs = 0;
+  int dev = -1;
+  assert_ok(gca_pointer_info(q, &bs, &dev)); /* still live */
+  assert_int_equal(stats().allocated_bytes[GCA_STAT_ALL].current, (int64_t)bs);
+  assert_ok(gca_free(q));
+  assert_int_equal(stats().allocated_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_set_caching(true));
+  assert_ok(gca_stream_destroy(s));
+  drain_and_expect_empty(NULL, 0);
+}
+
 static void mem_alloc_fault_once_is_retried(void **state) {
   (void)state;
   assert_ok(gca_sim_fault_set("mem_alloc:nth=1"));
@@ -229,6 +255,8 @@ static void sweep_every_call_of_every_op(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(mem_alloc_fault_once_is_retried, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(free_with_caching_off_without_host_memory_keeps_the_block,
+                                      alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(mem_alloc_failing_always_is_an_oom, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(mem_free_fault_leaves_segment_cached, alloc_setup,

@@ -11,6 +11,7 @@
  * by then) so that nothing leaks.
  */
 #include <limits.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "gca.h"
@@ -820,6 +821,86 @@ static void env_spec_arms_rules_at_start(void **state) {
                            "attr GCA_ERR_DRIVER\n");
 }
 
+typedef struct pt_job {
+  gca_devptr_t d;
+  gca_status_t first, second; /* the call without host memory, the calls after */
+  char detail[512];
+  uint32_t word;
+} pt_job_t;
+
+/* On a fresh thread: a memset on its per-thread stream while its creation
+ * finds no host memory, then again, then the word read back. No assertion
+ * here: the test checks what it recorded. */
+static void *per_thread_job(void *arg) {
+  pt_job_t *job = arg;
+  if ((job->first = gca__failpoint_arm("sim_stream_new", 1)) != GCA_OK)
+    return NULL;
+  job->first = ops->memset_d32_async(job->d, 0xabcdu, 1, GCA_STREAM_PER_THREAD);
+  snprintf(job->detail, sizeof(job->detail), "%s", gca_last_error());
+  gca__failpoint_clear();
+  job->second = ops->memset_d32_async(job->d, 0xabcdu, 1, GCA_STREAM_PER_THREAD);
+  if (job->second == GCA_OK)
+    job->second = ops->stream_synchronize(GCA_STREAM_PER_THREAD);
+  if (job->second == GCA_OK)
+    job->second =
+        ops->memcpy_async((gca_devptr_t)(uintptr_t)&job->word, job->d, 4, GCA_STREAM_PER_THREAD);
+  if (job->second == GCA_OK)
+    job->second = ops->stream_synchronize(GCA_STREAM_PER_THREAD);
+  return NULL;
+}
+
+/* ---- host memory running out (Note [Host fail points]) ---- */
+
+/* A thread's per-thread stream is made on its first use; without host memory
+ * for it the call fails with a clear status, queues nothing, and the next use
+ * makes the stream. */
+static void per_thread_stream_creation_without_host_memory_fails_cleanly(void **state) {
+  (void)state;
+  gca_devptr_t d = 0;
+  assert_ok(ops->mem_alloc(0, 4096, &d));
+  pthread_t th;
+  pt_job_t job = {.d = d, .first = GCA_OK, .second = GCA_ERR_INTERNAL};
+  /* a fresh thread, so that its per-thread stream does not exist yet */
+  assert_int_equal(pthread_create(&th, NULL, per_thread_job, &job), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  assert_int_equal(job.first, GCA_ERR_OUT_OF_MEMORY);
+  if (!strstr(job.detail, "no host memory for a stream"))
+    fail_msg("detail '%s' does not say what ran out", job.detail);
+  assert_ok(job.second);
+  assert_int_equal(job.word, 0xabcdu);
+  assert_ok(ops->mem_free(0, d));
+}
+
+/* An async copy from pageable memory reads the source at the call into a
+ * staging buffer; without host memory for it the call fails, queues nothing,
+ * and the stream goes on. */
+static void pageable_copy_without_host_memory_for_staging_fails_cleanly(void **state) {
+  (void)state;
+  gca_devptr_t d = 0;
+  gca_stream_t s = NULL;
+  uint32_t src[256], back[256];
+  for (uint32_t i = 0; i < 256; i++)
+    src[i] = 0x900d0000u + i;
+  assert_ok(ops->mem_alloc(0, sizeof(src), &d));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->memset_d32_async(d, 0, 256, s));
+  assert_ok(gca__failpoint_arm("sim_copy_staging", 1));
+  assert_status(ops->memcpy_async(d, (gca_devptr_t)(uintptr_t)src, sizeof(src), s),
+                GCA_ERR_OUT_OF_MEMORY, "no host memory to stage 1024 bytes of pageable source");
+  gca__failpoint_clear();
+  assert_ok(ops->stream_synchronize(s));
+  assert_ok(ops->memcpy_async((gca_devptr_t)(uintptr_t)back, d, sizeof(back), s));
+  assert_ok(ops->stream_synchronize(s));
+  for (uint32_t i = 0; i < 256; i++)
+    assert_int_equal(back[i], 0); /* the failed copy wrote nothing */
+  assert_ok(ops->memcpy_async(d, (gca_devptr_t)(uintptr_t)src, sizeof(src), s));
+  assert_ok(ops->memcpy_async((gca_devptr_t)(uintptr_t)back, d, sizeof(back), s));
+  assert_ok(ops->stream_synchronize(s));
+  assert_memory_equal(back, src, sizeof(src));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, d));
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--child") == 0) {
     child_main();
@@ -827,6 +908,10 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(every_op_fails_by_name_and_recovers, reset, reset),
+      cmocka_unit_test_setup_teardown(per_thread_stream_creation_without_host_memory_fails_cleanly,
+                                      reset, reset),
+      cmocka_unit_test_setup_teardown(pageable_copy_without_host_memory_for_staging_fails_cleanly,
+                                      reset, reset),
       cmocka_unit_test_setup_teardown(nth_fails_once_at_the_nth_call_from_now, reset, reset),
       cmocka_unit_test_setup_teardown(every_k_fails_each_kth_call, reset, reset),
       cmocka_unit_test_setup_teardown(after_bytes_fails_creations_past_the_budget, reset, reset),

@@ -435,7 +435,7 @@ static void *stream_worker(void *arg) {
 static gca_status_t stream_new(const char *op, int dev, unsigned flags, int priority, bool legacy,
                                sim_stream_t **out) {
   gca_status_t st;
-  sim_stream_t *s = calloc(1, sizeof(*s));
+  sim_stream_t *s = GCA_FAILPOINT("sim_stream_new") ? NULL : calloc(1, sizeof(*s));
   if (!s)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a stream", op);
   atomic_init(&s->obj.refs, 2); /* the creator's and the worker's */
@@ -657,11 +657,16 @@ static gca_status_t submit(const char *op, gca_stream_t stream, const gca__sim_w
   GCA_CHECK_GOTO(gca__sim_capture_submit(op, stream, s->dev, s->legacy, w, &cap), st, out);
   if (!cap) {
     item_t *it = calloc(1, sizeof(*it));
-    void *staged = stage && w->count > 0 ? malloc(w->count) : NULL;
+    void *staged = !stage || w->count == 0             ? NULL
+                   : GCA_FAILPOINT("sim_copy_staging") ? NULL
+                                                       : malloc(w->count);
     if (!it || (stage && w->count > 0 && !staged)) {
       free(it);
       free(staged);
-      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a work item", op);
+      st = it ? gca__error(GCA_ERR_OUT_OF_MEMORY,
+                           "%s: no host memory to stage %zu bytes of pageable source", op,
+                           (size_t)w->count)
+              : gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a work item", op);
       goto out;
     }
     it->kind = ITEM_WORK;
