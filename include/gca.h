@@ -9,5 +9,6 @@
 #include "gca/pool.h"
 #include "gca/ipc.h"
 #include "gca/graphs.h"
+#include "gca/scheduler.h"
 
 #endif

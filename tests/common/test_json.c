@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_json.c - the JSON writer's escaping, separators and misuse reports.
- * What it writes is read back with jansson, an independent reader, so
- * "always valid JSON" is checked by something other than the writer. */
+/* test_json.c - the JSON writer's escaping, separators and misuse reports,
+ * and the reader's decoding and errors. What the writer writes is read back with jansson, an
+ * independent reader, so "always valid JSON" is checked by something other than the writer. */
 #include <jansson.h>
 #include <math.h>
 
 #include "gca.h"
 #include "support.h"
+#include "json_reader.h"
 
 static char *finish(gca_json_writer_t *w) {
   char *out = NULL;
@@ -169,6 +170,76 @@ static void writer_grows_past_its_first_buffer(void **state) {
   free(out);
 }
 
+/* ---- the reader ---- */
+
+static gca_jv_t *reader_parse_ok(const char *text) {
+  gca_jv_t *v = NULL;
+  gca_status_t st = gca__json_parse(text, strlen(text), &v);
+  if (st != GCA_OK)
+    fail_msg("'%s': %s", text, gca_last_error());
+  return v;
+}
+
+static void reader_decodes_values_escapes_and_surrogates(void **state) {
+  (void)state;
+  gca_jv_t *v =
+      reader_parse_ok("{\"i\": 42, \"x\": -2.5e1, \"big\": 9223372036854775808, \"s\": "
+                      "\"q\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\\u0000z\", \"t\": true, "
+                      "\"n\": null, \"i\": 7}");
+  const gca_jv_t *i = gca__json_get(v, "i"), *x = gca__json_get(v, "x"),
+                 *big = gca__json_get(v, "big");
+  assert_true(i->is_int && i->i == 42); /* the first of duplicate keys */
+  assert_false(x->is_int);
+  assert_true(x->num == -25.0);
+  assert_false(big->is_int); /* beyond int64: a double only */
+  const gca_jv_t *str = gca__json_get(v, "s");
+  static const char want[] = "q\"\\/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80\0z";
+  assert_int_equal(str->len, sizeof(want) - 1);
+  assert_memory_equal(str->str, want, sizeof(want) - 1);
+  assert_int_equal(gca__json_get(v, "t")->kind, GCA_JV_BOOL);
+  assert_int_equal(gca__json_get(v, "n")->kind, GCA_JV_NULL);
+  assert_null(gca__json_get(v, "missing"));
+  gca__json_free(v);
+}
+
+static void reader_errors_give_the_offset_and_what_was_expected(void **state) {
+  (void)state;
+  static const struct {
+    const char *text, *needle;
+  } bad[] = {
+      {"", "offset 0: expected a value"},
+      {"{\"a\" 1}", "offset 5: expected ':'"},
+      {"[1 2]", "offset 3: expected ',' or ']'"},
+      {"\"abc", "unterminated string"},
+      {"\"a\\qb\"", "bad escape"},
+      {"\"\\ud800x\"", "bad escape"},
+      {"01", "offset 1: expected the end of the text"},
+      {"1.", "expected a digit after '.'"},
+      {"1e400", "out of range"},
+      {"tru", "expected a value"},
+      {"[1] x", "offset 4: expected the end"},
+      {"\"a\x01\"", "control character"},
+  };
+  for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+    gca_jv_t *v = (gca_jv_t *)1;
+    gca_status_t st = gca__json_parse(bad[k].text, strlen(bad[k].text), &v);
+    if (st != GCA_ERR_PARSE || !strstr(gca_last_error(), bad[k].needle))
+      fail_msg("'%s': %s: '%s' (wanted '%s')", bad[k].text, gca_status_name(st), gca_last_error(),
+               bad[k].needle);
+    assert_null(v);
+  }
+  /* nesting past the limit is an error, not a stack overflow */
+  size_t depth = 100000;
+  char *deep = malloc(depth + 1);
+  assert_non_null(deep);
+  memset(deep, '[', depth);
+  deep[depth] = '\0';
+  gca_jv_t *v = NULL;
+  assert_int_equal(gca__json_parse(deep, depth, &v), GCA_ERR_PARSE);
+  assert_non_null(strstr(gca_last_error(), "nesting deeper"));
+  free(deep);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(writer_places_commas_and_colons),
@@ -176,6 +247,8 @@ int main(void) {
       cmocka_unit_test(writer_doubles_round_trip_and_non_finite_become_null),
       cmocka_unit_test(writer_reports_misuse_once_and_frees),
       cmocka_unit_test(writer_grows_past_its_first_buffer),
+      cmocka_unit_test(reader_decodes_values_escapes_and_surrogates),
+      cmocka_unit_test(reader_errors_give_the_offset_and_what_was_expected),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
