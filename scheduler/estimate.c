@@ -24,15 +24,13 @@ static void note_use(const gca_opgraph_t *g, const size_t *pos, size_t *first_wr
     last_use[s] = at;
 }
 
-static gca_status_t memory(const gca_opgraph_t *g, const size_t *order, size_t n,
-                           gca_schedule_figures_t *f, int64_t *live_after) {
+gca_status_t gca__opgraph_lifetimes(const gca_opgraph_t *g, const size_t *order, size_t n,
+                                    size_t *alloc_step, size_t *free_step) {
   size_t *pos = malloc((n + 1) * sizeof(size_t));
   size_t *first_write = malloc((g->nbufs + 1) * sizeof(size_t));
   size_t *last_use = malloc((g->nbufs + 1) * sizeof(size_t));
-  int64_t *delta_alloc = calloc(n + 1, sizeof(int64_t)),
-          *delta_free = calloc(n + 1, sizeof(int64_t));
   gca_status_t st = GCA_OK;
-  if (!pos || !first_write || !last_use || !delta_alloc || !delta_free) {
+  if (!pos || !first_write || !last_use) {
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "opgraph_estimate: no host memory");
     goto out;
   }
@@ -51,20 +49,43 @@ static gca_status_t memory(const gca_opgraph_t *g, const size_t *order, size_t n
       note_use(g, pos, first_write, last_use, i, o->mnew[k], false);
     }
   }
+  for (size_t b = 0; b < g->nbufs; b++) {
+    const gca__sbuf_t *sb = &g->bufs[b];
+    alloc_step[b] = free_step[b] = GCA__NONE;
+    if (sb->storage != b || sb->kind == GCA_BUFFER_INPUT || first_write[b] == GCA__NONE)
+      continue; /* a view, an input (live throughout), or never written (never allocated) */
+    alloc_step[b] = first_write[b];
+    if (sb->kind == GCA_BUFFER_TEMP)
+      free_step[b] = last_use[b];
+  }
+out:
+  free(pos);
+  free(first_write);
+  free(last_use);
+  return st;
+}
+
+static gca_status_t memory(const gca_opgraph_t *g, const size_t *order, size_t n,
+                           gca_schedule_figures_t *f, int64_t *live_after) {
+  size_t *alloc_step = malloc((g->nbufs + 1) * sizeof(size_t));
+  size_t *free_step = malloc((g->nbufs + 1) * sizeof(size_t));
+  int64_t *delta_alloc = calloc(n + 1, sizeof(int64_t)),
+          *delta_free = calloc(n + 1, sizeof(int64_t));
+  gca_status_t st = GCA_OK;
+  if (!alloc_step || !free_step || !delta_alloc || !delta_free) {
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "opgraph_estimate: no host memory");
+    goto out;
+  }
+  GCA_CHECK_GOTO(gca__opgraph_lifetimes(g, order, n, alloc_step, free_step), st, out);
   int64_t live = 0;
   for (size_t b = 0; b < g->nbufs; b++) {
     const gca__sbuf_t *sb = &g->bufs[b];
-    if (sb->storage != b)
-      continue;
-    if (sb->kind == GCA_BUFFER_INPUT) {
+    if (sb->storage == b && sb->kind == GCA_BUFFER_INPUT)
       live += sb->bytes;
-      continue;
-    }
-    if (first_write[b] == GCA__NONE)
-      continue; /* never written: never allocated */
-    delta_alloc[first_write[b]] += sb->bytes;
-    if (sb->kind == GCA_BUFFER_TEMP)
-      delta_free[last_use[b]] += sb->bytes;
+    if (alloc_step[b] != GCA__NONE)
+      delta_alloc[alloc_step[b]] += sb->bytes;
+    if (free_step[b] != GCA__NONE)
+      delta_free[free_step[b]] += sb->bytes;
   }
   f->peak_bytes = live;
   f->peak_step = 0;
@@ -79,9 +100,8 @@ static gca_status_t memory(const gca_opgraph_t *g, const size_t *order, size_t n
     live -= delta_free[i];
   }
 out:
-  free(pos);
-  free(first_write);
-  free(last_use);
+  free(alloc_step);
+  free(free_step);
   free(delta_alloc);
   free(delta_free);
   return st;

@@ -7,7 +7,8 @@
  * rules]); opgraph_json.c loads the gca-opgraph/1 format; estimate.c is the
  * memory estimator and time model; check.c checks an order against the rules
  * without using the edges (an independent reading of the format); schedule.c
- * is the overlap scheduler and its baselines. */
+ * is the overlap scheduler and its baselines; verify.c the lifecycle
+ * verifier; execute.c the executor. */
 #ifndef GCA_SCHED_INTERNAL_H
 #define GCA_SCHED_INTERNAL_H
 
@@ -87,6 +88,10 @@ static inline size_t gca__use_point(const gca_opgraph_t *g, size_t i) {
 /* estimate.c: figures of an order known to be valid (no check). */
 gca_status_t gca__opgraph_estimate_valid(const gca_opgraph_t *g, const size_t *order, size_t n,
                                          gca_schedule_figures_t *f, int64_t *live_after);
+/* estimate.c: per storage (root buffer) the step of its allocation and of
+ * its free (GCA__NONE: never allocated in the run, or never freed). */
+gca_status_t gca__opgraph_lifetimes(const gca_opgraph_t *g, const size_t *order, size_t n,
+                                    size_t *alloc_step, size_t *free_step);
 gca_status_t gca__check_graph_arg(const char *fn, const gca_opgraph_t *g, const size_t *order,
                                   size_t n);
 

@@ -22,7 +22,7 @@
 static void usage(FILE *f) {
   fprintf(f, "usage: gca-schedule GRAPH.json [--budget BYTES | --budget-ratio R]\n"
              "                    [--policy overlap|earliest|prefetch-next|program]\n"
-             "                    [--keep-comm-order] [--json]\n"
+             "                    [--keep-comm-order] [--run [--time-scale S]] [--json]\n"
              "\n"
              "Schedules an op graph (gca-opgraph/1) so that communication hides behind compute\n"
              "within a memory budget, and compares the result with the program order.\n"
@@ -33,6 +33,10 @@ static void usage(FILE *f) {
              "                      its inputs allow), prefetch-next (each collective issued\n"
              "                      at its predecessor's wait), program\n"
              "  --keep-comm-order   keep each communicator's collectives in program order\n"
+             "  --run               execute the schedule on the device (compute ops and\n"
+             "                      collectives as kernels of their duration, one rank) with\n"
+             "                      the lifecycle verifier on; report measured against predicted\n"
+             "  --time-scale S      multiply durations by S when running (default 1)\n"
              "  --json              print the report as JSON\n");
 }
 
@@ -85,18 +89,21 @@ static void row(const char *what, const gca_schedule_figures_t *f) {
 }
 
 int main(int argc, char **argv) {
-  enum { O_BUDGET = 256, O_RATIO, O_POLICY, O_KEEP, O_JSON };
+  enum { O_BUDGET = 256, O_RATIO, O_POLICY, O_KEEP, O_JSON, O_RUN, O_SCALE };
   static const struct option longopts[] = {
       {"budget", required_argument, NULL, O_BUDGET},
       {"budget-ratio", required_argument, NULL, O_RATIO},
       {"policy", required_argument, NULL, O_POLICY},
       {"keep-comm-order", no_argument, NULL, O_KEEP},
       {"json", no_argument, NULL, O_JSON},
+      {"run", no_argument, NULL, O_RUN},
+      {"time-scale", required_argument, NULL, O_SCALE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   gca_schedule_options_t so = GCA_SCHEDULE_OPTIONS_INIT;
-  bool json = false, have_budget = false, have_ratio = false;
+  bool json = false, have_budget = false, have_ratio = false, do_run = false;
+  double scale = 1.0;
   int c;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     const char *a = optarg;
@@ -145,6 +152,19 @@ int main(int argc, char **argv) {
     case O_JSON:
       json = true;
       break;
+    case O_RUN:
+      do_run = true;
+      break;
+    case O_SCALE: {
+      char *end;
+      errno = 0;
+      scale = strtod(a, &end);
+      if (errno || *end || !(scale > 0) || scale > 1e6) {
+        fprintf(stderr, "gca-schedule: --time-scale '%s' is not a positive number\n", a);
+        return EXIT_USAGE;
+      }
+      break;
+    }
     case 'h':
       usage(stdout);
       return 0;
@@ -190,6 +210,15 @@ int main(int argc, char **argv) {
     goto out;
   }
   double ms = (double)(tool_now_ns() - t0) / 1e6;
+  gca_execute_result_t run = {.size = sizeof(run)};
+  if (do_run) {
+    gca_execute_options_t eo = GCA_EXECUTE_OPTIONS_INIT;
+    eo.time_scale = scale;
+    if ((st = gca_opgraph_execute(g, order, n, &eo, &run)) != GCA_OK) {
+      st = tool_error_gca(st, "gca-schedule: --run");
+      goto out;
+    }
+  }
   int64_t budget = so.budget_bytes > 0
                        ? so.budget_bytes
                        : (int64_t)((double)base.peak_bytes * (1.0 + so.budget_ratio));
@@ -206,7 +235,17 @@ int main(int argc, char **argv) {
       printf(i ? ", " : "");
       tool_json_string(stdout, gca_opgraph_op_name(g, order[i]));
     }
-    printf("]}}\n");
+    printf("]}");
+    if (do_run)
+      printf(",\n \"run\": {\"time_scale\": %g, \"measured_makespan_us\": %.1f, "
+             "\"predicted_makespan_us\": %.1f, \"measured_exposed_comm_us\": %.1f, "
+             "\"predicted_exposed_comm_us\": %.1f, \"measured_peak_bytes\": %lld, "
+             "\"predicted_peak_bytes\": %lld, \"mismatches\": %zu}",
+             scale, run.measured_makespan_us, run.predicted.makespan_us,
+             run.measured_exposed_comm_us, run.predicted.exposed_comm_us,
+             (long long)run.measured_peak_bytes, (long long)run.predicted.peak_bytes,
+             run.mismatches);
+    printf("}\n");
   } else {
     char b[32];
     printf("gca-schedule: %s: %zu ops, budget %s, scheduled in %.2f ms\n", path, n,
@@ -215,6 +254,20 @@ int main(int argc, char **argv) {
            "hidden/total");
     row("program", &base);
     row("scheduled", &sched);
+    if (do_run) {
+      printf("  run (time scale %g): makespan %.1f us (predicted %.1f), exposed %.1f us "
+             "(predicted %.1f), peak %lld bytes (predicted %lld), verifier mismatches %zu\n",
+             scale, run.measured_makespan_us, run.predicted.makespan_us,
+             run.measured_exposed_comm_us, run.predicted.exposed_comm_us,
+             (long long)run.measured_peak_bytes, (long long)run.predicted.peak_bytes,
+             run.mismatches);
+      if (run.mismatches)
+        printf("  first mismatch: step %zu (op '%s'): %s of %s (%llu bytes)\n",
+               run.first_mismatch.step, run.first_mismatch.op,
+               gca_mismatch_kind_name(run.first_mismatch.kind),
+               run.first_mismatch.buffer ? run.first_mismatch.buffer : "an unplanned block",
+               (unsigned long long)run.first_mismatch.bytes);
+    }
   }
   rc = 0;
 out:

@@ -178,6 +178,101 @@ GCA_API gca_status_t gca_opgraph_schedule(const gca_opgraph_t *graph,
                                           const gca_schedule_options_t *opts, size_t *order,
                                           size_t n, gca_schedule_figures_t *figures);
 
+/* ---- the lifecycle verifier ----
+ *
+ * Observes the allocations and frees that really happen on a device (through
+ * a trace observer) while a plan runs, and after every op compares them with
+ * the estimator's plan for that step: the storages first written by the op
+ * are allocated (matched by size), the temporaries whose last use it is are
+ * freed, and nothing else is allocated or freed. Allocations and frees made
+ * outside begin_op/end_op (inputs, outputs freed after the run) are ignored. */
+
+typedef struct gca_verifier gca_verifier_t;
+
+typedef enum gca_verify_mode {
+  GCA_VERIFY_LOG = 0,    /* count and log mismatches; the run goes on */
+  GCA_VERIFY_ASSERT = 1, /* the first mismatch fails end_op (GCA_ERR_INVALID_STATE) */
+} gca_verify_mode_t;
+
+typedef enum gca_mismatch_kind {
+  GCA_MISMATCH_MISSING_FREE = 0,     /* the plan frees a storage here; nothing was freed */
+  GCA_MISMATCH_UNEXPECTED_FREE = 1,  /* a storage was freed where the plan keeps it */
+  GCA_MISMATCH_UNEXPECTED_ALLOC = 2, /* an allocation the plan does not make here */
+  GCA_MISMATCH_MISSING_ALLOC = 3,    /* the plan allocates a storage here; nothing was */
+} gca_mismatch_kind_t;
+
+typedef struct gca_mismatch {
+  gca_mismatch_kind_t kind;
+  size_t step;        /* position in the order */
+  const char *op;     /* the op at that step (owned by the graph) */
+  const char *buffer; /* the storage's name, or NULL for an allocation the plan lacks */
+  uint64_t bytes;
+} gca_mismatch_t;
+
+/* The verifier of `order` (a valid order of graph's ops) on `device`. */
+GCA_API gca_status_t gca_verifier_create(const gca_opgraph_t *graph, const size_t *order, size_t n,
+                                         int device, gca_verify_mode_t mode,
+                                         gca_verifier_t **verifier);
+GCA_API void gca_verifier_destroy(gca_verifier_t *verifier);
+/* Brackets the allocations and frees of the op at `step`. */
+GCA_API gca_status_t gca_verifier_begin_op(gca_verifier_t *verifier, size_t step);
+GCA_API gca_status_t gca_verifier_end_op(gca_verifier_t *verifier, size_t step);
+/* Mismatches so far, and the first of them (when any). */
+GCA_API gca_status_t gca_verifier_result(const gca_verifier_t *verifier, size_t *mismatches,
+                                         gca_mismatch_t *first);
+GCA_API const char *gca_mismatch_kind_name(gca_mismatch_kind_t kind);
+
+/* ---- the executor ----
+ *
+ * Runs an order on gca streams of `device`: a compute stream runs each
+ * compute op as a kernel of its duration (times time_scale), each
+ * communicator has a stream on which a collective runs for its duration once
+ * the compute stream has reached it (an event), and a wait makes the compute
+ * stream wait for its collective's end (an event). Storages are allocated
+ * through the allocator (gca_malloc) at the step the plan allocates them and
+ * freed at the step it frees them, with the streams that used them recorded;
+ * inputs are allocated before the first op and, like outputs, freed after the
+ * run. Collectives are modelled by their duration on their communicator's
+ * stream (one rank); the lifecycle verifier runs alongside when asked. */
+
+typedef enum gca_execute_fault {
+  GCA_EXECUTE_FAULT_NONE = 0,
+  GCA_EXECUTE_FAULT_LATE_FREE = 1,   /* the first free at fault_step happens a step later */
+  GCA_EXECUTE_FAULT_EARLY_FREE = 2,  /* a storage due to be freed later is freed at fault_step */
+  GCA_EXECUTE_FAULT_EXTRA_ALLOC = 3, /* an extra allocation at fault_step (freed after the run) */
+  GCA_EXECUTE_FAULT_SKIP_ALLOC = 4,  /* the first allocation at fault_step is not made */
+} gca_execute_fault_t;
+
+typedef struct gca_execute_options {
+  size_t size; /* sizeof(gca_execute_options_t) */
+  int device;
+  double time_scale; /* durations are multiplied by it (1.0: microseconds as given) */
+  bool verify;
+  gca_verify_mode_t verify_mode;
+  /* For testing the verifier: a deliberate departure from the plan. */
+  gca_execute_fault_t fault;
+  size_t fault_step;
+} gca_execute_options_t;
+
+#define GCA_EXECUTE_OPTIONS_INIT \
+  { sizeof(gca_execute_options_t), 0, 1.0, true, GCA_VERIFY_LOG, GCA_EXECUTE_FAULT_NONE, 0 }
+
+typedef struct gca_execute_result {
+  size_t size; /* sizeof(gca_execute_result_t) */
+  double
+      measured_makespan_us; /* from the first op to the last stream's end, divided by time_scale */
+  double measured_exposed_comm_us; /* the compute stream's time in the run minus its time
+                                      running the same compute kernels alone (measured first) */
+  int64_t measured_peak_bytes;     /* the allocator's allocated-bytes peak during the run */
+  gca_schedule_figures_t predicted;
+  size_t mismatches;
+  gca_mismatch_t first_mismatch; /* valid when mismatches > 0 */
+} gca_execute_result_t;
+
+GCA_API gca_status_t gca_opgraph_execute(const gca_opgraph_t *graph, const size_t *order, size_t n,
+                                         const gca_execute_options_t *opts,
+                                         gca_execute_result_t *result);
+
 #ifdef __cplusplus
 }
 #endif

@@ -35,6 +35,14 @@ def main():
     assert s["peak_bytes"] <= rep["budget_bytes"], rep
     assert s["collectives_total"] == b["collectives_total"] == 12
 
+    r = run(graph, "--run", "--time-scale", "0.05", "--json")
+    assert r.returncode == 0, r.stderr
+    ran = json.loads(r.stdout)["run"]
+    assert ran["mismatches"] == 0, ran
+    assert ran["measured_peak_bytes"] == ran["predicted_peak_bytes"], ran
+    r = run(graph, "--run", "--time-scale", "0")
+    assert r.returncode == 2 and "--time-scale '0'" in r.stderr, r.stderr
+
     r = run(graph, "--budget", "1GiB", "--budget-ratio", "0.1")
     assert r.returncode == 2 and "exclude" in r.stderr, r.stderr
     r = run(graph, "--policy", "fastest")

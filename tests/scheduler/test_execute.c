@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_execute.c - the executor and the lifecycle verifier on the sim: a
+ * plan runs with zero mismatches and the allocator's peak equal to the
+ * estimator's, each of the four mismatch kinds is provoked (a free one step
+ * late, as a wrong estimate would show; a free too early; an allocation the
+ * plan lacks; one it makes but the run skips) and reported with the op and
+ * buffer named, assert mode stops the run with that message, and nothing
+ * leaks whichever way a run ends. Timings are reported, never asserted. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support.h"
+
+static const char *example_path;
+static gca_opgraph_t *kept; /* the graph whose names a result points into; freed at teardown */
+
+/* a (1 MiB) made by mk_a and read by mk_b and fin; b (2 MiB) made by mk_b,
+ * read by mid; c (3 MiB) made by mid, read by fin; o (1 MiB) an output.
+ * Plan: step 0 mk_a allocates a; 1 mk_b allocates b; 2 mid allocates c, frees
+ * b; 3 fin allocates o, frees a and c. */
+static const char small_graph[] =
+    "{\"format\": \"gca-opgraph/1\", \"comms\": [\"dp\"], \"buffers\": ["
+    "{\"name\": \"a\", \"bytes\": 1048576}, {\"name\": \"b\", \"bytes\": 2097152},"
+    "{\"name\": \"c\", \"bytes\": 3145728}, {\"name\": \"o\", \"bytes\": 1048576, \"kind\": "
+    "\"output\"}],"
+    "\"ops\": [{\"name\": \"mk_a\", \"kind\": \"compute\", \"us\": 5, \"writes\": [\"a\"]},"
+    "{\"name\": \"mk_b\", \"kind\": \"compute\", \"us\": 5, \"reads\": [\"a\"], \"writes\": "
+    "[\"b\"]},"
+    "{\"name\": \"mid\", \"kind\": \"compute\", \"us\": 5, \"reads\": [\"b\"], \"writes\": "
+    "[\"c\"]},"
+    "{\"name\": \"fin\", \"kind\": \"compute\", \"us\": 5, \"reads\": [\"a\", \"c\"], \"writes\": "
+    "[\"o\"]}]}";
+
+static gca_opgraph_t *load_text(const char *text, size_t len) {
+  gca_opgraph_t *g = NULL;
+  assert_ok(gca_opgraph_load_json(text, len, &g));
+  return g;
+}
+
+static gca_opgraph_t *load_example(void) {
+  FILE *f = fopen(example_path, "rb");
+  if (!f)
+    fail_msg("cannot open %s", example_path);
+  static char buf[1 << 16];
+  size_t len = fread(buf, 1, sizeof(buf), f);
+  fclose(f);
+  return load_text(buf, len);
+}
+
+static void expect_nothing_allocated(void) {
+  gca_stats_t s;
+  assert_ok(gca_get_stats(0, &s));
+  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca__allocator_check());
+}
+
+static void the_scheduled_example_runs_with_zero_mismatches(void **state) {
+  (void)state;
+  gca_opgraph_t *g = load_example();
+  size_t n = gca_opgraph_op_count(g);
+  size_t *order = malloc(n * sizeof(size_t));
+  assert_non_null(order);
+  gca_schedule_figures_t f = {.size = sizeof(f)};
+  assert_ok(gca_opgraph_schedule(g, NULL, order, n, &f));
+  gca_execute_options_t o = GCA_EXECUTE_OPTIONS_INIT;
+  o.time_scale = 0.05;
+  o.verify_mode = GCA_VERIFY_ASSERT;
+  gca_execute_result_t r = {.size = sizeof(r)};
+  assert_ok(gca_opgraph_execute(g, order, n, &o, &r));
+  assert_int_equal(r.mismatches, 0);
+  assert_int_equal(r.measured_peak_bytes, f.peak_bytes); /* memory, not time: exact */
+  assert_int_equal(r.predicted.peak_bytes, f.peak_bytes);
+  print_message("example (time scale %.2f): makespan %.1f us measured, %.1f predicted; exposed "
+                "%.1f measured, %.1f predicted\n",
+                o.time_scale, r.measured_makespan_us, r.predicted.makespan_us,
+                r.measured_exposed_comm_us, r.predicted.exposed_comm_us);
+  expect_nothing_allocated();
+  free(order);
+  gca_opgraph_destroy(g);
+}
+
+/* Runs the small graph in program order with a fault; returns the result. */
+static gca_execute_result_t run_fault(gca_execute_fault_t fault, size_t step,
+                                      gca_verify_mode_t mode, gca_status_t want, char *detail,
+                                      size_t len) {
+  gca_opgraph_t *g = load_text(small_graph, sizeof(small_graph) - 1);
+  size_t order[4] = {0, 1, 2, 3};
+  gca_execute_options_t o = GCA_EXECUTE_OPTIONS_INIT;
+  o.time_scale = 0.1;
+  o.verify_mode = mode;
+  o.fault = fault;
+  o.fault_step = step;
+  gca_execute_result_t r = {.size = sizeof(r)};
+  gca_clear_last_error();
+  gca_status_t st = gca_opgraph_execute(g, order, 4, &o, &r);
+  if (detail)
+    snprintf(detail, len, "%s", gca_last_error());
+  assert_int_equal(st, want);
+  expect_nothing_allocated();
+  kept = g;
+  return r;
+}
+
+static void expect_first(const gca_execute_result_t *r, gca_mismatch_kind_t kind, size_t step,
+                         const char *op, const char *buffer) {
+  assert_true(r->mismatches >= 1);
+  const gca_mismatch_t *m = &r->first_mismatch;
+  if (m->kind != kind || m->step != step || strcmp(m->op, op) != 0 ||
+      (buffer ? !m->buffer || strcmp(m->buffer, buffer) != 0 : m->buffer != NULL))
+    fail_msg("first mismatch: %s at step %zu (op '%s', buffer '%s'); wanted %s at %zu ('%s', '%s')",
+             gca_mismatch_kind_name(m->kind), m->step, m->op, m->buffer ? m->buffer : "(none)",
+             gca_mismatch_kind_name(kind), step, op, buffer ? buffer : "(none)");
+}
+
+static void a_late_free_is_a_missing_free(void **state) {
+  (void)state;
+  gca_execute_result_t r =
+      run_fault(GCA_EXECUTE_FAULT_LATE_FREE, 2, GCA_VERIFY_LOG, GCA_OK, NULL, 0);
+  expect_first(&r, GCA_MISMATCH_MISSING_FREE, 2, "mid", "b");
+  assert_int_equal(r.mismatches, 1); /* the free a step later is not counted again */
+}
+
+static void an_early_free_is_an_unexpected_free(void **state) {
+  (void)state;
+  gca_execute_result_t r =
+      run_fault(GCA_EXECUTE_FAULT_EARLY_FREE, 2, GCA_VERIFY_LOG, GCA_OK, NULL, 0);
+  expect_first(&r, GCA_MISMATCH_UNEXPECTED_FREE, 2, "mid", "a");
+  assert_int_equal(r.mismatches, 1); /* not also a missing free at its planned step */
+}
+
+static void an_extra_allocation_is_unexpected(void **state) {
+  (void)state;
+  gca_execute_result_t r =
+      run_fault(GCA_EXECUTE_FAULT_EXTRA_ALLOC, 1, GCA_VERIFY_LOG, GCA_OK, NULL, 0);
+  expect_first(&r, GCA_MISMATCH_UNEXPECTED_ALLOC, 1, "mk_b", NULL);
+  assert_int_equal(r.first_mismatch.bytes, 4608);
+}
+
+static void a_skipped_allocation_is_missing(void **state) {
+  (void)state;
+  gca_execute_result_t r =
+      run_fault(GCA_EXECUTE_FAULT_SKIP_ALLOC, 1, GCA_VERIFY_LOG, GCA_OK, NULL, 0);
+  expect_first(&r, GCA_MISMATCH_MISSING_ALLOC, 1, "mk_b", "b");
+}
+
+static void assert_mode_stops_the_run_with_the_mismatch_named(void **state) {
+  (void)state;
+  char detail[512];
+  gca_execute_result_t r = run_fault(GCA_EXECUTE_FAULT_EARLY_FREE, 2, GCA_VERIFY_ASSERT,
+                                     GCA_ERR_INVALID_STATE, detail, sizeof(detail));
+  if (!strstr(detail, "step 2 (op 'mid'): unexpected free of 'a'"))
+    fail_msg("detail '%s' does not name the mismatch", detail);
+  assert_int_equal(r.mismatches, 1);
+}
+
+static void bad_options_are_refused(void **state) {
+  (void)state;
+  gca_opgraph_t *g = load_text(small_graph, sizeof(small_graph) - 1);
+  size_t order[4] = {0, 1, 2, 3}, bad[4] = {1, 0, 2, 3};
+  gca_execute_options_t o = GCA_EXECUTE_OPTIONS_INIT;
+  gca_execute_result_t r = {.size = sizeof(r)};
+  o.time_scale = 0;
+  assert_status(gca_opgraph_execute(g, order, 4, &o, &r), GCA_ERR_INVALID_ARGUMENT, "time_scale");
+  o.time_scale = 1;
+  assert_status(gca_opgraph_execute(g, bad, 4, &o, &r), GCA_ERR_INVALID_ARGUMENT,
+                "op 'mk_b' (step 0) reads 'a'");
+  assert_status(gca_opgraph_execute(g, order, 4, NULL, &r), GCA_ERR_INVALID_ARGUMENT, "options");
+  gca_verifier_t *v = NULL;
+  assert_status(gca_verifier_create(g, order, 4, 0, (gca_verify_mode_t)7, &v),
+                GCA_ERR_INVALID_ARGUMENT, "unknown mode");
+  assert_ok(gca_verifier_create(g, order, 4, 0, GCA_VERIFY_LOG, &v));
+  assert_status(gca_verifier_end_op(v, 0), GCA_ERR_INVALID_STATE, "was not begun");
+  assert_ok(gca_verifier_begin_op(v, 0));
+  assert_status(gca_verifier_begin_op(v, 1), GCA_ERR_INVALID_STATE, "still open");
+  assert_status(gca_verifier_begin_op(v, 9), GCA_ERR_INVALID_ARGUMENT, "step 9");
+  gca_verifier_destroy(v);
+  expect_nothing_allocated();
+  gca_opgraph_destroy(g);
+}
+
+/* A fault in the device while the plan runs: a clear status naming the
+ * call, and everything the run made is given back. */
+static void a_device_fault_mid_run_fails_cleanly(void **state) {
+  (void)state;
+  gca_opgraph_t *g = load_example();
+  size_t n = gca_opgraph_op_count(g);
+  size_t *order = malloc(n * sizeof(size_t));
+  assert_non_null(order);
+  assert_ok(gca_opgraph_program_order(g, order));
+  gca_execute_options_t o = GCA_EXECUTE_OPTIONS_INIT;
+  o.time_scale = 0.01;
+  gca_execute_result_t r = {.size = sizeof(r)};
+  assert_ok(gca_sim_fault_set("kernel_sleep:nth=40"));
+  gca_status_t st = gca_opgraph_execute(g, order, n, &o, &r);
+  char detail[512];
+  snprintf(detail, sizeof(detail), "%s", gca_last_error());
+  gca_sim_fault_clear();
+  assert_int_equal(st, GCA_ERR_DRIVER);
+  if (!strstr(detail, "opgraph_execute") || !strstr(detail, "kernel_sleep: injected fault"))
+    fail_msg("detail '%s'", detail);
+  expect_nothing_allocated();
+  free(order);
+  gca_opgraph_destroy(g);
+}
+
+static int setup(void **state) {
+  (void)state;
+  gca_sim_fault_clear();
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  gca_opgraph_destroy(kept);
+  kept = NULL;
+  gca_sim_fault_clear();
+  assert_ok(gca_empty_cache());
+  assert_int_equal(gca_sim_used_bytes(0), 0);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s fsdp-4L.json\n", argv[0]);
+    return 1;
+  }
+  example_path = argv[1];
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(the_scheduled_example_runs_with_zero_mismatches, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_late_free_is_a_missing_free, setup, teardown),
+      cmocka_unit_test_setup_teardown(an_early_free_is_an_unexpected_free, setup, teardown),
+      cmocka_unit_test_setup_teardown(an_extra_allocation_is_unexpected, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_skipped_allocation_is_missing, setup, teardown),
+      cmocka_unit_test_setup_teardown(assert_mode_stops_the_run_with_the_mismatch_named, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(bad_options_are_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_device_fault_mid_run_fails_cleanly, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
