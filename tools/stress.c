@@ -437,8 +437,11 @@ static bool due(const worker_t *w, uint64_t every) {
 static void periodic(worker_t *w) {
   shared_t *sh = w->sh;
   const options_t *o = &sh->opt;
-  if (due(w, o->churn_every))
+  if (due(w, o->churn_every)) {
+    gca__stress_device_sync_begin(); /* Note [Captures and device synchronization] */
     churn_stream(w);
+    gca__stress_device_sync_end();
+  }
   if (due(w, o->ipc_every))
     ipc_episode(w);
   if ((due(w, o->capture_every) && !gca__stress_part_capture(&w->parts)) ||

@@ -14,6 +14,7 @@
 #include "stress_parts.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,7 +159,7 @@ static gca_status_t replay_and_check(stress_part_ctx_t *ctx, gca_graph_exec_t x,
   return GCA_OK;
 }
 
-bool gca__stress_part_capture(stress_part_ctx_t *ctx) {
+static bool part_capture(stress_part_ctx_t *ctx) {
   stress_rng_t *rng = ctx->rng;
   size_t n = 64 + (size_t)gca__stress_rng_below(rng, 4033);
   uint32_t va = (uint32_t)gca__stress_rng_next(rng), sa = (uint32_t)gca__stress_rng_next(rng);
@@ -339,7 +340,7 @@ out:
 
 #define SUSPEND_BLOCKS 3
 
-bool gca__stress_part_suspend(stress_part_ctx_t *ctx) {
+static bool part_suspend(stress_part_ctx_t *ctx) {
   stress_rng_t *rng = ctx->rng;
   int nblocks = 1 + (int)gca__stress_rng_below(rng, SUSPEND_BLOCKS);
   void *p[SUSPEND_BLOCKS] = {0};
@@ -473,7 +474,7 @@ static gca_status_t tree_step_check(stress_part_ctx_t *ctx, gca_graph_tree_t *t,
   return gca_graph_tree_step(t);
 }
 
-bool gca__stress_part_tree(stress_part_ctx_t *ctx) {
+static bool part_tree(stress_part_ctx_t *ctx) {
   stress_rng_t *rng = ctx->rng;
   size_t n = 64 + (size_t)gca__stress_rng_below(rng, TREE_WORDS_MAX - 63);
   int steps = TREE_STEPS_MIN + (int)gca__stress_rng_below(rng, 3);
@@ -634,6 +635,45 @@ out:
     RETRY(gca_event_destroy(e1));
   if (s)
     RETRY(gca_stream_destroy(s));
+  return ok;
+}
+
+/* Note [Captures and device synchronization]: synchronizing a device while
+ * another thread captures one of its streams fails and invalidates that
+ * capture, on the driver as on the sim, and the allocator cannot know of a
+ * capture until the capturing thread routes it to a pool (a window after
+ * stream_begin_capture). So the episodes that capture (capture, graph trees)
+ * hold this lock shared, and those whose work synchronizes the device (a
+ * pool's suspend and resume; stream churn, whose frees of a destroyed
+ * stream's blocks wait for the device) hold it exclusively. */
+static pthread_rwlock_t capture_lock = PTHREAD_RWLOCK_INITIALIZER;
+
+void gca__stress_device_sync_begin(void) {
+  pthread_rwlock_wrlock(&capture_lock);
+}
+
+void gca__stress_device_sync_end(void) {
+  pthread_rwlock_unlock(&capture_lock);
+}
+
+bool gca__stress_part_capture(stress_part_ctx_t *ctx) {
+  pthread_rwlock_rdlock(&capture_lock);
+  bool ok = part_capture(ctx);
+  pthread_rwlock_unlock(&capture_lock);
+  return ok;
+}
+
+bool gca__stress_part_tree(stress_part_ctx_t *ctx) {
+  pthread_rwlock_rdlock(&capture_lock);
+  bool ok = part_tree(ctx);
+  pthread_rwlock_unlock(&capture_lock);
+  return ok;
+}
+
+bool gca__stress_part_suspend(stress_part_ctx_t *ctx) {
+  gca__stress_device_sync_begin();
+  bool ok = part_suspend(ctx);
+  gca__stress_device_sync_end();
   return ok;
 }
 

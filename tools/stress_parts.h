@@ -83,6 +83,10 @@ bool gca__stress_part_misc(stress_part_ctx_t *ctx);
  * tree updates the recording) and checks every output against the same draws
  * made eagerly. */
 bool gca__stress_part_tree(stress_part_ctx_t *ctx);
+/* Bracket work that synchronizes the device, which must not overlap another
+ * thread's capture (Note [Captures and device synchronization]). */
+void gca__stress_device_sync_begin(void);
+void gca__stress_device_sync_end(void);
 /* Frees and closes what the parts deferred (after faults are cleared);
  * false with ctx->fail set when one still fails. */
 bool gca__stress_parts_finish(stress_part_ctx_t *ctx);
