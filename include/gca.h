@@ -9,6 +9,7 @@
 #include "gca/pool.h"
 #include "gca/ipc.h"
 #include "gca/graphs.h"
+#include "gca/collectives.h"
 #include "gca/scheduler.h"
 
 #endif

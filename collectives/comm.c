@@ -1,0 +1,563 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* comm.c - communicators: unique ids, the cliques of ranks that share one,
+ * the registry of live handles, argument checks, and collectives issued as
+ * stream work (run by sim_run.c).
+ *
+ * The one idea: everything a call can check is checked at the call, with a
+ * status and a message naming the collective and the argument (the handle is
+ * live, the buffers are large enough and on the communicator's device, the
+ * dtype and op go together); what only the run can see is reported through
+ * the communicator's asynchronous error, never by hanging a stream. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll_internal.h"
+
+#define COMM_MAGIC 0x636f6d6d67636121ull
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static gca__clique_t *cliques;
+static gca_comm_t **live;
+static size_t nlive, caplive;
+static _Thread_local int group_depth;
+
+const char *gca__coll_kind_name(gca__coll_kind_t kind) {
+  static const char *const names[] = {"all_gather", "reduce_scatter", "all_reduce"};
+  return (size_t)kind < 3 ? names[kind] : "?";
+}
+
+/* ---- handles ---- */
+
+static bool live_has(const gca_comm_t *c) {
+  for (size_t i = 0; i < nlive; i++)
+    if (live[i] == c)
+      return true;
+  return false;
+}
+
+static gca_status_t check_comm(const char *fn, const gca_comm_t *c) {
+  if (!c)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
+  pthread_mutex_lock(&reg_lock);
+  bool ok = live_has(c);
+  pthread_mutex_unlock(&reg_lock);
+  if (!ok)
+    return gca__error(GCA_ERR_INVALID_HANDLE, "%s: %p is not a live communicator (destroyed?)", fn,
+                      (const void *)c);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_comm_get_unique_id(gca_comm_id_t *id) {
+  if (!id)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_get_unique_id: id is NULL");
+  memset(id, 0, sizeof(*id));
+  if (getrandom(id->bytes, 32, 0) != 32) { /* fall back to time and pid */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t v[3] = {(uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec, (uint64_t)getpid()};
+    memcpy(id->bytes, v, sizeof(v));
+  }
+  memcpy(id->bytes + 32, "gca-sim", 7);
+  return GCA_OK;
+}
+
+/* ---- cliques ---- */
+
+void gca__clique_break(gca__clique_t *c, const char *why) {
+  if (!c->broken) {
+    c->broken = true;
+    snprintf(c->why, sizeof(c->why), "%s", why);
+  }
+  pthread_cond_broadcast(&c->cv);
+}
+
+static void clique_free(gca__clique_t *c) {
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c->ranks);
+  free(c->posted);
+  free(c->staged);
+  free(c);
+}
+
+/* With reg_lock held: the clique of id, made when new. */
+static gca_status_t clique_get(const gca_comm_id_t *id, int nranks, gca__clique_t **out) {
+  for (gca__clique_t *c = cliques; c; c = c->next)
+    if (memcmp(c->id, id->bytes, GCA_COMM_ID_BYTES) == 0) {
+      if (c->nranks != nranks)
+        return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                          "comm_create: nranks %d, but the id's communicator has %d ranks", nranks,
+                          c->nranks);
+      *out = c;
+      return GCA_OK;
+    }
+  gca__clique_t *c = calloc(1, sizeof(*c));
+  if (!c)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
+  c->ranks = calloc((size_t)nranks, sizeof(*c->ranks));
+  c->posted = calloc((size_t)nranks, sizeof(*c->posted));
+  c->staged = calloc((size_t)nranks, sizeof(*c->staged));
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&c->mu, NULL);
+  if (!c->ranks || !c->posted || !c->staged) {
+    clique_free(c);
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
+  }
+  memcpy(c->id, id->bytes, GCA_COMM_ID_BYTES);
+  c->nranks = nranks;
+  c->next = cliques;
+  cliques = c;
+  *out = c;
+  return GCA_OK;
+}
+
+/* With reg_lock held: drops one reference; the last frees the clique. */
+static void clique_unref(gca__clique_t *c) {
+  if (--c->refs > 0)
+    return;
+  for (gca__clique_t **p = &cliques; *p; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
+  clique_free(c);
+}
+
+/* ---- creation ---- */
+
+static gca_status_t check_options(const gca_comm_options_t *o, gca_comm_options_t *out) {
+  *out = (gca_comm_options_t)GCA_COMM_OPTIONS_INIT;
+  if (o) {
+    if (o->size < sizeof(*o))
+      return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_create: options' size is not set");
+    *out = *o;
+  }
+  if (out->backend == GCA_COMM_BACKEND_NCCL)
+    return gca__error(GCA_ERR_NOT_SUPPORTED, "comm_create: the NCCL backend is not built yet");
+  if (out->backend != GCA_COMM_BACKEND_AUTO && out->backend != GCA_COMM_BACKEND_SIM)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_create: unknown backend %d",
+                      (int)out->backend);
+  if (!(out->latency_us >= 0) || !(out->bandwidth_gbps >= 0) || !(out->timeout_s > 0) ||
+      out->timeout_s > 86400)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "comm_create: bad options (latency %g us, bandwidth %g GB/s, timeout %g s)",
+                      out->latency_us, out->bandwidth_gbps, out->timeout_s);
+  GCA_CHECK(gca_device_init());
+  const char *be = gca_device_backend_name();
+  if (!be || strcmp(be, "sim") != 0)
+    return gca__error(GCA_ERR_NOT_SUPPORTED,
+                      "comm_create: the sim communicator needs the sim device backend (now '%s')",
+                      be ? be : "none");
+  out->backend = GCA_COMM_BACKEND_SIM;
+  return GCA_OK;
+}
+
+/* Adds rank `rank` to the clique of id without waiting for the others. */
+static gca_status_t join(const gca_comm_id_t *id, int nranks, int rank, int device,
+                         const gca_comm_options_t *o, gca_comm_t **out) {
+  int ndev = 0;
+  GCA_CHECK(gca_device_count(&ndev));
+  if (device < 0 || device >= ndev)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_create: device %d of %d", device, ndev);
+  gca_comm_t *c = calloc(1, sizeof(*c));
+  if (!c)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
+  c->magic = COMM_MAGIC;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->device = device;
+  c->opts = *o;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&reg_lock);
+  gca__clique_t *q = NULL;
+  if (nlive == caplive) {
+    size_t ncap = caplive ? caplive * 2 : 16;
+    gca_comm_t **grown = realloc(live, ncap * sizeof(*grown));
+    if (!grown)
+      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
+    else {
+      live = grown;
+      caplive = ncap;
+    }
+  }
+  if (st == GCA_OK)
+    st = clique_get(id, nranks, &q);
+  if (st == GCA_OK) {
+    pthread_mutex_lock(&q->mu);
+    if (q->ranks[rank])
+      st = gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "comm_create: rank %d of this id has joined already", rank);
+    else if (q->broken)
+      st = gca__error(GCA_ERR_INVALID_STATE, "comm_create: the communicator failed: %s", q->why);
+    if (st == GCA_OK) {
+      q->ranks[rank] = c;
+      q->joined++;
+      q->refs++;
+      c->clique = q;
+      live[nlive++] = c;
+      pthread_cond_broadcast(&q->cv);
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (st != GCA_OK && q->refs == 0)
+      clique_unref((q->refs++, q));
+  }
+  pthread_mutex_unlock(&reg_lock);
+  if (st != GCA_OK) {
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+    return st;
+  }
+  *out = c;
+  return GCA_OK;
+}
+
+static void release(gca_comm_t *c);
+
+/* Waits until every rank of c's clique has joined. */
+static gca_status_t wait_joined(gca_comm_t *c) {
+  gca__clique_t *q = c->clique;
+  struct timespec dl;
+  clock_gettime(CLOCK_MONOTONIC, &dl);
+  dl.tv_sec += (time_t)c->opts.timeout_s;
+  dl.tv_nsec += (long)((c->opts.timeout_s - (double)(time_t)c->opts.timeout_s) * 1e9);
+  if (dl.tv_nsec >= 1000000000L) {
+    dl.tv_sec++;
+    dl.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&q->mu);
+  int rc = 0;
+  while (q->joined < q->nranks && !q->broken && rc == 0)
+    rc = pthread_cond_timedwait(&q->cv, &q->mu, &dl);
+  gca_status_t st = GCA_OK;
+  if (q->joined < q->nranks) {
+    char who[128] = "";
+    size_t at = 0;
+    for (int r = 0; r < q->nranks && at + 16 < sizeof(who); r++)
+      if (!q->ranks[r])
+        at += (size_t)snprintf(who + at, sizeof(who) - at, "%s%d", at ? ", " : "", r);
+    st = gca__error(GCA_ERR_INVALID_STATE,
+                    "comm_create: rank %d of %d: rank(s) %s did not join within %.3g s", c->rank,
+                    c->nranks, who, c->opts.timeout_s);
+  }
+  pthread_mutex_unlock(&q->mu);
+  return st;
+}
+
+GCA_API gca_status_t gca_comm_create(const gca_comm_id_t *id, int nranks, int rank, int device,
+                                     const gca_comm_options_t *opts, gca_comm_t **comm) {
+  if (!id || !comm)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_create: id or comm is NULL");
+  *comm = NULL;
+  if (nranks < 1 || nranks > 4096)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_create: nranks %d is not 1..4096", nranks);
+  if (rank < 0 || rank >= nranks)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_create: rank %d is out of range (0..%d)",
+                      rank, nranks - 1);
+  gca_comm_options_t o;
+  GCA_CHECK(check_options(opts, &o));
+  gca_comm_t *c = NULL;
+  GCA_CHECK(join(id, nranks, rank, device, &o, &c));
+  gca_status_t st = wait_joined(c);
+  if (st != GCA_OK) {
+    release(c);
+    return st;
+  }
+  *comm = c;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_comm_create_all(int nranks, const int *devices,
+                                         const gca_comm_options_t *opts, gca_comm_t **comms) {
+  if (!devices || !comms || nranks < 1 || nranks > 4096)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_create_all: bad arguments (nranks %d)",
+                      nranks);
+  gca_comm_options_t o;
+  GCA_CHECK(check_options(opts, &o));
+  gca_comm_id_t id;
+  GCA_CHECK(gca_comm_get_unique_id(&id));
+  for (int r = 0; r < nranks; r++) {
+    gca_status_t st = join(&id, nranks, r, devices[r], &o, &comms[r]);
+    if (st != GCA_OK) {
+      for (int k = 0; k < r; k++)
+        release(comms[k]);
+      return st;
+    }
+  }
+  return GCA_OK;
+}
+
+/* ---- the end of a communicator ---- */
+
+static void release(gca_comm_t *c) {
+  pthread_mutex_lock(&reg_lock);
+  for (size_t i = 0; i < nlive; i++)
+    if (live[i] == c) {
+      live[i] = live[--nlive];
+      break;
+    }
+  gca__clique_t *q = c->clique;
+  pthread_mutex_lock(&q->mu);
+  q->ranks[c->rank] = NULL;
+  q->joined--;
+  pthread_mutex_unlock(&q->mu);
+  clique_unref(q);
+  pthread_mutex_unlock(&reg_lock);
+  for (gca__coll_t *p = c->persistent, *next; p; p = next) {
+    next = p->next;
+    free(p);
+  }
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  c->magic = 0;
+  free(c);
+}
+
+GCA_API gca_status_t gca_comm_destroy(gca_comm_t *c) {
+  GCA_CHECK(check_comm("comm_destroy", c));
+  pthread_mutex_lock(&c->mu);
+  while (c->inflight > 0)
+    pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+  release(c);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_comm_abort(gca_comm_t *c) {
+  GCA_CHECK(check_comm("comm_abort", c));
+  gca__clique_t *q = c->clique;
+  char why[128];
+  snprintf(why, sizeof(why), "rank %d aborted the communicator", c->rank);
+  pthread_mutex_lock(&q->mu);
+  gca__clique_break(q, why);
+  pthread_mutex_unlock(&q->mu);
+  gca__comm_fail(c, GCA_ERR_INVALID_STATE, why);
+  /* the queued collectives fail fast now; they end before the memory goes */
+  pthread_mutex_lock(&c->mu);
+  while (c->inflight > 0)
+    pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+  release(c);
+  return GCA_OK;
+}
+
+void gca__comm_fail(gca_comm_t *c, gca_status_t st, const char *detail) {
+  pthread_mutex_lock(&c->mu);
+  if (c->error == GCA_OK) {
+    c->error = st;
+    snprintf(c->error_detail, sizeof(c->error_detail), "%s", detail);
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+void gca__comm_ran(gca_comm_t *c, gca__coll_t *co, bool ok) {
+  if (ok)
+    atomic_fetch_add(&c->completed, 1);
+  if (!co->persistent)
+    free(co);
+  pthread_mutex_lock(&c->mu);
+  if (c->inflight > 0)
+    c->inflight--;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- queries ---- */
+
+GCA_API gca_status_t gca_comm_rank(const gca_comm_t *c, int *rank) {
+  GCA_CHECK(check_comm("comm_rank", c));
+  if (!rank)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_rank: rank is NULL");
+  *rank = c->rank;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_comm_count(const gca_comm_t *c, int *nranks) {
+  GCA_CHECK(check_comm("comm_count", c));
+  if (!nranks)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_count: nranks is NULL");
+  *nranks = c->nranks;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_comm_device(const gca_comm_t *c, int *device) {
+  GCA_CHECK(check_comm("comm_device", c));
+  if (!device)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_device: device is NULL");
+  *device = c->device;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_comm_backend_of(const gca_comm_t *c, gca_comm_backend_t *backend) {
+  GCA_CHECK(check_comm("comm_backend_of", c));
+  if (!backend)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_backend_of: backend is NULL");
+  *backend = c->opts.backend;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_comm_async_error(gca_comm_t *c) {
+  GCA_CHECK(check_comm("comm_async_error", c));
+  pthread_mutex_lock(&c->mu);
+  gca_status_t st = c->error;
+  char detail[sizeof(c->error_detail)];
+  memcpy(detail, c->error_detail, sizeof(detail));
+  pthread_mutex_unlock(&c->mu);
+  if (st != GCA_OK)
+    return gca__error(st, "%s", detail);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_comm_stats(const gca_comm_t *c, gca_comm_stats_t *out) {
+  GCA_CHECK(check_comm("comm_stats", c));
+  if (!out || out->size < sizeof(*out))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_stats: out is NULL or its size is not set");
+  out->collectives = atomic_load(&c->issued);
+  out->bytes = atomic_load(&c->bytes);
+  out->completed = atomic_load(&c->completed);
+  return GCA_OK;
+}
+
+/* ---- issuing ---- */
+
+GCA_API gca_status_t gca_group_start(void) {
+  group_depth++;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_group_end(void) {
+  if (group_depth == 0)
+    return gca__error(GCA_ERR_INVALID_STATE, "group_end: no group_start");
+  group_depth--;
+  return GCA_OK;
+}
+
+/* The buffer [p, p + bytes) must fit in its gca block when p is gca memory
+ * (interior pointers are checked through base), and be on the comm's device. */
+static gca_status_t check_buffer(const char *fn, const gca_comm_t *c, const char *what,
+                                 const void *base, const void *p, size_t bytes) {
+  size_t block = 0;
+  int dev = -1;
+  if (gca_pointer_info(base, &block, &dev) != GCA_OK) {
+    gca_clear_last_error();
+    return GCA_OK; /* not gca memory: the caller's (e.g. memory of its own) */
+  }
+  if (dev != c->device)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: %s %p is on device %d, the communicator on %d",
+                      fn, what, p, dev, c->device);
+  size_t off = (size_t)((const char *)p - (const char *)base);
+  if (off > block || bytes > block - off)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "%s: %s %p is too small: %zu bytes needed, the block has %zu from there", fn,
+                      what, p, bytes, off > block ? 0 : block - off);
+  return GCA_OK;
+}
+
+static gca_status_t issue(const char *fn, gca__coll_kind_t kind, const void *send, void *recv,
+                          size_t count, gca_dtype_t dtype, gca_reduce_op_t op, gca_comm_t *c,
+                          gca_stream_t stream) {
+  GCA_CHECK(check_comm(fn, c));
+  pthread_mutex_lock(&c->mu);
+  gca_status_t err = c->error;
+  char detail[sizeof(c->error_detail)];
+  memcpy(detail, c->error_detail, sizeof(detail));
+  pthread_mutex_unlock(&c->mu);
+  if (err != GCA_OK)
+    return gca__error(err, "%s: the communicator failed earlier: %s", fn, detail);
+  size_t es = gca_dtype_size(dtype);
+  if (es == 0)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", fn, (int)dtype);
+  if (kind != GCA__ALL_GATHER) {
+    if ((int)op < GCA_REDUCE_SUM || op > GCA_REDUCE_AVG)
+      return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: unknown reduce op %d", fn, (int)op);
+    if (op == GCA_REDUCE_AVG && dtype != GCA_DTYPE_F32 && dtype != GCA_DTYPE_F16 &&
+        dtype != GCA_DTYPE_BF16 && dtype != GCA_DTYPE_F64)
+      return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                        "%s: avg needs a floating dtype (dtype %d is an integer)", fn, (int)dtype);
+  }
+  size_t n = (size_t)c->nranks;
+  size_t in_elems = kind == GCA__REDUCE_SCATTER ? count * n : count;
+  size_t out_elems = kind == GCA__ALL_GATHER ? count * n : count;
+  if (count && (count > SIZE_MAX / n / es))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: count %zu overflows", fn, count);
+  if (count && (!send || !recv))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, send ? "recv" : "send");
+  if (count) {
+    /* in-place forms: check the whole buffer through its base */
+    const void *sbase = send, *rbase = recv;
+    if (kind == GCA__ALL_GATHER && send == (const char *)recv + (size_t)c->rank * count * es)
+      sbase = recv;
+    if (kind == GCA__REDUCE_SCATTER && recv == (const char *)send + (size_t)c->rank * count * es)
+      rbase = send;
+    GCA_CHECK(check_buffer(fn, c, "send", sbase, send, in_elems * es));
+    GCA_CHECK(check_buffer(fn, c, "recv", rbase, recv, out_elems * es));
+  }
+  gca__coll_t *co = calloc(1, sizeof(*co));
+  if (!co)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory", fn);
+  *co = (gca__coll_t){.comm = c,
+                      .kind = kind,
+                      .send = send,
+                      .recv = recv,
+                      .count = count,
+                      .dtype = dtype,
+                      .op = kind == GCA__ALL_GATHER ? GCA_REDUCE_SUM : op};
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  gca_status_t st = gca_stream_capture_status(stream, &cs);
+  if (st != GCA_OK) {
+    free(co);
+    return gca__error_prefix(st, "%s", fn);
+  }
+  pthread_mutex_lock(&c->mu);
+  co->persistent = cs == GCA_CAPTURE_STATUS_ACTIVE;
+  if (co->persistent) {
+    co->next = c->persistent;
+    c->persistent = co;
+  } else {
+    c->inflight++;
+  }
+  pthread_mutex_unlock(&c->mu);
+  st = gca_launch_host_func(stream, gca__sim_run, co);
+  if (st != GCA_OK) {
+    pthread_mutex_lock(&c->mu);
+    if (co->persistent) {
+      c->persistent = co->next;
+    } else {
+      c->inflight--;
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(co);
+    return gca__error_prefix(st, "%s: queueing on the stream", fn);
+  }
+  atomic_fetch_add(&c->issued, 1);
+  atomic_fetch_add(&c->bytes, in_elems * es);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_all_gather(const void *send, void *recv, size_t sendcount,
+                                    gca_dtype_t dtype, gca_comm_t *comm, gca_stream_t stream) {
+  return issue("all_gather", GCA__ALL_GATHER, send, recv, sendcount, dtype, GCA_REDUCE_SUM, comm,
+               stream);
+}
+
+GCA_API gca_status_t gca_reduce_scatter(const void *send, void *recv, size_t recvcount,
+                                        gca_dtype_t dtype, gca_reduce_op_t op, gca_comm_t *comm,
+                                        gca_stream_t stream) {
+  return issue("reduce_scatter", GCA__REDUCE_SCATTER, send, recv, recvcount, dtype, op, comm,
+               stream);
+}
+
+GCA_API gca_status_t gca_all_reduce(const void *send, void *recv, size_t count, gca_dtype_t dtype,
+                                    gca_reduce_op_t op, gca_comm_t *comm, gca_stream_t stream) {
+  return issue("all_reduce", GCA__ALL_REDUCE, send, recv, count, dtype, op, comm, stream);
+}

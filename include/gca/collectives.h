@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gca/collectives.h - communicators and stream-ordered collectives
+ * (all-gather, reduce-scatter, all-reduce) over gca memory (DESIGN.md
+ * "Collectives").
+ *
+ * A communicator is one rank of a group of nranks ranks that share a unique
+ * id. Collectives are queued on a stream like kernels: they run in order
+ * with the stream's other work, may be captured into a graph, and every rank
+ * must issue the same collectives in the same order (as with NCCL).
+ * Failures that only the run can see (a peer that never issues its part, a
+ * sequence that differs between ranks, an abort) do not hang the stream: the
+ * collective ends without writing its output and the communicator keeps the
+ * error (gca_comm_async_error); later calls on it fail with it.
+ *
+ * Backends: "sim" (ranks as threads of one process on sim devices; data moves
+ * between ranks' memory directly; a cost per collective of latency plus bytes
+ * over bandwidth, so that overlap can be measured). The NCCL backend is not
+ * built yet: asking for it is GCA_ERR_NOT_SUPPORTED. */
+#ifndef GCA_COLLECTIVES_H
+#define GCA_COLLECTIVES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gca/device.h"
+#include "gca/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gca_comm gca_comm_t; /* opaque */
+
+#define GCA_COMM_ID_BYTES 128 /* as ncclUniqueId */
+typedef struct gca_comm_id {
+  unsigned char bytes[GCA_COMM_ID_BYTES];
+} gca_comm_id_t;
+
+typedef enum gca_comm_backend {
+  GCA_COMM_BACKEND_AUTO = 0, /* sim on the sim device backend */
+  GCA_COMM_BACKEND_SIM = 1,
+  GCA_COMM_BACKEND_NCCL = 2,
+} gca_comm_backend_t;
+
+typedef struct gca_comm_options {
+  size_t size; /* sizeof(gca_comm_options_t) */
+  gca_comm_backend_t backend;
+  double latency_us;     /* sim: cost of each collective (0: none) */
+  double bandwidth_gbps; /* sim: bytes per ns moved by a collective (0: no byte cost) */
+  double timeout_s;      /* how long a rank waits for its peers (create and collectives) */
+} gca_comm_options_t;
+
+#define GCA_COMM_OPTIONS_INIT \
+  { sizeof(gca_comm_options_t), GCA_COMM_BACKEND_AUTO, 0, 0, 30.0 }
+
+typedef enum gca_dtype {
+  GCA_DTYPE_F32 = 0,
+  GCA_DTYPE_F16 = 1,
+  GCA_DTYPE_BF16 = 2,
+  GCA_DTYPE_F64 = 3,
+  GCA_DTYPE_I32 = 4,
+  GCA_DTYPE_I64 = 5,
+  GCA_DTYPE_U8 = 6,
+} gca_dtype_t;
+
+typedef enum gca_reduce_op {
+  GCA_REDUCE_SUM = 0,
+  GCA_REDUCE_PROD = 1,
+  GCA_REDUCE_MAX = 2,
+  GCA_REDUCE_MIN = 3,
+  GCA_REDUCE_AVG = 4, /* floating dtypes only: the sum divided by nranks */
+} gca_reduce_op_t;
+
+/* A fresh id (random bytes); every rank of a communicator uses the same. */
+GCA_API gca_status_t gca_comm_get_unique_id(gca_comm_id_t *id);
+/* Joins rank `rank` of `nranks` on `device`; returns once every rank has
+ * joined (or fails after the timeout naming the ranks missing). */
+GCA_API gca_status_t gca_comm_create(const gca_comm_id_t *id, int nranks, int rank, int device,
+                                     const gca_comm_options_t *opts, gca_comm_t **comm);
+/* All nranks ranks from one thread, rank r on devices[r] (as ncclCommInitAll). */
+GCA_API gca_status_t gca_comm_create_all(int nranks, const int *devices,
+                                         const gca_comm_options_t *opts, gca_comm_t **comms);
+/* Waits for the communicator's queued collectives, then frees it. The handle
+ * is dead afterwards (later calls: GCA_ERR_INVALID_HANDLE). */
+GCA_API gca_status_t gca_comm_destroy(gca_comm_t *comm);
+/* Fails the communicator's pending and future collectives on every rank at
+ * once (peers waiting for this rank wake with the error) and frees it
+ * without waiting. */
+GCA_API gca_status_t gca_comm_abort(gca_comm_t *comm);
+GCA_API gca_status_t gca_comm_rank(const gca_comm_t *comm, int *rank);
+GCA_API gca_status_t gca_comm_count(const gca_comm_t *comm, int *nranks);
+GCA_API gca_status_t gca_comm_device(const gca_comm_t *comm, int *device);
+GCA_API gca_status_t gca_comm_backend_of(const gca_comm_t *comm, gca_comm_backend_t *backend);
+/* GCA_OK, or the error a collective met while it ran (its detail in
+ * gca_last_error after the call). */
+GCA_API gca_status_t gca_comm_async_error(gca_comm_t *comm);
+
+typedef struct gca_comm_stats {
+  size_t size;          /* sizeof(gca_comm_stats_t) */
+  uint64_t collectives; /* issued on this rank */
+  uint64_t bytes;       /* bytes this rank sent in them */
+  uint64_t completed;   /* that ran to the end */
+} gca_comm_stats_t;
+GCA_API gca_status_t gca_comm_stats(const gca_comm_t *comm, gca_comm_stats_t *out);
+
+/* recv (nranks * sendcount elements) = every rank's send, in rank order.
+ * In place when send == recv + rank * sendcount elements. */
+GCA_API gca_status_t gca_all_gather(const void *send, void *recv, size_t sendcount,
+                                    gca_dtype_t dtype, gca_comm_t *comm, gca_stream_t stream);
+/* recv (recvcount elements) = this rank's block of the reduction of every
+ * rank's send (nranks * recvcount elements). In place when recv == send +
+ * rank * recvcount elements. */
+GCA_API gca_status_t gca_reduce_scatter(const void *send, void *recv, size_t recvcount,
+                                        gca_dtype_t dtype, gca_reduce_op_t op, gca_comm_t *comm,
+                                        gca_stream_t stream);
+/* recv (count elements) = the reduction of every rank's send. In place when
+ * send == recv. Reductions run in rank order: in float for f16, bf16 and f32
+ * (f16 and bf16 rounded to nearest even once), in double for f64, modulo 2^n
+ * for integers. */
+GCA_API gca_status_t gca_all_reduce(const void *send, void *recv, size_t count, gca_dtype_t dtype,
+                                    gca_reduce_op_t op, gca_comm_t *comm, gca_stream_t stream);
+/* Bracket collectives of several communicators issued by one thread (as
+ * ncclGroupStart/End); they nest. The sim backend issues each at once (its
+ * collectives never block the issuing thread). */
+GCA_API gca_status_t gca_group_start(void);
+GCA_API gca_status_t gca_group_end(void);
+
+GCA_API size_t gca_dtype_size(gca_dtype_t dtype);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,468 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_collectives.c - sim communicators with ranks as threads' streams:
+ * every collective, dtype and reduce op gives the exact expected result on 2,
+ * 4 and 8 ranks (in-place forms too) against a reference computed here by
+ * other means (the compiler's _Float16, a nearest-candidate bf16 rounding);
+ * a collective captured into a graph replays 100 times like eager runs; a
+ * rank whose peers never issue its collective, a sequence that differs
+ * between ranks and an abort end in errors naming the collective, never in a
+ * hang; bad input is a clear status; nothing leaks. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support.h"
+
+#define MAXR 8
+#define CNT  37 /* elements per rank block: not a multiple of anything */
+
+typedef struct rig {
+  int n;
+  gca_comm_t *comm[MAXR];
+  gca_stream_t s[MAXR];
+  void *send[MAXR], *recv[MAXR];
+} rig_t;
+
+static void rig_init(rig_t *r, int n, double timeout_s) {
+  memset(r, 0, sizeof(*r));
+  r->n = n;
+  int devs[MAXR] = {0};
+  for (int i = 0; i < n; i++)
+    devs[i] = i;
+  gca_comm_options_t o = GCA_COMM_OPTIONS_INIT;
+  o.timeout_s = timeout_s;
+  assert_ok(gca_comm_create_all(n, devs, &o, r->comm));
+  for (int i = 0; i < n; i++) {
+    assert_ok(gca_set_device(i));
+    assert_ok(gca_stream_create(&r->s[i], GCA_STREAM_NON_BLOCKING));
+    /* room for the largest case: n blocks of CNT 8-byte elements */
+    assert_ok(gca_malloc_device(i, &r->send[i], (size_t)n * CNT * 8, r->s[i]));
+    assert_ok(gca_malloc_device(i, &r->recv[i], (size_t)n * CNT * 8, r->s[i]));
+  }
+}
+
+static void rig_sync(rig_t *r) {
+  for (int i = 0; i < r->n; i++)
+    assert_ok(gca_stream_synchronize(r->s[i]));
+}
+
+static void rig_fini(rig_t *r) {
+  rig_sync(r);
+  for (int i = 0; i < r->n; i++) {
+    if (r->comm[i])
+      assert_ok(gca_comm_destroy(r->comm[i]));
+    assert_ok(gca_free(r->send[i]));
+    assert_ok(gca_free(r->recv[i]));
+    assert_ok(gca_stream_destroy(r->s[i]));
+  }
+  assert_ok(gca_set_device(0));
+}
+
+/* ---- the reference ---- */
+
+static uint16_t ref_bf16(float f) { /* the nearest of the two candidates; ties to even */
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t lo = x & 0xffff0000u, hi = lo + 0x10000u;
+  float flo, fhi;
+  memcpy(&flo, &lo, 4);
+  memcpy(&fhi, &hi, 4);
+  double dl = fabs((double)f - (double)flo), dh = fabs((double)fhi - (double)f);
+  if (dl < dh || (dl == dh && !((lo >> 16) & 1)))
+    return (uint16_t)(lo >> 16);
+  return (uint16_t)(hi >> 16);
+}
+
+static float from_bf16(uint16_t b) {
+  uint32_t x = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+/* Element i of rank r's input, as a double (exact in every dtype used). */
+static double value(gca_dtype_t t, int r, size_t i, gca_reduce_op_t op) {
+  if (op == GCA_REDUCE_PROD)
+    return (double)(1 + (int)((r + i) % 3)); /* small factors: no overflow, exact */
+  switch (t) {
+  case GCA_DTYPE_U8:
+    return (double)((r * 31 + i * 7) % 97);
+  case GCA_DTYPE_I32:
+  case GCA_DTYPE_I64:
+    return (double)((int)((r * 1000003 + i * 7919) % 20011) - 10005);
+  default: /* tenths: inexact in binary, so rounding shows */
+    return ((double)((r * 13 + i * 5) % 41) - 20.0) / 10.0;
+  }
+}
+
+static void store(gca_dtype_t t, void *buf, size_t i, double v) {
+  char *p = (char *)buf + i * gca_dtype_size(t);
+  switch (t) {
+  case GCA_DTYPE_F32: {
+    float f = (float)v;
+    memcpy(p, &f, 4);
+    break;
+  }
+  case GCA_DTYPE_F16: {
+    _Float16 h = (_Float16)(float)v;
+    memcpy(p, &h, 2);
+    break;
+  }
+  case GCA_DTYPE_BF16: {
+    uint16_t b = ref_bf16((float)v);
+    memcpy(p, &b, 2);
+    break;
+  }
+  case GCA_DTYPE_F64:
+    memcpy(p, &v, 8);
+    break;
+  case GCA_DTYPE_I32: {
+    int32_t x = (int32_t)v;
+    memcpy(p, &x, 4);
+    break;
+  }
+  case GCA_DTYPE_I64: {
+    int64_t x = (int64_t)v;
+    memcpy(p, &x, 8);
+    break;
+  }
+  case GCA_DTYPE_U8: {
+    uint8_t x = (uint8_t)v;
+    memcpy(p, &x, 1);
+    break;
+  }
+  }
+}
+
+/* The value as stored in the dtype, read back as float (floating types). */
+static float as_stored(gca_dtype_t t, double v) {
+  switch (t) {
+  case GCA_DTYPE_F16:
+    return (float)(_Float16)(float)v;
+  case GCA_DTYPE_BF16:
+    return from_bf16(ref_bf16((float)v));
+  default:
+    return (float)v;
+  }
+}
+
+/* The reduction of element i over n ranks (offset into each input). */
+static void expect_reduced(gca_dtype_t t, gca_reduce_op_t op, int n, size_t i, void *out,
+                           size_t at) {
+  if (t == GCA_DTYPE_F32 || t == GCA_DTYPE_F16 || t == GCA_DTYPE_BF16) {
+    float acc = 0;
+    for (int r = 0; r < n; r++) {
+      float v = as_stored(t, value(t, r, i, op));
+      acc = r == 0                  ? v
+            : op == GCA_REDUCE_PROD ? acc * v
+            : op == GCA_REDUCE_MAX  ? fmaxf(acc, v)
+            : op == GCA_REDUCE_MIN  ? fminf(acc, v)
+                                    : acc + v;
+    }
+    if (op == GCA_REDUCE_AVG)
+      acc /= (float)n;
+    store(t, out, at, acc);
+  } else if (t == GCA_DTYPE_F64) {
+    double acc = 0;
+    for (int r = 0; r < n; r++) {
+      double v = value(t, r, i, op);
+      acc = r == 0                  ? v
+            : op == GCA_REDUCE_PROD ? acc * v
+            : op == GCA_REDUCE_MAX  ? fmax(acc, v)
+            : op == GCA_REDUCE_MIN  ? fmin(acc, v)
+                                    : acc + v;
+    }
+    if (op == GCA_REDUCE_AVG)
+      acc /= n;
+    store(t, out, at, acc);
+  } else {
+    long long acc = 0;
+    for (int r = 0; r < n; r++) {
+      long long v = (long long)value(t, r, i, op);
+      acc = r == 0                  ? v
+            : op == GCA_REDUCE_PROD ? acc * v
+            : op == GCA_REDUCE_MAX  ? (v > acc ? v : acc)
+            : op == GCA_REDUCE_MIN  ? (v < acc ? v : acc)
+                                    : acc + v;
+    }
+    if (t == GCA_DTYPE_U8)
+      acc &= 0xff; /* modulo 2^8 */
+    store(t, out, at, (double)acc);
+  }
+}
+
+/* ---- every collective, dtype and op ---- */
+
+typedef enum { AG, RS, AR } kind_t;
+
+static void run_case(rig_t *r, kind_t k, gca_dtype_t t, gca_reduce_op_t op, bool inplace) {
+  int n = r->n;
+  size_t es = gca_dtype_size(t), in_n = k == RS ? (size_t)n * CNT : CNT,
+         out_n = k == AG ? (size_t)n * CNT : CNT;
+  unsigned char *host = malloc((size_t)n * CNT * 8), *want = malloc((size_t)n * CNT * 8);
+  assert_true(host && want);
+  for (int i = 0; i < n; i++) {
+    for (size_t e = 0; e < in_n; e++)
+      store(t, host, e, value(t, i, e, op));
+    /* the input's place: its own buffer, or inside recv for the in-place forms */
+    void *in = r->send[i];
+    if (inplace)
+      in = k == AG ? (char *)r->recv[i] + (size_t)i * CNT * es : r->recv[i];
+    assert_ok(gca_set_device(i));
+    assert_ok(gca_memcpy(in, host, in_n * es));
+  }
+  for (int i = 0; i < n; i++) {
+    void *recv = r->recv[i];
+    const void *send = r->send[i];
+    if (inplace)
+      send = k == AG ? (char *)recv + (size_t)i * CNT * es : recv;
+    if (k == RS && inplace) { /* recv = send + rank * recvcount */
+      send = r->recv[i];
+      recv = (char *)r->recv[i] + (size_t)i * CNT * es;
+    }
+    gca_status_t st = k == AG   ? gca_all_gather(send, recv, CNT, t, r->comm[i], r->s[i])
+                      : k == RS ? gca_reduce_scatter(send, recv, CNT, t, op, r->comm[i], r->s[i])
+                                : gca_all_reduce(send, recv, CNT, t, op, r->comm[i], r->s[i]);
+    assert_ok(st);
+  }
+  rig_sync(r);
+  for (int i = 0; i < n; i++) {
+    assert_ok(gca_comm_async_error(r->comm[i]));
+    void *out = k == RS && inplace ? (char *)r->recv[i] + (size_t)i * CNT * es : r->recv[i];
+    assert_ok(gca_set_device(i));
+    assert_ok(gca_memcpy(host, out, out_n * es));
+    for (size_t e = 0; e < out_n; e++) {
+      if (k == AG)
+        store(t, want, e, value(t, (int)(e / CNT), e % CNT, op));
+      else
+        expect_reduced(t, op, n, k == RS ? (size_t)i * CNT + e : e, want, e);
+    }
+    if (memcmp(host, want, out_n * es) != 0) {
+      size_t e = 0;
+      while (memcmp(host + e * es, want + e * es, es) == 0)
+        e++;
+      fail_msg("%d ranks, %s dtype %d op %d%s: rank %d element %zu differs", n,
+               k == AG   ? "all_gather"
+               : k == RS ? "reduce_scatter"
+                         : "all_reduce",
+               (int)t, (int)op, inplace ? " in place" : "", i, e);
+    }
+  }
+  free(host);
+  free(want);
+}
+
+static void every_collective_dtype_and_op_is_exact(void **state) {
+  (void)state;
+  static const int sizes[] = {2, 4, 8};
+  for (size_t z = 0; z < 3; z++) {
+    rig_t r;
+    rig_init(&r, sizes[z], 30.0);
+    for (int t = GCA_DTYPE_F32; t <= GCA_DTYPE_U8; t++)
+      for (int inplace = 0; inplace < 2; inplace++) {
+        run_case(&r, AG, (gca_dtype_t)t, GCA_REDUCE_SUM, inplace);
+        for (int op = GCA_REDUCE_SUM; op <= GCA_REDUCE_AVG; op++) {
+          bool floating = t <= GCA_DTYPE_F64;
+          if (op == GCA_REDUCE_AVG && !floating)
+            continue;
+          run_case(&r, RS, (gca_dtype_t)t, (gca_reduce_op_t)op, inplace);
+          run_case(&r, AR, (gca_dtype_t)t, (gca_reduce_op_t)op, inplace);
+        }
+      }
+    gca_comm_stats_t st = {.size = sizeof(st)};
+    assert_ok(gca_comm_stats(r.comm[0], &st));
+    assert_int_equal(st.collectives, st.completed);
+    assert_true(st.collectives > 100);
+    rig_fini(&r);
+  }
+}
+
+/* ---- graphs ---- */
+
+static void a_captured_collective_replays_like_eager_runs(void **state) {
+  (void)state;
+  rig_t r;
+  rig_init(&r, 4, 30.0);
+  gca_graph_exec_t x[MAXR];
+  for (int i = 0; i < r.n; i++) {
+    gca_graph_t g = NULL;
+    assert_ok(gca_set_device(i));
+    assert_ok(gca_stream_begin_capture(r.s[i], GCA_CAPTURE_MODE_THREAD_LOCAL));
+    assert_ok(gca_all_reduce(r.send[i], r.recv[i], CNT, GCA_DTYPE_I32, GCA_REDUCE_SUM, r.comm[i],
+                             r.s[i]));
+    assert_ok(gca_stream_end_capture(r.s[i], &g));
+    assert_ok(gca_graph_instantiate(&x[i], g));
+    assert_ok(gca_graph_destroy(g));
+  }
+  int32_t in[CNT], out[CNT];
+  for (int k = 0; k < 100; k++) {
+    for (int i = 0; i < r.n; i++) {
+      for (int e = 0; e < CNT; e++)
+        in[e] = k * 1000 + i * 10 + e;
+      assert_ok(gca_set_device(i));
+      assert_ok(gca_memcpy(r.send[i], in, sizeof(in)));
+    }
+    for (int i = 0; i < r.n; i++)
+      assert_ok(gca_graph_launch(x[i], r.s[i]));
+    rig_sync(&r);
+    for (int i = 0; i < r.n; i++) {
+      assert_ok(gca_set_device(i));
+      assert_ok(gca_memcpy(out, r.recv[i], sizeof(out)));
+      for (int e = 0; e < CNT; e++)
+        assert_int_equal(out[e], 4 * (k * 1000 + e) + 10 * (0 + 1 + 2 + 3));
+    }
+  }
+  gca_comm_stats_t st = {.size = sizeof(st)};
+  assert_ok(gca_comm_stats(r.comm[2], &st));
+  assert_int_equal(st.completed, 100);
+  for (int i = 0; i < r.n; i++)
+    assert_ok(gca_graph_exec_destroy(x[i]));
+  rig_fini(&r);
+}
+
+/* ---- failures that only the run sees ---- */
+
+static void a_collective_its_peers_never_issue_times_out_naming_it(void **state) {
+  (void)state;
+  rig_t r;
+  rig_init(&r, 2, 0.2);
+  assert_ok(gca_set_device(0));
+  assert_ok(gca_memset_d8(r.recv[0], 0x5a, CNT * 4));
+  assert_ok(
+      gca_all_reduce(r.send[0], r.recv[0], CNT, GCA_DTYPE_F32, GCA_REDUCE_SUM, r.comm[0], r.s[0]));
+  assert_ok(gca_stream_synchronize(r.s[0])); /* returns: the wait timed out */
+  assert_status(gca_comm_async_error(r.comm[0]), GCA_ERR_INVALID_STATE,
+                "all_reduce #0 on rank 0 of 2: all_reduce #0: timed out after 0.2 s waiting for "
+                "rank(s) 1");
+  unsigned char host[CNT * 4];
+  assert_ok(gca_memcpy(host, r.recv[0], sizeof(host)));
+  for (size_t i = 0; i < sizeof(host); i++)
+    assert_int_equal(host[i], 0x5a); /* no output written */
+  /* the late rank's collective fails at once; later calls are refused */
+  assert_ok(
+      gca_all_reduce(r.send[1], r.recv[1], CNT, GCA_DTYPE_F32, GCA_REDUCE_SUM, r.comm[1], r.s[1]));
+  assert_ok(gca_stream_synchronize(r.s[1]));
+  assert_status(gca_comm_async_error(r.comm[1]), GCA_ERR_INVALID_STATE, "timed out");
+  assert_status(
+      gca_all_reduce(r.send[0], r.recv[0], CNT, GCA_DTYPE_F32, GCA_REDUCE_SUM, r.comm[0], r.s[0]),
+      GCA_ERR_INVALID_STATE, "failed earlier");
+  rig_fini(&r);
+}
+
+static void sequences_that_differ_between_ranks_are_reported_on_every_rank(void **state) {
+  (void)state;
+  rig_t r;
+  rig_init(&r, 2, 30.0);
+  assert_ok(
+      gca_all_reduce(r.send[0], r.recv[0], CNT, GCA_DTYPE_I32, GCA_REDUCE_SUM, r.comm[0], r.s[0]));
+  assert_ok(
+      gca_all_reduce(r.send[1], r.recv[1], CNT, GCA_DTYPE_I32, GCA_REDUCE_SUM, r.comm[1], r.s[1]));
+  assert_ok(
+      gca_all_reduce(r.send[0], r.recv[0], CNT, GCA_DTYPE_I32, GCA_REDUCE_SUM, r.comm[0], r.s[0]));
+  assert_ok(gca_all_gather(r.send[1], r.recv[1], CNT, GCA_DTYPE_I32, r.comm[1], r.s[1]));
+  rig_sync(&r);
+  for (int i = 0; i < 2; i++)
+    assert_status(gca_comm_async_error(r.comm[i]), GCA_ERR_INVALID_STATE,
+                  "collective #1 differs between ranks (kind): rank 0 issued all_reduce of 37 "
+                  "elements");
+  gca_comm_stats_t st = {.size = sizeof(st)};
+  assert_ok(gca_comm_stats(r.comm[0], &st));
+  assert_int_equal(st.completed, 1);
+  rig_fini(&r);
+}
+
+static void an_abort_wakes_the_peers_waiting_for_the_rank(void **state) {
+  (void)state;
+  rig_t r;
+  rig_init(&r, 2, 30.0);
+  assert_ok(
+      gca_all_reduce(r.send[0], r.recv[0], CNT, GCA_DTYPE_F64, GCA_REDUCE_MAX, r.comm[0], r.s[0]));
+  assert_ok(gca_comm_abort(r.comm[1]));
+  r.comm[1] = NULL;
+  assert_ok(gca_stream_synchronize(r.s[0])); /* woken by the abort, well before 30 s */
+  assert_status(gca_comm_async_error(r.comm[0]), GCA_ERR_INVALID_STATE,
+                "rank 1 aborted the communicator");
+  rig_fini(&r);
+}
+
+/* ---- bad input ---- */
+
+static void bad_input_is_a_clear_status(void **state) {
+  (void)state;
+  gca_comm_id_t id;
+  gca_comm_t *c = NULL;
+  assert_ok(gca_comm_get_unique_id(&id));
+  assert_status(gca_comm_create(&id, 2, 2, 0, NULL, &c), GCA_ERR_INVALID_ARGUMENT,
+                "rank 2 is out of range");
+  assert_status(gca_comm_create(&id, 0, 0, 0, NULL, &c), GCA_ERR_INVALID_ARGUMENT, "nranks 0");
+  assert_status(gca_comm_create(&id, 1, 0, 99, NULL, &c), GCA_ERR_INVALID_ARGUMENT, "device 99");
+  gca_comm_options_t o = GCA_COMM_OPTIONS_INIT;
+  o.backend = GCA_COMM_BACKEND_NCCL;
+  assert_status(gca_comm_create(&id, 1, 0, 0, &o, &c), GCA_ERR_NOT_SUPPORTED, "NCCL");
+  o = (gca_comm_options_t)GCA_COMM_OPTIONS_INIT;
+  o.timeout_s = 0.05;
+  assert_status(gca_comm_create(&id, 2, 0, 0, &o, &c), GCA_ERR_INVALID_STATE,
+                "rank(s) 1 did not join");
+  assert_null(c);
+  rig_t r;
+  rig_init(&r, 2, 30.0);
+  assert_status(
+      gca_all_reduce(r.send[0], r.recv[0], CNT, (gca_dtype_t)42, GCA_REDUCE_SUM, r.comm[0], r.s[0]),
+      GCA_ERR_INVALID_ARGUMENT, "unknown dtype 42");
+  assert_status(gca_all_reduce(r.send[0], r.recv[0], CNT, GCA_DTYPE_I32, (gca_reduce_op_t)9,
+                               r.comm[0], r.s[0]),
+                GCA_ERR_INVALID_ARGUMENT, "unknown reduce op 9");
+  assert_status(
+      gca_all_reduce(r.send[0], r.recv[0], CNT, GCA_DTYPE_I32, GCA_REDUCE_AVG, r.comm[0], r.s[0]),
+      GCA_ERR_INVALID_ARGUMENT, "avg needs a floating dtype");
+  size_t huge = (size_t)2 * CNT * 8; /* elements: more than the buffers hold */
+  assert_status(gca_all_gather(r.send[0], r.recv[0], huge, GCA_DTYPE_U8, r.comm[0], r.s[0]),
+                GCA_ERR_INVALID_ARGUMENT, "recv");
+  assert_status(
+      gca_all_reduce(r.send[1], r.recv[0], CNT, GCA_DTYPE_I32, GCA_REDUCE_SUM, r.comm[0], r.s[0]),
+      GCA_ERR_INVALID_ARGUMENT, "is on device 1, the communicator on 0");
+  assert_status(
+      gca_all_reduce(NULL, r.recv[0], CNT, GCA_DTYPE_I32, GCA_REDUCE_SUM, r.comm[0], r.s[0]),
+      GCA_ERR_INVALID_ARGUMENT, "send is NULL");
+  assert_status(gca_group_end(), GCA_ERR_INVALID_STATE, "no group_start");
+  assert_ok(gca_group_start());
+  assert_ok(gca_group_end());
+  gca_comm_t *dead = r.comm[1];
+  assert_ok(gca_comm_destroy(dead));
+  r.comm[1] = NULL;
+  assert_status(
+      gca_all_reduce(r.send[1], r.recv[1], CNT, GCA_DTYPE_I32, GCA_REDUCE_SUM, dead, r.s[1]),
+      GCA_ERR_INVALID_HANDLE, "not a live communicator");
+  assert_status(gca_comm_destroy(dead), GCA_ERR_INVALID_HANDLE, "not a live communicator");
+  gca_comm_stats_t st = {.size = sizeof(st)};
+  assert_ok(gca_comm_stats(r.comm[0], &st));
+  assert_int_equal(st.collectives, 0); /* nothing refused was issued */
+  rig_fini(&r);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  assert_ok(gca_empty_cache());
+  for (int d = 0; d < MAXR; d++) {
+    gca_stats_t s;
+    assert_ok(gca_get_stats(d, &s));
+    assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 0);
+    assert_int_equal(gca_sim_used_bytes(d), 0);
+  }
+  assert_ok(gca__allocator_check());
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(every_collective_dtype_and_op_is_exact, teardown),
+      cmocka_unit_test_teardown(a_captured_collective_replays_like_eager_runs, teardown),
+      cmocka_unit_test_teardown(a_collective_its_peers_never_issue_times_out_naming_it, teardown),
+      cmocka_unit_test_teardown(sequences_that_differ_between_ranks_are_reported_on_every_rank,
+                                teardown),
+      cmocka_unit_test_teardown(an_abort_wakes_the_peers_waiting_for_the_rank, teardown),
+      cmocka_unit_test_teardown(bad_input_is_a_clear_status, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
