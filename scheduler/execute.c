@@ -49,6 +49,63 @@ static gca_status_t use_on(exec_t *x, const gca__sop_t *o, gca_stream_t s) {
   return GCA_OK;
 }
 
+/* The shape of a collective op for <gca/collectives.h>: its input and output
+ * storages, and how many elements of which dtype (Note [Collectives of a
+ * plan]). */
+typedef struct coll_shape {
+  size_t in, out;
+  size_t count;
+  gca_dtype_t dtype;
+} coll_shape_t;
+
+/* Note [Collectives of a plan]: an op names its collective ("all_gather",
+ * "reduce_scatter", "all_reduce") and reads one buffer and writes one; the
+ * byte sizes must fit the kind on this many ranks (all_gather: out = nranks x
+ * in; reduce_scatter: in = nranks x out; all_reduce: in = out). Elements are
+ * f32 where the sizes allow, else bytes; reductions sum. */
+static gca_status_t shape_of(const gca_opgraph_t *g, const gca__sop_t *o, int nranks,
+                             coll_shape_t *sh) {
+  if (o->nreads != 1 || o->nwrites != 1)
+    return gca__error(GCA_ERR_NOT_SUPPORTED,
+                      "collective '%s' reads %zu and writes %zu buffers; one of each is needed",
+                      o->name, o->nreads, o->nwrites);
+  sh->in = g->bufs[o->reads[0]].storage;
+  sh->out = g->bufs[o->writes[0]].storage;
+  uint64_t bi = (uint64_t)g->bufs[sh->in].bytes, bo = (uint64_t)g->bufs[sh->out].bytes;
+  uint64_t n = (uint64_t)nranks, elems;
+  const char *k = o->collective ? o->collective : "";
+  if (strcmp(k, "all_gather") == 0 && bo == n * bi)
+    elems = bi;
+  else if (strcmp(k, "reduce_scatter") == 0 && bi == n * bo)
+    elems = bo;
+  else if (strcmp(k, "all_reduce") == 0 && bi == bo)
+    elems = bo;
+  else
+    return gca__error(GCA_ERR_NOT_SUPPORTED,
+                      "collective '%s' (%s) of %llu bytes into %llu does not fit %d ranks", o->name,
+                      k, (unsigned long long)bi, (unsigned long long)bo, nranks);
+  sh->dtype = elems % 4 == 0 ? GCA_DTYPE_F32 : GCA_DTYPE_U8;
+  sh->count = (size_t)(sh->dtype == GCA_DTYPE_F32 ? elems / 4 : elems);
+  return GCA_OK;
+}
+
+static gca_status_t collective(exec_t *x, const gca__sop_t *o, gca_stream_t s) {
+  gca_comm_t *comm = x->o->comms[o->comm_idx];
+  int nranks = 0;
+  GCA_CHECK(gca_comm_count(comm, &nranks));
+  coll_shape_t sh;
+  GCA_CHECK(shape_of(x->g, o, nranks, &sh));
+  void *in = x->ptr[sh.in], *out = x->ptr[sh.out];
+  if (!in || !out)
+    return GCA_OK; /* a skipped allocation (a verifier test): nothing to move */
+  const char *k = o->collective;
+  if (strcmp(k, "all_gather") == 0)
+    return gca_all_gather(in, out, sh.count, sh.dtype, comm, s);
+  if (strcmp(k, "reduce_scatter") == 0)
+    return gca_reduce_scatter(in, out, sh.count, sh.dtype, GCA_REDUCE_SUM, comm, s);
+  return gca_all_reduce(in, out, sh.count, sh.dtype, GCA_REDUCE_SUM, comm, s);
+}
+
 static gca_status_t run_op(exec_t *x, size_t op) {
   const gca__sop_t *o = &x->g->ops[op];
   switch (o->kind) {
@@ -59,6 +116,8 @@ static gca_status_t run_op(exec_t *x, size_t op) {
     GCA_CHECK(gca_event_record(x->issue[op], x->compute));
     GCA_CHECK(gca_stream_wait_event(s, x->issue[op]));
     GCA_CHECK(use_on(x, o, s));
+    if (x->o->comms)
+      GCA_CHECK(collective(x, o, s));
     GCA_CHECK(gca_kernel_sleep(ns_of(x, o->us), s));
     return gca_event_record(x->done[op], s);
   }
@@ -196,6 +255,18 @@ GCA_API gca_status_t gca_opgraph_execute(const gca_opgraph_t *g, const size_t *o
   gca_execute_result_t r = {.size = sizeof(r)};
   r.predicted.size = sizeof(r.predicted);
   GCA_CHECK(gca_opgraph_estimate(g, order, n, &r.predicted, NULL));
+  for (size_t c = 0; opts->comms && c < g->ncomms; c++) {
+    int nranks = 0;
+    GCA_CHECK(gca_comm_count(opts->comms[c], &nranks));
+    for (size_t i = 0; i < n; i++) {
+      coll_shape_t sh;
+      if (g->ops[i].kind != GCA_OP_COLLECTIVE || g->ops[i].comm_idx != c)
+        continue;
+      gca_status_t sst = shape_of(g, &g->ops[i], nranks, &sh);
+      if (sst != GCA_OK)
+        return gca__error_prefix(sst, "%s", fn);
+    }
+  }
   exec_t x = {.g = g, .order = order, .n = n, .o = opts};
   size_t late = GCA__NONE;
   gca_stats_t before;

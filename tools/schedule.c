@@ -10,6 +10,7 @@
  * against the format's rules before it is printed. */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,24 +21,28 @@
 #define EXIT_USAGE 2
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: gca-schedule GRAPH.json [--budget BYTES | --budget-ratio R]\n"
-             "                    [--policy overlap|earliest|prefetch-next|program]\n"
-             "                    [--keep-comm-order] [--run [--time-scale S]] [--json]\n"
-             "\n"
-             "Schedules an op graph (gca-opgraph/1) so that communication hides behind compute\n"
-             "within a memory budget, and compares the result with the program order.\n"
-             "\n"
-             "  --budget BYTES      peak-bytes budget (e.g. 16GiB)\n"
-             "  --budget-ratio R    budget as the program order's peak times 1+R (default 0.03)\n"
-             "  --policy P          overlap (default), earliest (every collective as early as\n"
-             "                      its inputs allow), prefetch-next (each collective issued\n"
-             "                      at its predecessor's wait), program\n"
-             "  --keep-comm-order   keep each communicator's collectives in program order\n"
-             "  --run               execute the schedule on the device (compute ops and\n"
-             "                      collectives as kernels of their duration, one rank) with\n"
-             "                      the lifecycle verifier on; report measured against predicted\n"
-             "  --time-scale S      multiply durations by S when running (default 1)\n"
-             "  --json              print the report as JSON\n");
+  fprintf(f,
+          "usage: gca-schedule GRAPH.json [--budget BYTES | --budget-ratio R]\n"
+          "                    [--policy overlap|earliest|prefetch-next|program]\n"
+          "                    [--keep-comm-order] [--run [--time-scale S] [--ranks N]] [--json]\n"
+          "\n"
+          "Schedules an op graph (gca-opgraph/1) so that communication hides behind compute\n"
+          "within a memory budget, and compares the result with the program order.\n"
+          "\n"
+          "  --budget BYTES      peak-bytes budget (e.g. 16GiB)\n"
+          "  --budget-ratio R    budget as the program order's peak times 1+R (default 0.03)\n"
+          "  --policy P          overlap (default), earliest (every collective as early as\n"
+          "                      its inputs allow), prefetch-next (each collective issued\n"
+          "                      at its predecessor's wait), program\n"
+          "  --keep-comm-order   keep each communicator's collectives in program order\n"
+          "  --run               execute the schedule on the device (compute ops and\n"
+          "                      collectives as kernels of their duration, one rank) with\n"
+          "                      the lifecycle verifier on; report measured against predicted\n"
+          "  --time-scale S      multiply durations by S when running (default 1)\n"
+          "  --ranks N           run N sim ranks (threads, devices 0..N-1; GCA_SIM_DEVICES\n"
+          "                      defaults to N), the collectives moving data through\n"
+          "                      <gca/collectives.h>; rank 0's figures are reported\n"
+          "  --json              print the report as JSON\n");
 }
 
 static gca_status_t read_file(const char *path, char **text, size_t *len) {
@@ -88,8 +93,69 @@ static void row(const char *what, const gca_schedule_figures_t *f) {
          f->exposed_comm_us, f->collectives_hidden, f->collectives_total);
 }
 
+typedef struct rank_job {
+  const gca_opgraph_t *g;
+  const size_t *order;
+  size_t n;
+  double scale;
+  int rank;
+  gca_comm_t *comm;
+  gca_status_t st;
+  char detail[512];
+  gca_execute_result_t r;
+} rank_job_t;
+
+static void *rank_main(void *arg) {
+  rank_job_t *j = arg;
+  gca_execute_options_t eo = GCA_EXECUTE_OPTIONS_INIT;
+  eo.time_scale = j->scale;
+  eo.device = j->rank;
+  gca_comm_t *comms[1] = {j->comm};
+  eo.comms = j->comm ? comms : NULL;
+  j->r.size = sizeof(j->r);
+  j->st = gca_opgraph_execute(j->g, j->order, j->n, &eo, &j->r);
+  snprintf(j->detail, sizeof(j->detail), "%s", gca_last_error());
+  return NULL;
+}
+
+/* Runs the order on `ranks` sim ranks (one: collectives modelled by their
+ * duration) and gives rank 0's result; every rank must succeed. */
+static gca_status_t run_ranks(const gca_opgraph_t *g, const size_t *order, size_t n, double scale,
+                              int ranks, gca_execute_result_t *out) {
+  rank_job_t jobs[64];
+  pthread_t th[64];
+  gca_comm_t *comms[64] = {NULL};
+  int devs[64];
+  gca_status_t st = GCA_OK;
+  for (int r = 0; r < ranks; r++)
+    devs[r] = r;
+  if (ranks > 1 && (st = gca_comm_create_all(ranks, devs, NULL, comms)) != GCA_OK)
+    return tool_error_gca(st, "gca-schedule: --ranks %d", ranks);
+  int started = 0;
+  for (int r = 0; r < ranks; r++) {
+    jobs[r] =
+        (rank_job_t){.g = g, .order = order, .n = n, .scale = scale, .rank = r, .comm = comms[r]};
+    if (pthread_create(&th[r], NULL, rank_main, &jobs[r]) != 0) {
+      st = tool_error(GCA_ERR_OUT_OF_MEMORY, "gca-schedule: cannot start rank %d", r);
+      break;
+    }
+    started++;
+  }
+  for (int r = 0; r < started; r++)
+    pthread_join(th[r], NULL);
+  for (int r = 0; r < started && st == GCA_OK; r++)
+    if (jobs[r].st != GCA_OK)
+      st = tool_error(jobs[r].st, "gca-schedule: --run: rank %d: %s", r, jobs[r].detail);
+  for (int r = 0; r < ranks; r++)
+    if (comms[r])
+      gca_comm_destroy(comms[r]);
+  if (st == GCA_OK)
+    *out = jobs[0].r;
+  return st;
+}
+
 int main(int argc, char **argv) {
-  enum { O_BUDGET = 256, O_RATIO, O_POLICY, O_KEEP, O_JSON, O_RUN, O_SCALE };
+  enum { O_BUDGET = 256, O_RATIO, O_POLICY, O_KEEP, O_JSON, O_RUN, O_SCALE, O_RANKS };
   static const struct option longopts[] = {
       {"budget", required_argument, NULL, O_BUDGET},
       {"budget-ratio", required_argument, NULL, O_RATIO},
@@ -98,12 +164,14 @@ int main(int argc, char **argv) {
       {"json", no_argument, NULL, O_JSON},
       {"run", no_argument, NULL, O_RUN},
       {"time-scale", required_argument, NULL, O_SCALE},
+      {"ranks", required_argument, NULL, O_RANKS},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   gca_schedule_options_t so = GCA_SCHEDULE_OPTIONS_INIT;
   bool json = false, have_budget = false, have_ratio = false, do_run = false;
   double scale = 1.0;
+  int ranks = 1;
   int c;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     const char *a = optarg;
@@ -155,6 +223,16 @@ int main(int argc, char **argv) {
     case O_RUN:
       do_run = true;
       break;
+    case O_RANKS: {
+      char *end;
+      long v = strtol(a, &end, 10);
+      if (*end || v < 1 || v > 64) {
+        fprintf(stderr, "gca-schedule: --ranks '%s' is not 1..64\n", a);
+        return EXIT_USAGE;
+      }
+      ranks = (int)v;
+      break;
+    }
     case O_SCALE: {
       char *end;
       errno = 0;
@@ -181,6 +259,11 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   const char *path = argv[optind];
+  if (do_run && ranks > 1 && !getenv("GCA_SIM_DEVICES")) {
+    char v[16];
+    snprintf(v, sizeof(v), "%d", ranks);
+    setenv("GCA_SIM_DEVICES", v, 1); /* before the device layer starts */
+  }
   char *text = NULL;
   size_t len = 0;
   gca_opgraph_t *g = NULL;
@@ -211,14 +294,8 @@ int main(int argc, char **argv) {
   }
   double ms = (double)(tool_now_ns() - t0) / 1e6;
   gca_execute_result_t run = {.size = sizeof(run)};
-  if (do_run) {
-    gca_execute_options_t eo = GCA_EXECUTE_OPTIONS_INIT;
-    eo.time_scale = scale;
-    if ((st = gca_opgraph_execute(g, order, n, &eo, &run)) != GCA_OK) {
-      st = tool_error_gca(st, "gca-schedule: --run");
-      goto out;
-    }
-  }
+  if (do_run && (st = run_ranks(g, order, n, scale, ranks, &run)) != GCA_OK)
+    goto out;
   int64_t budget = so.budget_bytes > 0
                        ? so.budget_bytes
                        : (int64_t)((double)base.peak_bytes * (1.0 + so.budget_ratio));

@@ -232,8 +232,9 @@ GCA_API const char *gca_mismatch_kind_name(gca_mismatch_kind_t kind);
  * through the allocator (gca_malloc) at the step the plan allocates them and
  * freed at the step it frees them, with the streams that used them recorded;
  * inputs are allocated before the first op and, like outputs, freed after the
- * run. Collectives are modelled by their duration on their communicator's
- * stream (one rank); the lifecycle verifier runs alongside when asked. */
+ * run. Collectives run through the communicators given (else they are
+ * modelled by their duration on their communicator's stream, one rank); the
+ * lifecycle verifier runs alongside when asked. */
 
 typedef enum gca_execute_fault {
   GCA_EXECUTE_FAULT_NONE = 0,
@@ -252,10 +253,16 @@ typedef struct gca_execute_options {
   /* For testing the verifier: a deliberate departure from the plan. */
   gca_execute_fault_t fault;
   size_t fault_step;
+  /* This rank's communicator for each of the graph's communicators (in the
+   * order they were declared), or NULL: collectives are then modelled by
+   * their duration alone. With communicators, all_gather, reduce_scatter and
+   * all_reduce move the data through <gca/collectives.h> (every rank runs the
+   * same plan, each on its own thread) and then take their duration. */
+  struct gca_comm *const *comms;
 } gca_execute_options_t;
 
 #define GCA_EXECUTE_OPTIONS_INIT \
-  { sizeof(gca_execute_options_t), 0, 1.0, true, GCA_VERIFY_LOG, GCA_EXECUTE_FAULT_NONE, 0 }
+  { sizeof(gca_execute_options_t), 0, 1.0, true, GCA_VERIFY_LOG, GCA_EXECUTE_FAULT_NONE, 0, NULL }
 
 typedef struct gca_execute_result {
   size_t size; /* sizeof(gca_execute_result_t) */

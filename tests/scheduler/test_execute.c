@@ -6,6 +6,7 @@
  * plan lacks; one it makes but the run skips) and reported with the op and
  * buffer named, assert mode stops the run with that message, and nothing
  * leaks whichever way a run ends. Timings are reported, never asserted. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,101 @@ static void a_device_fault_mid_run_fails_cleanly(void **state) {
   gca_opgraph_destroy(g);
 }
 
+/* ---- several ranks ---- */
+
+#define RANKS 4
+
+typedef struct rank_job {
+  const gca_opgraph_t *g;
+  const size_t *order;
+  size_t n;
+  gca_comm_t *comm;
+  int device;
+  gca_status_t st;
+  char detail[512];
+  gca_execute_result_t r;
+} rank_job_t;
+
+/* One rank's run (no assertion here: the test checks what it recorded). */
+static void *rank_run(void *arg) {
+  rank_job_t *j = arg;
+  gca_execute_options_t o = GCA_EXECUTE_OPTIONS_INIT;
+  o.device = j->device;
+  o.time_scale = 0.05;
+  o.verify_mode = GCA_VERIFY_ASSERT;
+  gca_comm_t *comms[1] = {j->comm};
+  o.comms = comms;
+  j->r.size = sizeof(j->r);
+  j->st = gca_opgraph_execute(j->g, j->order, j->n, &o, &j->r);
+  snprintf(j->detail, sizeof(j->detail), "%s", gca_last_error());
+  return NULL;
+}
+
+/* The example's plan on four sim ranks, each a thread with its own device
+ * and communicator: the all-gathers and reduce-scatters move data through
+ * the collectives layer, and every rank's verifier sees its plan exactly. */
+static void the_example_runs_on_four_ranks_through_the_collectives(void **state) {
+  (void)state;
+  gca_opgraph_t *g = load_example();
+  size_t n = gca_opgraph_op_count(g);
+  size_t *order = malloc(n * sizeof(size_t));
+  assert_non_null(order);
+  gca_schedule_figures_t f = {.size = sizeof(f)};
+  assert_ok(gca_opgraph_schedule(g, NULL, order, n, &f));
+  int devs[RANKS] = {0, 1, 2, 3};
+  gca_comm_t *comms[RANKS];
+  assert_ok(gca_comm_create_all(RANKS, devs, NULL, comms));
+  rank_job_t jobs[RANKS];
+  pthread_t th[RANKS];
+  for (int r = 0; r < RANKS; r++) {
+    jobs[r] = (rank_job_t){.g = g, .order = order, .n = n, .comm = comms[r], .device = r};
+    assert_int_equal(pthread_create(&th[r], NULL, rank_run, &jobs[r]), 0);
+  }
+  for (int r = 0; r < RANKS; r++)
+    assert_int_equal(pthread_join(th[r], NULL), 0);
+  for (int r = 0; r < RANKS; r++) {
+    if (jobs[r].st != GCA_OK)
+      fail_msg("rank %d: %s: %s", r, gca_status_name(jobs[r].st), jobs[r].detail);
+    assert_int_equal(jobs[r].r.mismatches, 0);
+    assert_int_equal(jobs[r].r.measured_peak_bytes, f.peak_bytes);
+    assert_ok(gca_comm_async_error(comms[r]));
+    gca_comm_stats_t cs = {.size = sizeof(cs)};
+    assert_ok(gca_comm_stats(comms[r], &cs));
+    assert_int_equal(cs.completed, f.collectives_total);
+    assert_ok(gca_comm_destroy(comms[r]));
+    gca_stats_t s;
+    assert_ok(gca_get_stats(r, &s));
+    assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 0);
+  }
+  free(order);
+  gca_opgraph_destroy(g);
+}
+
+/* A plan whose collective does not fit the communicator is refused before
+ * anything runs, naming the op. */
+static void a_collective_that_does_not_fit_the_ranks_is_refused(void **state) {
+  (void)state;
+  gca_opgraph_t *g = load_example();
+  size_t n = gca_opgraph_op_count(g);
+  size_t *order = malloc(n * sizeof(size_t));
+  assert_non_null(order);
+  assert_ok(gca_opgraph_program_order(g, order));
+  int devs[2] = {0, 1};
+  gca_comm_t *comms[2];
+  assert_ok(gca_comm_create_all(2, devs, NULL, comms));
+  gca_execute_options_t o = GCA_EXECUTE_OPTIONS_INIT;
+  o.comms = comms;
+  gca_execute_result_t r = {.size = sizeof(r)};
+  assert_status(gca_opgraph_execute(g, order, n, &o, &r), GCA_ERR_NOT_SUPPORTED,
+                "collective 'ag_f0' (all_gather) of 6291456 bytes into 25165824 does not fit 2 "
+                "ranks");
+  for (int i = 0; i < 2; i++)
+    assert_ok(gca_comm_destroy(comms[i]));
+  expect_nothing_allocated();
+  free(order);
+  gca_opgraph_destroy(g);
+}
+
 static int setup(void **state) {
   (void)state;
   gca_sim_fault_clear();
@@ -237,6 +333,10 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(bad_options_are_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(a_device_fault_mid_run_fails_cleanly, setup, teardown),
+      cmocka_unit_test_setup_teardown(the_example_runs_on_four_ranks_through_the_collectives, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_collective_that_does_not_fit_the_ranks_is_refused, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,6 +40,15 @@ def main():
     ran = json.loads(r.stdout)["run"]
     assert ran["mismatches"] == 0, ran
     assert ran["measured_peak_bytes"] == ran["predicted_peak_bytes"], ran
+    env = dict(os.environ)
+    env.pop("GCA_SIM_DEVICES", None)  # --ranks sets it
+    r = subprocess.run([tool, graph, "--run", "--ranks", "4", "--time-scale", "0.01", "--json"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    ran = json.loads(r.stdout)["run"]
+    assert ran["mismatches"] == 0 and ran["measured_peak_bytes"] == ran["predicted_peak_bytes"], ran
+    r = run(graph, "--run", "--ranks", "3")
+    assert r.returncode == 1 and "does not fit 3 ranks" in r.stderr, r.stderr
     r = run(graph, "--run", "--time-scale", "0")
     assert r.returncode == 2 and "--time-scale '0'" in r.stderr, r.stderr
 
