@@ -5,7 +5,8 @@
  * and cliques of ranks, argument checks) and issues collectives as stream
  * work; sim_run.c runs one collective on a rank when its stream reaches it
  * (the rendezvous of the ranks, the data exchange, the cost model); reduce.c
- * has the element types and reductions. */
+ * has the element types and reductions; nccl.c is the NCCL backend (libnccl
+ * loaded at run time). */
 #ifndef GCA_COLL_INTERNAL_H
 #define GCA_COLL_INTERNAL_H
 
@@ -55,7 +56,10 @@ struct gca_comm {
   char error_detail[384];
   _Atomic uint64_t issued, bytes, completed, ran;
   gca__coll_t *persistent;
-  bool dead; /* destroyed while captured collectives still name it */
+  bool dead;    /* destroyed while captured collectives still name it */
+  void *nccl;   /* the NCCL backend's ncclComm_t (else NULL: sim) */
+  bool wrapped; /* an ncclComm_t the caller owns: never destroyed here */
+  _Atomic uint64_t registrations, registrations_total, deregistrations_total;
 };
 
 /* A group of ranks sharing an id (sim: threads of this process). */
@@ -85,6 +89,21 @@ void gca__clique_break(gca__clique_t *c, const char *why);
 void gca__comm_fail(gca_comm_t *comm, gca_status_t st, const char *detail);
 /* A run of a collective ended (successfully or not). */
 void gca__comm_ran(gca_comm_t *comm, gca__coll_t *coll, bool ok);
+
+/* nccl.c: the NCCL backend (functions named after the NCCL calls they make) */
+gca_status_t gca__nccl_load(void);
+gca_status_t gca__nccl_unique_id(gca_comm_id_t *id);
+gca_status_t gca__nccl_init_rank(const gca_comm_id_t *id, int nranks, int rank, void **out);
+gca_status_t gca__nccl_init_all(int nranks, const int *devices, void **out);
+gca_status_t gca__nccl_describe(void *comm, int *rank, int *nranks);
+gca_status_t gca__nccl_destroy(void *comm, bool abort);
+gca_status_t gca__nccl_async_error(void *comm);
+gca_status_t gca__nccl_issue(const char *fn, gca__coll_kind_t kind, const void *send, void *recv,
+                             size_t count, gca_dtype_t dtype, gca_reduce_op_t op, void *comm,
+                             gca_stream_t stream);
+gca_status_t gca__nccl_group(bool start);
+gca_status_t gca__nccl_register(void *comm, void *ptr, size_t bytes, void **handle);
+gca_status_t gca__nccl_deregister(void *comm, void *handle);
 
 /* reduce.c */
 float gca__f16_to_f32(uint16_t h);

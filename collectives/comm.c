@@ -55,6 +55,10 @@ GCA_API gca_status_t gca_comm_get_unique_id(gca_comm_id_t *id) {
   if (!id)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_get_unique_id: id is NULL");
   memset(id, 0, sizeof(*id));
+  GCA_CHECK(gca_device_init());
+  const char *be = gca_device_backend_name();
+  if (be && strcmp(be, "cuda") == 0)
+    return gca__nccl_unique_id(id);
   if (getrandom(id->bytes, 32, 0) != 32) { /* fall back to time and pid */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -140,9 +144,8 @@ static gca_status_t check_options(const gca_comm_options_t *o, gca_comm_options_
       return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_create: options' size is not set");
     *out = *o;
   }
-  if (out->backend == GCA_COMM_BACKEND_NCCL)
-    return gca__error(GCA_ERR_NOT_SUPPORTED, "comm_create: the NCCL backend is not built yet");
-  if (out->backend != GCA_COMM_BACKEND_AUTO && out->backend != GCA_COMM_BACKEND_SIM)
+  if (out->backend != GCA_COMM_BACKEND_AUTO && out->backend != GCA_COMM_BACKEND_SIM &&
+      out->backend != GCA_COMM_BACKEND_NCCL)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_create: unknown backend %d",
                       (int)out->backend);
   if (!(out->latency_us >= 0) || !(out->bandwidth_gbps >= 0) || !(out->timeout_s > 0) ||
@@ -152,12 +155,79 @@ static gca_status_t check_options(const gca_comm_options_t *o, gca_comm_options_
                       out->latency_us, out->bandwidth_gbps, out->timeout_s);
   GCA_CHECK(gca_device_init());
   const char *be = gca_device_backend_name();
-  if (!be || strcmp(be, "sim") != 0)
+  bool cuda = be && strcmp(be, "cuda") == 0;
+  if (out->backend == GCA_COMM_BACKEND_AUTO)
+    out->backend = cuda ? GCA_COMM_BACKEND_NCCL : GCA_COMM_BACKEND_SIM;
+  if (out->backend == GCA_COMM_BACKEND_NCCL) {
+    if (!cuda)
+      return gca__error(GCA_ERR_NOT_SUPPORTED,
+                        "comm_create: the NCCL backend needs the cuda device backend (now '%s')",
+                        be ? be : "none");
+    gca_status_t lst = gca__nccl_load();
+    return lst == GCA_OK ? GCA_OK : gca__error_prefix(lst, "comm_create");
+  }
+  if (cuda || !be)
     return gca__error(GCA_ERR_NOT_SUPPORTED,
                       "comm_create: the sim communicator needs the sim device backend (now '%s')",
                       be ? be : "none");
-  out->backend = GCA_COMM_BACKEND_SIM;
   return GCA_OK;
+}
+
+static _Atomic int nccl_comms; /* live NCCL communicators: groups bracket NCCL then */
+
+/* A communicator record for an NCCL communicator, registered as live. */
+static gca_status_t nccl_wrap(void *nc, int rank, int nranks, int device,
+                              const gca_comm_options_t *o, bool wrapped, gca_comm_t **out) {
+  gca_comm_t *c = calloc(1, sizeof(*c));
+  if (!c)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
+  c->magic = COMM_MAGIC;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->device = device;
+  c->opts = *o;
+  c->opts.backend = GCA_COMM_BACKEND_NCCL;
+  c->nccl = nc;
+  c->wrapped = wrapped;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  pthread_mutex_lock(&reg_lock);
+  gca_status_t st = GCA_OK;
+  if (nlive == caplive) {
+    size_t ncap = caplive ? caplive * 2 : 16;
+    gca_comm_t **grown = realloc(live, ncap * sizeof(*grown));
+    if (!grown)
+      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
+    else {
+      live = grown;
+      caplive = ncap;
+    }
+  }
+  if (st == GCA_OK)
+    live[nlive++] = c;
+  pthread_mutex_unlock(&reg_lock);
+  if (st != GCA_OK) {
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+    return st;
+  }
+  atomic_fetch_add(&nccl_comms, 1);
+  *out = c;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_comm_wrap_nccl(void *nc, int device, gca_comm_t **comm) {
+  if (!nc || !comm)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_wrap_nccl: nccl_comm or comm is NULL");
+  *comm = NULL;
+  gca_status_t lst = gca__nccl_load();
+  if (lst != GCA_OK)
+    return gca__error_prefix(lst, "comm_wrap_nccl");
+  int rank = 0, nranks = 0;
+  GCA_CHECK(gca__nccl_describe(nc, &rank, &nranks));
+  gca_comm_options_t o = GCA_COMM_OPTIONS_INIT;
+  return nccl_wrap(nc, rank, nranks, device, &o, true, comm);
 }
 
 /* Adds rank `rank` to the clique of id without waiting for the others. */
@@ -267,6 +337,15 @@ GCA_API gca_status_t gca_comm_create(const gca_comm_id_t *id, int nranks, int ra
   gca_comm_options_t o;
   GCA_CHECK(check_options(opts, &o));
   gca_comm_t *c = NULL;
+  if (o.backend == GCA_COMM_BACKEND_NCCL) {
+    void *nc = NULL;
+    GCA_CHECK(gca_set_device(device));
+    GCA_CHECK(gca__nccl_init_rank(id, nranks, rank, &nc));
+    gca_status_t st = nccl_wrap(nc, rank, nranks, device, &o, false, comm);
+    if (st != GCA_OK)
+      GCA_CHECK_IGNORE(gca__nccl_destroy(nc, false));
+    return st;
+  }
   GCA_CHECK(join(id, nranks, rank, device, &o, &c));
   gca_status_t st = wait_joined(c);
   if (st != GCA_OK) {
@@ -284,6 +363,22 @@ GCA_API gca_status_t gca_comm_create_all(int nranks, const int *devices,
                       nranks);
   gca_comm_options_t o;
   GCA_CHECK(check_options(opts, &o));
+  if (o.backend == GCA_COMM_BACKEND_NCCL) {
+    void *ncs[4096];
+    GCA_CHECK(gca__nccl_init_all(nranks, devices, ncs));
+    for (int r = 0; r < nranks; r++) {
+      gca_status_t st = nccl_wrap(ncs[r], r, nranks, devices[r], &o, false, &comms[r]);
+      if (st != GCA_OK) {
+        for (int k = 0; k < nranks; k++)
+          if (k >= r)
+            GCA_CHECK_IGNORE(gca__nccl_destroy(ncs[k], false));
+          else
+            GCA_CHECK_IGNORE(gca_comm_destroy(comms[k]));
+        return st;
+      }
+    }
+    return GCA_OK;
+  }
   gca_comm_id_t id;
   GCA_CHECK(gca_comm_get_unique_id(&id));
   for (int r = 0; r < nranks; r++) {
@@ -307,12 +402,16 @@ static void release(gca_comm_t *c) {
       break;
     }
   gca__clique_t *q = c->clique;
-  pthread_mutex_lock(&q->mu);
-  q->ranks[c->rank] = NULL;
-  q->joined--;
-  pthread_mutex_unlock(&q->mu);
-  clique_unref(q);
+  if (q) {
+    pthread_mutex_lock(&q->mu);
+    q->ranks[c->rank] = NULL;
+    q->joined--;
+    pthread_mutex_unlock(&q->mu);
+    clique_unref(q);
+  }
   pthread_mutex_unlock(&reg_lock);
+  if (c->nccl)
+    atomic_fetch_sub(&nccl_comms, 1);
   for (gca__coll_t *p = c->persistent, *next; p; p = next) {
     next = p->next;
     free(p);
@@ -325,6 +424,12 @@ static void release(gca_comm_t *c) {
 
 GCA_API gca_status_t gca_comm_destroy(gca_comm_t *c) {
   GCA_CHECK(check_comm("comm_destroy", c));
+  if (c->nccl) {
+    if (!c->wrapped)
+      GCA_CHECK(gca__nccl_destroy(c->nccl, false));
+    release(c);
+    return GCA_OK;
+  }
   pthread_mutex_lock(&c->mu);
   while (c->inflight > 0)
     pthread_cond_wait(&c->cv, &c->mu);
@@ -335,6 +440,11 @@ GCA_API gca_status_t gca_comm_destroy(gca_comm_t *c) {
 
 GCA_API gca_status_t gca_comm_abort(gca_comm_t *c) {
   GCA_CHECK(check_comm("comm_abort", c));
+  if (c->nccl) {
+    gca_status_t st = c->wrapped ? GCA_OK : gca__nccl_destroy(c->nccl, true);
+    release(c);
+    return st;
+  }
   gca__clique_t *q = c->clique;
   char why[128];
   snprintf(why, sizeof(why), "rank %d aborted the communicator", c->rank);
@@ -408,6 +518,8 @@ GCA_API gca_status_t gca_comm_backend_of(const gca_comm_t *c, gca_comm_backend_t
 
 GCA_API gca_status_t gca_comm_async_error(gca_comm_t *c) {
   GCA_CHECK(check_comm("comm_async_error", c));
+  if (c->nccl)
+    return gca__nccl_async_error(c->nccl);
   pthread_mutex_lock(&c->mu);
   gca_status_t st = c->error;
   char detail[sizeof(c->error_detail)];
@@ -425,12 +537,17 @@ GCA_API gca_status_t gca_comm_stats(const gca_comm_t *c, gca_comm_stats_t *out) 
   out->collectives = atomic_load(&c->issued);
   out->bytes = atomic_load(&c->bytes);
   out->completed = atomic_load(&c->completed);
+  out->registrations = atomic_load(&c->registrations);
+  out->registrations_total = atomic_load(&c->registrations_total);
+  out->deregistrations_total = atomic_load(&c->deregistrations_total);
   return GCA_OK;
 }
 
 /* ---- issuing ---- */
 
 GCA_API gca_status_t gca_group_start(void) {
+  if (atomic_load(&nccl_comms) > 0)
+    GCA_CHECK(gca__nccl_group(true));
   group_depth++;
   return GCA_OK;
 }
@@ -439,6 +556,8 @@ GCA_API gca_status_t gca_group_end(void) {
   if (group_depth == 0)
     return gca__error(GCA_ERR_INVALID_STATE, "group_end: no group_start");
   group_depth--;
+  if (atomic_load(&nccl_comms) > 0)
+    GCA_CHECK(gca__nccl_group(false));
   return GCA_OK;
 }
 
@@ -502,6 +621,12 @@ static gca_status_t issue(const char *fn, gca__coll_kind_t kind, const void *sen
     GCA_CHECK(check_buffer(fn, c, "send", sbase, send, in_elems * es));
     GCA_CHECK(check_buffer(fn, c, "recv", rbase, recv, out_elems * es));
   }
+  if (c->nccl) {
+    GCA_CHECK(gca__nccl_issue(fn, kind, send, recv, count, dtype, op, c->nccl, stream));
+    atomic_fetch_add(&c->issued, 1);
+    atomic_fetch_add(&c->bytes, in_elems * es);
+    return GCA_OK;
+  }
   gca__coll_t *co = calloc(1, sizeof(*co));
   if (!co)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory", fn);
@@ -560,4 +685,55 @@ GCA_API gca_status_t gca_reduce_scatter(const void *send, void *recv, size_t rec
 GCA_API gca_status_t gca_all_reduce(const void *send, void *recv, size_t count, gca_dtype_t dtype,
                                     gca_reduce_op_t op, gca_comm_t *comm, gca_stream_t stream) {
   return issue("all_reduce", GCA__ALL_REDUCE, send, recv, count, dtype, op, comm, stream);
+}
+
+/* ---- registration ---- */
+
+/* The sim's record of a registered range (its handle). */
+typedef struct sim_reg {
+  uint64_t magic;
+  gca_comm_t *comm;
+  void *ptr;
+  size_t bytes;
+} sim_reg_t;
+
+#define REG_MAGIC 0x7265676973746572ull
+
+GCA_API gca_status_t gca_comm_register(gca_comm_t *c, void *ptr, size_t bytes, void **handle) {
+  GCA_CHECK(check_comm("comm_register", c));
+  if (!ptr || !bytes || !handle)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_register: ptr %p, bytes %zu, handle %p", ptr,
+                      bytes, (void *)handle);
+  GCA_CHECK(check_buffer("comm_register", c, "range", ptr, ptr, bytes));
+  if (c->nccl) {
+    GCA_CHECK(gca__nccl_register(c->nccl, ptr, bytes, handle));
+  } else {
+    sim_reg_t *r = malloc(sizeof(*r));
+    if (!r)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_register: no host memory");
+    *r = (sim_reg_t){REG_MAGIC, c, ptr, bytes};
+    *handle = r;
+  }
+  atomic_fetch_add(&c->registrations, 1);
+  atomic_fetch_add(&c->registrations_total, 1);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_comm_deregister(gca_comm_t *c, void *handle) {
+  GCA_CHECK(check_comm("comm_deregister", c));
+  if (!handle)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_deregister: handle is NULL");
+  if (c->nccl) {
+    GCA_CHECK(gca__nccl_deregister(c->nccl, handle));
+  } else {
+    sim_reg_t *r = handle;
+    if (r->magic != REG_MAGIC || r->comm != c)
+      return gca__error(GCA_ERR_INVALID_HANDLE,
+                        "comm_deregister: %p is not a registration of this communicator", handle);
+    r->magic = 0;
+    free(r);
+  }
+  atomic_fetch_sub(&c->registrations, 1);
+  atomic_fetch_add(&c->deregistrations_total, 1);
+  return GCA_OK;
 }

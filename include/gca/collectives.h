@@ -14,8 +14,9 @@
  *
  * Backends: "sim" (ranks as threads of one process on sim devices; data moves
  * between ranks' memory directly; a cost per collective of latency plus bytes
- * over bandwidth, so that overlap can be measured). The NCCL backend is not
- * built yet: asking for it is GCA_ERR_NOT_SUPPORTED. */
+ * over bandwidth, so that overlap can be measured) and "nccl" (on the cuda
+ * device backend: libnccl loaded at run time, GCA_NCCL_LIBRARY or
+ * "libnccl.so.2", 2.10 or later; buffer registration needs 2.19). */
 #ifndef GCA_COLLECTIVES_H
 #define GCA_COLLECTIVES_H
 
@@ -38,7 +39,7 @@ typedef struct gca_comm_id {
 } gca_comm_id_t;
 
 typedef enum gca_comm_backend {
-  GCA_COMM_BACKEND_AUTO = 0, /* sim on the sim device backend */
+  GCA_COMM_BACKEND_AUTO = 0, /* sim on the sim device backend, nccl on the cuda one */
   GCA_COMM_BACKEND_SIM = 1,
   GCA_COMM_BACKEND_NCCL = 2,
 } gca_comm_backend_t;
@@ -72,7 +73,8 @@ typedef enum gca_reduce_op {
   GCA_REDUCE_AVG = 4, /* floating dtypes only: the sum divided by nranks */
 } gca_reduce_op_t;
 
-/* A fresh id (random bytes); every rank of a communicator uses the same. */
+/* A fresh id (ncclGetUniqueId on the cuda device backend, else random
+ * bytes); every rank of a communicator uses the same. */
 GCA_API gca_status_t gca_comm_get_unique_id(gca_comm_id_t *id);
 /* Joins rank `rank` of `nranks` on `device`; returns once every rank has
  * joined (or fails after the timeout naming the ranks missing). */
@@ -88,6 +90,13 @@ GCA_API gca_status_t gca_comm_destroy(gca_comm_t *comm);
  * once (peers waiting for this rank wake with the error) and frees it
  * without waiting. */
 GCA_API gca_status_t gca_comm_abort(gca_comm_t *comm);
+/* Wraps an ncclComm_t the caller already owns (rank and size read from it);
+ * destroying the wrapper leaves the NCCL communicator alone. */
+GCA_API gca_status_t gca_comm_wrap_nccl(void *nccl_comm, int device, gca_comm_t **comm);
+/* Registers [ptr, ptr + bytes) with the communicator (ncclCommRegister; the
+ * sim keeps and checks the range) for the collectives that use it. */
+GCA_API gca_status_t gca_comm_register(gca_comm_t *comm, void *ptr, size_t bytes, void **handle);
+GCA_API gca_status_t gca_comm_deregister(gca_comm_t *comm, void *handle);
 GCA_API gca_status_t gca_comm_rank(const gca_comm_t *comm, int *rank);
 GCA_API gca_status_t gca_comm_count(const gca_comm_t *comm, int *nranks);
 GCA_API gca_status_t gca_comm_device(const gca_comm_t *comm, int *device);
@@ -97,10 +106,13 @@ GCA_API gca_status_t gca_comm_backend_of(const gca_comm_t *comm, gca_comm_backen
 GCA_API gca_status_t gca_comm_async_error(gca_comm_t *comm);
 
 typedef struct gca_comm_stats {
-  size_t size;          /* sizeof(gca_comm_stats_t) */
-  uint64_t collectives; /* issued on this rank */
-  uint64_t bytes;       /* bytes this rank sent in them */
-  uint64_t completed;   /* that ran to the end */
+  size_t size;                  /* sizeof(gca_comm_stats_t) */
+  uint64_t collectives;         /* issued on this rank */
+  uint64_t bytes;               /* bytes this rank sent in them */
+  uint64_t completed;           /* that ran to the end (sim) */
+  uint64_t registrations;       /* live (gca_comm_register) */
+  uint64_t registrations_total; /* made since creation */
+  uint64_t deregistrations_total;
 } gca_comm_stats_t;
 GCA_API gca_status_t gca_comm_stats(const gca_comm_t *comm, gca_comm_stats_t *out);
 

@@ -441,6 +441,33 @@ static void bad_input_is_a_clear_status(void **state) {
   rig_fini(&r);
 }
 
+/* ---- registration (sim) ---- */
+
+static void registrations_are_counted_and_checked(void **state) {
+  (void)state;
+  rig_t r;
+  rig_init(&r, 2, 30.0);
+  void *h1 = NULL, *h2 = NULL;
+  assert_ok(gca_comm_register(r.comm[0], r.send[0], CNT * 8, &h1));
+  assert_ok(gca_comm_register(r.comm[0], r.recv[0], CNT * 8, &h2));
+  gca_comm_stats_t st = {.size = sizeof(st)};
+  assert_ok(gca_comm_stats(r.comm[0], &st));
+  assert_int_equal(st.registrations, 2);
+  assert_int_equal(st.registrations_total, 2);
+  assert_status(gca_comm_deregister(r.comm[1], h1), GCA_ERR_INVALID_HANDLE,
+                "not a registration of this communicator");
+  assert_status(gca_comm_register(r.comm[0], r.send[1], 64, &h1), GCA_ERR_INVALID_ARGUMENT,
+                "is on device 1, the communicator on 0");
+  assert_status(gca_comm_register(r.comm[0], r.send[0], (size_t)1 << 40, &h1),
+                GCA_ERR_INVALID_ARGUMENT, "too small");
+  assert_ok(gca_comm_deregister(r.comm[0], h1));
+  assert_ok(gca_comm_deregister(r.comm[0], h2));
+  assert_ok(gca_comm_stats(r.comm[0], &st));
+  assert_int_equal(st.registrations, 0);
+  assert_int_equal(st.deregistrations_total, 2);
+  rig_fini(&r);
+}
+
 static int teardown(void **state) {
   (void)state;
   assert_ok(gca_empty_cache());
@@ -463,6 +490,7 @@ int main(void) {
                                 teardown),
       cmocka_unit_test_teardown(an_abort_wakes_the_peers_waiting_for_the_rank, teardown),
       cmocka_unit_test_teardown(bad_input_is_a_clear_status, teardown),
+      cmocka_unit_test_teardown(registrations_are_counted_and_checked, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
