@@ -39,6 +39,7 @@
 
 #include "gca.h"
 #include "rmm_csv.h"
+#include "torch_snapshot.h"
 #include "util.h"
 
 #define MAX_CONFIGS 16
@@ -72,6 +73,10 @@ typedef struct trace {
   gca_stream_t streams[MAX_STREAMS];
   size_t nstreams;
   double parse_ns_per_event;
+  bool torch;              /* read from a PyTorch snapshot pickle */
+  uint64_t torch_reserved; /* its segments' total for the device: PyTorch's reserved bytes */
+  size_t torch_devices, torch_live_before;
+  double torch_read_mb_s; /* the pickle reader's speed */
 } trace_t;
 
 /* Trace pointer -> its latest allocation. Open addressing, linear probing,
@@ -107,6 +112,7 @@ typedef struct options {
   int repeat;
   bool json, progress, lenient;
   const char *snapshot; /* --snapshot: JSON after the first configuration's measured pass */
+  int device;           /* --device: the device trace of a PyTorch snapshot */
 } options_t;
 
 /* ---- pointer map ---- */
@@ -209,7 +215,7 @@ static gca_status_t stream_index(trace_t *t, uint64_t id, uint64_t line, uint32_
  * allocation" from "unknown"; always returns GCA_ERR_PARSE. */
 static gca_status_t unknown_free(gca_rmm_reader_t *r, const char *path, uint64_t line,
                                  uint64_t ptr) {
-  for (;;) {
+  for (; r != NULL;) {
     gca_rmm_event_t ev;
     bool eof = false;
     if (gca__rmm_next(r, &ev, &eof) != GCA_OK || eof)
@@ -301,9 +307,93 @@ static void progress(bool on, const char *what, size_t done, size_t total) {
     fputc('\n', stderr);
 }
 
+/* Note [Replaying a PyTorch snapshot] (torch_snapshot.c): the pickle's
+ * device trace as rows, through the same checks as a CSV's. */
+static gca_status_t load_pickle(const options_t *o, trace_t *t, const char *data, size_t len) {
+  py_doc_t *doc = NULL;
+  const py_value_t *root = NULL;
+  torch_events_t te;
+  uint64_t t0 = tool_now_ns();
+  TOOL_CHECK(py_pickle_load(data, len, o->path, &doc, &root));
+  double s = (double)(tool_now_ns() - t0) / 1e9;
+  t->torch_read_mb_s = s > 0 ? (double)len / 1e6 / s : 0;
+  gca_status_t st = torch_snapshot_events(root, o->path, o->device, &te);
+  py_doc_free(doc);
+  if (st != GCA_OK)
+    return st;
+  t->torch = true;
+  t->torch_reserved = te.torch_reserved;
+  t->torch_devices = te.ndevices;
+  t->torch_live_before = te.live_before;
+  ptr_map_t m = {0};
+  uint64_t live = 0;
+  t->stream_ids[0] = 0;
+  t->nstreams = 1;
+  for (size_t i = 0; i < te.n && st == GCA_OK; i++)
+    st = add_row(t, &m, NULL, o, &te.events[i], &live);
+  free(m.e);
+  free(te.events);
+  return st;
+}
+
+/* Whether the file at path starts like a pickle; then its bytes in *data. */
+static gca_status_t read_if_pickle(const char *path, char **data, size_t *len) {
+  *data = NULL;
+  *len = 0;
+  if (strcmp(path, "-") == 0)
+    return GCA_OK;
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return GCA_OK; /* the CSV reader reports it */
+  unsigned char head[2] = {0, 0};
+  size_t got = fread(head, 1, 2, f);
+  if (!py_is_pickle(head, got)) {
+    fclose(f);
+    return GCA_OK;
+  }
+  size_t cap = 1 << 20, n = 0;
+  char *buf = malloc(cap);
+  if (buf) {
+    memcpy(buf, head, got);
+    n = got;
+  }
+  while (buf) {
+    n += fread(buf + n, 1, cap - n, f);
+    if (n < cap)
+      break;
+    char *g = realloc(buf, cap * 2);
+    if (!g) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = g;
+    cap *= 2;
+  }
+  bool err = ferror(f);
+  fclose(f);
+  if (!buf)
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "replay: %s: out of host memory", path);
+  if (err) {
+    free(buf);
+    return tool_error(GCA_ERR_IO, "replay: cannot read %s", path);
+  }
+  *data = buf;
+  *len = n;
+  return GCA_OK;
+}
+
 static gca_status_t load_trace(const options_t *o, trace_t *t) {
   gca_status_t st;
   gca_rmm_reader_t *r = NULL;
+  char *pk = NULL;
+  size_t pklen = 0;
+  TOOL_CHECK(read_if_pickle(o->path, &pk, &pklen));
+  if (pk) {
+    st = load_pickle(o, t, pk, pklen);
+    free(pk);
+    return st;
+  }
   ptr_map_t m = {0};
   uint64_t live = 0;
   TOOL_CHECK((gca__rmm_open_file(o->path, &r)));
@@ -587,6 +677,13 @@ static gca_status_t print_json(const options_t *o, const trace_t *t, const run_r
   j_set(root, "streams", j_uint(t->nstreams), &ok);
   j_set(root, "peak_live_bytes", j_uint(t->peak_live), &ok);
   j_set(root, "parse_ns_per_event", j_real(t->parse_ns_per_event), &ok);
+  if (t->torch) {
+    j_set(root, "torch_reserved_bytes", j_uint(t->torch_reserved), &ok);
+    j_set(root, "torch_devices", j_uint(t->torch_devices), &ok);
+    j_set(root, "torch_device", json_integer(o->device), &ok);
+    j_set(root, "live_before_recording", j_uint(t->torch_live_before), &ok);
+    j_set(root, "pickle_read_mb_per_s", j_real(t->torch_read_mb_s), &ok);
+  }
   for (int i = 0; i < n; i++) {
     const run_result_t *r = &res[i];
     json_t *run = json_object();
@@ -598,6 +695,10 @@ static gca_status_t print_json(const options_t *o, const trace_t *t, const run_r
     j_set(run, "peak_reserved_bytes", j_uint(r->peak_reserved), &ok);
     j_set(run, "reserved_over_peak_live",
           j_real(t->peak_live ? (double)r->peak_reserved / (double)t->peak_live : 0), &ok);
+    if (t->torch)
+      j_set(run, "reserved_over_torch_reserved",
+            j_real(t->torch_reserved ? (double)r->peak_reserved / (double)t->torch_reserved : 0),
+            &ok);
     j_set(run, "fragmentation_at_peak_reserved", j_real(r->fragmentation), &ok);
     j_set(run, "free_bytes_at_peak_reserved", j_uint(r->free_at_peak), &ok);
     j_set(run, "largest_free_at_peak_reserved", j_uint(r->largest_free_at_peak), &ok);
@@ -629,7 +730,14 @@ static void print_table(const options_t *o, const trace_t *t, const run_result_t
            t->nunmatched, t->nunmatched == 1 ? "" : "s", (unsigned long long)t->first_unmatched);
   printf("peak live      %s (%llu bytes)\n", tool_format_size(t->peak_live, b1, sizeof(b1)),
          (unsigned long long)t->peak_live);
-  printf("parsing        %.1f ns/event\n\n", t->parse_ns_per_event);
+  if (t->torch)
+    printf("PyTorch        device %d of %zu: reserved %s at the snapshot (its segments); %zu "
+           "block%s live before the recording; pickle read at %.1f MB/s\n",
+           o->device, t->torch_devices, tool_format_size(t->torch_reserved, b1, sizeof(b1)),
+           t->torch_live_before, t->torch_live_before == 1 ? "" : "s", t->torch_read_mb_s);
+  else
+    printf("parsing        %.1f ns/event\n", t->parse_ns_per_event);
+  printf("\n");
   int width = 16;
   for (int i = 0; i < n; i++) {
     int len = res[i].config && *res[i].config ? (int)strlen(res[i].config) : 7;
@@ -645,6 +753,15 @@ static void print_table(const options_t *o, const trace_t *t, const run_result_t
   printf("\n%-32s", "peak reserved");
   for (int i = 0; i < n; i++)
     printf("%*s", width, tool_format_size(res[i].peak_reserved, b1, sizeof(b1)));
+  if (t->torch) {
+    printf("\n%-32s", "PyTorch reserved (snapshot)");
+    for (int i = 0; i < n; i++)
+      printf("%*s", width, tool_format_size(t->torch_reserved, b1, sizeof(b1)));
+    printf("\n%-32s", "gca peak / PyTorch reserved");
+    for (int i = 0; i < n; i++)
+      printf("%*.4f", width,
+             t->torch_reserved ? (double)res[i].peak_reserved / (double)t->torch_reserved : 0.0);
+  }
   printf("\n%-32s", "reserved / peak live");
   for (int i = 0; i < n; i++)
     printf("%*.4f", width,
@@ -675,19 +792,25 @@ static void print_table(const options_t *o, const trace_t *t, const run_result_t
 /* ---- command line ---- */
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: gca-replay TRACE.csv [--config STR]... [--device-memory SIZE] [--repeat N]\n"
-             "                  [--lenient] [--json] [--no-progress] [--snapshot FILE] [--help]\n"
-             "Replays an RMM log CSV trace through the caching allocator, once per --config\n"
-             "(default: the settings from GCA_ALLOC_CONF, else the defaults), and reports peak\n"
-             "live and reserved bytes, fragmentation at peak, ns per event and device calls.\n"
-             "  --device-memory SIZE  capacity of the simulated device (e.g. 80GiB)\n"
-             "  --repeat N            warm passes timed after the measured one (default 3)\n"
-             "  --lenient             skip (and count) frees of pointers that are not live, as\n"
-             "                        in traces whose recording began after some allocations\n"
-             "  --snapshot FILE       write a snapshot (JSON, for gca-snapshot) at the end of the\n"
-             "                        first configuration's measured pass, with its history\n"
-             "  --json                the report as one JSON object\n"
-             "  --no-progress         no progress bar on stderr (default when it is not a tty)\n");
+  fprintf(f,
+          "usage: gca-replay TRACE.csv|SNAPSHOT.pickle [--config STR]... [--device-memory SIZE]\n"
+          "                  [--repeat N] [--lenient] [--json] [--no-progress] [--snapshot FILE]\n"
+          "                  [--device N] [--help]\n"
+          "Replays an RMM log CSV trace, or one device's trace of a PyTorch memory snapshot\n"
+          "(the pickle torch.cuda.memory._dump_snapshot writes; read as plain data only,\n"
+          "never run), through the caching allocator, once per --config\n"
+          "(default: the settings from GCA_ALLOC_CONF, else the defaults), and reports peak\n"
+          "live and reserved bytes, fragmentation at peak, ns per event and device calls.\n"
+          "  --device-memory SIZE  capacity of the simulated device (e.g. 80GiB)\n"
+          "  --repeat N            warm passes timed after the measured one (default 3)\n"
+          "  --lenient             skip (and count) frees of pointers that are not live, as\n"
+          "                        in traces whose recording began after some allocations\n"
+          "  --snapshot FILE       write a snapshot (JSON, for gca-snapshot) at the end of the\n"
+          "                        first configuration's measured pass, with its history\n"
+          "  --device N            the device trace of a PyTorch snapshot (default 0); its\n"
+          "                        reserved bytes are reported beside gca's\n"
+          "  --json                the report as one JSON object\n"
+          "  --no-progress         no progress bar on stderr (default when it is not a tty)\n");
 }
 
 static int parse_args(int argc, char **argv, options_t *o) {
@@ -698,7 +821,8 @@ static int parse_args(int argc, char **argv, options_t *o) {
     OPT_SNAPSHOT,
     OPT_CONFIG,
     OPT_DEVMEM,
-    OPT_REPEAT
+    OPT_REPEAT,
+    OPT_DEVICE
   };
   static const struct option longopts[] = {{"config", required_argument, NULL, OPT_CONFIG},
                                            {"device-memory", required_argument, NULL, OPT_DEVMEM},
@@ -707,6 +831,7 @@ static int parse_args(int argc, char **argv, options_t *o) {
                                            {"json", no_argument, NULL, OPT_JSON},
                                            {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
                                            {"snapshot", required_argument, NULL, OPT_SNAPSHOT},
+                                           {"device", required_argument, NULL, OPT_DEVICE},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   o->repeat = 3;
@@ -742,6 +867,16 @@ static int parse_args(int argc, char **argv, options_t *o) {
         return -1;
       }
       break;
+    case OPT_DEVICE: {
+      char *end = NULL;
+      long v = strtol(optarg, &end, 10);
+      if (!end || *end || end == optarg || v < 0 || v > 4096) {
+        fprintf(stderr, "gca-replay: --device '%s' is not a device number\n", optarg);
+        return -1;
+      }
+      o->device = (int)v;
+      break;
+    }
     case OPT_REPEAT: {
       char *end = NULL;
       long v = strtol(optarg, &end, 10);
