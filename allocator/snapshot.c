@@ -24,6 +24,7 @@
 #include "history.h"
 #include "introspect.h"
 #include "json.h"
+#include "json_reader.h"
 
 GCA_API gca_status_t gca_record_history(bool enabled, size_t max_entries, bool stacks) {
   return gca__history_configure(enabled, max_entries, stacks);
@@ -222,4 +223,34 @@ GCA_API gca_status_t gca_snapshot_json(char **json, size_t *len) {
 fail:
   gca__json_writer_free(&w);
   return gca__error_prefix(st, "snapshot_json");
+}
+
+GCA_API gca_status_t gca_snapshot_json_to_pickle(const char *json, size_t len, char **pickle,
+                                                 size_t *pickle_len) {
+  if (!json || !pickle || !pickle_len)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "snapshot_json_to_pickle: NULL argument");
+  gca_jv_t *root = NULL;
+  gca_status_t st = gca__json_parse(json, len, &root);
+  if (st != GCA_OK)
+    return gca__error_prefix(st, "snapshot_json_to_pickle");
+  if (root->kind != GCA_JV_OBJECT || !gca__json_get(root, "segments") ||
+      !gca__json_get(root, "device_traces"))
+    st = gca__error(GCA_ERR_PARSE,
+                    "snapshot_json_to_pickle: not a snapshot (an object with 'segments' and "
+                    "'device_traces')");
+  else
+    st = gca__json_to_pickle(root, pickle, pickle_len);
+  gca__json_free(root);
+  return st;
+}
+
+GCA_API gca_status_t gca_snapshot_pickle(char **pickle, size_t *len) {
+  if (!pickle || !len)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "snapshot_pickle: the output pointer is NULL");
+  char *json = NULL;
+  size_t jlen = 0;
+  GCA_CHECK(gca_snapshot_json(&json, &jlen));
+  gca_status_t st = gca_snapshot_json_to_pickle(json, jlen, pickle, len);
+  gca_string_free(json);
+  return st;
 }

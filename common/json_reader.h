@@ -49,4 +49,8 @@ void gca__json_free(gca_jv_t *root);
 const gca_jv_t *gca__json_get(const gca_jv_t *obj, const char *key);
 const char *gca__json_kind_name(gca_jv_kind_t kind);
 
+/* pickle_writer.c: the document as a pickle (protocol 4) of the same plain
+ * data; *out is malloc'd. */
+gca_status_t gca__json_to_pickle(const gca_jv_t *root, char **out, size_t *len);
+
 #endif

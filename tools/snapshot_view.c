@@ -18,7 +18,10 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: gca-snapshot SNAPSHOT.json [-o page.html] [--text] [--top N]\n"
+             "       gca-snapshot SNAPSHOT.json --pickle OUT.pickle\n"
              "\n"
+             "  --pickle F write the snapshot as a pickle with PyTorch's fields (what\n"
+             "             torch.cuda.memory._dump_snapshot writes; PyTorch's viewer opens it)\n"
              "  -o FILE    write the HTML page to FILE ('-' for stdout; default: SNAPSHOT.html)\n"
              "  --text     print a plain summary on stdout instead (segments, totals by\n"
              "             block state, largest live blocks, history figures)\n"
@@ -38,15 +41,61 @@ static char *default_output(const char *input) {
   return out;
 }
 
+/* --pickle: the snapshot JSON at input converted by the library
+ * (gca_snapshot_json_to_pickle) and written to out. */
+static int write_pickle(const char *input, const char *out) {
+  FILE *f = fopen(input, "rb");
+  if (!f) {
+    fprintf(stderr, "gca-snapshot: cannot read '%s'\n", input);
+    return EXIT_INPUT;
+  }
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    n += fread(buf + n, 1, cap - n, f);
+    if (n < cap)
+      break;
+    char *g = realloc(buf, cap * 2);
+    if (!g) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = g;
+    cap *= 2;
+  }
+  fclose(f);
+  if (!buf) {
+    fprintf(stderr, "gca-snapshot: out of memory\n");
+    return EXIT_INPUT;
+  }
+  char *pk = NULL;
+  size_t pklen = 0;
+  gca_status_t st = gca_snapshot_json_to_pickle(buf, n, &pk, &pklen);
+  free(buf);
+  if (st != GCA_OK) {
+    fprintf(stderr, "gca-snapshot: '%s': %s\n", input, gca_last_error());
+    return EXIT_INPUT;
+  }
+  FILE *o = fopen(out, "wb");
+  int rc = 0;
+  if (!o || fwrite(pk, 1, pklen, o) != pklen)
+    rc = EXIT_OUTPUT;
+  if (o && fclose(o) != 0)
+    rc = EXIT_OUTPUT;
+  if (rc)
+    fprintf(stderr, "gca-snapshot: cannot write '%s'\n", out);
+  gca_string_free(pk);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
-      {"output", required_argument, NULL, 'o'},
-      {"text", no_argument, NULL, 't'},
-      {"top", required_argument, NULL, 'n'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
+      {"output", required_argument, NULL, 'o'}, {"text", no_argument, NULL, 't'},
+      {"top", required_argument, NULL, 'n'},    {"pickle", required_argument, NULL, 'p'},
+      {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
   };
-  const char *output = NULL;
+  const char *output = NULL, *pickle_out = NULL;
   bool text = false;
   size_t top = 10;
   int c;
@@ -58,6 +107,9 @@ int main(int argc, char **argv) {
       break;
     case 't':
       text = true;
+      break;
+    case 'p':
+      pickle_out = optarg;
       break;
     case 'n': {
       char *end;
@@ -83,6 +135,8 @@ int main(int argc, char **argv) {
     return EXIT_INPUT;
   }
   const char *input = argv[optind];
+  if (pickle_out)
+    return write_pickle(input, pickle_out);
   snapshot_t snap;
   if (gca__snapshot_load_file(input, &snap) != GCA_OK) {
     fprintf(stderr, "gca-snapshot: %s\n", tool_last_error());

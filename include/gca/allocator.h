@@ -121,6 +121,13 @@ GCA_API gca_status_t gca_record_history(bool enabled, size_t max_entries, bool s
 /* A JSON snapshot with PyTorch's fields (segments, device_traces,
  * allocator_settings). *json is malloc'd; release it with gca_string_free. */
 GCA_API gca_status_t gca_snapshot_json(char **json, size_t *len);
+/* The same snapshot as a Python pickle (protocol 4) of plain data with
+ * PyTorch's fields, as torch.cuda.memory._dump_snapshot writes one: PyTorch's
+ * memory viewer opens it. *pickle is malloc'd; release it with gca_string_free. */
+GCA_API gca_status_t gca_snapshot_pickle(char **pickle, size_t *len);
+/* A snapshot JSON document (len bytes) converted to that pickle. */
+GCA_API gca_status_t gca_snapshot_json_to_pickle(const char *json, size_t len, char **pickle,
+                                                 size_t *pickle_len);
 GCA_API void gca_string_free(char *s);
 
 /* ---- out of memory ---- */

@@ -283,11 +283,43 @@ static void bad_arguments_are_rejected(void **state) {
   gca_string_free(text);
 }
 
+/* The pickle form is the JSON snapshot's data: the same bytes whichever way
+ * it is made, a protocol-4 pickle, and bad input is refused. */
+static void the_pickle_is_the_json_snapshot_as_a_pickle(void **state) {
+  (void)state;
+  void *p = NULL;
+  assert_ok(gca_malloc(&p, 4096, NULL));
+  char *json = NULL, *a = NULL, *b = NULL;
+  size_t jlen = 0, alen = 0, blen = 0;
+  assert_ok(gca_snapshot_json(&json, &jlen));
+  assert_ok(gca_snapshot_pickle(&a, &alen));
+  assert_ok(gca_snapshot_json_to_pickle(json, jlen, &b, &blen));
+  assert_true(alen > 16);
+  assert_int_equal(alen, blen);
+  assert_memory_equal(a, b, alen);
+  assert_int_equal((unsigned char)a[0], 0x80);
+  assert_int_equal(a[1], 4);
+  assert_int_equal(a[alen - 1], '.');
+  gca_string_free(json);
+  gca_string_free(a);
+  gca_string_free(b);
+  char *out = NULL;
+  size_t olen = 0;
+  assert_status(gca_snapshot_json_to_pickle("{\"segments\": [", 14, &out, &olen), GCA_ERR_PARSE,
+                "offset 14");
+  assert_status(gca_snapshot_json_to_pickle("[1]", 3, &out, &olen), GCA_ERR_PARSE,
+                "not a snapshot");
+  assert_status(gca_snapshot_pickle(NULL, &olen), GCA_ERR_INVALID_ARGUMENT, "NULL");
+  assert_null(out);
+  assert_ok(gca_free(p));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(snapshot_sums_match_stats_and_traces_keep_order, teardown),
       cmocka_unit_test_teardown(settings_in_force_are_reported, teardown),
       cmocka_unit_test_teardown(history_off_gives_empty_traces, teardown),
+      cmocka_unit_test_teardown(the_pickle_is_the_json_snapshot_as_a_pickle, teardown),
       cmocka_unit_test_teardown(out_of_memory_is_traced_and_leaves_the_snapshot_intact, teardown),
       cmocka_unit_test_teardown(bad_arguments_are_rejected, teardown),
   };
