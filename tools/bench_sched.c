@@ -24,6 +24,15 @@ typedef struct result {
   double ms;
 } result_t;
 
+/* The share of communication time hidden (0 when the compute stream stalled
+ * for all of it; rounding never shows a negative share). */
+static double hidden_share(const gca_schedule_figures_t *f) {
+  if (f->comm_us <= 0)
+    return 1.0;
+  double h = 1.0 - f->exposed_comm_us / f->comm_us;
+  return h < 0 ? 0 : h;
+}
+
 static gca_status_t run(const gca_opgraph_t *g, gca_schedule_policy_t pol, double ratio,
                         result_t *r) {
   size_t n = gca_opgraph_op_count(g);
@@ -57,9 +66,8 @@ static void print_shape(const char *name, const fsdp_shape_t *s, const result_t 
              "\"collectives_hidden\": %zu, \"collectives_total\": %zu, \"makespan_us\": %.1f, "
              "\"schedule_ms\": %.3f}",
              i ? "," : "", rs[i].policy, rs[i].ratio, (long long)f->peak_bytes,
-             (double)f->peak_bytes / (double)base->peak_bytes, f->exposed_comm_us,
-             f->comm_us > 0 ? 1.0 - f->exposed_comm_us / f->comm_us : 1.0, f->collectives_hidden,
-             f->collectives_total, f->makespan_us, rs[i].ms);
+             (double)f->peak_bytes / (double)base->peak_bytes, f->exposed_comm_us, hidden_share(f),
+             f->collectives_hidden, f->collectives_total, f->makespan_us, rs[i].ms);
     }
     printf("]}");
     return;
@@ -79,8 +87,7 @@ static void print_shape(const char *name, const fsdp_shape_t *s, const result_t 
       snprintf(label, sizeof(label), "%s", rs[i].policy);
     printf("  %-24s %10s %12.4f %9.1f%% %6zu / %-5zu %12.2f %10.2f\n", label,
            tool_format_size((uint64_t)f->peak_bytes, b, sizeof(b)),
-           (double)f->peak_bytes / (double)base->peak_bytes,
-           f->comm_us > 0 ? 100.0 * (1.0 - f->exposed_comm_us / f->comm_us) : 100.0,
+           (double)f->peak_bytes / (double)base->peak_bytes, 100.0 * hidden_share(f),
            f->collectives_hidden, f->collectives_total, f->makespan_us / 1e3, rs[i].ms);
   }
 }
