@@ -8,6 +8,7 @@
  * make the reader import, call or build an object. */
 #include "pickle.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -518,4 +519,127 @@ const py_value_t *py_dict_get(const py_value_t *d, const char *key) {
 bool py_is_pickle(const void *data, size_t len) {
   const unsigned char *p = data;
   return len >= 2 && p[0] == 0x80 && p[1] >= 2 && p[1] <= 5;
+}
+
+/* ---- as JSON ---- */
+
+typedef struct jbuf {
+  char *p;
+  size_t len, cap;
+  bool failed;
+} jbuf_t;
+
+static void jput(jbuf_t *b, const char *s, size_t n) {
+  if (b->failed)
+    return;
+  if (b->len + n + 1 > b->cap) {
+    size_t nc = b->cap ? b->cap : 4096;
+    while (nc < b->len + n + 1)
+      nc *= 2;
+    char *g = realloc(b->p, nc);
+    if (!g) {
+      b->failed = true;
+      return;
+    }
+    b->p = g;
+    b->cap = nc;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = '\0';
+}
+
+static void jstr(jbuf_t *b, const char *s, size_t n) {
+  jput(b, "\"", 1);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    char esc[8];
+    if (c == '"' || c == '\\') {
+      esc[0] = '\\';
+      esc[1] = (char)c;
+      jput(b, esc, 2);
+    } else if (c < 0x20) {
+      snprintf(esc, sizeof(esc), "\\u%04x", c);
+      jput(b, esc, 6);
+    } else {
+      jput(b, (const char *)&c, 1);
+    }
+  }
+  jput(b, "\"", 1);
+}
+
+static gca_status_t jvalue(jbuf_t *b, const py_value_t *v, int depth) {
+  char num[64];
+  if (depth > 512)
+    return tool_error(GCA_ERR_PARSE, "pickle: nested deeper than 512 levels");
+  switch (v->kind) {
+  case PY_NONE:
+    jput(b, "null", 4);
+    break;
+  case PY_BOOL:
+    jput(b, v->b ? "true" : "false", v->b ? 4 : 5);
+    break;
+  case PY_INT:
+    if (v->big)
+      return tool_error(GCA_ERR_PARSE, "pickle: an integer beyond 64 bits");
+    snprintf(num, sizeof(num), "%lld", (long long)v->i);
+    jput(b, num, strlen(num));
+    break;
+  case PY_FLOAT:
+    if (v->f != v->f || v->f > 1.7976931348623157e308 || v->f < -1.7976931348623157e308)
+      jput(b, "null", 4);
+    else {
+      snprintf(num, sizeof(num), "%.17g", v->f);
+      jput(b, num, strlen(num));
+    }
+    break;
+  case PY_STR:
+  case PY_BYTES:
+    jstr(b, v->s, v->len);
+    break;
+  case PY_LIST:
+  case PY_TUPLE:
+    jput(b, "[", 1);
+    for (size_t i = 0; i < v->n; i++) {
+      if (i)
+        jput(b, ",", 1);
+      TOOL_CHECK(jvalue(b, v->items[i], depth + 1));
+    }
+    jput(b, "]", 1);
+    break;
+  case PY_DICT:
+    jput(b, "{", 1);
+    for (size_t i = 0; i < v->n; i++) {
+      const py_value_t *k = v->items[2 * i];
+      if (i)
+        jput(b, ",", 1);
+      if (k->kind == PY_STR) {
+        jstr(b, k->s, k->len);
+      } else if (k->kind == PY_INT && !k->big) {
+        snprintf(num, sizeof(num), "\"%lld\"", (long long)k->i);
+        jput(b, num, strlen(num));
+      } else {
+        return tool_error(GCA_ERR_PARSE, "pickle: a dict key that is not a string or an integer");
+      }
+      jput(b, ":", 1);
+      TOOL_CHECK(jvalue(b, v->items[2 * i + 1], depth + 1));
+    }
+    jput(b, "}", 1);
+    break;
+  }
+  return GCA_OK;
+}
+
+gca_status_t py_to_json(const py_value_t *v, char **out, size_t *len) {
+  jbuf_t b = {0};
+  gca_status_t st = jvalue(&b, v, 0);
+  if (st == GCA_OK && b.failed)
+    st = tool_error(GCA_ERR_OUT_OF_MEMORY, "pickle: no memory for its JSON");
+  if (st != GCA_OK) {
+    free(b.p);
+    return st;
+  }
+  *out = b.p;
+  *len = b.len;
+  return GCA_OK;
 }

@@ -56,6 +56,9 @@ const py_value_t *py_dict_get(const py_value_t *dict, const char *key);
 /* The i-th key and value of a dict. */
 const py_value_t *py_dict_key(const py_value_t *dict, size_t i);
 const py_value_t *py_dict_value(const py_value_t *dict, size_t i);
+/* The value as JSON text (dicts' integer keys as strings; non-finite floats
+ * as null; bytes as strings); *out is malloc'd and NUL-terminated. */
+gca_status_t py_to_json(const py_value_t *v, char **out, size_t *len);
 /* Whether data starts like a pickle (PROTO opcode, protocol 2..5). */
 bool py_is_pickle(const void *data, size_t len);
 

@@ -11,6 +11,8 @@
  */
 #include "snapshot_model.h"
 
+#include "pickle.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
@@ -485,6 +487,21 @@ gca_status_t gca__snapshot_load_file(const char *path, snapshot_t *out) {
   if (ferror(f)) {
     st = tool_error(GCA_ERR_IO, "snapshot: error reading '%s'", path);
     goto fail_buf;
+  }
+  if (py_is_pickle(buf, len)) { /* a PyTorch snapshot pickle: read as plain data */
+    py_doc_t *doc = NULL;
+    const py_value_t *root = NULL;
+    char *json = NULL;
+    size_t jlen = 0;
+    st = py_pickle_load(buf, len, path, &doc, &root);
+    if (st == GCA_OK)
+      st = py_to_json(root, &json, &jlen);
+    py_doc_free(doc);
+    if (st != GCA_OK)
+      goto fail_buf;
+    free(buf);
+    buf = json;
+    len = jlen;
   }
   st = gca__snapshot_load(buf, len, out);
   if (st != GCA_OK)

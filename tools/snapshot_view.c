@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* snapshot_view.c - gca-snapshot: renders a snapshot JSON (gca_snapshot_json,
- * or PyTorch's torch.cuda.memory._snapshot() dumped as JSON) as a
- * self-contained HTML page or, with --text, as a plain summary.
+ * or PyTorch's torch.cuda.memory._snapshot() dumped as JSON or as the pickle
+ * _dump_snapshot writes, read as plain data only) as a self-contained HTML
+ * page or, with --text, as a plain summary.
  *
  * Exit status: 0 rendered; 1 the output could not be written; 2 bad usage, an
  * unreadable input, malformed JSON or a snapshot missing a required field.

@@ -3,8 +3,10 @@
 """gca-snapshot --pickle: a gca snapshot (written by gca-replay --snapshot)
 converted to PyTorch's pickle reads back with Python's pickle under a
 restricted unpickler (no class may be loaded) equal, field by field and figure
-by figure, to the JSON snapshot; and gca-replay reads that pickle back as a
-PyTorch snapshot. Usage: test_snapshot_pickle.py GCA_REPLAY GCA_SNAPSHOT."""
+by figure, to the JSON snapshot; gca-replay reads that pickle back as a
+PyTorch snapshot and gca-snapshot renders it as it renders the JSON; a pickle
+that would run code is refused. Usage: test_snapshot_pickle.py GCA_REPLAY
+GCA_SNAPSHOT."""
 import io
 import json
 import os
@@ -60,6 +62,26 @@ def main():
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["torch_reserved_bytes"] == sum(s["total_size"] for s in got["segments"]), rep
+    # gca-snapshot renders the pickle as it renders the JSON
+    a = subprocess.run([snapshot_tool, snap, "--text"], capture_output=True, text=True)
+    b = subprocess.run([snapshot_tool, pk, "--text"], capture_output=True, text=True)
+    assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
+    assert a.stdout == b.stdout, (a.stdout, b.stdout)
+    html = os.path.join(tmp, "snap.html")
+    r = subprocess.run([snapshot_tool, pk, "-o", html], capture_output=True, text=True)
+    assert r.returncode == 0 and os.path.getsize(html) > 1000, r.stderr
+    marker = os.path.join(tmp, "ran")
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch " + marker,))
+
+    evil = os.path.join(tmp, "evil.pickle")
+    with open(evil, "wb") as f:
+        pickle.dump({"segments": [Evil()], "device_traces": []}, f, protocol=4)
+    r = subprocess.run([snapshot_tool, evil, "--text"], capture_output=True, text=True)
+    assert r.returncode == 2 and "STACK_GLOBAL" in r.stderr and "refused" in r.stderr, r.stderr
+    assert not os.path.exists(marker)
     r = subprocess.run([snapshot_tool, csv, "--pickle", pk], capture_output=True, text=True)
     assert r.returncode == 2 and "json" in r.stderr, r.stderr
     print("snapshot pickle: ok (%d bytes of JSON, %d of pickle)" %
