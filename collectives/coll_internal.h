@@ -6,7 +6,7 @@
  * work; sim_run.c runs one collective on a rank when its stream reaches it
  * (the rendezvous of the ranks, the data exchange, the cost model); reduce.c
  * has the element types and reductions; nccl.c is the NCCL backend (libnccl
- * loaded at run time). */
+ * loaded at run time); bucket.c the bucketer. */
 #ifndef GCA_COLL_INTERNAL_H
 #define GCA_COLL_INTERNAL_H
 

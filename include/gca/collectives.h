@@ -140,6 +140,57 @@ GCA_API gca_status_t gca_group_end(void);
 
 GCA_API size_t gca_dtype_size(gca_dtype_t dtype);
 
+/* ---- the bucketer ----
+ *
+ * Collectives added in order are merged into buckets: adjacent ones with the
+ * same communicator, kind, reduce op and dtype, up to a byte cap, never one
+ * that depends on another in the same bucket (the caller names the earlier
+ * collectives each depends on). Finalize fixes the layout: each bucket gets
+ * one flat buffer (allocated once, registered with the communicator) and
+ * each collective an offset in it, the same on every rank and every run. A
+ * run copies the inputs in, runs one collective per bucket (all-gather in its
+ * in-place form) and copies the outputs out, on one stream; a bucket of one
+ * collective runs it directly, unmerged. */
+
+typedef struct gca_bucketer gca_bucketer_t;
+
+typedef enum gca_coll_kind {
+  GCA_COLL_ALL_GATHER = 0,
+  GCA_COLL_REDUCE_SCATTER = 1,
+  GCA_COLL_ALL_REDUCE = 2,
+} gca_coll_kind_t;
+
+typedef struct gca_bucketer_options {
+  size_t size;      /* sizeof(gca_bucketer_options_t) */
+  size_t cap_bytes; /* a bucket's input bytes at most (default 2000 MB, as Inductor) */
+} gca_bucketer_options_t;
+
+#define GCA_BUCKETER_OPTIONS_INIT \
+  { sizeof(gca_bucketer_options_t), (size_t)2000 << 20 }
+
+GCA_API gca_status_t gca_bucketer_create(const gca_bucketer_options_t *opts,
+                                         gca_bucketer_t **bucketer);
+/* Adds the next collective (count as the collective's own call takes it);
+ * deps: indices of earlier collectives whose output it reads. *index: its
+ * index. */
+GCA_API gca_status_t gca_bucketer_add(gca_bucketer_t *b, gca_comm_t *comm, gca_coll_kind_t kind,
+                                      const void *send, void *recv, size_t count, gca_dtype_t dtype,
+                                      gca_reduce_op_t op, const size_t *deps, size_t ndeps,
+                                      size_t *index);
+/* Plans the buckets and allocates their buffers (on the communicators'
+ * devices, with gca_malloc on `stream`). Nothing can be added afterwards. */
+GCA_API gca_status_t gca_bucketer_finalize(gca_bucketer_t *b, gca_stream_t stream);
+/* Runs every collective once, bucketed, on `stream` (capturable). */
+GCA_API gca_status_t gca_bucketer_run(gca_bucketer_t *b, gca_stream_t stream);
+GCA_API gca_status_t gca_bucketer_bucket_count(const gca_bucketer_t *b, size_t *buckets);
+/* Where collective `index` lives: its bucket, the bucket's buffer and the
+ * collective's element offset in the bucket's input. */
+GCA_API gca_status_t gca_bucketer_layout(const gca_bucketer_t *b, size_t index, size_t *bucket,
+                                         void **buffer, size_t *offset);
+/* Waits for nothing: frees the buffers (their registrations first); the
+ * caller synchronizes the stream beforehand. */
+GCA_API void gca_bucketer_destroy(gca_bucketer_t *b);
+
 #ifdef __cplusplus
 }
 #endif

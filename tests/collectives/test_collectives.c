@@ -468,6 +468,225 @@ static void registrations_are_counted_and_checked(void **state) {
   rig_fini(&r);
 }
 
+/* ---- the bucketer ---- */
+
+#define NB 7 /* collectives per rank in the bucketed step */
+
+typedef struct step {
+  gca_coll_kind_t kind;
+  gca_dtype_t dtype;
+  gca_reduce_op_t op;
+  size_t count;
+  int dep; /* index of an earlier collective it depends on, or -1 */
+} step_t;
+
+/* Two all-reduces (merged), two all-gathers (merged), two reduce-scatters
+ * that would merge but for the second depending on the first, and an
+ * all-reduce of another dtype. */
+static const step_t steps[NB] = {
+    {GCA_COLL_ALL_REDUCE, GCA_DTYPE_F32, GCA_REDUCE_SUM, 37, -1},
+    {GCA_COLL_ALL_REDUCE, GCA_DTYPE_F32, GCA_REDUCE_SUM, 50, -1},
+    {GCA_COLL_ALL_GATHER, GCA_DTYPE_I32, GCA_REDUCE_SUM, 20, -1},
+    {GCA_COLL_ALL_GATHER, GCA_DTYPE_I32, GCA_REDUCE_SUM, 13, -1},
+    {GCA_COLL_REDUCE_SCATTER, GCA_DTYPE_I32, GCA_REDUCE_MAX, 11, -1},
+    {GCA_COLL_REDUCE_SCATTER, GCA_DTYPE_I32, GCA_REDUCE_MAX, 9, 4},
+    {GCA_COLL_ALL_REDUCE, GCA_DTYPE_F64, GCA_REDUCE_SUM, 5, -1},
+};
+
+typedef struct brig {
+  rig_t r;
+  void *in[MAXR][NB], *out[MAXR][NB], *ref[MAXR][NB];
+  size_t in_bytes[NB], out_bytes[NB];
+  gca_bucketer_t *b[MAXR];
+} brig_t;
+
+static void brig_init(brig_t *br, size_t cap) {
+  rig_t *r = &br->r;
+  rig_init(r, 4, 30.0);
+  for (int k = 0; k < NB; k++) {
+    size_t es = gca_dtype_size(steps[k].dtype), c = steps[k].count;
+    br->in_bytes[k] = es * c * (steps[k].kind == GCA_COLL_REDUCE_SCATTER ? 4 : 1);
+    br->out_bytes[k] = es * c * (steps[k].kind == GCA_COLL_ALL_GATHER ? 4 : 1);
+  }
+  for (int i = 0; i < r->n; i++) {
+    assert_ok(gca_set_device(i));
+    gca_bucketer_options_t o = GCA_BUCKETER_OPTIONS_INIT;
+    o.cap_bytes = cap;
+    assert_ok(gca_bucketer_create(&o, &br->b[i]));
+    for (int k = 0; k < NB; k++) {
+      assert_ok(gca_malloc_device(i, &br->in[i][k], br->in_bytes[k], r->s[i]));
+      assert_ok(gca_malloc_device(i, &br->out[i][k], br->out_bytes[k], r->s[i]));
+      assert_ok(gca_malloc_device(i, &br->ref[i][k], br->out_bytes[k], r->s[i]));
+      unsigned char *h = malloc(br->in_bytes[k]);
+      assert_non_null(h);
+      for (size_t e = 0; e < br->in_bytes[k]; e++)
+        h[e] = (unsigned char)(e * 7 + (size_t)i * 31 + (size_t)k); /* small ints and doubles */
+      if (steps[k].dtype == GCA_DTYPE_F32 || steps[k].dtype == GCA_DTYPE_F64)
+        for (size_t e = 0; e < steps[k].count; e++)
+          store(steps[k].dtype, h, e, (double)(e % 9) * 0.25 + i);
+      assert_ok(gca_memcpy(br->in[i][k], h, br->in_bytes[k]));
+      free(h);
+      size_t dep = steps[k].dep >= 0 ? (size_t)steps[k].dep : 0, idx = 99;
+      assert_ok(gca_bucketer_add(br->b[i], r->comm[i], steps[k].kind, br->in[i][k], br->out[i][k],
+                                 steps[k].count, steps[k].dtype, steps[k].op,
+                                 steps[k].dep >= 0 ? &dep : NULL, steps[k].dep >= 0, &idx));
+      assert_int_equal(idx, (size_t)k);
+    }
+    assert_ok(gca_bucketer_finalize(br->b[i], r->s[i]));
+  }
+  /* the unbucketed reference */
+  for (int i = 0; i < r->n; i++)
+    for (int k = 0; k < NB; k++) {
+      const step_t *st = &steps[k];
+      gca_status_t s = st->kind == GCA_COLL_ALL_GATHER
+                           ? gca_all_gather(br->in[i][k], br->ref[i][k], st->count, st->dtype,
+                                            r->comm[i], r->s[i])
+                       : st->kind == GCA_COLL_REDUCE_SCATTER
+                           ? gca_reduce_scatter(br->in[i][k], br->ref[i][k], st->count, st->dtype,
+                                                st->op, r->comm[i], r->s[i])
+                           : gca_all_reduce(br->in[i][k], br->ref[i][k], st->count, st->dtype,
+                                            st->op, r->comm[i], r->s[i]);
+      assert_ok(s);
+    }
+  rig_sync(r);
+}
+
+static void brig_expect_outputs(brig_t *br, const char *what) {
+  for (int i = 0; i < br->r.n; i++)
+    for (int k = 0; k < NB; k++) {
+      unsigned char a[4096], b[4096];
+      assert_true(br->out_bytes[k] <= sizeof(a));
+      assert_ok(gca_set_device(i));
+      assert_ok(gca_memcpy(a, br->out[i][k], br->out_bytes[k]));
+      assert_ok(gca_memcpy(b, br->ref[i][k], br->out_bytes[k]));
+      if (memcmp(a, b, br->out_bytes[k]) != 0)
+        fail_msg("%s: rank %d collective %d: bucketed output differs from unbucketed", what, i, k);
+    }
+}
+
+static void brig_clear_outputs(brig_t *br) {
+  for (int i = 0; i < br->r.n; i++)
+    for (int k = 0; k < NB; k++) {
+      assert_ok(gca_set_device(i));
+      assert_ok(gca_memset_d8(br->out[i][k], 0xee, br->out_bytes[k]));
+    }
+}
+
+static void brig_fini(brig_t *br) {
+  rig_sync(&br->r);
+  for (int i = 0; i < br->r.n; i++) {
+    gca_bucketer_destroy(br->b[i]);
+    for (int k = 0; k < NB; k++) {
+      assert_ok(gca_free(br->in[i][k]));
+      assert_ok(gca_free(br->out[i][k]));
+      assert_ok(gca_free(br->ref[i][k]));
+    }
+  }
+  rig_fini(&br->r);
+}
+
+static void bucketed_runs_equal_unbucketed_and_keep_their_layout(void **state) {
+  (void)state;
+  brig_t *br = calloc(1, sizeof(*br));
+  assert_non_null(br);
+  brig_init(br, (size_t)2000 << 20);
+  size_t nb = 0;
+  assert_ok(gca_bucketer_bucket_count(br->b[0], &nb));
+  assert_int_equal(nb, 5); /* [AR AR] [AG AG] [RS] [RS: depends] [AR f64] */
+  size_t bucket[NB], offset[NB];
+  void *buffer[NB];
+  for (int k = 0; k < NB; k++)
+    assert_ok(gca_bucketer_layout(br->b[0], (size_t)k, &bucket[k], &buffer[k], &offset[k]));
+  assert_int_equal(bucket[0], bucket[1]);
+  assert_int_equal(offset[1], 37);
+  assert_int_equal(bucket[2], bucket[3]);
+  assert_int_not_equal(bucket[4], bucket[5]); /* the dependency keeps them apart */
+  assert_int_not_equal(bucket[5], bucket[6]); /* another key */
+  assert_null(buffer[4]);                     /* a bucket of one runs unmerged */
+  gca_comm_stats_t st0 = {.size = sizeof(st0)}, st1 = {.size = sizeof(st1)};
+  assert_ok(gca_comm_stats(br->r.comm[0], &st0));
+  assert_int_equal(st0.registrations_total, 2); /* one per merged bucket's buffer */
+  for (int it = 0; it < 100; it++) {
+    brig_clear_outputs(br);
+    for (int i = 0; i < br->r.n; i++)
+      assert_ok(gca_bucketer_run(br->b[i], br->r.s[i]));
+    rig_sync(&br->r);
+    if (it % 25 == 0 || it == 99)
+      brig_expect_outputs(br, "eager");
+    for (int k = 0; k < NB; k++) {
+      size_t bk, off;
+      void *buf;
+      assert_ok(gca_bucketer_layout(br->b[0], (size_t)k, &bk, &buf, &off));
+      assert_true(bk == bucket[k] && buf == buffer[k] && off == offset[k]);
+    }
+  }
+  assert_ok(gca_comm_stats(br->r.comm[0], &st1));
+  assert_int_equal(st1.registrations_total, st0.registrations_total); /* none per iteration */
+  brig_fini(br);
+  free(br);
+}
+
+static void a_bucketed_step_replays_from_a_graph_like_eager(void **state) {
+  (void)state;
+  brig_t *br = calloc(1, sizeof(*br));
+  assert_non_null(br);
+  brig_init(br, (size_t)2000 << 20);
+  gca_graph_exec_t x[MAXR];
+  for (int i = 0; i < br->r.n; i++) {
+    gca_graph_t g = NULL;
+    assert_ok(gca_set_device(i));
+    assert_ok(gca_stream_begin_capture(br->r.s[i], GCA_CAPTURE_MODE_THREAD_LOCAL));
+    assert_ok(gca_bucketer_run(br->b[i], br->r.s[i]));
+    assert_ok(gca_stream_end_capture(br->r.s[i], &g));
+    assert_ok(gca_graph_instantiate(&x[i], g));
+    assert_ok(gca_graph_destroy(g));
+  }
+  for (int it = 0; it < 100; it++) {
+    brig_clear_outputs(br);
+    for (int i = 0; i < br->r.n; i++)
+      assert_ok(gca_graph_launch(x[i], br->r.s[i]));
+    rig_sync(&br->r);
+    if (it % 25 == 0 || it == 99)
+      brig_expect_outputs(br, "replay");
+  }
+  for (int i = 0; i < br->r.n; i++)
+    assert_ok(gca_graph_exec_destroy(x[i]));
+  brig_fini(br);
+  free(br);
+}
+
+static void a_small_cap_splits_buckets(void **state) {
+  (void)state;
+  brig_t *br = calloc(1, sizeof(*br));
+  assert_non_null(br);
+  brig_init(br, 40 * 4); /* 37 floats fit, 37 + 50 do not; 20 + 13 i32 do */
+  size_t nb = 0, b0, b1, o;
+  void *p;
+  assert_ok(gca_bucketer_bucket_count(br->b[0], &nb));
+  assert_int_equal(nb, 6);
+  assert_ok(gca_bucketer_layout(br->b[0], 0, &b0, &p, &o));
+  assert_ok(gca_bucketer_layout(br->b[0], 1, &b1, &p, &o));
+  assert_int_not_equal(b0, b1);
+  for (int i = 0; i < br->r.n; i++)
+    assert_ok(gca_bucketer_run(br->b[i], br->r.s[i]));
+  rig_sync(&br->r);
+  brig_expect_outputs(br, "cap 160 bytes");
+  size_t dep = 3;
+  p = br->in[0][0];
+  assert_status(gca_bucketer_add(br->b[0], br->r.comm[0], GCA_COLL_ALL_REDUCE, p, p, 1,
+                                 GCA_DTYPE_F32, GCA_REDUCE_SUM, &dep, 1, NULL),
+                GCA_ERR_INVALID_STATE, "finalized");
+  gca_bucketer_t *b = NULL;
+  assert_ok(gca_bucketer_create(NULL, &b));
+  assert_status(gca_bucketer_add(b, br->r.comm[0], GCA_COLL_ALL_REDUCE, p, p, 1, GCA_DTYPE_F32,
+                                 GCA_REDUCE_SUM, &dep, 1, NULL),
+                GCA_ERR_INVALID_ARGUMENT, "depends on 3, which is not an earlier one");
+  assert_status(gca_bucketer_run(b, br->r.s[0]), GCA_ERR_INVALID_STATE, "not finalized");
+  gca_bucketer_destroy(b);
+  brig_fini(br);
+  free(br);
+}
+
 static int teardown(void **state) {
   (void)state;
   assert_ok(gca_empty_cache());
@@ -491,6 +710,9 @@ int main(void) {
       cmocka_unit_test_teardown(an_abort_wakes_the_peers_waiting_for_the_rank, teardown),
       cmocka_unit_test_teardown(bad_input_is_a_clear_status, teardown),
       cmocka_unit_test_teardown(registrations_are_counted_and_checked, teardown),
+      cmocka_unit_test_teardown(bucketed_runs_equal_unbucketed_and_keep_their_layout, teardown),
+      cmocka_unit_test_teardown(a_bucketed_step_replays_from_a_graph_like_eager, teardown),
+      cmocka_unit_test_teardown(a_small_cap_splits_buckets, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

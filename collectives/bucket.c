@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* bucket.c - the bucketer: collectives merged into buckets whose flat
+ * buffers keep their address and offsets on every rank and every run
+ * (Note [Bucket layout]).
+ *
+ * Note [Bucket layout]: a bucket holds adjacent collectives of one key
+ * (communicator, kind, op, dtype); E is the sum of their counts (per-rank
+ * elements). Its one buffer is used in place: an all-reduce bucket has E
+ * elements, the collective i at offset o_i; an all-gather or reduce-scatter
+ * bucket has nranks blocks of E elements (rank r's block at r*E), collective
+ * i at o_i in every block. A run copies the inputs into the buffer, runs one
+ * collective on it (all-gather: its rank's block is its input; reduce-scatter:
+ * its rank's block is its output) and copies the outputs out. Every rank
+ * plans from the same sequence, so the layout is the same everywhere; the
+ * buffers are allocated and registered once, at finalize.
+ *
+ * The one idea: the plan is decided once from the sequence alone, and a run
+ * only moves bytes along it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_internal.h"
+
+typedef struct bcoll {
+  gca_comm_t *comm;
+  gca_coll_kind_t kind;
+  const void *send;
+  void *recv;
+  size_t count;
+  gca_dtype_t dtype;
+  gca_reduce_op_t op;
+  size_t *deps, ndeps;
+  size_t bucket, offset;
+} bcoll_t;
+
+typedef struct bucket {
+  size_t first, n; /* collectives [first, first + n) */
+  size_t elems;    /* E: per-rank elements */
+  void *buf;
+  void *reg; /* its registration */
+} bucket_t;
+
+struct gca_bucketer {
+  gca_bucketer_options_t opts;
+  bcoll_t *c;
+  size_t n, cap;
+  bucket_t *b;
+  size_t nb;
+  bool finalized;
+};
+
+GCA_API gca_status_t gca_bucketer_create(const gca_bucketer_options_t *opts, gca_bucketer_t **out) {
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "bucketer_create: out is NULL");
+  gca_bucketer_options_t o = GCA_BUCKETER_OPTIONS_INIT;
+  if (opts) {
+    if (opts->size < sizeof(o))
+      return gca__error(GCA_ERR_INVALID_ARGUMENT, "bucketer_create: options' size is not set");
+    o = *opts;
+  }
+  if (o.cap_bytes == 0)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "bucketer_create: a cap of 0 bytes");
+  *out = calloc(1, sizeof(**out));
+  if (!*out)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "bucketer_create: no host memory");
+  (*out)->opts = o;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_bucketer_add(gca_bucketer_t *b, gca_comm_t *comm, gca_coll_kind_t kind,
+                                      const void *send, void *recv, size_t count, gca_dtype_t dtype,
+                                      gca_reduce_op_t op, const size_t *deps, size_t ndeps,
+                                      size_t *index) {
+  static const char fn[] = "bucketer_add";
+  if (!b || !comm)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: bucketer or comm is NULL", fn);
+  if (b->finalized)
+    return gca__error(GCA_ERR_INVALID_STATE, "%s: the bucketer is finalized", fn);
+  if (kind != GCA_COLL_ALL_GATHER && kind != GCA_COLL_REDUCE_SCATTER && kind != GCA_COLL_ALL_REDUCE)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: unknown kind %d", fn, (int)kind);
+  if (gca_dtype_size(dtype) == 0)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", fn, (int)dtype);
+  if (count == 0 || !send || !recv)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: collective %zu has no elements or buffers", fn,
+                      b->n);
+  if (ndeps && !deps)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: deps is NULL", fn);
+  for (size_t i = 0; i < ndeps; i++)
+    if (deps[i] >= b->n)
+      return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                        "%s: collective %zu depends on %zu, which is not an earlier one", fn, b->n,
+                        deps[i]);
+  int nranks = 0;
+  GCA_CHECK(gca_comm_count(comm, &nranks));
+  if (b->n == b->cap) {
+    size_t nc = b->cap ? b->cap * 2 : 16;
+    bcoll_t *g = realloc(b->c, nc * sizeof(*g));
+    if (!g)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory", fn);
+    b->c = g;
+    b->cap = nc;
+  }
+  bcoll_t *c = &b->c[b->n];
+  *c = (bcoll_t){.comm = comm,
+                 .kind = kind,
+                 .send = send,
+                 .recv = recv,
+                 .count = count,
+                 .dtype = dtype,
+                 .op = kind == GCA_COLL_ALL_GATHER ? GCA_REDUCE_SUM : op};
+  if (ndeps) {
+    c->deps = malloc(ndeps * sizeof(size_t));
+    if (!c->deps)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory", fn);
+    memcpy(c->deps, deps, ndeps * sizeof(size_t));
+    c->ndeps = ndeps;
+  }
+  if (index)
+    *index = b->n;
+  b->n++;
+  return GCA_OK;
+}
+
+static size_t in_bytes(const bcoll_t *c) {
+  return c->count * gca_dtype_size(c->dtype) *
+         (c->kind == GCA_COLL_REDUCE_SCATTER ? (size_t)c->comm->nranks : 1);
+}
+
+static bool same_key(const bcoll_t *a, const bcoll_t *b) {
+  return a->comm == b->comm && a->kind == b->kind && a->dtype == b->dtype && a->op == b->op;
+}
+
+GCA_API gca_status_t gca_bucketer_finalize(gca_bucketer_t *b, gca_stream_t stream) {
+  static const char fn[] = "bucketer_finalize";
+  if (!b)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: bucketer is NULL", fn);
+  if (b->finalized)
+    return gca__error(GCA_ERR_INVALID_STATE, "%s: finalized already", fn);
+  b->b = calloc(b->n + 1, sizeof(*b->b));
+  if (!b->b)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory", fn);
+  size_t bytes = 0;
+  for (size_t i = 0; i < b->n; i++) {
+    bcoll_t *c = &b->c[i];
+    bucket_t *cur = b->nb ? &b->b[b->nb - 1] : NULL;
+    bool fresh = !cur || !same_key(&b->c[cur->first], c) || bytes + in_bytes(c) > b->opts.cap_bytes;
+    for (size_t d = 0; d < c->ndeps && !fresh; d++)
+      fresh = c->deps[d] >= cur->first; /* depends on one in this bucket */
+    if (fresh) {
+      cur = &b->b[b->nb++];
+      cur->first = i;
+      bytes = 0;
+    }
+    c->bucket = (size_t)(cur - b->b);
+    c->offset = cur->elems;
+    cur->elems += c->count;
+    cur->n++;
+    bytes += in_bytes(c);
+  }
+  gca_status_t st = GCA_OK;
+  for (size_t k = 0; k < b->nb && st == GCA_OK; k++) {
+    bucket_t *bk = &b->b[k];
+    if (bk->n == 1)
+      continue; /* unmerged: runs on the caller's buffers */
+    const bcoll_t *c = &b->c[bk->first];
+    size_t es = gca_dtype_size(c->dtype);
+    size_t elems = c->kind == GCA_COLL_ALL_REDUCE ? bk->elems : bk->elems * (size_t)c->comm->nranks;
+    st = gca_malloc_device(c->comm->device, &bk->buf, elems * es, stream);
+    if (st == GCA_OK)
+      st = gca_comm_register(c->comm, bk->buf, elems * es, &bk->reg);
+  }
+  if (st != GCA_OK) {
+    char detail[384];
+    snprintf(detail, sizeof(detail), "%s", gca_last_error());
+    for (size_t k = 0; k < b->nb; k++) {
+      if (b->b[k].reg)
+        GCA_CHECK_IGNORE(gca_comm_deregister(b->c[b->b[k].first].comm, b->b[k].reg));
+      if (b->b[k].buf)
+        GCA_CHECK_IGNORE(gca_free(b->b[k].buf));
+    }
+    free(b->b);
+    b->b = NULL;
+    b->nb = 0;
+    return gca__error(st, "%s: %s", fn, detail);
+  }
+  b->finalized = true;
+  return GCA_OK;
+}
+
+static gca_status_t copy(void *dst, const void *src, size_t bytes, gca_stream_t s) {
+  return gca_memcpy_async(dst, src, bytes, s);
+}
+
+/* Note [Bucket layout]: one bucket's copies and collective. */
+static gca_status_t run_bucket(const gca_bucketer_t *b, const bucket_t *bk, gca_stream_t s) {
+  const bcoll_t *c0 = &b->c[bk->first];
+  gca_comm_t *comm = c0->comm;
+  size_t es = gca_dtype_size(c0->dtype), E = bk->elems;
+  int n = comm->nranks, rank = comm->rank;
+  char *buf = bk->buf;
+  if (bk->n == 1) {
+    switch (c0->kind) {
+    case GCA_COLL_ALL_GATHER:
+      return gca_all_gather(c0->send, c0->recv, c0->count, c0->dtype, comm, s);
+    case GCA_COLL_REDUCE_SCATTER:
+      return gca_reduce_scatter(c0->send, c0->recv, c0->count, c0->dtype, c0->op, comm, s);
+    default:
+      return gca_all_reduce(c0->send, c0->recv, c0->count, c0->dtype, c0->op, comm, s);
+    }
+  }
+  for (size_t i = bk->first; i < bk->first + bk->n; i++) { /* copy in */
+    const bcoll_t *c = &b->c[i];
+    size_t cb = c->count * es;
+    if (c->kind == GCA_COLL_ALL_GATHER)
+      GCA_CHECK(copy(buf + ((size_t)rank * E + c->offset) * es, c->send, cb, s));
+    else if (c->kind == GCA_COLL_ALL_REDUCE)
+      GCA_CHECK(copy(buf + c->offset * es, c->send, cb, s));
+    else
+      for (int r = 0; r < n; r++)
+        GCA_CHECK(copy(buf + ((size_t)r * E + c->offset) * es,
+                       (const char *)c->send + (size_t)r * cb, cb, s));
+  }
+  switch (c0->kind) {
+  case GCA_COLL_ALL_GATHER:
+    GCA_CHECK(gca_all_gather(buf + (size_t)rank * E * es, buf, E, c0->dtype, comm, s));
+    break;
+  case GCA_COLL_REDUCE_SCATTER:
+    GCA_CHECK(gca_reduce_scatter(buf, buf + (size_t)rank * E * es, E, c0->dtype, c0->op, comm, s));
+    break;
+  default:
+    GCA_CHECK(gca_all_reduce(buf, buf, E, c0->dtype, c0->op, comm, s));
+    break;
+  }
+  for (size_t i = bk->first; i < bk->first + bk->n; i++) { /* copy out */
+    const bcoll_t *c = &b->c[i];
+    size_t cb = c->count * es;
+    if (c->kind == GCA_COLL_ALL_GATHER)
+      for (int r = 0; r < n; r++)
+        GCA_CHECK(
+            copy((char *)c->recv + (size_t)r * cb, buf + ((size_t)r * E + c->offset) * es, cb, s));
+    else if (c->kind == GCA_COLL_ALL_REDUCE)
+      GCA_CHECK(copy(c->recv, buf + c->offset * es, cb, s));
+    else
+      GCA_CHECK(copy(c->recv, buf + ((size_t)rank * E + c->offset) * es, cb, s));
+  }
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_bucketer_run(gca_bucketer_t *b, gca_stream_t stream) {
+  if (!b)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "bucketer_run: bucketer is NULL");
+  if (!b->finalized)
+    return gca__error(GCA_ERR_INVALID_STATE, "bucketer_run: not finalized");
+  for (size_t k = 0; k < b->nb; k++) {
+    gca_status_t st = run_bucket(b, &b->b[k], stream);
+    if (st != GCA_OK)
+      return gca__error_prefix(st, "bucketer_run: bucket %zu", k);
+  }
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_bucketer_bucket_count(const gca_bucketer_t *b, size_t *buckets) {
+  if (!b || !buckets)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "bucketer_bucket_count: NULL argument");
+  if (!b->finalized)
+    return gca__error(GCA_ERR_INVALID_STATE, "bucketer_bucket_count: not finalized");
+  *buckets = b->nb;
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_bucketer_layout(const gca_bucketer_t *b, size_t index, size_t *bucket,
+                                         void **buffer, size_t *offset) {
+  if (!b || !bucket || !buffer || !offset)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "bucketer_layout: NULL argument");
+  if (!b->finalized)
+    return gca__error(GCA_ERR_INVALID_STATE, "bucketer_layout: not finalized");
+  if (index >= b->n)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "bucketer_layout: collective %zu of %zu", index,
+                      b->n);
+  *bucket = b->c[index].bucket;
+  *buffer = b->b[*bucket].buf;
+  *offset = b->c[index].offset;
+  return GCA_OK;
+}
+
+GCA_API void gca_bucketer_destroy(gca_bucketer_t *b) {
+  if (!b)
+    return;
+  for (size_t k = 0; k < b->nb; k++) {
+    if (b->b[k].reg)
+      GCA_CHECK_IGNORE(gca_comm_deregister(b->c[b->b[k].first].comm, b->b[k].reg));
+    if (b->b[k].buf)
+      GCA_CHECK_IGNORE(gca_free(b->b[k].buf));
+  }
+  for (size_t i = 0; i < b->n; i++)
+    free(b->c[i].deps);
+  free(b->c);
+  free(b->b);
+  free(b);
+}
