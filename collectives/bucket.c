@@ -299,3 +299,107 @@ GCA_API void gca_bucketer_destroy(gca_bucketer_t *b) {
   free(b->b);
   free(b);
 }
+
+/* ---- the cross-rank check ---- */
+
+#define FIELDS 6 /* kind, dtype, op, count, bucket, offset */
+
+static const char *const field_names[FIELDS] = {"kind",  "dtype",  "reduce op",
+                                                "count", "bucket", "offset"};
+
+/* Gathers `words` int64 values from every rank of comm into all[n * words]
+ * through device memory on the communicator's device. */
+static gca_status_t gather_words(gca_comm_t *comm, const int64_t *mine, size_t words, int64_t *all,
+                                 gca_stream_t s) {
+  size_t n = (size_t)comm->nranks, bytes = words * 8;
+  void *send = NULL, *recv = NULL;
+  gca_status_t st = gca_malloc_device(comm->device, &send, bytes ? bytes : 8, s);
+  if (st == GCA_OK)
+    st = gca_malloc_device(comm->device, &recv, (bytes ? bytes : 8) * n, s);
+  if (st == GCA_OK)
+    st = gca_memcpy_async(send, mine, bytes, s);
+  if (st == GCA_OK)
+    st = gca_all_gather(send, recv, words, GCA_DTYPE_I64, comm, s);
+  if (st == GCA_OK)
+    st = gca_memcpy_async(all, recv, bytes * n, s);
+  if (st == GCA_OK)
+    st = gca_stream_synchronize(s);
+  if (st == GCA_OK)
+    st = gca_comm_async_error(comm);
+  if (send)
+    GCA_CHECK_IGNORE(gca_free(send));
+  if (recv)
+    GCA_CHECK_IGNORE(gca_free(recv));
+  return st;
+}
+
+static gca_status_t check_comm(const gca_bucketer_t *b, gca_comm_t *comm, gca_stream_t s) {
+  static const char fn[] = "bucketer_check";
+  size_t n = (size_t)comm->nranks, mine = 0;
+  for (size_t i = 0; i < b->n; i++)
+    mine += b->c[i].comm == comm;
+  int64_t count = (int64_t)mine, *counts = malloc(n * sizeof(int64_t));
+  if (!counts)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory", fn);
+  gca_status_t st = gather_words(comm, &count, 1, counts, s);
+  for (size_t r = 0; r < n && st == GCA_OK; r++)
+    if (counts[r] != count)
+      st = gca__error(GCA_ERR_INVALID_STATE,
+                      "%s: rank %zu has %lld collectives on the communicator, rank %d has %lld", fn,
+                      r, (long long)counts[r], comm->rank, (long long)count);
+  free(counts);
+  if (st != GCA_OK || mine == 0)
+    return st;
+  int64_t *rec = malloc(mine * FIELDS * sizeof(int64_t));
+  int64_t *all = malloc(n * mine * FIELDS * sizeof(int64_t));
+  if (!rec || !all) {
+    free(rec);
+    free(all);
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory", fn);
+  }
+  size_t k = 0;
+  size_t *index = malloc(mine * sizeof(size_t));
+  for (size_t i = 0; i < b->n && index; i++) {
+    const bcoll_t *c = &b->c[i];
+    if (c->comm != comm)
+      continue;
+    int64_t *f = rec + k * FIELDS;
+    f[0] = c->kind;
+    f[1] = c->dtype;
+    f[2] = c->op;
+    f[3] = (int64_t)c->count;
+    f[4] = (int64_t)c->bucket;
+    f[5] = (int64_t)c->offset;
+    index[k++] = i;
+  }
+  st = index ? gather_words(comm, rec, mine * FIELDS, all, s)
+             : gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory", fn);
+  for (size_t r = 0; r < n && st == GCA_OK; r++)
+    for (size_t j = 0; j < mine * FIELDS && st == GCA_OK; j++) {
+      int64_t there = all[r * mine * FIELDS + j], here = rec[j];
+      if (there != here)
+        st = gca__error(GCA_ERR_INVALID_STATE,
+                        "%s: rank %zu differs at collective #%zu (%s): %lld there, %lld on rank %d",
+                        fn, r, index[j / FIELDS], field_names[j % FIELDS], (long long)there,
+                        (long long)here, comm->rank);
+    }
+  free(index);
+  free(rec);
+  free(all);
+  return st;
+}
+
+GCA_API gca_status_t gca_bucketer_check(gca_bucketer_t *b, gca_stream_t stream) {
+  if (!b)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "bucketer_check: bucketer is NULL");
+  if (!b->finalized)
+    return gca__error(GCA_ERR_INVALID_STATE, "bucketer_check: not finalized");
+  for (size_t i = 0; i < b->n; i++) {
+    bool first = true; /* each communicator once, in order of first use */
+    for (size_t j = 0; j < i && first; j++)
+      first = b->c[j].comm != b->c[i].comm;
+    if (first)
+      GCA_CHECK(check_comm(b, b->c[i].comm, stream));
+  }
+  return GCA_OK;
+}

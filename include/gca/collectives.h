@@ -187,6 +187,12 @@ GCA_API gca_status_t gca_bucketer_bucket_count(const gca_bucketer_t *b, size_t *
  * collective's element offset in the bucket's input. */
 GCA_API gca_status_t gca_bucketer_layout(const gca_bucketer_t *b, size_t index, size_t *bucket,
                                          void **buffer, size_t *offset);
+/* Debug check (collective: every rank calls it, each on its own thread):
+ * exchanges every rank's sequence and layout (per communicator: each
+ * collective's kind, dtype, op, count, bucket and offset) and fails with
+ * GCA_ERR_INVALID_STATE naming the first difference (the rank, the
+ * collective's index, what differs and both values). Synchronizes `stream`. */
+GCA_API gca_status_t gca_bucketer_check(gca_bucketer_t *b, gca_stream_t stream);
 /* Waits for nothing: frees the buffers (their registrations first); the
  * caller synchronizes the stream beforehand. */
 GCA_API void gca_bucketer_destroy(gca_bucketer_t *b);

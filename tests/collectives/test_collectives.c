@@ -8,6 +8,7 @@
  * between ranks and an abort end in errors naming the collective, never in a
  * hang; bad input is a clear status; nothing leaks. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -687,6 +688,76 @@ static void a_small_cap_splits_buckets(void **state) {
   free(br);
 }
 
+/* ---- the bucketer's cross-rank check ---- */
+
+typedef struct check_job {
+  gca_bucketer_t *b;
+  gca_stream_t s;
+  int device;
+  gca_status_t st;
+  char detail[512];
+} check_job_t;
+
+/* One rank's check (no assertion here: the test reads what it recorded). */
+static void *check_rank(void *arg) {
+  check_job_t *j = arg;
+  j->st = gca_set_device(j->device);
+  if (j->st == GCA_OK)
+    j->st = gca_bucketer_check(j->b, j->s);
+  snprintf(j->detail, sizeof(j->detail), "%s", gca_last_error());
+  return NULL;
+}
+
+/* Every rank checks at once; returns how many failed. */
+static int check_all(rig_t *r, gca_bucketer_t **b, check_job_t *jobs) {
+  pthread_t th[MAXR];
+  for (int i = 0; i < r->n; i++) {
+    jobs[i] = (check_job_t){.b = b[i], .s = r->s[i], .device = i};
+    assert_int_equal(pthread_create(&th[i], NULL, check_rank, &jobs[i]), 0);
+  }
+  int failed = 0;
+  for (int i = 0; i < r->n; i++) {
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+    failed += jobs[i].st != GCA_OK;
+  }
+  return failed;
+}
+
+static void the_layout_check_names_the_first_difference_between_ranks(void **state) {
+  (void)state;
+  rig_t r;
+  rig_init(&r, 4, 30.0);
+  gca_bucketer_t *b[MAXR];
+  check_job_t jobs[MAXR];
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < r.n; i++) {
+      assert_ok(gca_bucketer_create(NULL, &b[i]));
+      for (int k = 0; k < 3; k++) {
+        size_t count = (size_t)(10 * (k + 1)) + (pass == 1 && i == 2 && k == 2);
+        assert_ok(gca_bucketer_add(b[i], r.comm[i], GCA_COLL_ALL_REDUCE, r.send[i], r.recv[i],
+                                   count, GCA_DTYPE_F32, GCA_REDUCE_SUM, NULL, 0, NULL));
+      }
+      assert_ok(gca_bucketer_finalize(b[i], r.s[i]));
+    }
+    int failed = check_all(&r, b, jobs);
+    if (pass == 0) {
+      assert_int_equal(failed, 0);
+    } else {
+      assert_int_equal(failed, r.n); /* every rank says so */
+      for (int i = 0; i < r.n; i++) {
+        assert_int_equal(jobs[i].st, GCA_ERR_INVALID_STATE);
+        if (!strstr(jobs[i].detail, "differs at collective #2 (count)") ||
+            !strstr(jobs[i].detail, i == 2 ? "31 on rank 2" : "rank 2 differs"))
+          fail_msg("rank %d: '%s'", i, jobs[i].detail);
+      }
+    }
+    rig_sync(&r);
+    for (int i = 0; i < r.n; i++)
+      gca_bucketer_destroy(b[i]);
+  }
+  rig_fini(&r);
+}
+
 static int teardown(void **state) {
   (void)state;
   assert_ok(gca_empty_cache());
@@ -713,6 +784,8 @@ int main(void) {
       cmocka_unit_test_teardown(bucketed_runs_equal_unbucketed_and_keep_their_layout, teardown),
       cmocka_unit_test_teardown(a_bucketed_step_replays_from_a_graph_like_eager, teardown),
       cmocka_unit_test_teardown(a_small_cap_splits_buckets, teardown),
+      cmocka_unit_test_teardown(the_layout_check_names_the_first_difference_between_ranks,
+                                teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
