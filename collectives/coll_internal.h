@@ -81,6 +81,9 @@ struct gca__clique {
   gca__clique_t *next;
 };
 
+/* sim_run.c: a CLOCK_MONOTONIC deadline s seconds from now (cliques' waits). */
+struct timespec;
+void gca__deadline_after(double s, struct timespec *ts);
 /* sim_run.c: the host function a collective is queued as. */
 void gca__sim_run(void *coll);
 /* Marks the clique broken with `why` and wakes every rank waiting in it. */

@@ -39,6 +39,19 @@ static bool live_has(const gca_comm_t *c) {
   return false;
 }
 
+/* With reg_lock held: room for one more live handle. */
+static gca_status_t live_reserve(void) {
+  if (nlive < caplive)
+    return GCA_OK;
+  size_t ncap = caplive ? caplive * 2 : 16;
+  gca_comm_t **grown = realloc(live, ncap * sizeof(*grown));
+  if (!grown)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
+  live = grown;
+  caplive = ncap;
+  return GCA_OK;
+}
+
 static gca_status_t check_comm(const char *fn, const gca_comm_t *c) {
   if (!c)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
@@ -192,17 +205,7 @@ static gca_status_t nccl_wrap(void *nc, int rank, int nranks, int device,
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   pthread_mutex_lock(&reg_lock);
-  gca_status_t st = GCA_OK;
-  if (nlive == caplive) {
-    size_t ncap = caplive ? caplive * 2 : 16;
-    gca_comm_t **grown = realloc(live, ncap * sizeof(*grown));
-    if (!grown)
-      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
-    else {
-      live = grown;
-      caplive = ncap;
-    }
-  }
+  gca_status_t st = live_reserve();
   if (st == GCA_OK)
     live[nlive++] = c;
   pthread_mutex_unlock(&reg_lock);
@@ -250,16 +253,7 @@ static gca_status_t join(const gca_comm_id_t *id, int nranks, int rank, int devi
   gca_status_t st = GCA_OK;
   pthread_mutex_lock(&reg_lock);
   gca__clique_t *q = NULL;
-  if (nlive == caplive) {
-    size_t ncap = caplive ? caplive * 2 : 16;
-    gca_comm_t **grown = realloc(live, ncap * sizeof(*grown));
-    if (!grown)
-      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
-    else {
-      live = grown;
-      caplive = ncap;
-    }
-  }
+  st = live_reserve();
   if (st == GCA_OK)
     st = clique_get(id, nranks, &q);
   if (st == GCA_OK) {
@@ -298,13 +292,7 @@ static void release(gca_comm_t *c);
 static gca_status_t wait_joined(gca_comm_t *c) {
   gca__clique_t *q = c->clique;
   struct timespec dl;
-  clock_gettime(CLOCK_MONOTONIC, &dl);
-  dl.tv_sec += (time_t)c->opts.timeout_s;
-  dl.tv_nsec += (long)((c->opts.timeout_s - (double)(time_t)c->opts.timeout_s) * 1e9);
-  if (dl.tv_nsec >= 1000000000L) {
-    dl.tv_sec++;
-    dl.tv_nsec -= 1000000000L;
-  }
+  gca__deadline_after(c->opts.timeout_s, &dl);
   pthread_mutex_lock(&q->mu);
   int rc = 0;
   while (q->joined < q->nranks && !q->broken && rc == 0)
@@ -484,34 +472,34 @@ void gca__comm_ran(gca_comm_t *c, gca__coll_t *co, bool ok) {
 
 /* ---- queries ---- */
 
+/* A query's common part: a live communicator and somewhere to write. */
+static gca_status_t query(const char *fn, const gca_comm_t *c, const void *out) {
+  GCA_CHECK(check_comm(fn, c));
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: the output pointer is NULL", fn);
+  return GCA_OK;
+}
+
 GCA_API gca_status_t gca_comm_rank(const gca_comm_t *c, int *rank) {
-  GCA_CHECK(check_comm("comm_rank", c));
-  if (!rank)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_rank: rank is NULL");
+  GCA_CHECK(query("comm_rank", c, rank));
   *rank = c->rank;
   return GCA_OK;
 }
 
 GCA_API gca_status_t gca_comm_count(const gca_comm_t *c, int *nranks) {
-  GCA_CHECK(check_comm("comm_count", c));
-  if (!nranks)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_count: nranks is NULL");
+  GCA_CHECK(query("comm_count", c, nranks));
   *nranks = c->nranks;
   return GCA_OK;
 }
 
 GCA_API gca_status_t gca_comm_device(const gca_comm_t *c, int *device) {
-  GCA_CHECK(check_comm("comm_device", c));
-  if (!device)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_device: device is NULL");
+  GCA_CHECK(query("comm_device", c, device));
   *device = c->device;
   return GCA_OK;
 }
 
 GCA_API gca_status_t gca_comm_backend_of(const gca_comm_t *c, gca_comm_backend_t *backend) {
-  GCA_CHECK(check_comm("comm_backend_of", c));
-  if (!backend)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_backend_of: backend is NULL");
+  GCA_CHECK(query("comm_backend_of", c, backend));
   *backend = c->opts.backend;
   return GCA_OK;
 }

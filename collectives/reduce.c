@@ -93,31 +93,22 @@ GCA_API size_t gca_dtype_size(gca_dtype_t dtype) {
   return 0;
 }
 
-static float fop(gca_reduce_op_t op, float a, float b) {
-  switch (op) {
-  case GCA_REDUCE_PROD:
-    return a * b;
-  case GCA_REDUCE_MAX:
-    return b > a ? b : a;
-  case GCA_REDUCE_MIN:
-    return b < a ? b : a;
-  default:
-    return a + b;
+/* One step of a floating reduction in type T (avg sums; the division comes last). */
+#define FLOAT_OP(name, T)                       \
+  static T name(gca_reduce_op_t op, T a, T b) { \
+    switch (op) {                               \
+    case GCA_REDUCE_PROD:                       \
+      return a * b;                             \
+    case GCA_REDUCE_MAX:                        \
+      return b > a ? b : a;                     \
+    case GCA_REDUCE_MIN:                        \
+      return b < a ? b : a;                     \
+    default:                                    \
+      return a + b;                             \
+    }                                           \
   }
-}
-
-static double dop(gca_reduce_op_t op, double a, double b) {
-  switch (op) {
-  case GCA_REDUCE_PROD:
-    return a * b;
-  case GCA_REDUCE_MAX:
-    return b > a ? b : a;
-  case GCA_REDUCE_MIN:
-    return b < a ? b : a;
-  default:
-    return a + b;
-  }
-}
+FLOAT_OP(fop, float)
+FLOAT_OP(dop, double)
 
 #define INT_REDUCE(T, UT)                                                 \
   for (size_t i = 0; i < count; i++) {                                    \

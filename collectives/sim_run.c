@@ -21,7 +21,7 @@
 
 #include "coll_internal.h"
 
-static void deadline_after(double s, struct timespec *ts) {
+void gca__deadline_after(double s, struct timespec *ts) {
   clock_gettime(CLOCK_MONOTONIC, ts);
   double whole = s < 0 ? 0 : s;
   time_t sec = (time_t)whole;
@@ -54,7 +54,7 @@ static bool barrier(gca__clique_t *c, int b, const gca__coll_t *co, uint64_t ind
     return true;
   }
   struct timespec dl;
-  deadline_after(co->comm->opts.timeout_s, &dl);
+  gca__deadline_after(co->comm->opts.timeout_s, &dl);
   int rc = 0;
   while (c->gen[b] == g && !c->broken && rc != ETIMEDOUT)
     rc = pthread_cond_timedwait(&c->cv, &c->mu, &dl);

@@ -336,7 +336,8 @@ static gca_status_t load_pickle(const options_t *o, trace_t *t, const char *data
   return st;
 }
 
-/* Whether the file at path starts like a pickle; then its bytes in *data. */
+/* Whether the file at path starts like a pickle; then its bytes in *data.
+ * Anything else is left to the CSV reader, which streams it. */
 static gca_status_t read_if_pickle(const char *path, char **data, size_t *len) {
   *data = NULL;
   *len = 0;
@@ -347,40 +348,11 @@ static gca_status_t read_if_pickle(const char *path, char **data, size_t *len) {
     return GCA_OK; /* the CSV reader reports it */
   unsigned char head[2] = {0, 0};
   size_t got = fread(head, 1, 2, f);
-  if (!py_is_pickle(head, got)) {
-    fclose(f);
-    return GCA_OK;
-  }
-  size_t cap = 1 << 20, n = 0;
-  char *buf = malloc(cap);
-  if (buf) {
-    memcpy(buf, head, got);
-    n = got;
-  }
-  while (buf) {
-    n += fread(buf + n, 1, cap - n, f);
-    if (n < cap)
-      break;
-    char *g = realloc(buf, cap * 2);
-    if (!g) {
-      free(buf);
-      buf = NULL;
-      break;
-    }
-    buf = g;
-    cap *= 2;
-  }
-  bool err = ferror(f);
   fclose(f);
-  if (!buf)
-    return tool_error(GCA_ERR_OUT_OF_MEMORY, "replay: %s: out of host memory", path);
-  if (err) {
-    free(buf);
-    return tool_error(GCA_ERR_IO, "replay: cannot read %s", path);
-  }
-  *data = buf;
-  *len = n;
-  return GCA_OK;
+  if (!py_is_pickle(head, got))
+    return GCA_OK;
+  gca_status_t st = tool_read_file(path, data, len);
+  return st == GCA_OK ? GCA_OK : tool_error_prefix(st, "replay");
 }
 
 static gca_status_t load_trace(const options_t *o, trace_t *t) {

@@ -45,39 +45,6 @@ static void usage(FILE *f) {
           "  --json              print the report as JSON\n");
 }
 
-static gca_status_t read_file(const char *path, char **text, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return tool_error(GCA_ERR_IO, "gca-schedule: cannot open %s: %s", path, strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    size_t got = fread(buf + n, 1, cap - n, f);
-    n += got;
-    if (n < cap)
-      break;
-    char *grown = realloc(buf, cap * 2);
-    if (!grown) {
-      free(buf);
-      buf = NULL;
-      break;
-    }
-    buf = grown;
-    cap *= 2;
-  }
-  bool err = ferror(f);
-  fclose(f);
-  if (!buf)
-    return tool_error(GCA_ERR_OUT_OF_MEMORY, "gca-schedule: %s: out of host memory", path);
-  if (err) {
-    free(buf);
-    return tool_error(GCA_ERR_IO, "gca-schedule: cannot read %s", path);
-  }
-  *text = buf;
-  *len = n;
-  return GCA_OK;
-}
-
 static void json_figures(const char *key, const gca_schedule_figures_t *f) {
   printf("\"%s\": {\"peak_bytes\": %lld, \"makespan_us\": %.3f, \"exposed_comm_us\": %.3f, "
          "\"collectives_hidden\": %zu, \"collectives_total\": %zu, \"compute_us\": %.3f, "
@@ -269,8 +236,10 @@ int main(int argc, char **argv) {
   gca_opgraph_t *g = NULL;
   size_t *order = NULL, *prog = NULL;
   int rc = 1;
-  gca_status_t st = read_file(path, &text, &len);
-  if (st == GCA_OK && (st = gca_opgraph_load_json(text, len, &g)) != GCA_OK)
+  gca_status_t st = tool_read_file(path, &text, &len);
+  if (st != GCA_OK)
+    st = tool_error_prefix(st, "gca-schedule");
+  else if ((st = gca_opgraph_load_json(text, len, &g)) != GCA_OK)
     st = tool_error_gca(st, "gca-schedule: %s", path);
   if (st != GCA_OK)
     goto out;

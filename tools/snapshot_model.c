@@ -462,32 +462,11 @@ fail:
 }
 
 gca_status_t gca__snapshot_load_file(const char *path, snapshot_t *out) {
-  gca_status_t st;
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return tool_error(GCA_ERR_IO, "snapshot: cannot open '%s': %s", path, strerror(errno));
   char *buf = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len == cap) {
-      size_t ncap = cap ? cap * 2 : 1 << 16;
-      char *grown = realloc(buf, ncap);
-      if (!grown) {
-        st = tool_error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory to read '%s'", path);
-        goto fail_buf;
-      }
-      buf = grown;
-      cap = ncap;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0)
-      break;
-  }
-  if (ferror(f)) {
-    st = tool_error(GCA_ERR_IO, "snapshot: error reading '%s'", path);
-    goto fail_buf;
-  }
+  size_t len = 0;
+  gca_status_t st = tool_read_file(path, &buf, &len);
+  if (st != GCA_OK)
+    return tool_error_prefix(st, "snapshot");
   if (py_is_pickle(buf, len)) { /* a PyTorch snapshot pickle: read as plain data */
     py_doc_t *doc = NULL;
     const py_value_t *root = NULL;
@@ -498,7 +477,7 @@ gca_status_t gca__snapshot_load_file(const char *path, snapshot_t *out) {
       st = py_to_json(root, &json, &jlen);
     py_doc_free(doc);
     if (st != GCA_OK)
-      goto fail_buf;
+      goto out;
     free(buf);
     buf = json;
     len = jlen;
@@ -506,10 +485,8 @@ gca_status_t gca__snapshot_load_file(const char *path, snapshot_t *out) {
   st = gca__snapshot_load(buf, len, out);
   if (st != GCA_OK)
     tool_error_prefix(st, "%s", path);
-
-fail_buf:
+out:
   free(buf);
-  fclose(f);
   return st;
 }
 

@@ -45,29 +45,10 @@ static char *default_output(const char *input) {
 /* --pickle: the snapshot JSON at input converted by the library
  * (gca_snapshot_json_to_pickle) and written to out. */
 static int write_pickle(const char *input, const char *out) {
-  FILE *f = fopen(input, "rb");
-  if (!f) {
-    fprintf(stderr, "gca-snapshot: cannot read '%s'\n", input);
-    return EXIT_INPUT;
-  }
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    n += fread(buf + n, 1, cap - n, f);
-    if (n < cap)
-      break;
-    char *g = realloc(buf, cap * 2);
-    if (!g) {
-      free(buf);
-      buf = NULL;
-      break;
-    }
-    buf = g;
-    cap *= 2;
-  }
-  fclose(f);
-  if (!buf) {
-    fprintf(stderr, "gca-snapshot: out of memory\n");
+  char *buf = NULL;
+  size_t n = 0;
+  if (tool_read_file(input, &buf, &n) != GCA_OK) {
+    fprintf(stderr, "gca-snapshot: %s\n", tool_last_error());
     return EXIT_INPUT;
   }
   char *pk = NULL;

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,4 +149,39 @@ void tool_json_string(FILE *f, const char *s) {
     }
   }
   fputc('"', f);
+}
+
+gca_status_t tool_read_file(const char *path, char **data, size_t *len) {
+  *data = NULL;
+  *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return tool_error(GCA_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap + 1);
+  while (buf) {
+    n += fread(buf + n, 1, cap - n, f);
+    if (n < cap)
+      break;
+    char *grown = realloc(buf, 2 * cap + 1);
+    if (!grown) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = grown;
+    cap *= 2;
+  }
+  bool failed = ferror(f);
+  fclose(f);
+  if (!buf)
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "%s: out of host memory", path);
+  if (failed) {
+    free(buf);
+    return tool_error(GCA_ERR_IO, "error reading %s", path);
+  }
+  buf[n] = '\0';
+  *data = buf;
+  *len = n;
+  return GCA_OK;
 }

@@ -69,5 +69,9 @@ const char *tool_format_size(uint64_t bytes, char *buf, size_t len);
  * control characters escaped, and '<' written as \u003c so that the text may
  * sit inside an HTML <script> block; other bytes (UTF-8) pass through. */
 void tool_json_string(FILE *f, const char *s);
+/* The whole file at `path` in *data (malloc'd, NUL-terminated, *len bytes
+ * before the NUL). GCA_ERR_IO naming the path and the reason when it cannot
+ * be read; GCA_ERR_OUT_OF_MEMORY when it does not fit. */
+gca_status_t tool_read_file(const char *path, char **data, size_t *len);
 
 #endif

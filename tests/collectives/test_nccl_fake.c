@@ -11,31 +11,9 @@
 
 #include "device/child.h"
 
-static bool mentions(const char *detail, const char *needle) {
-  return needle == NULL || strstr(detail, needle) != NULL;
-}
-
 typedef struct fake_id {
   char b[128];
 } fake_id_t;
-
-#define EXPECT(r, call, want, needle)                                                      \
-  do {                                                                                     \
-    gca_clear_last_error();                                                                \
-    gca_status_t e_st_ = (call);                                                           \
-    if (e_st_ != (want))                                                                   \
-      return failf((r), "line %d: %s -> %s (wanted %s): %s", __LINE__, #call,              \
-                   gca_status_name(e_st_), gca_status_name(want), gca_last_error());       \
-    if (!mentions(gca_last_error(), (needle)))                                             \
-      return failf((r), "line %d: %s: detail '%s' does not mention '%s'", __LINE__, #call, \
-                   gca_last_error(), (const char *)(needle));                              \
-  } while (0)
-#define EXPECT_OK(r, call) EXPECT(r, call, GCA_OK, NULL)
-#define CHECK(r, cond)                                                 \
-  do {                                                                 \
-    if (!(cond))                                                       \
-      return failf((r), "line %d: %s does not hold", __LINE__, #cond); \
-  } while (0)
 
 typedef int (*calls_fn)(const char *);
 typedef const char *(*last_fn)(size_t *, int *, int *, const void **, void **, void **);

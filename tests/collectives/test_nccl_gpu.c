@@ -36,7 +36,7 @@ int main(void) {
   }
   for (int k = 0; k < 3; k++) {
     gca_memset_d8(b, 0, sizeof(host));
-    st = k == 0 ? gca_all_gather(a, b, N, GCA_DTYPE_F32, c, s)
+    st = k == 0   ? gca_all_gather(a, b, N, GCA_DTYPE_F32, c, s)
          : k == 1 ? gca_reduce_scatter(a, b, N, GCA_DTYPE_F32, GCA_REDUCE_SUM, c, s)
                   : gca_all_reduce(a, b, N, GCA_DTYPE_F32, GCA_REDUCE_SUM, c, s);
     if (st == GCA_OK)

@@ -84,4 +84,30 @@ static inline void run_child(const char *const *env, child_fn fn, char *err, siz
     fail_msg("%s; stderr: %s", text, stderr_text);
 }
 
+/* ---- checks inside a child: each returns the child's verdict on failure ---- */
+
+static inline bool mentions(const char *detail, const char *needle) {
+  return needle == NULL || strstr(detail, needle) != NULL;
+}
+
+/* Fails the child with the call text and detail unless call returns `want`
+ * with a detail containing `needle` (NULL: anything). */
+#define EXPECT(r, call, want, needle)                                                      \
+  do {                                                                                     \
+    gca_clear_last_error();                                                                \
+    gca_status_t e_st_ = (call);                                                           \
+    if (e_st_ != (want))                                                                   \
+      return failf((r), "line %d: %s -> %s (wanted %s): %s", __LINE__, #call,              \
+                   gca_status_name(e_st_), gca_status_name(want), gca_last_error());       \
+    if (!mentions(gca_last_error(), (needle)))                                             \
+      return failf((r), "line %d: %s: detail '%s' does not mention '%s'", __LINE__, #call, \
+                   gca_last_error(), (const char *)(needle));                              \
+  } while (0)
+#define EXPECT_OK(r, call) EXPECT(r, call, GCA_OK, NULL)
+#define CHECK(r, cond)                                                 \
+  do {                                                                 \
+    if (!(cond))                                                       \
+      return failf((r), "line %d: %s does not hold", __LINE__, #cond); \
+  } while (0)
+
 #endif

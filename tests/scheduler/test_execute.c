@@ -11,9 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "support.h"
+#include "sched_fixture.h"
 
-static const char *example_path;
 static gca_opgraph_t *kept; /* the graph whose names a result points into; freed at teardown */
 
 /* a (1 MiB) made by mk_a and read by mk_b and fin; b (2 MiB) made by mk_b,
@@ -32,22 +31,6 @@ static const char small_graph[] =
     "[\"c\"]},"
     "{\"name\": \"fin\", \"kind\": \"compute\", \"us\": 5, \"reads\": [\"a\", \"c\"], \"writes\": "
     "[\"o\"]}]}";
-
-static gca_opgraph_t *load_text(const char *text, size_t len) {
-  gca_opgraph_t *g = NULL;
-  assert_ok(gca_opgraph_load_json(text, len, &g));
-  return g;
-}
-
-static gca_opgraph_t *load_example(void) {
-  FILE *f = fopen(example_path, "rb");
-  if (!f)
-    fail_msg("cannot open %s", example_path);
-  static char buf[1 << 16];
-  size_t len = fread(buf, 1, sizeof(buf), f);
-  fclose(f);
-  return load_text(buf, len);
-}
 
 static void expect_nothing_allocated(void) {
   gca_stats_t s;

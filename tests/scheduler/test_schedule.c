@@ -9,21 +9,7 @@
 #include <string.h>
 
 #include "fsdp_gen.h"
-#include "support.h"
-
-static const char *example_path;
-
-static gca_opgraph_t *load_example(void) {
-  FILE *f = fopen(example_path, "rb");
-  if (!f)
-    fail_msg("cannot open %s", example_path);
-  static char buf[1 << 16];
-  size_t len = fread(buf, 1, sizeof(buf), f);
-  fclose(f);
-  gca_opgraph_t *g = NULL;
-  assert_ok(gca_opgraph_load_json(buf, len, &g));
-  return g;
-}
+#include "sched_fixture.h"
 
 static gca_opgraph_t *fsdp(int layers, bool params_dominate) {
   fsdp_shape_t s = {.layers = layers,
