@@ -56,7 +56,7 @@ static void observe(const gca_trace_event_t *e, void *ctx) {
   if (v->open) {
     if (v->nlog == v->caplog) {
       size_t ncap = v->caplog ? v->caplog * 2 : 16;
-      seen_t *grown = realloc(v->log, ncap * sizeof(*grown));
+      seen_t *grown = GCA_FAILPOINT("verifier_log") ? NULL : realloc(v->log, ncap * sizeof(*grown));
       if (grown) {
         v->log = grown;
         v->caplog = ncap;

@@ -8,6 +8,7 @@
  * between ranks and an abort end in errors naming the collective, never in a
  * hang; bad input is a clear status; nothing leaks. */
 #include <math.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -758,6 +759,43 @@ static void the_layout_check_names_the_first_difference_between_ranks(void **sta
   rig_fini(&r);
 }
 
+/* A bucket whose buffer cannot be allocated fails finalize with the status
+ * and gives back the buckets already made (buffers and registrations). */
+static void a_failed_finalize_gives_back_what_it_made(void **state) {
+  (void)state;
+  rig_t r;
+  rig_init(&r, 2, 30.0);
+  gca_stats_t before;
+  assert_ok(gca_get_stats(0, &before));
+  gca_bucketer_t *b = NULL;
+  gca_bucketer_options_t o = GCA_BUCKETER_OPTIONS_INIT;
+  o.cap_bytes = SIZE_MAX; /* the two huge all-gathers share a bucket */
+  assert_ok(gca_bucketer_create(&o, &b));
+  size_t huge = (size_t)1 << 32; /* a 64 GiB bucket on 2 ranks: beyond the device */
+  for (int k = 0; k < 2; k++)
+    assert_ok(gca_bucketer_add(b, r.comm[0], GCA_COLL_ALL_REDUCE, r.send[0], r.recv[0], CNT,
+                               GCA_DTYPE_F32, GCA_REDUCE_SUM, NULL, 0, NULL));
+  for (int k = 0; k < 2; k++)
+    assert_ok(gca_bucketer_add(b, r.comm[0], GCA_COLL_ALL_GATHER, r.send[0], r.recv[0], huge,
+                               GCA_DTYPE_F32, GCA_REDUCE_SUM, NULL, 0, NULL));
+  assert_status(gca_bucketer_finalize(b, r.s[0]), GCA_ERR_OUT_OF_MEMORY, "bucketer_finalize");
+  gca_comm_stats_t cs = {.size = sizeof(cs)};
+  assert_ok(gca_comm_stats(r.comm[0], &cs));
+  assert_int_equal(cs.registrations, 0);
+  assert_int_equal(cs.registrations_total, 1); /* the first bucket's, deregistered */
+  gca_stats_t after;
+  assert_ok(gca_get_stats(0, &after));
+  assert_int_equal(after.allocated_bytes[GCA_STAT_ALL].current,
+                   before.allocated_bytes[GCA_STAT_ALL].current);
+  assert_status(gca_bucketer_run(b, r.s[0]), GCA_ERR_INVALID_STATE, "not finalized");
+  gca_bucketer_destroy(b);
+  /* create_all failing at a later rank gives back the ranks already joined */
+  int devs[2] = {0, 99};
+  gca_comm_t *c[2] = {NULL, NULL};
+  assert_status(gca_comm_create_all(2, devs, NULL, c), GCA_ERR_INVALID_ARGUMENT, "device 99");
+  rig_fini(&r);
+}
+
 static int teardown(void **state) {
   (void)state;
   assert_ok(gca_empty_cache());
@@ -781,6 +819,7 @@ int main(void) {
       cmocka_unit_test_teardown(an_abort_wakes_the_peers_waiting_for_the_rank, teardown),
       cmocka_unit_test_teardown(bad_input_is_a_clear_status, teardown),
       cmocka_unit_test_teardown(registrations_are_counted_and_checked, teardown),
+      cmocka_unit_test_teardown(a_failed_finalize_gives_back_what_it_made, teardown),
       cmocka_unit_test_teardown(bucketed_runs_equal_unbucketed_and_keep_their_layout, teardown),
       cmocka_unit_test_teardown(a_bucketed_step_replays_from_a_graph_like_eager, teardown),
       cmocka_unit_test_teardown(a_small_cap_splits_buckets, teardown),

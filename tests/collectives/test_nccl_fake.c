@@ -189,6 +189,42 @@ static void a_callers_nccl_communicator_is_wrapped_and_left_alone(void **state) 
   run(NULL, child_wrap);
 }
 
+static int child_register_fails(report_t *r) {
+  gca_comm_t *c = NULL;
+  int dev = 0;
+  EXPECT_OK(r, gca_comm_create_all(1, &dev, NULL, &c));
+  void *h = NULL;
+  EXPECT(r, gca_comm_register(c, (void *)(uintptr_t)0x10000, 4096, &h), GCA_ERR_DRIVER,
+         "comm_register: ncclCommRegister failed: internal error (3): fake: injected failure in "
+         "ncclCommRegister");
+  gca_comm_stats_t st = {.size = sizeof(st)};
+  EXPECT_OK(r, gca_comm_stats(c, &st));
+  CHECK(r, st.registrations == 0 && st.registrations_total == 0);
+  EXPECT_OK(r, gca_comm_destroy(c));
+  return CHILD_PASS;
+}
+
+static void a_failed_registration_is_nccls_error_and_counts_nothing(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_NCCL_FAIL", "ncclCommRegister", NULL};
+  run(env, child_register_fails);
+}
+
+static int child_init_fails(report_t *r) {
+  gca_comm_t *c = NULL;
+  int dev = 0;
+  EXPECT(r, gca_comm_create_all(1, &dev, NULL, &c), GCA_ERR_DRIVER,
+         "ncclCommInitAll failed: internal error (3)");
+  CHECK(r, calls("init") == 0);
+  return CHILD_PASS;
+}
+
+static void a_failed_initialization_is_nccls_error(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_NCCL_FAIL", "ncclCommInitAll", NULL};
+  run(env, child_init_fails);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(collectives_reach_nccl_with_its_values),
@@ -197,6 +233,8 @@ int main(void) {
       cmocka_unit_test(an_old_nccl_is_refused_with_its_version),
       cmocka_unit_test(a_missing_library_is_refused_naming_it),
       cmocka_unit_test(a_callers_nccl_communicator_is_wrapped_and_left_alone),
+      cmocka_unit_test(a_failed_registration_is_nccls_error_and_counts_nothing),
+      cmocka_unit_test(a_failed_initialization_is_nccls_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -283,6 +283,28 @@ static void a_collective_that_does_not_fit_the_ranks_is_refused(void **state) {
   gca_opgraph_destroy(g);
 }
 
+/* The verifier cannot record an allocation it observes (no host memory):
+ * the step fails with a clear status instead of a wrong verdict, and the run
+ * gives everything back (Note [Host fail points]). */
+static void a_verifier_without_host_memory_fails_the_step(void **state) {
+  (void)state;
+  gca_opgraph_t *g = load_text(small_graph, sizeof(small_graph) - 1);
+  size_t order[4] = {0, 1, 2, 3};
+  gca_execute_options_t o = GCA_EXECUTE_OPTIONS_INIT;
+  o.time_scale = 0.1;
+  gca_execute_result_t r = {.size = sizeof(r)};
+  assert_ok(gca__failpoint_arm("verifier_log", 1));
+  gca_status_t st = gca_opgraph_execute(g, order, 4, &o, &r);
+  char detail[512];
+  snprintf(detail, sizeof(detail), "%s", gca_last_error());
+  gca__failpoint_clear();
+  assert_int_equal(st, GCA_ERR_OUT_OF_MEMORY);
+  if (!strstr(detail, "step 0: no host memory to record an event"))
+    fail_msg("detail '%s'", detail);
+  expect_nothing_allocated();
+  gca_opgraph_destroy(g);
+}
+
 static int setup(void **state) {
   (void)state;
   gca_sim_fault_clear();
@@ -315,6 +337,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(assert_mode_stops_the_run_with_the_mismatch_named, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(bad_options_are_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_verifier_without_host_memory_fails_the_step, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(a_device_fault_mid_run_fails_cleanly, setup, teardown),
       cmocka_unit_test_setup_teardown(the_example_runs_on_four_ranks_through_the_collectives, setup,
                                       teardown),
