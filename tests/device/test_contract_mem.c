@@ -449,6 +449,46 @@ static void exported_fd_imports_as_the_same_memory(void **state) {
   assert_int_equal(used(), 0);
 }
 
+/* Where the device reports fabric handles (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_
+ * FABRIC_SUPPORTED; the sim with GCA_SIM_FABRIC=1, as this suite runs it), a
+ * handle exported as a fabric handle (cuMemExportToShareableHandle with
+ * CU_MEM_HANDLE_TYPE_FABRIC) imports as the same memory, and the imported
+ * handle keeps it after the exporter releases its own, as with fds. */
+static void exported_fabric_handle_imports_as_the_same_memory(void **state) {
+  (void)state;
+  int attr = 0;
+  assert_ok(ops->device_attr(0, GCA_ATTR_FABRIC_SUPPORTED, &attr));
+  if (!attr)
+    skip();
+  gca_memhandle_t h, h2;
+  gca_devptr_t a, b;
+  uint8_t name[GCA_FABRIC_HANDLE_LEN];
+  int dev = 0;
+  assert_ok(ops->mem_create(0, 2 * gran, &h));
+  assert_ok(ops->mem_export_fabric(h, name));
+  assert_ok(ops->mem_import_fabric(0, name, &h2));
+  assert_true(h2 != 0);
+  if (is_sim)
+    assert_int_equal(used(), 2 * gran); /* importing takes no capacity */
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &a));
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &b));
+  assert_ok(ops->mem_map(a, 2 * gran, 0, h));
+  assert_ok(ops->mem_map(b, 2 * gran, 0, h2));
+  assert_ok(ops->mem_set_access(a, 2 * gran, &dev, 1));
+  assert_ok(ops->mem_set_access(b, 2 * gran, &dev, 1));
+  dev_write(a + 48, 0xfab);
+  assert_int_equal(dev_read(b + 48), 0xfab);
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_unmap(a, 2 * gran));
+  dev_write(b + 52, 0xfac); /* still held by the imported handle's mapping */
+  assert_int_equal(dev_read(b + 52), 0xfac);
+  assert_ok(ops->mem_unmap(b, 2 * gran));
+  assert_ok(ops->mem_release(h2));
+  assert_ok(ops->mem_address_free(0, a, 2 * gran));
+  assert_ok(ops->mem_address_free(0, b, 2 * gran));
+  assert_int_equal(used(), 0);
+}
+
 #define THREADS 4
 #define ROUNDS  40
 
@@ -696,6 +736,7 @@ int main(void) {
       cmocka_unit_test(small_classic_allocations_share_chunks_and_are_256_aligned),
       cmocka_unit_test(mem_free_waits_for_work_queued_on_the_device),
       cmocka_unit_test(exported_fd_imports_as_the_same_memory),
+      cmocka_unit_test(exported_fabric_handle_imports_as_the_same_memory),
       cmocka_unit_test(concurrent_vmm_traffic_keeps_counts_and_bytes_exact),
       cmocka_unit_test(device_reports_vmm_and_granularity),
       cmocka_unit_test(vmm_range_is_reachable_only_by_devices_granted_access),
