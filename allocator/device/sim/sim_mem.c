@@ -50,37 +50,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "sim.h"
 #include "lock.h"
+#include "sim_mem.h"
 
-#define GRAN ((uint64_t)GCA_SIM_GRANULARITY)
-/* Note [Sim IPC handles]: physical memory is a memfd with this name, sealed
- * against resizing and further sealing as soon as it is sized. mem_import_fd
- * takes only such a memfd: a file on disk, a pipe, or a memfd someone else
- * made (another name, other seals) is refused. An fd of memory this process
- * holds is recognised by its inode and shares that allocation; from another
- * process the name and seals are what can be checked (a GPU driver validates its handles
- * in the kernel, which a host process cannot imitate), so a forger who copies
- * both deliberately is not caught, but no ordinary file is ever mapped as
- * device memory. */
-#define MEMFD_NAME  "gca-sim-device-memory"
-#define MEMFD_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
-#define HANDLE_TAG  0x51a0000000000000ull
-
-/* A physical allocation. refs == live handles naming it + mapping pieces over
- * it; when refs reaches 0 the fd is closed and `charged` bytes go back to the
- * device's capacity (charged == size for mem_create/mem_alloc, 0 for an import
- * of memory the sim does not already hold). */
-typedef struct phys {
-  struct phys *prev, *next; /* all live allocations, for imports */
-  int fd;
-  int dev;
-  uint64_t size;
-  uint64_t charged;
-  uint64_t refs;
-  dev_t st_dev;
-  ino_t st_ino;
-} phys_t;
+#define HANDLE_TAG 0x51a0000000000000ull
 
 /* Element types of the sorted arrays; each begins with its sort key. */
 typedef struct handle_ent {
@@ -192,7 +165,7 @@ static void vec_remove(vec_t *v, size_t i, size_t n) {
 
 /* ---- physical allocations and handles (mem.lock held) ---- */
 
-static phys_t *handle_find(gca_memhandle_t h, size_t *index) {
+phys_t *gca__sim_memhandle_find(gca_memhandle_t h, size_t *index) {
   size_t i = vec_lower(&mem.handles, h);
   if (i == mem.handles.len || vec_key(&mem.handles, i) != h)
     return NULL;
@@ -202,7 +175,7 @@ static phys_t *handle_find(gca_memhandle_t h, size_t *index) {
 }
 
 /* Appends a new handle naming p (ids only grow, so appending keeps the order). */
-static gca_status_t handle_add(const char *op, phys_t *p, gca_memhandle_t *out) {
+gca_status_t gca__sim_memhandle_add(const char *op, phys_t *p, gca_memhandle_t *out) {
   handle_ent_t e = {.id = HANDLE_TAG | mem.next_handle, .phys = p};
   if (!vec_insert(&mem.handles, mem.handles.len, &e))
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for the handle table", op);
@@ -212,7 +185,7 @@ static gca_status_t handle_add(const char *op, phys_t *p, gca_memhandle_t *out) 
   return GCA_OK;
 }
 
-static void phys_link(phys_t *p) {
+void gca__sim_phys_link(phys_t *p) {
   p->prev = NULL;
   p->next = mem.all;
   if (mem.all)
@@ -220,7 +193,7 @@ static void phys_link(phys_t *p) {
   mem.all = p;
 }
 
-static void phys_unref(phys_t *p) {
+void gca__sim_phys_unref(phys_t *p) {
   GCA_ASSERT(p->refs > 0);
   if (--p->refs > 0)
     return;
@@ -270,7 +243,7 @@ static gca_status_t phys_create(const char *op, int dev, uint64_t size, phys_t *
   p->st_dev = sb.st_dev;
   p->st_ino = sb.st_ino;
   pthread_mutex_lock(&mem.lock);
-  phys_link(p);
+  gca__sim_phys_link(p);
   pthread_mutex_unlock(&mem.lock);
   *out = p;
   return GCA_OK;
@@ -282,6 +255,21 @@ fail_free:
 fail_give:
   gca__sim_capacity_give(dev, size);
   return st;
+}
+
+void gca__sim_mem_lock(void) {
+  pthread_mutex_lock(&mem.lock);
+}
+
+void gca__sim_mem_unlock(void) {
+  pthread_mutex_unlock(&mem.lock);
+}
+
+phys_t *gca__sim_phys_by_inode(dev_t d, ino_t ino) {
+  phys_t *p = mem.all;
+  while (p && !(p->st_dev == d && p->st_ino == ino))
+    p = p->next;
+  return p;
 }
 
 /* ---- reservations ---- */
@@ -499,7 +487,7 @@ static gca_status_t check_range(const char *op, uint64_t ptr, uint64_t size) {
   return GCA_OK;
 }
 
-static gca_status_t check_out(const char *op, const void *out, const char *what) {
+gca_status_t gca__sim_check_out(const char *op, const void *out, const char *what) {
   if (!out)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, what);
   return GCA_OK;
@@ -510,8 +498,8 @@ static gca_status_t check_out(const char *op, const void *out, const char *what)
 static gca_status_t sim_mem_get_info(int dev, size_t *free_bytes, size_t *total_bytes) {
   GCA_SIM_ENTER(mem_get_info, 0);
   GCA_CHECK(gca__sim_check_device("mem_get_info", dev));
-  GCA_CHECK(check_out("mem_get_info", free_bytes, "free_bytes"));
-  GCA_CHECK(check_out("mem_get_info", total_bytes, "total_bytes"));
+  GCA_CHECK(gca__sim_check_out("mem_get_info", free_bytes, "free_bytes"));
+  GCA_CHECK(gca__sim_check_out("mem_get_info", total_bytes, "total_bytes"));
   uint64_t cap = gca__sim_capacity(dev), used = gca_sim_used_bytes(dev);
   *free_bytes = used > cap ? 0 : (size_t)(cap - used);
   *total_bytes = (size_t)cap;
@@ -521,7 +509,7 @@ static gca_status_t sim_mem_get_info(int dev, size_t *free_bytes, size_t *total_
 static gca_status_t sim_mem_granularity(int dev, bool recommended, size_t *granularity) {
   GCA_SIM_ENTER(mem_granularity, 0);
   GCA_CHECK(gca__sim_check_device("mem_granularity", dev));
-  GCA_CHECK(check_out("mem_granularity", granularity, "granularity"));
+  GCA_CHECK(gca__sim_check_out("mem_granularity", granularity, "granularity"));
   *granularity = (size_t)GRAN;
   return GCA_OK;
 }
@@ -529,7 +517,7 @@ static gca_status_t sim_mem_granularity(int dev, bool recommended, size_t *granu
 static gca_status_t sim_mem_create(int dev, size_t size, gca_memhandle_t *out) {
   GCA_SIM_ENTER(mem_create, size);
   GCA_CHECK(gca__sim_check_device("mem_create", dev));
-  GCA_CHECK(check_out("mem_create", out, "out"));
+  GCA_CHECK(gca__sim_check_out("mem_create", out, "out"));
   if (size == 0 || size % GRAN)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
                       "mem_create: size %zu is not a positive multiple of the granularity (%llu)",
@@ -537,10 +525,10 @@ static gca_status_t sim_mem_create(int dev, size_t size, gca_memhandle_t *out) {
   phys_t *p;
   GCA_CHECK(phys_create("mem_create", dev, size, &p));
   pthread_mutex_lock(&mem.lock);
-  gca_status_t st = handle_add("mem_create", p, out);
+  gca_status_t st = gca__sim_memhandle_add("mem_create", p, out);
   if (st != GCA_OK) {
     p->refs = 1;
-    phys_unref(p);
+    gca__sim_phys_unref(p);
   }
   pthread_mutex_unlock(&mem.lock);
   return st;
@@ -550,7 +538,7 @@ static gca_status_t sim_mem_release(gca_memhandle_t handle) {
   GCA_SIM_ENTER(mem_release, 0);
   pthread_mutex_lock(&mem.lock);
   size_t i;
-  phys_t *p = handle_find(handle, &i);
+  phys_t *p = gca__sim_memhandle_find(handle, &i);
   if (!p) {
     pthread_mutex_unlock(&mem.lock);
     return gca__error(GCA_ERR_INVALID_HANDLE,
@@ -559,7 +547,7 @@ static gca_status_t sim_mem_release(gca_memhandle_t handle) {
                       (unsigned long long)handle);
   }
   vec_remove(&mem.handles, i, 1);
-  phys_unref(p);
+  gca__sim_phys_unref(p);
   pthread_mutex_unlock(&mem.lock);
   return GCA_OK;
 }
@@ -568,7 +556,7 @@ static gca_status_t sim_mem_address_reserve(int dev, size_t size, size_t alignme
                                             gca_devptr_t *out) {
   GCA_SIM_ENTER(mem_address_reserve, 0);
   GCA_CHECK(gca__sim_check_device("mem_address_reserve", dev));
-  GCA_CHECK(check_out("mem_address_reserve", out, "out"));
+  GCA_CHECK(gca__sim_check_out("mem_address_reserve", out, "out"));
   /* As cuMemAddressReserve: size a multiple of the host page size, alignment
    * 0 (default) or a power of two. The range always starts on a granule, as
    * the driver's do, since only granule-aligned ranges can be mapped. */
@@ -629,7 +617,7 @@ static gca_status_t sim_mem_map(gca_devptr_t ptr, size_t size, size_t offset,
                       offset);
   gca_status_t st = GCA_OK;
   pthread_mutex_lock(&mem.lock);
-  phys_t *p = handle_find(handle, NULL);
+  phys_t *p = gca__sim_memhandle_find(handle, NULL);
   if (!p) {
     st = gca__error(GCA_ERR_INVALID_HANDLE, "mem_map: 0x%llx is not a live handle",
                     (unsigned long long)handle);
@@ -713,7 +701,7 @@ static gca_status_t sim_mem_unmap(gca_devptr_t ptr, size_t size) {
     resv_t *r = resv_of(pc->base);
     GCA_ASSERT(r != NULL && r->mapped >= pc->size);
     r->mapped -= pc->size;
-    phys_unref(pc->phys);
+    gca__sim_phys_unref(pc->phys);
   }
   vec_remove(&mem.pieces, i, j - i);
 out:
@@ -759,209 +747,6 @@ static gca_status_t sim_mem_set_access(gca_devptr_t ptr, size_t size, const int 
     piece_at(k)->access |= grant;
 out:
   pthread_mutex_unlock(&mem.lock);
-  return st;
-}
-
-static gca_status_t sim_mem_export_fd(gca_memhandle_t handle, int *fd) {
-  GCA_SIM_ENTER(mem_export_fd, 0);
-  GCA_CHECK(check_out("mem_export_fd", fd, "fd"));
-  gca_status_t st = GCA_OK;
-  pthread_mutex_lock(&mem.lock);
-  phys_t *p = handle_find(handle, NULL);
-  if (!p) {
-    st = gca__error(GCA_ERR_INVALID_HANDLE, "mem_export_fd: 0x%llx is not a live handle",
-                    (unsigned long long)handle);
-  } else {
-    int d = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
-    if (d < 0)
-      st =
-          gca__error(GCA_ERR_DRIVER, "mem_export_fd: cannot duplicate the fd: %s", strerror(errno));
-    else
-      *fd = d;
-  }
-  pthread_mutex_unlock(&mem.lock);
-  return st;
-}
-
-/* Note [Sim IPC handles]: GCA_OK when fd is a memfd named and sealed as the sim's. */
-static gca_status_t check_sim_memfd(const char *op, int fd) {
-  int seals = fcntl(fd, F_GET_SEALS);
-  if (seals < 0)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "%s: fd %d is not exported device memory (not a memfd: %s)", op, fd,
-                      strerror(errno));
-  char link[64], target[128];
-  snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-  ssize_t n = readlink(link, target, sizeof(target) - 1);
-  target[n > 0 ? n : 0] = '\0';
-  static const char want[] = "/memfd:" MEMFD_NAME " (deleted)";
-  if (strcmp(target, want) != 0 || seals != MEMFD_SEALS)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "%s: fd %d is not exported device memory ('%s', seals 0x%x; "
-                      "the sim exports '%s' sealed 0x%x)",
-                      op, fd, target, (unsigned)seals, want, (unsigned)MEMFD_SEALS);
-  return GCA_OK;
-}
-
-/* Makes a handle on `dev` for the memory behind fd (already checked to be the
- * sim's): the allocation this process holds with that inode, else a new record
- * of it (charged nothing: its owner pays). */
-static gca_status_t import_checked(const char *op, int dev, int fd, const struct stat *sb,
-                                   gca_memhandle_t *out) {
-  gca_status_t st = GCA_OK;
-  pthread_mutex_lock(&mem.lock);
-  phys_t *p = mem.all;
-  while (p && !(p->st_dev == sb->st_dev && p->st_ino == sb->st_ino))
-    p = p->next;
-  bool fresh = p == NULL;
-  if (fresh) {
-    p = calloc(1, sizeof(*p));
-    if (!p) {
-      st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory", op);
-      goto out;
-    }
-    p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (p->fd < 0) {
-      st = gca__error(GCA_ERR_DRIVER, "%s: cannot duplicate fd %d: %s", op, fd, strerror(errno));
-      free(p);
-      goto out;
-    }
-    p->dev = dev;
-    p->size = (uint64_t)sb->st_size;
-    p->st_dev = sb->st_dev;
-    p->st_ino = sb->st_ino;
-    phys_link(p);
-  }
-  st = handle_add(op, p, out);
-  if (st != GCA_OK && fresh) {
-    p->refs = 1;
-    phys_unref(p);
-  }
-out:
-  pthread_mutex_unlock(&mem.lock);
-  return st;
-}
-
-/* GCA_OK when fd is open on a regular file whose size is a whole number of
- * granules (*sb filled); the memfd check comes after. */
-static gca_status_t stat_exported(const char *op, int fd, struct stat *sb) {
-  if (fd < 0 || fstat(fd, sb) != 0)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: fd %d is not open", op, fd);
-  if (!S_ISREG(sb->st_mode) || sb->st_size <= 0 || (uint64_t)sb->st_size % GRAN)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "%s: fd %d is not exported device memory (size %lld)", op, fd,
-                      (long long)sb->st_size);
-  return GCA_OK;
-}
-
-static gca_status_t sim_mem_import_fd(int dev, int fd, gca_memhandle_t *out) {
-  GCA_SIM_ENTER(mem_import_fd, 0);
-  GCA_CHECK(gca__sim_check_device("mem_import_fd", dev));
-  GCA_CHECK(check_out("mem_import_fd", out, "out"));
-  struct stat sb;
-  GCA_CHECK(stat_exported("mem_import_fd", fd, &sb));
-  GCA_CHECK(check_sim_memfd("mem_import_fd", fd));
-  return import_checked("mem_import_fd", dev, fd, &sb, out);
-}
-
-/* Note [Sim fabric handles]: by default the sim reports
- * GCA_ATTR_FABRIC_SUPPORTED = 0, as a GPU outside a multi-node NVLink fabric
- * does, and both fabric ops refuse (after counting and fault checks). With
- * GCA_SIM_FABRIC=1 it claims support, as a driver on an IMEX-managed system
- * does, and a fabric handle is 64 bytes that name the allocation without
- * carrying a descriptor: the tag FABRIC_MAGIC, the exporting process's pid,
- * the number of the fd the exporter holds for the allocation (its own memfd,
- * open for as long as the allocation lives, as the driver keeps a fabric
- * handle valid while the allocation exists), the memfd's device and inode, its
- * size, and zeros. An import in the exporting process finds the allocation by
- * inode; another process opens /proc/PID/fd/FD (the path the kernel offers to
- * a process of the same user) and accepts it only when it is the sim's sealed
- * memfd with the inode and size the handle names, so a forged or stale handle
- * (the exporter gone, the fd number reused) is refused, never mapped. */
-#define FABRIC_MAGIC "GCASIMF1"
-
-typedef struct fabric_name {
-  char magic[8];
-  uint32_t pid;
-  int32_t fd;
-  uint64_t st_dev, st_ino, size;
-} fabric_name_t;
-_Static_assert(sizeof(fabric_name_t) <= GCA_FABRIC_HANDLE_LEN, "a fabric name fits a handle");
-
-static gca_status_t sim_mem_export_fabric(gca_memhandle_t handle,
-                                          uint8_t out[GCA_FABRIC_HANDLE_LEN]) {
-  GCA_SIM_ENTER(mem_export_fabric, 0);
-  if (!gca__sim_fabric_supported())
-    return gca__error(GCA_ERR_NOT_SUPPORTED,
-                      "mem_export_fabric: handle 0x%llx: the sim device has no fabric handles "
-                      "(GCA_ATTR_FABRIC_SUPPORTED is 0; GCA_SIM_FABRIC=1 turns them on)",
-                      (unsigned long long)handle);
-  GCA_CHECK(check_out("mem_export_fabric", out, "out"));
-  gca_status_t st = GCA_OK;
-  pthread_mutex_lock(&mem.lock);
-  phys_t *p = handle_find(handle, NULL);
-  if (!p) {
-    st = gca__error(GCA_ERR_INVALID_HANDLE, "mem_export_fabric: 0x%llx is not a live handle",
-                    (unsigned long long)handle);
-  } else {
-    fabric_name_t n = {.pid = (uint32_t)getpid(),
-                       .fd = p->fd,
-                       .st_dev = (uint64_t)p->st_dev,
-                       .st_ino = (uint64_t)p->st_ino,
-                       .size = p->size};
-    memcpy(n.magic, FABRIC_MAGIC, sizeof(n.magic));
-    memset(out, 0, GCA_FABRIC_HANDLE_LEN);
-    memcpy(out, &n, sizeof(n));
-  }
-  pthread_mutex_unlock(&mem.lock);
-  return st;
-}
-
-static gca_status_t sim_mem_import_fabric(int dev, const uint8_t in[GCA_FABRIC_HANDLE_LEN],
-                                          gca_memhandle_t *out) {
-  GCA_SIM_ENTER(mem_import_fabric, 0);
-  static const char op[] = "mem_import_fabric";
-  if (!gca__sim_fabric_supported())
-    return gca__error(GCA_ERR_NOT_SUPPORTED,
-                      "mem_import_fabric: sim device %d has no fabric handles "
-                      "(GCA_ATTR_FABRIC_SUPPORTED is 0; GCA_SIM_FABRIC=1 turns them on)",
-                      dev);
-  GCA_CHECK(gca__sim_check_device(op, dev));
-  GCA_CHECK(check_out(op, out, "out"));
-  GCA_CHECK(check_out(op, in, "in"));
-  fabric_name_t n;
-  memcpy(&n, in, sizeof(n));
-  bool zeros = true;
-  for (size_t i = sizeof(n); i < GCA_FABRIC_HANDLE_LEN; i++)
-    zeros &= in[i] == 0;
-  if (memcmp(n.magic, FABRIC_MAGIC, sizeof(n.magic)) != 0 || !zeros || n.fd < 0 || n.pid == 0 ||
-      n.size == 0 || n.size % GRAN)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: the 64 bytes are not a sim fabric handle", op);
-  int fd = -1;
-  if (n.pid == (uint32_t)getpid()) {
-    fd = fcntl(n.fd, F_DUPFD_CLOEXEC, 0);
-  } else {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%u/fd/%d", n.pid, n.fd);
-    fd = open(path, O_RDWR | O_CLOEXEC);
-  }
-  if (fd < 0)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "%s: the handle names no live allocation (process %u, fd %d: %s)", op, n.pid,
-                      n.fd, strerror(errno));
-  struct stat sb;
-  gca_status_t st = stat_exported(op, fd, &sb);
-  if (st == GCA_OK)
-    st = check_sim_memfd(op, fd);
-  if (st == GCA_OK && ((uint64_t)sb.st_dev != n.st_dev || (uint64_t)sb.st_ino != n.st_ino ||
-                       (uint64_t)sb.st_size != n.size))
-    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
-                    "%s: the handle names no live allocation (process %u, fd %d now holds "
-                    "another one: the exporter released it)",
-                    op, n.pid, n.fd);
-  if (st == GCA_OK)
-    st = import_checked(op, dev, fd, &sb, out);
-  close(fd);
   return st;
 }
 
@@ -1077,7 +862,7 @@ fail_resv:
 fail_phys:
   pthread_mutex_lock(&mem.lock);
   p->refs = 1;
-  phys_unref(p);
+  gca__sim_phys_unref(p);
   pthread_mutex_unlock(&mem.lock);
   return st;
 }
@@ -1093,7 +878,7 @@ static void classic_range_drop(uint64_t base) {
   unreserve_range(base, r->size);
   vec_remove(&mem.pieces, pi, 1);
   vec_remove(&mem.resvs, ri, 1);
-  phys_unref(p);
+  gca__sim_phys_unref(p);
 }
 
 /* Records a live allocation (mem.lock held). */
@@ -1129,7 +914,7 @@ static gca_status_t sim_mem_alloc(int dev, size_t size, gca_devptr_t *out) {
   GCA_SIM_ENTER(mem_alloc, rounded);
   GCA_CHECK(gca__sim_capture_check_unsafe("mem_alloc"));
   GCA_CHECK(gca__sim_check_device("mem_alloc", dev));
-  GCA_CHECK(check_out("mem_alloc", out, "out"));
+  GCA_CHECK(gca__sim_check_out("mem_alloc", out, "out"));
   if (size == 0 || rounded < size)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_alloc: size %zu is not allocatable", size);
   gca_status_t st = GCA_OK;
@@ -1366,8 +1151,5 @@ void gca__sim_mem_ops(gca_device_ops_t *ops) {
   ops->mem_map = sim_mem_map;
   ops->mem_unmap = sim_mem_unmap;
   ops->mem_set_access = sim_mem_set_access;
-  ops->mem_export_fd = sim_mem_export_fd;
-  ops->mem_import_fd = sim_mem_import_fd;
-  ops->mem_export_fabric = sim_mem_export_fabric;
-  ops->mem_import_fabric = sim_mem_import_fabric;
+  gca__sim_share_ops(ops);
 }
