@@ -4,7 +4,9 @@
  * Module map: comm.c holds communicators (the registry of live handles, ids
  * and cliques of ranks, argument checks) and issues collectives as stream
  * work; sim_run.c runs one collective on a rank when its stream reaches it
- * (the rendezvous of the ranks, the data exchange, the cost model); reduce.c
+ * (the rendezvous of the ranks, the data exchange, the cost model);
+ * sim_proc.c lets ranks that are processes find each other and share the
+ * memory they meet in; reduce.c
  * has the element types and reductions; nccl.c is the NCCL backend (libnccl
  * loaded at run time); bucket.c the bucketer. */
 #ifndef GCA_COLL_INTERNAL_H
@@ -29,6 +31,7 @@ typedef enum gca__coll_kind {
 const char *gca__coll_kind_name(gca__coll_kind_t kind);
 
 typedef struct gca__clique gca__clique_t;
+typedef struct gca__proc gca__proc_t;
 
 /* One collective as issued by one rank; run by its stream (sim_run.c). A
  * captured one is kept by its communicator for replays. */
@@ -46,7 +49,8 @@ typedef struct gca__coll {
 
 struct gca_comm {
   uint64_t magic;
-  gca__clique_t *clique;
+  gca__clique_t *clique; /* sim, ranks as threads */
+  gca__proc_t *proc;     /* sim, ranks as processes (Note [Sim ranks as processes]) */
   int rank, nranks, device;
   gca_comm_options_t opts;
   pthread_mutex_t mu; /* inflight, error */
@@ -62,32 +66,71 @@ struct gca_comm {
   _Atomic uint64_t registrations, registrations_total, deregistrations_total;
 };
 
-/* A group of ranks sharing an id (sim: threads of this process). */
+/* Where the ranks of a sim communicator meet (Note [Sim rendezvous]): in
+ * this process's memory for ranks as threads, in memory shared between the
+ * processes for ranks as processes (then the mutex and condition variable
+ * are process-shared and the mutex robust). */
+typedef struct gca__meet {
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* CLOCK_MONOTONIC */
+  int arrived[2];    /* at barrier 0 (posted) and 1 (done reading) */
+  uint64_t gen[2];
+  bool broken;
+  char why[384];
+} gca__meet_t;
+
+/* What a rank posted at the rendezvous: compared across ranks before any
+ * data moves. */
+typedef struct gca__coll_desc {
+  int32_t kind, dtype, op, posted;
+  uint64_t count;
+} gca__coll_desc_t;
+
+/* A group of ranks sharing an id, as threads of this process. */
 struct gca__clique {
   unsigned char id[GCA_COMM_ID_BYTES];
   int nranks;
-  int refs, joined;
-  pthread_mutex_t mu;
-  pthread_cond_t cv; /* CLOCK_MONOTONIC */
+  int refs, joined; /* under m.mu */
+  gca__meet_t m;
   gca_comm_t **ranks;
-  /* the rendezvous of the collective under way (Note [Sim rendezvous]) */
-  uint64_t round; /* collectives all ranks completed */
-  int arrived[2]; /* at barrier 0 (posted) and 1 (done reading) */
-  uint64_t gen[2];
-  const gca__coll_t **posted;
-  void **staged;
-  bool broken;
-  char why[384];
+  gca__coll_desc_t *desc; /* the collective under way, per rank */
+  void **staged;          /* each rank's copy of its input */
   gca__clique_t *next;
 };
+
+/* One rank's view of a clique of processes (sim_proc.c): a mapping of the
+ * shared memory holding the meeting place, the descriptors and one staging
+ * area of `chunk` bytes per rank. */
+struct gca__proc {
+  void *map;
+  size_t map_bytes;
+  gca__meet_t *m;
+  gca__coll_desc_t *desc;
+  unsigned char *areas;
+  size_t chunk;
+};
+
+/* sim_run.c: the meeting place's primitives. gca__meet_lock makes a mutex
+ * whose owner died consistent again and breaks the meeting, naming that. */
+void gca__meet_init(gca__meet_t *m, bool shared);
+void gca__meet_destroy(gca__meet_t *m);
+void gca__meet_lock(gca__meet_t *m);
+void gca__meet_unlock(gca__meet_t *m);
+/* With m->mu held: marks the meeting broken with `why` (the first reason
+ * sticks) and wakes every rank waiting in it. */
+void gca__meet_break(gca__meet_t *m, const char *why);
+
+/* sim_proc.c: joins rank `rank` of `nranks` of the clique of processes named
+ * by id; returns once every rank has joined, or fails naming who did not. */
+gca_status_t gca__proc_join(const gca_comm_id_t *id, int nranks, int rank,
+                            const gca_comm_options_t *o, gca__proc_t **out);
+void gca__proc_leave(gca__proc_t *p);
 
 /* sim_run.c: a CLOCK_MONOTONIC deadline s seconds from now (cliques' waits). */
 struct timespec;
 void gca__deadline_after(double s, struct timespec *ts);
 /* sim_run.c: the host function a collective is queued as. */
 void gca__sim_run(void *coll);
-/* Marks the clique broken with `why` and wakes every rank waiting in it. */
-void gca__clique_break(gca__clique_t *c, const char *why);
 /* Records a collective's failure on its communicator (the first one sticks). */
 void gca__comm_fail(gca_comm_t *comm, gca_status_t st, const char *detail);
 /* A run of a collective ended (successfully or not). */

@@ -8,6 +8,7 @@
  * live, the buffers are large enough and on the communicator's device, the
  * dtype and op go together); what only the run can see is reported through
  * the communicator's asynchronous error, never by hanging a stream. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,19 +85,10 @@ GCA_API gca_status_t gca_comm_get_unique_id(gca_comm_id_t *id) {
 
 /* ---- cliques ---- */
 
-void gca__clique_break(gca__clique_t *c, const char *why) {
-  if (!c->broken) {
-    c->broken = true;
-    snprintf(c->why, sizeof(c->why), "%s", why);
-  }
-  pthread_cond_broadcast(&c->cv);
-}
-
 static void clique_free(gca__clique_t *c) {
-  pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
+  gca__meet_destroy(&c->m);
   free(c->ranks);
-  free(c->posted);
+  free(c->desc);
   free(c->staged);
   free(c);
 }
@@ -116,15 +108,10 @@ static gca_status_t clique_get(const gca_comm_id_t *id, int nranks, gca__clique_
   if (!c)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
   c->ranks = calloc((size_t)nranks, sizeof(*c->ranks));
-  c->posted = calloc((size_t)nranks, sizeof(*c->posted));
+  c->desc = calloc((size_t)nranks, sizeof(*c->desc));
   c->staged = calloc((size_t)nranks, sizeof(*c->staged));
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&c->cv, &ca);
-  pthread_condattr_destroy(&ca);
-  pthread_mutex_init(&c->mu, NULL);
-  if (!c->ranks || !c->posted || !c->staged) {
+  gca__meet_init(&c->m, false);
+  if (!c->ranks || !c->desc || !c->staged) {
     clique_free(c);
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
   }
@@ -153,9 +140,14 @@ static void clique_unref(gca__clique_t *c) {
 static gca_status_t check_options(const gca_comm_options_t *o, gca_comm_options_t *out) {
   *out = (gca_comm_options_t)GCA_COMM_OPTIONS_INIT;
   if (o) {
-    if (o->size < sizeof(*o))
-      return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_create: options' size is not set");
-    *out = *o;
+    /* callers built before the sim_processes fields came pass a shorter struct */
+    size_t oldest = offsetof(gca_comm_options_t, sim_processes);
+    if (o->size < oldest || o->size > 4096)
+      return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                        "comm_create: options' size %zu is not set (sizeof is %zu)", o->size,
+                        sizeof(*o));
+    memcpy(out, o, o->size < sizeof(*o) ? o->size : sizeof(*o));
+    out->size = sizeof(*out);
   }
   if (out->backend != GCA_COMM_BACKEND_AUTO && out->backend != GCA_COMM_BACKEND_SIM &&
       out->backend != GCA_COMM_BACKEND_NCCL)
@@ -166,6 +158,12 @@ static gca_status_t check_options(const gca_comm_options_t *o, gca_comm_options_
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
                       "comm_create: bad options (latency %g us, bandwidth %g GB/s, timeout %g s)",
                       out->latency_us, out->bandwidth_gbps, out->timeout_s);
+  if (out->sim_chunk_bytes == 0)
+    out->sim_chunk_bytes = GCA_COMM_SIM_CHUNK_DEFAULT;
+  if (out->sim_chunk_bytes < ((size_t)64 << 10) || out->sim_chunk_bytes > ((size_t)1 << 30))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "comm_create: sim_chunk_bytes %zu is not 64 KiB .. 1 GiB",
+                      out->sim_chunk_bytes);
   GCA_CHECK(gca_device_init());
   const char *be = gca_device_backend_name();
   bool cuda = be && strcmp(be, "cuda") == 0;
@@ -251,27 +249,46 @@ static gca_status_t join(const gca_comm_id_t *id, int nranks, int rank, int devi
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   gca_status_t st = GCA_OK;
+  if (o->sim_processes) {
+    st = gca__proc_join(id, nranks, rank, o, &c->proc);
+    pthread_mutex_lock(&reg_lock);
+    if (st == GCA_OK)
+      st = live_reserve();
+    if (st == GCA_OK)
+      live[nlive++] = c;
+    pthread_mutex_unlock(&reg_lock);
+    if (st != GCA_OK) {
+      if (c->proc)
+        gca__proc_leave(c->proc);
+      pthread_mutex_destroy(&c->mu);
+      pthread_cond_destroy(&c->cv);
+      free(c);
+      return st;
+    }
+    *out = c;
+    return GCA_OK;
+  }
   pthread_mutex_lock(&reg_lock);
   gca__clique_t *q = NULL;
   st = live_reserve();
   if (st == GCA_OK)
     st = clique_get(id, nranks, &q);
   if (st == GCA_OK) {
-    pthread_mutex_lock(&q->mu);
+    pthread_mutex_lock(&q->m.mu);
     if (q->ranks[rank])
       st = gca__error(GCA_ERR_INVALID_ARGUMENT,
                       "comm_create: rank %d of this id has joined already", rank);
-    else if (q->broken)
-      st = gca__error(GCA_ERR_INVALID_STATE, "comm_create: the communicator failed: %s", q->why);
+    else if (q->m.broken)
+      st = gca__error(GCA_ERR_INVALID_STATE, "comm_create: the communicator failed: %s", q->m.why);
     if (st == GCA_OK) {
       q->ranks[rank] = c;
       q->joined++;
       q->refs++;
       c->clique = q;
       live[nlive++] = c;
-      pthread_cond_broadcast(&q->cv);
+      pthread_cond_broadcast(&q->m.cv);
     }
-    pthread_mutex_unlock(&q->mu);
+    pthread_mutex_unlock(&q->m.mu);
     if (st != GCA_OK && q->refs == 0)
       clique_unref((q->refs++, q));
   }
@@ -293,10 +310,10 @@ static gca_status_t wait_joined(gca_comm_t *c) {
   gca__clique_t *q = c->clique;
   struct timespec dl;
   gca__deadline_after(c->opts.timeout_s, &dl);
-  pthread_mutex_lock(&q->mu);
+  pthread_mutex_lock(&q->m.mu);
   int rc = 0;
-  while (q->joined < q->nranks && !q->broken && rc == 0)
-    rc = pthread_cond_timedwait(&q->cv, &q->mu, &dl);
+  while (q->joined < q->nranks && !q->m.broken && rc == 0)
+    rc = pthread_cond_timedwait(&q->m.cv, &q->m.mu, &dl);
   gca_status_t st = GCA_OK;
   if (q->joined < q->nranks) {
     char who[128] = "";
@@ -308,7 +325,7 @@ static gca_status_t wait_joined(gca_comm_t *c) {
                     "comm_create: rank %d of %d: rank(s) %s did not join within %.3g s", c->rank,
                     c->nranks, who, c->opts.timeout_s);
   }
-  pthread_mutex_unlock(&q->mu);
+  pthread_mutex_unlock(&q->m.mu);
   return st;
 }
 
@@ -335,7 +352,7 @@ GCA_API gca_status_t gca_comm_create(const gca_comm_id_t *id, int nranks, int ra
     return st;
   }
   GCA_CHECK(join(id, nranks, rank, device, &o, &c));
-  gca_status_t st = wait_joined(c);
+  gca_status_t st = c->proc ? GCA_OK : wait_joined(c); /* processes join in gca__proc_join */
   if (st != GCA_OK) {
     release(c);
     return st;
@@ -367,6 +384,10 @@ GCA_API gca_status_t gca_comm_create_all(int nranks, const int *devices,
     }
     return GCA_OK;
   }
+  if (o.sim_processes)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "comm_create_all: ranks as processes each call gca_comm_create (one thread "
+                      "cannot be every process)");
   gca_comm_id_t id;
   GCA_CHECK(gca_comm_get_unique_id(&id));
   for (int r = 0; r < nranks; r++) {
@@ -391,13 +412,15 @@ static void release(gca_comm_t *c) {
     }
   gca__clique_t *q = c->clique;
   if (q) {
-    pthread_mutex_lock(&q->mu);
+    pthread_mutex_lock(&q->m.mu);
     q->ranks[c->rank] = NULL;
     q->joined--;
-    pthread_mutex_unlock(&q->mu);
+    pthread_mutex_unlock(&q->m.mu);
     clique_unref(q);
   }
   pthread_mutex_unlock(&reg_lock);
+  if (c->proc)
+    gca__proc_leave(c->proc);
   if (c->nccl)
     atomic_fetch_sub(&nccl_comms, 1);
   for (gca__coll_t *p = c->persistent, *next; p; p = next) {
@@ -436,9 +459,10 @@ GCA_API gca_status_t gca_comm_abort(gca_comm_t *c) {
   gca__clique_t *q = c->clique;
   char why[128];
   snprintf(why, sizeof(why), "rank %d aborted the communicator", c->rank);
-  pthread_mutex_lock(&q->mu);
-  gca__clique_break(q, why);
-  pthread_mutex_unlock(&q->mu);
+  gca__meet_t *m = c->proc ? c->proc->m : &q->m;
+  gca__meet_lock(m);
+  gca__meet_break(m, why);
+  gca__meet_unlock(m);
   gca__comm_fail(c, GCA_ERR_INVALID_STATE, why);
   /* the queued collectives fail fast now; they end before the memory goes */
   pthread_mutex_lock(&c->mu);

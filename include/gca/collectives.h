@@ -12,9 +12,9 @@
  * collective ends without writing its output and the communicator keeps the
  * error (gca_comm_async_error); later calls on it fail with it.
  *
- * Backends: "sim" (ranks as threads of one process on sim devices; data moves
- * between ranks' memory directly; a cost per collective of latency plus bytes
- * over bandwidth, so that overlap can be measured) and "nccl" (on the cuda
+ * Backends: "sim" (ranks as threads of one process on sim devices, or as
+ * processes meeting in shared memory: gca_comm_options_t.sim_processes; a cost per collective of
+ * latency plus bytes over bandwidth, so that overlap can be measured) and "nccl" (on the cuda
  * device backend: libnccl loaded at run time, GCA_NCCL_LIBRARY or
  * "libnccl.so.2", 2.10 or later; buffer registration needs 2.19). */
 #ifndef GCA_COLLECTIVES_H
@@ -50,10 +50,18 @@ typedef struct gca_comm_options {
   double latency_us;     /* sim: cost of each collective (0: none) */
   double bandwidth_gbps; /* sim: bytes per ns moved by a collective (0: no byte cost) */
   double timeout_s;      /* how long a rank waits for its peers (create and collectives) */
+  /* sim: the ranks are separate processes (each calls gca_comm_create with
+   * the same id): they meet through a Unix socket named by the id and move
+   * data through shared memory, in rounds of sim_chunk_bytes per rank
+   * (0: 4 MiB; 64 KiB .. 1 GiB). False: the ranks are threads of this
+   * process. */
+  bool sim_processes;
+  size_t sim_chunk_bytes;
 } gca_comm_options_t;
 
+#define GCA_COMM_SIM_CHUNK_DEFAULT ((size_t)4 << 20)
 #define GCA_COMM_OPTIONS_INIT \
-  { sizeof(gca_comm_options_t), GCA_COMM_BACKEND_AUTO, 0, 0, 30.0 }
+  { sizeof(gca_comm_options_t), GCA_COMM_BACKEND_AUTO, 0, 0, 30.0, false, 0 }
 
 typedef enum gca_dtype {
   GCA_DTYPE_F32 = 0,
