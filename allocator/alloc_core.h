@@ -748,6 +748,12 @@ gca_status_t gca__segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_strea
  * unmapped the memory is gone, so later failures are only logged. The caller
  * keeps the record and its owner entry. */
 gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg, bool sync);
+/* Tells the segment observer of pool's private pool, if any, of [base, +
+ * bytes) (Note [Segment observers], pool.h). A CREATED or MAPPED failure is
+ * returned with the observer's detail, prefixed; the others are logged and
+ * GCA_OK is returned. */
+gca_status_t gca__observe(gca__pool_t *pool, gca_segment_event_t ev, gca_devptr_t base,
+                          size_t bytes);
 /* Release batches (Note [No waits under the device lock]); release.c runs them.
  * Takes seg's releasable memory out of reach into bt: a classic segment whose
  * single block is in the tree, or an expandable segment's free blocks that
@@ -901,6 +907,9 @@ struct gca__mempool {
   int use_count; /* creator, retains, routes and thread scopes */
   size_t nactive;
   bool use_on_oom;
+  gca_segment_observer_fn observer; /* Note [Segment observers] (pool.h); fixed at creation */
+  void *observer_ctx;
+  void (*observer_done)(void *ctx);
   bool destroying;             /* release.c's reap gives its segments back with the lock let go and
                                   holds a use meanwhile: no lookup, route or OOM borrow reaches it */
   bool suspended;              /* gca_pool_suspend: every segment suspended */

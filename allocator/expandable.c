@@ -79,6 +79,12 @@ static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t of
     seg->cap_maps = ncap;
   }
   GCA_CHECK(gca__vmm_map_new(d, ptr, len, &h));
+  gca_status_t st = gca__observe(seg->pool, GCA_SEGMENT_MAPPED, ptr, len);
+  if (st != GCA_OK) {
+    bool unmapped;
+    GCA_CHECK_IGNORE(gca__vmm_unmap(d, ptr, len, h, &unmapped));
+    return st;
+  }
   size_t i = seg->nmaps;
   while (i > 0 && seg->maps[i - 1].offset > off) {
     seg->maps[i] = seg->maps[i - 1];
@@ -101,7 +107,10 @@ static gca_status_t unmap_one(gca__devalloc_t *d, gca__segment_t *seg, size_t i)
   gca__mapping_t m = seg->maps[i];
   gca_devptr_t ptr = seg->base + m.offset;
   bool unmapped;
+  GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_UNMAPPING, ptr, m.size));
   gca_status_t st = gca__vmm_unmap(d, ptr, m.size, m.handle, &unmapped);
+  if (!unmapped) /* still there: the observer hears of it again */
+    GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_MAPPED, ptr, m.size));
   if (!unmapped)
     return gca__error_prefix(st, "release of 0x%" PRIx64 " (%zu bytes) of an expandable segment",
                              ptr, m.size);
@@ -493,6 +502,9 @@ gca_status_t gca__expand_release_synced(gca__devalloc_t *d, gca__segment_t *seg,
 }
 
 void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
+  for (size_t i = 0; i < seg->nmaps; i++)
+    GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_UNMAPPING, seg->base + seg->maps[i].offset,
+                                  seg->maps[i].size));
   gca__vmm_destroy(d, seg->base, seg->reserved_size, seg->maps, seg->nmaps);
   gca__owner_remove(seg->base, seg->reserved_size, d->device);
   free(seg->maps);

@@ -37,6 +37,8 @@ void gca__mempool_forget(gca__devalloc_t *d, gca__mempool_t *m) {
     d->mempools = m->next;
   if (m->next != NULL)
     m->next->prev = m->prev;
+  if (m->observer_done != NULL)
+    m->observer_done(m->observer_ctx);
   free(m);
 }
 
@@ -105,6 +107,8 @@ void gca__mempools_destroy_locked(gca__devalloc_t *d) {
         gca__segment_destroy(d, s);
       }
     }
+    if (m->observer_done != NULL)
+      m->observer_done(m->observer_ctx);
     free(m);
   }
   d->mempools = NULL;

@@ -95,6 +95,9 @@ GCA_API gca_status_t gca_pool_create(int device, const gca_pool_options_t *opts,
   m->handle = (atomic_fetch_add(&g_serial, 1) + 1) << 8 | (uint64_t)device;
   m->use_count = 1;
   m->use_on_oom = o.use_on_oom;
+  m->observer = o.segment_observer; /* NULL for callers whose options end before it */
+  m->observer_ctx = o.observer_ctx;
+  m->observer_done = o.observer_done;
   pool_init(&m->small, d, m, true, o.no_split);
   pool_init(&m->large, d, m, false, o.no_split);
   gca__dev_lock(d);
@@ -295,6 +298,11 @@ GCA_API gca_status_t gca_pool_suspend(gca_pool_t *pool, unsigned flags) {
     ;
   else if (m->suspended)
     st = gca__error(GCA_ERR_INVALID_STATE, "pool_suspend: pool %p is already suspended",
+                    (void *)pool);
+  else if (m->observer != NULL)
+    st = gca__error(GCA_ERR_NOT_SUPPORTED,
+                    "pool_suspend: pool %p has a segment observer (its memory is registered; "
+                    "Note [Segment observers])",
                     (void *)pool);
   else if (d->ncaptures != 0)
     st = gca__error(GCA_ERR_INVALID_STATE,

@@ -68,6 +68,24 @@ gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg, b
   return GCA_OK;
 }
 
+gca_status_t gca__observe(gca__pool_t *pool, gca_segment_event_t ev, gca_devptr_t base,
+                          size_t bytes) {
+  static const char *const names[] = {"created", "releasing", "mapped", "unmapping"};
+  gca__mempool_t *m = pool->owner;
+  if (m == NULL || m->observer == NULL)
+    return GCA_OK;
+  gca_status_t st =
+      m->observer(ev, pool->dev->device, (void *)(uintptr_t)base, bytes, m->observer_ctx);
+  if (st == GCA_OK)
+    return GCA_OK;
+  if (ev == GCA_SEGMENT_CREATED || ev == GCA_SEGMENT_MAPPED)
+    return gca__error_prefix(st, "segment observer (%s 0x%" PRIx64 ", %zu bytes)", names[ev], base,
+                             bytes);
+  GCA_LOG_WARN("segment observer (%s 0x%" PRIx64 ", %zu bytes) failed: %s", names[ev], base, bytes,
+               gca_last_error());
+  return GCA_OK;
+}
+
 /* A new classic segment of `size` bytes; its single block is returned free
  * and outside the tree. */
 static gca_status_t classic_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
@@ -101,9 +119,11 @@ static gca_status_t classic_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   seg->base = ptr;
   seg->size = size;
   seg->stream = stream;
-  GCA_CHECK_GOTO(gca__block_reserve(d), st, fail_mem); /* after the driver call: the lock may
-                                                          have been let go */
-  GCA_CHECK_GOTO(gca__owner_add(ptr, size, d->device), st, fail_mem);
+  GCA_CHECK_GOTO(gca__observe(pool, GCA_SEGMENT_CREATED, ptr, size), st, fail_mem);
+  /* block_reserve after the driver call: the lock may have been let go */
+  if ((st = gca__block_reserve(d)) != GCA_OK ||
+      (st = gca__owner_add(ptr, size, d->device)) != GCA_OK)
+    goto fail_observed;
   gca__block_t *b = gca__block_take(d);
   b->addr = ptr;
   b->size = size;
@@ -124,6 +144,8 @@ static gca_status_t classic_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   *out = b;
   return GCA_OK;
 
+fail_observed:
+  GCA_CHECK_IGNORE(gca__observe(pool, GCA_SEGMENT_RELEASING, ptr, size));
 fail_mem:
   GCA_CHECK_IGNORE(gca__segment_memory_free(d, seg, false));
 fail_seg:
@@ -146,6 +168,7 @@ void gca__segment_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
   if (seg->expandable) {
     gca__expand_destroy(d, seg);
   } else {
+    GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_RELEASING, seg->base, seg->size));
     GCA_CHECK_IGNORE(gca__segment_memory_free(d, seg, false));
     gca__owner_remove(seg->base, seg->size, d->device);
     /* a failed unmap left them: the memory is lost, not the records */
@@ -231,7 +254,9 @@ void gca__relbatch_wait(gca__devalloc_t *d, gca__relbatch_t *bt) {
     gca__relent_t *e = &bt->v[i];
     gca__segment_t *seg = e->seg;
     if (!seg->expandable && seg->maps == NULL) {
-      e->st = d->ops->mem_free(d->device, seg->base); /* synchronizes the device first */
+      /* the observer's pool is fixed and mem_free synchronizes the device first */
+      GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_RELEASING, seg->base, seg->size));
+      e->st = d->ops->mem_free(d->device, seg->base);
       continue;
     }
     bool seen = false; /* one wait per stream */
@@ -241,6 +266,7 @@ void gca__relbatch_wait(gca__devalloc_t *d, gca__relbatch_t *bt) {
     e->st = seen ? GCA_OK : stream_wait(d, bt, seg->stream, &dev_synced);
     if (e->st != GCA_OK || seg->expandable)
       continue;
+    GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_RELEASING, seg->base, seg->size));
     bool unmapped;
     e->st = gca__vmm_unmap(d, seg->base, seg->size, seg->maps[0].handle, &unmapped);
     if (!unmapped)

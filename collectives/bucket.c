@@ -12,7 +12,8 @@
  * collective on it (all-gather: its rank's block is its input; reduce-scatter:
  * its rank's block is its output) and copies the outputs out. Every rank
  * plans from the same sequence, so the layout is the same everywhere; the
- * buffers are allocated and registered once, at finalize.
+ * buffers are allocated once, at finalize, from a comm pool per
+ * communicator (Note [Comm pools]), so they lie in registered memory.
  *
  * The one idea: the plan is decided once from the sequence alone, and a run
  * only moves bytes along it. */
@@ -38,8 +39,12 @@ typedef struct bucket {
   size_t first, n; /* collectives [first, first + n) */
   size_t elems;    /* E: per-rank elements */
   void *buf;
-  void *reg; /* its registration */
 } bucket_t;
+
+typedef struct bpool {
+  gca_comm_t *comm;
+  gca_pool_t *pool;
+} bpool_t;
 
 struct gca_bucketer {
   gca_bucketer_options_t opts;
@@ -47,8 +52,38 @@ struct gca_bucketer {
   size_t n, cap;
   bucket_t *b;
   size_t nb;
+  bpool_t *pools; /* one comm pool per communicator with a merged bucket */
+  size_t npools;
   bool finalized;
 };
+
+/* The comm pool of comm, made on first use. */
+static gca_status_t pool_of(gca_bucketer_t *b, gca_comm_t *comm, gca_pool_t **out) {
+  for (size_t i = 0; i < b->npools; i++)
+    if (b->pools[i].comm == comm) {
+      *out = b->pools[i].pool;
+      return GCA_OK;
+    }
+  bpool_t *np = realloc(b->pools, (b->npools + 1) * sizeof(*np));
+  if (!np)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "no host memory");
+  b->pools = np;
+  GCA_CHECK(gca_comm_pool_create(comm, NULL, out));
+  b->pools[b->npools++] = (bpool_t){comm, *out};
+  return GCA_OK;
+}
+
+/* Frees the buffers, then releases the pools (their memory goes back). */
+static void give_back(gca_bucketer_t *b) {
+  for (size_t k = 0; k < b->nb; k++)
+    if (b->b[k].buf)
+      GCA_CHECK_IGNORE(gca_free(b->b[k].buf));
+  for (size_t i = 0; i < b->npools; i++)
+    GCA_CHECK_IGNORE(gca_pool_release(b->pools[i].pool));
+  free(b->pools);
+  b->pools = NULL;
+  b->npools = 0;
+}
 
 GCA_API gca_status_t gca_bucketer_create(const gca_bucketer_options_t *opts, gca_bucketer_t **out) {
   if (!out)
@@ -166,19 +201,21 @@ GCA_API gca_status_t gca_bucketer_finalize(gca_bucketer_t *b, gca_stream_t strea
     const bcoll_t *c = &b->c[bk->first];
     size_t es = gca_dtype_size(c->dtype);
     size_t elems = c->kind == GCA_COLL_ALL_REDUCE ? bk->elems : bk->elems * (size_t)c->comm->nranks;
-    st = gca_malloc_device(c->comm->device, &bk->buf, elems * es, stream);
+    gca_pool_t *pool = NULL;
+    st = pool_of(b, c->comm, &pool);
     if (st == GCA_OK)
-      st = gca_comm_register(c->comm, bk->buf, elems * es, &bk->reg);
+      st = gca_pool_use_begin(pool);
+    if (st == GCA_OK) {
+      st = gca_malloc_device(c->comm->device, &bk->buf, elems * es, stream);
+      gca_status_t est = gca_pool_use_end(pool);
+      if (st == GCA_OK)
+        st = est;
+    }
   }
   if (st != GCA_OK) {
     char detail[384];
     snprintf(detail, sizeof(detail), "%s", gca_last_error());
-    for (size_t k = 0; k < b->nb; k++) {
-      if (b->b[k].reg)
-        GCA_CHECK_IGNORE(gca_comm_deregister(b->c[b->b[k].first].comm, b->b[k].reg));
-      if (b->b[k].buf)
-        GCA_CHECK_IGNORE(gca_free(b->b[k].buf));
-    }
+    give_back(b);
     free(b->b);
     b->b = NULL;
     b->nb = 0;
@@ -284,15 +321,25 @@ GCA_API gca_status_t gca_bucketer_layout(const gca_bucketer_t *b, size_t index, 
   return GCA_OK;
 }
 
+GCA_API gca_status_t gca_bucketer_memory(const gca_bucketer_t *b, size_t *reserved, size_t *live) {
+  if (!b || !reserved || !live)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "bucketer_memory: NULL argument");
+  if (!b->finalized)
+    return gca__error(GCA_ERR_INVALID_STATE, "bucketer_memory: the bucketer is not finalized");
+  *reserved = *live = 0;
+  for (size_t i = 0; i < b->npools; i++) {
+    size_t r = 0, a = 0;
+    GCA_CHECK(gca_pool_memory(b->pools[i].pool, &r, &a));
+    *reserved += r;
+    *live += a;
+  }
+  return GCA_OK;
+}
+
 GCA_API void gca_bucketer_destroy(gca_bucketer_t *b) {
   if (!b)
     return;
-  for (size_t k = 0; k < b->nb; k++) {
-    if (b->b[k].reg)
-      GCA_CHECK_IGNORE(gca_comm_deregister(b->c[b->b[k].first].comm, b->b[k].reg));
-    if (b->b[k].buf)
-      GCA_CHECK_IGNORE(gca_free(b->b[k].buf));
-  }
+  give_back(b);
   for (size_t i = 0; i < b->n; i++)
     free(b->c[i].deps);
   free(b->c);

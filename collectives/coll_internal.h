@@ -6,7 +6,7 @@
  * work; sim_run.c runs one collective on a rank when its stream reaches it
  * (the rendezvous of the ranks, the data exchange, the cost model);
  * sim_proc.c lets ranks that are processes find each other and share the
- * memory they meet in; reduce.c
+ * memory they meet in; comm_pool.c has the comm pools; reduce.c
  * has the element types and reductions; nccl.c is the NCCL backend (libnccl
  * loaded at run time); bucket.c the bucketer. */
 #ifndef GCA_COLL_INTERNAL_H
@@ -49,6 +49,7 @@ typedef struct gca__coll {
 
 struct gca_comm {
   uint64_t magic;
+  uint64_t serial;       /* never reused in the process (Note [Comm pools]) */
   gca__clique_t *clique; /* sim, ranks as threads */
   gca__proc_t *proc;     /* sim, ranks as processes (Note [Sim ranks as processes]) */
   int rank, nranks, device;
@@ -135,6 +136,15 @@ void gca__sim_run(void *coll);
 void gca__comm_fail(gca_comm_t *comm, gca_status_t st, const char *detail);
 /* A run of a collective ended (successfully or not). */
 void gca__comm_ran(gca_comm_t *comm, gca__coll_t *coll, bool ok);
+
+/* comm.c: registration for comm pools (comm_pool.c), while the
+ * communicator (c, serial) is still live: gca__comm_pool_register fails with
+ * GCA_ERR_INVALID_HANDLE when it is not; gca__comm_pool_deregister returns
+ * false (and does nothing) when it is not. */
+gca_status_t gca__comm_pool_register(gca_comm_t *c, uint64_t serial, void *ptr, size_t bytes,
+                                     void **handle);
+bool gca__comm_pool_deregister(gca_comm_t *c, uint64_t serial, bool sim, void *handle,
+                               gca_status_t *st);
 
 /* nccl.c: the NCCL backend (functions named after the NCCL calls they make) */
 gca_status_t gca__nccl_load(void);

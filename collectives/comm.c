@@ -184,7 +184,8 @@ static gca_status_t check_options(const gca_comm_options_t *o, gca_comm_options_
   return GCA_OK;
 }
 
-static _Atomic int nccl_comms; /* live NCCL communicators: groups bracket NCCL then */
+static _Atomic uint64_t serials; /* Note [Comm pools] */
+static _Atomic int nccl_comms;   /* live NCCL communicators: groups bracket NCCL then */
 
 /* A communicator record for an NCCL communicator, registered as live. */
 static gca_status_t nccl_wrap(void *nc, int rank, int nranks, int device,
@@ -193,6 +194,7 @@ static gca_status_t nccl_wrap(void *nc, int rank, int nranks, int device,
   if (!c)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
   c->magic = COMM_MAGIC;
+  c->serial = atomic_fetch_add(&serials, 1) + 1;
   c->rank = rank;
   c->nranks = nranks;
   c->device = device;
@@ -242,6 +244,7 @@ static gca_status_t join(const gca_comm_id_t *id, int nranks, int rank, int devi
   if (!c)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
   c->magic = COMM_MAGIC;
+  c->serial = atomic_fetch_add(&serials, 1) + 1;
   c->rank = rank;
   c->nranks = nranks;
   c->device = device;
@@ -711,15 +714,16 @@ typedef struct sim_reg {
 
 #define REG_MAGIC 0x7265676973746572ull
 
-GCA_API gca_status_t gca_comm_register(gca_comm_t *c, void *ptr, size_t bytes, void **handle) {
-  GCA_CHECK(check_comm("comm_register", c));
-  if (!ptr || !bytes || !handle)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_register: ptr %p, bytes %zu, handle %p", ptr,
-                      bytes, (void *)handle);
-  GCA_CHECK(check_buffer("comm_register", c, "range", ptr, ptr, bytes));
+/* The registration itself, the range checked by the caller. */
+static gca_status_t register_range(gca_comm_t *c, void *ptr, size_t bytes, void **handle) {
   if (c->nccl) {
     GCA_CHECK(gca__nccl_register(c->nccl, ptr, bytes, handle));
   } else {
+    /* the sim's registration cannot fail by itself: a test makes it fail here */
+    if (GCA_FAILPOINT("sim_comm_register"))
+      return gca__error(GCA_ERR_DRIVER,
+                        "comm_register: the sim refused to register [%p, +%zu) (injected fault)",
+                        ptr, bytes);
     sim_reg_t *r = malloc(sizeof(*r));
     if (!r)
       return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_register: no host memory");
@@ -731,10 +735,16 @@ GCA_API gca_status_t gca_comm_register(gca_comm_t *c, void *ptr, size_t bytes, v
   return GCA_OK;
 }
 
-GCA_API gca_status_t gca_comm_deregister(gca_comm_t *c, void *handle) {
-  GCA_CHECK(check_comm("comm_deregister", c));
-  if (!handle)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_deregister: handle is NULL");
+GCA_API gca_status_t gca_comm_register(gca_comm_t *c, void *ptr, size_t bytes, void **handle) {
+  GCA_CHECK(check_comm("comm_register", c));
+  if (!ptr || !bytes || !handle)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_register: ptr %p, bytes %zu, handle %p", ptr,
+                      bytes, (void *)handle);
+  GCA_CHECK(check_buffer("comm_register", c, "range", ptr, ptr, bytes));
+  return register_range(c, ptr, bytes, handle);
+}
+
+static gca_status_t deregister_handle(gca_comm_t *c, void *handle) {
   if (c->nccl) {
     GCA_CHECK(gca__nccl_deregister(c->nccl, handle));
   } else {
@@ -748,4 +758,39 @@ GCA_API gca_status_t gca_comm_deregister(gca_comm_t *c, void *handle) {
   atomic_fetch_sub(&c->registrations, 1);
   atomic_fetch_add(&c->deregistrations_total, 1);
   return GCA_OK;
+}
+
+GCA_API gca_status_t gca_comm_deregister(gca_comm_t *c, void *handle) {
+  GCA_CHECK(check_comm("comm_deregister", c));
+  if (!handle)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_deregister: handle is NULL");
+  return deregister_handle(c, handle);
+}
+
+/* Note [Comm pools] (comm_pool.c): the pool's records name their
+ * communicator by pointer and serial, and each call checks, under the
+ * registry's lock, that it is still the live one. */
+gca_status_t gca__comm_pool_register(gca_comm_t *c, uint64_t serial, void *ptr, size_t bytes,
+                                     void **handle) {
+  pthread_mutex_lock(&reg_lock);
+  gca_status_t st = live_has(c) && c->serial == serial
+                        ? register_range(c, ptr, bytes, handle)
+                        : gca__error(GCA_ERR_INVALID_HANDLE,
+                                     "comm_register: the comm pool's communicator was destroyed");
+  pthread_mutex_unlock(&reg_lock);
+  return st;
+}
+
+bool gca__comm_pool_deregister(gca_comm_t *c, uint64_t serial, bool sim, void *handle,
+                               gca_status_t *st) {
+  pthread_mutex_lock(&reg_lock);
+  bool live = live_has(c) && c->serial == serial;
+  *st = live ? deregister_handle(c, handle) : GCA_OK;
+  pthread_mutex_unlock(&reg_lock);
+  sim_reg_t *r = handle;
+  if (!live && sim && r->magic == REG_MAGIC) { /* NCCL dropped its own with the communicator */
+    r->magic = 0;
+    free(r);
+  }
+  return live;
 }

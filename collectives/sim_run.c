@@ -299,6 +299,10 @@ void gca__sim_run(void *arg) {
     snprintf(why, sizeof(why), "%s #%llu: no host memory to stage %zu bytes",
              gca__coll_kind_name(co->kind), (unsigned long long)index, input_bytes(co));
     gca__meet_break(x.m, why);
+  } else if (GCA_FAILPOINT("sim_collective")) { /* a transport failure, as a test asks */
+    snprintf(why, sizeof(why), "%s #%llu: the transport failed on rank %d (injected fault)",
+             gca__coll_kind_name(co->kind), (unsigned long long)index, comm->rank);
+    gca__meet_break(x.m, why);
   } else if (!x.m->broken) {
     x.desc[comm->rank] = (gca__coll_desc_t){.kind = (int32_t)co->kind,
                                             .dtype = (int32_t)co->dtype,

@@ -26,6 +26,8 @@ typedef struct cfg_result {
   size_t collectives;
   double modelled_us;
   double registrations_per_step;
+  uint64_t registrations_at_finalize; /* rank 0: one per comm-pool segment */
+  size_t pool_reserved, pool_live;    /* rank 0's comm pools: segments, bucket buffers */
 } cfg_result_t;
 
 static size_t param_elems(int p) { /* 1 Ki .. 1 Mi floats, mixed */
@@ -45,6 +47,8 @@ static gca_status_t run_cfg(gca_comm_t **comms, gca_stream_t *s, void *(*bufs)[2
   gca_status_t st = GCA_OK;
   memset(out, 0, sizeof(*out));
   out->cap = cap;
+  gca_comm_stats_t s0 = {.size = sizeof(s0)};
+  st = gca_comm_stats(comms[0], &s0);
   for (int r = 0; r < RANKS && st == GCA_OK; r++) {
     gca_bucketer_options_t o = GCA_BUCKETER_OPTIONS_INIT;
     o.cap_bytes = cap;
@@ -77,6 +81,9 @@ static gca_status_t run_cfg(gca_comm_t **comms, gca_stream_t *s, void *(*bufs)[2
     st = gca_bucketer_bucket_count(b[0], &nb);
     out->collectives = nb;
     out->registrations_per_step = (double)(s3.registrations_total - s1.registrations_total) / 2;
+    out->registrations_at_finalize = s1.registrations_total - s0.registrations_total;
+    if (st == GCA_OK)
+      st = gca_bucketer_memory(b[0], &out->pool_reserved, &out->pool_live);
     /* the model, bucket by bucket, from the layout */
     size_t last = (size_t)-1;
     for (size_t i = 0; i < 2 * PARAMS && st == GCA_OK; i++) {
@@ -136,20 +143,32 @@ int main(int argc, char **argv) {
     printf("{\"ranks\": %d, \"parameters\": %d, \"configs\": [", RANKS, PARAMS);
     for (int k = 0; k < 4; k++)
       printf("%s{\"cap_bytes\": %zu, \"bucketed\": %s, \"collectives_per_step\": %zu, "
-             "\"modelled_comm_us\": %.1f, \"registrations_per_step\": %.1f}",
+             "\"modelled_comm_us\": %.1f, \"registrations_per_step\": %.1f, "
+             "\"registrations_at_finalize\": %llu, \"comm_pool_reserved_bytes\": %zu, "
+             "\"comm_pool_live_bytes\": %zu, \"comm_pool_reserved_over_live\": %.4f}",
              k ? ", " : "", k ? caps[k] : 0, k ? "true" : "false", res[k].collectives,
-             res[k].modelled_us, res[k].registrations_per_step);
+             res[k].modelled_us, res[k].registrations_per_step,
+             (unsigned long long)res[k].registrations_at_finalize, res[k].pool_reserved,
+             res[k].pool_live,
+             res[k].pool_live ? (double)res[k].pool_reserved / (double)res[k].pool_live : 0.0);
     printf("]}\n");
   } else {
     printf("gca-bench-coll: %d parameters, %d sim ranks, 20 us + bytes / 100 GB/s per collective\n",
            PARAMS, RANKS);
-    printf("  %-12s %14s %18s %22s\n", "cap", "collectives", "modelled comm ms",
-           "registrations/step");
+    printf("  %-12s %14s %18s %22s %14s %24s\n", "cap", "collectives", "modelled comm ms",
+           "registrations/step", "at finalize", "comm pool reserved/live");
     for (int k = 0; k < 4; k++) {
       char b[32];
-      printf("  %-12s %14zu %18.3f %22.1f\n",
+      char r[32], l[32], ratio[96] = "-";
+      if (res[k].pool_live)
+        snprintf(ratio, sizeof(ratio), "%s / %s = %.3f",
+                 tool_format_size(res[k].pool_reserved, r, sizeof(r)),
+                 tool_format_size(res[k].pool_live, l, sizeof(l)),
+                 (double)res[k].pool_reserved / (double)res[k].pool_live);
+      printf("  %-12s %14zu %18.3f %22.1f %14llu %24s\n",
              k ? tool_format_size(caps[k], b, sizeof(b)) : "unbucketed", res[k].collectives,
-             res[k].modelled_us / 1e3, res[k].registrations_per_step);
+             res[k].modelled_us / 1e3, res[k].registrations_per_step,
+             (unsigned long long)res[k].registrations_at_finalize, ratio);
     }
   }
   for (int r = 0; r < RANKS; r++) {

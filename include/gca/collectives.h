@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "gca/device.h"
+#include "gca/pool.h"
 #include "gca/status.h"
 
 #ifdef __cplusplus
@@ -140,6 +141,20 @@ GCA_API gca_status_t gca_reduce_scatter(const void *send, void *recv, size_t rec
  * for integers. */
 GCA_API gca_status_t gca_all_reduce(const void *send, void *recv, size_t count, gca_dtype_t dtype,
                                     gca_reduce_op_t op, gca_comm_t *comm, gca_stream_t stream);
+/* A comm pool: a private pool (gca/pool.h) on the communicator's device
+ * whose physical memory is registered with the communicator from the moment
+ * the allocator creates or maps it until it is released or unmapped (one
+ * registration per physical allocation; gca_comm_stats counts them), so
+ * every allocation routed to it, whenever made, is registered memory and a
+ * step that reuses cached blocks registers nothing. Route allocations to it
+ * as to any private pool (gca_pool_use_begin, a filter, a capture); release
+ * it with gca_pool_release. opts (may be NULL) must not name an observer. A
+ * registration that fails fails the allocation that needed the memory. The
+ * pool may outlive the communicator: its registrations die with it, and
+ * allocations that would need new memory then fail. */
+GCA_API gca_status_t gca_comm_pool_create(gca_comm_t *comm, const gca_pool_options_t *opts,
+                                          gca_pool_t **pool);
+
 /* Bracket collectives of several communicators issued by one thread (as
  * ncclGroupStart/End); they nest. The sim backend issues each at once (its
  * collectives never block the issuing thread). */
@@ -155,7 +170,8 @@ GCA_API size_t gca_dtype_size(gca_dtype_t dtype);
  * that depends on another in the same bucket (the caller names the earlier
  * collectives each depends on). Finalize fixes the layout: each bucket gets
  * one flat buffer (allocated once, registered with the communicator) and
- * each collective an offset in it, the same on every rank and every run. A
+ * each collective an offset in it, the same on every rank and every run;
+ * the buffers come from a comm pool per communicator (registered memory). A
  * run copies the inputs in, runs one collective per bucket (all-gather in its
  * in-place form) and copies the outputs out, on one stream; a bucket of one
  * collective runs it directly, unmerged. */
@@ -201,8 +217,12 @@ GCA_API gca_status_t gca_bucketer_layout(const gca_bucketer_t *b, size_t index, 
  * GCA_ERR_INVALID_STATE naming the first difference (the rank, the
  * collective's index, what differs and both values). Synchronizes `stream`. */
 GCA_API gca_status_t gca_bucketer_check(gca_bucketer_t *b, gca_stream_t stream);
-/* Waits for nothing: frees the buffers (their registrations first); the
- * caller synchronizes the stream beforehand. */
+/* Bytes of the bucketer's comm pools: their segments (reserved) and the
+ * bucket buffers allocated from them (live). After finalize. */
+GCA_API gca_status_t gca_bucketer_memory(const gca_bucketer_t *b, size_t *reserved, size_t *live);
+/* Waits for nothing: frees the buffers and releases the comm pools (their
+ * memory is deregistered as it goes back); the caller synchronizes the
+ * stream beforehand. */
 GCA_API void gca_bucketer_destroy(gca_bucketer_t *b);
 
 #ifdef __cplusplus

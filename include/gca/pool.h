@@ -31,14 +31,40 @@ extern "C" {
 typedef struct gca_pool gca_pool_t;             /* opaque; never dereferenced by callers */
 typedef struct gca_pool_state gca_pool_state_t; /* a saved block layout */
 
+/* Note [Segment observers]: what a private pool's observer is told of the
+ * physical memory under it, one physical allocation at a time: a classic
+ * segment when it is created and before it is released; for expandable
+ * segments each handle's range once mapped and before it is unmapped. A
+ * CREATED or MAPPED event comes before any block of the range is handed out,
+ * and a failure returned there fails that allocation (the memory is given
+ * back, the status and detail are the observer's); RELEASING and UNMAPPING
+ * come while the memory is still there, and what they return is only
+ * logged. Callbacks may run with the device's allocator lock held: they must
+ * not call into gca's allocator. A pool with an observer cannot be suspended
+ * (its registered memory would go away under the observer). */
+typedef enum gca_segment_event {
+  GCA_SEGMENT_CREATED = 0,
+  GCA_SEGMENT_RELEASING = 1,
+  GCA_SEGMENT_MAPPED = 2,
+  GCA_SEGMENT_UNMAPPING = 3,
+} gca_segment_event_t;
+
+typedef gca_status_t (*gca_segment_observer_fn)(gca_segment_event_t event, int device, void *base,
+                                                size_t bytes, void *ctx);
+
 typedef struct gca_pool_options {
   size_t size;     /* sizeof(gca_pool_options_t), so fields can be added later */
   bool use_on_oom; /* serve default-pool requests from this pool's free blocks on OOM */
   bool no_split;   /* never split a block: each allocation gets a block of its own */
+  gca_segment_observer_fn segment_observer; /* NULL: none (Note [Segment observers]) */
+  void *observer_ctx;
+  /* called once with observer_ctx when the pool is gone with all its
+   * memory (no event follows); NULL: nothing to do */
+  void (*observer_done)(void *ctx);
 } gca_pool_options_t;
 
 #define GCA_POOL_OPTIONS_INIT \
-  { sizeof(gca_pool_options_t), false, false }
+  { sizeof(gca_pool_options_t), false, false, NULL, NULL, NULL }
 
 /* Decides whether an allocation on `stream` goes to the pool. Called with the
  * device allocator's lock held: it must not call into gca. */

@@ -256,6 +256,33 @@ static void an_abort_wakes_the_peers_waiting_for_the_rank(void **state) {
   rig_fini(&r);
 }
 
+static void a_fault_in_a_collective_fails_every_rank_naming_it(void **state) {
+  (void)state;
+  rig_t r;
+  rig_init(&r, 4, 30.0);
+  for (int i = 0; i < r.n; i++) {
+    assert_ok(gca_set_device(i));
+    assert_ok(gca_memset_d8(r.recv[i], 0x5a, CNT * 8));
+  }
+  assert_ok(gca__failpoint_arm("sim_collective", 1)); /* whichever rank runs first */
+  for (int i = 0; i < r.n; i++)
+    assert_ok(gca_all_reduce(r.send[i], r.recv[i], CNT, GCA_DTYPE_F64, GCA_REDUCE_SUM, r.comm[i],
+                             r.s[i]));
+  rig_sync(&r); /* every rank ends at once, woken by the failure: no 30 s wait */
+  for (int i = 0; i < r.n; i++) {
+    assert_status(gca_comm_async_error(r.comm[i]), GCA_ERR_INVALID_STATE, "all_reduce #0 on rank");
+    assert_true(strstr(gca_last_error(), "the transport failed on rank") != NULL);
+    assert_true(strstr(gca_last_error(), "(injected fault)") != NULL);
+    unsigned char host[CNT * 8];
+    assert_ok(gca_set_device(i));
+    assert_ok(gca_memcpy(host, r.recv[i], sizeof(host)));
+    for (size_t e = 0; e < sizeof(host); e++)
+      assert_int_equal(host[e], 0x5a); /* no rank wrote output */
+  }
+  gca__failpoint_clear();
+  rig_fini(&r);
+}
+
 /* ---- bad input ---- */
 
 static void bad_input_is_a_clear_status(void **state) {
@@ -446,6 +473,11 @@ static void brig_fini(brig_t *br) {
   rig_sync(&br->r);
   for (int i = 0; i < br->r.n; i++) {
     gca_bucketer_destroy(br->b[i]);
+    /* the comm pool's memory went back, deregistered first */
+    gca_comm_stats_t st = {.size = sizeof(st)};
+    assert_ok(gca_comm_stats(br->r.comm[i], &st));
+    assert_int_equal(st.registrations, 0);
+    assert_int_equal(st.deregistrations_total, st.registrations_total);
     for (int k = 0; k < NB; k++) {
       assert_ok(gca_free(br->in[i][k]));
       assert_ok(gca_free(br->out[i][k]));
@@ -475,7 +507,14 @@ static void bucketed_runs_equal_unbucketed_and_keep_their_layout(void **state) {
   assert_null(buffer[4]);                     /* a bucket of one runs unmerged */
   gca_comm_stats_t st0 = {.size = sizeof(st0)}, st1 = {.size = sizeof(st1)};
   assert_ok(gca_comm_stats(br->r.comm[0], &st0));
-  assert_int_equal(st0.registrations_total, 2); /* one per merged bucket's buffer */
+  /* the two merged buckets' buffers share one segment of the comm pool: one
+   * registration */
+  size_t reserved = 0, live = 0;
+  assert_ok(gca_bucketer_memory(br->b[0], &reserved, &live));
+  assert_int_equal(reserved, (size_t)2 << 20);
+  assert_true(live >= (37 + 50) * 4 + (20 + 13) * 4 * 4 && live < reserved);
+  assert_int_equal(st0.registrations_total, 1);
+  assert_int_equal(st0.registrations, 1);
   for (int it = 0; it < 100; it++) {
     brig_clear_outputs(br);
     for (int i = 0; i < br->r.n; i++)
@@ -650,7 +689,8 @@ static void a_failed_finalize_gives_back_what_it_made(void **state) {
   gca_comm_stats_t cs = {.size = sizeof(cs)};
   assert_ok(gca_comm_stats(r.comm[0], &cs));
   assert_int_equal(cs.registrations, 0);
-  assert_int_equal(cs.registrations_total, 1); /* the first bucket's, deregistered */
+  assert_int_equal(cs.registrations_total, 1); /* the first bucket's segment, deregistered */
+  assert_int_equal(cs.deregistrations_total, 1);
   gca_stats_t after;
   assert_ok(gca_get_stats(0, &after));
   assert_int_equal(after.allocated_bytes[GCA_STAT_ALL].current,
@@ -663,6 +703,147 @@ static void a_failed_finalize_gives_back_what_it_made(void **state) {
   assert_status(gca_comm_create_all(2, devs, NULL, c), GCA_ERR_INVALID_ARGUMENT, "device 99");
   rig_fini(&r);
 }
+
+/* ---- comm pools ---- */
+
+typedef struct seg_count {
+  int device;
+  uint64_t created, released;
+} seg_count_t;
+
+static void count_segments(const gca_trace_event_t *ev, void *ctx) {
+  seg_count_t *c = ctx;
+  if (ev->device != c->device)
+    return;
+  if (ev->action == GCA_TRACE_SEGMENT_ALLOC || ev->action == GCA_TRACE_SEGMENT_MAP)
+    c->created++;
+  if (ev->action == GCA_TRACE_SEGMENT_FREE || ev->action == GCA_TRACE_SEGMENT_UNMAP)
+    c->released++;
+}
+
+static gca_comm_stats_t comm_stats(gca_comm_t *c) {
+  gca_comm_stats_t st = {.size = sizeof(st)};
+  assert_ok(gca_comm_stats(c, &st));
+  return st;
+}
+
+/* Allocations of mixed sizes from a comm pool, 100 times over: one
+ * registration per physical allocation the allocator makes (counted by the
+ * allocator's own trace events), none once the pool's cache serves the
+ * step, one deregistration per physical allocation released. */
+static void comm_pool_steps(rig_t *r, const char *config) {
+  assert_ok(gca_set_config(config));
+  gca_pool_t *pool = NULL;
+  assert_ok(gca_comm_pool_create(r->comm[0], NULL, &pool));
+  seg_count_t sc = {.device = 0};
+  gca_trace_observer_handle_t h = 0;
+  assert_ok(gca_trace_observer_add(count_segments, &sc, &h));
+  gca_comm_stats_t st0 = comm_stats(r->comm[0]);
+  static const size_t sizes[] = {512, 3 << 20, 100 << 10, 25 << 20, 1 << 20, 4096, 12 << 20};
+  void *p[7];
+  uint64_t after_first = 0;
+  assert_ok(gca_set_device(0));
+  for (int it = 0; it < 100; it++) {
+    assert_ok(gca_pool_use_begin(pool));
+    for (int k = 0; k < 7; k++)
+      assert_ok(gca_malloc(&p[k], sizes[k], r->s[0]));
+    assert_ok(gca_pool_use_end(pool));
+    /* every block lies in registered memory: one all-reduce over it works */
+    assert_ok(gca_all_reduce(p[1], p[1], 16, GCA_DTYPE_F32, GCA_REDUCE_SUM, r->comm[0], r->s[0]));
+    assert_ok(gca_all_reduce(r->send[1], r->recv[1], 16, GCA_DTYPE_F32, GCA_REDUCE_SUM, r->comm[1],
+                             r->s[1]));
+    rig_sync(r);
+    for (int k = 0; k < 7; k++)
+      assert_ok(gca_free(p[k]));
+    gca_comm_stats_t st = comm_stats(r->comm[0]);
+    if (it == 0)
+      after_first = st.registrations_total;
+    assert_int_equal(st.registrations_total - st0.registrations_total, sc.created);
+  }
+  gca_comm_stats_t st1 = comm_stats(r->comm[0]);
+  assert_true(sc.created >= 3); /* small and large segments (or mappings) */
+  assert_int_equal(st1.registrations_total, after_first); /* none after the first step */
+  assert_int_equal(st1.registrations, sc.created - sc.released);
+  assert_ok(gca_pool_release(pool)); /* the pool dies: its memory goes back */
+  gca_comm_stats_t st2 = comm_stats(r->comm[0]);
+  assert_int_equal(sc.released, sc.created);
+  assert_int_equal(st2.registrations, st0.registrations);
+  assert_int_equal(st2.deregistrations_total - st0.deregistrations_total, sc.released);
+  assert_ok(gca_trace_observer_remove(h));
+  assert_ok(gca_set_config("expandable_segments:False"));
+}
+
+static void a_comm_pool_registers_each_physical_allocation_once(void **state) {
+  (void)state;
+  rig_t r;
+  rig_init(&r, 2, 30.0);
+  comm_pool_steps(&r, "expandable_segments:False");
+  comm_pool_steps(&r, "expandable_segments:True"); /* each mapping is one registration */
+  rig_fini(&r);
+}
+
+static void a_failed_registration_fails_the_allocation_cleanly(void **state) {
+  (void)state;
+  rig_t r;
+  rig_init(&r, 2, 30.0);
+  gca_pool_t *pool = NULL;
+  assert_ok(gca_comm_pool_create(r.comm[0], NULL, &pool));
+  assert_ok(gca_set_device(0));
+  size_t used = gca_sim_used_bytes(0);
+  gca_comm_stats_t st0 = comm_stats(r.comm[0]);
+  assert_ok(gca__failpoint_arm("sim_comm_register", 1));
+  void *p = NULL;
+  assert_ok(gca_pool_use_begin(pool));
+  assert_status(gca_malloc(&p, 5 << 20, r.s[0]), GCA_ERR_DRIVER, "segment observer (created 0x");
+  assert_true(strstr(gca_last_error(), "the sim refused to register") != NULL);
+  assert_null(p);
+  assert_int_equal(gca_sim_used_bytes(0), used); /* the segment went back */
+  gca_comm_stats_t st1 = comm_stats(r.comm[0]);
+  assert_int_equal(st1.registrations_total, st0.registrations_total);
+  assert_ok(gca__allocator_check());
+  /* the pool still works */
+  assert_ok(gca_malloc(&p, 5 << 20, r.s[0]));
+  assert_ok(gca_pool_use_end(pool));
+  assert_int_equal(comm_stats(r.comm[0]).registrations, st0.registrations + 1);
+  assert_ok(gca_free(p));
+  /* a pool cannot be suspended under its registrations */
+  assert_status(gca_pool_suspend(pool, 0), GCA_ERR_NOT_SUPPORTED, "segment observer");
+  /* bad input */
+  gca_pool_options_t po = GCA_POOL_OPTIONS_INIT;
+  po.observer_done = free;
+  gca_pool_t *other = NULL;
+  assert_status(gca_comm_pool_create(r.comm[0], &po, &other), GCA_ERR_INVALID_ARGUMENT,
+                "observer is its own");
+  assert_status(gca_comm_pool_create(NULL, NULL, &other), GCA_ERR_INVALID_ARGUMENT, "NULL");
+  assert_ok(gca_pool_release(pool));
+  assert_int_equal(comm_stats(r.comm[0]).registrations, st0.registrations);
+  rig_fini(&r);
+}
+
+static void a_comm_pool_outlives_its_communicator(void **state) {
+  (void)state;
+  rig_t r;
+  rig_init(&r, 2, 30.0);
+  gca_pool_t *pool = NULL;
+  assert_ok(gca_comm_pool_create(r.comm[0], NULL, &pool));
+  assert_ok(gca_set_device(0));
+  void *p = NULL, *q = NULL;
+  assert_ok(gca_pool_use_begin(pool));
+  assert_ok(gca_malloc(&p, 1 << 20, r.s[0]));
+  assert_ok(gca_comm_destroy(r.comm[0]));
+  r.comm[0] = NULL;
+  /* cached memory still serves; new memory cannot be registered */
+  assert_ok(gca_malloc(&q, 4096, r.s[0]));
+  assert_ok(gca_free(q));
+  assert_status(gca_malloc(&q, 64 << 20, r.s[0]), GCA_ERR_INVALID_HANDLE,
+                "communicator was destroyed");
+  assert_ok(gca_pool_use_end(pool));
+  assert_ok(gca_free(p));
+  assert_ok(gca_pool_release(pool)); /* its registration died with the communicator */
+  rig_fini(&r);
+}
+
+/* ---- teardown ---- */
 
 static int teardown(void **state) {
   (void)state;
@@ -685,9 +866,13 @@ int main(void) {
       cmocka_unit_test_teardown(sequences_that_differ_between_ranks_are_reported_on_every_rank,
                                 teardown),
       cmocka_unit_test_teardown(an_abort_wakes_the_peers_waiting_for_the_rank, teardown),
+      cmocka_unit_test_teardown(a_fault_in_a_collective_fails_every_rank_naming_it, teardown),
       cmocka_unit_test_teardown(bad_input_is_a_clear_status, teardown),
       cmocka_unit_test_teardown(registrations_are_counted_and_checked, teardown),
       cmocka_unit_test_teardown(a_failed_finalize_gives_back_what_it_made, teardown),
+      cmocka_unit_test_teardown(a_comm_pool_registers_each_physical_allocation_once, teardown),
+      cmocka_unit_test_teardown(a_failed_registration_fails_the_allocation_cleanly, teardown),
+      cmocka_unit_test_teardown(a_comm_pool_outlives_its_communicator, teardown),
       cmocka_unit_test_teardown(bucketed_runs_equal_unbucketed_and_keep_their_layout, teardown),
       cmocka_unit_test_teardown(a_bucketed_step_replays_from_a_graph_like_eager, teardown),
       cmocka_unit_test_teardown(a_small_cap_splits_buckets, teardown),
