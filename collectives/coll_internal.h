@@ -85,6 +85,7 @@ typedef struct gca__meet {
 typedef struct gca__coll_desc {
   int32_t kind, dtype, op, posted;
   uint64_t count;
+  uint64_t vt; /* the rank's stream clock at the post (Note [Sim virtual time]) */
 } gca__coll_desc_t;
 
 /* A group of ranks sharing an id, as threads of this process. */

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "coll_internal.h"
+#include "device.h"
 
 void gca__deadline_after(double s, struct timespec *ts) {
   clock_gettime(CLOCK_MONOTONIC, ts);
@@ -205,8 +206,9 @@ static void compute_round(const xchg_t *x, const gca__coll_t *co, size_t k, size
 }
 
 /* The modelled time of the collective (Note [Sim rendezvous]): latency plus
- * the bytes a ring moves per rank over the bandwidth. */
-static void model_cost(const gca__coll_t *co) {
+ * the bytes a ring moves per rank over the bandwidth. Slept, or with the
+ * sim's virtual clock added to the latest rank's start (start_vt). */
+static void model_cost(const gca__coll_t *co, uint64_t start_vt) {
   const gca_comm_options_t *o = &co->comm->opts;
   double n = co->comm->nranks, bytes = (double)input_bytes(co);
   if (co->kind == GCA__ALL_GATHER)
@@ -216,6 +218,10 @@ static void model_cost(const gca__coll_t *co) {
   else
     bytes *= 2 * (n - 1) / n;
   double ns = o->latency_us * 1000.0 + (o->bandwidth_gbps > 0 ? bytes / o->bandwidth_gbps : 0);
+  if (gca__device_virtual_clock()) {
+    gca__device_clock_advance_to(start_vt + (ns > 0 ? (uint64_t)ns : 0));
+    return;
+  }
   if (ns <= 0)
     return;
   struct timespec ts = {(time_t)(ns / 1e9), (long)(ns - (double)(time_t)(ns / 1e9) * 1e9)};
@@ -224,8 +230,9 @@ static void model_cost(const gca__coll_t *co) {
 }
 
 /* With x->m->mu held: the rounds of one collective; false when the meeting
- * broke (the reason in x->m->why). */
-static bool exchange(const xchg_t *x, const gca__coll_t *co, uint64_t index) {
+ * broke (the reason in x->m->why). *start_vt: the latest rank's clock at its
+ * post. */
+static bool exchange(const xchg_t *x, const gca__coll_t *co, uint64_t index, uint64_t *start_vt) {
   gca_comm_t *comm = co->comm;
   int n = comm->nranks;
   double t = comm->opts.timeout_s;
@@ -262,6 +269,9 @@ static bool exchange(const xchg_t *x, const gca__coll_t *co, uint64_t index) {
         gca__meet_break(x->m, why);
         return false;
       }
+      for (int r = 0; k == 0 && r < n; r++)
+        if (x->desc[r].vt > *start_vt)
+          *start_vt = x->desc[r].vt;
       gca__meet_unlock(x->m);
       compute_round(x, co, k, per, e);
       gca__meet_lock(x->m);
@@ -285,6 +295,7 @@ void gca__sim_run(void *arg) {
   }
   xchg_t x = {0};
   void *stage = NULL;
+  uint64_t start_vt = 0;
   if (comm->proc) {
     x = (xchg_t){comm->proc->m, comm->proc->desc, NULL, comm->proc->areas, comm->proc->chunk};
   } else {
@@ -308,10 +319,11 @@ void gca__sim_run(void *arg) {
                                             .dtype = (int32_t)co->dtype,
                                             .op = (int32_t)co->op,
                                             .posted = 1,
-                                            .count = co->count};
+                                            .count = co->count,
+                                            .vt = gca__device_clock_now()};
     if (x.staged)
       x.staged[comm->rank] = stage;
-    ok = exchange(&x, co, index);
+    ok = exchange(&x, co, index, &start_vt);
     x.desc[comm->rank].posted = 0;
     if (x.staged)
       x.staged[comm->rank] = NULL;
@@ -321,7 +333,7 @@ void gca__sim_run(void *arg) {
   gca__meet_unlock(x.m);
   free(stage);
   if (ok) {
-    model_cost(co);
+    model_cost(co, start_vt);
   } else {
     char detail[512];
     snprintf(detail, sizeof(detail), "%s #%llu on rank %d of %d: %s", gca__coll_kind_name(co->kind),

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "device.h"
+#include "sim/sim.h"
 
 static const char *op_names[GCA_OP_COUNT] = {
 #define OP_NAME(name) #name,
@@ -93,6 +94,16 @@ const gca_device_ops_t *gca__device_get(gca_status_t *st) {
   if (st)
     *st = s;
   return s == GCA_OK ? gca__device() : NULL;
+}
+
+bool gca__device_virtual_clock(void) {
+  return gca__sim_clock_virtual();
+}
+uint64_t gca__device_clock_now(void) {
+  return gca__sim_clock_now();
+}
+void gca__device_clock_advance_to(uint64_t vt) {
+  gca__sim_clock_advance_to(vt);
 }
 
 void gca__device_override(const gca_device_ops_t *ops) {

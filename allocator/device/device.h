@@ -306,4 +306,13 @@ void gca__device_override(const gca_device_ops_t *ops);
 const gca_device_ops_t *gca__sim_ops(void);
 const gca_device_ops_t *gca__cuda_ops(void);
 
+/* Note [Sim virtual time] (sim/sim_stream.c): where the sim backend keeps
+ * virtual time (GCA_SIM_CLOCK=virtual), the clock (ns) of the stream whose
+ * host function calls this, and a later time to move it to; for the layers
+ * above, which model costs on streams (the sim collectives). Elsewhere
+ * virtual is false and advance does nothing. */
+bool gca__device_virtual_clock(void);
+uint64_t gca__device_clock_now(void);
+void gca__device_clock_advance_to(uint64_t vt);
+
 #endif

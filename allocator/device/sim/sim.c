@@ -202,6 +202,14 @@ static gca_status_t read_env(void) {
       return gca__error(GCA_ERR_CONFIG, "init: GCA_SIM_FABRIC='%s' is not 0 or 1", text);
     fabric = text[0] == '1';
   }
+  bool virtual_clock = false;
+  text = gca__getenv("GCA_SIM_CLOCK");
+  if (text && *text) {
+    if (strcmp(text, "virtual") != 0 && strcmp(text, "real") != 0)
+      return gca__error(GCA_ERR_CONFIG, "init: GCA_SIM_CLOCK='%s' is not 'real' or 'virtual'",
+                        text);
+    virtual_clock = text[0] == 'v';
+  }
   text = gca__getenv("GCA_SIM_FAULTS");
   if (text && *text) {
     char who[SPEC_MAX + 64];
@@ -210,6 +218,7 @@ static gca_status_t read_env(void) {
   }
   sim.ndev = ndev;
   sim.fabric = fabric;
+  gca__sim_clock_set_virtual(virtual_clock);
   for (int i = 0; i < GCA_SIM_MAX_DEVICES; i++) {
     atomic_store(&sim.dev[i].capacity, mem);
     atomic_store(&sim.dev[i].used, 0);

@@ -56,6 +56,16 @@ gca_status_t gca__sim_capacity_take(const char *op, int dev, uint64_t bytes);
 void gca__sim_capacity_give(int dev, uint64_t bytes);
 /* Capacity of a valid device in bytes (GCA_SIM_DEVICE_MEMORY or gca_sim_set_capacity). */
 uint64_t gca__sim_capacity(int dev);
+/* Note [Sim virtual time] (sim_stream.c): GCA_SIM_CLOCK=virtual. Inside a
+ * host function, the stream's virtual clock (ns) and a later time to move it
+ * to; elsewhere _now is the host's clock and _advance_to does nothing. */
+void gca__sim_clock_set_virtual(bool on);
+bool gca__sim_clock_virtual(void);
+uint64_t gca__sim_clock_now(void);
+void gca__sim_clock_advance_to(uint64_t vt);
+/* Makes *clock the calling thread's virtual clock (NULL: none); returns the
+ * previous one (a graph replay's nodes each run on their own clock). */
+uint64_t *gca__sim_clock_swap(uint64_t *clock);
 /* Whether GCA_SIM_FABRIC=1 made the devices claim fabric handles. */
 bool gca__sim_fabric_supported(void);
 

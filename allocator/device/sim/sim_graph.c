@@ -118,6 +118,8 @@ typedef struct replay {
   size_t *succ_at;
   size_t *ready; /* a stack of runnable nodes */
   size_t nready, done;
+  uint64_t start_vt; /* Note [Sim virtual time]: the launch's time; */
+  uint64_t *end_vt;  /* per node: its end (its start: its dependencies' last end) */
   int idle, helpers;
   gca__sim_fault_t fault; /* the first node fault */
 } replay_t;
@@ -144,10 +146,17 @@ static void replay_drive(replay_t *r) {
         r->helpers++;
       pthread_attr_destroy(&attr);
     }
+    uint64_t vt = r->start_vt;
+    for (size_t k = 0; k < img->nodes[i].ndeps; k++)
+      if (r->end_vt[img->nodes[i].deps[k]] > vt)
+        vt = r->end_vt[img->nodes[i].deps[k]];
     pthread_mutex_unlock(&r->mu);
     gca__sim_fault_t f = {0};
+    uint64_t *outer = gca__sim_clock_swap(&vt);
     gca__sim_work_run(&img->nodes[i].work, &f);
+    gca__sim_clock_swap(outer);
     pthread_mutex_lock(&r->mu);
+    r->end_vt[i] = vt;
     if (f.what && !r->fault.what)
       r->fault = f;
     r->done++;
@@ -178,7 +187,9 @@ void gca__sim_image_run(const gca__sim_image_t *img, gca__sim_fault_t *fault) {
   r.succ_at = calloc(n + 2, sizeof(size_t));
   r.succ = malloc((nedges + 1) * sizeof(size_t));
   r.ready = malloc((n + 1) * sizeof(size_t));
-  if (!r.pending || !r.succ_at || !r.succ || !r.ready) {
+  r.end_vt = calloc(n + 1, sizeof(uint64_t));
+  r.start_vt = gca__sim_clock_now();
+  if (!r.pending || !r.succ_at || !r.succ || !r.ready || !r.end_vt) {
     for (size_t i = 0; i < n; i++)
       gca__sim_work_run(&img->nodes[i].work, fault);
     goto out;
@@ -208,7 +219,10 @@ void gca__sim_image_run(const gca__sim_image_t *img, gca__sim_fault_t *fault) {
   pthread_mutex_destroy(&r.mu);
   if (r.fault.what && !fault->what)
     *fault = r.fault;
+  for (size_t i = 0; i < n; i++)
+    gca__sim_clock_advance_to(r.end_vt[i]);
 out:
+  free(r.end_vt);
   free(r.pending);
   free(r.succ_at);
   free(r.succ);

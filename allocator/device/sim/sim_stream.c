@@ -126,6 +126,59 @@ void gca__sim_obj_unref(gca__sim_obj_t *obj) {
     obj->free_fn(obj);
 }
 
+/* ---- virtual time ----
+ *
+ * Note [Sim virtual time]: with GCA_SIM_CLOCK=virtual the sim keeps time
+ * instead of measuring it, so that what a test times on streams is exact and
+ * independent of the machine's load. Every stream has a clock (ns); an item
+ * starts at the later of the stream's clock and the host's clock when the
+ * item was given (a host thread cannot give work before the time it has
+ * observed; each host thread has its own clock, so ranks on threads do not
+ * delay each other through it); kernel_sleep(ns) advances the clock by ns without sleeping;
+ * waiting for an event moves the clock to the event's time; an event's time
+ * is its stream's clock where it was recorded, and event_elapsed reports the
+ * difference of those times. A host thread's clock moves to what its
+ * synchronizes (stream, event, device) observed; what threads tell each
+ * other outside the device layer carries no time. Host functions may read and advance
+ * their stream's clock (gca__sim_clock_now / _advance_to: the sim
+ * collectives end at the latest rank's start plus their modelled cost).
+ * Everything else takes no virtual time. A wait on a position rather than an
+ * event (the legacy stream's implicit waits) moves the clock to the waited
+ * stream's clock when the wait ends, which may be later than the position's
+ * own time. The default (real) clock stamps events with CLOCK_MONOTONIC. */
+
+static bool vclock;
+static _Thread_local uint64_t host_vt; /* this host thread's clock */
+static _Thread_local uint64_t *t_vt;   /* the clock of the item this worker runs */
+
+void gca__sim_clock_set_virtual(bool on) {
+  vclock = on;
+}
+bool gca__sim_clock_virtual(void) {
+  return vclock;
+}
+
+uint64_t gca__sim_clock_now(void) {
+  return t_vt ? *t_vt : atomic_load(&host_vt);
+}
+
+uint64_t *gca__sim_clock_swap(uint64_t *clock) {
+  uint64_t *old = t_vt;
+  t_vt = clock;
+  return old;
+}
+
+void gca__sim_clock_advance_to(uint64_t vt) {
+  if (t_vt && vt > *t_vt)
+    *t_vt = vt;
+}
+
+/* The calling host thread observed time vt (a synchronize). */
+static void host_saw(uint64_t vt) {
+  if (vt > host_vt)
+    host_vt = vt;
+}
+
 /* ---- work ---- */
 
 static void sleep_ns(uint64_t ns) {
@@ -234,7 +287,10 @@ void gca__sim_work_run(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
     break;
   }
   case GCA__SIM_WORK_SLEEP:
-    sleep_ns(w->ns);
+    if (!vclock)
+      sleep_ns(w->ns);
+    else if (t_vt) /* Note [Sim virtual time] */
+      *t_vt += w->ns;
     break;
   case GCA__SIM_WORK_GRAPH:
     gca__sim_image_run(w->graph, fault);
@@ -273,6 +329,8 @@ struct gca__sim_marker {
   sim_stream_t *stream; /* holds a reference */
   uint64_t seq;
   uint64_t time_ns;
+  uint64_t vt;  /* the stream's virtual clock there, once stamped (Note [Sim virtual time]) */
+  bool stamped; /* by an ITEM_MARK: vt is the position's own time */
 };
 
 typedef enum item_kind { ITEM_WORK, ITEM_MARK, ITEM_WAIT } item_kind_t;
@@ -282,6 +340,7 @@ typedef struct item {
   item_kind_t kind;
   gca__sim_work_t work;      /* ITEM_WORK */
   gca__sim_marker_t *marker; /* ITEM_MARK: the marker to stamp; ITEM_WAIT: the one to wait for */
+  uint64_t submit_vt;        /* the host's virtual clock when given (Note [Sim virtual time]) */
 } item_t;
 
 /* completed <= submitted; submitted - completed == items queued or running;
@@ -302,6 +361,7 @@ struct sim_stream {
   bool worker_idle;
   bool dying;
   gca__sim_fault_t fault; /* Note [Sim memory faults]: the first, under mu */
+  uint64_t vt; /* virtual clock after the last item (Note [Sim virtual time]), under mu */
 };
 
 /* Per device: its streams (the legacy one apart), for Note [Legacy stream] and ctx_synchronize. */
@@ -370,6 +430,17 @@ static void stream_wait_seq(sim_stream_t *s, uint64_t seq) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* Waits for m; the later of vt and m's virtual time (Note [Sim virtual time]). */
+static uint64_t wait_marker_vt(gca__sim_marker_t *m, uint64_t vt) {
+  stream_wait_seq(m->stream, m->seq);
+  if (!vclock)
+    return vt;
+  pthread_mutex_lock(&m->stream->mu);
+  uint64_t mvt = m->stamped ? m->vt : m->stream->vt;
+  pthread_mutex_unlock(&m->stream->mu);
+  return mvt > vt ? mvt : vt;
+}
+
 static void item_free(item_t *it) {
   if (it->kind == ITEM_WORK)
     gca__sim_work_release(&it->work);
@@ -407,17 +478,24 @@ static void *stream_worker(void *arg) {
     s->head = it->next;
     if (!s->head)
       s->tail = NULL;
+    uint64_t vt = s->vt > it->submit_vt ? s->vt : it->submit_vt;
     pthread_mutex_unlock(&s->mu);
     gca__sim_fault_t f = {0};
+    t_vt = &vt;
     if (it->kind == ITEM_WORK)
       gca__sim_work_run(&it->work, &f);
     else if (it->kind == ITEM_WAIT)
-      stream_wait_seq(it->marker->stream, it->marker->seq);
+      vt = wait_marker_vt(it->marker, vt);
+    t_vt = NULL;
     pthread_mutex_lock(&s->mu);
     if (f.what && !s->fault.what)
       s->fault = f;
-    if (it->kind == ITEM_MARK)
-      it->marker->time_ns = gca__now_ns();
+    s->vt = vt;
+    if (it->kind == ITEM_MARK) {
+      it->marker->vt = vt;
+      it->marker->stamped = true;
+      it->marker->time_ns = vclock ? vt : gca__now_ns();
+    }
     s->completed++;
     if (s->waiters > 0)
       pthread_cond_broadcast(&s->done_cv);
@@ -574,8 +652,10 @@ static gca_status_t stream_push(const char *op, sim_stream_t *s, item_t *first, 
     wt->next = first;
     first = wh;
   }
+  uint64_t now = host_vt;
   pthread_mutex_lock(&s->mu);
   for (item_t *it = first; it; it = it->next) {
+    it->submit_vt = now;
     s->submitted++;
     if (it->kind == ITEM_MARK)
       it->marker->seq = s->submitted;
@@ -897,6 +977,9 @@ static gca_status_t sim_stream_synchronize(gca_stream_t stream) {
   GCA_CHECK_GOTO(gca__sim_capture_check_stream("stream_synchronize", stream, s->dev, s->legacy), st,
                  out);
   GCA_CHECK_GOTO(stream_drain("stream_synchronize", s), st, out);
+  pthread_mutex_lock(&s->mu);
+  host_saw(s->vt);
+  pthread_mutex_unlock(&s->mu);
   st = stream_fault("stream_synchronize", s);
 out:
   stream_unref(s);
@@ -991,6 +1074,20 @@ static gca_status_t sim_ctx_synchronize(int dev) {
   return device_fault(dev);
 }
 
+/* The host observed every stream of d drained. */
+static void device_saw(struct sim_dev_streams *d) {
+  pthread_mutex_lock(&d->mu);
+  for (size_t i = 0; i <= d->n; i++) {
+    sim_stream_t *s = i < d->n ? d->v[i] : d->legacy;
+    if (!s)
+      continue;
+    pthread_mutex_lock(&s->mu);
+    host_saw(s->vt);
+    pthread_mutex_unlock(&s->mu);
+  }
+  pthread_mutex_unlock(&d->mu);
+}
+
 void gca__sim_device_drain(int dev) {
   pthread_once(&devs_once, devs_init);
   struct sim_dev_streams *d = &devs[dev];
@@ -1006,8 +1103,10 @@ void gca__sim_device_drain(int dev) {
       }
     }
     pthread_mutex_unlock(&d->mu);
-    if (!busy)
+    if (!busy) {
+      device_saw(d);
       return;
+    }
     stream_wait_seq(busy, seq);
     stream_unref(busy);
   }
@@ -1153,7 +1252,7 @@ static gca_status_t sim_event_synchronize(gca_event_t event) {
   GCA_CHECK_GOTO(gca__sim_capture_check_event("event_synchronize", event), st, out);
   gca__sim_marker_t *m = event_marker(e);
   if (m) {
-    stream_wait_seq(m->stream, m->seq);
+    host_saw(wait_marker_vt(m, 0));
     st = stream_fault("event_synchronize", m->stream);
   }
   gca__sim_marker_unref(m);
