@@ -194,7 +194,7 @@ static void html_page_is_self_contained_and_escapes_its_data(void **state) {
   char *page = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&page, &len);
-  assert_ok(gca__snapshot_write_html(&s, "t<1>.json", 10, f));
+  assert_ok(gca__snapshot_write_html(&s, (const char *const[]){"t<1>.json"}, 1, 10, f));
   fclose(f);
   assert_non_null(strstr(page, "<title>gca snapshot: t&lt;1&gt;.json</title>"));
   assert_non_null(strstr(page, "\\u003c/script>\\u003cb>x"));
@@ -247,7 +247,7 @@ static void snapshot_of_a_live_allocator_matches_its_statistics(void **state) {
   char *page = NULL;
   size_t plen = 0;
   FILE *f = open_memstream(&page, &plen);
-  assert_ok(gca__snapshot_write_html(&s, "live", 10, f));
+  assert_ok(gca__snapshot_write_html(&s, (const char *const[]){"live"}, 1, 10, f));
   fclose(f);
   assert_non_null(strstr(page, "id=\"gca-data\""));
   free(page);
