@@ -90,7 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FILE *f = open_memstream(&text, &len);
   if (f) {
     gca__snapshot_write_text(&s, 4, f);
-    if (gca__snapshot_write_html(&s, "fuzz <&>", 4, f) != GCA_OK)
+    if (gca__snapshot_write_html(&s, (const char *const[]){"fuzz <&>"}, 1, 4, f) != GCA_OK)
       die("the HTML renderer failed on a loaded snapshot");
     fclose(f);
     free(text);

@@ -26,18 +26,22 @@ const char *gca__snapshot_state_name(snap_state_t state) {
   return (unsigned)state < SNAP_STATES ? state_names[state] : "?";
 }
 
-static const struct {
-  const char *name;
-  snap_action_t action;
-} action_names[] = {
-    {"alloc", SNAP_EV_ALLOC},
-    {"free_requested", SNAP_EV_FREE_REQUESTED},
-    {"free_completed", SNAP_EV_FREE_COMPLETED},
-    {"segment_alloc", SNAP_EV_SEGMENT_ALLOC},
-    {"segment_free", SNAP_EV_SEGMENT_FREE},
-    {"segment_map", SNAP_EV_SEGMENT_MAP},
-    {"segment_unmap", SNAP_EV_SEGMENT_UNMAP},
+static const char *const action_names[SNAP_ACTIONS] = {
+    [SNAP_EV_ALLOC] = "alloc",
+    [SNAP_EV_FREE_REQUESTED] = "free_requested",
+    [SNAP_EV_FREE_COMPLETED] = "free_completed",
+    [SNAP_EV_SEGMENT_ALLOC] = "segment_alloc",
+    [SNAP_EV_SEGMENT_FREE] = "segment_free",
+    [SNAP_EV_SEGMENT_MAP] = "segment_map",
+    [SNAP_EV_SEGMENT_UNMAP] = "segment_unmap",
+    [SNAP_EV_SNAPSHOT] = "snapshot",
+    [SNAP_EV_OOM] = "oom",
+    [SNAP_EV_OTHER] = "other",
 };
+
+const char *gca__snapshot_action_name(snap_action_t action) {
+  return (unsigned)action < SNAP_ACTIONS ? action_names[action] : "?";
+}
 
 /* A size or address member `key` of object v: a non-negative integer that
  * fits int64, as a number or as a string in decimal or 0x-hex. Absent or
@@ -127,14 +131,16 @@ static char *dup_string(const json_t *v) {
   return strdup(s ? s : "");
 }
 
-/* Frames of a block: its own "frames", else those of its last "history" entry
- * (the older PyTorch layout). */
-static gca_status_t load_frames(const json_t *blk, const char *where, snap_block_t *b) {
+/* The frames of object v (a block or an event): its own "frames", else those
+ * of its last "history" entry (the older PyTorch layout for blocks), into
+ * *out / *nout (left NULL / 0 when there are none). */
+static gca_status_t load_frames(const json_t *v, const char *where, snap_frame_t **out,
+                                size_t *nout) {
   const json_t *frames;
-  TOOL_CHECK(get_array(blk, "frames", false, where, &frames));
+  TOOL_CHECK(get_array(v, "frames", false, where, &frames));
   if (!frames) {
     const json_t *hist;
-    TOOL_CHECK(get_array(blk, "history", false, where, &hist));
+    TOOL_CHECK(get_array(v, "history", false, where, &hist));
     size_t n = json_array_size(hist);
     if (n > 0)
       TOOL_CHECK(get_array(json_array_get(hist, n - 1), "frames", false, where, &frames));
@@ -142,13 +148,13 @@ static gca_status_t load_frames(const json_t *blk, const char *where, snap_block
   size_t n = json_array_size(frames);
   if (n == 0)
     return GCA_OK;
-  b->frames = calloc(n, sizeof(*b->frames));
-  if (!b->frames)
+  *out = calloc(n, sizeof(**out));
+  if (!*out)
     return tool_error(GCA_ERR_OUT_OF_MEMORY, "snapshot: %s: no memory for %zu frames", where, n);
   for (size_t i = 0; i < n; i++) {
     const json_t *f = json_array_get(frames, i);
-    snap_frame_t *fr = &b->frames[i];
-    b->nframes++;
+    snap_frame_t *fr = &(*out)[i];
+    (*nout)++;
     if (json_is_string(f)) {
       fr->name = dup_string(f);
       fr->filename = strdup("");
@@ -188,7 +194,7 @@ static gca_status_t load_block(const json_t *blk, const char *where, snap_block_
   b->state = (snap_state_t)found;
   if (b->requested_size == UINT64_MAX)
     b->requested_size = b->state == SNAP_INACTIVE ? 0 : b->size;
-  return load_frames(blk, where, b);
+  return load_frames(blk, where, &b->frames, &b->nframes);
 }
 
 static gca_status_t load_segments(const json_t *segs, snapshot_t *s) {
@@ -297,11 +303,13 @@ static gca_status_t load_trace(const json_t *tr, size_t dev, snapshot_t *s) {
       return tool_error(GCA_ERR_PARSE, "snapshot: %s: %s 'action'", where,
                         a ? "non-string" : "missing");
     ev->action = SNAP_EV_OTHER;
-    for (size_t k = 0; k < TOOL_ARRAY_SIZE(action_names); k++)
-      if (strcmp(action, action_names[k].name) == 0)
-        ev->action = action_names[k].action;
+    for (int k = 0; k < SNAP_EV_OTHER; k++)
+      if (strcmp(action, action_names[k]) == 0)
+        ev->action = (snap_action_t)k;
     TOOL_CHECK(get_u64(e, "addr", false, 0, where, &ev->addr));
-    TOOL_CHECK(get_u64(e, "size", ev->action != SNAP_EV_OTHER, 0, where, &ev->size));
+    TOOL_CHECK(get_u64(e, "size", ev->action < SNAP_EV_SNAPSHOT, 0, where, &ev->size));
+    TOOL_CHECK(get_u64(e, "stream", false, 0, where, &ev->stream));
+    TOOL_CHECK(load_frames(e, where, &ev->frames, &ev->nframes));
     const json_t *tm = json_object_get(e, "time_us");
     if (json_is_number(tm)) {
       ev->time_us = json_number_value(tm);
@@ -375,7 +383,9 @@ static gca_status_t attach_alloc_frames(snapshot_t *s, const json_t *traces) {
       if (b->nframes > 0 || s->segments[b->segment].device != t->device)
         continue;
       snprintf(where, sizeof(where), "device_traces[%zu][%zu]", d, i);
-      TOOL_CHECK_GOTO(load_frames(json_array_get(json_array_get(traces, d), i), where, b), st, out);
+      TOOL_CHECK_GOTO(
+          load_frames(json_array_get(json_array_get(traces, d), i), where, &b->frames, &b->nframes),
+          st, out);
     }
   }
 out:
@@ -490,16 +500,22 @@ out:
   return st;
 }
 
-void gca__snapshot_free(snapshot_t *s) {
-  for (size_t i = 0; i < s->nblocks; i++) {
-    for (size_t j = 0; j < s->blocks[i].nframes; j++) {
-      free(s->blocks[i].frames[j].name);
-      free(s->blocks[i].frames[j].filename);
-    }
-    free(s->blocks[i].frames);
+static void free_frames(snap_frame_t *frames, size_t n) {
+  for (size_t j = 0; j < n; j++) {
+    free(frames[j].name);
+    free(frames[j].filename);
   }
-  for (size_t i = 0; i < s->ntraces; i++)
+  free(frames);
+}
+
+void gca__snapshot_free(snapshot_t *s) {
+  for (size_t i = 0; i < s->nblocks; i++)
+    free_frames(s->blocks[i].frames, s->blocks[i].nframes);
+  for (size_t i = 0; i < s->ntraces; i++) {
+    for (size_t j = 0; j < s->traces[i].nevents; j++)
+      free_frames(s->traces[i].events[j].frames, s->traces[i].events[j].nframes);
     free(s->traces[i].events);
+  }
   free(s->blocks);
   free(s->segments);
   free(s->traces);

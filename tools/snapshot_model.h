@@ -66,7 +66,10 @@ typedef enum snap_action {
   SNAP_EV_SEGMENT_FREE,
   SNAP_EV_SEGMENT_MAP,
   SNAP_EV_SEGMENT_UNMAP,
-  SNAP_EV_OTHER, /* snapshot, oom and anything unknown: no change in bytes */
+  SNAP_EV_SNAPSHOT, /* this and what follows: no change in bytes */
+  SNAP_EV_OOM,
+  SNAP_EV_OTHER, /* an action the loader does not know */
+  SNAP_ACTIONS,
 } snap_action_t;
 
 /* One history event with the totals after it (filled by the loader). */
@@ -74,9 +77,12 @@ typedef struct snap_event {
   snap_action_t action;
   uint64_t addr;
   uint64_t size;
-  double time_us; /* event index when the trace carries no times */
+  uint64_t stream; /* 0 when absent */
+  double time_us;  /* event index when the trace carries no times */
   int64_t allocated_after;
   int64_t reserved_after;
+  snap_frame_t *frames; /* as recorded with the event; NULL when none */
+  size_t nframes;
 } snap_event_t;
 
 /* A device's history. Invariant: allocated_before/reserved_before plus every
@@ -117,6 +123,9 @@ gca_status_t gca__snapshot_load_file(const char *path, snapshot_t *out);
 void gca__snapshot_free(snapshot_t *s);
 /* "active_allocated", "active_pending_free", "inactive". */
 const char *gca__snapshot_state_name(snap_state_t state);
+/* PyTorch's name of the action ("alloc", "segment_map", "oom", ...); "other"
+ * for SNAP_EV_OTHER. */
+const char *gca__snapshot_action_name(snap_action_t action);
 /* Indices of the `max` largest active_allocated blocks, largest first (ties:
  * lower address first), into idx[]; returns how many. */
 size_t gca__snapshot_largest(const snapshot_t *s, size_t *idx, size_t max);
@@ -129,9 +138,13 @@ void gca__snapshot_write_text(const snapshot_t *s, size_t top, FILE *f);
 
 /* ---- snapshot_html.c ---- */
 
-/* A self-contained page (inline CSS, JS and SVG; no fetches) showing the
- * timeline, the segment map and the `top` largest live blocks. `title` names
- * the snapshot. GCA_ERR_IO when writing fails. */
-gca_status_t gca__snapshot_write_html(const snapshot_t *s, const char *title, size_t top, FILE *f);
+/* A self-contained page (inline CSS, JS and SVG; no fetches) showing, for
+ * each of the n snapshots side by side, the timeline, the segment map and the
+ * `top` largest live blocks, explorable (zoom and pan, hover details, a
+ * clicked segment's blocks). titles[i] names snaps[i]. GCA_ERR_IO when
+ * writing fails; GCA_ERR_OUT_OF_MEMORY when the page's stack table does not
+ * fit. */
+gca_status_t gca__snapshot_write_html(const snapshot_t *snaps, const char *const *titles, size_t n,
+                                      size_t top, FILE *f);
 
 #endif

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* snapshot_view.c - gca-snapshot: renders a snapshot JSON (gca_snapshot_json,
- * or PyTorch's torch.cuda.memory._snapshot() dumped as JSON or as the pickle
+/* snapshot_view.c - gca-snapshot: renders a snapshot (gca_snapshot_json, or
+ * PyTorch's torch.cuda.memory._snapshot() dumped as JSON or as the pickle
  * _dump_snapshot writes, read as plain data only) as a self-contained HTML
- * page or, with --text, as a plain summary.
+ * page or, with --text, as a plain summary. Given two snapshots (each of
+ * either kind) the page shows them side by side: PyTorch's run and gca's
+ * replay of it, say.
  *
  * Exit status: 0 rendered; 1 the output could not be written; 2 bad usage, an
  * unreadable input, malformed JSON or a snapshot missing a required field.
@@ -18,26 +20,49 @@
 #define EXIT_INPUT  2
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: gca-snapshot SNAPSHOT.json [-o page.html] [--text] [--top N]\n"
+  fprintf(f, "usage: gca-snapshot SNAPSHOT [-o page.html] [--text] [--top N]\n"
+             "       gca-snapshot SNAPSHOT_A SNAPSHOT_B [-o page.html] [--top N]\n"
              "       gca-snapshot SNAPSHOT.json --pickle OUT.pickle\n"
+             "\n"
+             "  A snapshot is gca's JSON (gca_snapshot_json, gca-replay --snapshot) or\n"
+             "  PyTorch's, as JSON or as the pickle torch.cuda.memory._dump_snapshot writes.\n"
+             "  Two snapshots are drawn side by side on one page, their timelines sharing\n"
+             "  the time axis (from each one's first event).\n"
              "\n"
              "  --pickle F write the snapshot as a pickle with PyTorch's fields (what\n"
              "             torch.cuda.memory._dump_snapshot writes; PyTorch's viewer opens it)\n"
-             "  -o FILE    write the HTML page to FILE ('-' for stdout; default: SNAPSHOT.html)\n"
+             "  -o FILE    write the HTML page to FILE ('-' for stdout; default: SNAPSHOT.html,\n"
+             "             or SNAPSHOT_A-vs-SNAPSHOT_B.html for two)\n"
              "  --text     print a plain summary on stdout instead (segments, totals by\n"
              "             block state, largest live blocks, history figures)\n"
              "  --top N    how many of the largest live blocks to list (default 10)\n");
 }
 
-/* SNAPSHOT.json -> SNAPSHOT.html (malloc'd). */
-static char *default_output(const char *input) {
-  size_t n = strlen(input);
-  if (n > 5 && strcmp(input + n - 5, ".json") == 0)
-    n -= 5;
-  char *out = malloc(n + 6);
+/* The length of path without a final ".json". */
+static size_t stem_length(const char *path) {
+  size_t n = strlen(path);
+  return n > 5 && strcmp(path + n - 5, ".json") == 0 ? n - 5 : n;
+}
+
+/* SNAPSHOT.json -> SNAPSHOT.html; A.json B.json -> A-vs-B.html, B's directory
+ * left out (malloc'd). */
+static char *default_output(const char *a, const char *b) {
+  size_t na = stem_length(a), nb = 0;
+  if (b) {
+    const char *slash = strrchr(b, '/');
+    b = slash ? slash + 1 : b;
+    nb = stem_length(b);
+  }
+  char *out = malloc(na + nb + 10);
   if (out) {
-    memcpy(out, input, n);
-    strcpy(out + n, ".html");
+    memcpy(out, a, na);
+    size_t k = na;
+    if (b) {
+      memcpy(out + k, "-vs-", 4);
+      memcpy(out + k + 4, b, nb);
+      k += 4 + nb;
+    }
+    strcpy(out + k, ".html");
   }
   return out;
 }
@@ -112,32 +137,42 @@ int main(int argc, char **argv) {
       return EXIT_INPUT;
     }
   }
-  if (optind != argc - 1) {
+  size_t ninputs = (size_t)(argc - optind);
+  if (ninputs < 1 || ninputs > 2) {
     usage(stderr);
     return EXIT_INPUT;
   }
-  const char *input = argv[optind];
-  if (pickle_out)
-    return write_pickle(input, pickle_out);
-  snapshot_t snap;
-  if (gca__snapshot_load_file(input, &snap) != GCA_OK) {
-    fprintf(stderr, "gca-snapshot: %s\n", tool_last_error());
+  const char *const *inputs = (const char *const *)argv + optind;
+  if (ninputs == 2 && (text || pickle_out)) {
+    fprintf(stderr, "gca-snapshot: %s takes one snapshot; two make a page\n",
+            text ? "--text" : "--pickle");
     return EXIT_INPUT;
   }
+  if (pickle_out)
+    return write_pickle(inputs[0], pickle_out);
+  snapshot_t snaps[2] = {{0}};
   int rc = 0;
+  size_t loaded = 0;
+  for (; loaded < ninputs; loaded++) {
+    if (gca__snapshot_load_file(inputs[loaded], &snaps[loaded]) != GCA_OK) {
+      fprintf(stderr, "gca-snapshot: %s\n", tool_last_error());
+      rc = EXIT_INPUT;
+      goto out_snaps;
+    }
+  }
   if (text) {
-    gca__snapshot_write_text(&snap, top, stdout);
+    gca__snapshot_write_text(&snaps[0], top, stdout);
     if (fflush(stdout) != 0) {
       fprintf(stderr, "gca-snapshot: writing the summary failed\n");
       rc = EXIT_OUTPUT;
     }
-    goto out_snap;
+    goto out_snaps;
   }
-  char *path = output ? strdup(output) : default_output(input);
+  char *path = output ? strdup(output) : default_output(inputs[0], ninputs > 1 ? inputs[1] : NULL);
   if (!path) {
     fprintf(stderr, "gca-snapshot: out of memory\n");
     rc = EXIT_OUTPUT;
-    goto out_snap;
+    goto out_snaps;
   }
   FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
   if (!f) {
@@ -145,7 +180,7 @@ int main(int argc, char **argv) {
     rc = EXIT_OUTPUT;
     goto out_path;
   }
-  if (gca__snapshot_write_html(&snap, input, top, f) != GCA_OK) {
+  if (gca__snapshot_write_html(snaps, inputs, ninputs, top, f) != GCA_OK) {
     fprintf(stderr, "gca-snapshot: '%s': %s\n", path, tool_last_error());
     rc = EXIT_OUTPUT;
   }
@@ -158,7 +193,8 @@ int main(int argc, char **argv) {
 
 out_path:
   free(path);
-out_snap:
-  gca__snapshot_free(&snap);
+out_snaps:
+  for (size_t i = 0; i < loaded; i++)
+    gca__snapshot_free(&snaps[i]);
   return rc;
 }

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_snapshot_view.c - gca-snapshot: loading a snapshot JSON into the model
  * (exact totals, the timeline rebuilt backwards from the snapshot's state,
- * errors that name the missing field), the text summary of a hand-written
- * snapshot, a snapshot of a live allocator against its statistics, the HTML
- * page's data island, the command's exit statuses, and
- * (argument "render") the page drawing its plots in headless Chromium.
+ * events with their streams and frames, errors that name the missing field),
+ * the text summary of a hand-written snapshot, a snapshot of a live allocator
+ * against its statistics, the HTML page's data island (for one snapshot and
+ * for two), and the command's exit statuses. The page in a browser:
+ * test_snapshot_page.c.
  *
- * Usage: test_snapshot_view SNAPSHOT.json GCA_SNAPSHOT_BINARY [render]
+ * Usage: test_snapshot_view SNAPSHOT.json GCA_SNAPSHOT_BINARY
  */
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -91,6 +92,42 @@ static void truncated_history_still_ends_at_the_snapshot_totals(void **state) {
   assert_int_equal(t->events[1].reserved_after, 2097152);
   assert_int_equal(t->peak_reserved, 4194304);
   gca__snapshot_free(&s);
+}
+
+static void history_events_keep_their_stream_frames_and_action(void **state) {
+  (void)state;
+  snapshot_t s;
+  assert_ok(gca__snapshot_load_file(snapshot_path, &s));
+  const snap_trace_t *t = &s.traces[0];
+  assert_int_equal(t->events[4].action, SNAP_EV_ALLOC);
+  assert_int_equal(t->events[4].stream, 1);
+  assert_int_equal(t->events[4].nframes, 1);
+  assert_string_equal(t->events[4].frames[0].name, "load_weights");
+  assert_string_equal(t->events[4].frames[0].filename, "weights.c");
+  assert_int_equal(t->events[4].frames[0].line, 3);
+  assert_int_equal(t->events[0].stream, 0);
+  assert_int_equal(t->events[0].nframes, 0);
+  assert_null(t->events[0].frames);
+  assert_int_equal(t->events[9].action, SNAP_EV_SNAPSHOT);
+  gca__snapshot_free(&s);
+  const char *json = "{\"segments\": [], \"device_traces\": [[{\"action\": \"oom\", \"size\": 1, "
+                     "\"stream\": \"0x10\", \"frames\": [\"f\", {\"name\": \"g\"}]},"
+                     "{\"action\": \"bogus\"}]]}";
+  assert_ok(load_text(json, &s));
+  t = &s.traces[0];
+  assert_int_equal(t->events[0].action, SNAP_EV_OOM);
+  assert_int_equal(t->events[0].stream, 16);
+  assert_int_equal(t->events[0].nframes, 2);
+  assert_string_equal(t->events[0].frames[1].name, "g");
+  assert_int_equal(t->events[1].action, SNAP_EV_OTHER);
+  assert_string_equal(gca__snapshot_action_name(SNAP_EV_OOM), "oom");
+  assert_string_equal(gca__snapshot_action_name(SNAP_EV_SEGMENT_UNMAP), "segment_unmap");
+  assert_string_equal(gca__snapshot_action_name(SNAP_EV_OTHER), "other");
+  gca__snapshot_free(&s);
+  assert_tool_status(load_text("{\"segments\": [], \"device_traces\": [[{\"action\": \"alloc\", "
+                               "\"size\": 1, \"frames\": {}}]]}",
+                               &s),
+                     GCA_ERR_PARSE, "device_traces[0][0]: 'frames' is not an array");
 }
 
 static void text_summary_of_handwritten_snapshot_is_exact(void **state) {
@@ -194,7 +231,7 @@ static void html_page_is_self_contained_and_escapes_its_data(void **state) {
   char *page = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&page, &len);
-  assert_ok(gca__snapshot_write_html(&s, "t<1>.json", 10, f));
+  assert_ok(gca__snapshot_write_html(&s, (const char *const[]){"t<1>.json"}, 1, 10, f));
   fclose(f);
   assert_non_null(strstr(page, "<title>gca snapshot: t&lt;1&gt;.json</title>"));
   assert_non_null(strstr(page, "\\u003c/script>\\u003cb>x"));
@@ -210,6 +247,42 @@ static void html_page_is_self_contained_and_escapes_its_data(void **state) {
       fail_msg("the page fetches something: '%s'", fetches[i]);
   free(page);
   gca__snapshot_free(&s);
+}
+
+static size_t occurrences(const char *text, const char *needle) {
+  size_t n = 0;
+  for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+    n++;
+  return n;
+}
+
+/* Two snapshots make one page with a section each and one data island holding
+ * both; a stack both use is written once (Note [Stack table]). */
+static void html_page_for_two_snapshots_holds_both_and_writes_each_stack_once(void **state) {
+  (void)state;
+  snapshot_t s[2];
+  assert_ok(gca__snapshot_load_file(snapshot_path, &s[0]));
+  assert_ok(gca__snapshot_load_file(snapshot_path, &s[1]));
+  char *page = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&page, &len);
+  const char *titles[] = {"a.json", "b<1>.pickle"};
+  assert_ok(gca__snapshot_write_html(s, titles, 2, 10, f));
+  fclose(f);
+  assert_non_null(strstr(page, "<title>gca snapshot: a.json vs b&lt;1&gt;.pickle</title>"));
+  assert_non_null(strstr(page, "<body data-gca-snapshots=\"2\">"));
+  assert_int_equal(occurrences(page, "<section class=\"snapshot\""), 2);
+  assert_non_null(strstr(page, "<section class=\"snapshot\" data-index=\"1\">\n<h2>b&lt;1&gt;"));
+  assert_non_null(strstr(page, "{\"snapshots\":[{\"title\":\"a.json\",\"traces\":[{"));
+  assert_non_null(strstr(page, "},{\"title\":\"b\\u003c1>.pickle\",\"traces\":[{"));
+  /* block 0 and the largest list of each snapshot use make_buffer's stack;
+   * load_weights' is event 4's, and block 3's and its largest entry's */
+  assert_int_equal(occurrences(page, "\"make_buffer (model.c:42)\",\"main (main.c:7)\""), 1);
+  assert_int_equal(occurrences(page, "\"load_weights (weights.c:3)\""), 1);
+  assert_non_null(strstr(page, "\"stacks\":[["));
+  free(page);
+  gca__snapshot_free(&s[0]);
+  gca__snapshot_free(&s[1]);
 }
 
 static void snapshot_of_a_live_allocator_matches_its_statistics(void **state) {
@@ -247,7 +320,7 @@ static void snapshot_of_a_live_allocator_matches_its_statistics(void **state) {
   char *page = NULL;
   size_t plen = 0;
   FILE *f = open_memstream(&page, &plen);
-  assert_ok(gca__snapshot_write_html(&s, "live", 10, f));
+  assert_ok(gca__snapshot_write_html(&s, (const char *const[]){"live"}, 1, 10, f));
   fclose(f);
   assert_non_null(strstr(page, "id=\"gca-data\""));
   free(page);
@@ -345,64 +418,62 @@ static void command_exits_2_on_bad_input_and_0_on_text(void **state) {
   unlink(bad);
 }
 
-/* ---- rendering in headless Chromium ---- */
-
-static const char *find_chromium(void) {
-  static const char *names[] = {"chromium", "chromium-browser", "google-chrome",
-                                "google-chrome-stable"};
-  static char path[4096];
-  const char *env = getenv("GCA_CHROMIUM");
-  if (env && *env)
-    return env;
-  const char *pathvar = getenv("PATH");
-  for (size_t i = 0; pathvar && i < GCA_ARRAY_SIZE(names); i++) {
-    const char *p = pathvar;
-    while (*p) {
-      size_t n = strcspn(p, ":");
-      snprintf(path, sizeof(path), "%.*s/%s", (int)n, p, names[i]);
-      if (access(path, X_OK) == 0)
-        return path;
-      p += n + (p[n] == ':');
-    }
-  }
-  return NULL;
-}
-
-static const char *chromium;
-
-static void page_draws_its_plots_in_headless_chromium(void **state) {
+/* gca-snapshot A B: one page of both, either kind each (JSON, pickle); an
+ * unreadable or malformed one is an error naming it, and no page is written;
+ * --text and --pickle take one snapshot. */
+static void command_with_two_snapshots_writes_one_page_or_names_the_bad_one(void **state) {
   (void)state;
-  char dir[] = "/tmp/gca-snapshot-render-XXXXXX";
+  char dir[] = "/tmp/gca-snapshot-pair-XXXXXX";
   assert_non_null(mkdtemp(dir));
-  char page[256], profile[256], url[300], profile_arg[300];
-  snprintf(page, sizeof(page), "%s/page.html", dir);
-  snprintf(profile, sizeof(profile), "%s/profile", dir);
-  snprintf(url, sizeof(url), "file://%s", page);
-  snprintf(profile_arg, sizeof(profile_arg), "--user-data-dir=%s", profile);
+  char a[128], sub[128], b[128], bad[128], out_page[128], dflt[128];
+  snprintf(a, sizeof(a), "%s/a.json", dir);
+  snprintf(sub, sizeof(sub), "%s/sub", dir);
+  snprintf(b, sizeof(b), "%s/sub/b.pickle", dir);
+  snprintf(bad, sizeof(bad), "%s/bad.json", dir);
+  snprintf(out_page, sizeof(out_page), "%s/out.html", dir);
+  snprintf(dflt, sizeof(dflt), "%s/a-vs-b.pickle.html", dir);
+  assert_int_equal(mkdir(sub, 0700), 0);
   char *out = NULL;
-  char *gen[] = {(char *)tool_path, (char *)snapshot_path, "-o", page, NULL};
-  assert_int_equal(test_run_capture(gen, &out), 0);
+  char *cp[] = {"cp", (char *)snapshot_path, a, NULL};
+  assert_int_equal(test_run_capture(cp, &out), 0);
   free(out);
-  char *render[] = {(char *)chromium,
-                    "--headless",
-                    "--disable-gpu",
-                    "--no-sandbox",
-                    "--no-first-run",
-                    profile_arg,
-                    "--dump-dom",
-                    url,
-                    NULL};
-  int rc = test_run_capture(render, &out);
-  if (rc != 0)
-    fail_msg("chromium exited %d: %.2000s", rc, out);
-  assert_non_null(strstr(out, "data-gca-drawn=\"1\""));
-  assert_non_null(strstr(out, "data-gca-timeline-points=\"11\""));
-  assert_non_null(strstr(out, "data-gca-segment-rects=\"5\""));
-  assert_non_null(strstr(out, "class=\"allocated\""));
-  assert_non_null(strstr(out, "class=\"reserved\""));
-  assert_non_null(strstr(out, "make_buffer (model.c:42)"));
-  assert_non_null(strstr(out, "load_weights (weights.c:3)"));
+  char *to_pickle[] = {(char *)tool_path, a, "--pickle", b, NULL};
+  assert_int_equal(test_run_capture(to_pickle, &out), 0);
   free(out);
+  FILE *f = fopen(bad, "w");
+  assert_non_null(f);
+  fputs("{\"segments\": [}", f);
+  fclose(f);
+
+  char *missing[] = {(char *)tool_path, a, "/nonexistent/b.json", "-o", out_page, NULL};
+  assert_int_equal(test_run_capture(missing, &out), 2);
+  assert_non_null(strstr(out, "cannot open /nonexistent/b.json"));
+  free(out);
+  char *malformed[] = {(char *)tool_path, bad, a, "-o", out_page, NULL};
+  assert_int_equal(test_run_capture(malformed, &out), 2);
+  assert_non_null(strstr(out, bad));
+  assert_non_null(strstr(out, "json: line 1 column"));
+  free(out);
+  assert_int_equal(access(out_page, F_OK), -1);
+  char *text[] = {(char *)tool_path, "--text", a, b, NULL};
+  assert_int_equal(test_run_capture(text, &out), 2);
+  assert_non_null(strstr(out, "--text takes one snapshot"));
+  free(out);
+  char *three[] = {(char *)tool_path, a, b, a, NULL};
+  assert_int_equal(test_run_capture(three, &out), 2);
+  assert_non_null(strstr(out, "usage:"));
+  free(out);
+
+  char *pair[] = {(char *)tool_path, a, b, NULL};
+  assert_int_equal(test_run_capture(pair, &out), 0);
+  assert_non_null(strstr(out, dflt));
+  free(out);
+  char *page = NULL;
+  size_t len = 0;
+  assert_ok(tool_read_file(dflt, &page, &len));
+  assert_non_null(strstr(page, "data-gca-snapshots=\"2\""));
+  assert_non_null(strstr(page, "/sub/b.pickle\",\"traces\":[{"));
+  free(page);
   char *rm[] = {"rm", "-rf", dir, NULL};
   assert_int_equal(test_run_capture(rm, &out), 0);
   free(out);
@@ -410,33 +481,25 @@ static void page_draws_its_plots_in_headless_chromium(void **state) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s SNAPSHOT.json GCA_SNAPSHOT_BINARY [render]\n", argv[0]);
+    fprintf(stderr, "usage: %s SNAPSHOT.json GCA_SNAPSHOT_BINARY\n", argv[0]);
     return 1;
   }
   snapshot_path = argv[1];
   tool_path = argv[2];
-  if (argc > 3 && strcmp(argv[3], "render") == 0) {
-    chromium = find_chromium();
-    if (!chromium) {
-      printf("SKIP: chromium is not installed (apt-get install chromium, or set GCA_CHROMIUM)\n");
-      return 77;
-    }
-    const struct CMUnitTest render_tests[] = {
-        cmocka_unit_test(page_draws_its_plots_in_headless_chromium),
-    };
-    return cmocka_run_group_tests(render_tests, NULL, NULL);
-  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(handwritten_snapshot_totals_are_exact),
       cmocka_unit_test(timeline_is_rebuilt_backwards_from_the_snapshot_state),
+      cmocka_unit_test(history_events_keep_their_stream_frames_and_action),
       cmocka_unit_test(truncated_history_still_ends_at_the_snapshot_totals),
       cmocka_unit_test(text_summary_of_handwritten_snapshot_is_exact),
       cmocka_unit_test(largest_blocks_are_ordered_and_capped),
       cmocka_unit_test(malformed_or_incomplete_snapshots_name_the_problem),
       cmocka_unit_test(huge_or_negative_sizes_are_errors_naming_the_field),
       cmocka_unit_test(html_page_is_self_contained_and_escapes_its_data),
+      cmocka_unit_test(html_page_for_two_snapshots_holds_both_and_writes_each_stack_once),
       cmocka_unit_test(snapshot_of_a_live_allocator_matches_its_statistics),
       cmocka_unit_test(command_exits_2_on_bad_input_and_0_on_text),
+      cmocka_unit_test(command_with_two_snapshots_writes_one_page_or_names_the_bad_one),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
