@@ -10,7 +10,10 @@
  * bucket has nranks blocks of E elements (rank r's block at r*E), collective
  * i at o_i in every block. A run copies the inputs into the buffer, runs one
  * collective on it (all-gather: its rank's block is its input; reduce-scatter:
- * its rank's block is its output) and copies the outputs out. Every rank
+ * its rank's block is its output) and copies the outputs out. Each direction's
+ * copies are one kernel (gca_kernel_copy_batch) whose table of {dst, src,
+ * bytes} entries is written to device memory at finalize: the layout is
+ * fixed, so the table serves every run and every replay of a captured one. Every rank
  * plans from the same sequence, so the layout is the same everywhere; the
  * buffers are allocated once, at finalize, from a comm pool per
  * communicator (Note [Comm pools]), so they lie in registered memory.
@@ -39,6 +42,8 @@ typedef struct bucket {
   size_t first, n; /* collectives [first, first + n) */
   size_t elems;    /* E: per-rank elements */
   void *buf;
+  void *copy_in, *copy_out; /* tables of gca_copy_entry_t in device memory */
+  size_t n_in, n_out;
 } bucket_t;
 
 typedef struct bpool {
@@ -75,9 +80,12 @@ static gca_status_t pool_of(gca_bucketer_t *b, gca_comm_t *comm, gca_pool_t **ou
 
 /* Frees the buffers, then releases the pools (their memory goes back). */
 static void give_back(gca_bucketer_t *b) {
-  for (size_t k = 0; k < b->nb; k++)
-    if (b->b[k].buf)
-      GCA_CHECK_IGNORE(gca_free(b->b[k].buf));
+  for (size_t k = 0; k < b->nb; k++) {
+    void *mem[3] = {b->b[k].buf, b->b[k].copy_in, b->b[k].copy_out};
+    for (int i = 0; i < 3; i++)
+      if (mem[i])
+        GCA_CHECK_IGNORE(gca_free(mem[i]));
+  }
   for (size_t i = 0; i < b->npools; i++)
     GCA_CHECK_IGNORE(gca_pool_release(b->pools[i].pool));
   free(b->pools);
@@ -166,6 +174,65 @@ static bool same_key(const bcoll_t *a, const bcoll_t *b) {
   return a->comm == b->comm && a->kind == b->kind && a->dtype == b->dtype && a->op == b->op;
 }
 
+/* Note [Bucket layout]: the copies into (in) or out of a merged bucket's
+ * buffer, as entries of a copy batch; returns their number (e may be NULL
+ * to count). */
+static size_t plan_copies(const gca_bucketer_t *b, const bucket_t *bk, bool in,
+                          gca_copy_entry_t *e) {
+  const bcoll_t *c0 = &b->c[bk->first];
+  size_t es = gca_dtype_size(c0->dtype), E = bk->elems, k = 0;
+  int n = c0->comm->nranks, rank = c0->comm->rank;
+  uint64_t buf = (uint64_t)(uintptr_t)bk->buf;
+#define ENTRY(dst_, src_, bytes_)                                              \
+  do {                                                                         \
+    if (e)                                                                     \
+      e[k] = (gca_copy_entry_t){(uint64_t)(dst_), (uint64_t)(src_), (bytes_)}; \
+    k++;                                                                       \
+  } while (0)
+  for (size_t i = bk->first; i < bk->first + bk->n; i++) {
+    const bcoll_t *c = &b->c[i];
+    size_t cb = c->count * es;
+    uint64_t send = (uint64_t)(uintptr_t)c->send, recv = (uint64_t)(uintptr_t)c->recv;
+    bool per_rank = in ? c->kind == GCA_COLL_REDUCE_SCATTER : c->kind == GCA_COLL_ALL_GATHER;
+    if (per_rank) { /* a block per rank: rank r's at r * E in the buffer */
+      for (int r = 0; r < n; r++) {
+        uint64_t at = buf + ((uint64_t)r * E + c->offset) * es,
+                 user = (in ? send : recv) + (uint64_t)r * cb;
+        if (in)
+          ENTRY(at, user, cb);
+        else
+          ENTRY(user, at, cb);
+      }
+      continue;
+    }
+    /* all-reduce: offset o; all-gather in, reduce-scatter out: this rank's block */
+    uint64_t at =
+        buf + (c->kind == GCA_COLL_ALL_REDUCE ? c->offset : (uint64_t)rank * E + c->offset) * es;
+    if (in)
+      ENTRY(at, send, cb);
+    else
+      ENTRY(recv, at, cb);
+  }
+#undef ENTRY
+  return k;
+}
+
+/* Writes a bucket's copy table for one direction into device memory from
+ * the comm pool (the caller routes allocations to it). */
+static gca_status_t make_table(const gca_bucketer_t *b, const bucket_t *bk, bool in,
+                               gca_stream_t stream, void **table, size_t *n) {
+  *n = plan_copies(b, bk, in, NULL);
+  gca_copy_entry_t *e = calloc(*n, sizeof(*e));
+  if (!e)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "no host memory for a copy table");
+  plan_copies(b, bk, in, e);
+  gca_status_t st = gca_malloc_device(b->c[bk->first].comm->device, table, *n * sizeof(*e), stream);
+  if (st == GCA_OK)
+    st = gca_memcpy(*table, e, *n * sizeof(*e));
+  free(e);
+  return st;
+}
+
 GCA_API gca_status_t gca_bucketer_finalize(gca_bucketer_t *b, gca_stream_t stream) {
   static const char fn[] = "bucketer_finalize";
   if (!b)
@@ -207,6 +274,10 @@ GCA_API gca_status_t gca_bucketer_finalize(gca_bucketer_t *b, gca_stream_t strea
       st = gca_pool_use_begin(pool);
     if (st == GCA_OK) {
       st = gca_malloc_device(c->comm->device, &bk->buf, elems * es, stream);
+      if (st == GCA_OK)
+        st = make_table(b, bk, true, stream, &bk->copy_in, &bk->n_in);
+      if (st == GCA_OK)
+        st = make_table(b, bk, false, stream, &bk->copy_out, &bk->n_out);
       gca_status_t est = gca_pool_use_end(pool);
       if (st == GCA_OK)
         st = est;
@@ -225,16 +296,12 @@ GCA_API gca_status_t gca_bucketer_finalize(gca_bucketer_t *b, gca_stream_t strea
   return GCA_OK;
 }
 
-static gca_status_t copy(void *dst, const void *src, size_t bytes, gca_stream_t s) {
-  return gca_memcpy_async(dst, src, bytes, s);
-}
-
 /* Note [Bucket layout]: one bucket's copies and collective. */
 static gca_status_t run_bucket(const gca_bucketer_t *b, const bucket_t *bk, gca_stream_t s) {
   const bcoll_t *c0 = &b->c[bk->first];
   gca_comm_t *comm = c0->comm;
   size_t es = gca_dtype_size(c0->dtype), E = bk->elems;
-  int n = comm->nranks, rank = comm->rank;
+  int rank = comm->rank;
   char *buf = bk->buf;
   if (bk->n == 1) {
     switch (c0->kind) {
@@ -246,18 +313,7 @@ static gca_status_t run_bucket(const gca_bucketer_t *b, const bucket_t *bk, gca_
       return gca_all_reduce(c0->send, c0->recv, c0->count, c0->dtype, c0->op, comm, s);
     }
   }
-  for (size_t i = bk->first; i < bk->first + bk->n; i++) { /* copy in */
-    const bcoll_t *c = &b->c[i];
-    size_t cb = c->count * es;
-    if (c->kind == GCA_COLL_ALL_GATHER)
-      GCA_CHECK(copy(buf + ((size_t)rank * E + c->offset) * es, c->send, cb, s));
-    else if (c->kind == GCA_COLL_ALL_REDUCE)
-      GCA_CHECK(copy(buf + c->offset * es, c->send, cb, s));
-    else
-      for (int r = 0; r < n; r++)
-        GCA_CHECK(copy(buf + ((size_t)r * E + c->offset) * es,
-                       (const char *)c->send + (size_t)r * cb, cb, s));
-  }
+  GCA_CHECK(gca_kernel_copy_batch(bk->copy_in, bk->n_in, s));
   switch (c0->kind) {
   case GCA_COLL_ALL_GATHER:
     GCA_CHECK(gca_all_gather(buf + (size_t)rank * E * es, buf, E, c0->dtype, comm, s));
@@ -269,19 +325,7 @@ static gca_status_t run_bucket(const gca_bucketer_t *b, const bucket_t *bk, gca_
     GCA_CHECK(gca_all_reduce(buf, buf, E, c0->dtype, c0->op, comm, s));
     break;
   }
-  for (size_t i = bk->first; i < bk->first + bk->n; i++) { /* copy out */
-    const bcoll_t *c = &b->c[i];
-    size_t cb = c->count * es;
-    if (c->kind == GCA_COLL_ALL_GATHER)
-      for (int r = 0; r < n; r++)
-        GCA_CHECK(
-            copy((char *)c->recv + (size_t)r * cb, buf + ((size_t)r * E + c->offset) * es, cb, s));
-    else if (c->kind == GCA_COLL_ALL_REDUCE)
-      GCA_CHECK(copy(c->recv, buf + c->offset * es, cb, s));
-    else
-      GCA_CHECK(copy(c->recv, buf + ((size_t)rank * E + c->offset) * es, cb, s));
-  }
-  return GCA_OK;
+  return gca_kernel_copy_batch(bk->copy_out, bk->n_out, s);
 }
 
 GCA_API gca_status_t gca_bucketer_run(gca_bucketer_t *b, gca_stream_t stream) {

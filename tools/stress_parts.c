@@ -560,7 +560,7 @@ bool gca__stress_part_misc(stress_part_ctx_t *ctx) {
   size_t free_bytes, total_bytes;
   gca_stream_t s = NULL;
   gca_event_t e1 = NULL, e2 = NULL;
-  void *p = NULL;
+  void *p = NULL, *q = NULL, *table = NULL;
   int flag = 0;
   uint8_t host[MISC_BYTES];
   uint32_t value = (uint32_t)gca__stress_rng_next(ctx->rng);
@@ -618,6 +618,27 @@ bool gca__stress_part_misc(stress_part_ctx_t *ctx) {
       goto out;
     }
   }
+  /* a copy batch swaps the halves into q: its table lives in device memory */
+  gca_copy_entry_t swap[2] = {{0, 0, MISC_BYTES / 2}, {0, 0, MISC_BYTES / 2}};
+  STEP("gca_malloc", gca_malloc(&q, MISC_BYTES, ctx->stream));
+  STEP("gca_malloc", gca_malloc(&table, sizeof(swap), ctx->stream));
+  swap[0].dst = (uint64_t)(uintptr_t)q;
+  swap[0].src = (uint64_t)(uintptr_t)p + MISC_BYTES / 2;
+  swap[1].dst = (uint64_t)(uintptr_t)q + MISC_BYTES / 2;
+  swap[1].src = (uint64_t)(uintptr_t)p;
+  STEP("gca_memcpy", gca_memcpy(table, swap, sizeof(swap)));
+  STEP("gca_kernel_copy_batch", gca_kernel_copy_batch(table, 2, s));
+  STEP("gca_stream_synchronize", gca_stream_synchronize(s));
+  STEP("gca_memcpy", gca_memcpy(host, q, MISC_BYTES));
+  for (size_t i = 0; i < MISC_BYTES; i++) {
+    uint32_t word;
+    memcpy(&word, host + (i & ~(size_t)3), 4);
+    if (i < MISC_BYTES / 2 ? word != value : host[i] != 0xab) {
+      ok = part_fail(ctx, "CORRUPTION after a copy batch into the block at %p: byte %zu is 0x%02x",
+                     q, i, host[i]);
+      goto out;
+    }
+  }
   STEP("gca_memset_d8", gca_memset_d8(p, 0, MISC_BYTES));
   STEP("gca_memset_d32", gca_memset_d32(p, value, MISC_BYTES / 4));
   ctx->c->misc_rounds++;
@@ -629,6 +650,8 @@ out:
   if (queued)
     settle(s);
   ok = release(ctx, p) && ok;
+  ok = release(ctx, q) && ok;
+  ok = release(ctx, table) && ok;
   if (e2)
     RETRY(gca_event_destroy(e2));
   if (e1)

@@ -96,7 +96,8 @@
   X(ctx_get_device)               \
   X(stream_get_device)            \
   X(kernel_philox_u32)            \
-  X(ctx_enable_peer_access)
+  X(ctx_enable_peer_access)       \
+  X(kernel_copy_batch)
 
 typedef enum gca_dev_op {
 #define GCA__OP_ENUM(name) GCA_OP_##name,
@@ -286,6 +287,16 @@ typedef struct gca_device_ops {
    * dev == peer (CUDA_ERROR_INVALID_CONTEXT), GCA_ERR_NOT_SUPPORTED when
    * device_can_access_peer(dev, peer) says no. */
   gca_status_t (*ctx_enable_peer_access)(int dev, int peer);
+
+  /* A batch of copies in one kernel: `table` is device memory holding n
+   * gca_copy_entry_t (gca/device.h), read when the kernel runs, so a table
+   * written once serves every launch and graph replay. Entries run in any
+   * order, at once: no destination may overlap another entry's source or
+   * destination. Both sides of every entry are device memory the stream's
+   * device may touch (else the kernel faults: GCA_ERR_ILLEGAL_ADDRESS at the
+   * next synchronize). GCA_ERR_INVALID_ARGUMENT for a table that is not
+   * 8-byte aligned (n > 0). */
+  gca_status_t (*kernel_copy_batch)(gca_devptr_t table, size_t n, gca_stream_t stream);
 } gca_device_ops_t;
 
 /* ---- device.c ---- */

@@ -282,6 +282,14 @@ GCA_API gca_status_t gca_kernel_add_u32(void *dst, const void *a, const void *b,
   return fwd(fn, ops->kernel_add_u32(dptr(dst), dptr(a), dptr(b), count, stream));
 }
 
+GCA_API gca_status_t gca_kernel_copy_batch(const void *table, size_t n, gca_stream_t stream) {
+  static const char fn[] = "gca_kernel_copy_batch";
+  if (n && !table)
+    return null_arg(fn, "table");
+  ACTIVE(fn);
+  return fwd(fn, ops->kernel_copy_batch(dptr(table), n, stream));
+}
+
 GCA_API gca_status_t gca_kernel_sleep(uint64_t ns, gca_stream_t stream) {
   ACTIVE("gca_kernel_sleep");
   return fwd("gca_kernel_sleep", ops->kernel_sleep(ns, stream));

@@ -173,8 +173,10 @@ GCA_API size_t gca_dtype_size(gca_dtype_t dtype);
  * each collective an offset in it, the same on every rank and every run;
  * the buffers come from a comm pool per communicator (registered memory). A
  * run copies the inputs in, runs one collective per bucket (all-gather in its
- * in-place form) and copies the outputs out, on one stream; a bucket of one
- * collective runs it directly, unmerged. */
+ * in-place form) and copies the outputs out, on one stream, each direction
+ * one copy-batch kernel (gca_kernel_copy_batch) whose table is written at
+ * finalize; a bucket of one collective runs it directly, unmerged. The
+ * collectives' buffers must be device memory (the kernels touch them). */
 
 typedef struct gca_bucketer gca_bucketer_t;
 

@@ -156,6 +156,16 @@ GCA_API gca_status_t gca_kernel_add_u32(void *dst, const void *a, const void *b,
                                         gca_stream_t stream);
 GCA_API gca_status_t gca_kernel_sleep(uint64_t ns, gca_stream_t stream);
 
+/* One copy of a batch: bytes from src to dst, both device memory. */
+typedef struct gca_copy_entry {
+  uint64_t dst, src, bytes;
+} gca_copy_entry_t;
+/* Copies a batch in one kernel: `table` (device memory, 8-byte aligned)
+ * holds n entries, read when the kernel runs, so one table serves every
+ * launch and replay. Entries run in any order, at once: no destination may
+ * overlap another entry's source or destination. */
+GCA_API gca_status_t gca_kernel_copy_batch(const void *table, size_t n, gca_stream_t stream);
+
 /* cuStreamBeginCapture_v2 / cuStreamEndCapture (the captured graph into *graph). */
 GCA_API gca_status_t gca_stream_begin_capture(gca_stream_t stream, gca_capture_mode_t mode);
 GCA_API gca_status_t gca_stream_end_capture(gca_stream_t stream, gca_graph_t *graph);

@@ -407,11 +407,11 @@ static CUresult f_module_load(CUmodule *m, const void *image) {
   *m = (CUmodule)(uintptr_t)(0x9000 + ctx_device(current));
   return CUDA_SUCCESS;
 }
-static char function_names[4][32] = {"gca_fill_u32", "gca_add_u32", "gca_sleep_ns",
-                                     "gca_philox_u32"};
+static char function_names[5][32] = {"gca_fill_u32", "gca_add_u32", "gca_sleep_ns",
+                                     "gca_philox_u32", "gca_copy_batch"};
 static CUresult f_module_get_function(CUfunction *f, CUmodule m, const char *name) {
   const char *ptx_entry = NULL;
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 5; i++)
     if (strcmp(name, function_names[i]) == 0)
       ptx_entry = function_names[i];
   if (!ptx_entry)
@@ -438,6 +438,10 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
   } else if (strcmp(name, "gca_add_u32") == 0) {
     for (int i = 0; i < 4; i++)
       last_args[i] = *(uint64_t *)params[i];
+  } else if (strcmp(name, "gca_copy_batch") == 0) {
+    last_args[0] = *(uint64_t *)params[0];
+    last_args[1] = *(uint64_t *)params[1];
+    last_args[2] = gy; /* the entries' dimension */
   } else {
     last_args[0] = *(uint64_t *)params[0];
   }

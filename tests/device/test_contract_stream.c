@@ -708,6 +708,58 @@ static void injected_faults_fail_one_call_and_leave_streams_usable(void **state)
   assert_ok(ops->mem_free(0, p));
 }
 
+/* ---- copy batches ---- */
+
+/* A table of entries in device memory, read when the kernel runs: entries of
+ * several alignments (16-byte words and bytes), a zero-length one; a second
+ * launch after the sources changed copies the new bytes (the table stays). */
+static void a_copy_batch_copies_every_entry_when_it_runs(void **state) {
+  (void)state;
+  enum { BYTES = 1 << 16 };
+  gca_devptr_t src = dalloc(BYTES), dst = dalloc(BYTES), table = dalloc(4096);
+  gca_stream_t s;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  gca_copy_entry_t e[4] = {{dst, src, 4096},                          /* aligned: 16-byte words */
+                           {dst + 8192 + 3, src + 20000 + 1, 1001},   /* unaligned: bytes */
+                           {dst + 16384, src + 16384, 0},             /* nothing */
+                           {dst + 32768, src + 40000, 16 * 100 + 8}}; /* aligned ends, odd length */
+  unsigned char *host = malloc(BYTES), *back = malloc(BYTES);
+  assert_non_null(host);
+  assert_non_null(back);
+  for (int round = 0; round < 2; round++) {
+    for (size_t i = 0; i < BYTES; i++)
+      host[i] = (unsigned char)(i * 7 + 1 + round * 13);
+    assert_ok(ops->memcpy_async(src, (gca_devptr_t)(uintptr_t)host, BYTES, s));
+    assert_ok(ops->memset_d8_async(dst, 0xee, BYTES, s));
+    if (round == 0)
+      assert_ok(ops->memcpy_async(table, (gca_devptr_t)(uintptr_t)e, sizeof(e), s));
+    assert_ok(ops->kernel_copy_batch(table, 4, s));
+    assert_ok(ops->stream_synchronize(s));
+    assert_ok(ops->memcpy_async((gca_devptr_t)(uintptr_t)back, dst, BYTES, s));
+    assert_ok(ops->stream_synchronize(s));
+    for (size_t i = 0; i < BYTES; i++) {
+      unsigned char want = 0xee;
+      for (int k = 0; k < 4; k++) {
+        size_t d0 = (size_t)(e[k].dst - dst);
+        if (i >= d0 && i < d0 + e[k].bytes)
+          want = host[(size_t)(e[k].src - src) + (i - d0)];
+      }
+      if (back[i] != want)
+        fail_msg("round %d: byte %zu is %#x, wanted %#x", round, i, back[i], want);
+    }
+  }
+  assert_ok(ops->kernel_copy_batch(0, 0, s)); /* an empty batch */
+  assert_status(ops->kernel_copy_batch(table + 4, 1, s), GCA_ERR_INVALID_ARGUMENT,
+                "8-byte aligned");
+  assert_ok(ops->stream_synchronize(s));
+  assert_ok(ops->stream_destroy(s));
+  free(host);
+  free(back);
+  assert_ok(ops->mem_free(0, src));
+  assert_ok(ops->mem_free(0, dst));
+  assert_ok(ops->mem_free(0, table));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(stream_order_holds_under_heavy_async_load),
@@ -728,6 +780,7 @@ int main(void) {
       cmocka_unit_test(stream_device_is_where_it_was_created),
       cmocka_unit_test(capture_on_device_0_leaves_device_1_legacy_stream_usable),
       cmocka_unit_test(injected_faults_fail_one_call_and_leave_streams_usable),
+      cmocka_unit_test(a_copy_batch_copies_every_entry_when_it_runs),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

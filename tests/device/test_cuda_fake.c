@@ -286,6 +286,19 @@ static int child_kernels(report_t *r) {
   EXPECT_OK(r, ops->kernel_fill_u32(0x1000, 1, 1, 0, s0));
   CHECK(r, strcmp(last(&grid, &block, args), "gca_sleep_ns") == 0);
 
+  /* a copy batch: the table and its length; an entry per y block, at most 65535 */
+  EXPECT_OK(r, ops->kernel_copy_batch(0x5000, 3, s0));
+  CHECK(r, strcmp(last(&grid, &block, args), "gca_copy_batch") == 0);
+  CHECK(r, args[0] == 0x5000 && args[1] == 3 && args[2] == 3 && grid == 32 * 3 && block == 256);
+  EXPECT_OK(r, ops->kernel_copy_batch(0x5000, 100000, s0));
+  last(&grid, &block, args);
+  CHECK(r, args[1] == 100000 && args[2] == 65535);
+  EXPECT(r, ops->kernel_copy_batch(0x5004, 2, s0), GCA_ERR_INVALID_ARGUMENT,
+         "kernel_copy_batch: table 0x5004 must be an 8-byte aligned device pointer");
+  EXPECT_OK(r, ops->kernel_copy_batch(0, 0, s0)); /* nothing to launch */
+  last(&grid, &block, args);
+  CHECK(r, args[1] == 100000);
+
   int two = 2;
   EXPECT_OK(r, ops->launch_host_func(s0, host_fn, &two));
   CHECK(r, host_fn_runs == 2);

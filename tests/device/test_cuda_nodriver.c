@@ -98,7 +98,8 @@ static void host_fn(void *p) {
   X(ctx_get_device, ops->ctx_get_device(&i))                                               \
   X(stream_get_device, ops->stream_get_device(NULL, &i))                                   \
   X(kernel_philox_u32, ops->kernel_philox_u32(0x200000, 16, 0x400000, 0x600000, 4, NULL))  \
-  X(ctx_enable_peer_access, ops->ctx_enable_peer_access(0, 1))
+  X(ctx_enable_peer_access, ops->ctx_enable_peer_access(0, 1))                             \
+  X(kernel_copy_batch, ops->kernel_copy_batch(0x200000, 1, NULL))
 
 #define COUNT_ONE(name, call) +1
 enum { EVERY_OP_COUNT = 0 EVERY_OP(COUNT_ONE) };

@@ -57,7 +57,7 @@ static void every_embedded_kernel_assembles_for_sm_90(void **state) {
 
   /* Each entry the backend looks up is in the module. */
   const char *entries[] = {GCA_PTX_FILL_NAME, GCA_PTX_ADD_NAME, GCA_PTX_SLEEP_NAME,
-                           GCA_PTX_PHILOX_NAME};
+                           GCA_PTX_PHILOX_NAME, GCA_PTX_COPY_NAME};
   for (size_t i = 0; i < GCA_ARRAY_SIZE(entries); i++) {
     char decl[96];
     snprintf(decl, sizeof(decl), ".visible .entry %s(", entries[i]);

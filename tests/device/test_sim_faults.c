@@ -364,6 +364,7 @@ BUF_CALL(memset_d32_async, ops->memset_d32_async(p, 7, 64, NULL))
 BUF_CALL(kernel_fill_u32, ops->kernel_fill_u32(p, 1, 1, 64, NULL))
 BUF_CALL(kernel_add_u32, ops->kernel_add_u32(p, p + 256, p + 512, 64, NULL))
 BUF_CALL(kernel_philox_u32, ops->kernel_philox_u32(p, 64, p + 256, p + 512, 4, NULL))
+BUF_CALL(kernel_copy_batch, ops->kernel_copy_batch(p, 0, NULL))
 
 static gca_status_t call_kernel_sleep(void) {
   begin();

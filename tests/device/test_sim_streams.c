@@ -224,6 +224,37 @@ static void work_on_unmapped_memory_fails_the_next_synchronize_not_the_process(v
   assert_ok(ops->mem_address_free(0, resv, gran));
 }
 
+/* A copy batch reads its entries when it runs: an entry naming memory that
+ * is not mapped then faults the stream (the other entries do not run), as
+ * does a table that is not device memory. */
+static void a_copy_batch_entry_on_unmapped_memory_faults_when_it_runs(void **state) {
+  (void)state;
+  gca_stream_t s;
+  gca_devptr_t table = 0, buf = 0, resv = 0;
+  size_t gran;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->mem_alloc(0, 4096, &table));
+  assert_ok(ops->mem_alloc(0, 4096, &buf));
+  assert_ok(ops->mem_granularity(0, false, &gran));
+  assert_ok(ops->mem_address_reserve(0, gran, 0, &resv));
+  memset((void *)(uintptr_t)buf, 0x11, 4096);
+  gca_copy_entry_t e[2] = {{buf + 2048, buf, 64}, {resv, buf, 64}};
+  memcpy((void *)(uintptr_t)table, e, sizeof(e));
+  memset((void *)(uintptr_t)(buf + 2048), 0, 64);
+  assert_ok(ops->kernel_copy_batch(table, 2, s));
+  assert_status(ops->stream_synchronize(s), GCA_ERR_ILLEGAL_ADDRESS, "a kernel copy_batch");
+  assert_int_equal(((const unsigned char *)(uintptr_t)buf)[2048], 0); /* nothing ran */
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  uint64_t host_table[3] = {0};
+  assert_ok(ops->kernel_copy_batch((gca_devptr_t)(uintptr_t)host_table, 1, s));
+  assert_status(ops->stream_synchronize(s), GCA_ERR_ILLEGAL_ADDRESS, "a kernel copy_batch (table)");
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_address_free(0, resv, gran));
+  assert_ok(ops->mem_free(0, table));
+  assert_ok(ops->mem_free(0, buf));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(device_calls_from_a_host_function_are_not_permitted),
@@ -231,6 +262,7 @@ int main(void) {
       cmocka_unit_test(pageable_host_to_device_copy_reads_the_source_at_the_call),
       cmocka_unit_test(copies_and_memsets_of_non_device_memory_fail_at_the_call),
       cmocka_unit_test(work_on_unmapped_memory_fails_the_next_synchronize_not_the_process),
+      cmocka_unit_test(a_copy_batch_entry_on_unmapped_memory_faults_when_it_runs),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -117,6 +117,7 @@ STUB(stream_get_device, gca_stream_t s, int *dev)
 STUB(kernel_philox_u32, gca_devptr_t d, size_t n, gca_devptr_t seed, gca_devptr_t off, uint64_t add,
      gca_stream_t s)
 STUB(ctx_enable_peer_access, int dev, int peer)
+STUB(kernel_copy_batch, gca_devptr_t table, size_t n, gca_stream_t s)
 #undef STUB
 
 static const gca_device_ops_t cuda_ops = {.name = "cuda",
@@ -315,7 +316,7 @@ typedef struct cuda_device {
   int fd_support;        /* POSIX fd handles: 1 yes, 0 no (read at init) */
   int _Atomic fabric;    /* request fabric handles in mem_create: 1 yes, 0 no */
   CUmodule _Atomic module;
-  CUfunction fn_fill, fn_add, fn_sleep, fn_philox; /* valid once module != NULL */
+  CUfunction fn_fill, fn_add, fn_sleep, fn_philox, fn_copy; /* valid once module != NULL */
 } cuda_device_t;
 
 static struct {
@@ -1132,6 +1133,7 @@ static gca_status_t load_module(const char *op, int dev, cuda_device_t **out) {
   CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_add, mod, GCA_PTX_ADD_NAME), st, out_mode);
   CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_sleep, mod, GCA_PTX_SLEEP_NAME), st, out_mode);
   CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_philox, mod, GCA_PTX_PHILOX_NAME), st, out_mode);
+  CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_copy, mod, GCA_PTX_COPY_NAME), st, out_mode);
   atomic_store_explicit(&d->module, mod, memory_order_release);
 out_mode:
   /* A module that failed half-way is leaked on purpose: unloading is another
@@ -1186,6 +1188,29 @@ static gca_status_t cuda_kernel_sleep(uint64_t ns, gca_stream_t stream) {
   GCA_CHECK(load_module("kernel_sleep", dev, &d));
   void *args[] = {&ns};
   CU_CHECK("kernel_sleep", drv.LaunchKernel(d->fn_sleep, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
+  return GCA_OK;
+}
+
+/* The batch's entries over the grid's y (at most 65535 blocks there: the
+ * kernel strides), 32 blocks of KERNEL_BLOCK threads over each entry's bytes. */
+static gca_status_t cuda_kernel_copy_batch(gca_devptr_t table, size_t n, gca_stream_t stream) {
+  int dev;
+  cuda_device_t *d;
+  GCA_CHECK(enter_stream("kernel_copy_batch", stream, &dev));
+  if (n > 0 && (!table || (table & 7u)))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "kernel_copy_batch: table 0x%llx must be an 8-byte aligned device pointer "
+                      "(%zu entries)",
+                      (unsigned long long)table, n);
+  GCA_CHECK(load_module("kernel_copy_batch", dev, &d));
+  if (n == 0)
+    return GCA_OK;
+  CUdeviceptr p_table = (CUdeviceptr)table;
+  uint64_t p_n = n;
+  void *args[] = {&p_table, &p_n};
+  unsigned gy = n > 65535 ? 65535u : (unsigned)n;
+  CU_CHECK("kernel_copy_batch",
+           drv.LaunchKernel(d->fn_copy, 32, gy, 1, KERNEL_BLOCK, 1, 1, 0, stream, args, NULL));
   return GCA_OK;
 }
 

@@ -14,6 +14,10 @@
  *   gca_philox_u32(u64 dst, u64 count, u64 seed_ptr, u64 offset_ptr, u64 add)
  *       dst[i] = Philox4x32-10 numbers of common/philox.h (Note [Philox stream])
  *       for seed *seed_ptr and offset *offset_ptr + add; one thread per 4 words
+ *   gca_copy_batch(u64 table, u64 n)                        for each of the n
+ *       {dst, src, bytes} entries of table (device memory): dst[..] = src[..];
+ *       entries stride over the grid's y dimension, bytes over its x
+ *       threads, 16 bytes at a time when dst, src and bytes allow
  * Arithmetic on values wraps modulo 2^32; indices are 64-bit.
  */
 #ifndef GCA_CUDA_PTX_H
@@ -23,6 +27,7 @@
 #define GCA_PTX_ADD_NAME    "gca_add_u32"
 #define GCA_PTX_SLEEP_NAME  "gca_sleep_ns"
 #define GCA_PTX_PHILOX_NAME "gca_philox_u32"
+#define GCA_PTX_COPY_NAME   "gca_copy_batch"
 
 static const char gca__cuda_ptx[] =
     ".version 7.0\n"
@@ -199,6 +204,70 @@ static const char gca__cuda_ptx[] =
     "    add.u64 %rd10, %rd10, %rd11;\n"
     "    bra.uni $Lphx_loop;\n"
     "$Lphx_done:\n"
+    "    ret;\n"
+    "}\n"
+    "\n"
+    ".visible .entry gca_copy_batch(\n"
+    "    .param .u64 p_table,\n"
+    "    .param .u64 p_n)\n"
+    "{\n"
+    "    .reg .pred %p<4>;\n"
+    "    .reg .b32 %r<12>;\n"
+    "    .reg .b64 %rd<20>;\n"
+    "    ld.param.u64 %rd1, [p_table];\n"
+    "    ld.param.u64 %rd2, [p_n];\n"
+    "    cvta.to.global.u64 %rd1, %rd1;\n"
+    "    mov.u32 %r1, %ctaid.x;\n"
+    "    mov.u32 %r2, %ntid.x;\n"
+    "    mov.u32 %r3, %tid.x;\n"
+    "    mov.u32 %r4, %nctaid.x;\n"
+    "    mov.u32 %r5, %ctaid.y;\n"
+    "    mov.u32 %r6, %nctaid.y;\n"
+    "    cvt.u64.u32 %rd3, %r3;\n"
+    "    mad.wide.u32 %rd3, %r1, %r2, %rd3;\n" /* t = ctaid.x * ntid + tid */
+    "    mul.wide.u32 %rd4, %r4, %r2;\n"       /* thread stride */
+    "    cvt.u64.u32 %rd5, %r5;\n"             /* entry e = ctaid.y */
+    "    cvt.u64.u32 %rd6, %r6;\n"             /* entry stride */
+    "$Lcb_entry:\n"
+    "    setp.ge.u64 %p1, %rd5, %rd2;\n"
+    "    @%p1 bra $Lcb_done;\n"
+    "    mul.lo.u64 %rd7, %rd5, 24;\n"
+    "    add.u64 %rd7, %rd1, %rd7;\n"
+    "    ld.global.u64 %rd8, [%rd7];\n"     /* dst */
+    "    ld.global.u64 %rd9, [%rd7+8];\n"   /* src */
+    "    ld.global.u64 %rd10, [%rd7+16];\n" /* bytes */
+    "    cvta.to.global.u64 %rd8, %rd8;\n"
+    "    cvta.to.global.u64 %rd9, %rd9;\n"
+    "    or.b64 %rd11, %rd8, %rd9;\n"
+    "    or.b64 %rd11, %rd11, %rd10;\n"
+    "    and.b64 %rd11, %rd11, 15;\n"
+    "    mov.u64 %rd13, %rd3;\n"
+    "    setp.ne.u64 %p2, %rd11, 0;\n"
+    "    @%p2 bra $Lcb_byte;\n"
+    "    shr.u64 %rd12, %rd10, 4;\n" /* 16-byte words */
+    "$Lcb_vec:\n"
+    "    setp.ge.u64 %p3, %rd13, %rd12;\n"
+    "    @%p3 bra $Lcb_next;\n"
+    "    shl.b64 %rd14, %rd13, 4;\n"
+    "    add.u64 %rd15, %rd9, %rd14;\n"
+    "    add.u64 %rd16, %rd8, %rd14;\n"
+    "    ld.global.v4.u32 {%r7, %r8, %r9, %r10}, [%rd15];\n"
+    "    st.global.v4.u32 [%rd16], {%r7, %r8, %r9, %r10};\n"
+    "    add.u64 %rd13, %rd13, %rd4;\n"
+    "    bra.uni $Lcb_vec;\n"
+    "$Lcb_byte:\n"
+    "    setp.ge.u64 %p3, %rd13, %rd10;\n"
+    "    @%p3 bra $Lcb_next;\n"
+    "    add.u64 %rd15, %rd9, %rd13;\n"
+    "    add.u64 %rd16, %rd8, %rd13;\n"
+    "    ld.global.u8 %r7, [%rd15];\n"
+    "    st.global.u8 [%rd16], %r7;\n"
+    "    add.u64 %rd13, %rd13, %rd4;\n"
+    "    bra.uni $Lcb_byte;\n"
+    "$Lcb_next:\n"
+    "    add.u64 %rd5, %rd5, %rd6;\n"
+    "    bra.uni $Lcb_entry;\n"
+    "$Lcb_done:\n"
     "    ret;\n"
     "}\n";
 

@@ -266,6 +266,8 @@ static const char *node_name(const gca__sim_work_t *w) {
     return "child graph";
   case GCA__SIM_WORK_PHILOX:
     return "kernel philox_u32";
+  case GCA__SIM_WORK_COPY_BATCH:
+    return "kernel copy_batch";
   }
   return "node";
 }

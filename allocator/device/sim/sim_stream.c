@@ -218,6 +218,21 @@ static bool fault_if(bool bad, gca__sim_fault_t *fault, const char *what, gca_de
 
 /* Whether a work item may run: its device sides are mapped device memory and
  * a copy's other side host memory (Note [Sim memory faults]). */
+/* A copy batch's table and every entry's two sides are mapped device memory. */
+static bool copy_batch_ok(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
+  size_t tb = w->count * sizeof(gca_copy_entry_t);
+  if (fault_if(!gca__sim_is_device_mem(w->a, tb), fault, "kernel copy_batch (table)", w->a, tb))
+    return false;
+  const gca_copy_entry_t *e = (const gca_copy_entry_t *)(uintptr_t)w->a;
+  for (size_t i = 0; i < w->count; i++)
+    if (fault_if(!gca__sim_is_device_mem(e[i].dst, e[i].bytes), fault, "kernel copy_batch",
+                 e[i].dst, e[i].bytes) ||
+        fault_if(!gca__sim_is_device_mem(e[i].src, e[i].bytes), fault, "kernel copy_batch",
+                 e[i].src, e[i].bytes))
+      return false;
+  return true;
+}
+
 static bool work_memory_ok(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
   size_t words = w->count * 4;
   switch (w->kind) {
@@ -233,6 +248,8 @@ static bool work_memory_ok(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
                      fault, "memcpy", w->a, w->count);
   case GCA__SIM_WORK_MEMSET8:
     return !fault_if(!gca__sim_is_device_mem(w->dst, w->count), fault, "memset", w->dst, w->count);
+  case GCA__SIM_WORK_COPY_BATCH:
+    return copy_batch_ok(w, fault);
   case GCA__SIM_WORK_MEMSET32:
     return !fault_if(!gca__sim_is_device_mem(w->dst, words), fault, "memset", w->dst, words);
   case GCA__SIM_WORK_FILL:
@@ -295,6 +312,12 @@ void gca__sim_work_run(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
   case GCA__SIM_WORK_GRAPH:
     gca__sim_image_run(w->graph, fault);
     break;
+  case GCA__SIM_WORK_COPY_BATCH: {
+    const gca_copy_entry_t *e = (const gca_copy_entry_t *)(uintptr_t)w->a;
+    for (size_t i = 0; i < w->count; i++)
+      memmove((void *)(uintptr_t)e[i].dst, (const void *)(uintptr_t)e[i].src, e[i].bytes);
+    break;
+  }
   case GCA__SIM_WORK_PHILOX: {
     uint64_t seed = *(const uint64_t *)(uintptr_t)w->a;
     uint64_t offset = *(const uint64_t *)(uintptr_t)w->b + w->offset;
@@ -714,6 +737,8 @@ static gca_status_t work_access(const char *op, int dev, const gca__sim_work_t *
     GCA_CHECK(gca__sim_mem_check_access(op, dev, w->dst, words, false));
     GCA_CHECK(gca__sim_mem_check_access(op, dev, w->a, words, false));
     return gca__sim_mem_check_access(op, dev, w->b, words, false);
+  case GCA__SIM_WORK_COPY_BATCH: /* the entries are read when it runs */
+    return gca__sim_mem_check_access(op, dev, w->a, w->count * sizeof(gca_copy_entry_t), false);
   case GCA__SIM_WORK_PHILOX:
     GCA_CHECK(gca__sim_mem_check_access(op, dev, w->dst, words, false));
     GCA_CHECK(gca__sim_mem_check_access(op, dev, w->a, sizeof(uint64_t), false));
@@ -1418,6 +1443,17 @@ static gca_status_t sim_kernel_sleep(uint64_t ns, gca_stream_t stream) {
   return gca__sim_stream_submit("kernel_sleep", stream, &w, NULL);
 }
 
+static gca_status_t sim_kernel_copy_batch(gca_devptr_t table, size_t n, gca_stream_t stream) {
+  GCA_SIM_ENTER(kernel_copy_batch, 0);
+  if (n > 0 && (!table || (table & 7u) || n > SIZE_MAX / sizeof(gca_copy_entry_t)))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "kernel_copy_batch: table 0x%llx must be an 8-byte aligned device pointer "
+                      "(%zu entries)",
+                      (unsigned long long)table, n);
+  gca__sim_work_t w = {.kind = GCA__SIM_WORK_COPY_BATCH, .a = table, .count = n};
+  return gca__sim_stream_submit("kernel_copy_batch", stream, &w, NULL);
+}
+
 static gca_status_t sim_kernel_philox_u32(gca_devptr_t dst, size_t count, gca_devptr_t seed_ptr,
                                           gca_devptr_t offset_ptr, uint64_t offset_add,
                                           gca_stream_t stream) {
@@ -1462,4 +1498,5 @@ void gca__sim_stream_ops(gca_device_ops_t *ops) {
   ops->kernel_add_u32 = sim_kernel_add_u32;
   ops->kernel_sleep = sim_kernel_sleep;
   ops->kernel_philox_u32 = sim_kernel_philox_u32;
+  ops->kernel_copy_batch = sim_kernel_copy_batch;
 }

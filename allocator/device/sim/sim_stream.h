@@ -49,6 +49,7 @@ typedef enum gca__sim_work_kind {
   GCA__SIM_WORK_SLEEP,
   GCA__SIM_WORK_GRAPH,
   GCA__SIM_WORK_PHILOX,
+  GCA__SIM_WORK_COPY_BATCH, /* a: the table, count: its entries */
 } gca__sim_work_kind_t;
 
 /* What one work item or graph node does. A GRAPH work holds a reference on its
