@@ -147,7 +147,16 @@ static gca_status_t classic_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
 fail_observed:
   GCA_CHECK_IGNORE(gca__observe(pool, GCA_SEGMENT_RELEASING, ptr, size));
 fail_mem:
-  GCA_CHECK_IGNORE(gca__segment_memory_free(d, seg, false));
+  /* the driver's free waits for the device (Note [No waits under the device
+   * lock]); the new segment is this thread's alone, so the lock can go, as
+   * for release_lock_on_cudamalloc, except while a capture is under way */
+  if (d->ncaptures == 0) {
+    gca__mutex_unlock(&d->lock);
+    GCA_CHECK_IGNORE(gca__segment_memory_free(d, seg, false));
+    gca__dev_lock(d);
+  } else {
+    GCA_CHECK_IGNORE(gca__segment_memory_free(d, seg, false));
+  }
 fail_seg:
   free(seg);
   return st;
