@@ -253,11 +253,14 @@ typedef struct gca__relbatch {
 
 /* A pool: segments and the free tree over their free blocks. The default
  * pools of a device are small (requests <= 1 MiB, 2 MiB segments) and large.
- * Invariant: the tree holds exactly the free blocks of the pool's segments
- * (nfree of them), ordered by (stream, size, addr), heap-ordered by prio. */
+ * Invariant: the free structure (Note [Free bins], freetree.c: per-stream
+ * bins, and the overflow treap `root` for streams without bins) holds exactly
+ * the free blocks of the pool's segments (nfree of them); each of its treaps
+ * is ordered by (stream, size, addr) and heap-ordered by prio. */
 struct gca__pool {
   gca__devalloc_t *dev;
-  gca__block_t *root;
+  gca__block_t *root;      /* the overflow treap */
+  struct gca__fbins *bins; /* NULL until a stream's blocks first need bins */
   size_t nfree;
   gca__segment_t *segments;
   size_t nsegments;
@@ -1009,6 +1012,13 @@ void gca__mempools_destroy_locked(gca__devalloc_t *d);
 
 /* ---- freetree.c ---- */
 
+/* Note [Free bins]: streams with bins per pool, and size classes per stream
+ * (64 of 512-byte steps, then 16 per power of two). */
+#define GCA__FB_STREAMS 4
+#define GCA__FB_CLASSES 640
+/* The size class of a block of `size` bytes (monotonic in size). */
+int gca__fb_class(size_t size);
+
 void gca__tree_insert(gca__pool_t *p, gca__block_t *b);
 void gca__tree_erase(gca__pool_t *p, gca__block_t *b);
 /* Replaces old (in the tree) by nb (not in it): nb takes old's place when its
@@ -1025,8 +1035,12 @@ gca__block_t *gca__tree_below(const gca__pool_t *p, gca_stream_t stream, size_t 
 gca__block_t *gca__tree_prev(const gca__pool_t *p, const gca__block_t *b);
 /* Whether b is reachable from the root by its key. */
 bool gca__tree_contains(const gca__pool_t *p, const gca__block_t *b);
-/* Checks order and heap property; returns the node count or -1 if broken. */
+/* Checks order, heap property, bins and bitmaps; returns the node count or
+ * -1 if broken. */
 long gca__tree_validate(const gca__pool_t *p);
+/* Frees the pool's bins (teardown; the pool holds no free block any more or
+ * is being destroyed whole). */
+void gca__tree_fini(gca__pool_t *p);
 
 /* ---- ptrmap.c ---- */
 

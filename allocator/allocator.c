@@ -1036,6 +1036,7 @@ static void devalloc_destroy(gca__devalloc_t *d) {
       next = s->next;
       gca__segment_destroy(d, s);
     }
+    gca__tree_fini(pools[k]);
   }
   gca__slabs_destroy(d);
   pthread_cond_destroy(&d->rel_cv);

@@ -1,15 +1,47 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* freetree.c - a pool's free structure: an intrusive treap of free blocks
- * keyed (stream, size, address).
+/* freetree.c - a pool's free structure: per-stream size-class bins with
+ * occupancy bitmaps, each bin a small treap of free blocks keyed (stream,
+ * size, address), and one overflow treap for streams without bins.
  *
- * The key order is PyTorch's BlockComparatorSize, so the best fit for a
- * request is the lower bound of (stream, size, 0): the smallest free block of
- * that stream that is large enough, lowest address first among equals. The
- * heap priorities come from hashing the block's address, which keeps the tree
- * balanced in expectation without any rebalancing state. Every operation is
- * iterative and touches O(log n) nodes; nothing allocates.
+ * Note [Free bins]: the key order is PyTorch's BlockComparatorSize, so the
+ * best fit for a request is the lower bound of (stream, size, 0): the
+ * smallest free block of that stream that is large enough, lowest address
+ * first among equals. One treap over every free block (what this was) finds
+ * it in O(log n) steps, each a likely cache miss once a pool holds many free
+ * blocks. Instead each of a pool's first GCA__FB_STREAMS streams gets a set
+ * of GCA__FB_CLASSES size classes: sizes below 32 KiB (64 units of 512 bytes)
+ * a class each, above that 16 classes per power of two. A class holds its
+ * blocks in a treap of their own (few blocks, a shallow tree), and a bitmap
+ * with a summary word says which classes hold any. The best fit is then the
+ * lower bound within the request's own class, else the smallest block of the
+ * next non-empty class, found with two bit scans: the same block the single
+ * treap would return, so placement is unchanged. Below and prev walk the
+ * same order downwards. Nothing here allocates on a hot path: a stream's set
+ * is made the first time a block of it is freed (a set left empty is reused
+ * by the next new stream); a stream that finds no set (more streams than
+ * sets, or no host memory) keeps its blocks in the overflow treap, as all
+ * blocks were kept before. A stream never has blocks in both: it gets a set
+ * only while it has none in the overflow treap.
  */
+#include <stdlib.h>
+
 #include "alloc_core.h"
+
+#define FB_WORDS (GCA__FB_CLASSES / 64)
+
+typedef struct gca__fbin_set {
+  uintptr_t stream;
+  size_t n;         /* blocks in its classes */
+  uint64_t summary; /* bit w: words[w] != 0 */
+  uint64_t words[FB_WORDS];
+  gca__block_t *root[GCA__FB_CLASSES];
+} fbin_set_t;
+
+struct gca__fbins {
+  fbin_set_t *set[GCA__FB_STREAMS];
+};
+
+/* ---- treaps (one per class, and the overflow one) ---- */
 
 static inline uint64_t mix(uint64_t x) {
   x ^= x >> 31;
@@ -35,10 +67,9 @@ static inline bool block_less(const gca__block_t *a, const gca__block_t *b) {
   return key_less(a, (uintptr_t)b->stream, b->size, b->addr);
 }
 
-void gca__tree_insert(gca__pool_t *p, gca__block_t *b) {
-  GCA_ASSERT_DEBUG(!b->in_tree);
+static void t_insert(gca__block_t **root, gca__block_t *b) {
   b->prio = mix(b->addr ^ 0x9e3779b97f4a7c15ull);
-  gca__block_t **link = &p->root;
+  gca__block_t **link = root;
   while (*link != NULL && (*link)->prio >= b->prio)
     link = block_less(b, *link) ? &(*link)->left : &(*link)->right;
   /* split the subtree at *link around b's key */
@@ -59,11 +90,10 @@ void gca__tree_insert(gca__pool_t *p, gca__block_t *b) {
   *r = NULL;
   *link = b;
   b->in_tree = true;
-  p->nfree++;
 }
 
-/* Takes b out of the tree, *link being the link that points at it. */
-static void erase_at(gca__pool_t *p, gca__block_t **link, gca__block_t *b) {
+/* Takes b out, *link being the link that points at it. */
+static void t_erase_at(gca__block_t **link, gca__block_t *b) {
   /* merge b's subtrees (every key of a is below every key of c) */
   gca__block_t *a = b->left, *c = b->right;
   while (a != NULL && c != NULL) {
@@ -80,22 +110,21 @@ static void erase_at(gca__pool_t *p, gca__block_t **link, gca__block_t *b) {
   *link = a != NULL ? a : c;
   b->left = b->right = NULL;
   b->in_tree = false;
-  p->nfree--;
 }
 
-void gca__tree_erase(gca__pool_t *p, gca__block_t *b) {
-  GCA_ASSERT_DEBUG(b->in_tree);
-  gca__block_t **link = &p->root;
+static gca__block_t **t_find(gca__block_t **root, const gca__block_t *b) {
+  gca__block_t **link = root;
   while (*link != b) {
     GCA_ASSERT(*link != NULL);
     link = block_less(b, *link) ? &(*link)->left : &(*link)->right;
   }
-  erase_at(p, link, b);
+  return link;
 }
 
-void gca__tree_swap(gca__pool_t *p, gca__block_t *old, gca__block_t *nb) {
-  GCA_ASSERT_DEBUG(old->in_tree && !nb->in_tree);
-  gca__block_t **link = &p->root;
+/* Replaces old by nb in place when nb's key still lies between old's
+ * in-order neighbours (no rebalancing), else erases old and inserts nb. */
+static void t_swap(gca__block_t **root, gca__block_t *old, gca__block_t *nb) {
+  gca__block_t **link = root;
   const gca__block_t *lo = NULL, *hi = NULL; /* nearest ancestors bounding old's key */
   while (*link != old) {
     GCA_ASSERT(*link != NULL);
@@ -123,8 +152,8 @@ void gca__tree_swap(gca__pool_t *p, gca__block_t *old, gca__block_t *nb) {
     fits = succ == NULL || block_less(nb, succ);
   }
   if (!fits) {
-    erase_at(p, link, old);
-    gca__tree_insert(p, nb);
+    t_erase_at(link, old);
+    t_insert(root, nb);
     return;
   }
   *link = nb;
@@ -136,10 +165,11 @@ void gca__tree_swap(gca__pool_t *p, gca__block_t *old, gca__block_t *nb) {
   old->in_tree = false;
 }
 
-gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size) {
+/* Smallest key >= (stream, size, addr). */
+static gca__block_t *t_lower(gca__block_t *t, uintptr_t stream, size_t size, gca_devptr_t addr) {
   gca__block_t *best = NULL;
-  for (gca__block_t *t = p->root; t != NULL;) {
-    if (key_less(t, (uintptr_t)stream, size, 0)) {
+  while (t != NULL) {
+    if (key_less(t, stream, size, addr)) {
       t = t->right;
     } else {
       best = t;
@@ -149,10 +179,10 @@ gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, s
   return best;
 }
 
-static gca__block_t *below_key(const gca__pool_t *p, uintptr_t stream, size_t size,
-                               gca_devptr_t addr) {
+/* Largest key < (stream, size, addr). */
+static gca__block_t *t_below(gca__block_t *t, uintptr_t stream, size_t size, gca_devptr_t addr) {
   gca__block_t *best = NULL;
-  for (gca__block_t *t = p->root; t != NULL;) {
+  while (t != NULL) {
     if (key_less(t, stream, size, addr)) {
       best = t;
       t = t->right;
@@ -163,16 +193,20 @@ static gca__block_t *below_key(const gca__pool_t *p, uintptr_t stream, size_t si
   return best;
 }
 
-gca__block_t *gca__tree_below(const gca__pool_t *p, gca_stream_t stream, size_t size) {
-  return below_key(p, (uintptr_t)stream, size, 0);
+static gca__block_t *t_min(gca__block_t *t) {
+  while (t != NULL && t->left != NULL)
+    t = t->left;
+  return t;
 }
 
-gca__block_t *gca__tree_prev(const gca__pool_t *p, const gca__block_t *b) {
-  return below_key(p, (uintptr_t)b->stream, b->size, b->addr);
+static gca__block_t *t_max(gca__block_t *t) {
+  while (t != NULL && t->right != NULL)
+    t = t->right;
+  return t;
 }
 
-bool gca__tree_contains(const gca__pool_t *p, const gca__block_t *b) {
-  for (gca__block_t *t = p->root; t != NULL;) {
+static bool t_contains(const gca__block_t *t, const gca__block_t *b) {
+  while (t != NULL) {
     if (t == b)
       return true;
     t = block_less(b, t) ? t->left : t->right;
@@ -180,19 +214,248 @@ bool gca__tree_contains(const gca__pool_t *p, const gca__block_t *b) {
   return false;
 }
 
-/* Recursion depth is the tree height, O(log n) in expectation. */
-static long validate(const gca__block_t *t, const gca__block_t *lo, const gca__block_t *hi) {
+/* Order, heap property and the class of every node (cls < 0: any); the node
+ * count or -1. Recursion depth is the treap's height. */
+static long t_validate(const gca__block_t *t, const gca__block_t *lo, const gca__block_t *hi,
+                       int cls) {
   if (t == NULL)
     return 0;
   if (!t->in_tree || (lo && !block_less(lo, t)) || (hi && !block_less(t, hi)))
     return -1;
   if ((t->left && t->left->prio > t->prio) || (t->right && t->right->prio > t->prio))
     return -1;
-  long l = validate(t->left, lo, t);
-  long r = l < 0 ? -1 : validate(t->right, t, hi);
+  if (cls >= 0 && gca__fb_class(t->size) != cls)
+    return -1;
+  long l = t_validate(t->left, lo, t, cls);
+  long r = l < 0 ? -1 : t_validate(t->right, t, hi, cls);
   return r < 0 ? -1 : l + r + 1;
 }
 
+/* ---- classes and their bitmap ---- */
+
+int gca__fb_class(size_t size) {
+  size_t u = size >> 9; /* 512-byte units */
+  if (u < 64)
+    return (int)u;
+  int e = 63 - __builtin_clzll((unsigned long long)u); /* >= 6 */
+  int c = 64 + (e - 6) * 16 + (int)((u >> (e - 4)) & 15);
+  return c < GCA__FB_CLASSES ? c : GCA__FB_CLASSES - 1;
+}
+
+static void bit_set(fbin_set_t *s, int c) {
+  s->words[c >> 6] |= 1ull << (c & 63);
+  s->summary |= 1ull << (c >> 6);
+}
+
+static void bit_clear(fbin_set_t *s, int c) {
+  s->words[c >> 6] &= ~(1ull << (c & 63));
+  if (s->words[c >> 6] == 0)
+    s->summary &= ~(1ull << (c >> 6));
+}
+
+/* The first non-empty class >= c, or -1. */
+static int next_class(const fbin_set_t *s, int c) {
+  if (c >= GCA__FB_CLASSES)
+    return -1;
+  int w = c >> 6;
+  uint64_t bits = s->words[w] & (~0ull << (c & 63));
+  if (bits)
+    return (w << 6) + __builtin_ctzll(bits);
+  uint64_t more = w + 1 < 64 ? s->summary & (~0ull << (w + 1)) : 0;
+  if (!more)
+    return -1;
+  w = __builtin_ctzll(more);
+  return (w << 6) + __builtin_ctzll(s->words[w]);
+}
+
+/* The last non-empty class < c, or -1. */
+static int prev_class(const fbin_set_t *s, int c) {
+  if (c <= 0)
+    return -1;
+  c--;
+  int w = c >> 6;
+  uint64_t bits = s->words[w] & (~0ull >> (63 - (c & 63)));
+  if (bits)
+    return (w << 6) + 63 - __builtin_clzll(bits);
+  uint64_t less = s->summary & ((1ull << w) - 1);
+  if (!less)
+    return -1;
+  w = 63 - __builtin_clzll(less);
+  return (w << 6) + 63 - __builtin_clzll(s->words[w]);
+}
+
+/* ---- sets ---- */
+
+static fbin_set_t *set_of(const gca__pool_t *p, uintptr_t stream) {
+  if (p->bins == NULL)
+    return NULL;
+  for (int i = 0; i < GCA__FB_STREAMS; i++) {
+    fbin_set_t *s = p->bins->set[i];
+    if (s != NULL && s->stream == stream)
+      return s;
+  }
+  return NULL;
+}
+
+/* The set a new free block of `stream` goes to: its own, else a set made or
+ * an empty one taken over, unless the stream still has overflow blocks; NULL
+ * for the overflow treap. */
+static fbin_set_t *set_for_insert(gca__pool_t *p, uintptr_t stream) {
+  fbin_set_t *s = set_of(p, stream);
+  if (s != NULL)
+    return s;
+  if (p->bins == NULL && (p->bins = calloc(1, sizeof(*p->bins))) == NULL)
+    return NULL;
+  gca__block_t *o = t_lower(p->root, stream, 0, 0);
+  if (o != NULL && (uintptr_t)o->stream == stream)
+    return NULL;
+  for (int i = 0; i < GCA__FB_STREAMS; i++) {
+    fbin_set_t **slot = &p->bins->set[i];
+    if (*slot == NULL && (*slot = calloc(1, sizeof(**slot))) == NULL)
+      return NULL;
+    if ((*slot)->n == 0) {
+      (*slot)->stream = stream;
+      return *slot;
+    }
+  }
+  return NULL;
+}
+
+/* ---- the pool's free structure ---- */
+
+void gca__tree_insert(gca__pool_t *p, gca__block_t *b) {
+  GCA_ASSERT_DEBUG(!b->in_tree);
+  fbin_set_t *s = set_for_insert(p, (uintptr_t)b->stream);
+  if (s != NULL) {
+    int c = gca__fb_class(b->size);
+    t_insert(&s->root[c], b);
+    bit_set(s, c);
+    s->n++;
+  } else {
+    t_insert(&p->root, b);
+  }
+  p->nfree++;
+}
+
+void gca__tree_erase(gca__pool_t *p, gca__block_t *b) {
+  GCA_ASSERT_DEBUG(b->in_tree);
+  fbin_set_t *s = set_of(p, (uintptr_t)b->stream);
+  if (s != NULL) {
+    int c = gca__fb_class(b->size);
+    t_erase_at(t_find(&s->root[c], b), b);
+    if (s->root[c] == NULL)
+      bit_clear(s, c);
+    s->n--;
+  } else {
+    t_erase_at(t_find(&p->root, b), b);
+  }
+  p->nfree--;
+}
+
+void gca__tree_swap(gca__pool_t *p, gca__block_t *old, gca__block_t *nb) {
+  GCA_ASSERT_DEBUG(old->in_tree && !nb->in_tree);
+  fbin_set_t *s = set_of(p, (uintptr_t)old->stream);
+  if (old->stream != nb->stream) {
+    gca__tree_erase(p, old);
+    gca__tree_insert(p, nb);
+    return;
+  }
+  if (s == NULL) {
+    t_swap(&p->root, old, nb);
+    return;
+  }
+  int c = gca__fb_class(old->size), nc = gca__fb_class(nb->size);
+  if (c == nc) {
+    t_swap(&s->root[c], old, nb);
+    return;
+  }
+  t_erase_at(t_find(&s->root[c], old), old);
+  if (s->root[c] == NULL)
+    bit_clear(s, c);
+  t_insert(&s->root[nc], nb);
+  bit_set(s, nc);
+}
+
+gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size) {
+  fbin_set_t *s = set_of(p, (uintptr_t)stream);
+  if (s == NULL) {
+    gca__block_t *b = t_lower(p->root, (uintptr_t)stream, size, 0);
+    return b != NULL && b->stream == stream ? b : NULL;
+  }
+  int c = gca__fb_class(size);
+  gca__block_t *b = t_lower(s->root[c], (uintptr_t)stream, size, 0);
+  if (b != NULL)
+    return b;
+  c = next_class(s, c + 1);
+  return c < 0 ? NULL : t_min(s->root[c]);
+}
+
+/* Largest block of `stream` with key < (stream, size, addr). */
+static gca__block_t *below_key(const gca__pool_t *p, gca_stream_t stream, size_t size,
+                               gca_devptr_t addr) {
+  fbin_set_t *s = set_of(p, (uintptr_t)stream);
+  if (s == NULL) {
+    gca__block_t *b = t_below(p->root, (uintptr_t)stream, size, addr);
+    return b != NULL && b->stream == stream ? b : NULL;
+  }
+  int c = gca__fb_class(size);
+  gca__block_t *b = t_below(s->root[c], (uintptr_t)stream, size, addr);
+  if (b != NULL)
+    return b;
+  c = prev_class(s, c);
+  return c < 0 ? NULL : t_max(s->root[c]);
+}
+
+gca__block_t *gca__tree_below(const gca__pool_t *p, gca_stream_t stream, size_t size) {
+  return below_key(p, stream, size, 0);
+}
+
+gca__block_t *gca__tree_prev(const gca__pool_t *p, const gca__block_t *b) {
+  return below_key(p, b->stream, b->size, b->addr);
+}
+
+bool gca__tree_contains(const gca__pool_t *p, const gca__block_t *b) {
+  fbin_set_t *s = set_of(p, (uintptr_t)b->stream);
+  return s != NULL ? t_contains(s->root[gca__fb_class(b->size)], b) : t_contains(p->root, b);
+}
+
 long gca__tree_validate(const gca__pool_t *p) {
-  return validate(p->root, NULL, NULL);
+  long total = t_validate(p->root, NULL, NULL, -1);
+  for (int i = 0; total >= 0 && p->bins != NULL && i < GCA__FB_STREAMS; i++) {
+    const fbin_set_t *s = p->bins->set[i];
+    if (s == NULL)
+      continue;
+    for (int k = 0; k < i; k++) /* one set per stream */
+      if (p->bins->set[k] != NULL && p->bins->set[k]->stream == s->stream && s->n > 0)
+        return -1;
+    gca__block_t *o = t_lower(p->root, s->stream, 0, 0);
+    if (s->n > 0 && o != NULL && (uintptr_t)o->stream == s->stream)
+      return -1; /* a stream's blocks in both places */
+    long n = 0;
+    for (int c = 0; c < GCA__FB_CLASSES; c++) {
+      bool bit = (s->words[c >> 6] >> (c & 63)) & 1;
+      if (bit != (s->root[c] != NULL))
+        return -1;
+      long k = t_validate(s->root[c], NULL, NULL, c);
+      if (k < 0 || (s->root[c] != NULL && (uintptr_t)s->root[c]->stream != s->stream))
+        return -1;
+      n += k;
+    }
+    for (int w = 0; w < FB_WORDS; w++)
+      if (((s->summary >> w) & 1) != (s->words[w] != 0))
+        return -1;
+    if ((size_t)n != s->n)
+      return -1;
+    total += n;
+  }
+  return total;
+}
+
+void gca__tree_fini(gca__pool_t *p) {
+  if (p->bins == NULL)
+    return;
+  for (int i = 0; i < GCA__FB_STREAMS; i++)
+    free(p->bins->set[i]);
+  free(p->bins);
+  p->bins = NULL;
 }

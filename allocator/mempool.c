@@ -37,6 +37,8 @@ void gca__mempool_forget(gca__devalloc_t *d, gca__mempool_t *m) {
     d->mempools = m->next;
   if (m->next != NULL)
     m->next->prev = m->prev;
+  gca__tree_fini(&m->small);
+  gca__tree_fini(&m->large);
   if (m->observer_done != NULL)
     m->observer_done(m->observer_ctx);
   free(m);
@@ -106,6 +108,7 @@ void gca__mempools_destroy_locked(gca__devalloc_t *d) {
           s->nmaps = 0; /* nothing mapped to unmap or release */
         gca__segment_destroy(d, s);
       }
+      gca__tree_fini(pools[k]);
     }
     if (m->observer_done != NULL)
       m->observer_done(m->observer_ctx);
