@@ -180,6 +180,7 @@ struct gca__block {
   gca__segment_t *seg;
   gca__block_t *prev, *next;  /* address neighbours within the segment */
   gca__block_t *left, *right; /* free tree links */
+  gca__block_t *parent;       /* free tree: NULL at a root (Note [Free bins]) */
   uint64_t prio;              /* free tree heap priority */
   uint64_t gc_base;           /* pool->free_calls when it became free (GC age) */
   gca__use_t *uses;           /* other streams recorded with gca_record_stream */

@@ -16,7 +16,9 @@
  * lower bound within the request's own class, else the smallest block of the
  * next non-empty class, found with two bit scans: the same block the single
  * treap would return, so placement is unchanged. Below and prev walk the
- * same order downwards. Nothing here allocates on a hot path: a stream's set
+ * same order downwards. Blocks keep a parent link, so taking one out (an
+ * allocation of the block found, a merge with a free neighbour) starts at
+ * the block instead of descending to it. Nothing here allocates on a hot path: a stream's set
  * is made the first time a block of it is freed (a set left empty is reused
  * by the next new stream); a stream that finds no set (more streams than
  * sets, or no host memory) keeps its blocks in the overflow treap, as all
@@ -69,19 +71,25 @@ static inline bool block_less(const gca__block_t *a, const gca__block_t *b) {
 
 static void t_insert(gca__block_t **root, gca__block_t *b) {
   b->prio = mix(b->addr ^ 0x9e3779b97f4a7c15ull);
-  gca__block_t **link = root;
-  while (*link != NULL && (*link)->prio >= b->prio)
+  gca__block_t **link = root, *owner = NULL;
+  while (*link != NULL && (*link)->prio >= b->prio) {
+    owner = *link;
     link = block_less(b, *link) ? &(*link)->left : &(*link)->right;
+  }
   /* split the subtree at *link around b's key */
   gca__block_t *t = *link;
-  gca__block_t **l = &b->left, **r = &b->right;
+  gca__block_t **l = &b->left, **r = &b->right, *lo = b, *ro = b;
   while (t != NULL) {
     if (block_less(t, b)) {
       *l = t;
+      t->parent = lo;
+      lo = t;
       l = &t->right;
       t = t->right;
     } else {
       *r = t;
+      t->parent = ro;
+      ro = t;
       r = &t->left;
       t = t->left;
     }
@@ -89,68 +97,67 @@ static void t_insert(gca__block_t **root, gca__block_t *b) {
   *l = NULL;
   *r = NULL;
   *link = b;
+  b->parent = owner;
   b->in_tree = true;
 }
 
 /* Takes b out, *link being the link that points at it. */
 static void t_erase_at(gca__block_t **link, gca__block_t *b) {
   /* merge b's subtrees (every key of a is below every key of c) */
-  gca__block_t *a = b->left, *c = b->right;
+  gca__block_t *a = b->left, *c = b->right, *owner = b->parent;
   while (a != NULL && c != NULL) {
     if (a->prio > c->prio) {
       *link = a;
+      a->parent = owner;
+      owner = a;
       link = &a->right;
       a = a->right;
     } else {
       *link = c;
+      c->parent = owner;
+      owner = c;
       link = &c->left;
       c = c->left;
     }
   }
   *link = a != NULL ? a : c;
-  b->left = b->right = NULL;
+  if (*link != NULL)
+    (*link)->parent = owner;
+  b->left = b->right = b->parent = NULL;
   b->in_tree = false;
 }
 
+/* The link that points at b: its parent's, or the root's. No descent. */
 static gca__block_t **t_find(gca__block_t **root, const gca__block_t *b) {
-  gca__block_t **link = root;
-  while (*link != b) {
-    GCA_ASSERT(*link != NULL);
-    link = block_less(b, *link) ? &(*link)->left : &(*link)->right;
-  }
-  return link;
+  gca__block_t *p = b->parent;
+  return p == NULL ? root : p->left == b ? &p->left : &p->right;
 }
 
 /* Replaces old by nb in place when nb's key still lies between old's
  * in-order neighbours (no rebalancing), else erases old and inserts nb. */
+/* b's in-order neighbour below (dir 0) or above (dir 1), through the
+ * parent links. */
+static const gca__block_t *t_neighbour(const gca__block_t *b, int dir) {
+  const gca__block_t *c = dir ? b->right : b->left;
+  if (c != NULL) {
+    while ((dir ? c->left : c->right) != NULL)
+      c = dir ? c->left : c->right;
+    return c;
+  }
+  const gca__block_t *p = b->parent;
+  while (p != NULL && (dir ? p->right : p->left) == b) {
+    b = p;
+    p = p->parent;
+  }
+  return p;
+}
+
 static void t_swap(gca__block_t **root, gca__block_t *old, gca__block_t *nb) {
-  gca__block_t **link = root;
-  const gca__block_t *lo = NULL, *hi = NULL; /* nearest ancestors bounding old's key */
-  while (*link != old) {
-    GCA_ASSERT(*link != NULL);
-    if (block_less(old, *link)) {
-      hi = *link;
-      link = &(*link)->left;
-    } else {
-      lo = *link;
-      link = &(*link)->right;
-    }
-  }
+  gca__block_t **link = t_find(root, old);
   /* nb's key moves away from old's on one side only: check that neighbour */
-  bool fits;
-  if (block_less(nb, old)) {
-    const gca__block_t *pred = lo;
-    if (old->left != NULL)
-      for (pred = old->left; pred->right != NULL; pred = pred->right)
-        ;
-    fits = pred == NULL || block_less(pred, nb);
-  } else {
-    const gca__block_t *succ = hi;
-    if (old->right != NULL)
-      for (succ = old->right; succ->left != NULL; succ = succ->left)
-        ;
-    fits = succ == NULL || block_less(nb, succ);
-  }
+  bool below = block_less(nb, old);
+  const gca__block_t *n = t_neighbour(old, below ? 0 : 1);
+  bool fits = n == NULL || (below ? block_less(n, nb) : block_less(nb, n));
   if (!fits) {
     t_erase_at(link, old);
     t_insert(root, nb);
@@ -159,9 +166,14 @@ static void t_swap(gca__block_t **root, gca__block_t *old, gca__block_t *nb) {
   *link = nb;
   nb->left = old->left;
   nb->right = old->right;
+  nb->parent = old->parent;
+  if (nb->left != NULL)
+    nb->left->parent = nb;
+  if (nb->right != NULL)
+    nb->right->parent = nb;
   nb->prio = old->prio;
   nb->in_tree = true;
-  old->left = old->right = NULL;
+  old->left = old->right = old->parent = NULL;
   old->in_tree = false;
 }
 
@@ -225,6 +237,8 @@ static long t_validate(const gca__block_t *t, const gca__block_t *lo, const gca_
   if ((t->left && t->left->prio > t->prio) || (t->right && t->right->prio > t->prio))
     return -1;
   if (cls >= 0 && gca__fb_class(t->size) != cls)
+    return -1;
+  if ((t->left && t->left->parent != t) || (t->right && t->right->parent != t))
     return -1;
   long l = t_validate(t->left, lo, t, cls);
   long r = l < 0 ? -1 : t_validate(t->right, t, hi, cls);
@@ -420,6 +434,8 @@ bool gca__tree_contains(const gca__pool_t *p, const gca__block_t *b) {
 }
 
 long gca__tree_validate(const gca__pool_t *p) {
+  if (p->root != NULL && p->root->parent != NULL)
+    return -1;
   long total = t_validate(p->root, NULL, NULL, -1);
   for (int i = 0; total >= 0 && p->bins != NULL && i < GCA__FB_STREAMS; i++) {
     const fbin_set_t *s = p->bins->set[i];
@@ -435,6 +451,8 @@ long gca__tree_validate(const gca__pool_t *p) {
     for (int c = 0; c < GCA__FB_CLASSES; c++) {
       bool bit = (s->words[c >> 6] >> (c & 63)) & 1;
       if (bit != (s->root[c] != NULL))
+        return -1;
+      if (s->root[c] != NULL && s->root[c]->parent != NULL)
         return -1;
       long k = t_validate(s->root[c], NULL, NULL, c);
       if (k < 0 || (s->root[c] != NULL && (uintptr_t)s->root[c]->stream != s->stream))

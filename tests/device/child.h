@@ -90,6 +90,11 @@ static inline bool mentions(const char *detail, const char *needle) {
   return needle == NULL || strstr(detail, needle) != NULL;
 }
 
+/* A needle for a message: never NULL (a format's %s of NULL is undefined). */
+static inline const char *needle_text(const char *needle) {
+  return needle ? needle : "";
+}
+
 /* Fails the child with the call text and detail unless call returns `want`
  * with a detail containing `needle` (NULL: anything). */
 #define EXPECT(r, call, want, needle)                                                      \
@@ -101,7 +106,7 @@ static inline bool mentions(const char *detail, const char *needle) {
                    gca_status_name(e_st_), gca_status_name(want), gca_last_error());       \
     if (!mentions(gca_last_error(), (needle)))                                             \
       return failf((r), "line %d: %s: detail '%s' does not mention '%s'", __LINE__, #call, \
-                   gca_last_error(), (const char *)(needle));                              \
+                   gca_last_error(), needle_text(needle));                                 \
   } while (0)
 #define EXPECT_OK(r, call) EXPECT(r, call, GCA_OK, NULL)
 #define CHECK(r, cond)                                                 \

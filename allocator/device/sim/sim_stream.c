@@ -159,7 +159,7 @@ bool gca__sim_clock_virtual(void) {
 }
 
 uint64_t gca__sim_clock_now(void) {
-  return t_vt ? *t_vt : atomic_load(&host_vt);
+  return t_vt ? *t_vt : host_vt;
 }
 
 uint64_t *gca__sim_clock_swap(uint64_t *clock) {
