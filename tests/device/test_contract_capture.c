@@ -633,7 +633,8 @@ legacy_capture_info_during_blocking_capture_is_implicit_without_invalidating(voi
  * GPU run to confirm. */
 static void exec_update_follows_the_drivers_limitations(void **state) {
   (void)state;
-  static uint32_t host[N];
+  static uint32_t host[N]; /* pinned: a copy of pageable memory cannot be captured */
+  assert_ok(ops->host_register(host, sizeof(host)));
   gca_devptr_t a = dalloc(N * 4), b = dalloc(N * 4);
   gca_stream_t s = mkstream(GCA_STREAM_NON_BLOCKING);
   gca_graph_t g[4];
@@ -671,6 +672,7 @@ static void exec_update_follows_the_drivers_limitations(void **state) {
   assert_ok(ops->stream_destroy(s));
   assert_ok(ops->mem_free(0, a));
   assert_ok(ops->mem_free(0, b));
+  assert_ok(ops->host_unregister(host));
 }
 
 /* Unknown until a GPU answers. cuEventQuery on an event whose last record was
