@@ -113,11 +113,17 @@ static size_t page_round(size_t size) {
   return (size + page - 1) & ~(page - 1);
 }
 
+/* Page-locked memory is physical memory: nothing beyond the host's RAM can be pinned. */
+static bool beyond_ram(size_t size) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 && size / (size_t)page > (size_t)pages;
+}
+
 static gca_status_t sim_host_alloc(size_t size, void **out) {
   GCA_SIM_ENTER(host_alloc, size);
   if (!out)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "host_alloc: out is NULL");
-  if (size == 0 || size > ((size_t)1 << 47))
+  if (size == 0 || beyond_ram(size))
     return gca__error(size == 0 ? GCA_ERR_INVALID_ARGUMENT : GCA_ERR_OUT_OF_MEMORY,
                       "host_alloc: cannot pin %zu bytes%s", size,
                       size == 0 ? " (CUDA_ERROR_INVALID_VALUE)" : " (CUDA_ERROR_OUT_OF_MEMORY)");
@@ -159,6 +165,11 @@ static gca_status_t sim_host_register(void *ptr, size_t size) {
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
                       "host_register: [%p, +%zu) is not a host range (CUDA_ERROR_INVALID_VALUE)",
                       ptr, size);
+  if (beyond_ram(size))
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "host_register: cannot pin %zu bytes, more than the host's memory "
+                      "(CUDA_ERROR_OUT_OF_MEMORY)",
+                      size);
   if (!gca__sim_is_host_mem((gca_devptr_t)p, size))
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
                       "host_register: [%p, +%zu) is not mapped host memory "

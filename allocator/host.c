@@ -1,0 +1,641 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* host.c - the caching host allocator (gca/host.h): pinned blocks from the
+ * jemalloc arena of host_extent.c, reused only when the streams that used
+ * them are done, as PyTorch's CachingHostAllocator.
+ *
+ * The one idea: jemalloc does the caching (size classes, per-thread caches,
+ * the arena's never-decaying dirty pages); this file adds what jemalloc cannot
+ * know: which pointers are live blocks (so foreign pointers and double frees
+ * are refused instead of corrupting the arena), which streams used a block,
+ * and the deferred free of such a block until an event recorded on each of
+ * those streams at free time has completed (Note [Deferred host frees]).
+ *
+ * Note [Host thread caches]: each thread gets an explicit jemalloc tcache
+ * (tcache.create) used through MALLOCX_TCACHE, so repeated sizes are served
+ * without touching the arena. An explicit tcache must not be used by two
+ * threads at once, and gca_host_empty_cache must flush them all, so each has
+ * a mutex that only its owner takes on the hot path (uncontended) and
+ * empty_cache takes while flushing; a thread's tcache is destroyed when the
+ * thread exits.
+ *
+ * Note [Deferred host frees]: gca_host_free of a block recorded on streams
+ * records one event per stream (events are pooled) and parks the block; every
+ * later alloc, free and empty_cache first returns the parked blocks whose
+ * events have all completed to jemalloc. Until then the block is neither live
+ * (a second free is refused) nor reusable. If an event cannot be recorded,
+ * the free fails and the block stays live, so the caller may retry.
+ *
+ * Note [Emptying the pinned arena]: jemalloc retains pieces of the extents it
+ * carved (Note [Pinned extents]); arena.<i>.purge gives back only whole
+ * extents. When no block is live or parked, empty_cache instead destroys the
+ * arena (every extent unpinned and freed) and the next allocation creates a
+ * fresh one, so an idle allocator holds no pinned memory afterwards.
+ */
+#include <jemalloc/jemalloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "device.h"
+#include "gca/host.h"
+#include "host_internal.h"
+
+#define SHARDS      64u
+#define MAX_SIZE    ((size_t)1 << 46)
+#define INLINE_USES 4u
+
+/* A live block. uses: distinct streams it was recorded on (beyond inline, a heap array). */
+typedef struct block {
+  uintptr_t ptr; /* 0: empty slot */
+  size_t size;
+  uint32_t nuses, capuses;
+  gca_stream_t *uses; /* NULL until the first record_stream */
+} block_t;
+
+/* Open addressing with linear probing and backward-shift deletion; n * 2 <= cap. */
+typedef struct shard {
+  pthread_mutex_t mu;
+  block_t *slots;
+  size_t n, cap;
+} shard_t;
+
+typedef struct parked {
+  struct parked *next;
+  void *ptr;
+  size_t size;
+  uint32_t nevents;
+  gca_event_t events[];
+} parked_t;
+
+typedef struct tcache {
+  pthread_mutex_t mu;
+  unsigned id;
+  struct tcache *next;
+} tcache_t;
+
+static struct {
+  pthread_once_t once;
+  gca_status_t init_st;
+  char init_detail[1024];
+  const gca__je_t *je;
+  bool use_register;
+  unsigned register_threads;
+  pthread_key_t key;
+  /* registry: arena swap, tcache list, parked list, event pool */
+  pthread_mutex_t mu;
+  bool have_arena;
+  _Atomic unsigned arena;
+  tcache_t *tcaches;
+  parked_t *parked;
+  _Atomic int64_t nparked;
+  gca_event_t *events;
+  size_t nevents, capevents;
+  shard_t shards[SHARDS];
+  /* statistics */
+  _Atomic int64_t alloc_cur, alloc_peak, alloc_total, alloc_freed;
+  _Atomic int64_t bytes_cur, bytes_peak, bytes_total, bytes_freed;
+} host = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local tcache_t *t_cache;
+
+/* ---- live-block table ---- */
+
+static shard_t *shard_of(uintptr_t p) {
+  return &host.shards[((p >> 4) * 0x9E3779B97F4A7C15ull) >> 58];
+}
+
+static size_t slot_of(const shard_t *s, uintptr_t p) {
+  return (size_t)(((p >> 4) * 0xC2B2AE3D27D4EB4Full) >> 20) & (s->cap - 1);
+}
+
+static bool shard_grow(shard_t *s) {
+  size_t cap = s->cap ? s->cap * 2 : 64;
+  block_t *v = GCA_FAILPOINT("host_block_table") ? NULL : calloc(cap, sizeof(*v));
+  if (!v)
+    return false;
+  block_t *old = s->slots;
+  size_t oldcap = s->cap;
+  s->slots = v;
+  s->cap = cap;
+  for (size_t i = 0; i < oldcap; i++) {
+    if (!old[i].ptr)
+      continue;
+    size_t j = slot_of(s, old[i].ptr);
+    while (v[j].ptr)
+      j = (j + 1) & (cap - 1);
+    v[j] = old[i];
+  }
+  free(old);
+  return true;
+}
+
+/* Under s->mu. */
+static block_t *shard_find(shard_t *s, uintptr_t p) {
+  if (!s->cap)
+    return NULL;
+  for (size_t j = slot_of(s, p);; j = (j + 1) & (s->cap - 1)) {
+    if (s->slots[j].ptr == p)
+      return &s->slots[j];
+    if (!s->slots[j].ptr)
+      return NULL;
+  }
+}
+
+static bool shard_insert(shard_t *s, uintptr_t p, size_t size) {
+  if ((s->n + 1) * 2 > s->cap && !shard_grow(s))
+    return false;
+  size_t j = slot_of(s, p);
+  while (s->slots[j].ptr)
+    j = (j + 1) & (s->cap - 1);
+  s->slots[j] = (block_t){.ptr = p, .size = size};
+  s->n++;
+  return true;
+}
+
+static void shard_remove(shard_t *s, block_t *b) {
+  size_t mask = s->cap - 1, i = (size_t)(b - s->slots);
+  s->slots[i].ptr = 0;
+  s->n--;
+  for (size_t j = (i + 1) & mask; s->slots[j].ptr; j = (j + 1) & mask) {
+    size_t home = slot_of(s, s->slots[j].ptr);
+    if (((j - home) & mask) >= ((j - i) & mask)) {
+      s->slots[i] = s->slots[j];
+      s->slots[j].ptr = 0;
+      i = j;
+    }
+  }
+}
+
+/* ---- setup, arena and thread caches ---- */
+
+static void tcache_exit(void *arg) {
+  tcache_t *tc = arg;
+  pthread_mutex_lock(&host.mu);
+  for (tcache_t **pp = &host.tcaches; *pp; pp = &(*pp)->next)
+    if (*pp == tc) {
+      *pp = tc->next;
+      break;
+    }
+  pthread_mutex_unlock(&host.mu);
+  if (host.je->mallctl("tcache.destroy", NULL, NULL, &tc->id, sizeof(tc->id)) != 0)
+    GCA_LOG_WARN("host: mallctl(\"tcache.destroy\") failed for tcache %u", tc->id);
+  pthread_mutex_destroy(&tc->mu);
+  free(tc);
+}
+
+static void init_once(void) {
+  host.je = gca__je_get("gca_host");
+  if (!host.je) {
+    host.init_st = GCA_ERR_NOT_SUPPORTED;
+    goto fail;
+  }
+  gca_alloc_config_t cfg;
+  host.init_st = gca__config_from_env(&cfg);
+  if (host.init_st != GCA_OK)
+    goto fail;
+  host.use_register = cfg.pinned_use_host_register;
+  host.register_threads = cfg.pinned_num_register_threads;
+  for (unsigned i = 0; i < SHARDS; i++)
+    pthread_mutex_init(&host.shards[i].mu, NULL);
+  if (pthread_key_create(&host.key, tcache_exit) != 0) {
+    host.init_st = gca__error(GCA_ERR_INTERNAL, "gca_host: no thread-specific key left");
+    goto fail;
+  }
+  return;
+fail:
+  snprintf(host.init_detail, sizeof(host.init_detail), "%s", gca_last_error());
+}
+
+static gca_status_t ready(const char *fn) {
+  pthread_once(&host.once, init_once);
+  if (GCA_UNLIKELY(host.init_st != GCA_OK))
+    return gca__error(host.init_st, "%s", host.init_detail);
+  (void)fn;
+  return GCA_OK;
+}
+
+/* The calling thread's tcache, created on first use; NULL with the error set. */
+static tcache_t *my_tcache(const char *fn) {
+  if (GCA_LIKELY(t_cache != NULL))
+    return t_cache;
+  tcache_t *tc = GCA_FAILPOINT("host_tcache") ? NULL : calloc(1, sizeof(*tc));
+  if (!tc) {
+    gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a thread cache", fn);
+    return NULL;
+  }
+  size_t len = sizeof(tc->id);
+  int r = host.je->mallctl("tcache.create", &tc->id, &len, NULL, 0);
+  if (r != 0) {
+    free(tc);
+    gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: mallctl(\"tcache.create\") failed: %s", fn, strerror(r));
+    return NULL;
+  }
+  pthread_mutex_init(&tc->mu, NULL);
+  pthread_mutex_lock(&host.mu);
+  tc->next = host.tcaches;
+  host.tcaches = tc;
+  pthread_mutex_unlock(&host.mu);
+  pthread_setspecific(host.key, tc);
+  t_cache = tc;
+  return tc;
+}
+
+/* The arena, created if none. Under host.mu. */
+static gca_status_t arena_locked(const char *fn, unsigned *arena) {
+  if (!host.have_arena) {
+    unsigned a;
+    gca_status_t st = gca__host_arena_create(host.je, host.use_register, host.register_threads, &a);
+    if (st != GCA_OK)
+      return gca__error_prefix(st, "%s", fn);
+    atomic_store(&host.arena, a);
+    host.have_arena = true;
+  }
+  *arena = atomic_load(&host.arena);
+  return GCA_OK;
+}
+
+/* ---- statistics helpers ---- */
+
+static void stat_add(_Atomic int64_t *cur, _Atomic int64_t *peak, _Atomic int64_t *total,
+                     int64_t v) {
+  int64_t now = atomic_fetch_add_explicit(cur, v, memory_order_relaxed) + v;
+  atomic_fetch_add_explicit(total, v, memory_order_relaxed);
+  int64_t p = atomic_load_explicit(peak, memory_order_relaxed);
+  while (now > p && !atomic_compare_exchange_weak_explicit(peak, &p, now, memory_order_relaxed,
+                                                           memory_order_relaxed)) {
+  }
+}
+
+static void stat_sub(_Atomic int64_t *cur, _Atomic int64_t *freed, int64_t v) {
+  atomic_fetch_sub_explicit(cur, v, memory_order_relaxed);
+  atomic_fetch_add_explicit(freed, v, memory_order_relaxed);
+}
+
+/* ---- deferred frees ---- */
+
+/* Returns a block to jemalloc through the caller's tcache. */
+static void give_back(tcache_t *tc, void *p, size_t size) {
+  pthread_mutex_lock(&tc->mu);
+  host.je->sdallocx(p, size, MALLOCX_TCACHE(tc->id));
+  pthread_mutex_unlock(&tc->mu);
+}
+
+static void pool_event(gca_event_t e, const gca_device_ops_t *ops) {
+  if (host.nevents == host.capevents) {
+    size_t cap = host.capevents ? host.capevents * 2 : 16;
+    gca_event_t *v = realloc(host.events, cap * sizeof(*v));
+    if (!v) {
+      GCA_CHECK_IGNORE(ops->event_destroy(e));
+      return;
+    }
+    host.events = v;
+    host.capevents = cap;
+  }
+  host.events[host.nevents++] = e;
+}
+
+/* Returns parked blocks whose events completed to jemalloc. A query that fails
+ * for another reason than "not ready" keeps the block parked (logged). */
+static void process_parked(tcache_t *tc) {
+  if (atomic_load_explicit(&host.nparked, memory_order_relaxed) == 0)
+    return;
+  gca_status_t st;
+  const gca_device_ops_t *ops = gca__device_get(&st);
+  if (!ops)
+    return;
+  parked_t *done = NULL;
+  pthread_mutex_lock(&host.mu);
+  for (parked_t **pp = &host.parked; *pp;) {
+    parked_t *b = *pp;
+    bool complete = true;
+    for (uint32_t i = 0; i < b->nevents && complete; i++) {
+      gca_status_t q = ops->event_query(b->events[i]);
+      if (q != GCA_OK) {
+        if (q != GCA_ERR_NOT_READY)
+          GCA_LOG_WARN("gca_host: event of parked block %p: %s", b->ptr, gca_last_error());
+        complete = false;
+      }
+    }
+    if (!complete) {
+      pp = &b->next;
+      continue;
+    }
+    *pp = b->next;
+    for (uint32_t i = 0; i < b->nevents; i++)
+      pool_event(b->events[i], ops);
+    b->next = done;
+    done = b;
+    atomic_fetch_sub(&host.nparked, 1);
+  }
+  pthread_mutex_unlock(&host.mu);
+  while (done) {
+    parked_t *next = done->next;
+    give_back(tc, done->ptr, done->size);
+    free(done);
+    done = next;
+  }
+}
+
+/* ---- API ---- */
+
+GCA_API gca_status_t gca_host_alloc(void **ptr, size_t size) {
+  static const char fn[] = "gca_host_alloc";
+  if (!ptr)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: ptr is NULL", fn);
+  *ptr = NULL;
+  GCA_CHECK(ready(fn));
+  if (size == 0)
+    return GCA_OK;
+  if (size > MAX_SIZE)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "%s: %zu bytes is more pinned host memory than can exist (at most %zu)", fn,
+                      size, MAX_SIZE);
+  tcache_t *tc = my_tcache(fn);
+  if (!tc)
+    return GCA_ERR_OUT_OF_MEMORY;
+  process_parked(tc);
+  pthread_mutex_lock(&tc->mu);
+  if (GCA_UNLIKELY(!host.have_arena)) {
+    unsigned a;
+    pthread_mutex_lock(&host.mu);
+    gca_status_t st = arena_locked(fn, &a);
+    pthread_mutex_unlock(&host.mu);
+    if (st != GCA_OK) {
+      pthread_mutex_unlock(&tc->mu);
+      return st;
+    }
+  }
+  unsigned arena = atomic_load_explicit(&host.arena, memory_order_relaxed);
+  void *p = host.je->mallocx(size, MALLOCX_ARENA(arena) | MALLOCX_TCACHE(tc->id));
+  pthread_mutex_unlock(&tc->mu);
+  if (!p) {
+    char why[512];
+    gca__host_extent_take_error(why, sizeof(why));
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: cannot pin %zu bytes of host memory: %s", fn,
+                      size, why[0] ? why : "jemalloc found no memory");
+  }
+  shard_t *s = shard_of((uintptr_t)p);
+  pthread_mutex_lock(&s->mu);
+  bool ok = shard_insert(s, (uintptr_t)p, size);
+  pthread_mutex_unlock(&s->mu);
+  if (!ok) {
+    give_back(tc, p, size);
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to track a block of %zu bytes", fn,
+                      size);
+  }
+  stat_add(&host.alloc_cur, &host.alloc_peak, &host.alloc_total, 1);
+  stat_add(&host.bytes_cur, &host.bytes_peak, &host.bytes_total, (int64_t)size);
+  *ptr = p;
+  return GCA_OK;
+}
+
+static gca_status_t not_live(const char *fn, const void *ptr) {
+  return gca__error(GCA_ERR_INVALID_POINTER,
+                    "%s: %p is not a live block of pinned host memory from gca_host_alloc (a "
+                    "device pointer, another allocator's memory, or freed already)",
+                    fn, ptr);
+}
+
+/* Parks block b (its uses recorded as events), or fails leaving it live. Under s->mu. */
+static gca_status_t park(const char *fn, block_t *b) {
+  gca_status_t st;
+  const gca_device_ops_t *ops = gca__device_get(&st);
+  if (!ops)
+    return gca__error_prefix(st, "%s", fn);
+  parked_t *pk =
+      GCA_FAILPOINT("host_park") ? NULL : malloc(sizeof(*pk) + b->nuses * sizeof(gca_event_t));
+  if (!pk)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to defer the free of %p", fn,
+                      (void *)b->ptr);
+  *pk = (parked_t){.ptr = (void *)b->ptr, .size = b->size};
+  for (uint32_t i = 0; i < b->nuses; i++) {
+    gca_event_t e = NULL;
+    pthread_mutex_lock(&host.mu);
+    if (host.nevents)
+      e = host.events[--host.nevents];
+    pthread_mutex_unlock(&host.mu);
+    if (!e && (st = ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &e)) != GCA_OK)
+      goto fail;
+    pk->events[pk->nevents++] = e;
+    if ((st = ops->event_record(e, b->uses[i])) != GCA_OK)
+      goto fail;
+  }
+  pthread_mutex_lock(&host.mu);
+  pk->next = host.parked;
+  host.parked = pk;
+  atomic_fetch_add(&host.nparked, 1);
+  pthread_mutex_unlock(&host.mu);
+  return GCA_OK;
+fail:
+  gca__error_prefix(st, "%s: deferring the free of %p", fn, (void *)b->ptr);
+  pthread_mutex_lock(&host.mu);
+  for (uint32_t i = 0; i < pk->nevents; i++)
+    pool_event(pk->events[i], ops);
+  pthread_mutex_unlock(&host.mu);
+  free(pk);
+  return st;
+}
+
+GCA_API gca_status_t gca_host_free(void *ptr) {
+  static const char fn[] = "gca_host_free";
+  if (!ptr)
+    return GCA_OK;
+  GCA_CHECK(ready(fn));
+  tcache_t *tc = my_tcache(fn);
+  if (!tc)
+    return GCA_ERR_OUT_OF_MEMORY;
+  shard_t *s = shard_of((uintptr_t)ptr);
+  pthread_mutex_lock(&s->mu);
+  block_t *b = shard_find(s, (uintptr_t)ptr);
+  if (!b) {
+    pthread_mutex_unlock(&s->mu);
+    return not_live(fn, ptr);
+  }
+  size_t size = b->size;
+  bool parked = b->nuses > 0;
+  if (parked) {
+    gca_status_t st = park(fn, b);
+    if (st != GCA_OK) {
+      pthread_mutex_unlock(&s->mu);
+      return st;
+    }
+  }
+  free(b->uses);
+  shard_remove(s, b);
+  pthread_mutex_unlock(&s->mu);
+  stat_sub(&host.alloc_cur, &host.alloc_freed, 1);
+  stat_sub(&host.bytes_cur, &host.bytes_freed, (int64_t)size);
+  if (!parked)
+    give_back(tc, ptr, size);
+  process_parked(tc);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_host_record_stream(void *ptr, gca_stream_t stream) {
+  static const char fn[] = "gca_host_record_stream";
+  GCA_CHECK(ready(fn));
+  shard_t *s = shard_of((uintptr_t)ptr);
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&s->mu);
+  block_t *b = ptr ? shard_find(s, (uintptr_t)ptr) : NULL;
+  if (!b) {
+    st = not_live(fn, ptr);
+    goto out;
+  }
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (b->uses[i] == stream)
+      goto out;
+  if (b->nuses == b->capuses) {
+    uint32_t cap = b->capuses ? b->capuses * 2 : INLINE_USES;
+    gca_stream_t *v =
+        GCA_FAILPOINT("host_record_stream") ? NULL : realloc(b->uses, cap * sizeof(*v));
+    if (!v) {
+      st =
+          gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to record a stream on %p", fn, ptr);
+      goto out;
+    }
+    b->uses = v;
+    b->capuses = cap;
+  }
+  b->uses[b->nuses++] = stream;
+out:
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+GCA_API gca_status_t gca_host_empty_cache(void) {
+  static const char fn[] = "gca_host_empty_cache";
+  GCA_CHECK(ready(fn));
+  tcache_t *tc = my_tcache(fn);
+  if (!tc)
+    return GCA_ERR_OUT_OF_MEMORY;
+  process_parked(tc);
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&host.mu);
+  for (tcache_t *t = host.tcaches; t; t = t->next)
+    pthread_mutex_lock(&t->mu);
+  for (tcache_t *t = host.tcaches; t; t = t->next)
+    if (host.je->mallctl("tcache.flush", NULL, NULL, &t->id, sizeof(t->id)) != 0)
+      GCA_LOG_WARN("%s: mallctl(\"tcache.flush\") failed for tcache %u", fn, t->id);
+  if (host.have_arena) {
+    unsigned a = atomic_load(&host.arena);
+    bool idle = atomic_load(&host.alloc_cur) == 0 && atomic_load(&host.nparked) == 0;
+    if (idle) {
+      st = gca__host_arena_destroy(host.je, a);
+      if (st == GCA_OK)
+        host.have_arena = false;
+    } else {
+      st = gca__host_arena_purge(host.je, a);
+    }
+  } else {
+    gca__host_extent_retry_orphans();
+  }
+  for (tcache_t *t = host.tcaches; t; t = t->next)
+    pthread_mutex_unlock(&t->mu);
+  pthread_mutex_unlock(&host.mu);
+  return st;
+}
+
+GCA_API gca_status_t gca_host_get_stats(gca_host_stats_t *out) {
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "gca_host_get_stats: stats is NULL");
+  memset(out, 0, sizeof(*out));
+  out->allocations = (gca_stat_t){atomic_load(&host.alloc_cur), atomic_load(&host.alloc_peak),
+                                  atomic_load(&host.alloc_total), atomic_load(&host.alloc_freed)};
+  out->allocated_bytes =
+      (gca_stat_t){atomic_load(&host.bytes_cur), atomic_load(&host.bytes_peak),
+                   atomic_load(&host.bytes_total), atomic_load(&host.bytes_freed)};
+  gca__host_extent_stats_t e;
+  gca__host_extent_stats(&e);
+  out->segment = (gca_stat_t){e.segments, e.segments_peak, e.segments_allocated, e.segments_freed};
+  out->reserved_bytes = (gca_stat_t){e.reserved_bytes, e.reserved_bytes_peak,
+                                     e.reserved_bytes_allocated, e.reserved_bytes_freed};
+  out->num_host_alloc = e.num_host_alloc;
+  out->num_host_free = e.num_host_free;
+  out->host_alloc_time =
+      (gca_host_duration_stat_t){e.alloc_us_total, e.alloc_us_max, e.num_host_alloc};
+  out->host_free_time = (gca_host_duration_stat_t){e.free_us_total, e.free_us_max, e.num_host_free};
+  out->pending_frees = atomic_load(&host.nparked);
+  return GCA_OK;
+}
+
+GCA_API void gca_host_reset_peak_stats(void) {
+  atomic_store(&host.alloc_peak, atomic_load(&host.alloc_cur));
+  atomic_store(&host.bytes_peak, atomic_load(&host.bytes_cur));
+  gca__host_extent_reset_peaks();
+}
+
+/* ---- snapshot ---- */
+
+typedef struct sbuf {
+  char *p;
+  size_t n, cap;
+  bool oom;
+} sbuf_t;
+
+static void sbuf_printf(sbuf_t *b, const char *fmt, ...) GCA_PRINTF(2, 3);
+
+static void sbuf_printf(sbuf_t *b, const char *fmt, ...) {
+  for (int tries = 0; tries < 2 && !b->oom; tries++) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    if (k >= 0 && b->p && b->n + (size_t)k < b->cap) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t cap = (b->cap + (size_t)k + 1) * 2;
+    char *q = realloc(b->p, cap);
+    if (!q) {
+      b->oom = true;
+      return;
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+}
+
+GCA_API gca_status_t gca_host_snapshot_json(char **json) {
+  static const char fn[] = "gca_host_snapshot_json";
+  if (!json)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: json is NULL", fn);
+  *json = NULL;
+  GCA_CHECK(ready(fn));
+  sbuf_t b = {0};
+  bool first = true;
+  sbuf_printf(&b, "[");
+  for (unsigned i = 0; i < SHARDS; i++) {
+    shard_t *s = &host.shards[i];
+    pthread_mutex_lock(&s->mu);
+    for (size_t j = 0; j < s->cap; j++)
+      if (s->slots[j].ptr) {
+        sbuf_printf(&b,
+                    "%s{\"address\": %llu, \"size\": %zu, \"state\": \"active_allocated\", "
+                    "\"streams\": %u}",
+                    first ? "" : ", ", (unsigned long long)s->slots[j].ptr, s->slots[j].size,
+                    s->slots[j].nuses);
+        first = false;
+      }
+    pthread_mutex_unlock(&s->mu);
+  }
+  pthread_mutex_lock(&host.mu);
+  for (parked_t *p = host.parked; p; p = p->next) {
+    sbuf_printf(&b,
+                "%s{\"address\": %llu, \"size\": %zu, \"state\": \"active_pending_free\", "
+                "\"streams\": %u}",
+                first ? "" : ", ", (unsigned long long)(uintptr_t)p->ptr, p->size, p->nevents);
+    first = false;
+  }
+  pthread_mutex_unlock(&host.mu);
+  sbuf_printf(&b, "]");
+  if (b.oom) {
+    free(b.p);
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for the snapshot", fn);
+  }
+  *json = b.p;
+  return GCA_OK;
+}
