@@ -43,6 +43,13 @@ GCA_API gca_status_t gca_host_record_stream(void *ptr, gca_stream_t stream);
  * arena]). */
 GCA_API gca_status_t gca_host_empty_cache(void);
 
+/* Page-locks [ptr, ptr+size) of memory the caller owns (cudaHostRegister,
+ * portable) / undoes it (ptr: the registered base). Pinned memory is copied
+ * truly asynchronously; GCA_ERR_INVALID_STATE when part of it is pinned
+ * already. These need no jemalloc. */
+GCA_API gca_status_t gca_host_register(void *ptr, size_t size);
+GCA_API gca_status_t gca_host_unregister(void *ptr);
+
 /* PyTorch's HostStats (at::HostStats): counts and bytes as gca_stat_t,
  * driver call durations in microseconds. */
 typedef struct gca_host_duration_stat {
