@@ -70,10 +70,24 @@ typedef struct parked {
   gca_event_t events[];
 } parked_t;
 
+/* Note [Host statistics]: counted per thread, by the owner only (relaxed
+ * loads and stores, no read-modify-write on a shared line: the hot path's
+ * cost), summed by readers. A thread's current may go negative (it freed what
+ * another allocated); the sum is exact. Peaks are of the sum, taken whenever
+ * a thread's own current reaches a new high (rare once warm) and at every
+ * read, so a peak made only of lows of several threads can be missed, and
+ * after gca_host_reset_peak_stats a thread samples again only above its old
+ * high (the highs are its own, never written by another thread). */
+typedef struct counts {
+  _Atomic int64_t allocs, frees, bytes_allocated, bytes_freed;
+} counts_t;
+
 typedef struct tcache {
   pthread_mutex_t mu;
   unsigned id;
   struct tcache *next;
+  counts_t c;
+  int64_t high_allocs, high_bytes; /* the owner's own current highs */
 } tcache_t;
 
 static struct {
@@ -94,9 +108,9 @@ static struct {
   gca_event_t *events;
   size_t nevents, capevents;
   shard_t shards[SHARDS];
-  /* statistics */
-  _Atomic int64_t alloc_cur, alloc_peak, alloc_total, alloc_freed;
-  _Atomic int64_t bytes_cur, bytes_peak, bytes_total, bytes_freed;
+  /* statistics (Note [Host statistics]); retired: threads that exited. Under mu. */
+  counts_t retired;
+  int64_t peak_allocs, peak_bytes;
 } host = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local tcache_t *t_cache;
@@ -169,11 +183,64 @@ static void shard_remove(shard_t *s, block_t *b) {
   }
 }
 
+/* ---- statistics ---- */
+
+static void bump(_Atomic int64_t *x, int64_t v) {
+  atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + v, memory_order_relaxed);
+}
+
+static int64_t get(_Atomic int64_t *x) {
+  return atomic_load_explicit(x, memory_order_relaxed);
+}
+
+static void counts_add(counts_t *sum, counts_t *c) {
+  bump(&sum->allocs, get(&c->allocs));
+  bump(&sum->frees, get(&c->frees));
+  bump(&sum->bytes_allocated, get(&c->bytes_allocated));
+  bump(&sum->bytes_freed, get(&c->bytes_freed));
+}
+
+/* The totals over every thread, and the peaks updated with them. Under mu. */
+static counts_t totals_locked(void) {
+  counts_t sum = {0};
+  counts_add(&sum, &host.retired);
+  for (tcache_t *t = host.tcaches; t; t = t->next)
+    counts_add(&sum, &t->c);
+  int64_t allocs = get(&sum.allocs) - get(&sum.frees);
+  int64_t bytes = get(&sum.bytes_allocated) - get(&sum.bytes_freed);
+  if (allocs > host.peak_allocs)
+    host.peak_allocs = allocs;
+  if (bytes > host.peak_bytes)
+    host.peak_bytes = bytes;
+  return sum;
+}
+
+/* Counts an allocation on the owner's counters; samples the peaks at a new own high. */
+static void count_alloc(tcache_t *tc, size_t size) {
+  bump(&tc->c.allocs, 1);
+  bump(&tc->c.bytes_allocated, (int64_t)size);
+  int64_t allocs = get(&tc->c.allocs) - get(&tc->c.frees);
+  int64_t bytes = get(&tc->c.bytes_allocated) - get(&tc->c.bytes_freed);
+  if (GCA_UNLIKELY(allocs > tc->high_allocs || bytes > tc->high_bytes)) {
+    tc->high_allocs = allocs > tc->high_allocs ? allocs : tc->high_allocs;
+    tc->high_bytes = bytes > tc->high_bytes ? bytes : tc->high_bytes;
+    pthread_mutex_lock(&host.mu);
+    totals_locked();
+    pthread_mutex_unlock(&host.mu);
+  }
+}
+
+static void count_free(tcache_t *tc, size_t size) {
+  bump(&tc->c.frees, 1);
+  bump(&tc->c.bytes_freed, (int64_t)size);
+}
+
 /* ---- setup, arena and thread caches ---- */
 
 static void tcache_exit(void *arg) {
   tcache_t *tc = arg;
   pthread_mutex_lock(&host.mu);
+  counts_add(&host.retired, &tc->c);
   for (tcache_t **pp = &host.tcaches; *pp; pp = &(*pp)->next)
     if (*pp == tc) {
       *pp = tc->next;
@@ -255,23 +322,6 @@ static gca_status_t arena_locked(const char *fn, unsigned *arena) {
   }
   *arena = atomic_load(&host.arena);
   return GCA_OK;
-}
-
-/* ---- statistics helpers ---- */
-
-static void stat_add(_Atomic int64_t *cur, _Atomic int64_t *peak, _Atomic int64_t *total,
-                     int64_t v) {
-  int64_t now = atomic_fetch_add_explicit(cur, v, memory_order_relaxed) + v;
-  atomic_fetch_add_explicit(total, v, memory_order_relaxed);
-  int64_t p = atomic_load_explicit(peak, memory_order_relaxed);
-  while (now > p && !atomic_compare_exchange_weak_explicit(peak, &p, now, memory_order_relaxed,
-                                                           memory_order_relaxed)) {
-  }
-}
-
-static void stat_sub(_Atomic int64_t *cur, _Atomic int64_t *freed, int64_t v) {
-  atomic_fetch_sub_explicit(cur, v, memory_order_relaxed);
-  atomic_fetch_add_explicit(freed, v, memory_order_relaxed);
 }
 
 /* ---- deferred frees ---- */
@@ -386,8 +436,7 @@ GCA_API gca_status_t gca_host_alloc(void **ptr, size_t size) {
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to track a block of %zu bytes", fn,
                       size);
   }
-  stat_add(&host.alloc_cur, &host.alloc_peak, &host.alloc_total, 1);
-  stat_add(&host.bytes_cur, &host.bytes_peak, &host.bytes_total, (int64_t)size);
+  count_alloc(tc, size);
   *ptr = p;
   return GCA_OK;
 }
@@ -466,8 +515,7 @@ GCA_API gca_status_t gca_host_free(void *ptr) {
   free(b->uses);
   shard_remove(s, b);
   pthread_mutex_unlock(&s->mu);
-  stat_sub(&host.alloc_cur, &host.alloc_freed, 1);
-  stat_sub(&host.bytes_cur, &host.bytes_freed, (int64_t)size);
+  count_free(tc, size);
   if (!parked)
     give_back(tc, ptr, size);
   process_parked(tc);
@@ -522,7 +570,8 @@ GCA_API gca_status_t gca_host_empty_cache(void) {
       GCA_LOG_WARN("%s: mallctl(\"tcache.flush\") failed for tcache %u", fn, t->id);
   if (host.have_arena) {
     unsigned a = atomic_load(&host.arena);
-    bool idle = atomic_load(&host.alloc_cur) == 0 && atomic_load(&host.nparked) == 0;
+    counts_t sum = totals_locked();
+    bool idle = get(&sum.allocs) == get(&sum.frees) && atomic_load(&host.nparked) == 0;
     if (idle) {
       st = gca__host_arena_destroy(host.je, a);
       if (st == GCA_OK)
@@ -543,11 +592,14 @@ GCA_API gca_status_t gca_host_get_stats(gca_host_stats_t *out) {
   if (!out)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "gca_host_get_stats: stats is NULL");
   memset(out, 0, sizeof(*out));
-  out->allocations = (gca_stat_t){atomic_load(&host.alloc_cur), atomic_load(&host.alloc_peak),
-                                  atomic_load(&host.alloc_total), atomic_load(&host.alloc_freed)};
+  pthread_mutex_lock(&host.mu);
+  counts_t sum = totals_locked();
+  out->allocations = (gca_stat_t){get(&sum.allocs) - get(&sum.frees), host.peak_allocs,
+                                  get(&sum.allocs), get(&sum.frees)};
   out->allocated_bytes =
-      (gca_stat_t){atomic_load(&host.bytes_cur), atomic_load(&host.bytes_peak),
-                   atomic_load(&host.bytes_total), atomic_load(&host.bytes_freed)};
+      (gca_stat_t){get(&sum.bytes_allocated) - get(&sum.bytes_freed), host.peak_bytes,
+                   get(&sum.bytes_allocated), get(&sum.bytes_freed)};
+  pthread_mutex_unlock(&host.mu);
   gca__host_extent_stats_t e;
   gca__host_extent_stats(&e);
   out->segment = (gca_stat_t){e.segments, e.segments_peak, e.segments_allocated, e.segments_freed};
@@ -563,8 +615,10 @@ GCA_API gca_status_t gca_host_get_stats(gca_host_stats_t *out) {
 }
 
 GCA_API void gca_host_reset_peak_stats(void) {
-  atomic_store(&host.alloc_peak, atomic_load(&host.alloc_cur));
-  atomic_store(&host.bytes_peak, atomic_load(&host.bytes_cur));
+  pthread_mutex_lock(&host.mu);
+  host.peak_allocs = host.peak_bytes = 0;
+  totals_locked();
+  pthread_mutex_unlock(&host.mu);
   gca__host_extent_reset_peaks();
 }
 
