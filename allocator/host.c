@@ -33,6 +33,7 @@
  */
 #include <jemalloc/jemalloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,34 @@
 #define MAX_SIZE    ((size_t)1 << 46)
 #define INLINE_USES 4u
 
+/* Note [Host spin locks]: the hot path takes two short critical sections (the
+ * thread's tcache, the block table's shard), so they are test-and-set spin
+ * locks: one atomic exchange to take, a release store to give back (a pthread
+ * mutex costs an atomic read-modify-write on both sides). A waiter spins
+ * briefly, then yields; both locks are uncontended but for empty_cache and
+ * frees of blocks allocated by another thread of the same shard. */
+typedef struct spin {
+  _Atomic int held;
+} spin_t;
+
+static inline void spin_lock(spin_t *l) {
+  while (atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) {
+    for (unsigned i = 0; atomic_load_explicit(&l->held, memory_order_relaxed); i++) {
+      if (i < 128) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        sched_yield();
+      }
+    }
+  }
+}
+
+static inline void spin_unlock(spin_t *l) {
+  atomic_store_explicit(&l->held, 0, memory_order_release);
+}
+
 /* A live block. uses: distinct streams it was recorded on (beyond inline, a heap array). */
 typedef struct block {
   uintptr_t ptr; /* 0: empty slot */
@@ -57,7 +86,7 @@ typedef struct block {
 
 /* Open addressing with linear probing and backward-shift deletion; n * 2 <= cap. */
 typedef struct shard {
-  pthread_mutex_t mu;
+  spin_t mu;
   block_t *slots;
   size_t n, cap;
 } shard_t;
@@ -83,7 +112,7 @@ typedef struct counts {
 } counts_t;
 
 typedef struct tcache {
-  pthread_mutex_t mu;
+  spin_t mu;
   unsigned id;
   struct tcache *next;
   counts_t c;
@@ -249,7 +278,6 @@ static void tcache_exit(void *arg) {
   pthread_mutex_unlock(&host.mu);
   if (host.je->mallctl("tcache.destroy", NULL, NULL, &tc->id, sizeof(tc->id)) != 0)
     GCA_LOG_WARN("host: mallctl(\"tcache.destroy\") failed for tcache %u", tc->id);
-  pthread_mutex_destroy(&tc->mu);
   free(tc);
 }
 
@@ -265,8 +293,6 @@ static void init_once(void) {
     goto fail;
   host.use_register = cfg.pinned_use_host_register;
   host.register_threads = cfg.pinned_num_register_threads;
-  for (unsigned i = 0; i < SHARDS; i++)
-    pthread_mutex_init(&host.shards[i].mu, NULL);
   if (pthread_key_create(&host.key, tcache_exit) != 0) {
     host.init_st = gca__error(GCA_ERR_INTERNAL, "gca_host: no thread-specific key left");
     goto fail;
@@ -300,7 +326,6 @@ static tcache_t *my_tcache(const char *fn) {
     gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: mallctl(\"tcache.create\") failed: %s", fn, strerror(r));
     return NULL;
   }
-  pthread_mutex_init(&tc->mu, NULL);
   pthread_mutex_lock(&host.mu);
   tc->next = host.tcaches;
   host.tcaches = tc;
@@ -328,9 +353,9 @@ static gca_status_t arena_locked(const char *fn, unsigned *arena) {
 
 /* Returns a block to jemalloc through the caller's tcache. */
 static void give_back(tcache_t *tc, void *p, size_t size) {
-  pthread_mutex_lock(&tc->mu);
+  spin_lock(&tc->mu);
   host.je->sdallocx(p, size, MALLOCX_TCACHE(tc->id));
-  pthread_mutex_unlock(&tc->mu);
+  spin_unlock(&tc->mu);
 }
 
 static void pool_event(gca_event_t e, const gca_device_ops_t *ops) {
@@ -407,20 +432,20 @@ GCA_API gca_status_t gca_host_alloc(void **ptr, size_t size) {
   if (!tc)
     return GCA_ERR_OUT_OF_MEMORY;
   process_parked(tc);
-  pthread_mutex_lock(&tc->mu);
+  spin_lock(&tc->mu);
   if (GCA_UNLIKELY(!host.have_arena)) {
     unsigned a;
     pthread_mutex_lock(&host.mu);
     gca_status_t st = arena_locked(fn, &a);
     pthread_mutex_unlock(&host.mu);
     if (st != GCA_OK) {
-      pthread_mutex_unlock(&tc->mu);
+      spin_unlock(&tc->mu);
       return st;
     }
   }
   unsigned arena = atomic_load_explicit(&host.arena, memory_order_relaxed);
   void *p = host.je->mallocx(size, MALLOCX_ARENA(arena) | MALLOCX_TCACHE(tc->id));
-  pthread_mutex_unlock(&tc->mu);
+  spin_unlock(&tc->mu);
   if (!p) {
     char why[512];
     gca__host_extent_take_error(why, sizeof(why));
@@ -428,9 +453,9 @@ GCA_API gca_status_t gca_host_alloc(void **ptr, size_t size) {
                       size, why[0] ? why : "jemalloc found no memory");
   }
   shard_t *s = shard_of((uintptr_t)p);
-  pthread_mutex_lock(&s->mu);
+  spin_lock(&s->mu);
   bool ok = shard_insert(s, (uintptr_t)p, size);
-  pthread_mutex_unlock(&s->mu);
+  spin_unlock(&s->mu);
   if (!ok) {
     give_back(tc, p, size);
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to track a block of %zu bytes", fn,
@@ -497,10 +522,10 @@ GCA_API gca_status_t gca_host_free(void *ptr) {
   if (!tc)
     return GCA_ERR_OUT_OF_MEMORY;
   shard_t *s = shard_of((uintptr_t)ptr);
-  pthread_mutex_lock(&s->mu);
+  spin_lock(&s->mu);
   block_t *b = shard_find(s, (uintptr_t)ptr);
   if (!b) {
-    pthread_mutex_unlock(&s->mu);
+    spin_unlock(&s->mu);
     return not_live(fn, ptr);
   }
   size_t size = b->size;
@@ -508,13 +533,13 @@ GCA_API gca_status_t gca_host_free(void *ptr) {
   if (parked) {
     gca_status_t st = park(fn, b);
     if (st != GCA_OK) {
-      pthread_mutex_unlock(&s->mu);
+      spin_unlock(&s->mu);
       return st;
     }
   }
   free(b->uses);
   shard_remove(s, b);
-  pthread_mutex_unlock(&s->mu);
+  spin_unlock(&s->mu);
   count_free(tc, size);
   if (!parked)
     give_back(tc, ptr, size);
@@ -527,7 +552,7 @@ GCA_API gca_status_t gca_host_record_stream(void *ptr, gca_stream_t stream) {
   GCA_CHECK(ready(fn));
   shard_t *s = shard_of((uintptr_t)ptr);
   gca_status_t st = GCA_OK;
-  pthread_mutex_lock(&s->mu);
+  spin_lock(&s->mu);
   block_t *b = ptr ? shard_find(s, (uintptr_t)ptr) : NULL;
   if (!b) {
     st = not_live(fn, ptr);
@@ -550,7 +575,7 @@ GCA_API gca_status_t gca_host_record_stream(void *ptr, gca_stream_t stream) {
   }
   b->uses[b->nuses++] = stream;
 out:
-  pthread_mutex_unlock(&s->mu);
+  spin_unlock(&s->mu);
   return st;
 }
 
@@ -564,7 +589,7 @@ GCA_API gca_status_t gca_host_empty_cache(void) {
   gca_status_t st = GCA_OK;
   pthread_mutex_lock(&host.mu);
   for (tcache_t *t = host.tcaches; t; t = t->next)
-    pthread_mutex_lock(&t->mu);
+    spin_lock(&t->mu);
   for (tcache_t *t = host.tcaches; t; t = t->next)
     if (host.je->mallctl("tcache.flush", NULL, NULL, &t->id, sizeof(t->id)) != 0)
       GCA_LOG_WARN("%s: mallctl(\"tcache.flush\") failed for tcache %u", fn, t->id);
@@ -583,7 +608,7 @@ GCA_API gca_status_t gca_host_empty_cache(void) {
     gca__host_extent_retry_orphans();
   }
   for (tcache_t *t = host.tcaches; t; t = t->next)
-    pthread_mutex_unlock(&t->mu);
+    spin_unlock(&t->mu);
   pthread_mutex_unlock(&host.mu);
   return st;
 }
@@ -664,7 +689,7 @@ GCA_API gca_status_t gca_host_snapshot_json(char **json) {
   sbuf_printf(&b, "[");
   for (unsigned i = 0; i < SHARDS; i++) {
     shard_t *s = &host.shards[i];
-    pthread_mutex_lock(&s->mu);
+    spin_lock(&s->mu);
     for (size_t j = 0; j < s->cap; j++)
       if (s->slots[j].ptr) {
         sbuf_printf(&b,
@@ -674,7 +699,7 @@ GCA_API gca_status_t gca_host_snapshot_json(char **json) {
                     s->slots[j].nuses);
         first = false;
       }
-    pthread_mutex_unlock(&s->mu);
+    spin_unlock(&s->mu);
   }
   pthread_mutex_lock(&host.mu);
   for (parked_t *p = host.parked; p; p = p->next) {
