@@ -13,10 +13,12 @@
  * Note [Host thread caches]: each thread gets an explicit jemalloc tcache
  * (tcache.create) used through MALLOCX_TCACHE, so repeated sizes are served
  * without touching the arena. An explicit tcache must not be used by two
- * threads at once, and gca_host_empty_cache must flush them all, so each has
- * a mutex that only its owner takes on the hot path (uncontended) and
- * empty_cache takes while flushing; a thread's tcache is destroyed when the
- * thread exits.
+ * threads at once, and gca_host_empty_cache must flush them all (and may
+ * destroy the arena under them), so the owner uses its tcache only inside a
+ * section that empty_cache can shut (tc_enter / tc_exit, below); a thread's
+ * tcache is destroyed when the thread exits. No lock of the owner's section
+ * is ever held while host.mu is taken (empty_cache takes them in the other
+ * order).
  *
  * Note [Deferred host frees]: gca_host_free of a block recorded on streams
  * records one event per stream (events are pooled) and parks the block; every
@@ -29,15 +31,25 @@
  * carved (Note [Pinned extents]); arena.<i>.purge gives back only whole
  * extents. When no block is live or parked, empty_cache instead destroys the
  * arena (every extent unpinned and freed) and the next allocation creates a
- * fresh one, so an idle allocator holds no pinned memory afterwards.
+ * fresh one, so an idle allocator holds no pinned memory afterwards. "No
+ * block" is read from the counts (Note [Host statistics]) with every owner's
+ * section shut, and a block is counted inside the section whose mallocx made
+ * it and uncounted inside the section whose sdallocx returned it (a parked
+ * block stays counted), so equal counts mean no pointer into the arena is
+ * held anywhere, even by a thread between its table update and its jemalloc
+ * call. Consequently allocations.current counts freed blocks still waiting
+ * for their events.
  */
 #include <jemalloc/jemalloc.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "device.h"
@@ -111,8 +123,11 @@ typedef struct counts {
   _Atomic int64_t allocs, frees, bytes_allocated, bytes_freed;
 } counts_t;
 
+/* Note [Host thread caches] for active/blocked/m. */
 typedef struct tcache {
-  spin_t mu;
+  _Atomic int active;  /* the owner is inside a fast section */
+  _Atomic int blocked; /* empty_cache holds m: sections take m instead */
+  pthread_mutex_t m;
   unsigned id;
   struct tcache *next;
   counts_t c;
@@ -129,7 +144,8 @@ static struct {
   pthread_key_t key;
   /* registry: arena swap, tcache list, parked list, event pool */
   pthread_mutex_t mu;
-  bool have_arena;
+  _Atomic bool have_arena; /* written under mu with every tcache held (empty_cache) */
+  bool asym;               /* membarrier available: owners' sections take no lock */
   _Atomic unsigned arena;
   tcache_t *tcaches;
   parked_t *parked;
@@ -245,9 +261,15 @@ static counts_t totals_locked(void) {
 }
 
 /* Counts an allocation on the owner's counters; samples the peaks at a new own high. */
+/* Counted inside the owner's section (Note [Emptying the pinned arena]). */
 static void count_alloc(tcache_t *tc, size_t size) {
   bump(&tc->c.allocs, 1);
   bump(&tc->c.bytes_allocated, (int64_t)size);
+}
+
+/* Samples the peaks when the owner's own current reached a new high; outside
+ * any section (takes host.mu). */
+static void sample_peaks(tcache_t *tc) {
   int64_t allocs = get(&tc->c.allocs) - get(&tc->c.frees);
   int64_t bytes = get(&tc->c.bytes_allocated) - get(&tc->c.bytes_freed);
   if (GCA_UNLIKELY(allocs > tc->high_allocs || bytes > tc->high_bytes)) {
@@ -278,6 +300,7 @@ static void tcache_exit(void *arg) {
   pthread_mutex_unlock(&host.mu);
   if (host.je->mallctl("tcache.destroy", NULL, NULL, &tc->id, sizeof(tc->id)) != 0)
     GCA_LOG_WARN("host: mallctl(\"tcache.destroy\") failed for tcache %u", tc->id);
+  pthread_mutex_destroy(&tc->m);
   free(tc);
 }
 
@@ -293,6 +316,7 @@ static void init_once(void) {
     goto fail;
   host.use_register = cfg.pinned_use_host_register;
   host.register_threads = cfg.pinned_num_register_threads;
+  host.asym = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   if (pthread_key_create(&host.key, tcache_exit) != 0) {
     host.init_st = gca__error(GCA_ERR_INTERNAL, "gca_host: no thread-specific key left");
     goto fail;
@@ -326,6 +350,7 @@ static tcache_t *my_tcache(const char *fn) {
     gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: mallctl(\"tcache.create\") failed: %s", fn, strerror(r));
     return NULL;
   }
+  pthread_mutex_init(&tc->m, NULL);
   pthread_mutex_lock(&host.mu);
   tc->next = host.tcaches;
   host.tcaches = tc;
@@ -335,15 +360,66 @@ static tcache_t *my_tcache(const char *fn) {
   return tc;
 }
 
+/* Note [Host thread caches] (the sections): the owner marks itself active
+ * with a plain store, a compiler barrier and a load of `blocked`; empty_cache
+ * takes every tcache's m, sets blocked, runs membarrier
+ * (MEMBARRIER_CMD_PRIVATE_EXPEDITED: a full barrier on every CPU running a
+ * thread of the process, which turns the owners' compiler barriers into
+ * fences, Dekker-style), then waits for each active to drop. An owner that
+ * sees blocked takes m, which empty_cache holds until it is done. So the hot
+ * path makes no atomic read-modify-write for its tcache, and only
+ * empty_cache pays (microseconds). Without membarrier every section takes m. */
+static inline bool tc_enter(tcache_t *tc) {
+  if (GCA_LIKELY(host.asym)) {
+    atomic_store_explicit(&tc->active, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    if (GCA_LIKELY(!atomic_load_explicit(&tc->blocked, memory_order_acquire)))
+      return true;
+    atomic_store_explicit(&tc->active, 0, memory_order_release);
+  }
+  pthread_mutex_lock(&tc->m);
+  return false;
+}
+
+static inline void tc_exit(tcache_t *tc, bool fast) {
+  if (GCA_LIKELY(fast))
+    atomic_store_explicit(&tc->active, 0, memory_order_release);
+  else
+    pthread_mutex_unlock(&tc->m);
+}
+
+/* Every owner out of its section and kept out. Under host.mu. */
+static void block_sections(void) {
+  for (tcache_t *t = host.tcaches; t; t = t->next) {
+    pthread_mutex_lock(&t->m);
+    atomic_store_explicit(&t->blocked, 1, memory_order_relaxed);
+  }
+  if (!host.asym)
+    return;
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+    GCA_ASSERT(!"membarrier failed after it was registered");
+  for (tcache_t *t = host.tcaches; t; t = t->next)
+    for (unsigned i = 0; atomic_load_explicit(&t->active, memory_order_acquire); i++)
+      if (i > 128)
+        sched_yield();
+}
+
+static void unblock_sections(void) {
+  for (tcache_t *t = host.tcaches; t; t = t->next) {
+    atomic_store_explicit(&t->blocked, 0, memory_order_release);
+    pthread_mutex_unlock(&t->m);
+  }
+}
+
 /* The arena, created if none. Under host.mu. */
 static gca_status_t arena_locked(const char *fn, unsigned *arena) {
-  if (!host.have_arena) {
+  if (!atomic_load(&host.have_arena)) {
     unsigned a;
     gca_status_t st = gca__host_arena_create(host.je, host.use_register, host.register_threads, &a);
     if (st != GCA_OK)
       return gca__error_prefix(st, "%s", fn);
     atomic_store(&host.arena, a);
-    host.have_arena = true;
+    atomic_store(&host.have_arena, true);
   }
   *arena = atomic_load(&host.arena);
   return GCA_OK;
@@ -353,9 +429,10 @@ static gca_status_t arena_locked(const char *fn, unsigned *arena) {
 
 /* Returns a block to jemalloc through the caller's tcache. */
 static void give_back(tcache_t *tc, void *p, size_t size) {
-  spin_lock(&tc->mu);
+  bool fast = tc_enter(tc);
   host.je->sdallocx(p, size, MALLOCX_TCACHE(tc->id));
-  spin_unlock(&tc->mu);
+  count_free(tc, size);
+  tc_exit(tc, fast);
 }
 
 static void pool_event(gca_event_t e, const gca_device_ops_t *ops) {
@@ -432,20 +509,28 @@ GCA_API gca_status_t gca_host_alloc(void **ptr, size_t size) {
   if (!tc)
     return GCA_ERR_OUT_OF_MEMORY;
   process_parked(tc);
-  spin_lock(&tc->mu);
-  if (GCA_UNLIKELY(!host.have_arena)) {
-    unsigned a;
-    pthread_mutex_lock(&host.mu);
-    gca_status_t st = arena_locked(fn, &a);
-    pthread_mutex_unlock(&host.mu);
-    if (st != GCA_OK) {
-      spin_unlock(&tc->mu);
-      return st;
+  void *p;
+  for (;;) {
+    if (GCA_UNLIKELY(!atomic_load_explicit(&host.have_arena, memory_order_acquire))) {
+      unsigned a;
+      pthread_mutex_lock(&host.mu);
+      gca_status_t st = arena_locked(fn, &a);
+      pthread_mutex_unlock(&host.mu);
+      if (st != GCA_OK)
+        return st;
     }
+    bool fast = tc_enter(tc);
+    if (GCA_UNLIKELY(!atomic_load_explicit(&host.have_arena, memory_order_relaxed))) {
+      tc_exit(tc, fast); /* empty_cache destroyed it in between */
+      continue;
+    }
+    unsigned arena = atomic_load_explicit(&host.arena, memory_order_relaxed);
+    p = host.je->mallocx(size, MALLOCX_ARENA(arena) | MALLOCX_TCACHE(tc->id));
+    if (p)
+      count_alloc(tc, size);
+    tc_exit(tc, fast);
+    break;
   }
-  unsigned arena = atomic_load_explicit(&host.arena, memory_order_relaxed);
-  void *p = host.je->mallocx(size, MALLOCX_ARENA(arena) | MALLOCX_TCACHE(tc->id));
-  spin_unlock(&tc->mu);
   if (!p) {
     char why[512];
     gca__host_extent_take_error(why, sizeof(why));
@@ -461,7 +546,7 @@ GCA_API gca_status_t gca_host_alloc(void **ptr, size_t size) {
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to track a block of %zu bytes", fn,
                       size);
   }
-  count_alloc(tc, size);
+  sample_peaks(tc);
   *ptr = p;
   return GCA_OK;
 }
@@ -540,7 +625,6 @@ GCA_API gca_status_t gca_host_free(void *ptr) {
   free(b->uses);
   shard_remove(s, b);
   spin_unlock(&s->mu);
-  count_free(tc, size);
   if (!parked)
     give_back(tc, ptr, size);
   process_parked(tc);
@@ -588,27 +672,25 @@ GCA_API gca_status_t gca_host_empty_cache(void) {
   process_parked(tc);
   gca_status_t st = GCA_OK;
   pthread_mutex_lock(&host.mu);
-  for (tcache_t *t = host.tcaches; t; t = t->next)
-    spin_lock(&t->mu);
+  block_sections();
   for (tcache_t *t = host.tcaches; t; t = t->next)
     if (host.je->mallctl("tcache.flush", NULL, NULL, &t->id, sizeof(t->id)) != 0)
       GCA_LOG_WARN("%s: mallctl(\"tcache.flush\") failed for tcache %u", fn, t->id);
-  if (host.have_arena) {
+  if (atomic_load(&host.have_arena)) {
     unsigned a = atomic_load(&host.arena);
     counts_t sum = totals_locked();
     bool idle = get(&sum.allocs) == get(&sum.frees) && atomic_load(&host.nparked) == 0;
     if (idle) {
       st = gca__host_arena_destroy(host.je, a);
       if (st == GCA_OK)
-        host.have_arena = false;
+        atomic_store(&host.have_arena, false);
     } else {
       st = gca__host_arena_purge(host.je, a);
     }
   } else {
     gca__host_extent_retry_orphans();
   }
-  for (tcache_t *t = host.tcaches; t; t = t->next)
-    spin_unlock(&t->mu);
+  unblock_sections();
   pthread_mutex_unlock(&host.mu);
   return st;
 }

@@ -5,9 +5,12 @@
  * usable with nothing leaked. Run twice by meson: host_alloc extents and
  * (GCA_ALLOC_CONF pinned_use_cuda_host_register:True) registered mmaps; a
  * third run without jemalloc checks the message (GCA_TEST_NO_JEMALLOC). */
+#include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "gca.h"
 #include "host_internal.h"
@@ -202,6 +205,69 @@ static void jemalloc_arena_is_the_source_and_the_cache(void **state) {
   stamp(p, 100, 3);
   assert_true(stamped(p, 100, 3));
   assert_ok(gca_host_free(p));
+  expect_empty_after_empty_cache();
+}
+
+typedef struct cycler {
+  uint32_t key;
+  _Atomic int *stop, *failures;
+  long rounds;
+} cycler_t;
+
+static void *cycle(void *arg) {
+  cycler_t *c = arg;
+  while (!atomic_load(c->stop)) {
+    size_t size = 16 + (size_t)((c->key * 2654435761u + (uint32_t)c->rounds * 40503u) % 70000u);
+    void *p = NULL;
+    if (gca_host_alloc(&p, size) != GCA_OK) {
+      atomic_fetch_add(c->failures, 1);
+      break;
+    }
+    stamp(p, size, c->key + (uint32_t)c->rounds);
+    sched_yield();
+    if (!stamped(p, size, c->key + (uint32_t)c->rounds) || gca_host_free(p) != GCA_OK)
+      atomic_fetch_add(c->failures, 1);
+    __atomic_store_n(&c->rounds, c->rounds + 1, __ATOMIC_RELAXED);
+    if (c->rounds % 4 == 0) /* holding nothing for a while: moments when the arena is idle */
+      usleep(20);
+  }
+  return NULL;
+}
+
+/* empty_cache while three threads allocate and free: it shuts their thread
+ * caches' sections (Note [Host thread caches]), flushes them, and destroys the
+ * arena whenever nothing is live, while the threads keep allocating from
+ * whichever arena is current; every stamp survives and nothing is left. */
+static void empty_cache_races_allocating_threads_safely(void **state) {
+  (void)state;
+  enum { T = 3 };
+  pthread_t th[T];
+  cycler_t c[T];
+  _Atomic int stop = 0, failures = 0;
+  for (int i = 0; i < T; i++) {
+    c[i] = (cycler_t){.key = 77u * (uint32_t)(i + 1), .stop = &stop, .failures = &failures};
+    assert_int_equal(pthread_create(&th[i], NULL, cycle, &c[i]), 0);
+  }
+  gca__host_extent_stats_t e0, e1;
+  gca__host_extent_stats(&e0);
+  long least = 0;
+  for (int i = 0; i < 300 || least < 200; i++) {
+    assert_ok(gca_host_empty_cache());
+    least = LONG_MAX;
+    for (int k = 0; k < T; k++) {
+      long r = __atomic_load_n(&c[k].rounds, __ATOMIC_RELAXED);
+      least = r < least ? r : least;
+    }
+  }
+  atomic_store(&stop, 1);
+  for (int i = 0; i < T; i++) {
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+    assert_true(c[i].rounds > 0);
+  }
+  assert_int_equal(atomic_load(&failures), 0);
+  gca__host_extent_stats(&e1);
+  print_message("empty_cache raced %ld+ rounds per thread; %lld extents pinned meanwhile\n", least,
+                (long long)(e1.hook_alloc - e0.hook_alloc));
   expect_empty_after_empty_cache();
 }
 
@@ -427,6 +493,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_block_in_use_by_a_gated_copy_is_not_reused_until_it_ran),
       cmocka_unit_test(jemalloc_arena_is_the_source_and_the_cache),
+      cmocka_unit_test(empty_cache_races_allocating_threads_safely),
       cmocka_unit_test(empty_cache_with_live_blocks_keeps_them),
       cmocka_unit_test(the_configured_pinning_call_makes_the_extents),
       cmocka_unit_test(device_faults_fail_cleanly_and_leak_nothing),
