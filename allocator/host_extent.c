@@ -82,9 +82,8 @@ static size_t find(uintptr_t p) {
   return lo < ext.n && ext.v[lo].base <= p ? lo : ext.n;
 }
 
+/* Adds a chunk (never fails for one unrecord() just took off: n < cap). */
 static bool record(uintptr_t base, size_t size, bool registered) {
-  if (GCA_FAILPOINT("host_chunk_table"))
-    return false;
   if (ext.n == ext.cap) {
     size_t cap = ext.cap ? ext.cap * 2 : 32;
     chunk_t *v = realloc(ext.v, cap * sizeof(*v));
@@ -183,7 +182,7 @@ static void *pin_chunk(size_t size) {
   pthread_mutex_lock(&ext.mu);
   ext.st.num_host_alloc++;
   timed(us, &ext.st.alloc_us_total, &ext.st.alloc_us_max);
-  if (p && !record((uintptr_t)p, size, ext.use_register)) {
+  if (p && (GCA_FAILPOINT("host_chunk_table") || !record((uintptr_t)p, size, ext.use_register))) {
     pthread_mutex_unlock(&ext.mu);
     set_err("no host memory to record a pinned extent");
     if (ext.use_register) {
@@ -239,6 +238,11 @@ static void keep_orphan(chunk_t c) {
     size_t j = find(c.base);
     ext.v[j].orphaned = true;
     ext.v[j].destroyed = c.size;
+    /* it never left: undo the totals unrecord and record moved */
+    ext.st.segments_allocated--;
+    ext.st.segments_freed--;
+    ext.st.reserved_bytes_allocated -= (int64_t)c.size;
+    ext.st.reserved_bytes_freed -= (int64_t)c.size;
   } else {
     GCA_LOG_ERR("host: lost track of a pinned extent at %p", (void *)c.base);
   }
