@@ -857,6 +857,7 @@ static const char *const part_counter_names[] = {
     "deferred_frees",
     "host_rounds",
     "host_aborted",
+    "host_not_supported",
 };
 _Static_assert(sizeof(part_counter_names) / sizeof(part_counter_names[0]) ==
                    sizeof(stress_part_counters_t) / sizeof(uint64_t),

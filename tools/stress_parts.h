@@ -48,9 +48,10 @@ typedef struct stress_part_counters {
   uint64_t tree_steps_checked; /* outputs checked against eager draws */
   uint64_t tree_updates;       /* exec updates the trees made */
   uint64_t tree_aborted;
-  uint64_t deferred;     /* frees and closes that failed, retried after the run */
-  uint64_t host_rounds;  /* pinned host episodes that checked their copy */
-  uint64_t host_aborted; /* ... cut short by an injected fault */
+  uint64_t deferred;           /* frees and closes that failed, retried after the run */
+  uint64_t host_rounds;        /* pinned host episodes that checked their copy */
+  uint64_t host_aborted;       /* ... cut short by an injected fault */
+  uint64_t host_not_supported; /* gca_host_alloc without jemalloc: registered buffers only */
 } stress_part_counters_t;
 
 /* What a part needs from the run: set up by gca-stress per thread. */
