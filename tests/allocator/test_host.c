@@ -413,6 +413,52 @@ static void host_memory_failures_fail_cleanly(void **state) {
   expect_empty_after_empty_cache();
 }
 
+static void *alloc_on_a_new_thread(void *arg) {
+  void *p = NULL;
+  gca_status_t st = gca_host_alloc(&p, 100);
+  *(gca_status_t *)arg = st;
+  if (st == GCA_OK)
+    gca_host_free(p);
+  return NULL;
+}
+
+/* A thread whose thread cache cannot be made, and a block the table cannot
+ * track when it grows: clear errors, nothing counted, nothing leaked. */
+static void bookkeeping_growth_failures_fail_cleanly(void **state) {
+  (void)state;
+  gca_status_t st = GCA_OK;
+  pthread_t th;
+  assert_ok(gca__failpoint_arm("host_tcache", 1));
+  assert_int_equal(pthread_create(&th, NULL, alloc_on_a_new_thread, &st), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  gca__failpoint_clear();
+  assert_int_equal(st, GCA_ERR_OUT_OF_MEMORY);
+  assert_int_equal(pthread_create(&th, NULL, alloc_on_a_new_thread, &st), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  assert_ok(st);
+
+  enum { MAX = 20000 };
+  void **v = calloc(MAX, sizeof(*v));
+  assert_non_null(v);
+  assert_ok(gca__failpoint_arm("host_block_table", 1));
+  int n = 0;
+  for (; n < MAX; n++) {
+    st = gca_host_alloc(&v[n], 48);
+    if (st != GCA_OK)
+      break;
+  }
+  gca__failpoint_clear();
+  assert_true(n < MAX); /* the table grew and that growth failed */
+  assert_int_equal(st, GCA_ERR_OUT_OF_MEMORY);
+  assert_non_null(strstr(gca_last_error(), "gca_host_alloc: no host memory to track a block"));
+  assert_null(v[n]);
+  assert_int_equal(stats().allocations.current, n);
+  for (int i = 0; i < n; i++)
+    assert_ok(gca_host_free(v[i]));
+  free(v);
+  expect_empty_after_empty_cache();
+}
+
 /* Foreign pointers, double frees, size 0 and sizes that cannot exist. */
 static void bad_input_is_refused_and_changes_nothing(void **state) {
   (void)state;
@@ -475,10 +521,16 @@ static void the_snapshot_lists_live_and_pending_blocks(void **state) {
   expect_empty_after_empty_cache();
 }
 
-/* GCA_TEST_NO_JEMALLOC: the library cannot be loaded; every call says why. */
+/* GCA_TEST_NO_JEMALLOC: the library cannot be loaded (or, =symbols, is not
+ * jemalloc); every call says why. */
 static void without_jemalloc_every_call_says_why(void **state) {
   (void)state;
   void *p = (void *)1;
+  if (strcmp(getenv("GCA_TEST_NO_JEMALLOC"), "symbols") == 0) {
+    assert_status(gca_host_alloc(&p, 64), GCA_ERR_NOT_SUPPORTED,
+                  "has no mallocx: not a jemalloc 5");
+    return;
+  }
   assert_status(gca_host_alloc(&p, 64), GCA_ERR_NOT_SUPPORTED, "jemalloc could not be loaded");
   assert_null(p);
   assert_status(gca_host_free((void *)8), GCA_ERR_NOT_SUPPORTED, "libjemalloc.so.2");
@@ -498,6 +550,7 @@ int main(void) {
       cmocka_unit_test(the_configured_pinning_call_makes_the_extents),
       cmocka_unit_test(device_faults_fail_cleanly_and_leak_nothing),
       cmocka_unit_test(host_memory_failures_fail_cleanly),
+      cmocka_unit_test(bookkeeping_growth_failures_fail_cleanly),
       cmocka_unit_test(bad_input_is_refused_and_changes_nothing),
       cmocka_unit_test(the_snapshot_lists_live_and_pending_blocks),
   };
