@@ -250,6 +250,10 @@ static void pinned_host_calls_are_served_and_malloc_stays_glibcs(void **state) {
   (void)state;
   if (!need_program())
     skip();
+#ifndef GCA_TEST_HAVE_JEMALLOC
+  print_message("SKIP: built without jemalloc (-Djemalloc=disabled): no pinned host allocator\n");
+  skip();
+#endif
   const char *env[] = {"GLIBC_TUNABLES=", NULL};
   const char *args[] = {"host", NULL};
   run_result_t r = run_program(env, args);
