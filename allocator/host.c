@@ -701,8 +701,8 @@ GCA_API gca_status_t gca_host_get_stats(gca_host_stats_t *out) {
   memset(out, 0, sizeof(*out));
   pthread_mutex_lock(&host.mu);
   counts_t sum = totals_locked();
-  out->allocations = (gca_stat_t){get(&sum.allocs) - get(&sum.frees), host.peak_allocs,
-                                  get(&sum.allocs), get(&sum.frees)};
+  out->allocation = (gca_stat_t){get(&sum.allocs) - get(&sum.frees), host.peak_allocs,
+                                 get(&sum.allocs), get(&sum.frees)};
   out->allocated_bytes =
       (gca_stat_t){get(&sum.bytes_allocated) - get(&sum.bytes_freed), host.peak_bytes,
                    get(&sum.bytes_allocated), get(&sum.bytes_freed)};

@@ -59,7 +59,7 @@ typedef struct gca_host_duration_stat {
 } gca_host_duration_stat_t;
 
 typedef struct gca_host_stats {
-  gca_stat_t allocations;     /* blocks handed out (current: live or waiting for events) */
+  gca_stat_t allocation;      /* blocks handed out (current: live or waiting for events) */
   gca_stat_t allocated_bytes; /* bytes of those blocks as requested */
   gca_stat_t segment;         /* pinned extents held */
   gca_stat_t reserved_bytes;  /* bytes of those extents */

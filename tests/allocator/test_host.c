@@ -55,7 +55,7 @@ static gca_host_stats_t stats(void) {
 static void expect_empty_after_empty_cache(void) {
   assert_ok(gca_host_empty_cache());
   gca_host_stats_t s = stats();
-  assert_int_equal(s.allocations.current, 0);
+  assert_int_equal(s.allocation.current, 0);
   assert_int_equal(s.allocated_bytes.current, 0);
   assert_int_equal(s.pending_frees, 0);
   assert_int_equal(s.segment.current, 0);
@@ -172,8 +172,8 @@ static void jemalloc_arena_is_the_source_and_the_cache(void **state) {
   assert_int_equal(pins, e1.num_host_alloc - e0.num_host_alloc);
   assert_true(pins <= e1.hook_alloc - e0.hook_alloc);
   gca_host_stats_t s = stats();
-  assert_int_equal(s.allocations.current, 0);
-  assert_true(s.allocations.allocated > 1000);
+  assert_int_equal(s.allocation.current, 0);
+  assert_true(s.allocation.allocated > 1000);
   assert_true(s.segment.current > 0);
   assert_int_equal((size_t)s.reserved_bytes.current, gca__sim_host_pinned_bytes());
   assert_int_equal(s.num_host_alloc, e1.num_host_alloc);
@@ -338,7 +338,7 @@ static void device_faults_fail_cleanly_and_leak_nothing(void **state) {
   char want[64];
   snprintf(want, sizeof(want), "%s: injected fault", pin_op);
   assert_non_null(strstr(gca_last_error(), want));
-  assert_int_equal(stats().allocations.current, 0);
+  assert_int_equal(stats().allocation.current, 0);
   assert_ok(gca_host_alloc(&p, 3 * MIB));
   stamp(p, 3 * MIB, 9);
   assert_true(stamped(p, 3 * MIB, 9));
@@ -362,7 +362,7 @@ static void device_faults_fail_cleanly_and_leak_nothing(void **state) {
   assert_ok(gca_sim_fault_set("event_record:nth=1"));
   assert_status(gca_host_free(p), GCA_ERR_DRIVER, "gca_host_free: deferring the free of");
   gca_sim_fault_clear();
-  assert_int_equal(stats().allocations.current, 1);
+  assert_int_equal(stats().allocation.current, 1);
   assert_ok(gca_host_free(p));
   assert_ok(gca_stream_synchronize(s));
   assert_ok(gca_stream_destroy(s));
@@ -452,7 +452,7 @@ static void bookkeeping_growth_failures_fail_cleanly(void **state) {
   assert_int_equal(st, GCA_ERR_OUT_OF_MEMORY);
   assert_non_null(strstr(gca_last_error(), "gca_host_alloc: no host memory to track a block"));
   assert_null(v[n]);
-  assert_int_equal(stats().allocations.current, n);
+  assert_int_equal(stats().allocation.current, n);
   for (int i = 0; i < n; i++)
     assert_ok(gca_host_free(v[i]));
   free(v);
