@@ -37,7 +37,7 @@
  * it and uncounted inside the section whose sdallocx returned it (a parked
  * block stays counted), so equal counts mean no pointer into the arena is
  * held anywhere, even by a thread between its table update and its jemalloc
- * call. Consequently allocations.current counts freed blocks still waiting
+ * call. Consequently allocation.current counts freed blocks still waiting
  * for their events.
  */
 #include <jemalloc/jemalloc.h>

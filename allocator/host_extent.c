@@ -58,15 +58,30 @@ static struct {
   gca__host_extent_stats_t st;
 } ext = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static _Thread_local char t_err[512];
+/* Note [Hook errors]: a hook cannot return a status, so a failing one leaves
+ * its detail in the thread's last error (gca__error, as the failing device
+ * op already did) and sets t_failed, which says that detail belongs to a hook
+ * failure since the last take. One byte of thread-local storage: libgca's
+ * static TLS must stay small enough for a dlopen() after program start
+ * (Python loading it), which glibc serves from a small surplus. */
+static _Thread_local bool t_failed;
 
-static void set_err(const char *what) {
-  snprintf(t_err, sizeof(t_err), "%s", what);
+/* The failing call set the detail already. */
+static void fail_last(void) {
+  t_failed = true;
+}
+
+static void fail_msg(const char *msg) {
+  gca__error(GCA_ERR_OUT_OF_MEMORY, "%s", msg);
+  t_failed = true;
 }
 
 void gca__host_extent_take_error(char *buf, size_t len) {
-  snprintf(buf, len, "%s", t_err);
-  t_err[0] = '\0';
+  if (t_failed)
+    snprintf(buf, len, "%s", gca_last_error());
+  else if (len > 0)
+    buf[0] = '\0';
+  t_failed = false;
 }
 
 /* Index of the chunk containing p, or n. Under mu. */
@@ -147,12 +162,12 @@ static void touch_pages(char *p, size_t len, unsigned n) {
     pthread_join(th[i], NULL);
 }
 
-/* Pins a new chunk of `size` bytes; NULL with t_err set on failure. */
+/* Pins a new chunk of `size` bytes; NULL after fail_last/fail_msg on failure. */
 static void *pin_chunk(size_t size) {
   gca_status_t st;
   const gca_device_ops_t *ops = gca__device_get(&st);
   if (!ops) {
-    set_err(gca_last_error());
+    fail_last();
     return NULL;
   }
   void *p = NULL;
@@ -160,21 +175,21 @@ static void *pin_chunk(size_t size) {
   if (ext.use_register) {
     p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
-      set_err("mmap: no host memory");
+      fail_msg("mmap: no host memory");
       return NULL;
     }
     if (ext.register_threads > 1 && size >= PARALLEL_TOUCH_MIN)
       touch_pages(p, size, ext.register_threads);
     st = ops->host_register(p, size);
     if (st != GCA_OK) {
-      set_err(gca_last_error());
+      fail_last();
       munmap(p, size);
       p = NULL;
     }
   } else {
     st = ops->host_alloc(size, &p);
     if (st != GCA_OK) {
-      set_err(gca_last_error());
+      fail_last();
       p = NULL;
     }
   }
@@ -184,13 +199,13 @@ static void *pin_chunk(size_t size) {
   timed(us, &ext.st.alloc_us_total, &ext.st.alloc_us_max);
   if (p && (GCA_FAILPOINT("host_chunk_table") || !record((uintptr_t)p, size, ext.use_register))) {
     pthread_mutex_unlock(&ext.mu);
-    set_err("no host memory to record a pinned extent");
     if (ext.use_register) {
       GCA_CHECK_IGNORE(ops->host_unregister(p));
       munmap(p, size);
     } else {
       GCA_CHECK_IGNORE(ops->host_free(p));
     }
+    fail_msg("no host memory to record a pinned extent");
     return NULL;
   }
   pthread_mutex_unlock(&ext.mu);
@@ -274,7 +289,7 @@ static void *alloc_hook(extent_hooks_t *h, void *new_addr, size_t size, size_t a
     chunk_t c = unrecord(find((uintptr_t)p));
     pthread_mutex_unlock(&ext.mu);
     release_chunk(c);
-    set_err("the pinned extent is not aligned as jemalloc asked");
+    fail_msg("the pinned extent is not aligned as jemalloc asked");
     return NULL;
   }
   if (p) {
