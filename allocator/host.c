@@ -136,6 +136,7 @@ typedef struct tcache {
 
 static struct {
   pthread_once_t once;
+  _Atomic bool ready; /* init_once ran and succeeded */
   gca_status_t init_st;
   char init_detail[1024];
   const gca__je_t *je;
@@ -326,12 +327,20 @@ fail:
   snprintf(host.init_detail, sizeof(host.init_detail), "%s", gca_last_error());
 }
 
-static gca_status_t ready(const char *fn) {
+static gca_status_t ready_slow(void) {
   pthread_once(&host.once, init_once);
-  if (GCA_UNLIKELY(host.init_st != GCA_OK))
+  if (host.init_st != GCA_OK)
     return gca__error(host.init_st, "%s", host.init_detail);
-  (void)fn;
+  atomic_store_explicit(&host.ready, true, memory_order_release);
   return GCA_OK;
+}
+
+/* GCA_OK once initialization succeeded (one acquire load after that). */
+static inline gca_status_t ready(const char *fn) {
+  (void)fn;
+  if (GCA_LIKELY(atomic_load_explicit(&host.ready, memory_order_acquire)))
+    return GCA_OK;
+  return ready_slow();
 }
 
 /* The calling thread's tcache, created on first use; NULL with the error set. */
@@ -451,9 +460,14 @@ static void pool_event(gca_event_t e, const gca_device_ops_t *ops) {
 
 /* Returns parked blocks whose events completed to jemalloc. A query that fails
  * for another reason than "not ready" keeps the block parked (logged). */
-static void process_parked(tcache_t *tc) {
-  if (atomic_load_explicit(&host.nparked, memory_order_relaxed) == 0)
-    return;
+static void process_parked_slow(tcache_t *tc);
+
+static inline void process_parked(tcache_t *tc) {
+  if (GCA_UNLIKELY(atomic_load_explicit(&host.nparked, memory_order_relaxed) != 0))
+    process_parked_slow(tc);
+}
+
+static void process_parked_slow(tcache_t *tc) {
   gca_status_t st;
   const gca_device_ops_t *ops = gca__device_get(&st);
   if (!ops)
