@@ -55,53 +55,9 @@
 #include "device.h"
 #include "gca/host.h"
 #include "host_internal.h"
+#include "json.h"
 
-#define SHARDS      64u
-#define MAX_SIZE    ((size_t)1 << 46)
-#define INLINE_USES 4u
-
-/* Note [Host spin locks]: the hot path takes two short critical sections (the
- * thread's tcache, the block table's shard), so they are test-and-set spin
- * locks: one atomic exchange to take, a release store to give back (a pthread
- * mutex costs an atomic read-modify-write on both sides). A waiter spins
- * briefly, then yields; both locks are uncontended but for empty_cache and
- * frees of blocks allocated by another thread of the same shard. */
-typedef struct spin {
-  _Atomic int held;
-} spin_t;
-
-static inline void spin_lock(spin_t *l) {
-  while (atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) {
-    for (unsigned i = 0; atomic_load_explicit(&l->held, memory_order_relaxed); i++) {
-      if (i < 128) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-      } else {
-        sched_yield();
-      }
-    }
-  }
-}
-
-static inline void spin_unlock(spin_t *l) {
-  atomic_store_explicit(&l->held, 0, memory_order_release);
-}
-
-/* A live block. uses: distinct streams it was recorded on (beyond inline, a heap array). */
-typedef struct block {
-  uintptr_t ptr; /* 0: empty slot */
-  size_t size;
-  uint32_t nuses, capuses;
-  gca_stream_t *uses; /* NULL until the first record_stream */
-} block_t;
-
-/* Open addressing with linear probing and backward-shift deletion; n * 2 <= cap. */
-typedef struct shard {
-  spin_t mu;
-  block_t *slots;
-  size_t n, cap;
-} shard_t;
+#define MAX_SIZE ((size_t)1 << 46)
 
 typedef struct parked {
   struct parked *next;
@@ -153,81 +109,12 @@ static struct {
   _Atomic int64_t nparked;
   gca_event_t *events;
   size_t nevents, capevents;
-  shard_t shards[SHARDS];
   /* statistics (Note [Host statistics]); retired: threads that exited. Under mu. */
   counts_t retired;
   int64_t peak_allocs, peak_bytes;
 } host = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local tcache_t *t_cache;
-
-/* ---- live-block table ---- */
-
-static shard_t *shard_of(uintptr_t p) {
-  return &host.shards[((p >> 4) * 0x9E3779B97F4A7C15ull) >> 58];
-}
-
-static size_t slot_of(const shard_t *s, uintptr_t p) {
-  return (size_t)(((p >> 4) * 0xC2B2AE3D27D4EB4Full) >> 20) & (s->cap - 1);
-}
-
-static bool shard_grow(shard_t *s) {
-  size_t cap = s->cap ? s->cap * 2 : 64;
-  block_t *v = GCA_FAILPOINT("host_block_table") ? NULL : calloc(cap, sizeof(*v));
-  if (!v)
-    return false;
-  block_t *old = s->slots;
-  size_t oldcap = s->cap;
-  s->slots = v;
-  s->cap = cap;
-  for (size_t i = 0; i < oldcap; i++) {
-    if (!old[i].ptr)
-      continue;
-    size_t j = slot_of(s, old[i].ptr);
-    while (v[j].ptr)
-      j = (j + 1) & (cap - 1);
-    v[j] = old[i];
-  }
-  free(old);
-  return true;
-}
-
-/* Under s->mu. */
-static block_t *shard_find(shard_t *s, uintptr_t p) {
-  if (!s->cap)
-    return NULL;
-  for (size_t j = slot_of(s, p);; j = (j + 1) & (s->cap - 1)) {
-    if (s->slots[j].ptr == p)
-      return &s->slots[j];
-    if (!s->slots[j].ptr)
-      return NULL;
-  }
-}
-
-static bool shard_insert(shard_t *s, uintptr_t p, size_t size) {
-  if ((s->n + 1) * 2 > s->cap && !shard_grow(s))
-    return false;
-  size_t j = slot_of(s, p);
-  while (s->slots[j].ptr)
-    j = (j + 1) & (s->cap - 1);
-  s->slots[j] = (block_t){.ptr = p, .size = size};
-  s->n++;
-  return true;
-}
-
-static void shard_remove(shard_t *s, block_t *b) {
-  size_t mask = s->cap - 1, i = (size_t)(b - s->slots);
-  s->slots[i].ptr = 0;
-  s->n--;
-  for (size_t j = (i + 1) & mask; s->slots[j].ptr; j = (j + 1) & mask) {
-    size_t home = slot_of(s, s->slots[j].ptr);
-    if (((j - home) & mask) >= ((j - i) & mask)) {
-      s->slots[i] = s->slots[j];
-      s->slots[j].ptr = 0;
-      i = j;
-    }
-  }
-}
 
 /* ---- statistics ---- */
 
@@ -551,10 +438,7 @@ GCA_API gca_status_t gca_host_alloc(void **ptr, size_t size) {
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: cannot pin %zu bytes of host memory: %s", fn,
                       size, why[0] ? why : "jemalloc found no memory");
   }
-  shard_t *s = shard_of((uintptr_t)p);
-  spin_lock(&s->mu);
-  bool ok = shard_insert(s, (uintptr_t)p, size);
-  spin_unlock(&s->mu);
+  bool ok = gca__host_blocks_insert(p, size);
   if (!ok) {
     give_back(tc, p, size);
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to track a block of %zu bytes", fn,
@@ -565,26 +449,21 @@ GCA_API gca_status_t gca_host_alloc(void **ptr, size_t size) {
   return GCA_OK;
 }
 
-static gca_status_t not_live(const char *fn, const void *ptr) {
-  return gca__error(GCA_ERR_INVALID_POINTER,
-                    "%s: %p is not a live block of pinned host memory from gca_host_alloc (a "
-                    "device pointer, another allocator's memory, or freed already)",
-                    fn, ptr);
-}
-
-/* Parks block b (its uses recorded as events), or fails leaving it live. Under s->mu. */
-static gca_status_t park(const char *fn, block_t *b) {
+/* Parks a block used by streams: an event recorded on each (Note [Deferred
+ * host frees]); gca__host_park_fn, called under the block's table lock. */
+static gca_status_t park(void *ctx, void *ptr, size_t size, const gca_stream_t *uses,
+                         uint32_t nuses) {
+  const char *fn = ctx;
   gca_status_t st;
   const gca_device_ops_t *ops = gca__device_get(&st);
   if (!ops)
     return gca__error_prefix(st, "%s", fn);
   parked_t *pk =
-      GCA_FAILPOINT("host_park") ? NULL : malloc(sizeof(*pk) + b->nuses * sizeof(gca_event_t));
+      GCA_FAILPOINT("host_park") ? NULL : malloc(sizeof(*pk) + nuses * sizeof(gca_event_t));
   if (!pk)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to defer the free of %p", fn,
-                      (void *)b->ptr);
-  *pk = (parked_t){.ptr = (void *)b->ptr, .size = b->size};
-  for (uint32_t i = 0; i < b->nuses; i++) {
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to defer the free of %p", fn, ptr);
+  *pk = (parked_t){.ptr = ptr, .size = size};
+  for (uint32_t i = 0; i < nuses; i++) {
     gca_event_t e = NULL;
     pthread_mutex_lock(&host.mu);
     if (host.nevents)
@@ -593,7 +472,7 @@ static gca_status_t park(const char *fn, block_t *b) {
     if (!e && (st = ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &e)) != GCA_OK)
       goto fail;
     pk->events[pk->nevents++] = e;
-    if ((st = ops->event_record(e, b->uses[i])) != GCA_OK)
+    if ((st = ops->event_record(e, uses[i])) != GCA_OK)
       goto fail;
   }
   pthread_mutex_lock(&host.mu);
@@ -603,7 +482,7 @@ static gca_status_t park(const char *fn, block_t *b) {
   pthread_mutex_unlock(&host.mu);
   return GCA_OK;
 fail:
-  gca__error_prefix(st, "%s: deferring the free of %p", fn, (void *)b->ptr);
+  gca__error_prefix(st, "%s: deferring the free of %p", fn, ptr);
   pthread_mutex_lock(&host.mu);
   for (uint32_t i = 0; i < pk->nevents; i++)
     pool_event(pk->events[i], ops);
@@ -620,25 +499,9 @@ GCA_API gca_status_t gca_host_free(void *ptr) {
   tcache_t *tc = my_tcache(fn);
   if (!tc)
     return GCA_ERR_OUT_OF_MEMORY;
-  shard_t *s = shard_of((uintptr_t)ptr);
-  spin_lock(&s->mu);
-  block_t *b = shard_find(s, (uintptr_t)ptr);
-  if (!b) {
-    spin_unlock(&s->mu);
-    return not_live(fn, ptr);
-  }
-  size_t size = b->size;
-  bool parked = b->nuses > 0;
-  if (parked) {
-    gca_status_t st = park(fn, b);
-    if (st != GCA_OK) {
-      spin_unlock(&s->mu);
-      return st;
-    }
-  }
-  free(b->uses);
-  shard_remove(s, b);
-  spin_unlock(&s->mu);
+  size_t size = 0;
+  bool parked = false;
+  GCA_CHECK(gca__host_blocks_remove(fn, ptr, park, (void *)fn, &size, &parked));
   if (!parked)
     give_back(tc, ptr, size);
   process_parked(tc);
@@ -648,33 +511,7 @@ GCA_API gca_status_t gca_host_free(void *ptr) {
 GCA_API gca_status_t gca_host_record_stream(void *ptr, gca_stream_t stream) {
   static const char fn[] = "gca_host_record_stream";
   GCA_CHECK(ready(fn));
-  shard_t *s = shard_of((uintptr_t)ptr);
-  gca_status_t st = GCA_OK;
-  spin_lock(&s->mu);
-  block_t *b = ptr ? shard_find(s, (uintptr_t)ptr) : NULL;
-  if (!b) {
-    st = not_live(fn, ptr);
-    goto out;
-  }
-  for (uint32_t i = 0; i < b->nuses; i++)
-    if (b->uses[i] == stream)
-      goto out;
-  if (b->nuses == b->capuses) {
-    uint32_t cap = b->capuses ? b->capuses * 2 : INLINE_USES;
-    gca_stream_t *v =
-        GCA_FAILPOINT("host_record_stream") ? NULL : realloc(b->uses, cap * sizeof(*v));
-    if (!v) {
-      st =
-          gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to record a stream on %p", fn, ptr);
-      goto out;
-    }
-    b->uses = v;
-    b->capuses = cap;
-  }
-  b->uses[b->nuses++] = stream;
-out:
-  spin_unlock(&s->mu);
-  return st;
+  return gca__host_blocks_record(fn, ptr, stream);
 }
 
 GCA_API gca_status_t gca_host_empty_cache(void) {
@@ -745,33 +582,22 @@ GCA_API void gca_host_reset_peak_stats(void) {
 
 /* ---- snapshot ---- */
 
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  bool oom;
-} sbuf_t;
+static void write_block(gca_json_writer_t *w, uintptr_t ptr, size_t size, const char *state,
+                        uint32_t streams) {
+  gca__json_object_begin(w);
+  gca__json_key(w, "address");
+  gca__json_uint(w, ptr);
+  gca__json_key(w, "size");
+  gca__json_uint(w, size);
+  gca__json_key(w, "state");
+  gca__json_string(w, state);
+  gca__json_key(w, "streams");
+  gca__json_uint(w, streams);
+  gca__json_object_end(w);
+}
 
-static void sbuf_printf(sbuf_t *b, const char *fmt, ...) GCA_PRINTF(2, 3);
-
-static void sbuf_printf(sbuf_t *b, const char *fmt, ...) {
-  for (int tries = 0; tries < 2 && !b->oom; tries++) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-    va_end(ap);
-    if (k >= 0 && b->p && b->n + (size_t)k < b->cap) {
-      b->n += (size_t)k;
-      return;
-    }
-    size_t cap = (b->cap + (size_t)k + 1) * 2;
-    char *q = realloc(b->p, cap);
-    if (!q) {
-      b->oom = true;
-      return;
-    }
-    b->p = q;
-    b->cap = cap;
-  }
+static void write_live(void *ctx, const void *ptr, size_t size, uint32_t nuses) {
+  write_block(ctx, (uintptr_t)ptr, size, "active_allocated", nuses);
 }
 
 GCA_API gca_status_t gca_host_snapshot_json(char **json) {
@@ -780,37 +606,15 @@ GCA_API gca_status_t gca_host_snapshot_json(char **json) {
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: json is NULL", fn);
   *json = NULL;
   GCA_CHECK(ready(fn));
-  sbuf_t b = {0};
-  bool first = true;
-  sbuf_printf(&b, "[");
-  for (unsigned i = 0; i < SHARDS; i++) {
-    shard_t *s = &host.shards[i];
-    spin_lock(&s->mu);
-    for (size_t j = 0; j < s->cap; j++)
-      if (s->slots[j].ptr) {
-        sbuf_printf(&b,
-                    "%s{\"address\": %llu, \"size\": %zu, \"state\": \"active_allocated\", "
-                    "\"streams\": %u}",
-                    first ? "" : ", ", (unsigned long long)s->slots[j].ptr, s->slots[j].size,
-                    s->slots[j].nuses);
-        first = false;
-      }
-    spin_unlock(&s->mu);
-  }
+  gca_json_writer_t w;
+  gca__json_writer_init(&w);
+  gca__json_array_begin(&w);
+  gca__host_blocks_walk(write_live, &w);
   pthread_mutex_lock(&host.mu);
-  for (parked_t *p = host.parked; p; p = p->next) {
-    sbuf_printf(&b,
-                "%s{\"address\": %llu, \"size\": %zu, \"state\": \"active_pending_free\", "
-                "\"streams\": %u}",
-                first ? "" : ", ", (unsigned long long)(uintptr_t)p->ptr, p->size, p->nevents);
-    first = false;
-  }
+  for (parked_t *p = host.parked; p; p = p->next)
+    write_block(&w, (uintptr_t)p->ptr, p->size, "active_pending_free", p->nevents);
   pthread_mutex_unlock(&host.mu);
-  sbuf_printf(&b, "]");
-  if (b.oom) {
-    free(b.p);
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for the snapshot", fn);
-  }
-  *json = b.p;
-  return GCA_OK;
+  gca__json_array_end(&w);
+  gca_status_t st = gca__json_writer_finish(&w, json, NULL);
+  return st == GCA_OK ? GCA_OK : gca__error_prefix(st, "%s", fn);
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* host_internal.h - the pinned host allocator's floors, top first:
- *   host.c         the caching host allocator (gca/host.h): live blocks,
- *                  stream uses and deferred frees, thread caches, statistics
+ *   host.c         the caching host allocator (gca/host.h): deferred frees,
+ *                  thread caches and their sections, statistics, empty_cache
+ *   host_blocks.c  the table of live blocks and their stream uses
  *   host_extent.c  the jemalloc arena whose extents are pinned (extent hooks)
  *   host_je.c      jemalloc loaded at run time (Note [Loading jemalloc])
  */
@@ -13,6 +14,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "gca/device.h"
 
 /* ---- host_je.c ---- */
 
@@ -29,6 +31,25 @@ typedef struct gca__je {
 /* Loads jemalloc once; the table, or NULL with GCA_ERR_NOT_SUPPORTED set
  * (detail prefixed with `fn`) saying what is missing and how to provide it. */
 const gca__je_t *gca__je_get(const char *fn);
+
+/* ---- host_blocks.c ---- */
+
+/* Defers the free of a block used by streams; called under the block's lock. */
+typedef gca_status_t (*gca__host_park_fn)(void *ctx, void *ptr, size_t size,
+                                          const gca_stream_t *uses, uint32_t nuses);
+typedef void (*gca__host_block_fn)(void *ctx, const void *ptr, size_t size, uint32_t nuses);
+
+/* Adds a live block; false when the table cannot grow (no host memory). */
+bool gca__host_blocks_insert(void *ptr, size_t size);
+/* Takes a live block out of the table: GCA_ERR_INVALID_POINTER naming fn and
+ * ptr when it is not one. A block with stream uses is first handed to park,
+ * whose failure leaves it live. *size: its size; *parked: whether park took it. */
+gca_status_t gca__host_blocks_remove(const char *fn, void *ptr, gca__host_park_fn park, void *ctx,
+                                     size_t *size, bool *parked);
+/* Adds stream to a live block's uses (GCA_ERR_INVALID_POINTER if not live). */
+gca_status_t gca__host_blocks_record(const char *fn, void *ptr, gca_stream_t stream);
+/* fn for every live block, each under its shard's lock (fn must not call back). */
+void gca__host_blocks_walk(gca__host_block_fn fn, void *ctx);
 
 /* ---- host_extent.c ---- */
 

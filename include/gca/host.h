@@ -73,9 +73,10 @@ typedef struct gca_host_stats {
 GCA_API gca_status_t gca_host_get_stats(gca_host_stats_t *stats);
 /* Resets peaks to current values and the accumulated counts. */
 GCA_API void gca_host_reset_peak_stats(void);
-/* The live and pending blocks as JSON, for the snapshot's "host_blocks":
- * [{"address": N, "size": N, "state": "active_allocated"|"active_pending_free",
- *   "streams": N}, ...]. *json is malloc'd; the caller frees it. */
+/* The live and pending blocks as JSON, in the shape of the snapshot's blocks:
+ * [{"address":N,"size":N,"state":"active_allocated"|"active_pending_free",
+ *   "streams":N},...] (streams: recorded uses, or events still pending).
+ * *json is malloc'd; release it with gca_string_free. */
 GCA_API gca_status_t gca_host_snapshot_json(char **json);
 
 #ifdef __cplusplus

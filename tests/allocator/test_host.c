@@ -504,15 +504,13 @@ static void the_snapshot_lists_live_and_pending_blocks(void **state) {
   char *json = NULL;
   assert_ok(gca_host_snapshot_json(&json));
   char want[128];
-  snprintf(want, sizeof(want),
-           "{\"address\": %llu, \"size\": 1000, \"state\": \"active_allocated\"",
+  snprintf(want, sizeof(want), "{\"address\":%llu,\"size\":1000,\"state\":\"active_allocated\"",
            (unsigned long long)(uintptr_t)a);
   assert_non_null(strstr(json, want));
-  snprintf(want, sizeof(want),
-           "{\"address\": %llu, \"size\": 3000, \"state\": \"active_pending_free\"",
+  snprintf(want, sizeof(want), "{\"address\":%llu,\"size\":3000,\"state\":\"active_pending_free\"",
            (unsigned long long)(uintptr_t)b);
   assert_non_null(strstr(json, want));
-  free(json);
+  gca_string_free(json);
   test_gate_open(&g);
   assert_ok(gca_stream_synchronize(s));
   assert_ok(gca_host_free(a));
