@@ -5,8 +5,9 @@
  *
  * The one idea: jemalloc does the caching (size classes, per-thread caches,
  * the arena's never-decaying dirty pages); this file adds what jemalloc cannot
- * know: which pointers are live blocks (so foreign pointers and double frees
- * are refused instead of corrupting the arena), which streams used a block,
+ * know: which pointers are live blocks (host_blocks.c: foreign pointers and
+ * double frees are refused instead of corrupting the arena), which streams
+ * used a block,
  * and the deferred free of such a block until an event recorded on each of
  * those streams at free time has completed (Note [Deferred host frees]).
  *
