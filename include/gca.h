@@ -11,5 +11,6 @@
 #include "gca/graphs.h"
 #include "gca/collectives.h"
 #include "gca/scheduler.h"
+#include "gca/host.h"
 
 #endif

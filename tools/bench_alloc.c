@@ -18,6 +18,8 @@
  * internal; a pthread mutex is the lock any allocator could take, so the floor
  * is a property of the machine, not of gca's lock.) It uses the public API
  * only; the JSON report is written with jansson.
+ * A host section follows (bench_host.c): pinned host pairs next to glibc and
+ * plain jemalloc, and device pinning calls per GiB grown ("host" in JSON).
  * Nothing is asserted: the figures are printed for a person or a dashboard.
  */
 #include <pthread.h>
@@ -28,6 +30,7 @@
 
 #include <jansson.h>
 
+#include "bench_host.h"
 #include "gca.h"
 #include "util.h"
 
@@ -205,7 +208,8 @@ static void j_set(json_t *o, const char *key, json_t *v, bool *ok) {
     *ok = false;
 }
 
-static gca_status_t print_json(const bench_row_t *rows, const double *lock_ns, double seconds) {
+static gca_status_t print_json(const bench_row_t *rows, const double *lock_ns, double seconds,
+                               json_t *host) {
   bool ok = true;
   const char *backend = gca_device_backend_name();
   json_t *root = json_object(), *results = json_array();
@@ -236,6 +240,8 @@ static gca_status_t print_json(const bench_row_t *rows, const double *lock_ns, d
     j_set(o, "ratio_2t", json_real(ratio(r->ns[KIND_GCA][1], r->ns[KIND_MALLOC][1])), &ok);
   }
   j_set(root, "results", results, &ok);
+  if (host)
+    j_set(root, "host", host, &ok);
   char *text = ok ? json_dumps(root, JSON_COMPACT) : NULL;
   json_decref(root);
   if (text == NULL)
@@ -283,10 +289,12 @@ static gca_status_t run(double seconds, bool json) {
   }
   for (int nt = 1; nt <= NTHREADS_MAX; nt++)
     TOOL_CHECK_GOTO(measure(KIND_LOCK, 512, nt, seconds, streams, &lock_ns[nt - 1]), st, out);
-  if (json)
-    TOOL_CHECK_GOTO(print_json(rows, lock_ns, seconds), st, out);
-  else
+  json_t *host = NULL;
+  if (!json)
     print_table(rows, lock_ns);
+  TOOL_CHECK_GOTO(gca__bench_host(seconds, json, json ? &host : NULL), st, out);
+  if (json)
+    TOOL_CHECK_GOTO(print_json(rows, lock_ns, seconds, host), st, out);
   st = GCA_OK;
 out:
   if (gca_empty_cache() != GCA_OK)

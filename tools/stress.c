@@ -446,7 +446,8 @@ static void periodic(worker_t *w) {
     ipc_episode(w);
   if ((due(w, o->capture_every) && !gca__stress_part_capture(&w->parts)) ||
       (due(w, o->suspend_every) && !gca__stress_part_suspend(&w->parts)) ||
-      (due(w, o->misc_every) && !gca__stress_part_misc(&w->parts)) ||
+      (due(w, o->misc_every) &&
+       (!gca__stress_part_misc(&w->parts) || !gca__stress_part_host(&w->parts))) ||
       (due(w, o->tree_every) && !gca__stress_part_tree(&w->parts)))
     fail(sh, "%s", w->parts.fail);
   if (sh->opt.empty_cache_every && w->c.ops % sh->opt.empty_cache_every == 0) {
@@ -854,6 +855,9 @@ static const char *const part_counter_names[] = {
     "tree_updates",
     "tree_aborted",
     "deferred_frees",
+    "host_rounds",
+    "host_aborted",
+    "host_not_supported",
 };
 _Static_assert(sizeof(part_counter_names) / sizeof(part_counter_names[0]) ==
                    sizeof(stress_part_counters_t) / sizeof(uint64_t),

@@ -48,7 +48,10 @@ typedef struct stress_part_counters {
   uint64_t tree_steps_checked; /* outputs checked against eager draws */
   uint64_t tree_updates;       /* exec updates the trees made */
   uint64_t tree_aborted;
-  uint64_t deferred; /* frees and closes that failed, retried after the run */
+  uint64_t deferred;           /* frees and closes that failed, retried after the run */
+  uint64_t host_rounds;        /* pinned host episodes that checked their copy */
+  uint64_t host_aborted;       /* ... cut short by an injected fault */
+  uint64_t host_not_supported; /* gca_host_alloc without jemalloc: registered buffers only */
 } stress_part_counters_t;
 
 /* What a part needs from the run: set up by gca-stress per thread. */
@@ -83,6 +86,12 @@ bool gca__stress_part_misc(stress_part_ctx_t *ctx);
  * tree updates the recording) and checks every output against the same draws
  * made eagerly. */
 bool gca__stress_part_tree(stress_part_ctx_t *ctx);
+/* ---- stress_host.c ---- */
+
+/* Pinned host memory: a deferred free of a block a copy uses, a read back
+ * through pinned memory, a registered buffer, now and then empty_cache. */
+bool gca__stress_part_host(stress_part_ctx_t *ctx);
+
 /* Bracket work that synchronizes the device, which must not overlap another
  * thread's capture (Note [Captures and device synchronization]). */
 void gca__stress_device_sync_begin(void);

@@ -28,6 +28,8 @@
  *   CUDA_ERROR_ILLEGAL_ADDRESS             -> GCA_ERR_ILLEGAL_ADDRESS
  *   CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED -> GCA_ERR_INVALID_STATE
  *   CUDA_ERROR_PEER_ACCESS_UNSUPPORTED     -> GCA_ERR_NOT_SUPPORTED
+ *   CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED -> GCA_ERR_INVALID_STATE
+ *   CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED  -> GCA_ERR_INVALID_ARGUMENT
  *   anything else                       -> GCA_ERR_DRIVER (driver's error name in the detail)
  */
 #ifndef GCA_DEVICE_INTERNAL_H
@@ -97,7 +99,11 @@
   X(stream_get_device)            \
   X(kernel_philox_u32)            \
   X(ctx_enable_peer_access)       \
-  X(kernel_copy_batch)
+  X(kernel_copy_batch)            \
+  X(host_alloc)                   \
+  X(host_free)                    \
+  X(host_register)                \
+  X(host_unregister)
 
 typedef enum gca_dev_op {
 #define GCA__OP_ENUM(name) GCA_OP_##name,
@@ -297,6 +303,20 @@ typedef struct gca_device_ops {
    * next synchronize). GCA_ERR_INVALID_ARGUMENT for a table that is not
    * 8-byte aligned (n > 0). */
   gca_status_t (*kernel_copy_batch)(gca_devptr_t table, size_t n, gca_stream_t stream);
+  /* Pinned (page-locked) host memory, which copies use without staging
+   * (Note [Sim copies]). cuMemHostAlloc with CU_MEMHOSTALLOC_PORTABLE (pinned
+   * for every context): `size` > 0 bytes, page aligned; GCA_ERR_OUT_OF_MEMORY
+   * when it cannot be allocated or pinned. cuMemFreeHost: `ptr` exactly as
+   * host_alloc returned it, else GCA_ERR_INVALID_ARGUMENT. */
+  gca_status_t (*host_alloc)(size_t size, void **out);
+  gca_status_t (*host_free)(void *ptr);
+  /* cuMemHostRegister (CU_MEMHOSTREGISTER_PORTABLE): page-locks the existing
+   * host memory [ptr, ptr+size); GCA_ERR_INVALID_STATE when a byte of it is
+   * pinned already, GCA_ERR_INVALID_ARGUMENT when it is not host memory,
+   * GCA_ERR_OUT_OF_MEMORY when it cannot be pinned. cuMemHostUnregister:
+   * `ptr` is the base of a registered range, else GCA_ERR_INVALID_ARGUMENT. */
+  gca_status_t (*host_register)(void *ptr, size_t size);
+  gca_status_t (*host_unregister)(void *ptr);
 } gca_device_ops_t;
 
 /* ---- device.c ---- */

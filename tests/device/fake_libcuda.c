@@ -126,6 +126,12 @@ static CUresult f_error_name(CUresult r, const char **s) {
   case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED:
     *s = "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED";
     return CUDA_SUCCESS;
+  case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+    *s = "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED:
+    *s = "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED";
+    return CUDA_SUCCESS;
   default:
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -225,6 +231,42 @@ static CUresult f_mem_alloc(CUdeviceptr *p, size_t size) {
 static CUresult f_mem_free(CUdeviceptr p) {
   NEED_CTX();
   return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+/* Pinned host memory: one registration and a few allocations, as the driver
+ * refuses them (flags must be PORTABLE, what the backend asks for). */
+static void *registered;
+static unsigned last_host_flags;
+static CUresult f_host_alloc(void **pp, size_t size, unsigned flags) {
+  NEED_CTX();
+  last_host_flags = flags;
+  if (size > MEM_LIMIT)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *pp = calloc(1, size ? size : 1);
+  return *pp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+static CUresult f_free_host(void *p) {
+  NEED_CTX();
+  if (!p)
+    return CUDA_ERROR_INVALID_VALUE;
+  free(p);
+  return CUDA_SUCCESS;
+}
+static CUresult f_host_register(void *p, size_t size, unsigned flags) {
+  NEED_CTX();
+  last_host_flags = flags;
+  if (!p || !size)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (registered)
+    return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  registered = p;
+  return CUDA_SUCCESS;
+}
+static CUresult f_host_unregister(void *p) {
+  NEED_CTX();
+  if (!p || p != registered)
+    return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  registered = NULL;
+  return CUDA_SUCCESS;
 }
 static CUresult f_granularity(size_t *g, const CUmemAllocationProp *prop,
                               CUmemAllocationGranularity_flags o) {
@@ -548,6 +590,10 @@ static const entry_t entries[] = {
     E("cuMemGetInfo", 3020, f_mem_get_info),
     E("cuMemAlloc", 3020, f_mem_alloc),
     E("cuMemFree", 3020, f_mem_free),
+    E("cuMemHostAlloc", 3020, f_host_alloc),
+    E("cuMemFreeHost", 2000, f_free_host),
+    E("cuMemHostRegister", 6050, f_host_register),
+    E("cuMemHostUnregister", 4000, f_host_unregister),
     E("cuMemGetAllocationGranularity", 10020, f_granularity),
     E("cuMemAddressReserve", 10020, f_reserve),
     E("cuMemAddressFree", 10020, f_addr_free),
@@ -644,6 +690,10 @@ EXPORT uint64_t fake_cuda_last_fabric_import(void);
 EXPORT const char *fake_cuda_last_kernel(unsigned *grid, unsigned *block, uint64_t args[4]);
 EXPORT int fake_cuda_peer_enabled(int dev, int peer);
 
+EXPORT int fake_cuda_last_host_flags(void);
+EXPORT int fake_cuda_last_host_flags(void) {
+  return (int)last_host_flags;
+}
 EXPORT int fake_cuda_max_version_asked(void) {
   return max_version_asked;
 }

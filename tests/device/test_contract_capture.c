@@ -633,7 +633,8 @@ legacy_capture_info_during_blocking_capture_is_implicit_without_invalidating(voi
  * GPU run to confirm. */
 static void exec_update_follows_the_drivers_limitations(void **state) {
   (void)state;
-  static uint32_t host[N];
+  static uint32_t host[N]; /* pinned: a copy of pageable memory cannot be captured */
+  assert_ok(ops->host_register(host, sizeof(host)));
   gca_devptr_t a = dalloc(N * 4), b = dalloc(N * 4);
   gca_stream_t s = mkstream(GCA_STREAM_NON_BLOCKING);
   gca_graph_t g[4];
@@ -671,6 +672,7 @@ static void exec_update_follows_the_drivers_limitations(void **state) {
   assert_ok(ops->stream_destroy(s));
   assert_ok(ops->mem_free(0, a));
   assert_ok(ops->mem_free(0, b));
+  assert_ok(ops->host_unregister(host));
 }
 
 /* Unknown until a GPU answers. cuEventQuery on an event whose last record was
@@ -739,6 +741,41 @@ static void vmm_calls_during_a_global_capture_on_another_stream_are_permitted(vo
   assert_ok(ops->mem_free(0, p));
 }
 
+/* Capturing a copy of pageable host memory is CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * and invalidates the capture; the same copy of pinned memory is captured and
+ * replays reading the pinned memory at launch. */
+static void a_captured_copy_needs_pinned_host_memory(void **state) {
+  (void)state;
+  gca_devptr_t d = dalloc(N * 4);
+  gca_stream_t s = mkstream(GCA_STREAM_NON_BLOCKING);
+  uint32_t *pageable = calloc(N, 4), *pinned = NULL;
+  assert_non_null(pageable);
+  assert_ok(ops->host_alloc(N * 4, (void **)&pinned));
+  gca_graph_t g = NULL;
+  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_status(ops->memcpy_async(d, (gca_devptr_t)(uintptr_t)pageable, N * 4, s),
+                GCA_ERR_CAPTURE_UNSUPPORTED, "memcpy_async:");
+  assert_status(ops->stream_end_capture(s, &g), GCA_ERR_CAPTURE_INVALIDATED, "");
+  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(ops->memcpy_async(d, (gca_devptr_t)(uintptr_t)pinned, N * 4, s));
+  assert_ok(ops->stream_end_capture(s, &g));
+  gca_graph_exec_t x;
+  assert_ok(ops->graph_instantiate(g, &x));
+  for (uint32_t round = 1; round <= 3; round++) {
+    for (uint32_t i = 0; i < N; i++)
+      pinned[i] = round * 100 + i;
+    assert_ok(ops->graph_launch(x, s));
+    assert_ok(ops->stream_synchronize(s));
+    expect_fill(d, round * 100, 1);
+  }
+  assert_ok(ops->graph_exec_destroy(x));
+  assert_ok(ops->graph_destroy(g));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->host_free(pinned));
+  free(pageable);
+  assert_ok(ops->mem_free(0, d));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(capture_records_work_and_replay_runs_it),
@@ -763,6 +800,7 @@ int main(void) {
       cmocka_unit_test(
           legacy_capture_info_during_blocking_capture_is_implicit_without_invalidating),
       cmocka_unit_test(exec_update_follows_the_drivers_limitations),
+      cmocka_unit_test(a_captured_copy_needs_pinned_host_memory),
       cmocka_unit_test(event_recorded_in_a_finished_capture_stays_captured),
       cmocka_unit_test(vmm_calls_during_a_global_capture_on_another_stream_are_permitted),
   };

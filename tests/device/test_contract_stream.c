@@ -760,6 +760,71 @@ static void a_copy_batch_copies_every_entry_when_it_runs(void **state) {
   assert_ok(ops->mem_free(0, table));
 }
 
+/* cuMemcpyAsync's "API synchronization behavior": a pageable source is read at
+ * the call (staged), so overwriting it right after the call does not change
+ * what lands; a pinned source (host_alloc, host_register) is read when the
+ * stream reaches the copy, so a write made while the stream is held back by a
+ * gate is what lands. A copy into pageable memory returns once it landed;
+ * into pinned memory it returns at once and lands when the stream runs. */
+static void pinned_copies_are_asynchronous_pageable_ones_are_staged(void **state) {
+  (void)state;
+  gca_devptr_t d = dalloc(N * 4);
+  gca_stream_t s;
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  uint32_t *pageable = malloc(N * 4), *pinned = NULL, reg[N];
+  assert_non_null(pageable);
+  assert_ok(ops->host_alloc(N * 4, (void **)&pinned));
+  assert_ok(ops->host_register(reg, sizeof(reg)));
+  for (uint32_t i = 0; i < N; i++)
+    pageable[i] = pinned[i] = reg[i] = 1;
+
+  test_gate_t g;
+  test_gate_init(&g);
+  assert_ok(ops->launch_host_func(s, test_gate_pass, &g));
+  assert_ok(ops->memcpy_async(d, (gca_devptr_t)(uintptr_t)pageable, N * 4, s));
+  for (uint32_t i = 0; i < N; i++)
+    pageable[i] = 2; /* after the call: not what lands */
+  test_gate_open(&g);
+  assert_ok(ops->stream_synchronize(s));
+  expect_fill(d, 1, 0);
+
+  uint32_t *srcs[2] = {pinned, reg};
+  for (int k = 0; k < 2; k++) {
+    test_gate_init(&g);
+    assert_ok(ops->launch_host_func(s, test_gate_pass, &g));
+    assert_ok(ops->memcpy_async(d, (gca_devptr_t)(uintptr_t)srcs[k], N * 4, s));
+    for (uint32_t i = 0; i < N; i++)
+      srcs[k][i] = 3 + (uint32_t)k; /* before the stream runs the copy: what lands */
+    test_gate_open(&g);
+    assert_ok(ops->stream_synchronize(s));
+    expect_fill(d, 3 + (uint32_t)k, 0);
+  }
+
+  /* device to pinned: returns before the copy ran (the gate still holds it) */
+  test_gate_init(&g);
+  assert_ok(ops->launch_host_func(s, test_gate_pass, &g));
+  assert_ok(ops->memset_d32_async(d, 7, N, s));
+  assert_ok(ops->memcpy_async((gca_devptr_t)(uintptr_t)pinned, d, N * 4, s));
+  assert_int_equal(pinned[0], 3);
+  test_gate_open(&g);
+  assert_ok(ops->stream_synchronize(s));
+  assert_int_equal(pinned[N - 1], 7);
+  /* device to pageable: returns once landed */
+  assert_ok(ops->memset_d32_async(d, 9, N, s));
+  assert_ok(ops->memcpy_async((gca_devptr_t)(uintptr_t)pageable, d, N * 4, s));
+  assert_int_equal(pageable[N - 1], 9);
+  assert_ok(ops->stream_synchronize(s));
+
+  assert_status(ops->host_register(reg, sizeof(reg)), GCA_ERR_INVALID_STATE, "host_register:");
+  assert_status(ops->host_unregister(pageable), GCA_ERR_INVALID_ARGUMENT, "host_unregister:");
+  assert_status(ops->host_free(pageable), GCA_ERR_INVALID_ARGUMENT, "host_free:");
+  assert_ok(ops->host_unregister(reg));
+  assert_ok(ops->host_free(pinned));
+  free(pageable);
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, d));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(stream_order_holds_under_heavy_async_load),
@@ -781,6 +846,7 @@ int main(void) {
       cmocka_unit_test(capture_on_device_0_leaves_device_1_legacy_stream_usable),
       cmocka_unit_test(injected_faults_fail_one_call_and_leave_streams_usable),
       cmocka_unit_test(a_copy_batch_copies_every_entry_when_it_runs),
+      cmocka_unit_test(pinned_copies_are_asynchronous_pageable_ones_are_staged),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

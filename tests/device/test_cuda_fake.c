@@ -518,7 +518,51 @@ static int child_peer_access_unsupported(report_t *r) {
   return CHILD_PASS;
 }
 
+/* Pinned host memory goes to cuMemHostAlloc / cuMemHostRegister with
+ * PORTABLE, and the driver's host-memory errors map to their statuses. */
+static int child_host_memory(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  EXPECT_OK(r, ops->init());
+  void *p = NULL;
+  EXPECT_OK(r, ops->host_alloc(4096, &p));
+  CHECK(r,
+        p != NULL && fake_int("fake_cuda_last_host_flags") == 0x01 /* CU_MEMHOSTALLOC_PORTABLE */);
+  EXPECT_OK(r, ops->host_free(p));
+  EXPECT(r, ops->host_alloc((size_t)1 << 40, &p), GCA_ERR_OUT_OF_MEMORY,
+         "host_alloc: CUDA_ERROR_OUT_OF_MEMORY");
+  static char buf[8192];
+  EXPECT_OK(r, ops->host_register(buf, sizeof(buf)));
+  CHECK(r, fake_int("fake_cuda_last_host_flags") == 0x01 /* CU_MEMHOSTREGISTER_PORTABLE */);
+  EXPECT(r, ops->host_register(buf, sizeof(buf)), GCA_ERR_INVALID_STATE,
+         "host_register: CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED");
+  EXPECT_OK(r, ops->host_unregister(buf));
+  EXPECT(r, ops->host_unregister(buf), GCA_ERR_INVALID_ARGUMENT,
+         "host_unregister: CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED");
+  return CHILD_PASS;
+}
+
+static int child_host_memory_without_entry(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  EXPECT_OK(r, ops->init());
+  void *p = NULL;
+  EXPECT(r, ops->host_alloc(4096, &p), GCA_ERR_NOT_SUPPORTED,
+         "host_alloc: the driver has no cuMemHostAlloc");
+  CHECK(r, p == NULL);
+  return CHILD_PASS;
+}
+
 /* ---- tests ---- */
+
+static void host_memory_is_pinned_portable_and_errors_map(void **state) {
+  (void)state;
+  run_in_child(NULL, child_host_memory);
+}
+
+static void host_alloc_without_the_entry_point_is_not_supported(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_CUDA_MISSING", "cuMemHostAlloc", NULL};
+  run_in_child(env, child_host_memory_without_entry);
+}
 
 static void init_resolves_every_entry_within_the_driver_version(void **state) {
   (void)state;
@@ -646,6 +690,8 @@ int main(void) {
       cmocka_unit_test(fabric_export_without_the_entry_point_is_not_supported),
       cmocka_unit_test(peer_access_is_enabled_once_one_way_and_errors_map),
       cmocka_unit_test(peer_access_the_driver_says_unsupported_is_not_supported),
+      cmocka_unit_test(host_memory_is_pinned_portable_and_errors_map),
+      cmocka_unit_test(host_alloc_without_the_entry_point_is_not_supported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,7 +99,11 @@ static void host_fn(void *p) {
   X(stream_get_device, ops->stream_get_device(NULL, &i))                                   \
   X(kernel_philox_u32, ops->kernel_philox_u32(0x200000, 16, 0x400000, 0x600000, 4, NULL))  \
   X(ctx_enable_peer_access, ops->ctx_enable_peer_access(0, 1))                             \
-  X(kernel_copy_batch, ops->kernel_copy_batch(0x200000, 1, NULL))
+  X(kernel_copy_batch, ops->kernel_copy_batch(0x200000, 1, NULL))                          \
+  X(host_alloc, ops->host_alloc(4096, &hp))                                                \
+  X(host_free, ops->host_free(hbuf))                                                       \
+  X(host_register, ops->host_register(hbuf, sizeof(hbuf)))                                 \
+  X(host_unregister, ops->host_unregister(hbuf))
 
 #define COUNT_ONE(name, call) +1
 enum { EVERY_OP_COUNT = 0 EVERY_OP(COUNT_ONE) };
@@ -126,6 +130,8 @@ static int every_op_fails(report_t *r, gca_status_t want, const char *needle) {
   uint64_t id = 5;
   float ms = 5.0f;
   uint8_t fabric[GCA_FABRIC_HANDLE_LEN] = {0};
+  static char hbuf[4096];
+  void *hp = hbuf;
   char prefix[64];
 #define CALL_ONE(op, call)                                                                       \
   do {                                                                                           \
@@ -145,7 +151,7 @@ static int every_op_fails(report_t *r, gca_status_t want, const char *needle) {
 #undef CALL_ONE
   if (i != -5 || sz != 5 || sz2 != 5 || ptr != 5 || handle != 5 || stream != FAKE_STREAM ||
       event != FAKE_EVENT || graph != FAKE_GRAPH || exec != FAKE_EXEC || id != 5 || ms != 5.0f ||
-      cstatus != GCA_CAPTURE_STATUS_INVALIDATED || mode != GCA_CAPTURE_MODE_RELAXED ||
+      hp != hbuf || cstatus != GCA_CAPTURE_STATUS_INVALIDATED || mode != GCA_CAPTURE_MODE_RELAXED ||
       strcmp(name, "untouched") != 0)
     return failf(r, "a failing op wrote to an out-parameter");
   return CHILD_PASS;

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "device.h"
 #include "gca.h"
 #include "support.h"
 
@@ -132,6 +133,9 @@ static void event_completes_only_after_the_gate_opens(void **state) {
   uint32_t *d = dev_alloc(N * 4);
   uint32_t *host = calloc(N, sizeof(uint32_t));
   assert_non_null(host);
+  /* pinned: a copy into pageable memory would return only once it landed */
+  const gca_device_ops_t *ops = gca__device();
+  assert_ok(ops->host_register(host, N * sizeof(uint32_t)));
 
   assert_ok(gca_memset_d32(d, 0, N));
   assert_ok(gca_event_record(start, s1));
@@ -163,6 +167,7 @@ static void event_completes_only_after_the_gate_opens(void **state) {
   assert_ok(gca_stream_destroy(s1));
   assert_ok(gca_stream_destroy(s2));
   assert_ok(gca_free(d));
+  assert_ok(ops->host_unregister(host));
   free(host);
   test_gate_fini(&g);
 }
@@ -315,6 +320,9 @@ static void failed_synchronous_copy_returns_after_the_copy_landed(void **state) 
   uint32_t *d = dev_alloc(N * 4);
   uint32_t *host = calloc(N, sizeof(uint32_t));
   assert_non_null(host);
+  /* pinned: into pageable memory the copy itself would wait, not gca_memcpy */
+  const gca_device_ops_t *ops = gca__device();
+  assert_ok(ops->host_register(host, N * sizeof(uint32_t)));
   assert_ok(gca_memset_d32(d, 0x5eedu, N));
   assert_ok(gca_launch_host_func(GCA_STREAM_LEGACY, test_gate_pass, &g));
   opener_t o = {.gate = &g, .base = gca_sim_call_count("stream_synchronize")};
@@ -337,6 +345,7 @@ static void failed_synchronous_copy_returns_after_the_copy_landed(void **state) 
     fail_msg("gca_memcpy's detail '%s' does not name the call and the failed wait", detail);
   assert_true(landed);
   assert_ok(gca__allocator_check());
+  assert_ok(ops->host_unregister(host));
   assert_ok(gca_free(d));
   free(host);
   test_gate_fini(&g);

@@ -555,6 +555,37 @@ static gca_status_t call_ctx_enable_peer_access(void) {
   return first_st;
 }
 
+static gca_status_t call_host_alloc(void) {
+  void *p = NULL;
+  begin();
+  TRY(ops->host_alloc(4096, &p));
+  if (first_st == GCA_OK)
+    ops->host_free(p);
+  return first_st;
+}
+static gca_status_t call_host_free(void) {
+  void *p = NULL;
+  begin();
+  TRY(ops->host_alloc(4096, &p));
+  TRY_OR_REPEAT(ops->host_free(p));
+  return first_st;
+}
+static gca_status_t call_host_register(void) {
+  static char buf[8192] __attribute__((aligned(4096)));
+  begin();
+  TRY(ops->host_register(buf, sizeof(buf)));
+  if (first_st == GCA_OK)
+    ops->host_unregister(buf);
+  return first_st;
+}
+static gca_status_t call_host_unregister(void) {
+  static char buf[8192] __attribute__((aligned(4096)));
+  begin();
+  TRY(ops->host_register(buf, sizeof(buf)));
+  TRY_OR_REPEAT(ops->host_unregister(buf));
+  return first_st;
+}
+
 typedef struct op_call {
   gca_status_t (*call)(void);
   bool present; /* the table has a function for the op */
@@ -572,7 +603,8 @@ static void fill_calls(void) {
 }
 
 static gca_status_t natural_error(int op) {
-  return (op == GCA_OP_mem_alloc || op == GCA_OP_mem_create || op == GCA_OP_mem_address_reserve)
+  return (op == GCA_OP_mem_alloc || op == GCA_OP_mem_create || op == GCA_OP_mem_address_reserve ||
+          op == GCA_OP_host_alloc || op == GCA_OP_host_register)
              ? GCA_ERR_OUT_OF_MEMORY
              : GCA_ERR_DRIVER;
 }

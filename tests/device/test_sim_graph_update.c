@@ -232,7 +232,8 @@ static void expect_parameters_changed(gca_graph_t g1, gca_graph_t g2, size_t ind
  * a memcpy between other addresses of the same types is. */
 static void memcpy_memory_type_change_is_parameters_changed(void **state) {
   (void)state;
-  static uint32_t host[N];
+  static uint32_t host[N]; /* pinned: a copy of pageable memory cannot be captured */
+  assert_ok(ops->host_register(host, sizeof(host)));
   gca_devptr_t h = (gca_devptr_t)(uintptr_t)host;
   gca_graph_t g1 = capture_copy(a, c), g2 = capture_copy(b, c);
   gca_graph_exec_t x;
@@ -249,6 +250,7 @@ static void memcpy_memory_type_change_is_parameters_changed(void **state) {
                             "node 1: the memcpy destination memory type changed (device to host)");
   expect_parameters_changed(capture_copy(a, c), capture_copy(a, h), 1,
                             "memcpy source memory type changed (device to host)");
+  assert_ok(ops->host_unregister(host));
 }
 
 /* "The CUDA device(s) to which the operand(s) was allocated/mapped cannot change." */

@@ -802,11 +802,22 @@ static void fault_at_any_call_of_any_op_ends_the_run_cleanly(void **state) {
   print_message("fault sweep: %zu cases in %.1f s, %zu skipped for known defects; injected "
                 "faults fired in %d of %d ops; never in:%s\n",
                 ncases, mono_s() - t0, skipped, reached, nops, unreached);
-  for (int op = 0; op < nops; op++)
-    if (!fired[op] && !sweep_skipped(gca_sim_op_name(op), 1))
+  /* host_alloc and host_free are reached through the pinned host allocator,
+   * which a build or a process without jemalloc does not have */
+  void *probe = NULL;
+  gca_status_t host_st = gca_host_alloc(&probe, 64);
+  if (host_st == GCA_OK)
+    assert_ok(gca_host_free(probe));
+  for (int op = 0; op < nops; op++) {
+    const char *name = gca_sim_op_name(op);
+    if (host_st == GCA_ERR_NOT_SUPPORTED &&
+        (strcmp(name, "host_alloc") == 0 || strcmp(name, "host_free") == 0))
+      continue;
+    if (!fired[op] && !sweep_skipped(name, 1))
       fail_msg("fault sweep: no injected fault of '%s' fired (seed %s): every device op must be "
                "reached by gca-stress --all",
-               gca_sim_op_name(op), seed);
+               name, seed);
+  }
   free(cases);
   free(fired);
   if (bad)

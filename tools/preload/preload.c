@@ -27,6 +27,17 @@
  * have run. GCA_PRINT_STATS=1 prints gca's statistics on stderr at exit;
  * GCA_TRACE records the allocation trace as the allocator always does.
  *
+ * Pinned host memory is served on both backends by gca's caching host
+ * allocator (gca/host.h): cudaHostAlloc, cudaMallocHost, cudaFreeHost,
+ * cuMemHostAlloc, cuMemAllocHost_v2, cuMemFreeHost, and cudaHostRegister /
+ * cudaHostUnregister through gca_host_register. Flags are not needed: every
+ * pinned block is portable and mapped as the driver's defaults on unified
+ * addressing make it. A cudaFreeHost of memory gca did not pin goes to the
+ * real library on cuda and is refused on sim. The shim lists libjemalloc.so.2
+ * as a dependency, so jemalloc is loaded at program start (where its static
+ * TLS fits) and after libc in the search order: the program's malloc stays
+ * glibc's (Note [Loading jemalloc], allocator/host_je.c).
+ *
  * cudaFree is stream-ordered on the legacy stream, as every caching
  * allocator's free is: it does not wait for the device as the real cudaFree
  * does; a block freed by cudaFreeAsync on a stream other than its allocation
@@ -71,6 +82,11 @@ SHIM_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
   X(cuMemAllocAsync)     \
   X(cuMemFree)           \
   X(cuMemFreeAsync)      \
+  X(cudaHostAlloc)       \
+  X(cudaFreeHost)        \
+  X(cudaHostRegister)    \
+  X(cuMemHostAlloc)      \
+  X(cuMemFreeHost)       \
   X(foreign_free)        \
   X(failed_alloc)
 
@@ -474,6 +490,73 @@ SHIM_API cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream) {
 
 SHIM_API cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream) {
   return rt_free_async(devPtr, hStream, true);
+}
+
+/* ---- pinned host memory ---- */
+
+static gca_status_t shim_host_alloc(const char *api, void **p, size_t size) {
+  if (p == NULL)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: the pointer's address is NULL", api);
+  GCA_CHECK(shim_ready());
+  gca_status_t st = gca_host_alloc(p, size);
+  return st == GCA_OK ? GCA_OK : gca__error_prefix(st, "%s", api);
+}
+
+SHIM_API cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags) {
+  count_call(CALL_cudaHostAlloc);
+  return rt_status(shim_host_alloc("cudaHostAlloc", pHost, size));
+}
+
+SHIM_API cudaError_t cudaMallocHost(void **ptr, size_t size) {
+  count_call(CALL_cudaHostAlloc);
+  return rt_status(shim_host_alloc("cudaMallocHost", ptr, size));
+}
+
+SHIM_API cudaError_t cudaFreeHost(void *ptr) {
+  count_call(CALL_cudaFreeHost);
+  gca_status_t st = shim_ready();
+  if (st == GCA_OK)
+    st = gca_host_free(ptr);
+  if (st == GCA_ERR_INVALID_POINTER) {
+    if (!on_sim)
+      FORWARD_RT(cudaFreeHost, ptr);
+    st = foreign_free("cudaFreeHost", ptr);
+  }
+  return rt_status(st);
+}
+
+SHIM_API cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
+  count_call(CALL_cudaHostRegister);
+  gca_status_t st = shim_ready();
+  return rt_status(st == GCA_OK ? gca_host_register(ptr, size) : st);
+}
+
+SHIM_API cudaError_t cudaHostUnregister(void *ptr) {
+  gca_status_t st = shim_ready();
+  return rt_status(st == GCA_OK ? gca_host_unregister(ptr) : st);
+}
+
+SHIM_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
+  count_call(CALL_cuMemHostAlloc);
+  return drv_status(shim_host_alloc("cuMemHostAlloc", pp, bytesize));
+}
+
+SHIM_API CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) {
+  count_call(CALL_cuMemHostAlloc);
+  return drv_status(shim_host_alloc("cuMemAllocHost_v2", pp, bytesize));
+}
+
+SHIM_API CUresult cuMemFreeHost(void *p) {
+  count_call(CALL_cuMemFreeHost);
+  gca_status_t st = shim_ready();
+  if (st == GCA_OK)
+    st = gca_host_free(p);
+  if (st == GCA_ERR_INVALID_POINTER) {
+    if (!on_sim)
+      FORWARD_DRV(cuMemFreeHost, p);
+    st = foreign_free("cuMemFreeHost", p);
+  }
+  return drv_status(st);
 }
 
 /* free = the device's free memory + what gca holds cached and unused. */

@@ -118,6 +118,10 @@ STUB(kernel_philox_u32, gca_devptr_t d, size_t n, gca_devptr_t seed, gca_devptr_
      gca_stream_t s)
 STUB(ctx_enable_peer_access, int dev, int peer)
 STUB(kernel_copy_batch, gca_devptr_t table, size_t n, gca_stream_t s)
+STUB(host_alloc, size_t size, void **out)
+STUB(host_free, void *ptr)
+STUB(host_register, void *ptr, size_t size)
+STUB(host_unregister, void *ptr)
 #undef STUB
 
 static const gca_device_ops_t cuda_ops = {.name = "cuda",
@@ -220,6 +224,10 @@ static struct driver {
   CUresult (*GraphExecUpdate)(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info);
   CUresult (*GraphDestroy)(CUgraph graph);
   CUresult (*GraphExecDestroy)(CUgraphExec exec);
+  CUresult (*MemHostAlloc)(void **pp, size_t bytesize, unsigned int flags);
+  CUresult (*MemFreeHost)(void *p);
+  CUresult (*MemHostRegister)(void *p, size_t bytesize, unsigned int flags);
+  CUresult (*MemHostUnregister)(void *p);
 } drv;
 
 /* One entry point: the driver's name, the ABI version whose signature the slot
@@ -302,6 +310,11 @@ static const symbol_t symbols[] = {
     SYM(GraphExecUpdate, "cuGraphExecUpdate", 12000, true), /* _v2: result info struct */
     SYM(GraphDestroy, "cuGraphDestroy", 10000, true),
     SYM(GraphExecDestroy, "cuGraphExecDestroy", 10000, true),
+    /* pinned host memory: optional, the host allocator alone needs them */
+    SYM(MemHostAlloc, "cuMemHostAlloc", 3020, false),
+    SYM(MemFreeHost, "cuMemFreeHost", 2000, false),
+    SYM(MemHostRegister, "cuMemHostRegister", 6050, false), /* _v2 */
+    SYM(MemHostUnregister, "cuMemHostUnregister", 4000, false),
 };
 #undef SYM
 
@@ -400,6 +413,10 @@ static gca_status_t map_result(CUresult r) {
     return GCA_ERR_GRAPH_UPDATE;
   case CUDA_ERROR_NOT_PERMITTED:
     return GCA_ERR_NOT_PERMITTED;
+  case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+    return GCA_ERR_INVALID_STATE;
+  case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED:
+    return GCA_ERR_INVALID_ARGUMENT;
   case CUDA_ERROR_ILLEGAL_ADDRESS:
     return GCA_ERR_ILLEGAL_ADDRESS;
   case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
@@ -1422,6 +1439,43 @@ static gca_status_t cuda_graph_destroy(gca_graph_t graph) {
 static gca_status_t cuda_graph_exec_destroy(gca_graph_exec_t exec) {
   GCA_CHECK(enter_any("graph_exec_destroy"));
   CU_CHECK("graph_exec_destroy", drv.GraphExecDestroy(exec));
+  return GCA_OK;
+}
+
+/* ---- pinned host memory ---- */
+
+/* GCA_ERR_NOT_SUPPORTED naming op when the driver lacks the entry point. */
+static gca_status_t host_entry(const char *op, const void *fn, const char *name) {
+  GCA_CHECK(enter_any(op));
+  if (!fn)
+    return gca__error(GCA_ERR_NOT_SUPPORTED, "%s: the driver has no %s", op, name);
+  return GCA_OK;
+}
+
+static gca_status_t cuda_host_alloc(size_t size, void **out) {
+  GCA_CHECK(host_entry("host_alloc", (const void *)drv.MemHostAlloc, "cuMemHostAlloc"));
+  void *p = NULL;
+  CU_CHECK("host_alloc", drv.MemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE));
+  *out = p;
+  return GCA_OK;
+}
+
+static gca_status_t cuda_host_free(void *ptr) {
+  GCA_CHECK(host_entry("host_free", (const void *)drv.MemFreeHost, "cuMemFreeHost"));
+  CU_CHECK("host_free", drv.MemFreeHost(ptr));
+  return GCA_OK;
+}
+
+static gca_status_t cuda_host_register(void *ptr, size_t size) {
+  GCA_CHECK(host_entry("host_register", (const void *)drv.MemHostRegister, "cuMemHostRegister"));
+  CU_CHECK("host_register", drv.MemHostRegister(ptr, size, CU_MEMHOSTREGISTER_PORTABLE));
+  return GCA_OK;
+}
+
+static gca_status_t cuda_host_unregister(void *ptr) {
+  GCA_CHECK(
+      host_entry("host_unregister", (const void *)drv.MemHostUnregister, "cuMemHostUnregister"));
+  CU_CHECK("host_unregister", drv.MemHostUnregister(ptr));
   return GCA_OK;
 }
 

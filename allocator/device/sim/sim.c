@@ -263,7 +263,8 @@ bool gca__sim_fabric_supported(void) {
 
 static gca_status_t injected(gca_dev_op_t op, int64_t call) {
   gca_status_t st =
-      (op == GCA_OP_mem_alloc || op == GCA_OP_mem_create || op == GCA_OP_mem_address_reserve)
+      (op == GCA_OP_mem_alloc || op == GCA_OP_mem_create || op == GCA_OP_mem_address_reserve ||
+       op == GCA_OP_host_alloc || op == GCA_OP_host_register)
           ? GCA_ERR_OUT_OF_MEMORY
           : GCA_ERR_DRIVER;
   return gca__error(st, "%s: injected fault (sim, call %lld)", gca__device_op_name(op),
@@ -446,6 +447,7 @@ static void fill_table(void) {
   gca__sim_mem_ops(&table);
   gca__sim_stream_ops(&table);
   gca__sim_graph_ops(&table);
+  gca__sim_host_ops(&table);
 }
 
 const gca_device_ops_t *gca__sim_ops(void) {

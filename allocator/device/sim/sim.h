@@ -10,6 +10,8 @@
  *                per-device access rights and peer access
  *   sim_stream.c streams (a worker thread each, in order), events, host funcs,
  *                copies, memsets and the ready-made kernels
+ *   sim_host.c   pinned host memory (host_alloc, host_register): a table of
+ *                the ranges the sim treats as page-locked
  *   sim_graph.c  stream capture (modes, illegal-operation rules, invalidation,
  *                cross-stream joins through events) and graphs (instantiate,
  *                upload, launch, exec-update, destroy)
@@ -96,6 +98,15 @@ void gca__sim_stream_ops(gca_device_ops_t *ops);
 /* Waits until every stream of `dev` (its legacy stream included) has run the
  * work queued on it when called: ctx_synchronize without its checks. */
 void gca__sim_device_drain(int dev);
+
+/* ---- sim_host.c ---- */
+
+/* Installs host_alloc, host_free, host_register, host_unregister. */
+void gca__sim_host_ops(gca_device_ops_t *ops);
+/* Whether all of [p, p+len) lies in one pinned range (len 0: true). */
+bool gca__sim_host_is_pinned(gca_devptr_t p, size_t len);
+/* Bytes pinned now (host_alloc'd and registered). */
+size_t gca__sim_host_pinned_bytes(void);
 
 /* ---- sim_graph.c ---- */
 

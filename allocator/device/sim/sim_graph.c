@@ -630,6 +630,15 @@ gca_status_t gca__sim_capture_submit(const char *op, gca_stream_t s, int dev, bo
     st = invalidated_error(op, c);
     goto out;
   }
+  if (w->kind == GCA__SIM_WORK_MEMCPY && w->pageable) {
+    c->invalidated = true;
+    st = gca__error(GCA_ERR_CAPTURE_UNSUPPORTED,
+                    "%s: a copy from or to pageable host memory cannot be captured (pin it with "
+                    "host_alloc or host_register) (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); the "
+                    "capture is invalidated",
+                    op);
+    goto out;
+  }
   if (c->n == c->cap) {
     size_t cap = c->cap ? c->cap * 2 : 16;
     node_t *nodes = realloc(c->nodes, cap * sizeof(*nodes));

@@ -1353,11 +1353,21 @@ static gca_status_t sim_launch_host_func(gca_stream_t stream, gca_host_fn_t fn, 
 /* Note [Sim copies]: as cuMemcpyAsync ("API synchronization behavior" in the
  * driver's documentation): each side must be mapped device memory or host
  * memory, else GCA_ERR_INVALID_ARGUMENT at the call (CUDA_ERROR_INVALID_VALUE)
- * and nothing is queued. The sim has no page-locked host memory, so all host
- * memory is pageable: a host-to-device copy reads its source at the call
- * (staged), and a host-to-host copy is synchronous with respect to the host
- * (it returns once done, after the stream's earlier work). Device-to-host and
- * device-to-device copies are stream-ordered and asynchronous. */
+ * and nothing is queued. Host memory is pinned when host_alloc or
+ * host_register made it so (sim_host.c), else pageable, and the two behave as
+ * on the driver:
+ *   - from pageable host memory to the device: the source is read at the call
+ *     (staged), so the caller may reuse it as soon as the call returns;
+ *   - from the device to pageable host memory: the call returns once the copy
+ *     has landed (after the stream's earlier work);
+ *   - host to host, pinned or not: synchronous with respect to the host;
+ *   - every other copy (pinned host memory on either side, device to device)
+ *     is stream-ordered and truly asynchronous: a pinned source is read when
+ *     the stream reaches the copy, not at the call.
+ * Capturing a copy with a side in pageable host memory fails with
+ * GCA_ERR_CAPTURE_UNSUPPORTED and invalidates the capture, as the driver's
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: a graph can only replay copies of
+ * pinned or device memory. */
 static gca_status_t sim_memcpy_async(gca_devptr_t dst, gca_devptr_t src, size_t bytes,
                                      gca_stream_t stream) {
   GCA_SIM_ENTER(memcpy_async, 0);
@@ -1376,8 +1386,16 @@ static gca_status_t sim_memcpy_async(gca_devptr_t dst, gca_devptr_t src, size_t 
                       bad_dst ? "destination" : "source", (unsigned long long)(bad_dst ? dst : src),
                       bytes);
   }
-  gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMCPY, .dst = dst, .a = src, .count = bytes};
-  return submit("memcpy_async", stream, &w, NULL, src_host && dst_dev, src_host && dst_host);
+  bool src_pageable = src_host && !gca__sim_host_is_pinned(src, bytes);
+  bool dst_pageable = dst_host && !gca__sim_host_is_pinned(dst, bytes);
+  gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMCPY,
+                       .dst = dst,
+                       .a = src,
+                       .count = bytes,
+                       .pageable = src_pageable || dst_pageable};
+  bool stage = src_pageable && dst_dev;
+  bool sync = (src_host && dst_host) || (src_dev && dst_pageable);
+  return submit("memcpy_async", stream, &w, NULL, stage, sync);
 }
 
 /* A memset's target must be mapped device memory (CUDA_ERROR_INVALID_VALUE otherwise). */

@@ -65,6 +65,7 @@ typedef struct gca__sim_work {
   gca__sim_image_t *graph;
   uint64_t offset; /* philox: added to *(u64 *)b; a is the seed's pointer */
   void *staged;    /* memcpy from pageable host memory: the bytes read at the call (owned) */
+  bool pageable;   /* memcpy with a side in pageable host memory: not capturable */
 } gca__sim_work_t;
 
 /* Note [Sim memory faults]: work that touches memory that is not mapped

@@ -15,6 +15,11 @@
  *   ctor                 checks the allocation made by ctor_lib's constructor.
  *   driver               the driver API's allocation entry points, looked up
  *                        by name (the program does not link libcuda).
+ *   host                 pinned host memory: cudaHostAlloc / cudaMallocHost /
+ *                        cudaFreeHost, cudaHostRegister / Unregister and the
+ *                        driver's cuMemHostAlloc / cuMemFreeHost, stamped
+ *                        blocks copied to the device and back; then checks
+ *                        that malloc is still glibc's (dladdr).
  * Exit status 0 when everything behaved as the runtime documents, 1 otherwise
  * (the first mismatch is printed), 77 when no device is usable.
  */
@@ -298,6 +303,80 @@ static int run_driver(void) {
   return 0;
 }
 
+static void stamp(uint8_t *p, size_t n, unsigned key) {
+  for (size_t i = 0; i < n; i++)
+    p[i] = (uint8_t)(key * 29u + i * 3u);
+}
+
+static bool stamped(const uint8_t *p, size_t n, unsigned key) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != (uint8_t)(key * 29u + i * 3u))
+      return false;
+  return true;
+}
+
+/* A pinned block of n bytes through the device and back into another one. */
+static void round_trip(uint8_t *a, uint8_t *b, size_t n, unsigned key, cudaStream_t s) {
+  void *d = NULL;
+  stamp(a, n, key);
+  memset(b, 0, n);
+  CHECK(cudaMallocAsync(&d, n, s));
+  CHECK(cudaMemcpyAsync(d, a, n, cudaMemcpyHostToDevice, s));
+  CHECK(cudaMemcpyAsync(b, d, n, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(stamped(b, n, key), "the %zu-byte stamp %u came back through pinned memory", n, key);
+  CHECK(cudaFreeAsync(d, s));
+}
+
+static int run_host(void) {
+  cudaStream_t s = NULL;
+  CHECK(cudaStreamCreate(&s));
+  static const size_t sizes[] = {64, 4096, 100000, 3u << 20};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    uint8_t *a = NULL, *b = NULL;
+    CHECK(cudaHostAlloc((void **)&a, sizes[i], cudaHostAllocDefault));
+    CHECK(cudaMallocHost((void **)&b, sizes[i]));
+    round_trip(a, b, sizes[i], (unsigned)i + 1, s);
+    CHECK(cudaFreeHost(a));
+    CHECK(cudaFreeHost(b));
+  }
+  uint8_t *reg = aligned_alloc(4096, 1 << 16), *b = NULL;
+  EXPECT(reg != NULL, "aligned_alloc");
+  CHECK(cudaHostRegister(reg, 1 << 16, cudaHostRegisterDefault));
+  EXPECT(cudaHostRegister(reg, 1 << 16, cudaHostRegisterDefault) != cudaSuccess,
+         "registering twice fails");
+  (void)cudaGetLastError();
+  CHECK(cudaMallocHost((void **)&b, 1 << 16));
+  round_trip(reg, b, 1 << 16, 9, s);
+  CHECK(cudaHostUnregister(reg));
+  CHECK(cudaFreeHost(b));
+  free(reg);
+  __typeof__(&cuMemHostAlloc) host_alloc = DRIVER_FN(cuMemHostAlloc);
+  __typeof__(&cuMemFreeHost) free_host = DRIVER_FN(cuMemFreeHost);
+  EXPECT(host_alloc && free_host, "the driver's host entry points resolve");
+  void *p = NULL;
+  EXPECT(host_alloc(&p, 8192, 0) == CUDA_SUCCESS && p, "cuMemHostAlloc");
+  EXPECT(free_host(p) == CUDA_SUCCESS, "cuMemFreeHost");
+  EXPECT(free_host(p) == CUDA_ERROR_INVALID_VALUE, "a second cuMemFreeHost is invalid");
+  static uint64_t not_pinned[4];
+  EXPECT(cudaFreeHost(not_pinned) == cudaErrorInvalidValue, "cudaFreeHost of a foreign pointer");
+  (void)cudaGetLastError();
+  CHECK(cudaStreamDestroy(s));
+  /* the program's malloc is still glibc's, though the shim loaded jemalloc */
+  Dl_info info;
+  void *(*m)(size_t) = malloc;
+  EXPECT(dladdr((void *)m, &info) && info.dli_fname && strstr(info.dli_fname, "libc.so"),
+         "malloc comes from %s", info.dli_fname ? info.dli_fname : "?");
+  void *q = malloc(24);
+  EXPECT(dladdr(dlsym(RTLD_DEFAULT, "malloc"), &info) && strstr(info.dli_fname, "libc.so"),
+         "the global malloc comes from %s", info.dli_fname);
+  free(q);
+  EXPECT(dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_NOLOAD) != NULL,
+         "jemalloc is loaded (by the shim)");
+  printf("cudart_user: host ok\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "stress";
   const char *dev = getenv("GCA_DEVICE");
@@ -316,6 +395,8 @@ int main(int argc, char **argv) {
     return run_foreign();
   if (strcmp(mode, "errors") == 0)
     return run_errors();
+  if (strcmp(mode, "host") == 0)
+    return run_host();
   if (strcmp(mode, "driver") == 0)
     return run_driver();
   if (strcmp(mode, "ctor") == 0) {

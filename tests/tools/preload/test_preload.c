@@ -241,6 +241,34 @@ static void driver_api_allocations_are_served_by_gca(void **state) {
   assert_int_equal(field(dev, "live"), 0);
 }
 
+/* cudaHostAlloc, cudaMallocHost, cudaFreeHost, cudaHostRegister/Unregister,
+ * cuMemHostAlloc and cuMemFreeHost of a cudart program are served by gca's
+ * pinned host allocator (stamps round-trip through the device), without any
+ * GLIBC_TUNABLES (the shim loads jemalloc at start), and the program's malloc
+ * stays glibc's. */
+static void pinned_host_calls_are_served_and_malloc_stays_glibcs(void **state) {
+  (void)state;
+  if (!need_program())
+    skip();
+#ifndef GCA_TEST_HAVE_JEMALLOC
+  print_message("SKIP: built without jemalloc (-Djemalloc=disabled): no pinned host allocator\n");
+  skip();
+#endif
+  const char *env[] = {"GLIBC_TUNABLES=", NULL};
+  const char *args[] = {"host", NULL};
+  run_result_t r = run_program(env, args);
+  assert_int_equal(r.exit_code, 0);
+  assert_non_null(strstr(r.out, "cudart_user: host ok"));
+  char calls[768];
+  assert_non_null(line_of(r.err, "gca-preload: calls:", calls, sizeof(calls)));
+  assert_int_equal(field(calls, "cudaHostAlloc"), 9);
+  assert_int_equal(field(calls, "cudaFreeHost"), 10);
+  assert_int_equal(field(calls, "cudaHostRegister"), 2);
+  assert_int_equal(field(calls, "cuMemHostAlloc"), 1);
+  assert_int_equal(field(calls, "cuMemFreeHost"), 2);
+  assert_int_equal(field(calls, "foreign_free"), 2);
+}
+
 static void allocation_in_another_library_constructor_is_served(void **state) {
   (void)state;
   if (!need_program())
@@ -302,6 +330,13 @@ static void shim_exports_cuda_entry_points_only(void **state) {
       "cuMemFreeAsync",
       "cudaStreamCreate",
       "cudaGetLastError",
+      "cudaHostAlloc",
+      "cudaMallocHost",
+      "cudaFreeHost",
+      "cudaHostRegister",
+      "cudaHostUnregister",
+      "cuMemHostAlloc",
+      "cuMemFreeHost",
   };
   for (size_t i = 0; i < GCA_ARRAY_SIZE(served); i++)
     if (dlsym(h, served[i]) == NULL)
@@ -322,6 +357,8 @@ int main(void) {
       cmocka_unit_test_teardown(oom_and_injected_faults_become_cuda_errors_and_state_stays_intact,
                                 release_last_run),
       cmocka_unit_test_teardown(driver_api_allocations_are_served_by_gca, release_last_run),
+      cmocka_unit_test_teardown(pinned_host_calls_are_served_and_malloc_stays_glibcs,
+                                release_last_run),
       cmocka_unit_test_teardown(allocation_in_another_library_constructor_is_served,
                                 release_last_run),
       cmocka_unit_test_teardown(trace_records_the_program_allocations, release_last_run),

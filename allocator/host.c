@@ -1,0 +1,621 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* host.c - the caching host allocator (gca/host.h): pinned blocks from the
+ * jemalloc arena of host_extent.c, reused only when the streams that used
+ * them are done, as PyTorch's CachingHostAllocator.
+ *
+ * The one idea: jemalloc does the caching (size classes, per-thread caches,
+ * the arena's never-decaying dirty pages); this file adds what jemalloc cannot
+ * know: which pointers are live blocks (host_blocks.c: foreign pointers and
+ * double frees are refused instead of corrupting the arena), which streams
+ * used a block,
+ * and the deferred free of such a block until an event recorded on each of
+ * those streams at free time has completed (Note [Deferred host frees]).
+ *
+ * Note [Host thread caches]: each thread gets an explicit jemalloc tcache
+ * (tcache.create) used through MALLOCX_TCACHE, so repeated sizes are served
+ * without touching the arena. An explicit tcache must not be used by two
+ * threads at once, and gca_host_empty_cache must flush them all (and may
+ * destroy the arena under them), so the owner uses its tcache only inside a
+ * section that empty_cache can shut (tc_enter / tc_exit, below); a thread's
+ * tcache is destroyed when the thread exits. No lock of the owner's section
+ * is ever held while host.mu is taken (empty_cache takes them in the other
+ * order).
+ *
+ * Note [Deferred host frees]: gca_host_free of a block recorded on streams
+ * records one event per stream (events are pooled) and parks the block; every
+ * later alloc, free and empty_cache first returns the parked blocks whose
+ * events have all completed to jemalloc. Until then the block is neither live
+ * (a second free is refused) nor reusable. If an event cannot be recorded,
+ * the free fails and the block stays live, so the caller may retry.
+ *
+ * Note [Emptying the pinned arena]: jemalloc retains pieces of the extents it
+ * carved (Note [Pinned extents]); arena.<i>.purge gives back only whole
+ * extents. When no block is live or parked, empty_cache instead destroys the
+ * arena (every extent unpinned and freed) and the next allocation creates a
+ * fresh one, so an idle allocator holds no pinned memory afterwards. "No
+ * block" is read from the counts (Note [Host statistics]) with every owner's
+ * section shut, and a block is counted inside the section whose mallocx made
+ * it and uncounted inside the section whose sdallocx returned it (a parked
+ * block stays counted), so equal counts mean no pointer into the arena is
+ * held anywhere, even by a thread between its table update and its jemalloc
+ * call. Consequently allocation.current counts freed blocks still waiting
+ * for their events.
+ */
+#include <jemalloc/jemalloc.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "device.h"
+#include "gca/host.h"
+#include "host_internal.h"
+#include "json.h"
+
+#define MAX_SIZE ((size_t)1 << 46)
+
+typedef struct parked {
+  struct parked *next;
+  void *ptr;
+  size_t size;
+  uint32_t nevents;
+  gca_event_t events[];
+} parked_t;
+
+/* Note [Host statistics]: counted per thread, by the owner only (relaxed
+ * loads and stores, no read-modify-write on a shared line: the hot path's
+ * cost), summed by readers. A thread's current may go negative (it freed what
+ * another allocated); the sum is exact. Peaks are of the sum, taken whenever
+ * a thread's own current reaches a new high (rare once warm) and at every
+ * read, so a peak made only of lows of several threads can be missed, and
+ * after gca_host_reset_peak_stats a thread samples again only above its old
+ * high (the highs are its own, never written by another thread). */
+typedef struct counts {
+  _Atomic int64_t allocs, frees, bytes_allocated, bytes_freed;
+} counts_t;
+
+/* Note [Host thread caches] for active/blocked/m. */
+typedef struct tcache {
+  _Atomic int active;  /* the owner is inside a fast section */
+  _Atomic int blocked; /* empty_cache holds m: sections take m instead */
+  pthread_mutex_t m;
+  unsigned id;
+  struct tcache *next;
+  counts_t c;
+  int64_t high_allocs, high_bytes; /* the owner's own current highs */
+} tcache_t;
+
+static struct {
+  pthread_once_t once;
+  _Atomic bool ready; /* init_once ran and succeeded */
+  gca_status_t init_st;
+  char init_detail[1024];
+  const gca__je_t *je;
+  bool use_register;
+  unsigned register_threads;
+  pthread_key_t key;
+  /* registry: arena swap, tcache list, parked list, event pool */
+  pthread_mutex_t mu;
+  _Atomic bool have_arena; /* written under mu with every tcache held (empty_cache) */
+  bool asym;               /* membarrier available: owners' sections take no lock */
+  _Atomic unsigned arena;
+  tcache_t *tcaches;
+  parked_t *parked;
+  _Atomic int64_t nparked;
+  gca_event_t *events;
+  size_t nevents, capevents;
+  /* statistics (Note [Host statistics]); retired: threads that exited. Under mu. */
+  counts_t retired;
+  int64_t peak_allocs, peak_bytes;
+} host = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local tcache_t *t_cache;
+
+/* ---- statistics ---- */
+
+static void bump(_Atomic int64_t *x, int64_t v) {
+  atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + v, memory_order_relaxed);
+}
+
+static int64_t get(_Atomic int64_t *x) {
+  return atomic_load_explicit(x, memory_order_relaxed);
+}
+
+static void counts_add(counts_t *sum, counts_t *c) {
+  bump(&sum->allocs, get(&c->allocs));
+  bump(&sum->frees, get(&c->frees));
+  bump(&sum->bytes_allocated, get(&c->bytes_allocated));
+  bump(&sum->bytes_freed, get(&c->bytes_freed));
+}
+
+/* The totals over every thread, and the peaks updated with them. Under mu. */
+static counts_t totals_locked(void) {
+  counts_t sum = {0};
+  counts_add(&sum, &host.retired);
+  for (tcache_t *t = host.tcaches; t; t = t->next)
+    counts_add(&sum, &t->c);
+  int64_t allocs = get(&sum.allocs) - get(&sum.frees);
+  int64_t bytes = get(&sum.bytes_allocated) - get(&sum.bytes_freed);
+  if (allocs > host.peak_allocs)
+    host.peak_allocs = allocs;
+  if (bytes > host.peak_bytes)
+    host.peak_bytes = bytes;
+  return sum;
+}
+
+/* Counts an allocation on the owner's counters; samples the peaks at a new own high. */
+/* Counted inside the owner's section (Note [Emptying the pinned arena]). */
+static void count_alloc(tcache_t *tc, size_t size) {
+  bump(&tc->c.allocs, 1);
+  bump(&tc->c.bytes_allocated, (int64_t)size);
+}
+
+/* Samples the peaks when the owner's own current reached a new high; outside
+ * any section (takes host.mu). */
+static void sample_peaks(tcache_t *tc) {
+  int64_t allocs = get(&tc->c.allocs) - get(&tc->c.frees);
+  int64_t bytes = get(&tc->c.bytes_allocated) - get(&tc->c.bytes_freed);
+  if (GCA_UNLIKELY(allocs > tc->high_allocs || bytes > tc->high_bytes)) {
+    tc->high_allocs = allocs > tc->high_allocs ? allocs : tc->high_allocs;
+    tc->high_bytes = bytes > tc->high_bytes ? bytes : tc->high_bytes;
+    pthread_mutex_lock(&host.mu);
+    totals_locked();
+    pthread_mutex_unlock(&host.mu);
+  }
+}
+
+static void count_free(tcache_t *tc, size_t size) {
+  bump(&tc->c.frees, 1);
+  bump(&tc->c.bytes_freed, (int64_t)size);
+}
+
+/* ---- setup, arena and thread caches ---- */
+
+static void tcache_exit(void *arg) {
+  tcache_t *tc = arg;
+  pthread_mutex_lock(&host.mu);
+  counts_add(&host.retired, &tc->c);
+  for (tcache_t **pp = &host.tcaches; *pp; pp = &(*pp)->next)
+    if (*pp == tc) {
+      *pp = tc->next;
+      break;
+    }
+  pthread_mutex_unlock(&host.mu);
+  if (host.je->mallctl("tcache.destroy", NULL, NULL, &tc->id, sizeof(tc->id)) != 0)
+    GCA_LOG_WARN("host: mallctl(\"tcache.destroy\") failed for tcache %u", tc->id);
+  pthread_mutex_destroy(&tc->m);
+  free(tc);
+}
+
+static void init_once(void) {
+  host.je = gca__je_get("gca_host");
+  if (!host.je) {
+    host.init_st = GCA_ERR_NOT_SUPPORTED;
+    goto fail;
+  }
+  gca_alloc_config_t cfg;
+  host.init_st = gca__config_from_env(&cfg);
+  if (host.init_st != GCA_OK)
+    goto fail;
+  host.use_register = cfg.pinned_use_host_register;
+  host.register_threads = cfg.pinned_num_register_threads;
+  host.asym = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  if (pthread_key_create(&host.key, tcache_exit) != 0) {
+    host.init_st = gca__error(GCA_ERR_INTERNAL, "gca_host: no thread-specific key left");
+    goto fail;
+  }
+  return;
+fail:
+  snprintf(host.init_detail, sizeof(host.init_detail), "%s", gca_last_error());
+}
+
+static gca_status_t ready_slow(void) {
+  pthread_once(&host.once, init_once);
+  if (host.init_st != GCA_OK)
+    return gca__error(host.init_st, "%s", host.init_detail);
+  atomic_store_explicit(&host.ready, true, memory_order_release);
+  return GCA_OK;
+}
+
+/* GCA_OK once initialization succeeded (one acquire load after that). */
+static inline gca_status_t ready(const char *fn) {
+  (void)fn;
+  if (GCA_LIKELY(atomic_load_explicit(&host.ready, memory_order_acquire)))
+    return GCA_OK;
+  return ready_slow();
+}
+
+/* The calling thread's tcache, created on first use; NULL with the error set. */
+static tcache_t *my_tcache(const char *fn) {
+  if (GCA_LIKELY(t_cache != NULL))
+    return t_cache;
+  tcache_t *tc = GCA_FAILPOINT("host_tcache") ? NULL : calloc(1, sizeof(*tc));
+  if (!tc) {
+    gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a thread cache", fn);
+    return NULL;
+  }
+  size_t len = sizeof(tc->id);
+  int r = host.je->mallctl("tcache.create", &tc->id, &len, NULL, 0);
+  if (r != 0) {
+    free(tc);
+    gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: mallctl(\"tcache.create\") failed: %s", fn, strerror(r));
+    return NULL;
+  }
+  pthread_mutex_init(&tc->m, NULL);
+  pthread_mutex_lock(&host.mu);
+  tc->next = host.tcaches;
+  host.tcaches = tc;
+  pthread_mutex_unlock(&host.mu);
+  pthread_setspecific(host.key, tc);
+  t_cache = tc;
+  return tc;
+}
+
+/* Note [Host thread caches] (the sections): the owner marks itself active
+ * with a plain store, a compiler barrier and a load of `blocked`; empty_cache
+ * takes every tcache's m, sets blocked, runs membarrier
+ * (MEMBARRIER_CMD_PRIVATE_EXPEDITED: a full barrier on every CPU running a
+ * thread of the process, which turns the owners' compiler barriers into
+ * fences, Dekker-style), then waits for each active to drop. An owner that
+ * sees blocked takes m, which empty_cache holds until it is done. So the hot
+ * path makes no atomic read-modify-write for its tcache, and only
+ * empty_cache pays (microseconds). Without membarrier every section takes m. */
+static inline bool tc_enter(tcache_t *tc) {
+  if (GCA_LIKELY(host.asym)) {
+    atomic_store_explicit(&tc->active, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    if (GCA_LIKELY(!atomic_load_explicit(&tc->blocked, memory_order_acquire)))
+      return true;
+    atomic_store_explicit(&tc->active, 0, memory_order_release);
+  }
+  pthread_mutex_lock(&tc->m);
+  return false;
+}
+
+static inline void tc_exit(tcache_t *tc, bool fast) {
+  if (GCA_LIKELY(fast))
+    atomic_store_explicit(&tc->active, 0, memory_order_release);
+  else
+    pthread_mutex_unlock(&tc->m);
+}
+
+/* Every owner out of its section and kept out. Under host.mu. */
+static void block_sections(void) {
+  for (tcache_t *t = host.tcaches; t; t = t->next) {
+    pthread_mutex_lock(&t->m);
+    atomic_store_explicit(&t->blocked, 1, memory_order_relaxed);
+  }
+  if (!host.asym)
+    return;
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+    GCA_ASSERT(!"membarrier failed after it was registered");
+  for (tcache_t *t = host.tcaches; t; t = t->next)
+    for (unsigned i = 0; atomic_load_explicit(&t->active, memory_order_acquire); i++)
+      if (i > 128)
+        sched_yield();
+}
+
+static void unblock_sections(void) {
+  for (tcache_t *t = host.tcaches; t; t = t->next) {
+    atomic_store_explicit(&t->blocked, 0, memory_order_release);
+    pthread_mutex_unlock(&t->m);
+  }
+}
+
+/* The arena, created if none. Under host.mu. */
+static gca_status_t arena_locked(const char *fn, unsigned *arena) {
+  if (!atomic_load(&host.have_arena)) {
+    unsigned a;
+    gca_status_t st = gca__host_arena_create(host.je, host.use_register, host.register_threads, &a);
+    if (st != GCA_OK)
+      return gca__error_prefix(st, "%s", fn);
+    atomic_store(&host.arena, a);
+    atomic_store(&host.have_arena, true);
+  }
+  *arena = atomic_load(&host.arena);
+  return GCA_OK;
+}
+
+/* ---- deferred frees ---- */
+
+/* Returns a block to jemalloc through the caller's tcache. */
+static void give_back(tcache_t *tc, void *p, size_t size) {
+  bool fast = tc_enter(tc);
+  host.je->sdallocx(p, size, MALLOCX_TCACHE(tc->id));
+  count_free(tc, size);
+  tc_exit(tc, fast);
+}
+
+static void pool_event(gca_event_t e, const gca_device_ops_t *ops) {
+  if (host.nevents == host.capevents) {
+    size_t cap = host.capevents ? host.capevents * 2 : 16;
+    gca_event_t *v = realloc(host.events, cap * sizeof(*v));
+    if (!v) {
+      GCA_CHECK_IGNORE(ops->event_destroy(e));
+      return;
+    }
+    host.events = v;
+    host.capevents = cap;
+  }
+  host.events[host.nevents++] = e;
+}
+
+/* Returns parked blocks whose events completed to jemalloc. A query that fails
+ * for another reason than "not ready" keeps the block parked (logged). */
+static void process_parked_slow(tcache_t *tc);
+
+static inline void process_parked(tcache_t *tc) {
+  if (GCA_UNLIKELY(atomic_load_explicit(&host.nparked, memory_order_relaxed) != 0))
+    process_parked_slow(tc);
+}
+
+static void process_parked_slow(tcache_t *tc) {
+  gca_status_t st;
+  const gca_device_ops_t *ops = gca__device_get(&st);
+  if (!ops)
+    return;
+  parked_t *done = NULL;
+  pthread_mutex_lock(&host.mu);
+  for (parked_t **pp = &host.parked; *pp;) {
+    parked_t *b = *pp;
+    bool complete = true;
+    for (uint32_t i = 0; i < b->nevents && complete; i++) {
+      gca_status_t q = ops->event_query(b->events[i]);
+      if (q != GCA_OK) {
+        if (q != GCA_ERR_NOT_READY)
+          GCA_LOG_WARN("gca_host: event of parked block %p: %s", b->ptr, gca_last_error());
+        complete = false;
+      }
+    }
+    if (!complete) {
+      pp = &b->next;
+      continue;
+    }
+    *pp = b->next;
+    for (uint32_t i = 0; i < b->nevents; i++)
+      pool_event(b->events[i], ops);
+    b->next = done;
+    done = b;
+    atomic_fetch_sub(&host.nparked, 1);
+  }
+  pthread_mutex_unlock(&host.mu);
+  while (done) {
+    parked_t *next = done->next;
+    give_back(tc, done->ptr, done->size);
+    free(done);
+    done = next;
+  }
+}
+
+/* ---- API ---- */
+
+GCA_API gca_status_t gca_host_alloc(void **ptr, size_t size) {
+  static const char fn[] = "gca_host_alloc";
+  if (!ptr)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: ptr is NULL", fn);
+  *ptr = NULL;
+  GCA_CHECK(ready(fn));
+  if (size == 0)
+    return GCA_OK;
+  if (size > MAX_SIZE)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "%s: %zu bytes is more pinned host memory than can exist (at most %zu)", fn,
+                      size, MAX_SIZE);
+  tcache_t *tc = my_tcache(fn);
+  if (!tc)
+    return GCA_ERR_OUT_OF_MEMORY;
+  process_parked(tc);
+  void *p;
+  for (;;) {
+    if (GCA_UNLIKELY(!atomic_load_explicit(&host.have_arena, memory_order_acquire))) {
+      unsigned a;
+      pthread_mutex_lock(&host.mu);
+      gca_status_t st = arena_locked(fn, &a);
+      pthread_mutex_unlock(&host.mu);
+      if (st != GCA_OK)
+        return st;
+    }
+    bool fast = tc_enter(tc);
+    if (GCA_UNLIKELY(!atomic_load_explicit(&host.have_arena, memory_order_relaxed))) {
+      tc_exit(tc, fast); /* empty_cache destroyed it in between */
+      continue;
+    }
+    unsigned arena = atomic_load_explicit(&host.arena, memory_order_relaxed);
+    p = host.je->mallocx(size, MALLOCX_ARENA(arena) | MALLOCX_TCACHE(tc->id));
+    if (p)
+      count_alloc(tc, size);
+    tc_exit(tc, fast);
+    break;
+  }
+  if (!p) {
+    char why[512];
+    gca__host_extent_take_error(why, sizeof(why));
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: cannot pin %zu bytes of host memory: %s", fn,
+                      size, why[0] ? why : "jemalloc found no memory");
+  }
+  bool ok = gca__host_blocks_insert(p, size);
+  if (!ok) {
+    give_back(tc, p, size);
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to track a block of %zu bytes", fn,
+                      size);
+  }
+  sample_peaks(tc);
+  *ptr = p;
+  return GCA_OK;
+}
+
+/* Parks a block used by streams: an event recorded on each (Note [Deferred
+ * host frees]); gca__host_park_fn, called under the block's table lock. */
+static gca_status_t park(void *ctx, void *ptr, size_t size, const gca_stream_t *uses,
+                         uint32_t nuses) {
+  const char *fn = ctx;
+  gca_status_t st;
+  const gca_device_ops_t *ops = gca__device_get(&st);
+  if (!ops)
+    return gca__error_prefix(st, "%s", fn);
+  parked_t *pk =
+      GCA_FAILPOINT("host_park") ? NULL : malloc(sizeof(*pk) + nuses * sizeof(gca_event_t));
+  if (!pk)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory to defer the free of %p", fn, ptr);
+  *pk = (parked_t){.ptr = ptr, .size = size};
+  for (uint32_t i = 0; i < nuses; i++) {
+    gca_event_t e = NULL;
+    pthread_mutex_lock(&host.mu);
+    if (host.nevents)
+      e = host.events[--host.nevents];
+    pthread_mutex_unlock(&host.mu);
+    if (!e && (st = ops->event_create(0, GCA_EVENT_DISABLE_TIMING, &e)) != GCA_OK)
+      goto fail;
+    pk->events[pk->nevents++] = e;
+    if ((st = ops->event_record(e, uses[i])) != GCA_OK)
+      goto fail;
+  }
+  pthread_mutex_lock(&host.mu);
+  pk->next = host.parked;
+  host.parked = pk;
+  atomic_fetch_add(&host.nparked, 1);
+  pthread_mutex_unlock(&host.mu);
+  return GCA_OK;
+fail:
+  gca__error_prefix(st, "%s: deferring the free of %p", fn, ptr);
+  pthread_mutex_lock(&host.mu);
+  for (uint32_t i = 0; i < pk->nevents; i++)
+    pool_event(pk->events[i], ops);
+  pthread_mutex_unlock(&host.mu);
+  free(pk);
+  return st;
+}
+
+GCA_API gca_status_t gca_host_free(void *ptr) {
+  static const char fn[] = "gca_host_free";
+  if (!ptr)
+    return GCA_OK;
+  GCA_CHECK(ready(fn));
+  tcache_t *tc = my_tcache(fn);
+  if (!tc)
+    return GCA_ERR_OUT_OF_MEMORY;
+  size_t size = 0;
+  bool parked = false;
+  GCA_CHECK(gca__host_blocks_remove(fn, ptr, park, (void *)fn, &size, &parked));
+  if (!parked)
+    give_back(tc, ptr, size);
+  process_parked(tc);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_host_record_stream(void *ptr, gca_stream_t stream) {
+  static const char fn[] = "gca_host_record_stream";
+  GCA_CHECK(ready(fn));
+  return gca__host_blocks_record(fn, ptr, stream);
+}
+
+GCA_API gca_status_t gca_host_empty_cache(void) {
+  static const char fn[] = "gca_host_empty_cache";
+  GCA_CHECK(ready(fn));
+  tcache_t *tc = my_tcache(fn);
+  if (!tc)
+    return GCA_ERR_OUT_OF_MEMORY;
+  process_parked(tc);
+  gca_status_t st = GCA_OK;
+  pthread_mutex_lock(&host.mu);
+  block_sections();
+  for (tcache_t *t = host.tcaches; t; t = t->next)
+    if (host.je->mallctl("tcache.flush", NULL, NULL, &t->id, sizeof(t->id)) != 0)
+      GCA_LOG_WARN("%s: mallctl(\"tcache.flush\") failed for tcache %u", fn, t->id);
+  if (atomic_load(&host.have_arena)) {
+    unsigned a = atomic_load(&host.arena);
+    counts_t sum = totals_locked();
+    bool idle = get(&sum.allocs) == get(&sum.frees) && atomic_load(&host.nparked) == 0;
+    if (idle) {
+      st = gca__host_arena_destroy(host.je, a);
+      if (st == GCA_OK)
+        atomic_store(&host.have_arena, false);
+    } else {
+      st = gca__host_arena_purge(host.je, a);
+    }
+  } else {
+    gca__host_extent_retry_orphans();
+  }
+  unblock_sections();
+  pthread_mutex_unlock(&host.mu);
+  return st;
+}
+
+GCA_API gca_status_t gca_host_get_stats(gca_host_stats_t *out) {
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "gca_host_get_stats: stats is NULL");
+  memset(out, 0, sizeof(*out));
+  pthread_mutex_lock(&host.mu);
+  counts_t sum = totals_locked();
+  out->allocation = (gca_stat_t){get(&sum.allocs) - get(&sum.frees), host.peak_allocs,
+                                 get(&sum.allocs), get(&sum.frees)};
+  out->allocated_bytes =
+      (gca_stat_t){get(&sum.bytes_allocated) - get(&sum.bytes_freed), host.peak_bytes,
+                   get(&sum.bytes_allocated), get(&sum.bytes_freed)};
+  pthread_mutex_unlock(&host.mu);
+  gca__host_extent_stats_t e;
+  gca__host_extent_stats(&e);
+  out->segment = (gca_stat_t){e.segments, e.segments_peak, e.segments_allocated, e.segments_freed};
+  out->reserved_bytes = (gca_stat_t){e.reserved_bytes, e.reserved_bytes_peak,
+                                     e.reserved_bytes_allocated, e.reserved_bytes_freed};
+  out->num_host_alloc = e.num_host_alloc;
+  out->num_host_free = e.num_host_free;
+  out->host_alloc_time =
+      (gca_host_duration_stat_t){e.alloc_us_total, e.alloc_us_max, e.num_host_alloc};
+  out->host_free_time = (gca_host_duration_stat_t){e.free_us_total, e.free_us_max, e.num_host_free};
+  out->pending_frees = atomic_load(&host.nparked);
+  return GCA_OK;
+}
+
+GCA_API void gca_host_reset_peak_stats(void) {
+  pthread_mutex_lock(&host.mu);
+  host.peak_allocs = host.peak_bytes = 0;
+  totals_locked();
+  pthread_mutex_unlock(&host.mu);
+  gca__host_extent_reset_peaks();
+}
+
+/* ---- snapshot ---- */
+
+static void write_block(gca_json_writer_t *w, uintptr_t ptr, size_t size, const char *state,
+                        uint32_t streams) {
+  gca__json_object_begin(w);
+  gca__json_key(w, "address");
+  gca__json_uint(w, ptr);
+  gca__json_key(w, "size");
+  gca__json_uint(w, size);
+  gca__json_key(w, "state");
+  gca__json_string(w, state);
+  gca__json_key(w, "streams");
+  gca__json_uint(w, streams);
+  gca__json_object_end(w);
+}
+
+static void write_live(void *ctx, const void *ptr, size_t size, uint32_t nuses) {
+  write_block(ctx, (uintptr_t)ptr, size, "active_allocated", nuses);
+}
+
+GCA_API gca_status_t gca_host_snapshot_json(char **json) {
+  static const char fn[] = "gca_host_snapshot_json";
+  if (!json)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: json is NULL", fn);
+  *json = NULL;
+  GCA_CHECK(ready(fn));
+  gca_json_writer_t w;
+  gca__json_writer_init(&w);
+  gca__json_array_begin(&w);
+  gca__host_blocks_walk(write_live, &w);
+  pthread_mutex_lock(&host.mu);
+  for (parked_t *p = host.parked; p; p = p->next)
+    write_block(&w, (uintptr_t)p->ptr, p->size, "active_pending_free", p->nevents);
+  pthread_mutex_unlock(&host.mu);
+  gca__json_array_end(&w);
+  gca_status_t st = gca__json_writer_finish(&w, json, NULL);
+  return st == GCA_OK ? GCA_OK : gca__error_prefix(st, "%s", fn);
+}
