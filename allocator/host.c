@@ -601,6 +601,20 @@ static void write_live(void *ctx, const void *ptr, size_t size, uint32_t nuses) 
   write_block(ctx, (uintptr_t)ptr, size, "active_allocated", nuses);
 }
 
+/* The live and pending blocks as a JSON array (empty before the host
+ * allocator was first used: the snapshot does not start it). */
+void gca__host_snapshot_write(gca_json_writer_t *w) {
+  gca__json_array_begin(w);
+  if (atomic_load_explicit(&host.ready, memory_order_acquire)) {
+    gca__host_blocks_walk(write_live, w);
+    pthread_mutex_lock(&host.mu);
+    for (parked_t *p = host.parked; p; p = p->next)
+      write_block(w, (uintptr_t)p->ptr, p->size, "active_pending_free", p->nevents);
+    pthread_mutex_unlock(&host.mu);
+  }
+  gca__json_array_end(w);
+}
+
 GCA_API gca_status_t gca_host_snapshot_json(char **json) {
   static const char fn[] = "gca_host_snapshot_json";
   if (!json)
@@ -609,13 +623,7 @@ GCA_API gca_status_t gca_host_snapshot_json(char **json) {
   GCA_CHECK(ready(fn));
   gca_json_writer_t w;
   gca__json_writer_init(&w);
-  gca__json_array_begin(&w);
-  gca__host_blocks_walk(write_live, &w);
-  pthread_mutex_lock(&host.mu);
-  for (parked_t *p = host.parked; p; p = p->next)
-    write_block(&w, (uintptr_t)p->ptr, p->size, "active_pending_free", p->nevents);
-  pthread_mutex_unlock(&host.mu);
-  gca__json_array_end(&w);
+  gca__host_snapshot_write(&w);
   gca_status_t st = gca__json_writer_finish(&w, json, NULL);
   return st == GCA_OK ? GCA_OK : gca__error_prefix(st, "%s", fn);
 }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "json.h"
 #include "gca/device.h"
 
 /* ---- host_je.c ---- */
@@ -81,5 +82,10 @@ void gca__host_extent_stats(gca__host_extent_stats_t *out);
 void gca__host_extent_reset_peaks(void);
 /* Whether [p, p+len) lies in one pinned extent of the arena. */
 bool gca__host_extent_contains(const void *p, size_t len);
+
+/* host.c (host_none.c without jemalloc): the live and pending pinned blocks
+ * as a JSON array, for gca_snapshot_json's "host_blocks"; empty while the
+ * host allocator was never used (the snapshot does not start it). */
+void gca__host_snapshot_write(gca_json_writer_t *w);
 
 #endif

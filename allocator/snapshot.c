@@ -22,6 +22,7 @@
 #include "config.h"
 #include "gca/allocator.h"
 #include "history.h"
+#include "host_internal.h"
 #include "introspect.h"
 #include "json.h"
 #include "json_reader.h"
@@ -214,6 +215,8 @@ GCA_API gca_status_t gca_snapshot_json(char **json, size_t *len) {
   gca__json_array_end(&w);
   gca__json_key(&w, "allocator_settings");
   write_settings(&w);
+  gca__json_key(&w, "host_blocks"); /* pinned host memory (gca/host.h), not in PyTorch's */
+  gca__host_snapshot_write(&w);
   gca__json_object_end(&w);
   st = gca__json_writer_finish(&w, json, len);
   if (st != GCA_OK)

@@ -488,7 +488,8 @@ static void bad_input_is_refused_and_changes_nothing(void **state) {
   expect_empty_after_empty_cache();
 }
 
-/* The snapshot lists live and parked blocks with their state. */
+/* The snapshot (the host allocator's own and gca_snapshot_json's
+ * host_blocks) lists live and parked blocks with their state. */
 static void the_snapshot_lists_live_and_pending_blocks(void **state) {
   (void)state;
   gca_stream_t s;
@@ -510,6 +511,17 @@ static void the_snapshot_lists_live_and_pending_blocks(void **state) {
   snprintf(want, sizeof(want), "{\"address\":%llu,\"size\":3000,\"state\":\"active_pending_free\"",
            (unsigned long long)(uintptr_t)b);
   assert_non_null(strstr(json, want));
+  gca_string_free(json);
+  /* the allocator's snapshot carries the same blocks under host_blocks */
+  assert_ok(gca_snapshot_json(&json, NULL));
+  const char *hb = strstr(json, "\"host_blocks\":[");
+  assert_non_null(hb);
+  snprintf(want, sizeof(want), "{\"address\":%llu,\"size\":1000,\"state\":\"active_allocated\"",
+           (unsigned long long)(uintptr_t)a);
+  assert_non_null(strstr(hb, want));
+  snprintf(want, sizeof(want), "{\"address\":%llu,\"size\":3000,\"state\":\"active_pending_free\"",
+           (unsigned long long)(uintptr_t)b);
+  assert_non_null(strstr(hb, want));
   gca_string_free(json);
   test_gate_open(&g);
   assert_ok(gca_stream_synchronize(s));
