@@ -16,14 +16,23 @@
  * with two threads it shows what the lock's cache line and the counters'
  * moving between cores costs on this machine. (gca's own device lock is
  * internal; a pthread mutex is the lock any allocator could take, so the floor
- * is a property of the machine, not of gca's lock.) It uses the public API
- * only; the JSON report is written with jansson.
+ * is a property of the machine, not of gca's lock.) jemalloc (plain
+ * malloc/free, loaded as a peer: peer_jemalloc.h) is measured beside glibc
+ * when it can be loaded. Then a thread-scaling table (4 KiB pairs on 1, 2, 4
+ * and 8 threads, each on its own stream: total Mpairs/s for gca, glibc and
+ * jemalloc, and each over its own 1-thread figure) and a size-pattern table
+ * (1 thread: pairs alternating 4 KiB and 12 KiB; mixed sizes, log-uniform
+ * 512 B .. 1 MiB with 16 blocks kept live) for gca, gca with
+ * free_cache:False, glibc and jemalloc. It uses the public API only; the JSON
+ * report is written with jansson (keys: results[], threads[], patterns[],
+ * host).
  * A host section follows (bench_host.c): pinned host pairs next to glibc and
  * plain jemalloc, and device pinning calls per GiB grown ("host" in JSON).
  * Nothing is asserted: the figures are printed for a person or a dashboard.
  */
 #include <pthread.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,22 +41,34 @@
 
 #include "bench_host.h"
 #include "gca.h"
+#include "peer_jemalloc.h"
 #include "util.h"
 
-#define NTHREADS_MAX 2
+#define NTHREADS_MAX 8 /* the thread-scaling table; the size table uses 1 and 2 */
 #define BATCH        256
 
 static const size_t sizes[] = {512, 4u << 10, 64u << 10, 1u << 20, 8u << 20, 64u << 20};
 #define NSIZES TOOL_ARRAY_SIZE(sizes)
 
-enum { KIND_GCA = 0, KIND_MALLOC = 1, KIND_EXACT = 2, KIND_LOCK = 3, KINDS = 4 };
+enum { KIND_GCA = 0, KIND_MALLOC = 1, KIND_EXACT = 2, KIND_LOCK = 3, KIND_JE = 4, KINDS = 5 };
+
+/* How a worker's pairs choose their sizes: all `size`; alternating 4 KiB and
+ * 12 KiB; or mixed, log-uniform 512 B .. 1 MiB with 16 blocks kept live (a
+ * pair frees a random one of them and allocates a new one in its place). */
+enum { PAT_SAME = 0, PAT_ALTERNATE = 1, PAT_MIXED = 2, NPATS = 3 };
+static const char *const pattern_names[NPATS] = {"same", "alternating_4k_12k", "mixed_512b_1m"};
+#define MIXED_LIVE 16
 
 typedef struct bench_row {
-  double ns[KINDS][NTHREADS_MAX]; /* [kind][threads-1]: ns per pair, mean over threads */
+  double ns[KINDS][2]; /* [kind][threads-1]: ns per pair, mean over threads */
 } bench_row_t;
 
+static tool_jemalloc_t jem; /* plain jemalloc, when there */
+
 typedef struct worker {
-  int kind;
+  int kind, pattern;
+  uint64_t rng;
+  void *live[MIXED_LIVE];
   size_t size;
   double seconds;
   gca_stream_t stream;
@@ -60,23 +81,60 @@ typedef struct worker {
 /* Keeps the compiler from pairing away malloc and free. */
 static void *volatile sink;
 
-static gca_status_t gca_pairs(worker_t *w, int n) {
-  for (int i = 0; i < n; i++) {
-    void *p = NULL;
-    TOOL_CHECK_GCA(gca_malloc(&p, w->size, w->stream));
-    sink = p;
-    TOOL_CHECK_GCA(gca_free(p));
-  }
-  return GCA_OK;
+static uint64_t next_rand(worker_t *w) { /* splitmix64 */
+  uint64_t z = (w->rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
 }
 
-static gca_status_t malloc_pairs(worker_t *w, int n) {
-  for (int i = 0; i < n; i++) {
-    void *p = malloc(w->size);
-    if (!p)
-      return tool_error(GCA_ERR_OUT_OF_MEMORY, "bench: malloc(%zu) failed", w->size);
-    sink = p;
+/* The size of pair i of a worker's pattern. */
+static size_t pair_size(worker_t *w, int i) {
+  if (w->pattern == PAT_ALTERNATE)
+    return i & 1 ? 12u << 10 : 4u << 10;
+  if (w->pattern == PAT_MIXED) /* 512 B * 2^(11 u), u uniform in [0, 1) */
+    return (size_t)(512.0 * exp2(11.0 * (double)(next_rand(w) >> 11) / 9007199254740992.0));
+  return w->size;
+}
+
+static void *peer_alloc(const worker_t *w, size_t size) {
+  void *p = NULL;
+  if (w->kind == KIND_MALLOC)
+    p = malloc(size);
+  else if (w->kind == KIND_JE)
+    p = jem.malloc(size);
+  else if (gca_malloc(&p, size, w->stream) != GCA_OK)
+    return NULL;
+  return p;
+}
+
+static void peer_free(const worker_t *w, void *p) {
+  if (w->kind == KIND_MALLOC)
     free(p);
+  else if (w->kind == KIND_JE)
+    jem.free(p);
+  else
+    gca_free(p);
+}
+
+/* n pairs of the worker's allocator and pattern. */
+static gca_status_t alloc_pairs(worker_t *w, int n) {
+  for (int i = 0; i < n; i++) {
+    size_t size = pair_size(w, i);
+    void *p = peer_alloc(w, size);
+    if (!p)
+      return w->kind == KIND_GCA || w->kind == KIND_EXACT
+                 ? tool_error_gca(GCA_ERR_OUT_OF_MEMORY, "bench: gca_malloc(%zu)", size)
+                 : tool_error(GCA_ERR_OUT_OF_MEMORY, "bench: malloc(%zu) failed", size);
+    sink = p;
+    if (w->pattern == PAT_MIXED) { /* the new block replaces a random live one */
+      size_t k = next_rand(w) % MIXED_LIVE;
+      void *old = w->live[k];
+      w->live[k] = p;
+      p = old;
+    }
+    if (p)
+      peer_free(w, p);
   }
   return GCA_OK;
 }
@@ -102,14 +160,7 @@ static gca_status_t lock_pairs(worker_t *w, int n) {
 }
 
 static gca_status_t pairs(worker_t *w, int n) {
-  switch (w->kind) {
-  case KIND_MALLOC:
-    return malloc_pairs(w, n);
-  case KIND_LOCK:
-    return lock_pairs(w, n);
-  default:
-    return gca_pairs(w, n);
-  }
+  return w->kind == KIND_LOCK ? lock_pairs(w, n) : alloc_pairs(w, n);
 }
 
 static void *worker_main(void *arg) {
@@ -128,21 +179,29 @@ static void *worker_main(void *arg) {
   }
   w->ns = t - t0;
 out:
+  for (int k = 0; k < MIXED_LIVE; k++)
+    if (w->live[k])
+      peer_free(w, w->live[k]);
   if (w->status != GCA_OK)
     snprintf(w->error, sizeof(w->error), "%s", tool_last_error());
   return NULL;
 }
 
-static gca_status_t measure(int kind, size_t size, int nthreads, double seconds,
-                            gca_stream_t *streams, double *ns_per_pair) {
+static gca_status_t measure_pattern(int kind, int pattern, size_t size, int nthreads,
+                                    double seconds, gca_stream_t *streams, double *ns_per_pair) {
   worker_t w[NTHREADS_MAX];
   pthread_t th[NTHREADS_MAX];
   pthread_barrier_t barrier;
   gca_status_t st = GCA_OK;
   pthread_barrier_init(&barrier, NULL, (unsigned)nthreads);
   for (int i = 0; i < nthreads; i++) {
-    w[i] = (worker_t){
-        .kind = kind, .size = size, .seconds = seconds, .stream = streams[i], .barrier = &barrier};
+    w[i] = (worker_t){.kind = kind,
+                      .pattern = pattern,
+                      .rng = 0x5eed + (uint64_t)i,
+                      .size = size,
+                      .seconds = seconds,
+                      .stream = streams[i],
+                      .barrier = &barrier};
   }
   int started = 0;
   for (; started < nthreads - 1; started++) {
@@ -167,6 +226,11 @@ static gca_status_t measure(int kind, size_t size, int nthreads, double seconds,
   return GCA_OK;
 }
 
+static gca_status_t measure(int kind, size_t size, int nthreads, double seconds,
+                            gca_stream_t *streams, double *ns_per_pair) {
+  return measure_pattern(kind, PAT_SAME, size, nthreads, seconds, streams, ns_per_pair);
+}
+
 static void size_name(size_t size, char *buf, size_t len) {
   if (size >= (1u << 20))
     snprintf(buf, len, "%zu MiB", size >> 20);
@@ -180,25 +244,78 @@ static double ratio(double a, double b) {
   return b > 0 ? a / b : 0;
 }
 
-static void print_table(const bench_row_t *rows, const double *lock_ns) {
+/* The thread-scaling table's thread counts and allocators. */
+static const int thread_counts[] = {1, 2, 4, 8};
+#define NTC TOOL_ARRAY_SIZE(thread_counts)
+static const int scale_kinds[] = {KIND_GCA, KIND_MALLOC, KIND_JE};
+static const char *const scale_names[] = {"gca", "malloc", "jemalloc"};
+/* The pattern table's allocators. */
+static const int pattern_kinds[] = {KIND_GCA, KIND_EXACT, KIND_MALLOC, KIND_JE};
+static const char *const pattern_kind_names[] = {"gca", "exact", "malloc", "jemalloc"};
+
+typedef struct report {
+  bench_row_t rows[NSIZES];
+  double lock_ns[2];
+  double mpairs[NTC][3];       /* total Mpairs/s: [thread count][gca, malloc, jemalloc] */
+  double pattern_ns[NPATS][4]; /* ns per pair, 1 thread: [pattern][gca, exact, malloc, je] */
+} report_t;
+
+static void print_cell(double v, const char *fmt) {
+  if (v > 0)
+    printf(fmt, v);
+  else
+    printf("%10s", "-");
+}
+
+static void print_table(const report_t *rep) {
   printf("ns per alloc+free pair, warm cache (2 threads: mean per thread, each on its own "
          "stream)\n");
-  printf("%-8s %10s %10s %8s %10s %8s %10s %10s %8s\n", "size", "gca 1T", "malloc 1T", "ratio",
-         "exact 1T", "ratio", "gca 2T", "malloc 2T", "ratio");
+  printf("%-8s %10s %10s %10s %8s %8s %10s %10s %10s %10s %8s\n", "size", "gca 1T", "malloc 1T",
+         "jemal 1T", "/malloc", "/jemal", "exact 1T", "gca 2T", "malloc 2T", "jemal 2T", "/jemal");
   for (size_t i = 0; i < NSIZES; i++) {
     char name[32];
     size_name(sizes[i], name, sizeof(name));
-    const bench_row_t *r = &rows[i];
-    printf("%-8s %10.1f %10.1f %8.2f %10.1f %8.2f %10.1f %10.1f %8.2f\n", name, r->ns[KIND_GCA][0],
-           r->ns[KIND_MALLOC][0], ratio(r->ns[KIND_GCA][0], r->ns[KIND_MALLOC][0]),
-           r->ns[KIND_EXACT][0], ratio(r->ns[KIND_EXACT][0], r->ns[KIND_MALLOC][0]),
-           r->ns[KIND_GCA][1], r->ns[KIND_MALLOC][1],
-           ratio(r->ns[KIND_GCA][1], r->ns[KIND_MALLOC][1]));
+    const bench_row_t *r = &rep->rows[i];
+    printf("%-8s %10.1f %10.1f ", name, r->ns[KIND_GCA][0], r->ns[KIND_MALLOC][0]);
+    print_cell(r->ns[KIND_JE][0], "%10.1f");
+    printf(" %8.2f %8.2f %10.1f %10.1f %10.1f ", ratio(r->ns[KIND_GCA][0], r->ns[KIND_MALLOC][0]),
+           ratio(r->ns[KIND_GCA][0], r->ns[KIND_JE][0]), r->ns[KIND_EXACT][0], r->ns[KIND_GCA][1],
+           r->ns[KIND_MALLOC][1]);
+    print_cell(r->ns[KIND_JE][1], "%10.1f");
+    printf(" %8.2f\n", ratio(r->ns[KIND_GCA][1], r->ns[KIND_JE][1]));
   }
-  printf("ratio = gca / malloc (below 1: gca is faster); exact = free_cache:False\n");
+  printf("/malloc, /jemal = gca / that peer (below 1: gca is faster); exact = free_cache:False\n");
   printf("shared lock floor (pthread mutex, two critical sections per pair, no allocator): "
          "1T %.1f ns, 2T %.1f ns\n",
-         lock_ns[0], lock_ns[1]);
+         rep->lock_ns[0], rep->lock_ns[1]);
+  printf("\nthread scaling: 4 KiB pairs, each thread on its own stream, total Mpairs/s "
+         "(x = over 1 thread)\n");
+  printf("%-8s", "threads");
+  for (size_t k = 0; k < 3; k++)
+    printf(" %10s %6s", scale_names[k], "x");
+  printf("\n");
+  for (size_t t = 0; t < NTC; t++) {
+    printf("%-8d", thread_counts[t]);
+    for (size_t k = 0; k < 3; k++) {
+      printf(" ");
+      print_cell(rep->mpairs[t][k], "%10.2f");
+      printf(" %6.2f", ratio(rep->mpairs[t][k], rep->mpairs[0][k]));
+    }
+    printf("\n");
+  }
+  printf("\nsize patterns, 1 thread, ns per alloc+free pair\n");
+  printf("%-20s", "pattern");
+  for (size_t k = 0; k < 4; k++)
+    printf(" %10s", pattern_kind_names[k]);
+  printf(" %8s\n", "gca/jemal");
+  for (int pt = PAT_ALTERNATE; pt < NPATS; pt++) {
+    printf("%-20s", pattern_names[pt]);
+    for (size_t k = 0; k < 4; k++) {
+      printf(" ");
+      print_cell(rep->pattern_ns[pt][k], "%10.1f");
+    }
+    printf(" %8.2f\n", ratio(rep->pattern_ns[pt][0], rep->pattern_ns[pt][3]));
+  }
 }
 
 /* Sets o[key] = v, noting a failure (v NULL: jansson out of memory, or a
@@ -208,38 +325,79 @@ static void j_set(json_t *o, const char *key, json_t *v, bool *ok) {
     *ok = false;
 }
 
-static gca_status_t print_json(const bench_row_t *rows, const double *lock_ns, double seconds,
-                               json_t *host) {
+/* Appends a new object to array a; NULL (and *ok false) without memory. */
+static json_t *j_push(json_t *a, bool *ok) {
+  json_t *o = json_object();
+  if (o == NULL || json_array_append_new(a, o) != 0) {
+    *ok = false;
+    return NULL;
+  }
+  return o;
+}
+
+static gca_status_t print_json(const report_t *rep, double seconds, json_t *host) {
   bool ok = true;
   const char *backend = gca_device_backend_name();
-  json_t *root = json_object(), *results = json_array();
-  if (root == NULL || results == NULL) {
+  json_t *root = json_object(), *results = json_array(), *threads = json_array(),
+         *patterns = json_array();
+  if (root == NULL || results == NULL || threads == NULL || patterns == NULL) {
     json_decref(root);
     json_decref(results);
+    json_decref(threads);
+    json_decref(patterns);
     return tool_error(GCA_ERR_OUT_OF_MEMORY, "bench: JSON report: out of host memory");
   }
   j_set(root, "backend", backend ? json_string(backend) : json_null(), &ok);
   j_set(root, "seconds_per_measurement", json_real(seconds), &ok);
-  j_set(root, "lock_ns_1t", json_real(lock_ns[0]), &ok);
-  j_set(root, "lock_ns_2t", json_real(lock_ns[1]), &ok);
+  j_set(root, "lock_ns_1t", json_real(rep->lock_ns[0]), &ok);
+  j_set(root, "lock_ns_2t", json_real(rep->lock_ns[1]), &ok);
+  j_set(root, "jemalloc", jem.malloc ? json_true() : json_string(jem.why), &ok);
   for (size_t i = 0; i < NSIZES && ok; i++) {
-    const bench_row_t *r = &rows[i];
-    json_t *o = json_object();
-    if (o == NULL || json_array_append_new(results, o) != 0) {
-      ok = false;
+    const bench_row_t *r = &rep->rows[i];
+    json_t *o = j_push(results, &ok);
+    if (!o)
       break;
-    }
     j_set(o, "size", json_integer((json_int_t)sizes[i]), &ok);
     j_set(o, "gca_ns_1t", json_real(r->ns[KIND_GCA][0]), &ok);
     j_set(o, "malloc_ns_1t", json_real(r->ns[KIND_MALLOC][0]), &ok);
     j_set(o, "ratio_1t", json_real(ratio(r->ns[KIND_GCA][0], r->ns[KIND_MALLOC][0])), &ok);
+    j_set(o, "jemalloc_ns_1t", json_real(r->ns[KIND_JE][0]), &ok);
+    j_set(o, "ratio_jemalloc_1t", json_real(ratio(r->ns[KIND_GCA][0], r->ns[KIND_JE][0])), &ok);
     j_set(o, "exact_ns_1t", json_real(r->ns[KIND_EXACT][0]), &ok);
     j_set(o, "ratio_exact_1t", json_real(ratio(r->ns[KIND_EXACT][0], r->ns[KIND_MALLOC][0])), &ok);
     j_set(o, "gca_ns_2t", json_real(r->ns[KIND_GCA][1]), &ok);
     j_set(o, "malloc_ns_2t", json_real(r->ns[KIND_MALLOC][1]), &ok);
     j_set(o, "ratio_2t", json_real(ratio(r->ns[KIND_GCA][1], r->ns[KIND_MALLOC][1])), &ok);
+    j_set(o, "jemalloc_ns_2t", json_real(r->ns[KIND_JE][1]), &ok);
+    j_set(o, "ratio_jemalloc_2t", json_real(ratio(r->ns[KIND_GCA][1], r->ns[KIND_JE][1])), &ok);
+  }
+  for (size_t t = 0; t < NTC && ok; t++) {
+    json_t *o = j_push(threads, &ok);
+    if (!o)
+      break;
+    j_set(o, "threads", json_integer(thread_counts[t]), &ok);
+    for (size_t k = 0; k < 3; k++) {
+      char key[64];
+      snprintf(key, sizeof(key), "%s_mpairs_per_s", scale_names[k]);
+      j_set(o, key, json_real(rep->mpairs[t][k]), &ok);
+      snprintf(key, sizeof(key), "%s_scaling", scale_names[k]);
+      j_set(o, key, json_real(ratio(rep->mpairs[t][k], rep->mpairs[0][k])), &ok);
+    }
+  }
+  for (int pt = PAT_ALTERNATE; pt < NPATS && ok; pt++) {
+    json_t *o = j_push(patterns, &ok);
+    if (!o)
+      break;
+    j_set(o, "pattern", json_string(pattern_names[pt]), &ok);
+    for (size_t k = 0; k < 4; k++) {
+      char key[64];
+      snprintf(key, sizeof(key), "%s_ns", pattern_kind_names[k]);
+      j_set(o, key, json_real(rep->pattern_ns[pt][k]), &ok);
+    }
   }
   j_set(root, "results", results, &ok);
+  j_set(root, "threads", threads, &ok);
+  j_set(root, "patterns", patterns, &ok);
   if (host)
     j_set(root, "host", host, &ok);
   char *text = ok ? json_dumps(root, JSON_COMPACT) : NULL;
@@ -251,52 +409,77 @@ static gca_status_t print_json(const bench_row_t *rows, const double *lock_ns, d
   return GCA_OK;
 }
 
+/* One figure under free_cache:False when kind is KIND_EXACT, the caller's
+ * settings again afterwards. */
+static gca_status_t measure_in(int kind, int pattern, size_t size, int nthreads, double seconds,
+                               gca_stream_t *streams, const char *saved, double *ns) {
+  *ns = 0;
+  if (kind == KIND_JE && !jem.malloc)
+    return GCA_OK; /* no jemalloc: the cell stays empty */
+  if (kind != KIND_EXACT)
+    return measure_pattern(kind, pattern, size, nthreads, seconds, streams, ns);
+  gca_status_t st = gca_set_config("free_cache:False");
+  if (st != GCA_OK)
+    return tool_error_gca(st, "bench: set_config");
+  gca_status_t mst = measure_pattern(kind, pattern, size, nthreads, seconds, streams, ns);
+  if ((st = gca_set_config(saved)) != GCA_OK)
+    return tool_error_gca(st, "bench: restoring the settings '%s'", saved);
+  return mst;
+}
+
 static gca_status_t run(double seconds, bool json) {
   gca_status_t st;
-  gca_stream_t streams[NTHREADS_MAX] = {NULL, NULL};
+  gca_stream_t streams[NTHREADS_MAX] = {NULL};
   int nstreams = 0;
-  bench_row_t rows[NSIZES];
-  double lock_ns[NTHREADS_MAX] = {0, 0};
-  memset(rows, 0, sizeof(rows));
+  report_t *rep = calloc(1, sizeof(*rep));
+  if (!rep)
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "bench: out of host memory");
   char saved[1024];
-  TOOL_CHECK_GCA(gca_get_config(saved, sizeof(saved)));
+  if ((st = gca_get_config(saved, sizeof(saved))) != GCA_OK) {
+    tool_error_gca(st, "bench: get_config");
+    goto out;
+  }
   for (; nstreams < NTHREADS_MAX; nstreams++) {
     if ((st = gca_stream_create(&streams[nstreams], GCA_STREAM_NON_BLOCKING)) != GCA_OK) {
       tool_error_gca(st, "bench: stream_create");
       goto out;
     }
   }
+  static const int size_kinds[] = {KIND_GCA, KIND_MALLOC, KIND_JE};
   for (size_t i = 0; i < NSIZES; i++) {
-    for (int nt = 1; nt <= NTHREADS_MAX; nt++) {
-      TOOL_CHECK_GOTO(
-          measure(KIND_GCA, sizes[i], nt, seconds, streams, &rows[i].ns[KIND_GCA][nt - 1]), st,
-          out);
-      TOOL_CHECK_GOTO(
-          measure(KIND_MALLOC, sizes[i], nt, seconds, streams, &rows[i].ns[KIND_MALLOC][nt - 1]),
-          st, out);
-    }
-    if ((st = gca_set_config("free_cache:False")) != GCA_OK) {
-      tool_error_gca(st, "bench: set_config");
-      goto out;
-    }
-    gca_status_t mst =
-        measure(KIND_EXACT, sizes[i], 1, seconds, streams, &rows[i].ns[KIND_EXACT][0]);
-    if ((st = gca_set_config(saved)) != GCA_OK) { /* the caller's settings again */
-      tool_error_gca(st, "bench: restoring the settings '%s'", saved);
-      goto out;
-    }
-    TOOL_CHECK_GOTO(mst, st, out);
+    for (int nt = 1; nt <= 2; nt++)
+      for (size_t k = 0; k < TOOL_ARRAY_SIZE(size_kinds); k++)
+        TOOL_CHECK_GOTO(measure_in(size_kinds[k], PAT_SAME, sizes[i], nt, seconds, streams, saved,
+                                   &rep->rows[i].ns[size_kinds[k]][nt - 1]),
+                        st, out);
+    TOOL_CHECK_GOTO(measure_in(KIND_EXACT, PAT_SAME, sizes[i], 1, seconds, streams, saved,
+                               &rep->rows[i].ns[KIND_EXACT][0]),
+                    st, out);
   }
-  for (int nt = 1; nt <= NTHREADS_MAX; nt++)
-    TOOL_CHECK_GOTO(measure(KIND_LOCK, 512, nt, seconds, streams, &lock_ns[nt - 1]), st, out);
+  for (int nt = 1; nt <= 2; nt++)
+    TOOL_CHECK_GOTO(measure(KIND_LOCK, 512, nt, seconds, streams, &rep->lock_ns[nt - 1]), st, out);
+  for (size_t t = 0; t < NTC; t++)
+    for (size_t k = 0; k < 3; k++) {
+      double ns = 0;
+      TOOL_CHECK_GOTO(measure_in(scale_kinds[k], PAT_SAME, 4u << 10, thread_counts[t], seconds,
+                                 streams, saved, &ns),
+                      st, out);
+      rep->mpairs[t][k] = ns > 0 ? thread_counts[t] * 1e3 / ns : 0;
+    }
+  for (int pt = PAT_ALTERNATE; pt < NPATS; pt++)
+    for (size_t k = 0; k < 4; k++)
+      TOOL_CHECK_GOTO(measure_in(pattern_kinds[k], pt, 4u << 10, 1, seconds, streams, saved,
+                                 &rep->pattern_ns[pt][k]),
+                      st, out);
   json_t *host = NULL;
   if (!json)
-    print_table(rows, lock_ns);
+    print_table(rep);
   TOOL_CHECK_GOTO(gca__bench_host(seconds, json, json ? &host : NULL), st, out);
   if (json)
-    TOOL_CHECK_GOTO(print_json(rows, lock_ns, seconds, host), st, out);
+    TOOL_CHECK_GOTO(print_json(rep, seconds, host), st, out);
   st = GCA_OK;
 out:
+  free(rep);
   if (gca_empty_cache() != GCA_OK)
     fprintf(stderr, "gca-bench: empty_cache: %s\n", gca_last_error());
   for (int i = 0; i < nstreams; i++)
@@ -312,6 +495,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  tool_jemalloc_load(&jem, argv); /* first: it may run the program again with room for its TLS */
   double seconds = 0.08;
   bool json = false;
   static const struct option longopts[] = {{"json", no_argument, NULL, 'j'},

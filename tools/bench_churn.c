@@ -12,11 +12,10 @@
  * (gca's small pool: 2 MiB segments, split and merged). One operation is a
  * free and an allocation; figures are nanoseconds per operation. gca runs on
  * one stream with its default settings and with free_cache:False (PyTorch's
- * placement); jemalloc is loaded with dlopen (RTLD_LOCAL, so it does not
- * replace this program's malloc) and left out when absent. Nothing is
+ * placement); jemalloc is loaded as a peer (peer_jemalloc.h) and left out
+ * when absent. Nothing is
  * asserted; the seed is printed.
  */
-#include <dlfcn.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +24,7 @@
 #include <unistd.h>
 
 #include "gca.h"
+#include "peer_jemalloc.h"
 #include "util.h"
 
 typedef struct peer {
@@ -162,22 +162,16 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  /* Debian's jemalloc uses initial-exec TLS, which a dlopen can only place
-   * in the static TLS surplus: when there is no room, run again with more
-   * (before anything starts a thread). */
-  void *je = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (!je && strstr(dlerror(), "static TLS") && !getenv("GLIBC_TUNABLES")) {
-    setenv("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=65536", 1);
-    execv("/proc/self/exe", argv);
-  }
+  tool_jemalloc_t jem;
+  bool have_je = tool_jemalloc_load(&jem, argv); /* first: it may run the program again */
   gca_stream_t s = NULL;
   if (gca_stream_create(&s, GCA_STREAM_NON_BLOCKING) != GCA_OK) {
     fprintf(stderr, "gca-bench-churn: %s\n", gca_last_error());
     return 1;
   }
-  if (je) {
-    je_malloc = (void *(*)(size_t))dlsym(je, "malloc");
-    je_free = (void (*)(void *))dlsym(je, "free");
+  if (have_je) {
+    je_malloc = jem.malloc;
+    je_free = jem.free;
   }
   peer_t peers[4] = {{"gca", gca_alloc, gca_release, s},
                      {"gca exact", gca_alloc, gca_release, s},

@@ -8,6 +8,7 @@
  * blocks, from an empty cache). Nothing is asserted.
  */
 #include "bench_host.h"
+#include "peer_jemalloc.h"
 #include "util.h"
 
 #include <dlfcn.h>
@@ -130,9 +131,10 @@ static gca_status_t grow(size_t block, double *calls_per_gib, double *reserved_g
 }
 
 gca_status_t gca__bench_host(double seconds, bool json, json_t **out) {
-  void *h = dlopen("libjemalloc.so.2", RTLD_LOCAL | RTLD_NOW);
-  je_mallocx = h ? (void *(*)(size_t, int))dlsym(h, "mallocx") : NULL;
-  je_dallocx = h ? (void (*)(void *, int))dlsym(h, "dallocx") : NULL;
+  tool_jemalloc_t jem;
+  bool have_je = tool_jemalloc_load(&jem, NULL); /* main made room for it */
+  je_mallocx = have_je ? jem.mallocx : NULL;
+  je_dallocx = have_je ? jem.dallocx : NULL;
   void *probe = NULL;
   gca_status_t pst = gca_host_alloc(&probe, 64);
   if (pst == GCA_OK)
