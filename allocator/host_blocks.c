@@ -56,8 +56,9 @@ typedef struct block {
   gca_stream_t *uses; /* NULL until the first record_stream */
 } block_t;
 
+/* A cache line each: threads working on different shards do not share one. */
 typedef struct shard {
-  spin_t mu;
+  _Alignas(64) spin_t mu;
   block_t *slots;
   size_t n, cap; /* cap 0 or a power of two; n * 2 <= cap */
 } shard_t;
@@ -108,7 +109,8 @@ static block_t *shard_find(shard_t *s, uintptr_t p) {
 /* Under s->mu. */
 static void shard_remove(shard_t *s, block_t *b) {
   size_t mask = s->cap - 1, i = (size_t)(b - s->slots);
-  free(b->uses);
+  if (b->uses) /* most blocks never recorded a stream: no call */
+    free(b->uses);
   s->slots[i].ptr = 0;
   s->n--;
   for (size_t j = (i + 1) & mask; s->slots[j].ptr; j = (j + 1) & mask) {
