@@ -56,6 +56,13 @@ int preload_ctor_result(void);
     }                                                                                  \
   } while (0)
 
+/* Whether a malloc defined in `lib` is the program's own: glibc's, or a
+ * sanitizer runtime's (libasan, libtsan interpose malloc); never jemalloc's. */
+static bool malloc_is_the_programs(const char *lib) {
+  return !strstr(lib, "jemalloc") &&
+         (strstr(lib, "libc.so") || strstr(lib, "libasan") || strstr(lib, "libtsan"));
+}
+
 static bool on_sim;
 static uint64_t rng_state;
 static int n_malloc, n_malloc_async, n_free, n_free_async;
@@ -362,14 +369,16 @@ static int run_host(void) {
   EXPECT(cudaFreeHost(not_pinned) == cudaErrorInvalidValue, "cudaFreeHost of a foreign pointer");
   (void)cudaGetLastError();
   CHECK(cudaStreamDestroy(s));
-  /* the program's malloc is still glibc's, though the shim loaded jemalloc */
+  /* the program's malloc is still glibc's (or, in a sanitizer build, the
+   * sanitizer's, which interposes it), though the shim loaded jemalloc */
   Dl_info info;
   void *(*m)(size_t) = malloc;
-  EXPECT(dladdr((void *)m, &info) && info.dli_fname && strstr(info.dli_fname, "libc.so"),
+  EXPECT(dladdr((void *)m, &info) && info.dli_fname && malloc_is_the_programs(info.dli_fname),
          "malloc comes from %s", info.dli_fname ? info.dli_fname : "?");
   void *q = malloc(24);
-  EXPECT(dladdr(dlsym(RTLD_DEFAULT, "malloc"), &info) && strstr(info.dli_fname, "libc.so"),
-         "the global malloc comes from %s", info.dli_fname);
+  EXPECT(dladdr(dlsym(RTLD_DEFAULT, "malloc"), &info) && info.dli_fname &&
+             malloc_is_the_programs(info.dli_fname),
+         "the global malloc comes from %s", info.dli_fname ? info.dli_fname : "?");
   free(q);
   EXPECT(dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_NOLOAD) != NULL,
          "jemalloc is loaded (by the shim)");
