@@ -91,6 +91,48 @@ static void collectives_reach_nccl_with_its_values(void **state) {
   run(NULL, child_collectives_reach_nccl);
 }
 
+/* A comm pool on the NCCL backend: each segment the allocator creates is
+ * registered with ncclCommRegister before a block of it is handed out, once,
+ * and deregistered with ncclCommDeregister before the driver frees it. */
+static int child_comm_pool(report_t *r) {
+  gca_comm_t *c = NULL;
+  int dev = 0;
+  EXPECT_OK(r, gca_comm_create_all(1, &dev, NULL, &c));
+  gca_stream_t s = NULL;
+  EXPECT_OK(r, gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  gca_pool_t *pool = NULL;
+  EXPECT_OK(r, gca_comm_pool_create(c, NULL, &pool));
+  void *p = NULL, *q = NULL;
+  EXPECT_OK(r, gca_pool_use_begin(pool));
+  EXPECT_OK(r, gca_malloc(&p, 3 << 20, s));
+  CHECK(r, calls("register") == 1);
+  for (int i = 0; i < 10; i++) { /* the cached block: no new registration */
+    EXPECT_OK(r, gca_free(p));
+    EXPECT_OK(r, gca_malloc(&p, 3 << 20, s));
+  }
+  EXPECT_OK(r, gca_malloc(&q, 30 << 20, s)); /* a second segment */
+  EXPECT_OK(r, gca_pool_use_end(pool));
+  CHECK(r, calls("register") == 2 && calls("deregister") == 0);
+  gca_comm_stats_t st = {.size = sizeof(st)};
+  EXPECT_OK(r, gca_comm_stats(c, &st));
+  CHECK(r, st.registrations == 2 && st.registrations_total == 2);
+  EXPECT_OK(r, gca_free(p));
+  EXPECT_OK(r, gca_free(q));
+  EXPECT_OK(r, gca_stream_synchronize(s));
+  EXPECT_OK(r, gca_pool_release(pool)); /* the pool dies: its segments go back */
+  CHECK(r, calls("deregister") == 2);
+  EXPECT_OK(r, gca_comm_stats(c, &st));
+  CHECK(r, st.registrations == 0 && st.deregistrations_total == 2);
+  EXPECT_OK(r, gca_comm_destroy(c));
+  EXPECT_OK(r, gca_stream_destroy(s));
+  return CHILD_PASS;
+}
+
+static void a_comm_pool_registers_its_segments_with_nccl(void **state) {
+  (void)state;
+  run(NULL, child_comm_pool);
+}
+
 static int child_failures(report_t *r) {
   gca_comm_t *c = NULL;
   int dev = 0;
@@ -228,6 +270,7 @@ static void a_failed_initialization_is_nccls_error(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(collectives_reach_nccl_with_its_values),
+      cmocka_unit_test(a_comm_pool_registers_its_segments_with_nccl),
       cmocka_unit_test(nccl_failures_carry_its_strings),
       cmocka_unit_test(registration_needs_nccl_2_19),
       cmocka_unit_test(an_old_nccl_is_refused_with_its_version),

@@ -225,7 +225,11 @@ static CUresult f_mem_alloc(CUdeviceptr *p, size_t size) {
   NEED_CTX();
   if (size > MEM_LIMIT)
     return CUDA_ERROR_OUT_OF_MEMORY;
-  *p = 0x7f0000000000ull + ((uint64_t)ctx_device(current) << 36);
+  /* a bump range per device: allocations do not overlap (nothing backs them) */
+  static uint64_t next[64];
+  int d = ctx_device(current) & 63;
+  *p = 0x7f0000000000ull + ((uint64_t)d << 36) + next[d];
+  next[d] += (size + (2u << 20) - 1) / (2u << 20) * (2u << 20);
   return CUDA_SUCCESS;
 }
 static CUresult f_mem_free(CUdeviceptr p) {
