@@ -111,6 +111,12 @@ static uint64_t hash_bytes(const char *p, size_t n) {
 /* Appends one frame as the page shows it, "name (file:line)", and a NUL. */
 static gca_status_t scratch_frame(stack_table_t *t, const snap_frame_t *fr) {
   const char *name = fr->name[0] ? fr->name : "??";
+  if (!t->scratch) { /* never an offset from NULL, even of zero */
+    if (!(t->scratch = malloc(256)))
+      return tool_error(GCA_ERR_OUT_OF_MEMORY, "snapshot: no memory for a stack of frames");
+    t->scratch_cap = 256;
+    t->scratch_len = 0;
+  }
   for (;;) {
     size_t room = t->scratch_cap - t->scratch_len;
     int k;
