@@ -65,6 +65,7 @@
  * of every handle (one registration per physical allocation).
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,14 +91,42 @@ static inline bool is_free(const gca__block_t *b) {
 
 /* ---- mappings (their driver steps: vmm.c) ---- */
 
-/* Maps [base + off, + len) of seg with one handle per granule: parked handles
- * first (a move), new ones for the rest; one observer call, one history event
- * and one num_device_alloc for the range. On failure nothing of it stays
- * mapped or recorded: new handles are released, moved ones parked again. */
-static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t off, size_t len) {
+/* Records hs[0, k), mapped at base + off one granule (g) each, as mappings
+ * of seg, with the statistics and history of a growth. */
+static void record_maps(gca__devalloc_t *d, gca__segment_t *seg, size_t off, size_t g, size_t k,
+                        const gca_memhandle_t *hs, size_t moved) {
+  size_t i = seg->nmaps, len = k * g;
+  while (i > 0 && seg->maps[i - 1].offset > off)
+    i--;
+  memmove(&seg->maps[i + k], &seg->maps[i], (seg->nmaps - i) * sizeof(seg->maps[0]));
+  for (size_t j = 0; j < k; j++)
+    seg->maps[i + j] = (gca__mapping_t){off + j * g, g, hs[j]};
+  seg->nmaps += k;
+  seg->size += len;
+  d->reserved += len;
+  gca__stat_pool(d->stats.reserved_bytes, seg->pool, (int64_t)len);
+  d->stats.num_device_alloc++;
+  d->stats.num_handle_moves += (int64_t)moved;
+  gca__history_event(GCA_HA_SEGMENT_MAP, d->device, seg->base + off, len, seg->stream);
+}
+
+/* Maps [base + off, + len) of seg with one handle per granule (private pools:
+ * one handle): parked handles first (a move), new ones for the rest; one
+ * set_access for the range, one history event and num_device_alloc; observers
+ * hear of each handle. On failure the growth is undone, last granule first:
+ * new handles released, moved ones parked again. Should an unmap of that undo
+ * fail too, the granules below it stay mapped and are recorded (opened to the
+ * access list and announced as well as the driver allows): *kept says how
+ * many bytes at the start of the range, so that the caller makes them a free
+ * block; nothing is lost either way. */
+static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t off, size_t len,
+                              size_t *kept) {
   gca_status_t st = GCA_OK;
   size_t g = seg->pool->owner == NULL ? d->granularity : len, k = len / g, done = 0, moved = 0;
+  size_t announced = 0;
+  bool opened = false;
   gca_devptr_t ptr = seg->base + off;
+  *kept = 0;
   GCA_CHECK(gca__limit_check(d, len, "a mapping"));
   if (seg->nmaps + k > seg->cap_maps) {
     size_t ncap = seg->cap_maps ? seg->cap_maps * 2 : 8;
@@ -125,44 +154,50 @@ static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t of
     }
   }
   if (st == GCA_OK)
-    st = gca__vmm_set_access(d, ptr, len);
-  size_t seen = 0; /* observers hear of each handle */
-  for (; st == GCA_OK && seen < k; seen++)
-    st = gca__observe(seg->pool, GCA_SEGMENT_MAPPED, ptr + seen * g, g);
-  if (st != GCA_OK) {
-    if (seen > 0) /* the one that failed was refused; the ones before it go */
-      for (size_t j = seen - 1; j-- > 0;)
-        GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_UNMAPPING, ptr + j * g, g));
-    st = gca__error_prefix(st,
-                           "malloc: mapping %zu bytes at 0x%" PRIx64
-                           " of an expandable segment (%zu of %zu granules mapped, %zu moved)",
-                           len, ptr, done, k, moved);
-    for (size_t j = done; j-- > 0;) { /* moved ones first: they park again last-in first-out */
-      bool unmapped;
-      if (j >= moved) {
-        GCA_CHECK_IGNORE(gca__vmm_unmap(d, ptr + j * g, g, hs[j], &unmapped));
-      } else if (gca__vmm_unmap_keep(d, ptr + j * g, g) == GCA_OK) {
-        seg->parked[seg->nparked++] = hs[j];
-      }
-    }
-    free(hs);
-    return st;
+    opened = (st = gca__vmm_set_access(d, ptr, len)) == GCA_OK;
+  for (; st == GCA_OK && announced < k; announced++) {
+    st = gca__observe(seg->pool, GCA_SEGMENT_MAPPED, ptr + announced * g, g);
+    if (st != GCA_OK)
+      break;
   }
-  size_t i = seg->nmaps;
-  while (i > 0 && seg->maps[i - 1].offset > off)
-    i--;
-  memmove(&seg->maps[i + k], &seg->maps[i], (seg->nmaps - i) * sizeof(seg->maps[0]));
-  for (size_t j = 0; j < k; j++)
-    seg->maps[i + j] = (gca__mapping_t){off + j * g, g, hs[j]};
+  if (st == GCA_OK) {
+    record_maps(d, seg, off, g, k, hs, moved);
+    free(hs);
+    return GCA_OK;
+  }
+  st = gca__error_prefix(st,
+                         "malloc: mapping %zu bytes at 0x%" PRIx64
+                         " of an expandable segment (%zu of %zu granules mapped, %zu moved)",
+                         len, ptr, done, k, moved);
+  char why[1024]; /* the undo's own failures must not replace it */
+  snprintf(why, sizeof(why), "%s", gca_last_error());
+  size_t j = done;
+  for (; j > 0; j--) { /* moved ones are the first: they park again last-in first-out */
+    gca_devptr_t at = ptr + (j - 1) * g;
+    if (j - 1 < announced)
+      GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_UNMAPPING, at, g));
+    if (gca__vmm_unmap_keep(d, at, g) != GCA_OK) {
+      GCA_LOG_WARN("malloc: undoing a growth: %s (the range stays mapped and cached)",
+                   gca_last_error());
+      if (j - 1 < announced)
+        GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_MAPPED, at, g));
+      break;
+    }
+    if (j - 1 < moved)
+      seg->parked[seg->nparked++] = hs[j - 1];
+    else
+      gca__vmm_release_handle(d, hs[j - 1]);
+  }
+  if (j > 0) { /* granules [0, j) could not be unmapped: keep them */
+    if (!opened)
+      GCA_CHECK_IGNORE(gca__vmm_set_access(d, ptr, j * g));
+    for (size_t x = announced; x < j; x++)
+      GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_MAPPED, ptr + x * g, g));
+    record_maps(d, seg, off, g, j, hs, moved < j ? moved : j);
+    *kept = j * g;
+  }
   free(hs);
-  seg->nmaps += k;
-  seg->size += len;
-  d->reserved += len;
-  gca__stat_pool(d->stats.reserved_bytes, seg->pool, (int64_t)len);
-  d->stats.num_device_alloc++;
-  d->stats.num_handle_moves += (int64_t)moved;
-  gca__history_event(GCA_HA_SEGMENT_MAP, d->device, ptr, len, seg->stream);
-  return GCA_OK;
+  return gca__error(st, "%s", why);
 }
 
 /* Unmaps mappings [i, j) of seg (adjacent: one range), last first, and
@@ -366,13 +401,18 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
     if (want > len)
       len = want < u->size ? want : u->size;
   }
-  if (len < u->size)
-    GCA_CHECK(gca__block_new(d, &rest));
-  st = map_range(d, seg, u->addr - seg->base, len);
-  if (st != GCA_OK) {
-    if (rest != NULL)
-      gca__block_free(d, rest);
+  size_t kept;
+  GCA_CHECK(gca__block_new(d, &rest)); /* the unmapped rest of u, if any */
+  st = map_range(d, seg, u->addr - seg->base, len, &kept);
+  if (st != GCA_OK && kept != 0) { /* a failed undo left a mapped start: cached below */
+    len = kept;
+  } else if (st != GCA_OK) {
+    gca__block_free(d, rest);
     return st;
+  }
+  if (len == u->size) {
+    gca__block_free(d, rest);
+    rest = NULL;
   }
   if (rest != NULL) {
     rest->addr = u->addr + len;
@@ -404,6 +444,10 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
     absorb(d, m, n);
   }
   split_account(d, m, 1);
+  if (st != GCA_OK) { /* the kept start of a failed growth: a free block */
+    gca__tree_insert(pool, m);
+    return st;
+  }
   *out = m;
   return GCA_OK;
 }

@@ -177,6 +177,37 @@ static void a_map_fault_after_a_move_fails_the_request_cleanly(void **state) {
   }
 }
 
+/* A growth fails (set_access) and the undo's second unmap fails too: the
+ * granules below it stay mapped, are opened and cached as a free block, the
+ * request fails naming the first failure, and the memory serves the next
+ * request with no new handle; nothing leaks. */
+static void an_unmap_fault_while_undoing_a_growth_keeps_the_start_cached(void **state) {
+  (void)state;
+  char *keep = alloc_on(10 * MiB, NULL);
+  stamp_fill(keep, 10 * MiB, 0x77);
+  int64_t creates = calls("mem_create"), releases = calls("mem_release");
+  assert_ok(gca_sim_fault_set("mem_set_access:nth=1,mem_unmap:nth=2"));
+  void *q = NULL;
+  assert_status(gca_malloc(&q, 30 * MiB, NULL), GCA_ERR_DRIVER, "mem_set_access");
+  assert_non_null(strstr(gca_last_error(), "(15 of 15 granules mapped, 0 moved)"));
+  gca_sim_fault_clear();
+  assert_null(q);
+  check();
+  assert_int_equal(calls("mem_create") - creates, 15);
+  assert_int_equal(calls("mem_release") - releases, 1); /* the last granule, unmapped */
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 10 * MiB + 28 * MiB);
+  assert_int_equal(gca_sim_used_bytes(0), 38 * MiB);
+  char *r = alloc_on(28 * MiB, NULL); /* the kept 28 MiB, cached */
+  assert_ptr_equal(r, keep + 10 * MiB);
+  assert_int_equal(calls("mem_create") - creates, 15);
+  stamp_fill(r, 28 * MiB, 0x88); /* opened: writable */
+  assert_int_equal(stamp_mismatch(keep, 10 * MiB, 0x77), -1);
+  free_ok(r);
+  free_ok(keep);
+  assert_nothing_leaked();
+  assert_int_equal(calls("mem_create"), calls("mem_release"));
+}
+
 /* ---- streams and captures ---- */
 
 static void hold_stream(void *arg) {
@@ -292,6 +323,7 @@ int main(void) {
       T(moves_keep_the_data_of_live_blocks),
       T(an_unmap_fault_mid_move_falls_back_to_new_handles),
       T(a_map_fault_after_a_move_fails_the_request_cleanly),
+      T(an_unmap_fault_while_undoing_a_growth_keeps_the_start_cached),
       T(a_move_waits_for_the_segments_stream_with_the_lock_let_go),
       T(nothing_moves_during_a_capture),
       T(private_pools_neither_split_nor_move_handles),
