@@ -132,13 +132,13 @@ static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t of
     size_t ncap = seg->cap_maps ? seg->cap_maps * 2 : 8;
     while (ncap < seg->nmaps + k)
       ncap *= 2;
-    gca__mapping_t *n = realloc(seg->maps, ncap * sizeof(*n));
+    gca__mapping_t *n = GCA_FAILPOINT("expand_maps") ? NULL : realloc(seg->maps, ncap * sizeof(*n));
     if (n == NULL)
       return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a mapping record");
     seg->maps = n;
     seg->cap_maps = ncap;
   }
-  gca_memhandle_t *hs = malloc(k * sizeof(*hs));
+  gca_memhandle_t *hs = GCA_FAILPOINT("expand_handles") ? NULL : malloc(k * sizeof(*hs));
   if (hs == NULL)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for %zu handles", k);
   for (; done < k; done++) {
@@ -708,7 +708,8 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
     if (n_ent == 0)
       return GCA_OK;
     size_t slots = seg->nparked + (seg->park_want + avail) / g;
-    gca_memhandle_t *np = realloc(seg->parked, slots * sizeof(*np));
+    gca_memhandle_t *np =
+        GCA_FAILPOINT("expand_parked") ? NULL : realloc(seg->parked, slots * sizeof(*np));
     if (np == NULL)
       return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for %zu handles", slots);
     seg->parked = np;

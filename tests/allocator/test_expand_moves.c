@@ -208,6 +208,44 @@ static void an_unmap_fault_while_undoing_a_growth_keeps_the_start_cached(void **
   assert_int_equal(calls("mem_create"), calls("mem_release"));
 }
 
+/* Out of host memory for the mapping records or the handle list of a growth
+ * (Note [Host fail points]): an out-of-memory condition before any driver
+ * call, so the retry after releasing the cache succeeds. */
+static void host_oom_in_a_growth_is_retried(void **state) {
+  (void)state;
+  static const char *const points[] = {"expand_maps", "expand_handles"};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(points); k++) {
+    int64_t creates = calls("mem_create"), retries = stats().num_alloc_retries;
+    assert_ok(gca__failpoint_arm(points[k], 1));
+    char *p = alloc_on(10 * MiB, NULL);
+    gca__failpoint_clear();
+    assert_int_equal(stats().num_alloc_retries - retries, 1);
+    assert_int_equal(calls("mem_create") - creates, 5);
+    stamp_fill(p, 10 * MiB, 0x99);
+    free_ok(p);
+    assert_nothing_leaked();
+  }
+}
+
+/* Out of host memory for the parked-handle list: nothing moves, the growth
+ * creates its handles, the request succeeds. */
+static void host_oom_for_parked_handles_grows_instead(void **state) {
+  (void)state;
+  char *p[4];
+  two_holes(p, NULL);
+  int64_t creates = calls("mem_create"), unmaps = calls("mem_unmap");
+  assert_ok(gca__failpoint_arm("expand_parked", 1));
+  char *e = alloc_on(16 * MiB, NULL);
+  gca__failpoint_clear();
+  assert_int_equal(stats().num_handle_moves, 0);
+  assert_int_equal(calls("mem_create") - creates, 8);
+  assert_int_equal(calls("mem_unmap"), unmaps);
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 56 * MiB);
+  stamps_hold(p);
+  free_ok(e);
+  release_holes(p);
+}
+
 /* ---- streams and captures ---- */
 
 static void hold_stream(void *arg) {
@@ -324,6 +362,8 @@ int main(void) {
       T(an_unmap_fault_mid_move_falls_back_to_new_handles),
       T(a_map_fault_after_a_move_fails_the_request_cleanly),
       T(an_unmap_fault_while_undoing_a_growth_keeps_the_start_cached),
+      T(host_oom_in_a_growth_is_retried),
+      T(host_oom_for_parked_handles_grows_instead),
       T(a_move_waits_for_the_segments_stream_with_the_lock_let_go),
       T(nothing_moves_during_a_capture),
       T(private_pools_neither_split_nor_move_handles),
