@@ -36,7 +36,9 @@
  *   segment.c    classic segments (mem_alloc, or VMM-backed with ipc_handles);
  *                which kind a new segment is; releasing and destroying one
  *   expandable.c expandable segments: one reservation per (stream, pool),
- *                mapped as it grows, unmapped when released
+ *                mapped as it grows (one handle per granule in the device's
+ *                pools, handles of free granules moved before new ones are
+ *                made), unmapped when released
  *   vmm.c        the VMM driver side: granularity, access list, map/unmap
  *   freetree.c   the free structure of a pool (an intrusive treap)
  *   ptrmap.c     the per-device pointer -> block map, and the lock-free map from
