@@ -36,7 +36,9 @@
  *   segment.c    classic segments (mem_alloc, or VMM-backed with ipc_handles);
  *                which kind a new segment is; releasing and destroying one
  *   expandable.c expandable segments: one reservation per (stream, pool),
- *                mapped as it grows, unmapped when released
+ *                mapped as it grows (one handle per granule in the device's
+ *                pools, handles of free granules moved before new ones are
+ *                made), unmapped when released
  *   vmm.c        the VMM driver side: granularity, access list, map/unmap
  *   freetree.c   the free structure of a pool (an intrusive treap)
  *   ptrmap.c     the per-device pointer -> block map, and the lock-free map from
@@ -230,6 +232,11 @@ struct gca__segment {
                                   one handle of a VMM-backed segment (Note [VMM-backed
                                   classic segments], segment.c) */
   size_t nmaps, cap_maps;
+  /* expandable: handles unmapped from free ranges for a growth that asked for
+   * them (gca__expand_take_donors), mapped again by it; park_want is how many
+   * more bytes it still wants parked. Both are zero outside that growth. */
+  gca_memhandle_t *parked;
+  size_t nparked, park_want;
 };
 
 /* One entry of a release batch (Note [No waits under the device lock]): the
@@ -697,6 +704,18 @@ gca_status_t gca__vmm_map_new(gca__devalloc_t *d, gca_devptr_t ptr, size_t len,
 /* Unmaps [ptr, + len) and releases its handle h. *unmapped says whether the
  * unmap happened (a failed unmap changes nothing; a failed release leaves the
  * range unmapped and the handle lost; the status says which failed). */
+/* The steps of gca__vmm_map_new, for mappings made one handle at a time and
+ * opened together (expandable segments): mem_map of existing handle h whole
+ * at ptr; mem_create + mem_map (the handle released again on failure); one
+ * mem_set_access over a range of mappings (counted in stats.grown_bytes). */
+gca_status_t gca__vmm_map_only(gca__devalloc_t *d, gca_devptr_t ptr, size_t len, gca_memhandle_t h);
+gca_status_t gca__vmm_create_map(gca__devalloc_t *d, gca_devptr_t ptr, size_t len,
+                                 gca_memhandle_t *out);
+gca_status_t gca__vmm_set_access(gca__devalloc_t *d, gca_devptr_t ptr, size_t len);
+/* Unmaps [ptr, +len) and keeps its handle (to be mapped elsewhere). */
+gca_status_t gca__vmm_unmap_keep(gca__devalloc_t *d, gca_devptr_t ptr, size_t len);
+/* Releases handle h, logging a failure. */
+void gca__vmm_release_handle(gca__devalloc_t *d, gca_memhandle_t h);
 gca_status_t gca__vmm_unmap(gca__devalloc_t *d, gca_devptr_t ptr, size_t len, gca_memhandle_t h,
                             bool *unmapped);
 /* Unmaps and releases every mapping and frees the reservation, whatever
@@ -714,6 +733,16 @@ void gca__vmm_destroy(gca__devalloc_t *d, gca_devptr_t base, size_t reserved,
  * failure is undone and names its operation. */
 gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                size_t rounded, size_t step, gca__block_t **out);
+/* Handle moves (Note [Expandable segments]): when serving `rounded` bytes from
+ * the expandable segment of (pool, stream) would map new memory while free
+ * ranges elsewhere in it hold whole mappings, takes those ranges into bt (up
+ * to what the growth lacks) and marks their handles to be parked, not
+ * released, once bt runs; nothing during a capture. */
+gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gca__pool_t *pool,
+                                     gca_stream_t stream, size_t rounded);
+/* Releases the handles that a growth parked and did not use, and clears the
+ * parking (after the growth, successful or not). */
+void gca__expand_unpark(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream);
 /* Release batches: marks seg's free blocks that hold a whole mapping as
  * releasing (out of the tree) into bt. */
 gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg);

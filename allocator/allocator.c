@@ -971,6 +971,9 @@ GCA_API gca_status_t gca_reset_accumulated_stats(int device) {
   d->stats.num_sync_all_streams = 0;
   d->stats.num_device_alloc = 0;
   d->stats.num_device_free = 0;
+  d->stats.num_driver_calls = 0;
+  d->stats.grown_bytes = 0;
+  d->stats.num_handle_moves = 0;
   gca__dev_unlock(d);
   return GCA_OK;
 }

@@ -15,30 +15,57 @@
  * candidate is an unmapped block together with the free blocks on either side
  * of it (free + unmapped + free), smallest total first, so holes fill before
  * the tail grows: a free 6 MiB block at the frontier and a 10 MiB request map
- * 4 MiB more. Growth maps what the request lacks, rounded up to the driver's
- * granularity and to at least the pool's step (2 MiB for the small pool; for
- * the large pool the classic segment size, so mid-size requests map 20 MiB
- * as PyTorch's pages do), as one mem_create + mem_map + mem_set_access: the
- * cost of a growth does not depend on its size, where PyTorch pays one
- * handle per 2 or 20 MiB page.
+ * 4 MiB more.
  *
- * The trade-off: the driver unmaps whole mappings only, so releasing memory
- * (empty_cache, the out-of-memory retry, garbage collection) unmaps every
- * mapping that lies entirely inside a free block and keeps a mapping that a
- * live block still touches, even when most of it is free. Fewer, larger
- * mappings make growth cheap and release coarse; the bytes that stay mapped
- * are bounded by the free parts of mappings that straddle live blocks.
- * Unmapping waits for the segment's own stream (stream_synchronize), never
- * the whole device: freed blocks may still be in use by queued work on it.
- * The driver steps (granularity, access list, create + map + set_access,
- * unmap + release) are vmm.c's, shared with VMM-backed classic segments.
+ * Physical memory is the scarce thing, address space is not. So in the
+ * device's own pools growth maps exactly what the request lacks, rounded up to
+ * the driver's granularity, and every granule is its own handle: any granule
+ * wholly inside a free block can be unmapped, whatever lives next to it, and
+ * the memory that stays mapped beyond live blocks is less than two granules
+ * per free block. Before a growth would create handles while free blocks
+ * elsewhere in the segment hold whole granules (fragmentation), it moves those
+ * handles instead: the free granules are taken out of the tree as a release
+ * batch (Note [No waits under the device lock]: the segment's stream is
+ * synchronized with the lock let go, since queued work may still use the
+ * free range, and a capturing stream is never synchronized), unmapped there
+ * and "parked", and the growth maps the parked handles where the request needs
+ * them (gca__expand_take_donors, gca__expand_unpark; release.c's
+ * move_handles). Data of live blocks never moves; only free granules do, so a
+ * live block's bytes stay where they are. Nothing moves while a capture is
+ * under way (d->ncaptures): a growth then creates as before.
+ *
+ * Private pools (graph pools, comm pools, Note [Checkpoints]) keep one handle
+ * per growth, of at least the pool's step (2 MiB small, the classic segment
+ * size for large requests): their free ranges may be used by graph replays and
+ * their mappings are recorded by checkpoints and registrations, so nothing is
+ * moved out of them and small handles would only cost calls.
+ *
+ * The trade-off, in driver calls: a growth of n granules costs n mem_create +
+ * n mem_map + one mem_set_access (over the whole range, as PyTorch opens its
+ * handles), about 1,025 calls per GiB where one 20 MiB handle per step costs
+ * about 150 and a classic segment one mem_alloc; a move costs a mem_unmap +
+ * mem_map per granule and a stream synchronize per growth; a release, a
+ * mem_unmap + mem_release per granule; an IPC export, one handle per granule.
+ * In exchange, peak mapped memory follows peak live memory to within the
+ * granule rounding of each growth and the sub-granule ends of free blocks.
+ * stats.num_driver_calls, grown_bytes and num_handle_moves count it
+ * (gca-replay reports driver calls per GiB grown).
+ *
+ * Release (empty_cache, the out-of-memory retry, garbage collection) unmaps
+ * every mapping that lies entirely inside a free block and keeps one that a
+ * live block still touches. Unmapping waits for the segment's own stream
+ * (stream_synchronize), never the whole device. The driver steps (granularity,
+ * access list, create + map + set_access, unmap + release) are vmm.c's, shared
+ * with VMM-backed classic segments.
  *
  * Statistics follow PyTorch's expandable segments: reserved_bytes counts
- * mapped bytes, num_device_alloc / num_device_free count mappings made and
- * unmapped, the segment count leaves expandable segments out, and history
- * records segment_map / segment_unmap.
+ * mapped bytes, num_device_alloc counts growths and num_device_free handles
+ * released, the segment count leaves expandable segments out, and history
+ * records segment_map per growth and segment_unmap per handle; observers hear
+ * of every handle (one registration per physical allocation).
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,67 +91,159 @@ static inline bool is_free(const gca__block_t *b) {
 
 /* ---- mappings (their driver steps: vmm.c) ---- */
 
-/* Maps [base + off, + len) with one new handle and records the mapping. On
- * failure nothing stays created, mapped or recorded. */
-static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t off, size_t len) {
-  gca_memhandle_t h = 0;
+/* Records hs[0, k), mapped at base + off one granule (g) each, as mappings
+ * of seg, with the statistics and history of a growth. */
+static void record_maps(gca__devalloc_t *d, gca__segment_t *seg, size_t off, size_t g, size_t k,
+                        const gca_memhandle_t *hs, size_t moved) {
+  size_t i = seg->nmaps, len = k * g;
+  while (i > 0 && seg->maps[i - 1].offset > off)
+    i--;
+  memmove(&seg->maps[i + k], &seg->maps[i], (seg->nmaps - i) * sizeof(seg->maps[0]));
+  for (size_t j = 0; j < k; j++)
+    seg->maps[i + j] = (gca__mapping_t){off + j * g, g, hs[j]};
+  seg->nmaps += k;
+  seg->size += len;
+  d->reserved += len;
+  gca__stat_pool(d->stats.reserved_bytes, seg->pool, (int64_t)len);
+  d->stats.num_device_alloc++;
+  d->stats.num_handle_moves += (int64_t)moved;
+  gca__history_event(GCA_HA_SEGMENT_MAP, d->device, seg->base + off, len, seg->stream);
+}
+
+/* Maps [base + off, + len) of seg with one handle per granule (private pools:
+ * one handle): parked handles first (a move), new ones for the rest; one
+ * set_access for the range, one history event and num_device_alloc; observers
+ * hear of each handle. On failure the growth is undone, last granule first:
+ * new handles released, moved ones parked again. Should an unmap of that undo
+ * fail too, the granules below it stay mapped and are recorded (opened to the
+ * access list and announced as well as the driver allows): *kept says how
+ * many bytes at the start of the range, so that the caller makes them a free
+ * block; nothing is lost either way. */
+static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t off, size_t len,
+                              size_t *kept) {
+  gca_status_t st = GCA_OK;
+  size_t g = seg->pool->owner == NULL ? d->granularity : len, k = len / g, done = 0, moved = 0;
+  size_t announced = 0;
+  bool opened = false;
   gca_devptr_t ptr = seg->base + off;
+  *kept = 0;
   GCA_CHECK(gca__limit_check(d, len, "a mapping"));
-  if (seg->nmaps == seg->cap_maps) {
+  if (seg->nmaps + k > seg->cap_maps) {
     size_t ncap = seg->cap_maps ? seg->cap_maps * 2 : 8;
-    gca__mapping_t *n = realloc(seg->maps, ncap * sizeof(*n));
+    while (ncap < seg->nmaps + k)
+      ncap *= 2;
+    gca__mapping_t *n = GCA_FAILPOINT("expand_maps") ? NULL : realloc(seg->maps, ncap * sizeof(*n));
     if (n == NULL)
       return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a mapping record");
     seg->maps = n;
     seg->cap_maps = ncap;
   }
-  GCA_CHECK(gca__vmm_map_new(d, ptr, len, &h));
-  gca_status_t st = gca__observe(seg->pool, GCA_SEGMENT_MAPPED, ptr, len);
-  if (st != GCA_OK) {
-    bool unmapped;
-    GCA_CHECK_IGNORE(gca__vmm_unmap(d, ptr, len, h, &unmapped));
-    return st;
+  gca_memhandle_t *hs = GCA_FAILPOINT("expand_handles") ? NULL : malloc(k * sizeof(*hs));
+  if (hs == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for %zu handles", k);
+  for (; done < k; done++) {
+    gca_devptr_t at = ptr + done * g;
+    if (seg->nparked > 0) {
+      st = gca__vmm_map_only(d, at, g, seg->parked[seg->nparked - 1]);
+      if (st != GCA_OK)
+        break;
+      hs[done] = seg->parked[--seg->nparked];
+      moved++;
+    } else if ((st = gca__vmm_create_map(d, at, g, &hs[done])) != GCA_OK) {
+      break;
+    }
   }
-  size_t i = seg->nmaps;
-  while (i > 0 && seg->maps[i - 1].offset > off) {
-    seg->maps[i] = seg->maps[i - 1];
-    i--;
+  if (st == GCA_OK)
+    opened = (st = gca__vmm_set_access(d, ptr, len)) == GCA_OK;
+  for (; st == GCA_OK && announced < k; announced++) {
+    st = gca__observe(seg->pool, GCA_SEGMENT_MAPPED, ptr + announced * g, g);
+    if (st != GCA_OK)
+      break;
   }
-  seg->maps[i] = (gca__mapping_t){off, len, h};
-  seg->nmaps++;
-  seg->size += len;
-  d->reserved += len;
-  gca__stat_pool(d->stats.reserved_bytes, seg->pool, (int64_t)len);
-  d->stats.num_device_alloc++;
-  gca__history_event(GCA_HA_SEGMENT_MAP, d->device, ptr, len, seg->stream);
-  return GCA_OK;
+  if (st == GCA_OK) {
+    record_maps(d, seg, off, g, k, hs, moved);
+    free(hs);
+    return GCA_OK;
+  }
+  st = gca__error_prefix(st,
+                         "malloc: mapping %zu bytes at 0x%" PRIx64
+                         " of an expandable segment (%zu of %zu granules mapped, %zu moved)",
+                         len, ptr, done, k, moved);
+  char why[1024]; /* the undo's own failures must not replace it */
+  snprintf(why, sizeof(why), "%s", gca_last_error());
+  size_t j = done;
+  for (; j > 0; j--) { /* moved ones are the first: they park again last-in first-out */
+    gca_devptr_t at = ptr + (j - 1) * g;
+    if (j - 1 < announced)
+      GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_UNMAPPING, at, g));
+    if (gca__vmm_unmap_keep(d, at, g) != GCA_OK) {
+      GCA_LOG_WARN("malloc: undoing a growth: %s (the range stays mapped and cached)",
+                   gca_last_error());
+      if (j - 1 < announced)
+        GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_MAPPED, at, g));
+      break;
+    }
+    if (j - 1 < moved)
+      seg->parked[seg->nparked++] = hs[j - 1];
+    else
+      gca__vmm_release_handle(d, hs[j - 1]);
+  }
+  if (j > 0) { /* granules [0, j) could not be unmapped: keep them */
+    if (!opened)
+      GCA_CHECK_IGNORE(gca__vmm_set_access(d, ptr, j * g));
+    for (size_t x = announced; x < j; x++)
+      GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_MAPPED, ptr + x * g, g));
+    record_maps(d, seg, off, g, j, hs, moved < j ? moved : j);
+    *kept = j * g;
+  }
+  free(hs);
+  return gca__error(st, "%s", why);
 }
 
-/* Unmaps mapping i and releases its handle. A failed unmap changes nothing; a
- * failed release leaves the range unmapped and the mapping forgotten (the
- * status says so). */
-static gca_status_t unmap_one(gca__devalloc_t *d, gca__segment_t *seg, size_t i) {
-  gca__mapping_t m = seg->maps[i];
-  gca_devptr_t ptr = seg->base + m.offset;
-  bool unmapped;
-  GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_UNMAPPING, ptr, m.size));
-  gca_status_t st = gca__vmm_unmap(d, ptr, m.size, m.handle, &unmapped);
-  if (!unmapped) /* still there: the observer hears of it again */
-    GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_MAPPED, ptr, m.size));
-  if (!unmapped)
-    return gca__error_prefix(st, "release of 0x%" PRIx64 " (%zu bytes) of an expandable segment",
+/* Unmaps mappings [i, j) of seg (adjacent: one range), last first, and
+ * releases their handles, or parks them while the segment wants handles
+ * parked (a move). Each handle is one observer call, history event and
+ * num_device_free (a moved one none: its memory stays in use). *from: the
+ * index of the first mapping unmapped (j when none); those at [*from, j) are
+ * gone from maps[] on return. A failed unmap stops the run and keeps the
+ * mappings below it; a failed release leaves its range unmapped and forgotten
+ * (the status says so). */
+static gca_status_t unmap_run(gca__devalloc_t *d, gca__segment_t *seg, size_t i, size_t j,
+                              size_t *from) {
+  size_t k = j;
+  gca_status_t st = GCA_OK, rst = GCA_OK;
+  while (k > i) {
+    gca__mapping_t m = seg->maps[k - 1];
+    gca_devptr_t ptr = seg->base + m.offset;
+    GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_UNMAPPING, ptr, m.size));
+    if ((st = gca__vmm_unmap_keep(d, ptr, m.size)) != GCA_OK) {
+      /* still there: the observer hears of it again */
+      GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_MAPPED, ptr, m.size));
+      st = gca__error_prefix(st, "release of 0x%" PRIx64 " (%zu bytes) of an expandable segment",
                              ptr, m.size);
-  memmove(&seg->maps[i], &seg->maps[i + 1], (seg->nmaps - i - 1) * sizeof(seg->maps[0]));
-  seg->nmaps--;
-  seg->size -= m.size;
-  d->reserved -= m.size;
-  gca__stat_pool(d->stats.reserved_bytes, seg->pool, -(int64_t)m.size);
-  d->stats.num_device_free++;
-  gca__history_event(GCA_HA_SEGMENT_UNMAP, d->device, ptr, m.size, seg->stream);
-  if (st != GCA_OK)
-    return gca__error_prefix(st, "release of 0x%" PRIx64 " (%zu bytes) of an expandable segment",
-                             ptr, m.size);
-  return GCA_OK;
+      break;
+    }
+    k--;
+    seg->size -= m.size;
+    d->reserved -= m.size;
+    gca__stat_pool(d->stats.reserved_bytes, seg->pool, -(int64_t)m.size);
+    gca__history_event(GCA_HA_SEGMENT_UNMAP, d->device, ptr, m.size, seg->stream);
+    if (seg->park_want >= m.size) {
+      seg->parked[seg->nparked++] = m.handle; /* room made by gca__expand_take_donors */
+      seg->park_want -= m.size;
+      continue;
+    }
+    d->stats.num_device_free++;
+    __atomic_fetch_add(&d->stats.num_driver_calls, 1, __ATOMIC_RELAXED);
+    gca_status_t r = d->ops->mem_release(m.handle);
+    if (r != GCA_OK && rst == GCA_OK)
+      rst = gca__error_prefix(r, "release of 0x%" PRIx64 " (%zu bytes) of an expandable segment",
+                              ptr, m.size);
+  }
+  *from = k;
+  memmove(&seg->maps[k], &seg->maps[j], (seg->nmaps - j) * sizeof(seg->maps[0]));
+  seg->nmaps -= j - k;
+  return st != GCA_OK ? st : rst;
 }
 
 /* ---- segments ---- */
@@ -196,6 +315,7 @@ static gca_status_t segment_remove(gca__devalloc_t *d, gca__segment_t *seg) {
   gca__block_free(d, seg->head);
   gca__segment_unlink(pool, seg);
   free(seg->maps);
+  free(seg->parked);
   free(seg);
   return GCA_OK;
 }
@@ -221,15 +341,9 @@ static void absorb(gca__devalloc_t *d, gca__block_t *dst, gca__block_t *src) {
   gca__block_free(d, src);
 }
 
-gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
-                               size_t rounded, size_t step, gca__block_t **out) {
-  gca__segment_t *seg = find_segment(pool, stream);
-  gca__block_t *rest = NULL;
-  gca_status_t st;
-  size_t g;
-  if (seg == NULL)
-    GCA_CHECK(segment_create(d, pool, stream, &seg));
-  GCA_CHECK(gca__vmm_granularity(d, &g));
+/* The unmapped block that, with the free blocks on either side, holds
+ * `rounded` bytes in the smallest total; NULL when none does. */
+static gca__block_t *best_hole(gca__segment_t *seg, size_t rounded) {
   gca__block_t *u = NULL;
   size_t best = SIZE_MAX;
   for (gca__block_t *b = seg->head; b != NULL; b = b->next) {
@@ -242,6 +356,31 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
       best = avail;
     }
   }
+  return u;
+}
+
+/* The bytes of hole u that serving `rounded` maps: what the free block before
+ * it lacks, rounded up to the granularity; all of u when the free block after
+ * it is needed too. */
+static size_t grow_len(const gca__block_t *u, size_t rounded, size_t g) {
+  size_t psz = is_free(u->prev) ? u->prev->size : 0;
+  if (psz >= rounded)
+    return 0;
+  size_t need = rounded - psz;
+  return need >= u->size ? u->size : round_up(need, g);
+}
+
+gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                               size_t rounded, size_t step, gca__block_t **out) {
+  gca__segment_t *seg = find_segment(pool, stream);
+  gca__block_t *rest = NULL;
+  gca_status_t st;
+  size_t g;
+
+  if (seg == NULL)
+    GCA_CHECK(segment_create(d, pool, stream, &seg));
+  GCA_CHECK(gca__vmm_granularity(d, &g));
+  gca__block_t *u = best_hole(seg, rounded);
   if (u == NULL)
     return gca__error(GCA_ERR_OUT_OF_MEMORY,
                       "malloc: the expandable segment at 0x%" PRIx64 " (%zu bytes of address "
@@ -256,22 +395,24 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
     *out = p;
     return GCA_OK;
   }
-  size_t need = rounded - psz, len;
-  if (need >= u->size) {
-    len = u->size;
-  } else {
-    size_t want = step > psz ? step - psz : 0;
-    len = round_up(want > need ? want : need, g);
-    if (len > u->size)
-      len = u->size;
+  size_t len = grow_len(u, rounded, g);
+  if (pool->owner != NULL && len < u->size) { /* private pools grow by steps */
+    size_t want = round_up(step > psz ? step - psz : 0, g);
+    if (want > len)
+      len = want < u->size ? want : u->size;
   }
-  if (len < u->size)
-    GCA_CHECK(gca__block_new(d, &rest));
-  st = map_range(d, seg, u->addr - seg->base, len);
-  if (st != GCA_OK) {
-    if (rest != NULL)
-      gca__block_free(d, rest);
+  size_t kept;
+  GCA_CHECK(gca__block_new(d, &rest)); /* the unmapped rest of u, if any */
+  st = map_range(d, seg, u->addr - seg->base, len, &kept);
+  if (st != GCA_OK && kept != 0) { /* a failed undo left a mapped start: cached below */
+    len = kept;
+  } else if (st != GCA_OK) {
+    gca__block_free(d, rest);
     return st;
+  }
+  if (len == u->size) {
+    gca__block_free(d, rest);
+    rest = NULL;
   }
   if (rest != NULL) {
     rest->addr = u->addr + len;
@@ -303,6 +444,10 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
     absorb(d, m, n);
   }
   split_account(d, m, 1);
+  if (st != GCA_OK) { /* the kept start of a failed growth: a free block */
+    gca__tree_insert(pool, m);
+    return st;
+  }
   *out = m;
   return GCA_OK;
 }
@@ -395,27 +540,31 @@ static gca_status_t release_in(gca__devalloc_t *d, gca__segment_t *seg, size_t l
   gca__block_t *spare[2] = {NULL, NULL};
   for (gca__block_t *b = seg->head; b != NULL;) {
     size_t blo = b->addr - seg->base, bhi = blo + b->size;
-    if (!b->in_tree || bhi <= lo || blo >= hi) {
+    size_t clo = blo > lo ? blo : lo, chi = bhi < hi ? bhi : hi;
+    if (!b->in_tree || clo >= chi) {
       b = b->next;
       continue;
     }
-    size_t i = mapping_inside(seg, blo > lo ? blo : lo, bhi < hi ? bhi : hi);
-    if (i == seg->nmaps) {
+    size_t i = mapping_inside(seg, clo, chi), j = i;
+    while (j < seg->nmaps && seg->maps[j].offset + seg->maps[j].size <= chi)
+      j++;
+    if (i == j) {
       b = b->next;
       continue;
     }
     for (int k = 0; k < 2; k++)
       if (spare[k] == NULL && (st = gca__block_new(d, &spare[k])) != GCA_OK)
         goto out;
-    gca__mapping_t m = seg->maps[i];
-    gca_status_t ust = unmap_one(d, seg, i);
-    if (ust != GCA_OK && seg->nmaps > i && seg->maps[i].offset == m.offset) {
+    size_t end = seg->maps[j - 1].offset + seg->maps[j - 1].size, before = seg->size, from;
+    gca_status_t ust = unmap_run(d, seg, i, j, &from);
+    size_t gone = before - seg->size;
+    if (gone == 0) {
       st = ust; /* still mapped: nothing changed */
       goto out;
     }
     if (released != NULL)
-      *released += m.size;
-    b = carve(d, b, seg->base + m.offset, seg->base + m.offset + m.size, spare);
+      *released += gone;
+    b = carve(d, b, seg->base + end - gone, seg->base + end, spare);
     if (ust != GCA_OK) {
       st = ust;
       goto out;
@@ -507,9 +656,77 @@ void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
                                   seg->maps[i].size));
   gca__vmm_destroy(d, seg->base, seg->reserved_size, seg->maps, seg->nmaps);
   gca__owner_remove(seg->base, seg->reserved_size, d->device);
+  for (size_t i = 0; i < seg->nparked; i++)
+    gca__vmm_release_handle(d, seg->parked[i]);
   free(seg->maps);
+  free(seg->parked);
   seg->maps = NULL;
-  seg->nmaps = 0;
+  seg->parked = NULL;
+  seg->nmaps = seg->nparked = seg->park_want = 0;
+}
+
+/* ---- moves ---- */
+
+gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gca__pool_t *pool,
+                                     gca_stream_t stream, size_t rounded) {
+  gca__segment_t *seg = find_segment(pool, stream);
+  size_t g = d->granularity;
+  if (d->ncaptures != 0 || pool->owner != NULL || seg == NULL || seg->nmaps == 0 || g == 0)
+    return GCA_OK;
+  gca__block_t *u = best_hole(seg, rounded);
+  if (u == NULL)
+    return GCA_OK;
+  size_t lack = grow_len(u, rounded, g), avail = 0;
+  const gca__block_t *p = u->prev, *n = u->next; /* the growth's own neighbours */
+  if (lack == 0)
+    return GCA_OK;
+  for (int pass = 0; pass < 2; pass++) { /* count, make room, then take */
+    size_t n_ent = 0, left = lack;
+    for (gca__block_t *b = seg->head, *next; b != NULL && left > 0; b = next) {
+      next = b->next;
+      if (!b->in_tree || b == p || b == n)
+        continue;
+      size_t blo = b->addr - seg->base, bhi = blo + b->size;
+      size_t i = mapping_inside(seg, blo, bhi);
+      size_t bytes = mapped_inside(seg, blo, bhi);
+      if (bytes == 0)
+        continue;
+      if (bytes > left)
+        bytes = left;
+      left -= bytes;
+      n_ent++;
+      if (pass == 0)
+        continue;
+      gca__relbatch_add(bt, seg, b, bytes);
+      bt->v[bt->n - 1].lo = seg->maps[i].offset;
+      bt->v[bt->n - 1].hi = seg->maps[i].offset + bytes;
+      bt->v[bt->n - 1].keep = true;
+    }
+    if (pass == 1)
+      break;
+    avail = lack - left;
+    if (n_ent == 0)
+      return GCA_OK;
+    size_t slots = seg->nparked + (seg->park_want + avail) / g;
+    gca_memhandle_t *np =
+        GCA_FAILPOINT("expand_parked") ? NULL : realloc(seg->parked, slots * sizeof(*np));
+    if (np == NULL)
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for %zu handles", slots);
+    seg->parked = np;
+    GCA_CHECK(gca__relbatch_room(bt, n_ent));
+  }
+  seg->park_want += avail;
+  return GCA_OK;
+}
+
+void gca__expand_unpark(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream) {
+  gca__segment_t *seg = find_segment(pool, stream);
+  if (seg == NULL)
+    return;
+  for (size_t i = 0; i < seg->nparked; i++)
+    gca__vmm_release_handle(d, seg->parked[i]);
+  seg->nparked = 0;
+  seg->park_want = 0;
 }
 
 /* ---- peer access ---- */
@@ -531,9 +748,12 @@ gca_status_t gca__expand_add_peer(gca__devalloc_t *d, int peer) {
   devs[ndevs++] = peer;
   for (gca__pool_t *pool = &d->small; pool != NULL; pool = gca__pool_next(d, pool)) {
     for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
-      for (size_t i = 0; i < s->nmaps; i++) { /* expandable and VMM-backed classic */
-        gca_status_t st =
-            d->ops->mem_set_access(s->base + s->maps[i].offset, s->maps[i].size, devs, ndevs);
+      for (size_t i = 0, j; i < s->nmaps; i = j) {        /* expandable and VMM-backed classic */
+        size_t end = s->maps[i].offset + s->maps[i].size; /* one call per run of mappings */
+        for (j = i + 1; j < s->nmaps && s->maps[j].offset == end; j++)
+          end += s->maps[j].size;
+        gca_status_t st = d->ops->mem_set_access(s->base + s->maps[i].offset,
+                                                 end - s->maps[i].offset, devs, ndevs);
         if (st != GCA_OK)
           return gca__error_prefix(st, "enable_peer_access: device %d for device %d's 0x%" PRIx64,
                                    peer, d->device, s->base + s->maps[i].offset);

@@ -350,6 +350,25 @@ static gca__block_t *take_on_oom(gca__devalloc_t *d, gca_stream_t stream, size_t
   return NULL;
 }
 
+/* Expandable segments: unmaps the whole granules of free ranges that the
+ * growth for `rounded` would otherwise create anew, keeping their handles for
+ * it (Note [Expandable segments]); a release batch, so the segment's stream is
+ * waited for with the lock let go. A failure only means the growth creates
+ * new handles instead: it is logged, and what failed stays mapped and free. */
+static void move_handles(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                         size_t rounded) {
+  gca__relbatch_t bt = {0};
+  gca_status_t st = gca__expand_take_donors(d, &bt, pool, stream, rounded);
+  gca_status_t rst = gca__relbatch_run(d, &bt, NULL); /* what was taken goes back either way */
+  free(bt.v);
+  if (st == GCA_OK)
+    st = rst;
+  if (st != GCA_OK)
+    GCA_LOG_WARN("malloc: moving free memory within an expandable segment failed, mapping new "
+                 "memory instead: %s",
+                 gca_last_error());
+}
+
 gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                     size_t seg_size, size_t rounded, gca__block_t **out) {
   gca_status_t st;
@@ -367,7 +386,11 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
     if (st != GCA_OK)
       goto out;
   }
+  if (d->cfg.expandable_segments && d->ncaptures == 0)
+    move_handles(d, pool, stream, rounded);
   st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
+  if (d->cfg.expandable_segments)
+    gca__expand_unpark(d, pool, stream);
   if (st == GCA_ERR_OUT_OF_MEMORY) {
     bool released = false;
     gca_status_t rst = release_available(d, pool, stream, rounded, &released);

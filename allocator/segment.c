@@ -140,6 +140,10 @@ static gca_status_t classic_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   if (seg->oversize)
     gca__stat_add(&d->stats.oversize_segments, 1);
   d->stats.num_device_alloc++;
+  if (seg->maps == NULL) { /* VMM-backed ones count in vmm.c */
+    d->stats.num_driver_calls++;
+    d->stats.grown_bytes += (int64_t)size;
+  }
   gca__history_event(GCA_HA_SEGMENT_ALLOC, d->device, ptr, size, stream);
   *out = b;
   return GCA_OK;
@@ -303,6 +307,8 @@ gca_status_t gca__relbatch_finish_classic(gca__devalloc_t *d, gca__relent_t *e, 
     return gca__error_prefix(e->st, "release of segment 0x%" PRIx64 " (%zu bytes)", seg->base,
                              seg->size);
   }
+  if (seg->maps == NULL) /* mem_free; VMM-backed ones count in vmm.c */
+    d->stats.num_driver_calls++;
   gca__segment_maps_forget(seg);
   gca__owner_remove(seg->base, seg->size, d->device);
   gca__block_free(d, b);

@@ -102,7 +102,14 @@ typedef struct run_result {
   double fragmentation;
   double ns_per_event, ns_per_event_warm;
   int64_t device_allocs, device_maps, ooms;
+  int64_t driver_calls, grown_bytes, handle_moves; /* of the measured pass */
+  double warm_driver_calls, warm_handle_moves;     /* per warm pass: the steady state */
 } run_result_t;
+
+/* Driver calls per GiB of memory made usable: the cost of growth. */
+static double calls_per_gib(const run_result_t *r) {
+  return r->grown_bytes ? (double)r->driver_calls * 1073741824.0 / (double)r->grown_bytes : 0.0;
+}
 
 typedef struct options {
   const char *path;
@@ -562,6 +569,9 @@ static gca_status_t run_config(const options_t *o, const trace_t *t, const char 
   res->peak_reserved = (uint64_t)s.reserved_bytes[GCA_STAT_ALL].peak;
   res->device_allocs = s.num_device_alloc;
   res->device_maps = atomic_load(&map_events);
+  res->driver_calls = s.num_driver_calls;
+  res->grown_bytes = s.grown_bytes;
+  res->handle_moves = s.num_handle_moves;
   uint64_t warm_ns = 0;
   int64_t warm_ooms = 0;
   for (int k = 0; k < o->repeat; k++) {
@@ -571,6 +581,15 @@ static gca_status_t run_config(const options_t *o, const trace_t *t, const char 
   }
   res->ns_per_event_warm =
       o->repeat > 0 && t->nevents ? (double)warm_ns / ((double)t->nevents * o->repeat) : 0;
+  if (o->repeat > 0) {
+    gca_stats_t w;
+    if ((st = gca_get_stats(0, &w)) != GCA_OK) {
+      st = tool_error_gca(st, "replay: gca_get_stats");
+      goto out;
+    }
+    res->warm_driver_calls = (double)(w.num_driver_calls - s.num_driver_calls) / o->repeat;
+    res->warm_handle_moves = (double)(w.num_handle_moves - s.num_handle_moves) / o->repeat;
+  }
   TOOL_CHECK_GOTO(free_remaining(t, live), st, out);
   st = GCA_OK;
 out:
@@ -680,6 +699,14 @@ static gca_status_t print_json(const options_t *o, const trace_t *t, const run_r
     j_set(run, "device_allocations", json_integer(r->device_allocs), &ok);
     j_set(run, "device_maps", json_integer(r->device_maps), &ok);
     j_set(run, "ooms", json_integer(r->ooms), &ok);
+    j_set(run, "driver_calls", json_integer(r->driver_calls), &ok);
+    j_set(run, "grown_bytes", json_integer(r->grown_bytes), &ok);
+    j_set(run, "driver_calls_per_gib_grown", j_real(calls_per_gib(r)), &ok);
+    j_set(run, "handle_moves", json_integer(r->handle_moves), &ok);
+    j_set(run, "driver_calls_per_warm_pass",
+          o->repeat > 0 ? j_real(r->warm_driver_calls) : json_null(), &ok);
+    j_set(run, "handle_moves_per_warm_pass",
+          o->repeat > 0 ? j_real(r->warm_handle_moves) : json_null(), &ok);
   }
   j_set(root, "runs", runs, &ok);
   char *text = ok ? json_dumps(root, JSON_COMPACT) : NULL;
@@ -755,6 +782,17 @@ static void print_table(const options_t *o, const trace_t *t, const run_result_t
   printf("\n%-32s", "device maps");
   for (int i = 0; i < n; i++)
     printf("%*lld", width, (long long)res[i].device_maps);
+  printf("\n%-32s", "driver calls per GiB grown");
+  for (int i = 0; i < n; i++)
+    printf("%*.1f", width, calls_per_gib(&res[i]));
+  printf("\n%-32s", "handle moves");
+  for (int i = 0; i < n; i++)
+    printf("%*lld", width, (long long)res[i].handle_moves);
+  if (o->repeat > 0) {
+    printf("\n%-32s", "driver calls per warm pass");
+    for (int i = 0; i < n; i++)
+      printf("%*.1f", width, res[i].warm_driver_calls);
+  }
   printf("\n%-32s", "OOMs");
   for (int i = 0; i < n; i++)
     printf("%*lld", width, (long long)res[i].ooms);

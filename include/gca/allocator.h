@@ -99,6 +99,14 @@ typedef struct gca_stats {
   gca_stat_t oversize_allocations;
   gca_stat_t oversize_segments;
   int64_t max_split_size;
+  /* The cost of growth: the driver calls made for device memory (mem_alloc,
+   * mem_free; for expandable segments mem_create, mem_map, mem_set_access,
+   * mem_unmap, mem_release), the bytes those calls made usable (new segments,
+   * new or moved mappings), and the physical handles moved from a free range
+   * to where a request needed them (Note [Expandable segments]). */
+  int64_t num_driver_calls;
+  int64_t grown_bytes;
+  int64_t num_handle_moves;
 } gca_stats_t;
 
 GCA_API gca_status_t gca_get_stats(int device, gca_stats_t *out);

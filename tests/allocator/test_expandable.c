@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_expandable.c - expandable segments on the sim backend: one reservation
- * per (stream, pool) grown by one mapping per growth, free space next to
- * unmapped space counted as one fit, release unmapping whole mappings inside
+ * per (stream, pool) grown by one handle per granule, free space next to
+ * unmapped space counted as one fit, release unmapping whole granules inside
  * free blocks, the out-of-memory retry, faults in the middle of a growth,
  * statistics, history, the walk, and peer access (GCA_SIM_DEVICES=2).
  * Driver-level effects are read from the sim's call counters and used bytes. */
@@ -58,17 +58,19 @@ static void expect_all_returned(void) {
   assert_int_equal(gca_sim_call_count("mem_map"), gca_sim_call_count("mem_unmap"));
 }
 
-static void growth_is_one_create_map_and_set_access(void **state) {
+/* Note [Expandable segments]: growth maps what the request lacks, one handle
+ * per 2 MiB granule, and opens the range with one set_access. */
+static void growth_maps_a_handle_per_granule_and_opens_the_range_once(void **state) {
   (void)state;
   char *a = alloc_on(10 * MiB, NULL);
-  assert_int_equal(gca_sim_call_count("mem_create"), 1);
-  assert_int_equal(gca_sim_call_count("mem_map"), 1);
+  assert_int_equal(gca_sim_call_count("mem_create"), 5);
+  assert_int_equal(gca_sim_call_count("mem_map"), 5);
   assert_int_equal(gca_sim_call_count("mem_set_access"), 1);
   assert_int_equal(gca_sim_call_count("mem_alloc"), 0);
   char *b = alloc_on(30 * MiB, NULL);
   assert_ptr_equal(b, a + 10 * MiB); /* the same range, extended */
-  assert_int_equal(gca_sim_call_count("mem_create"), 2);
-  assert_int_equal(gca_sim_call_count("mem_map"), 2);
+  assert_int_equal(gca_sim_call_count("mem_create"), 20);
+  assert_int_equal(gca_sim_call_count("mem_map"), 20);
   assert_int_equal(gca_sim_call_count("mem_set_access"), 2);
   assert_int_equal(gca_sim_call_count("mem_address_reserve"), 1);
   assert_int_equal(gca_sim_used_bytes(0), 40 * MiB);
@@ -76,13 +78,18 @@ static void growth_is_one_create_map_and_set_access(void **state) {
   assert_int_equal(s.reserved_bytes[GCA_STAT_LARGE].current, 40 * MiB);
   assert_int_equal(s.segment[GCA_STAT_ALL].current, 0); /* PyTorch leaves them out */
   assert_int_equal(s.num_device_alloc, 2);
+  /* the cost counters: 20 creates + 20 maps + 2 set_access (+ the reservation
+   * is not counted), for 40 MiB grown */
+  assert_int_equal(s.num_driver_calls, 42);
+  assert_int_equal(s.grown_bytes, 40 * MiB);
+  assert_int_equal(s.num_handle_moves, 0);
   layout_t l = layout();
   assert_int_equal(l.nsegs, 1);
   assert_int_equal(l.seg_size[0], 40 * MiB);
   free_ok(a);
   free_ok(b);
   expect_all_returned();
-  assert_int_equal(stats().num_device_free, 2);
+  assert_int_equal(stats().num_device_free, 20); /* one per handle */
 }
 
 static void small_requests_grow_the_small_pool_by_two_mib(void **state) {
@@ -106,10 +113,10 @@ static void free_tail_block_plus_unmapped_space_is_one_fit(void **state) {
   free_ok(x);
   char *y = alloc_on(10 * MiB, NULL); /* cached fit: 10 MiB + a free 6 MiB tail */
   assert_ptr_equal(y, x);
-  assert_int_equal(gca_sim_call_count("mem_create"), 1);
+  assert_int_equal(gca_sim_call_count("mem_create"), 8);
   char *z = alloc_on(10 * MiB, NULL); /* the free 6 MiB + 4 MiB newly mapped */
   assert_ptr_equal(z, y + 10 * MiB);
-  assert_int_equal(gca_sim_call_count("mem_create"), 2);
+  assert_int_equal(gca_sim_call_count("mem_create"), 10);
   assert_int_equal(gca_sim_used_bytes(0), 20 * MiB);
   assert_int_equal(reserved_now(), 20 * MiB);
   free_ok(y);
@@ -117,14 +124,61 @@ static void free_tail_block_plus_unmapped_space_is_one_fit(void **state) {
   expect_all_returned();
 }
 
-/* Four 10 MiB blocks, each its own mapping; freeing the first and third
- * leaves two 10 MiB holes. A 16 MiB request fits neither hole. The tail rule
- * serves it past the last block; with a 40 MiB limit that growth (56 MiB)
- * is refused, the out-of-memory path unmaps the two holes (whole mappings
- * inside free blocks) and the retry maps 16 MiB at the tail. What is
- * asserted: afterwards reserved == mapped == live (B + D + E = 36 MiB),
- * nothing else stays mapped, and E sits right after D. */
-static void holes_are_unmapped_to_serve_a_larger_request_under_a_limit(void **state) {
+/* Four 10 MiB blocks; freeing the first and third leaves two 10 MiB holes. A
+ * 16 MiB request fits neither hole and would grow the tail: instead the
+ * handles of 8 free granules (5 of the first hole, 3 of the second) move
+ * there (Note [Expandable segments]). Asserted: no handle created, 8 unmapped
+ * and mapped again, one synchronize of the segment's stream, mapped memory
+ * stays 40 MiB (live 36 MiB), E sits right after D, and the holes' address
+ * space is reused later. */
+static void holes_move_to_serve_a_larger_request(void **state) {
+  (void)state;
+  char *p[4];
+  for (int i = 0; i < 4; i++)
+    p[i] = alloc_on(10 * MiB, NULL);
+  free_ok(p[0]);
+  free_ok(p[2]);
+  static const char *const counted[] = {"mem_create",     "mem_release",    "mem_unmap",
+                                        "mem_map",        "mem_set_access", "stream_synchronize",
+                                        "ctx_synchronize"};
+  int64_t was[GCA_ARRAY_SIZE(counted)];
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(counted); i++)
+    was[i] = gca_sim_call_count(counted[i]);
+  char *e = alloc_on(16 * MiB, NULL);
+  assert_ptr_equal(e, p[3] + 10 * MiB);
+  check();
+  gca_stats_t s = stats();
+  static const int64_t want[] = {0, 0, 8, 8, 1, 1, 0};
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(counted); i++)
+    if (gca_sim_call_count(counted[i]) - was[i] != want[i])
+      fail_msg("%s: %" PRId64 " calls, expected %" PRId64, counted[i],
+               gca_sim_call_count(counted[i]) - was[i], want[i]);
+  assert_int_equal(s.num_handle_moves, 8);
+  assert_int_equal(s.num_alloc_retries, 0);
+  assert_int_equal(s.num_device_free, 0); /* moved, not freed */
+  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 40 * MiB);
+  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].peak, 40 * MiB);
+  assert_int_equal(gca_sim_used_bytes(0), 40 * MiB);
+  /* the walk shows the mapped runs: B, the rest of the second hole + D + E */
+  layout_t l = layout();
+  assert_int_equal(l.nsegs, 2);
+  assert_int_equal(l.seg_size[0], 10 * MiB);
+  assert_int_equal(l.seg_size[1], 30 * MiB);
+  /* the first hole is address space again: a 10 MiB request takes the 4 MiB
+   * left of the second and maps 6 MiB there (moved from nowhere: created) */
+  char *f = alloc_on(10 * MiB, NULL);
+  check();
+  assert_int_equal(reserved_now(), 46 * MiB);
+  free_ok(f);
+  free_ok(e);
+  free_ok(p[1]);
+  free_ok(p[3]);
+  expect_all_returned();
+}
+
+/* Under a limit the move needs no room: the same sequence with a 40 MiB limit
+ * succeeds without an out-of-memory retry. */
+static void a_move_needs_no_room_under_the_limit(void **state) {
   (void)state;
   char *p[4];
   for (int i = 0; i < 4; i++)
@@ -133,64 +187,29 @@ static void holes_are_unmapped_to_serve_a_larger_request_under_a_limit(void **st
   free_ok(p[2]);
   assert_ok(gca_set_memory_limit(0, 40 * MiB));
   char *e = alloc_on(16 * MiB, NULL);
-  assert_ptr_equal(e, p[3] + 10 * MiB);
+  check();
   gca_stats_t s = stats();
-  assert_int_equal(s.num_alloc_retries, 1);
+  assert_int_equal(s.num_alloc_retries, 0);
   assert_int_equal(s.num_ooms, 0);
-  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 36 * MiB);
-  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 36 * MiB);
-  assert_int_equal(gca_sim_used_bytes(0), 36 * MiB);
-  assert_int_equal(gca_sim_call_count("mem_unmap"), 2);
-  assert_int_equal(gca_sim_call_count("mem_release"), 2);
-  assert_int_equal(s.num_device_free, 2);
-  /* the walk shows the mapped runs: B, then D + E */
-  layout_t l = layout();
-  assert_int_equal(l.nsegs, 2);
-  assert_int_equal(l.seg_size[0], 10 * MiB);
-  assert_int_equal(l.seg_size[1], 26 * MiB);
-  /* the holes are address space again: a 10 MiB request maps the first one */
+  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 40 * MiB);
   assert_ok(gca_set_memory_limit(0, 0));
-  char *f = alloc_on(10 * MiB, NULL);
-  assert_ptr_equal(f, p[0]);
-  free_ok(f);
   free_ok(e);
   free_ok(p[1]);
   free_ok(p[3]);
   expect_all_returned();
 }
 
-/* Without a limit the same sequence keeps the holes cached: growth at the
- * tail (56 MiB mapped) until the cache is emptied (36 MiB). */
-static void holes_stay_cached_until_empty_cache(void **state) {
+/* Free granules are unmapped by empty_cache; the granule a live block touches
+ * stays: a 9 MiB block keeps 10 MiB mapped of a 20 MiB growth. */
+static void granules_a_live_block_touches_stay_mapped(void **state) {
   (void)state;
-  char *p[4];
-  for (int i = 0; i < 4; i++)
-    p[i] = alloc_on(10 * MiB, NULL);
-  free_ok(p[0]);
-  free_ok(p[2]);
-  char *e = alloc_on(16 * MiB, NULL);
-  assert_ptr_equal(e, p[3] + 10 * MiB);
-  assert_int_equal(reserved_now(), 56 * MiB);
-  assert_ok(gca_empty_cache());
-  check();
-  assert_int_equal(reserved_now(), 36 * MiB);
-  assert_int_equal(gca_sim_used_bytes(0), 36 * MiB);
-  free_ok(e);
-  free_ok(p[1]);
-  free_ok(p[3]);
-  expect_all_returned();
-}
-
-/* A mapping that a live block still touches stays mapped (Note [Expandable
- * segments]): only whole mappings inside free blocks go. */
-static void mapping_under_a_live_block_stays_mapped(void **state) {
-  (void)state;
-  char *x = alloc_on(20 * MiB, NULL); /* one 20 MiB mapping */
+  char *x = alloc_on(20 * MiB, NULL);
   free_ok(x);
-  char *a = alloc_on(10 * MiB, NULL);
+  char *a = alloc_on(9 * MiB, NULL);
   assert_ok(gca_empty_cache());
   check();
-  assert_int_equal(reserved_now(), 20 * MiB);
+  assert_int_equal(reserved_now(), 10 * MiB);
+  assert_int_equal(gca_sim_used_bytes(0), 10 * MiB);
   free_ok(a);
   expect_all_returned();
 }
@@ -238,23 +257,25 @@ static void data_survives_growth_and_release(void **state) {
  * keeps its data, and nothing leaks. */
 static void fault_mid_growth_is_undone(void **state) {
   (void)state;
+  /* the third granule's map fails (2 mapped, 3 created), or the range's
+   * set_access once all 15 are mapped */
   const char *ops_[] = {"mem_map", "mem_set_access"};
+  const char *specs[] = {"mem_map:nth=3", "mem_set_access:nth=1"};
+  const int64_t made[] = {3, 15};
   for (size_t k = 0; k < GCA_ARRAY_SIZE(ops_); k++) {
     uint32_t *live = alloc_on(10 * MiB, NULL);
     live[0] = 0xfeedu;
     int64_t creates = gca_sim_call_count("mem_create"),
             releases = gca_sim_call_count("mem_release");
     gca_stats_t before = stats();
-    char spec[64];
-    snprintf(spec, sizeof(spec), "%s:nth=1", ops_[k]);
-    assert_ok(gca_sim_fault_set(spec));
+    assert_ok(gca_sim_fault_set(specs[k]));
     void *p = NULL;
     assert_status(gca_malloc(&p, 30 * MiB, NULL), GCA_ERR_DRIVER, ops_[k]);
     gca_sim_fault_clear();
     assert_null(p);
     check();
-    assert_int_equal(gca_sim_call_count("mem_create") - creates, 1);
-    assert_int_equal(gca_sim_call_count("mem_release") - releases, 1);
+    assert_int_equal(gca_sim_call_count("mem_create") - creates, made[k]);
+    assert_int_equal(gca_sim_call_count("mem_release") - releases, made[k]);
     assert_int_equal(gca_sim_used_bytes(0), 10 * MiB);
     gca_stats_t after = stats();
     assert_int_equal(after.reserved_bytes[GCA_STAT_ALL].current,
@@ -276,7 +297,7 @@ static void mem_create_fault_is_retried(void **state) {
   void *p = alloc_on(10 * MiB, NULL);
   gca_sim_fault_clear();
   assert_int_equal(stats().num_alloc_retries, 1);
-  assert_int_equal(gca_sim_call_count("mem_create"), 2);
+  assert_int_equal(gca_sim_call_count("mem_create"), 6); /* 1 failed, 5 granules */
   assert_int_equal(gca_sim_call_count("mem_release"), 0);
   free_ok(p);
   expect_all_returned_after(1, 0);
@@ -293,7 +314,7 @@ static void mem_create_failing_always_is_an_oom_with_the_usual_fields(void **sta
   check();
   assert_int_equal(stats().num_ooms, 1);
   assert_int_equal(gca_sim_used_bytes(0), 10 * MiB);
-  int64_t failed = gca_sim_call_count("mem_create") - 1;
+  int64_t failed = gca_sim_call_count("mem_create") - 5; /* keep's 5 granules */
   free_ok(keep);
   expect_all_returned_after(failed, 0);
 }
@@ -349,7 +370,7 @@ static void unmap_syncs_only_the_owning_stream(void **state) {
   assert_ok(gca_empty_cache());
   assert_int_equal(gca_sim_call_count("stream_synchronize"), 1);
   assert_int_equal(gca_sim_call_count("ctx_synchronize"), 0);
-  assert_int_equal(gca_sim_call_count("mem_unmap"), 1);
+  assert_int_equal(gca_sim_call_count("mem_unmap"), 5); /* 5 granules */
   assert_int_equal(gca_event_query(ev), GCA_ERR_NOT_READY);
   check();
   assert_int_equal(gca_sim_used_bytes(0), 0);
@@ -601,12 +622,12 @@ int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, exp_setup, exp_teardown)
       T(peer_access_reaches_classic_segments),
-      T(growth_is_one_create_map_and_set_access),
+      T(growth_maps_a_handle_per_granule_and_opens_the_range_once),
       T(small_requests_grow_the_small_pool_by_two_mib),
       T(free_tail_block_plus_unmapped_space_is_one_fit),
-      T(holes_are_unmapped_to_serve_a_larger_request_under_a_limit),
-      T(holes_stay_cached_until_empty_cache),
-      T(mapping_under_a_live_block_stays_mapped),
+      T(holes_move_to_serve_a_larger_request),
+      T(a_move_needs_no_room_under_the_limit),
+      T(granules_a_live_block_touches_stay_mapped),
       T(every_stream_and_pool_has_its_own_segment),
       T(data_survives_growth_and_release),
       T(fault_mid_growth_is_undone),

@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_expand_moves.c - handle moves in expandable segments (Note [Expandable
+ * segments]): a growth that would create handles while free granules sit
+ * elsewhere in the segment moves their handles instead. Pinned here: live
+ * blocks keep their data through any sequence of moves (stamps, seeded), a
+ * fault in the unmaps or maps of a move leaves the allocator valid with no
+ * leak, a move waits for the segment's stream with the device lock let go,
+ * and nothing moves while a capture is under way. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "alloc_fixture.h"
+#include "gca.h"
+#include "support.h"
+
+static int exp_setup(void **state) {
+  alloc_setup(state);
+  assert_ok(gca_set_config("expandable_segments:True"));
+  return 0;
+}
+
+static atomic_int gate = 1;
+
+static int exp_teardown(void **state) {
+  atomic_store(&gate, 1);
+  return alloc_teardown(state);
+}
+
+static int64_t calls(const char *op) {
+  return gca_sim_call_count(op);
+}
+
+/* Four 10 MiB blocks on `s`, the first and third freed: two 10 MiB holes
+ * that a 16 MiB request does not fit. p[1] and p[3] are stamped. */
+static void two_holes(char **p, gca_stream_t s) {
+  for (int i = 0; i < 4; i++)
+    p[i] = alloc_on(10 * MiB, s);
+  stamp_fill(p[1], 10 * MiB, 0xb1);
+  stamp_fill(p[3], 10 * MiB, 0xd3);
+  free_ok(p[0]);
+  free_ok(p[2]);
+}
+
+static void stamps_hold(char **p) {
+  assert_int_equal(stamp_mismatch(p[1], 10 * MiB, 0xb1), -1);
+  assert_int_equal(stamp_mismatch(p[3], 10 * MiB, 0xd3), -1);
+}
+
+static void release_holes(char **p) {
+  free_ok(p[1]);
+  free_ok(p[3]);
+  assert_nothing_leaked();
+  assert_int_equal(calls("mem_create"), calls("mem_release"));
+}
+
+/* ---- data ---- */
+
+static uint64_t rng_next(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* Seeded churn over blocks of 4 KiB .. 24 MiB (GCA_TEST_SEED, default 1):
+ * every live block carries its own stamp, checked when it is freed and, all
+ * of them, every 64 operations with the invariant walker; the churn must
+ * move handles, and no stamp may change. */
+static void moves_keep_the_data_of_live_blocks(void **state) {
+  (void)state;
+  const char *env = getenv("GCA_TEST_SEED");
+  uint64_t seed = env ? strtoull(env, NULL, 0) : 1, r = seed | 1;
+  enum { LIVE = 48, OPS = 3000 };
+  char *p[LIVE] = {0};
+  size_t sz[LIVE] = {0};
+  uint32_t st[LIVE] = {0};
+  for (int op = 0; op < OPS; op++) {
+    int i = (int)(rng_next(&r) % LIVE);
+    if (p[i] != NULL) {
+      long bad = stamp_mismatch(p[i], sz[i], st[i]);
+      if (bad != -1)
+        fail_msg("seed %" PRIu64 ": op %d: block %d (%zu bytes) differs at word %ld", seed, op, i,
+                 sz[i], bad);
+      free_ok(p[i]);
+      p[i] = NULL;
+      continue;
+    }
+    int shift = 12 + (int)(rng_next(&r) % 13); /* 4 KiB .. 16 MiB, then a spread */
+    sz[i] = ((size_t)1 << shift) + (size_t)(rng_next(&r) % ((size_t)1 << shift) / 2);
+    st[i] = (uint32_t)rng_next(&r);
+    p[i] = alloc_on(sz[i], NULL);
+    stamp_fill(p[i], sz[i], st[i]);
+    if (op % 64 == 0) {
+      check();
+      for (int k = 0; k < LIVE; k++)
+        if (p[k] != NULL && stamp_mismatch(p[k], sz[k], st[k]) != -1)
+          fail_msg("seed %" PRIu64 ": op %d: block %d changed", seed, op, k);
+    }
+  }
+  gca_stats_t s = stats();
+  if (s.num_handle_moves == 0)
+    fail_msg("seed %" PRIu64 ": no handle moved in %d operations", seed, OPS);
+  for (int i = 0; i < LIVE; i++)
+    if (p[i] != NULL) {
+      assert_int_equal(stamp_mismatch(p[i], sz[i], st[i]), -1);
+      free_ok(p[i]);
+    }
+  assert_nothing_leaked();
+}
+
+/* ---- faults ---- */
+
+/* The third unmap of a move fails (its granule stays mapped and free): the
+ * first hole gives the two unmapped before it, the second hole its three
+ * (each free range of the batch is released on its own), the growth creates
+ * the other three, the allocation succeeds, and nothing is lost. */
+static void an_unmap_fault_mid_move_falls_back_to_new_handles(void **state) {
+  (void)state;
+  char *p[4];
+  two_holes(p, NULL);
+  int64_t creates = calls("mem_create"), unmaps = calls("mem_unmap");
+  assert_ok(gca_sim_fault_set("mem_unmap:nth=3"));
+  char *e = alloc_on(16 * MiB, NULL);
+  gca_sim_fault_clear();
+  check();
+  stamps_hold(p);
+  gca_stats_t s = stats();
+  assert_int_equal(s.num_handle_moves, 5);
+  assert_int_equal(calls("mem_unmap") - unmaps, 6); /* five moved, one refused */
+  assert_int_equal(calls("mem_create") - creates, 3);
+  assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 40 * MiB - 10 * MiB + 16 * MiB);
+  assert_int_equal(gca_sim_used_bytes(0), s.reserved_bytes[GCA_STAT_ALL].current);
+  stamp_fill(e, 16 * MiB, 0xee);
+  free_ok(e);
+  release_holes(p);
+}
+
+/* A map (or the range's set_access) of moved handles fails: the growth is
+ * undone, the moved handles are released (their ranges were free and are
+ * unmapped now), the status names the operation, and the next request
+ * succeeds. */
+static void a_map_fault_after_a_move_fails_the_request_cleanly(void **state) {
+  (void)state;
+  static const struct {
+    const char *spec, *op, *progress;
+  } f[] = {{"mem_map:nth=2", "mem_map", "(1 of 8 granules mapped, 1 moved)"},
+           {"mem_set_access:nth=1", "mem_set_access", "(8 of 8 granules mapped, 8 moved)"}};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(f); k++) {
+    char *p[4];
+    two_holes(p, NULL);
+    assert_ok(gca_reset_accumulated_stats(0));
+    int64_t creates = calls("mem_create"), releases = calls("mem_release");
+    assert_ok(gca_sim_fault_set(f[k].spec));
+    void *q = NULL;
+    assert_status(gca_malloc(&q, 16 * MiB, NULL), GCA_ERR_DRIVER, f[k].op);
+    assert_non_null(strstr(gca_last_error(), "of an expandable segment"));
+    assert_non_null(strstr(gca_last_error(), f[k].progress));
+    gca_sim_fault_clear();
+    assert_null(q);
+    check();
+    stamps_hold(p);
+    gca_stats_t s = stats();
+    assert_int_equal(s.num_handle_moves, 0);
+    assert_int_equal(calls("mem_create"), creates);
+    assert_int_equal(calls("mem_release") - releases, 8); /* the parked handles */
+    assert_int_equal(s.reserved_bytes[GCA_STAT_ALL].current, 24 * MiB);
+    assert_int_equal(gca_sim_used_bytes(0), 24 * MiB);
+    char *e = alloc_on(16 * MiB, NULL); /* and now it works */
+    stamp_fill(e, 16 * MiB, 0xee);
+    stamps_hold(p);
+    free_ok(e);
+    release_holes(p);
+  }
+}
+
+/* A growth fails (set_access) and the undo's second unmap fails too: the
+ * granules below it stay mapped, are opened and cached as a free block, the
+ * request fails naming the first failure, and the memory serves the next
+ * request with no new handle; nothing leaks. */
+static void an_unmap_fault_while_undoing_a_growth_keeps_the_start_cached(void **state) {
+  (void)state;
+  char *keep = alloc_on(10 * MiB, NULL);
+  stamp_fill(keep, 10 * MiB, 0x77);
+  int64_t creates = calls("mem_create"), releases = calls("mem_release");
+  assert_ok(gca_sim_fault_set("mem_set_access:nth=1,mem_unmap:nth=2"));
+  void *q = NULL;
+  assert_status(gca_malloc(&q, 30 * MiB, NULL), GCA_ERR_DRIVER, "mem_set_access");
+  assert_non_null(strstr(gca_last_error(), "(15 of 15 granules mapped, 0 moved)"));
+  gca_sim_fault_clear();
+  assert_null(q);
+  check();
+  assert_int_equal(calls("mem_create") - creates, 15);
+  assert_int_equal(calls("mem_release") - releases, 1); /* the last granule, unmapped */
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 10 * MiB + 28 * MiB);
+  assert_int_equal(gca_sim_used_bytes(0), 38 * MiB);
+  char *r = alloc_on(28 * MiB, NULL); /* the kept 28 MiB, cached */
+  assert_ptr_equal(r, keep + 10 * MiB);
+  assert_int_equal(calls("mem_create") - creates, 15);
+  stamp_fill(r, 28 * MiB, 0x88); /* opened: writable */
+  assert_int_equal(stamp_mismatch(keep, 10 * MiB, 0x77), -1);
+  free_ok(r);
+  free_ok(keep);
+  assert_nothing_leaked();
+  assert_int_equal(calls("mem_create"), calls("mem_release"));
+}
+
+/* Out of host memory for the mapping records or the handle list of a growth
+ * (Note [Host fail points]): an out-of-memory condition before any driver
+ * call, so the retry after releasing the cache succeeds. */
+static void host_oom_in_a_growth_is_retried(void **state) {
+  (void)state;
+  static const char *const points[] = {"expand_maps", "expand_handles"};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(points); k++) {
+    int64_t creates = calls("mem_create"), retries = stats().num_alloc_retries;
+    assert_ok(gca__failpoint_arm(points[k], 1));
+    char *p = alloc_on(10 * MiB, NULL);
+    gca__failpoint_clear();
+    assert_int_equal(stats().num_alloc_retries - retries, 1);
+    assert_int_equal(calls("mem_create") - creates, 5);
+    stamp_fill(p, 10 * MiB, 0x99);
+    free_ok(p);
+    assert_nothing_leaked();
+  }
+}
+
+/* Out of host memory for the parked-handle list: nothing moves, the growth
+ * creates its handles, the request succeeds. */
+static void host_oom_for_parked_handles_grows_instead(void **state) {
+  (void)state;
+  char *p[4];
+  two_holes(p, NULL);
+  int64_t creates = calls("mem_create"), unmaps = calls("mem_unmap");
+  assert_ok(gca__failpoint_arm("expand_parked", 1));
+  char *e = alloc_on(16 * MiB, NULL);
+  gca__failpoint_clear();
+  assert_int_equal(stats().num_handle_moves, 0);
+  assert_int_equal(calls("mem_create") - creates, 8);
+  assert_int_equal(calls("mem_unmap"), unmaps);
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 56 * MiB);
+  stamps_hold(p);
+  free_ok(e);
+  release_holes(p);
+}
+
+/* ---- streams and captures ---- */
+
+static void hold_stream(void *arg) {
+  atomic_int *ran = arg;
+  while (atomic_load(&gate) == 0)
+    sched_yield();
+  atomic_store(ran, 1);
+}
+
+static void *open_gate_after_using_the_allocator(void *arg) {
+  gca_stream_t other = arg;
+  struct timespec ts = {0, 20 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  void *x = NULL; /* would deadlock if the mover held the device lock */
+  if (gca_malloc(&x, 4096, other) == GCA_OK)
+    (void)gca_free(x);
+  atomic_store(&gate, 1);
+  return NULL;
+}
+
+/* The free ranges may still be used by work queued on the segment's stream:
+ * a move waits for that stream, with the device lock let go (another thread
+ * allocates meanwhile), and unmaps only once the work has run. */
+static void a_move_waits_for_the_segments_stream_with_the_lock_let_go(void **state) {
+  (void)state;
+  gca_stream_t s, other;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_create(&other, GCA_STREAM_NON_BLOCKING));
+  char *p[4];
+  two_holes(p, s);
+  atomic_int ran = 0;
+  atomic_store(&gate, 0);
+  assert_ok(gca_launch_host_func(s, hold_stream, &ran)); /* "uses" the holes */
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, open_gate_after_using_the_allocator, other), 0);
+  char *e = alloc_on(16 * MiB, s);
+  assert_int_equal(atomic_load(&ran), 1); /* the queued work ran before the unmaps */
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(stats().num_handle_moves, 8);
+  stamps_hold(p);
+  free_ok(e);
+  release_holes(p);
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_stream_destroy(other));
+}
+
+/* While any capture is under way nothing is unmapped: the growth creates
+ * handles (the device pool's free granules stay where they are); after the
+ * capture the same request moves them. */
+static void nothing_moves_during_a_capture(void **state) {
+  (void)state;
+  gca_stream_t u, cs;
+  assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_create(&cs, GCA_STREAM_NON_BLOCKING));
+  char *p[4];
+  two_holes(p, u);
+  gca_pool_t *pool;
+  assert_ok(gca_pool_create(0, NULL, &pool));
+  assert_ok(gca_stream_begin_capture(cs, GCA_CAPTURE_MODE_RELAXED));
+  assert_ok(gca_pool_begin_capture(pool, cs));
+  int64_t unmaps = calls("mem_unmap"), syncs = calls("stream_synchronize");
+  char *e = alloc_on(16 * MiB, u);
+  assert_int_equal(calls("mem_unmap"), unmaps);
+  assert_int_equal(calls("stream_synchronize"), syncs);
+  assert_int_equal(stats().num_handle_moves, 0);
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 56 * MiB);
+  gca_graph_t g;
+  assert_ok(gca_stream_end_capture(cs, &g));
+  assert_ok(gca_pool_end_capture(pool, cs));
+  assert_ok(gca_graph_destroy(g));
+  assert_ok(gca_pool_release(pool));
+  char *f = alloc_on(16 * MiB, u); /* no capture: the holes' granules move */
+  assert_int_equal(stats().num_handle_moves, 8);
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 56 * MiB);
+  stamps_hold(p);
+  free_ok(e);
+  free_ok(f);
+  release_holes(p);
+  assert_ok(gca_stream_destroy(u));
+  assert_ok(gca_stream_destroy(cs));
+}
+
+/* Private pools keep one handle per growth and never give handles away. */
+static void private_pools_neither_split_nor_move_handles(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  gca_pool_t *pool;
+  assert_ok(gca_pool_create(0, NULL, &pool));
+  assert_ok(gca_pool_use_begin(pool));
+  int64_t creates = calls("mem_create");
+  char *p[4];
+  for (int i = 0; i < 4; i++)
+    p[i] = alloc_on(10 * MiB, s);
+  assert_int_equal(calls("mem_create") - creates, 4); /* one handle per growth */
+  free_ok(p[0]);
+  free_ok(p[2]);
+  char *e = alloc_on(16 * MiB, s);
+  assert_int_equal(stats().num_handle_moves, 0);
+  assert_int_equal(calls("mem_create") - creates, 5);
+  assert_ok(gca_pool_use_end(pool));
+  free_ok(e);
+  free_ok(p[1]);
+  free_ok(p[3]);
+  assert_ok(gca_pool_release(pool));
+  assert_nothing_leaked();
+  assert_ok(gca_stream_destroy(s));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_setup_teardown(f, exp_setup, exp_teardown)
+      T(moves_keep_the_data_of_live_blocks),
+      T(an_unmap_fault_mid_move_falls_back_to_new_handles),
+      T(a_map_fault_after_a_move_fails_the_request_cleanly),
+      T(an_unmap_fault_while_undoing_a_growth_keeps_the_start_cached),
+      T(host_oom_in_a_growth_is_retried),
+      T(host_oom_for_parked_handles_grows_instead),
+      T(a_move_waits_for_the_segments_stream_with_the_lock_let_go),
+      T(nothing_moves_during_a_capture),
+      T(private_pools_neither_split_nor_move_handles),
+#undef T
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
