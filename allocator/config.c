@@ -46,6 +46,7 @@ void gca__config_defaults(gca_alloc_config_t *cfg) {
   cfg->pinned_num_register_threads = 1;
   cfg->per_process_memory_fraction = 0.0;
   cfg->free_cache = true;
+  cfg->expandable_moves = false;
   snprintf(cfg->backend, sizeof(cfg->backend), "native");
 }
 
@@ -271,6 +272,7 @@ const char *const gca__config_keys[GCA__CONFIG_NKEYS] = {
     "backend",
     "ipc_handles",
     "free_cache",
+    "expandable_moves",
 };
 
 bool gca__config_equal(const gca_alloc_config_t *a, const gca_alloc_config_t *b) {
@@ -287,7 +289,7 @@ bool gca__config_equal(const gca_alloc_config_t *a, const gca_alloc_config_t *b)
          a->per_process_memory_fraction == b->per_process_memory_fraction &&
          a->graph_capture_record_stream_reuse == b->graph_capture_record_stream_reuse &&
          a->ipc_handles == b->ipc_handles && a->free_cache == b->free_cache &&
-         strcmp(a->backend, b->backend) == 0;
+         a->expandable_moves == b->expandable_moves && strcmp(a->backend, b->backend) == 0;
 }
 
 static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t *cfg) {
@@ -304,7 +306,8 @@ static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t
                       "roundup_power2_divisions, expandable_segments, release_lock_on_cudamalloc, "
                       "pinned_use_cuda_host_register, pinned_num_register_threads, "
                       "pinned_use_background_threads, per_process_memory_fraction, "
-                      "graph_capture_record_stream_reuse, backend, ipc_handles, free_cache)",
+                      "graph_capture_record_stream_reuse, backend, ipc_handles, free_cache, "
+                      "expandable_moves)",
                       key);
   if (strcmp(tok_at(t, i + 1), ":") != 0)
     return gca__error(GCA_ERR_CONFIG, "%s%s: expected ':' and a value after '%s'", key,
@@ -369,6 +372,9 @@ static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t
     break;
   case 13:
     GCA_CHECK(read_bool(key, val, &cfg->free_cache));
+    break;
+  case 14:
+    GCA_CHECK(read_bool(key, val, &cfg->expandable_moves));
     break;
   default:
     if (strcmp(val, "cudaMallocAsync") == 0)
@@ -498,6 +504,7 @@ gca_status_t gca__config_format(const gca_alloc_config_t *cfg, char *buf, size_t
        cfg->graph_capture_record_stream_reuse ? "True" : "False");
   emit(&o, "ipc_handles:%s,", cfg->ipc_handles ? "True" : "False");
   emit(&o, "free_cache:%s,", cfg->free_cache ? "True" : "False");
+  emit(&o, "expandable_moves:%s,", cfg->expandable_moves ? "True" : "False");
   emit(&o, "backend:%s", cfg->backend[0] ? cfg->backend : "native");
   if (o.overflow)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,

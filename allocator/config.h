@@ -46,10 +46,11 @@ typedef struct gca_alloc_config {
   bool pinned_use_background_threads;
   double per_process_memory_fraction; /* 0 = unset; else in (0, 1] */
   bool graph_capture_record_stream_reuse;
-  bool ipc_handles; /* gca's own key: VMM-backed classic segments */
-  bool free_cache;  /* gca's own key: Note [Free cache] (default true) */
-  char backend[16]; /* "native" (default) or "cudaMallocAsync" (rejected
-                       with a message: gca is the allocator) */
+  bool ipc_handles;      /* gca's own key: VMM-backed classic segments */
+  bool free_cache;       /* gca's own key: Note [Free cache] (default true) */
+  bool expandable_moves; /* gca's own key: Note [Expandable segments] handle moves (default false) */
+  char backend[16];      /* "native" (default) or "cudaMallocAsync" (rejected
+                            with a message: gca is the allocator) */
 } gca_alloc_config_t;
 
 /* ---- config.c ---- */
@@ -59,7 +60,7 @@ void gca__config_defaults(gca_alloc_config_t *cfg);
 /* Parses `text` on top of *cfg (keys not named keep their values). */
 gca_status_t gca__config_parse(const char *text, gca_alloc_config_t *cfg);
 /* The keys the parser knows, PyTorch's then gca's, in parse order. */
-#define GCA__CONFIG_NKEYS 14
+#define GCA__CONFIG_NKEYS 15
 extern const char *const gca__config_keys[GCA__CONFIG_NKEYS];
 /* Whether two settings are the same, field by field (padding is not a setting). */
 bool gca__config_equal(const gca_alloc_config_t *a, const gca_alloc_config_t *b);

@@ -19,7 +19,7 @@
 
 static int exp_setup(void **state) {
   alloc_setup(state);
-  assert_ok(gca_set_config("expandable_segments:True"));
+  assert_ok(gca_set_config("expandable_segments:True,expandable_moves:True"));
   return 0;
 }
 
@@ -355,6 +355,32 @@ static void private_pools_neither_split_nor_move_handles(void **state) {
   assert_ok(gca_stream_destroy(s));
 }
 
+/* Moves are opt-in (expandable_moves, default False): without them a request
+ * the holes do not fit maps new handles at the frontier and nothing moves,
+ * so a steady loop makes no driver calls once grown. */
+static void without_expandable_moves_nothing_moves(void **state) {
+  (void)state;
+  assert_ok(gca_set_config("expandable_segments:True,expandable_moves:False"));
+  gca_stream_t s = NULL;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  char *p[4];
+  two_holes(p, s);
+  int64_t unmaps = calls("mem_unmap"), creates = calls("mem_create");
+  gca_stats_t st;
+  assert_ok(gca_get_stats(0, &st));
+  int64_t moves = st.num_handle_moves;
+  char *q = alloc_on(16 * MiB, s);
+  assert_int_equal(calls("mem_unmap"), unmaps); /* no free granule was taken */
+  assert_true(calls("mem_create") > creates);   /* new granules instead */
+  assert_ok(gca_get_stats(0, &st));
+  assert_int_equal(st.num_handle_moves, moves);
+  stamps_hold(p);
+  free_ok(q);
+  assert_ok(gca_stream_synchronize(s));
+  release_holes(p);
+  assert_ok(gca_stream_destroy(s));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, exp_setup, exp_teardown)
@@ -367,6 +393,7 @@ int main(void) {
       T(a_move_waits_for_the_segments_stream_with_the_lock_let_go),
       T(nothing_moves_during_a_capture),
       T(private_pools_neither_split_nor_move_handles),
+      T(without_expandable_moves_nothing_moves),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

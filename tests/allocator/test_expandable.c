@@ -15,7 +15,7 @@
 
 static int exp_setup(void **state) {
   alloc_setup(state);
-  assert_ok(gca_set_config("expandable_segments:True"));
+  assert_ok(gca_set_config("expandable_segments:True,expandable_moves:True"));
   return 0;
 }
 

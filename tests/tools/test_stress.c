@@ -497,8 +497,9 @@ static void bad_usage_exits_2_with_a_message(void **state) {
  * counted; the run reaches the device ops listed. */
 static void all_parts_run_and_check_their_results(void **state) {
   (void)state;
-  static const char *const configs[] = {"expandable_segments:True", "ipc_handles:True",
-                                        "expandable_segments:False"};
+  static const char *const configs[] = {"expandable_segments:True",
+                                        "expandable_segments:True,expandable_moves:True",
+                                        "ipc_handles:True", "expandable_segments:False"};
   setenv("GCA_SIM_FABRIC", "1", 1); /* IPC then takes fabric handles every other export */
   for (size_t k = 0; k < GCA_ARRAY_SIZE(configs); k++) {
     char *out = NULL;
@@ -527,14 +528,14 @@ static void all_parts_run_and_check_their_results(void **state) {
     assert_true(json_field(out, "replays_checked") >= json_field(out, "captures"));
     assert_true(json_field(out, "restores_checked") > 0);
     assert_true(json_field(out, "misc_rounds") > 0);
-    bool exportable = k < 2, expandable = k == 0;
+    bool exportable = k < 3, expandable = k < 2;
     assert_int_equal(json_field(out, "ipc_checked") > 0, exportable);
     assert_int_equal(json_field(out, "ipc_not_supported") > 0, !exportable);
     assert_int_equal(json_field(out, "suspends_checked") > 0, expandable);
     assert_int_equal(json_field(out, "ops_total"), gca_sim_op_count());
     assert_true(json_field(out, "ops_reached") >= 36);
     assert_int_equal(json_field(out, "mem_export_fd") > 0, exportable);
-    assert_int_equal(json_field(out, "mem_alloc") > 0, k == 2);
+    assert_int_equal(json_field(out, "mem_alloc") > 0, k == 3);
     assert_true(json_field(out, "stream_begin_capture") > 0);
     assert_true(json_field(out, "event_elapsed") > 0);
     assert_int_equal(json_field(out, "ipc_fabric_checked") > 0, exportable);
@@ -604,7 +605,7 @@ static double mono_s(void) {
 static const char *sweep_config(const char *op, int nth) {
   if (strcmp(op, "mem_alloc") == 0 || strcmp(op, "mem_free") == 0)
     return "expandable_segments:False";
-  return nth % 2 ? "expandable_segments:True" : "ipc_handles:True";
+  return nth % 2 ? "expandable_segments:True,expandable_moves:True" : "ipc_handles:True";
 }
 
 static void sweep_start(sweep_case_t *c, const char *seed) {
