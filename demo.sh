@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 need=()
-for pkg in gcc meson ninja-build pkg-config libcmocka-dev libjansson-dev; do
+for pkg in gcc meson ninja-build pkg-config libcmocka-dev libjansson-dev libjemalloc-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
