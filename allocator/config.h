@@ -46,11 +46,12 @@ typedef struct gca_alloc_config {
   bool pinned_use_background_threads;
   double per_process_memory_fraction; /* 0 = unset; else in (0, 1] */
   bool graph_capture_record_stream_reuse;
-  bool ipc_handles;      /* gca's own key: VMM-backed classic segments */
-  bool free_cache;       /* gca's own key: Note [Free cache] (default true) */
-  bool expandable_moves; /* gca's own key: Note [Expandable segments] handle moves (default false) */
-  char backend[16];      /* "native" (default) or "cudaMallocAsync" (rejected
-                            with a message: gca is the allocator) */
+  bool ipc_handles; /* gca's own key: VMM-backed classic segments */
+  bool free_cache;  /* gca's own key: Note [Free cache] (default true) */
+  /* gca's own key: Note [Expandable segments] handle moves (default false) */
+  bool expandable_moves;
+  char backend[16]; /* "native" (default) or "cudaMallocAsync" (rejected
+                       with a message: gca is the allocator) */
 } gca_alloc_config_t;
 
 /* ---- config.c ---- */
