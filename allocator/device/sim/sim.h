@@ -8,8 +8,10 @@
  *                reservations, MAP_FIXED mappings at 2 MiB granularity, small
  *                classic allocations sub-allocated in shared chunks), IPC fds,
  *                per-device access rights and peer access
- *   sim_stream.c streams (a worker thread each, in order), events, host funcs,
- *                copies, memsets and the ready-made kernels
+ *   sim_stream.c streams (a worker thread each, in order), events, the
+ *                virtual clock
+ *   sim_work.c   units of stream work (host funcs, copies, memsets, the
+ *                ready-made kernels): their checks, their run, the ops
  *   sim_host.c   pinned host memory (host_alloc, host_register): a table of
  *                the ranges the sim treats as page-locked
  *   sim_graph.c  stream capture (modes, illegal-operation rules, invalidation,

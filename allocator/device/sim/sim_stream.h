@@ -93,6 +93,8 @@ bool gca__sim_handle_remove(gca__sim_kind_t kind, uint64_t h);
 void gca__sim_obj_ref(gca__sim_obj_t *obj);
 void gca__sim_obj_unref(gca__sim_obj_t *obj);
 
+/* ---- sim_work.c ---- */
+
 /* Runs one unit of work on the calling thread; work that would touch bad
  * memory is skipped and the first such fault kept in *fault. */
 void gca__sim_work_run(const gca__sim_work_t *w, gca__sim_fault_t *fault);
@@ -102,6 +104,10 @@ bool gca__sim_is_device_mem(gca_devptr_t p, size_t len);
 bool gca__sim_is_host_mem(gca_devptr_t p, size_t len);
 void gca__sim_work_hold(const gca__sim_work_t *w);
 void gca__sim_work_release(gca__sim_work_t *w);
+/* Fills the table's work-making ops (host functions, copies, memsets, kernels). */
+void gca__sim_work_ops(gca_device_ops_t *ops);
+
+/* ---- sim_stream.c ---- */
 
 /* Note [Special streams] (device.h): replaces GCA_STREAM_LEGACY by NULL and
  * GCA_STREAM_PER_THREAD by the handle of the calling thread's per-thread
@@ -118,6 +124,10 @@ gca_status_t gca__sim_stream_describe(const char *op, gca_stream_t stream, int *
 /* Queues (or, while the stream captures, records) a copy of w on the stream. */
 gca_status_t gca__sim_stream_submit(const char *op, gca_stream_t stream, const gca__sim_work_t *w,
                                     bool *captured);
+/* The same for a memcpy (Note [Sim copies], sim_work.c): `stage` reads a
+ * pageable source at the call, `sync` returns once the copy has run. */
+gca_status_t gca__sim_stream_submit_copy(const char *op, gca_stream_t stream,
+                                         const gca__sim_work_t *w, bool stage, bool sync);
 
 /* A position in a stream's work; complete once the work before it has run. */
 typedef struct gca__sim_marker gca__sim_marker_t;
