@@ -156,7 +156,9 @@ static gca_status_t make_shared(int nranks, size_t chunk, int *fd_out, size_t *b
   size_t desc_off = align_up(sizeof(shm_head_t), 64);
   size_t areas_off = align_up(desc_off + (size_t)nranks * sizeof(gca__coll_desc_t), 4096);
   size_t bytes = areas_off + (size_t)nranks * chunk;
-  int fd = memfd_create("gca-comm", MFD_CLOEXEC);
+  /* the fail point stands for a process out of memory or file descriptors */
+  int fd = GCA_FAILPOINT("sim_comm_shared") ? (errno = ENOMEM, -1)
+                                            : memfd_create("gca-comm", MFD_CLOEXEC);
   if (fd < 0)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: memfd_create: %s", strerror(errno));
   if (ftruncate(fd, (off_t)bytes) != 0) {

@@ -355,6 +355,22 @@ static int lonely_rank0(report_t *rep, int rank) {
   return CHILD_PASS;
 }
 
+/* Rank 0 without memory for the shared meeting place: a clear error, its
+ * socket given back (the next create of the id works), nothing left over. */
+static int no_shared_memory(report_t *rep, int rank) {
+  (void)rank;
+  gca_comm_options_t o = options(1.0);
+  gca_comm_t *c = NULL;
+  EXPECT_OK(rep, gca__failpoint_arm("sim_comm_shared", 1));
+  EXPECT(rep, gca_comm_create(&id, 1, 0, 0, &o, &c), GCA_ERR_OUT_OF_MEMORY,
+         "comm_create: memfd_create: Cannot allocate memory");
+  CHECK(rep, c == NULL);
+  gca__failpoint_clear();
+  EXPECT_OK(rep, gca_comm_create(&id, 1, 0, 0, &o, &c));
+  EXPECT_OK(rep, gca_comm_destroy(c));
+  return CHILD_PASS;
+}
+
 static int lonely_rank1(report_t *rep, int rank) {
   (void)rank;
   gca_comm_options_t o = options(0.1);
@@ -378,6 +394,8 @@ static void missing_ranks_are_named(void **state) {
   run_ranks((int[]){0}, 1, lonely_rank0);
   new_id();
   run_ranks((int[]){1}, 1, lonely_rank1);
+  new_id();
+  run_ranks((int[]){0}, 1, no_shared_memory);
 }
 
 int main(void) {
