@@ -29,6 +29,10 @@
  *   pending.c    frees that wait for events of other streams or for a
  *                capture's end, and the per-device event pools
  *   fcache.c     the free cache (fcache.h: its hit and put, inline)
+ *   tcache.c     the thread caches: each thread's frees cached without the device
+ *                lock (tcache.h: the take and the put, inline); blocks entering and
+ *                leaving them, their lives
+ *   tcstats.c    the thread caches' statistics: folds, headroom, exact peaks
  *   blocks.c     blocks in their pool: best fit, activate (split), complete a
  *                free (coalesce)
  *   mempool.c    a private pool's memory over its life: left for the reap once
@@ -58,20 +62,23 @@
  *   snapshot.c   -> check.c, allocator.c
  *   free_blocks.c -> check.c (the walk)
  *   check.c      -> allocator.c, pool.c (the pools' own checks), fcache.h,
- *                   expandable.c, freetree.c, ptrmap.c
- *   allocator.c  -> route.c, release.c, pending.c, fcache.c, blocks.c,
+ *                   tcache.c, tcstats.c, expandable.c, freetree.c, ptrmap.c
+ *   allocator.c  -> route.c, release.c, pending.c, fcache.c, tcache.c, blocks.c,
  *                   mempool.c (OOM report, teardown), segment.c (teardown),
  *                   expandable.c (peer access), slab.c, sizes.c, ptrmap.c
  *   route.c      -> pending.c (a capture's end), mempool.c
- *   release.c    -> pending.c, fcache.c, blocks.c, mempool.c, segment.c, expandable.c
+ *   release.c    -> pending.c, fcache.c, tcache.c, blocks.c, mempool.c, segment.c,
+ *                   expandable.c
  *   pending.c    -> fcache.c, blocks.c
- *   fcache.c     -> blocks.c, ptrmap.c
+ *   fcache.c     -> tcache.c (evictions), blocks.c, ptrmap.c
+ *   tcache.c     -> tcstats.c, blocks.c, ptrmap.c
  *   blocks.c     -> mempool.c, segment.c, freetree.c, slab.c, sizes.c
  *   mempool.c    -> segment.c, vmm.c
  *   segment.c    -> expandable.c, vmm.c, slab.c, sizes.c, ptrmap.c, freetree.c
  *   expandable.c -> vmm.c, slab.c, sizes.c, freetree.c, ptrmap.c
  *   vmm.c, freetree.c, ptrmap.c, slab.c, sizes.c, streamkey.c -> the device
- *                   layer only (every floor may call streamkey.c)
+ *                   layer only (every floor may call streamkey.c, and tcstats.c
+ *                   through the statistics helpers below; it calls nothing)
  * A gca_malloc that misses the free cache: allocator.c (gca_malloc_device,
  * dev_malloc_locked) -> route.c (only while a route exists) -> pending.c
  * (gca__pending_process, only when events are pending) -> fcache.c
@@ -83,6 +90,7 @@
  * Notes (name: the file that holds it):
  *   Statistics, Active statistics  alloc_core.h
  *   Free cache, Free cache epochs  fcache.c
+ *   Thread caches                  tcache.c
  *   Stream-ordered reuse           pending.c
  *   Tree places                    blocks.c
  *   VMM-backed classic segments    segment.c
@@ -159,6 +167,7 @@ typedef struct gca__pool gca__pool_t;
 typedef struct gca__devalloc gca__devalloc_t;
 typedef struct gca__mempool gca__mempool_t;
 typedef struct gca__route gca__route_t;
+typedef struct gca__tcache gca__tcache_t;
 
 /* A block: a contiguous piece of a segment.
  * Invariants (checked by gca__allocator_check):
@@ -171,6 +180,11 @@ typedef struct gca__route gca__route_t;
  *                                     (Note [Free cache], fcache.c)
  *   !allocated && event_count == 0 -> in its pool's free tree (in_tree), and
  *     && !cached                      neither neighbour is also in it (coalesced)
+ *   tc != NULL                     -> allocated, no uses, in a classic segment of a default
+ *                                     pool, in the pointer map and tc's table; free for the
+ *                                     statistics while cached there; no other cached block or
+ *                                     thread cache's block within two places, and
+ *                                     fc_blocks/fc_bytes hold (Note [Thread caches])
  *   stream == seg->stream, pool == seg->pool.
  */
 struct gca__block {
@@ -192,6 +206,10 @@ struct gca__block {
   int64_t fc_bytes;
   uint64_t fc_epoch; /* == the device's epoch: fc_blocks/fc_bytes hold for a free now and no
                         cached block is near (Note [Free cache epochs]) */
+  gca__tcache_t *tc; /* the thread cache whose domain holds b, else NULL (Note [Thread
+                        caches]); set and cleared with d->lock and tc's lock held. While
+                        set, whether b is cached there and its requested size are the
+                        cache's (gca__tc_cached, gca__tc_requested), not b's */
   bool allocated;
   bool in_tree;
   bool oversize;  /* counted in oversize_allocations at allocation */
@@ -321,6 +339,16 @@ typedef struct gca__fcbin {
   uint32_t n;
 } gca__fcbin_t;
 
+/* The nine per-pool statistic arrays of gca_stats_t, as one index space
+ * (array * GCA_STAT_TYPES + type): what thread caches hold headroom for. */
+#define GCA__TC_NSTATS (9 * GCA_STAT_TYPES)
+
+/* Bits of d->tc_gate: the thread caches are off (or not engaged yet), frees
+ * wait for events or a capture, rounding needs the settings. */
+#define GCA__TC_GATE_OFF     1u
+#define GCA__TC_GATE_PENDING 2u
+#define GCA__TC_GATE_ROUND   4u
+
 /* The allocator of one device. Everything below `lock` is guarded by it. */
 struct gca__devalloc {
   gca__mutex_t lock;
@@ -360,6 +388,9 @@ struct gca__devalloc {
   gca__route_t *routes;
   size_t nroutes, cap_routes;
   atomic_uint routing;
+  /* Note [Thread caches] (tcache.c): 0 while the thread caches' fast paths may
+   * run; read by them without the lock, written under it (GCA__TC_GATE_*). */
+  atomic_uint tc_gate;
   int deferred_need;       /* 1 + a device whose destroyed stream a deferred free was recorded
                               on: the reap waits for that device (Note [Gone streams of deferred
                               frees], pending.c); 0: none */
@@ -378,6 +409,16 @@ struct gca__devalloc {
   bool reap;
   gca__fcbin_t fc_bins[GCA__FC_BINS];
   uint64_t epoch; /* Note [Free cache epochs] */
+  /* Note [Thread caches]: the thread caches of this device (their list and
+   * count), whether frees may enter them (tc_on), the first thread seen and
+   * whether a second one has been (they engage then), and tc_esc[i], the sum
+   * of the headroom granted to them for statistic i (gca__stat_index). */
+  gca__tcache_t *tcs;
+  size_t ntcs;
+  bool tc_on;
+  bool tc_engaged;
+  uint64_t tc_thread;
+  int64_t tc_esc[GCA__TC_NSTATS];
 };
 
 /* Takes d->lock for anything but the free cache's fast paths, which use
@@ -387,6 +428,15 @@ static inline void gca__dev_lock(gca__devalloc_t *d) {
   d->epoch++;
 }
 
+/* Note [Thread caches]: the gate the thread caches' fast paths read without
+ * the lock, brought up to date by each entry point as it lets the lock go. */
+static inline void gca__tc_gate_sync(gca__devalloc_t *d) {
+  unsigned g = (d->tc_on ? 0u : GCA__TC_GATE_OFF) |
+               ((d->npending | d->ndeferred) != 0 ? GCA__TC_GATE_PENDING : 0u);
+  if (GCA_UNLIKELY(g != atomic_load_explicit(&d->tc_gate, memory_order_relaxed)))
+    atomic_store_explicit(&d->tc_gate, g, memory_order_relaxed);
+}
+
 void gca__release_reap(gca__devalloc_t *d); /* release.c, below */
 /* Lets d->lock go at the end of an entry point (allocator.c, pool.c,
  * checkpoint.c: nothing of d is held in locals), first giving back what frees
@@ -394,6 +444,7 @@ void gca__release_reap(gca__devalloc_t *d); /* release.c, below */
 static inline void gca__dev_unlock(gca__devalloc_t *d) {
   if (GCA_UNLIKELY(d->reap))
     gca__release_reap(d);
+  gca__tc_gate_sync(d);
   gca__mutex_unlock(&d->lock);
 }
 
@@ -423,12 +474,38 @@ static inline void gca__dev_unlock(gca__devalloc_t *d) {
  * allocation each update five statistics, not seven; the free cache's paths
  * run with nothing pending and skip pend entirely. */
 
+/* The index of statistic s of d->stats in the nine per-pool arrays, or -1
+ * (oversize_allocations, oversize_segments). */
+static inline int gca__stat_index(const gca__devalloc_t *d, const gca_stat_t *s) {
+  uintptr_t off = (uintptr_t)s - (uintptr_t)d->stats.allocation;
+  return off < GCA__TC_NSTATS * sizeof(gca_stat_t) ? (int)(off / sizeof(gca_stat_t)) : -1;
+}
+_Static_assert(offsetof(gca_stats_t, requested_bytes) == 8 * GCA_STAT_TYPES * sizeof(gca_stat_t),
+               "the nine per-pool arrays lead gca_stats_t, one after another");
+
+/* tcstats.c: statistic s (index i, -1 for none) passed its peak less the
+ * headroom granted for it: folds the thread caches, takes their headroom for
+ * it back, and sets the peak from the exact current (Note [Thread caches]). */
+void gca__stat_peak_slow(gca__devalloc_t *d, gca_stat_t *s, int i);
+
+/* After s rose: its peak. With thread caches the current kept here is not
+ * the whole current; what they may add is at most tc_esc[i], so below
+ * peak - tc_esc[i] the peak cannot have been passed (Note [Thread caches]). */
+static inline void gca__stat_peak(gca__devalloc_t *d, gca_stat_t *s) {
+  int i = gca__stat_index(d, s);
+  if (GCA_UNLIKELY(s->current + (i >= 0 ? d->tc_esc[i] : 0) > s->peak)) {
+    if (GCA_LIKELY(d->tcs == NULL))
+      s->peak = s->current;
+    else
+      gca__stat_peak_slow(d, s, i);
+  }
+}
+
 /* Adds n >= 0 to a single statistic. */
-static inline void gca__stat_inc1(gca_stat_t *s, int64_t n) {
+static inline void gca__stat_inc1(gca__devalloc_t *d, gca_stat_t *s, int64_t n) {
   s->current += n;
   s->allocated += n;
-  if (s->current > s->peak)
-    s->peak = s->current;
+  gca__stat_peak(d, s);
 }
 
 /* Removes n >= 0 from a single statistic. */
@@ -438,9 +515,9 @@ static inline void gca__stat_dec1(gca_stat_t *s, int64_t n) {
 }
 
 /* Adds n (either sign) to a single statistic. */
-static inline void gca__stat_add(gca_stat_t *s, int64_t n) {
+static inline void gca__stat_add(gca__devalloc_t *d, gca_stat_t *s, int64_t n) {
   if (n >= 0)
-    gca__stat_inc1(s, n);
+    gca__stat_inc1(d, s, n);
   else
     gca__stat_dec1(s, -n);
 }
@@ -450,52 +527,68 @@ static inline int gca__stat_type(const gca__pool_t *p) {
   return p->is_small ? GCA_STAT_SMALL : GCA_STAT_LARGE;
 }
 
-/* Adds n >= 0 to the statistic array `arr` for type t (small or large). */
-static inline void gca__stat_inc_t(gca_stat_t *arr, int t, int64_t n) {
-  gca__stat_inc1(&arr[t], n);
+/* Adds n >= 0 to the statistic array `arr` (of d->stats) for type t (small or large). */
+static inline void gca__stat_inc_t(gca__devalloc_t *d, gca_stat_t *arr, int t, int64_t n) {
+  gca__stat_inc1(d, &arr[t], n);
   gca_stat_t *all = &arr[GCA_STAT_ALL];
   all->current += n;
-  if (all->current > all->peak)
-    all->peak = all->current;
+  gca__stat_peak(d, all);
 }
 
 /* Removes n >= 0 from the statistic array `arr` for type t. */
-static inline void gca__stat_dec_t(gca_stat_t *arr, int t, int64_t n) {
+static inline void gca__stat_dec_t(gca__devalloc_t *d, gca_stat_t *arr, int t, int64_t n) {
+  (void)d;
   gca__stat_dec1(&arr[t], n);
   arr[GCA_STAT_ALL].current -= n;
 }
 
 /* Adds n (either sign) to the statistic array `arr` for type t. */
-static inline void gca__stat_add_t(gca_stat_t *arr, int t, int64_t n) {
+static inline void gca__stat_add_t(gca__devalloc_t *d, gca_stat_t *arr, int t, int64_t n) {
   if (n >= 0)
-    gca__stat_inc_t(arr, t, n);
+    gca__stat_inc_t(d, arr, t, n);
   else
-    gca__stat_dec_t(arr, t, -n);
+    gca__stat_dec_t(d, arr, t, -n);
 }
 
 /* The same for pool p. */
-static inline void gca__stat_inc(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
-  gca__stat_inc_t(arr, gca__stat_type(p), n);
+static inline void gca__stat_inc(gca__devalloc_t *d, gca_stat_t *arr, const gca__pool_t *p,
+                                 int64_t n) {
+  gca__stat_inc_t(d, arr, gca__stat_type(p), n);
 }
-static inline void gca__stat_dec(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
-  gca__stat_dec_t(arr, gca__stat_type(p), n);
+static inline void gca__stat_dec(gca__devalloc_t *d, gca_stat_t *arr, const gca__pool_t *p,
+                                 int64_t n) {
+  gca__stat_dec_t(d, arr, gca__stat_type(p), n);
 }
-static inline void gca__stat_pool(gca_stat_t *arr, const gca__pool_t *p, int64_t n) {
-  gca__stat_add_t(arr, gca__stat_type(p), n);
+static inline void gca__stat_pool(gca__devalloc_t *d, gca_stat_t *arr, const gca__pool_t *p,
+                                  int64_t n) {
+  gca__stat_add_t(d, arr, gca__stat_type(p), n);
 }
 
+/* tcstats.c: active's peak (Note [Active statistics]) for type index idx
+ * passed the headroom granted for it: fold, take the headroom back, and
+ * return the exact allocation current (Note [Thread caches]). */
+void gca__pend_peak_slow(gca__devalloc_t *d, int idx);
+
 /* After allocation rose for type t: keeps active's peak (Note [Active
- * statistics]) while something is pending. */
+ * statistics]) while something is pending. The thread caches' headroom for
+ * allocation is also theirs for active (Note [Thread caches]). */
 static inline void gca__pend_peak(gca__devalloc_t *d, int t) {
   int idx[2] = {t, GCA_STAT_ALL};
   for (int i = 0; i < 2; i++) {
     gca__pend_stat_t *p = &d->pend[idx[i]], *pb = &d->pend_bytes[idx[i]];
-    int64_t a = d->stats.allocation[idx[i]].current + p->current;
-    int64_t ab = d->stats.allocated_bytes[idx[i]].current + pb->current;
+    const gca_stat_t *al = &d->stats.allocation[idx[i]], *ab = &d->stats.allocated_bytes[idx[i]];
+    if (GCA_UNLIKELY(d->tcs != NULL) &&
+        ((p->current != 0 && al->current + p->current + d->tc_esc[idx[i]] >
+                                 (al->peak > p->peak ? al->peak : p->peak)) ||
+         (pb->current != 0 && ab->current + pb->current + d->tc_esc[4 * GCA_STAT_TYPES + idx[i]] >
+                                  (ab->peak > pb->peak ? ab->peak : pb->peak))))
+      gca__pend_peak_slow(d, idx[i]);
+    int64_t a = al->current + p->current;
+    int64_t b = ab->current + pb->current;
     if (p->current != 0 && a > p->peak)
       p->peak = a;
-    if (pb->current != 0 && ab > pb->peak)
-      pb->peak = ab;
+    if (pb->current != 0 && b > pb->peak)
+      pb->peak = b;
   }
 }
 
@@ -513,24 +606,24 @@ static inline void gca__pend_add(gca__devalloc_t *d, const gca__pool_t *p, int s
  * oversize_allocations and, unless `quiet` (the caller knows nothing is
  * pending), active's peak (Note [Active statistics]). */
 static inline void gca__stat_block_alloc(gca__devalloc_t *d, gca__block_t *b, int t, bool quiet) {
-  gca__stat_inc_t(d->stats.allocation, t, 1);
-  gca__stat_inc_t(d->stats.allocated_bytes, t, (int64_t)b->size);
+  gca__stat_inc_t(d, d->stats.allocation, t, 1);
+  gca__stat_inc_t(d, d->stats.allocated_bytes, t, (int64_t)b->size);
   if (!quiet && GCA_UNLIKELY(d->pend[GCA_STAT_ALL].current != 0))
     gca__pend_peak(d, t);
-  gca__stat_inc_t(d->stats.requested_bytes, t, (int64_t)b->requested);
+  gca__stat_inc_t(d, d->stats.requested_bytes, t, (int64_t)b->requested);
   b->oversize = b->size >= d->cfg.max_split_size;
   if (b->oversize)
-    gca__stat_add(&d->stats.oversize_allocations, 1);
+    gca__stat_add(d, &d->stats.oversize_allocations, 1);
 }
 
 /* The statistics of allocated block b's free request (allocation,
  * allocated_bytes, oversize_allocations); requested_bytes goes when the free
  * completes, and active follows from pend (Note [Active statistics]). */
 static inline void gca__stat_block_free(gca__devalloc_t *d, gca__block_t *b, int t) {
-  gca__stat_dec_t(d->stats.allocation, t, 1);
-  gca__stat_dec_t(d->stats.allocated_bytes, t, (int64_t)b->size);
+  gca__stat_dec_t(d, d->stats.allocation, t, 1);
+  gca__stat_dec_t(d, d->stats.allocated_bytes, t, (int64_t)b->size);
   if (b->oversize)
-    gca__stat_add(&d->stats.oversize_allocations, -1);
+    gca__stat_add(d, &d->stats.oversize_allocations, -1);
   b->oversize = false;
 }
 
@@ -567,27 +660,33 @@ static inline void gca__segment_unlink(gca__pool_t *pool, gca__segment_t *seg) {
   pool->nsegments--;
 }
 
-/* The cached block sharing a free run with b on b's lower (upper) side: the
+/* Whether b is held by a cache: freed into the free cache, or in a thread
+ * cache's domain, cached there or handed out (Note [Thread caches]). */
+static inline bool gca__held(const gca__block_t *b) {
+  return b->cached || b->tc != NULL;
+}
+
+/* The held block sharing a free run with b on b's lower (upper) side: the
  * neighbour itself, or the block past a free neighbour; NULL when none
- * (Note [Free cache]: a cached block's run holds no other cached block). */
+ * (Note [Free cache]: a cached block's run holds no other held block). */
 static inline gca__block_t *gca__fc_cached_below(const gca__block_t *b) {
   gca__block_t *p = b->prev;
   if (p == NULL)
     return NULL;
-  if (p->cached)
+  if (gca__held(p))
     return p;
-  return p->in_tree && p->prev != NULL && p->prev->cached ? p->prev : NULL;
+  return p->in_tree && p->prev != NULL && gca__held(p->prev) ? p->prev : NULL;
 }
 static inline gca__block_t *gca__fc_cached_above(const gca__block_t *b) {
   gca__block_t *n = b->next;
   if (n == NULL)
     return NULL;
-  if (n->cached)
+  if (gca__held(n))
     return n;
-  return n->in_tree && n->next != NULL && n->next->cached ? n->next : NULL;
+  return n->in_tree && n->next != NULL && gca__held(n->next) ? n->next : NULL;
 }
 
-/* Whether a cached block shares a free run with b's neighbours. */
+/* Whether a held block shares a free run with b's neighbours. */
 static inline bool gca__fc_near(const gca__block_t *b) {
   return gca__fc_cached_below(b) != NULL || gca__fc_cached_above(b) != NULL;
 }
@@ -678,6 +777,7 @@ static inline gca__block_t *gca__block_take(gca__devalloc_t *d) {
   b->event_count = 0;
   b->allocated = b->in_tree = b->oversize = b->unmapped = b->cached = b->releasing = false;
   b->fc_epoch = 0;
+  b->tc = NULL;
   d->live_blocks++;
   return b;
 }
@@ -877,8 +977,9 @@ void gca__pending_destroy(gca__devalloc_t *d);
 
 /* ---- release.c ---- */
 
-/* PyTorch's release_cached_blocks: flushes the free cache, waits for pending
- * frees, then frees every cached whole segment. Lets d->lock go around the
+/* PyTorch's release_cached_blocks: flushes the free cache and the thread
+ * caches' cached blocks, waits for pending frees, then frees every cached
+ * whole segment. Lets d->lock go around the
  * waits (Note [No waits under the device lock]). */
 gca_status_t gca__release_cached(gca__devalloc_t *d);
 /* A new block for `rounded` bytes when no cached block fits: garbage

@@ -22,6 +22,7 @@
 #include "fcache.h"
 #include "history.h"
 #include "introspect.h"
+#include "tcache.h"
 
 #define MAX_OBSERVERS 32
 
@@ -228,6 +229,7 @@ static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_strea
   char s_req[32], s_tot[32], s_free[32], s_alloc[32], s_res[32], s_unal[32], s_lim[48] = "";
   size_t free_bytes = 0, total = d->total_memory;
   gca_status_t info = d->ops->mem_get_info(d->device, &free_bytes, &total);
+  gca__tc_fold(d, 0); /* the thread caches' frees too (Note [Thread caches]) */
   size_t allocated = (size_t)d->stats.allocated_bytes[GCA_STAT_ALL].current;
   size_t reserved = (size_t)d->stats.reserved_bytes[GCA_STAT_ALL].current;
   size_t private_bytes = gca__mempools_reserved_locked(d);
@@ -286,6 +288,22 @@ static gca_status_t stream_check(gca__devalloc_t *d, gca_stream_t handle) {
   return GCA_OK;
 }
 
+/* The best fit in pool with the thread caches settled (Note [Thread
+ * caches]): when nothing fits, the stream's blocks cached there go back to
+ * the tree and the search runs again; a block found gives its neighbours in
+ * a cache's domain back before it is split. */
+static gca__block_t *take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                              size_t rounded) {
+  gca__block_t *b = gca__pool_take_fit(d, pool, stream, rounded);
+  if (GCA_LIKELY(d->tcs == NULL) || pool->owner != NULL)
+    return b;
+  if (b == NULL && gca__tc_flush_stream(d, pool, stream) != 0)
+    b = gca__pool_take_fit(d, pool, stream, rounded);
+  while (b != NULL && gca__tc_clear_near(d, b))
+    b = gca__pool_take_fit(d, pool, stream, rounded);
+  return b;
+}
+
 /* malloc with d->lock held; returns with it released. `stream` is the key
  * (Note [Per-thread stream keys]), `handle` the caller's stream. */
 static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t *d, void **out,
@@ -294,6 +312,7 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   gca_status_t st;
   gca__block_t *b = NULL;
   d->epoch++; /* Note [Free cache epochs] */
+  gca__tc_note_thread(d);
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0))
     GCA_CHECK_GOTO(gca__pending_process(d), st, fail);
   GCA_CHECK_GOTO(gca__block_reserve(d), st, fail);
@@ -317,6 +336,9 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
       goto fail;
     }
   }
+  if (d->tcs != NULL && pool->owner == NULL &&
+      (b = gca__tc_take_locked(d, pool, stream, rounded, size)) != NULL)
+    goto out;
   if (d->fc_count != 0 && pool->owner == NULL) {
     b = gca__fc_take(d, pool, stream, rounded, size, false);
     if (b != NULL)
@@ -328,7 +350,7 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   if (GCA_UNLIKELY(pool->no_split))
     seg_size = gca__alloc_no_split_segment_size(rounded);
   if (GCA_LIKELY(d->caching))
-    b = gca__pool_take_fit(d, pool, stream, rounded);
+    b = take_fit(d, pool, stream, rounded);
   if (b == NULL) {
     GCA_CHECK_GOTO(stream_check(d, handle), st, fail);
     st = gca__release_new_block(d, pool, stream, seg_size, rounded, &b);
@@ -401,12 +423,20 @@ GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_
   gca_stream_t key = gca__stream_key(stream);
   if (GCA_LIKELY(ptr != NULL && size - 1 < GCA__MAX_REQUEST &&
                  (unsigned)device < GCA__MAX_DEVICES &&
-                 (d = atomic_load_explicit(&g_devs[device], memory_order_acquire)) != NULL &&
-                 gca__mutex_trylock(&d->lock))) {
+                 (d = atomic_load_explicit(&g_devs[device], memory_order_acquire)) != NULL)) {
+    /* the calling thread's cache, without the device lock (Note [Thread caches]) */
+    gca__tcache_t *tc = gca__tc_mine(device);
+    gca__block_t *b;
+    if (tc != NULL && gca__tc_open(d) && (b = gca__tc_take(d, tc, key, size)) != NULL) {
+      *ptr = (void *)(uintptr_t)b->addr;
+      return GCA_OK;
+    }
+    if (!gca__mutex_trylock(&d->lock))
+      return malloc_slow(device, ptr, size, stream);
     if (GCA_LIKELY(d->fc_count != 0 && gca__fc_quiet(d))) {
       size_t rounded = gca__round_request(d, size);
       gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
-      gca__block_t *b = gca__fc_take(d, pool, key, rounded, size, true);
+      b = gca__fc_take(d, pool, key, rounded, size, true);
       if (GCA_LIKELY(b != NULL)) {
         DEBUG_CHECK(d);
         *ptr = (void *)(uintptr_t)b->addr;
@@ -444,7 +474,7 @@ static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
           b = b->next;
         gca_devptr_t start = b->addr;
         size_t size = b->size;
-        bool live = b->allocated;
+        bool live = b->allocated && (b->tc == NULL || gca__tc_live(b));
         gca__dev_unlock(d);
         if (live)
           return gca__error(GCA_ERR_INVALID_POINTER,
@@ -489,7 +519,9 @@ gca__block_t *gca__lock_live(gca_devptr_t addr, gca__devalloc_t **out) {
       continue;
     gca__dev_lock(d);
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
-    if (GCA_LIKELY(b != NULL && !b->cached)) {
+    /* a block of a thread cache's domain is looked at under the device lock
+     * from here on: it leaves the domain, unless cached there (not live) */
+    if (GCA_LIKELY(b != NULL && !b->cached && (b->tc == NULL || gca__tc_claim(d, b)))) {
       *out = d;
       return b;
     }
@@ -586,11 +618,17 @@ static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gc
                                                           gca_devptr_t addr, int expected_dev) {
   gca_status_t st, st2;
   d->epoch++; /* Note [Free cache epochs] */
+  gca__tc_note_thread(d);
   if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
     gca__dev_unlock(d);
     return gca__error(GCA_ERR_INVALID_POINTER,
                       "free: pointer 0x%" PRIx64 " belongs to device %d, not device %d", addr,
                       d->device, expected_dev);
+  }
+  if (GCA_UNLIKELY(b->tc != NULL) && !gca__tc_claim(d, b)) { /* cached in a thread cache */
+    DEBUG_CHECK(d);
+    gca__dev_unlock(d);
+    return bad_pointer("free", addr);
   }
   if (GCA_UNLIKELY(b->nuses != 0)) {
     uint64_t mask = foreign_ptds_devices(b);
@@ -607,7 +645,7 @@ static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gc
       return st;
     }
   }
-  if (gca__fcache_try_put(d, b)) {
+  if (gca__tc_try_enter(d, b) || gca__fcache_try_put(d, b)) {
     DEBUG_CHECK(d);
     gca__dev_unlock(d);
     return GCA_OK;
@@ -669,12 +707,18 @@ GCA_API gca_status_t gca_free(void *ptr) {
   gca__devalloc_t *d;
   /* one device (the common case): its map is the only place to look */
   if (GCA_LIKELY(dev >= 0 && addr != 0 &&
-                 (d = atomic_load_explicit(&g_devs[dev], memory_order_acquire)) != NULL &&
-                 gca__mutex_trylock(&d->lock))) {
+                 (d = atomic_load_explicit(&g_devs[dev], memory_order_acquire)) != NULL)) {
+    /* a block the calling thread's cache handed out goes back to it (Note [Thread caches]) */
+    gca__tcache_t *tc = gca__tc_mine(dev);
+    if (tc != NULL && gca__tc_open(d) && gca__tc_put(d, tc, addr))
+      return GCA_OK;
+    if (!gca__mutex_trylock(&d->lock))
+      return free_impl(ptr, -1);
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
     if (GCA_LIKELY(b != NULL && !b->cached)) {
-      /* the free cache's put: a plain free into its bin (Note [Free cache]) */
-      if (GCA_LIKELY(gca__fc_cacheable(d, b) && gca__fc_quiet(d))) {
+      /* the free cache's put: a plain free into its bin (Note [Free cache]),
+       * unless the thread caches are on: the locked path enters them */
+      if (GCA_LIKELY(!d->tc_on && gca__fc_cacheable(d, b) && gca__fc_quiet(d))) {
         gca__fcbin_t *bin = gca__fc_bin(d, b->stream, b->size);
         if (GCA_LIKELY(gca__fc_fits(d, bin, b))) {
           gca__fc_put(d, bin, b);
@@ -916,6 +960,7 @@ GCA_API gca_status_t gca_get_stats(int device, gca_stats_t *out) {
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "get_stats: the output pointer is NULL");
   GCA_CHECK(devalloc_get("get_stats", device, &d));
   gca__dev_lock(d);
+  gca__tc_fold(d, 0); /* Note [Thread caches]: every cache at one instant */
   gca__stats_read(d, out);
   gca__dev_unlock(d);
   return GCA_OK;
@@ -948,6 +993,7 @@ GCA_API gca_status_t gca_reset_peak_stats(int device) {
   gca__devalloc_t *d;
   GCA_CHECK(devalloc_get("reset_peak_stats", device, &d));
   gca__dev_lock(d);
+  gca__tc_fold(d, ~0u); /* exact currents, and no headroom above them (Note [Thread caches]) */
   FOR_EACH_STAT_ARRAY(reset_peak, d->stats);
   for (int t = 0; t < GCA_STAT_TYPES; t++) { /* Note [Active statistics] */
     d->pend[t].peak = d->stats.allocation[t].current + d->pend[t].current;
@@ -961,6 +1007,7 @@ GCA_API gca_status_t gca_reset_accumulated_stats(int device) {
   gca__devalloc_t *d;
   GCA_CHECK(devalloc_get("reset_accumulated_stats", device, &d));
   gca__dev_lock(d);
+  gca__tc_fold(d, 0); /* Note [Thread caches] */
   FOR_EACH_STAT_ARRAY(reset_accum, d->stats);
   for (int t = 0; t < GCA_STAT_TYPES; t++) { /* Note [Active statistics] */
     d->pend[t].base = d->pend[t].current;
@@ -1030,6 +1077,7 @@ int gca__allocator_device_count(void) {
 static void devalloc_destroy(gca__devalloc_t *d) {
   gca__dev_lock(d);
   gca__mutex_unlock(&d->lock);
+  gca__tc_destroy_all(d); /* their blocks go with the segments below */
   gca__pending_destroy(d);
   gca__ptrmap_destroy(&d->ptrs);
   gca__mempools_destroy_locked(d);

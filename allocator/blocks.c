@@ -70,15 +70,15 @@ void gca__block_free_complete(gca__devalloc_t *d, gca__block_t *b, bool pending)
   gca__mempool_t *owner = pool->owner;
   size_t requested = b->requested;
   int64_t net_blocks, net_bytes;
-  GCA_ASSERT_DEBUG(d->fc_count == 0 || !gca__fc_near(b));
+  GCA_ASSERT_DEBUG((d->fc_count == 0 && d->tcs == NULL) || !gca__fc_near(b));
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, b->addr, requested, b->stream);
   b->requested = 0;
   if (pending)
     gca__pend_add(d, pool, -1, b->size);
   gca__block_coalesce(d, b, &net_blocks, &net_bytes);
-  gca__stat_pool(d->stats.inactive_split, pool, net_blocks);
-  gca__stat_pool(d->stats.inactive_split_bytes, pool, net_bytes);
-  gca__stat_dec(d->stats.requested_bytes, pool, (int64_t)requested);
+  gca__stat_pool(d, d->stats.inactive_split, pool, net_blocks);
+  gca__stat_pool(d, d->stats.inactive_split_bytes, pool, net_bytes);
+  gca__stat_dec(d, d->stats.requested_bytes, pool, (int64_t)requested);
   if (!d->caching && gca__block_whole(b))
     d->reap = true; /* the segment goes back at the entry point's end (release.c) */
   if (GCA_UNLIKELY(owner != NULL))
@@ -122,17 +122,17 @@ void gca__block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, si
     b->next = r;
     b->size = rounded;
     if (already_split) {
-      gca__stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)rounded);
+      gca__stat_pool(d, d->stats.inactive_split_bytes, pool, -(int64_t)rounded);
     } else {
-      gca__stat_pool(d->stats.inactive_split_bytes, pool, (int64_t)r->size);
-      gca__stat_pool(d->stats.inactive_split, pool, 1);
+      gca__stat_pool(d, d->stats.inactive_split_bytes, pool, (int64_t)r->size);
+      gca__stat_pool(d, d->stats.inactive_split, pool, 1);
     }
   } else {
     if (in_tree)
       gca__tree_erase(pool, b);
     if (already_split) {
-      gca__stat_pool(d->stats.inactive_split_bytes, pool, -(int64_t)b->size);
-      gca__stat_pool(d->stats.inactive_split, pool, -1);
+      gca__stat_pool(d, d->stats.inactive_split_bytes, pool, -(int64_t)b->size);
+      gca__stat_pool(d, d->stats.inactive_split, pool, -1);
     }
   }
   b->allocated = true;

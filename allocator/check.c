@@ -14,6 +14,7 @@
 
 #include "fcache.h"
 #include "introspect.h"
+#include "tcache.h"
 
 typedef struct sums {
   int64_t allocation, allocated_bytes, active, active_bytes, inactive_split, inactive_split_bytes,
@@ -22,9 +23,10 @@ typedef struct sums {
 
 #define BROKEN(...) gca__error(GCA_ERR_INTERNAL, "allocator_check: " __VA_ARGS__)
 
-/* Free in the statistics' sense: in the tree or in the free cache. */
+/* Free in the statistics' sense: in the tree, in the free cache, or cached
+ * in a thread cache (Note [Thread caches]). */
 static inline bool free_or_cached(const gca__block_t *b) {
-  return b->in_tree || b->cached;
+  return b->in_tree || b->cached || (b->tc != NULL && gca__tc_cached(b));
 }
 
 /* Whether the segment has more than one block once every free run is merged
@@ -62,9 +64,36 @@ static gca_status_t check_fc_facts(const gca__block_t *b) {
   return GCA_OK;
 }
 
+/* A block of a thread cache's domain (Note [Thread caches]): allocated for
+ * the structures, in the pointer map and its cache's table, alone in its
+ * free run, and the facts it was cached with still hold. */
+static gca_status_t check_domain(gca__devalloc_t *d, const gca__pool_t *p, const gca__block_t *b) {
+  if (!b->allocated || b->in_tree || b->cached || b->event_count != 0 || b->nuses != 0 ||
+      b->unmapped || b->releasing || b->seg->expandable || p->owner != NULL || b->oversize ||
+      b->size > GCA__TC_MAX_SIZE)
+    return BROKEN("block 0x%" PRIx64 ": in a thread cache in a state that may not be", b->addr);
+  if (gca__ptrmap_find(&d->ptrs, b->addr) != b)
+    return BROKEN("block 0x%" PRIx64 ": in a thread cache but not in the pointer map", b->addr);
+  int slot = gca__tc_find(b->tc, b->addr);
+  if (b->tc->d != d || slot < 0 || b->tc->vals[slot] != b)
+    return BROKEN("block 0x%" PRIx64 ": not in the table of its thread cache", b->addr);
+  if (gca__tc_cached(b) && b->tc->req[slot] != 0)
+    return BROKEN("block 0x%" PRIx64 ": cached in a thread cache with a requested size", b->addr);
+  if (gca__fc_near(b))
+    return BROKEN("block 0x%" PRIx64 ": in a thread cache with another held block in its run",
+                  b->addr);
+  int64_t blocks, bytes;
+  gca__fc_run_delta(b, &blocks, &bytes);
+  if (blocks != b->fc_blocks || bytes != b->fc_bytes)
+    return BROKEN("block 0x%" PRIx64 ": thread cache facts (%d, %" PRId64
+                  "), neighbours give (%" PRId64 ", %" PRId64 ")",
+                  b->addr, b->fc_blocks, b->fc_bytes, blocks, bytes);
+  return GCA_OK;
+}
+
 static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
                                int64_t *oversize_alloc, int64_t *oversize_seg, size_t *live,
-                               size_t *ncached) {
+                               size_t *ncached, size_t *ndomain, size_t *ntcached) {
   size_t nfree = 0, nseg = 0;
   long tree_count = gca__tree_validate(p);
   if (tree_count < 0)
@@ -115,6 +144,13 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
         GCA_CHECK(check_cached(d, p, b));
         (*ncached)++;
       }
+      bool tfree = b->tc != NULL && gca__tc_cached(b); /* allocated, free for the statistics */
+      size_t requested = b->tc != NULL ? gca__tc_requested(b) : b->requested;
+      if (b->tc != NULL) {
+        GCA_CHECK(check_domain(d, p, b));
+        (*ndomain)++;
+        *ntcached += tfree;
+      }
       if (b->cached || (b->allocated && b->fc_epoch == d->epoch))
         GCA_CHECK(check_fc_facts(b));
       if (b->releasing && (b->allocated || b->event_count != 0 || b->cached || b->in_tree))
@@ -133,20 +169,22 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
       if (b->allocated) {
         if (gca__ptrmap_find(&d->ptrs, b->addr) != b)
           return BROKEN("block 0x%" PRIx64 ": allocated but not in the pointer map", b->addr);
-        sum->allocation++;
-        sum->allocated_bytes += (int64_t)b->size;
+        if (!tfree) {
+          sum->allocation++;
+          sum->allocated_bytes += (int64_t)b->size;
+        }
         if (b->oversize)
           (*oversize_alloc)++;
       } else if (b->nuses != 0 && b->event_count == 0) { /* deferred frees keep theirs */
         return BROKEN("block 0x%" PRIx64 ": not allocated but still has recorded streams", b->addr);
       }
-      if (b->allocated || b->event_count > 0) {
+      if ((b->allocated && !tfree) || b->event_count > 0) {
         sum->active++;
         sum->active_bytes += (int64_t)b->size;
-        sum->requested_bytes += (int64_t)b->requested;
+        sum->requested_bytes += (int64_t)requested;
       } else {
-        nfree += !b->cached && !b->releasing;
-        if (b->requested != 0)
+        nfree += !b->cached && !b->releasing && !tfree;
+        if (requested != 0)
           return BROKEN("block 0x%" PRIx64 ": free with a requested size", b->addr);
         if (split) {
           /* one inactive split block per free run: a cached block and its free
@@ -180,22 +218,74 @@ static gca_status_t compare(int device, const char *name, int type, int64_t kept
   return GCA_OK;
 }
 
-gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
+/* The thread caches (Note [Thread caches]): bins, tables and counts agree
+ * with the blocks that name them; `ndomain` and `ntcached` are what the
+ * segments hold. Every cache is locked and folded. */
+static gca_status_t check_tcaches(gca__devalloc_t *d, size_t ndomain, size_t ntcached) {
+  size_t dom_sum = 0, cached_sum = 0, ntcs = 0;
+  for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next, ntcs++) {
+    size_t n = 0, bytes = 0, dom = 0;
+    if (tc->d != d || (tc->next != NULL && tc->next->prev != tc) ||
+        (tc->prev == NULL) != (d->tcs == tc))
+      return BROKEN("device %d: a thread cache with a bad device or list links", d->device);
+    for (size_t i = 0; i < GCA__TC_BINS; i++) {
+      const gca__tcbin_t *bin = &tc->bins[i];
+      uint32_t k = 0;
+      for (; k < bin->n; k++) {
+        const gca__block_t *b = bin->blk[k];
+        if (b->tc != tc || b->stream != bin->stream || b->size != bin->size ||
+            gca__tc_bin(tc, b->stream, b->size) != bin || bin->n > GCA__TC_BIN_MAX)
+          return BROKEN("device %d: thread cache bin %zu holds block 0x%" PRIx64
+                        " that does not belong there",
+                        d->device, i, b->addr);
+        bytes += b->size;
+      }
+      n += k;
+    }
+    for (size_t i = 0; i < GCA__TC_SLOTS; i++) {
+      if (tc->keys[i] == 0)
+        continue;
+      const gca__block_t *b = tc->vals[i];
+      if (b->tc != tc || b->addr != tc->keys[i] || gca__tc_find(tc, b->addr) != (int)i)
+        return BROKEN("device %d: a thread cache's table holds 0x%" PRIx64 " wrongly", d->device,
+                      tc->keys[i]);
+      dom++;
+    }
+    if (n != tc->ncached || bytes != tc->cached_bytes || dom != tc->ndomain ||
+        dom > GCA__TC_DOMAIN || bytes > GCA__TC_BYTES)
+      return BROKEN("device %d: a thread cache holds %zu blocks (%zu bytes) cached of %zu, counts "
+                    "say %zu (%zu bytes) of %zu",
+                    d->device, n, bytes, dom, tc->ncached, tc->cached_bytes, tc->ndomain);
+    if (dom != 0 && !d->tc_on)
+      return BROKEN("device %d: %zu blocks in a thread cache while thread caches are off",
+                    d->device, dom);
+    dom_sum += dom;
+    cached_sum += n;
+  }
+  if (ntcs != d->ntcs || dom_sum != ndomain || cached_sum != ntcached)
+    return BROKEN("device %d: %zu thread caches (count says %zu) hold %zu blocks, %zu cached; the "
+                  "segments hold %zu, %zu cached",
+                  d->device, ntcs, d->ntcs, dom_sum, cached_sum, ndomain, ntcached);
+  return gca__tc_check_escrow(d);
+}
+
+static gca_status_t check_device(gca__devalloc_t *d) {
   sums_t sums[GCA_STAT_TYPES];
   int64_t oversize_alloc = 0, oversize_seg = 0;
-  size_t live = 0, ncached = 0;
+  size_t live = 0, ncached = 0, ndomain = 0, ntcached = 0;
   memset(sums, 0, sizeof(sums));
   GCA_CHECK(check_pool(d, &d->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live,
-                       &ncached));
+                       &ncached, &ndomain, &ntcached));
   GCA_CHECK(check_pool(d, &d->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live,
-                       &ncached));
+                       &ncached, &ndomain, &ntcached));
   for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
     GCA_CHECK(check_pool(d, &m->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live,
-                         &ncached));
+                         &ncached, &ndomain, &ntcached));
     GCA_CHECK(check_pool(d, &m->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live,
-                         &ncached));
+                         &ncached, &ndomain, &ntcached));
     GCA_CHECK(gca__mempool_check_locked(d, m));
   }
+  GCA_CHECK(check_tcaches(d, ndomain, ntcached));
   if (live != d->live_blocks)
     return BROKEN("device %d: %zu blocks in segments but %zu block records in use", d->device, live,
                   d->live_blocks);
@@ -205,10 +295,10 @@ gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
   for (size_t i = 0; i < sizeof(sums_t) / sizeof(int64_t); i++)
     a[i] = sm[i] + lg[i];
   size_t in_map = d->ptrs.count;
-  if ((int64_t)in_map != sums[GCA_STAT_ALL].allocation + (int64_t)ncached)
+  if ((int64_t)in_map != sums[GCA_STAT_ALL].allocation + (int64_t)(ncached + ntcached))
     return BROKEN("device %d: pointer map holds %zu entries for %" PRId64
                   " allocated and %zu cached blocks",
-                  d->device, in_map, sums[GCA_STAT_ALL].allocation, ncached);
+                  d->device, in_map, sums[GCA_STAT_ALL].allocation, ncached + ntcached);
   size_t in_bins = 0;
   for (size_t i = 0; i < GCA__FC_BINS; i++) {
     const gca__fcbin_t *bin = &d->fc_bins[i];
@@ -275,6 +365,15 @@ gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
   return GCA_OK;
 }
 
+gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
+  /* the thread caches hold still and their deltas are in (Note [Thread caches]) */
+  gca__tc_lock_all(d);
+  gca__tc_fold_locked(d, 0);
+  gca_status_t st = check_device(d);
+  gca__tc_unlock_all(d);
+  return st;
+}
+
 gca_status_t gca__allocator_check(void) {
   int n = gca__allocator_device_count();
   for (int i = 0; i < n; i++) {
@@ -307,6 +406,8 @@ gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx) {
     return GCA_OK;
   gca__dev_lock(d);
   gca__fcache_flush(d); /* the layout as PyTorch's rules leave it (Note [Free cache]) */
+  gca__tc_flush_all(d, false);
+  gca__tc_lock_all(d); /* what they hand out holds still (Note [Thread caches]) */
   size_t nseg = 0, k = 0, maxb = 0;
   for (gca__pool_t *p = &d->small; p != NULL; p = gca__pool_next(d, p))
     nseg += p->nsegments;
@@ -351,7 +452,8 @@ gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx) {
         gca_block_info_t *bi = &blocks[nb];
         bi->address = b->addr;
         bi->size = b->size;
-        bi->requested_size = b->requested;
+        size_t requested = b->tc != NULL ? gca__tc_requested(b) : b->requested;
+        bi->requested_size = requested;
         si.total_size += b->size;
         if (b->allocated) {
           bi->state = GCA_BLOCK_ACTIVE_ALLOCATED;
@@ -363,13 +465,14 @@ gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx) {
         }
         if (bi->state != GCA_BLOCK_INACTIVE) {
           si.active_size += b->size;
-          si.requested_size += b->requested;
+          si.requested_size += requested;
         }
       }
       fn(&si, blocks, nb, ctx);
     }
   }
 out:
+  gca__tc_unlock_all(d);
   gca__mutex_unlock(&d->lock);
   free(blocks);
   free(segs);

@@ -385,13 +385,13 @@ static void seg_unaccount(gca__devalloc_t *d, gca__segment_t *seg) {
       gca__block_t *taken = gca__ptrmap_take(&d->ptrs, b->addr);
       GCA_ASSERT(taken == b);
       gca__stat_block_free(d, b, gca__stat_type(p));
-      gca__stat_pool(d->stats.requested_bytes, p, -(int64_t)b->requested);
+      gca__stat_pool(d, d->stats.requested_bytes, p, -(int64_t)b->requested);
       p->owner->nactive--;
     } else {
       gca__tree_erase(p, b);
       if (split) {
-        gca__stat_pool(d->stats.inactive_split, p, -1);
-        gca__stat_pool(d->stats.inactive_split_bytes, p, -(int64_t)b->size);
+        gca__stat_pool(d, d->stats.inactive_split, p, -1);
+        gca__stat_pool(d, d->stats.inactive_split_bytes, p, -(int64_t)b->size);
       }
     }
   }
@@ -416,8 +416,8 @@ static void seg_account(gca__devalloc_t *d, gca__segment_t *seg) {
       b->gc_base = p->free_calls;
       gca__tree_insert(p, b);
       if (split) {
-        gca__stat_pool(d->stats.inactive_split, p, 1);
-        gca__stat_pool(d->stats.inactive_split_bytes, p, (int64_t)b->size);
+        gca__stat_pool(d, d->stats.inactive_split, p, 1);
+        gca__stat_pool(d, d->stats.inactive_split_bytes, p, (int64_t)b->size);
       }
     }
   }

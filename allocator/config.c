@@ -47,6 +47,7 @@ void gca__config_defaults(gca_alloc_config_t *cfg) {
   cfg->per_process_memory_fraction = 0.0;
   cfg->free_cache = true;
   cfg->expandable_moves = false;
+  cfg->thread_cache = true;
   snprintf(cfg->backend, sizeof(cfg->backend), "native");
 }
 
@@ -273,6 +274,7 @@ const char *const gca__config_keys[GCA__CONFIG_NKEYS] = {
     "ipc_handles",
     "free_cache",
     "expandable_moves",
+    "thread_cache",
 };
 
 bool gca__config_equal(const gca_alloc_config_t *a, const gca_alloc_config_t *b) {
@@ -289,7 +291,8 @@ bool gca__config_equal(const gca_alloc_config_t *a, const gca_alloc_config_t *b)
          a->per_process_memory_fraction == b->per_process_memory_fraction &&
          a->graph_capture_record_stream_reuse == b->graph_capture_record_stream_reuse &&
          a->ipc_handles == b->ipc_handles && a->free_cache == b->free_cache &&
-         a->expandable_moves == b->expandable_moves && strcmp(a->backend, b->backend) == 0;
+         a->expandable_moves == b->expandable_moves && a->thread_cache == b->thread_cache &&
+         strcmp(a->backend, b->backend) == 0;
 }
 
 static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t *cfg) {
@@ -307,7 +310,7 @@ static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t
                       "pinned_use_cuda_host_register, pinned_num_register_threads, "
                       "pinned_use_background_threads, per_process_memory_fraction, "
                       "graph_capture_record_stream_reuse, backend, ipc_handles, free_cache, "
-                      "expandable_moves)",
+                      "expandable_moves, thread_cache)",
                       key);
   if (strcmp(tok_at(t, i + 1), ":") != 0)
     return gca__error(GCA_ERR_CONFIG, "%s%s: expected ':' and a value after '%s'", key,
@@ -375,6 +378,9 @@ static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t
     break;
   case 14:
     GCA_CHECK(read_bool(key, val, &cfg->expandable_moves));
+    break;
+  case 15:
+    GCA_CHECK(read_bool(key, val, &cfg->thread_cache));
     break;
   default:
     if (strcmp(val, "cudaMallocAsync") == 0)
@@ -505,6 +511,8 @@ gca_status_t gca__config_format(const gca_alloc_config_t *cfg, char *buf, size_t
   emit(&o, "ipc_handles:%s,", cfg->ipc_handles ? "True" : "False");
   emit(&o, "free_cache:%s,", cfg->free_cache ? "True" : "False");
   emit(&o, "expandable_moves:%s,", cfg->expandable_moves ? "True" : "False");
+  if (!cfg->thread_cache)
+    emit(&o, "thread_cache:False,");
   emit(&o, "backend:%s", cfg->backend[0] ? cfg->backend : "native");
   if (o.overflow)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,

@@ -18,7 +18,9 @@
  * processes with gca_ipc_export (gca/ipc.h); they behave as classic segments
  * otherwise. Expandable segments are always exportable. Both keys are always
  * formatted, so that a formatted string restores them when parsed on top of
- * other settings.
+ * other settings. thread_cache (default True) lets each thread, once a
+ * second one uses a device, cache its frees without the device lock (Note
+ * [Thread caches], tcache.c); it is formatted only when False.
  */
 #ifndef GCA_ALLOC_CONFIG_H
 #define GCA_ALLOC_CONFIG_H
@@ -50,6 +52,8 @@ typedef struct gca_alloc_config {
   bool free_cache;  /* gca's own key: Note [Free cache] (default true) */
   /* gca's own key: Note [Expandable segments] handle moves (default false) */
   bool expandable_moves;
+  /* gca's own key: Note [Thread caches] (default true) */
+  bool thread_cache;
   char backend[16]; /* "native" (default) or "cudaMallocAsync" (rejected
                        with a message: gca is the allocator) */
 } gca_alloc_config_t;
@@ -61,7 +65,7 @@ void gca__config_defaults(gca_alloc_config_t *cfg);
 /* Parses `text` on top of *cfg (keys not named keep their values). */
 gca_status_t gca__config_parse(const char *text, gca_alloc_config_t *cfg);
 /* The keys the parser knows, PyTorch's then gca's, in parse order. */
-#define GCA__CONFIG_NKEYS 15
+#define GCA__CONFIG_NKEYS 16
 extern const char *const gca__config_keys[GCA__CONFIG_NKEYS];
 /* Whether two settings are the same, field by field (padding is not a setting). */
 bool gca__config_equal(const gca_alloc_config_t *a, const gca_alloc_config_t *b);

@@ -89,8 +89,8 @@ static inline size_t round_up(size_t x, size_t g) {
 static void split_account(gca__devalloc_t *d, const gca__block_t *b, int sign) {
   if (b->prev == NULL && b->next == NULL)
     return;
-  gca__stat_pool(d->stats.inactive_split, b->pool, sign);
-  gca__stat_pool(d->stats.inactive_split_bytes, b->pool, sign * (int64_t)b->size);
+  gca__stat_pool(d, d->stats.inactive_split, b->pool, sign);
+  gca__stat_pool(d, d->stats.inactive_split_bytes, b->pool, sign * (int64_t)b->size);
 }
 
 static inline bool is_free(const gca__block_t *b) {
@@ -112,7 +112,7 @@ static void record_maps(gca__devalloc_t *d, gca__segment_t *seg, size_t off, siz
   seg->nmaps += k;
   seg->size += len;
   d->reserved += len;
-  gca__stat_pool(d->stats.reserved_bytes, seg->pool, (int64_t)len);
+  gca__stat_pool(d, d->stats.reserved_bytes, seg->pool, (int64_t)len);
   d->stats.num_device_alloc++;
   d->stats.num_handle_moves += (int64_t)moved;
   gca__history_event(GCA_HA_SEGMENT_MAP, d->device, seg->base + off, len, seg->stream);
@@ -234,7 +234,7 @@ static gca_status_t unmap_run(gca__devalloc_t *d, gca__segment_t *seg, size_t i,
     k--;
     seg->size -= m.size;
     d->reserved -= m.size;
-    gca__stat_pool(d->stats.reserved_bytes, seg->pool, -(int64_t)m.size);
+    gca__stat_pool(d, d->stats.reserved_bytes, seg->pool, -(int64_t)m.size);
     gca__history_event(GCA_HA_SEGMENT_UNMAP, d->device, ptr, m.size, seg->stream);
     if (seg->park_want >= m.size) {
       seg->parked[seg->nparked++] = m.handle; /* room made by gca__expand_take_donors */

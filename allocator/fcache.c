@@ -55,6 +55,7 @@
  * recomputes them for every block whose epoch is current.
  */
 #include "fcache.h"
+#include "tcache.h"
 
 /* Takes b out of its bin; the caller clears b->cached. */
 static void fc_unlink(gca__devalloc_t *d, gca__block_t *b) {
@@ -82,13 +83,21 @@ static void fc_evict(gca__devalloc_t *d, gca__block_t *b) {
   GCA_ASSERT(blocks == b->fc_blocks && bytes == b->fc_bytes); /* its run did not change */
 }
 
+/* Evicts held block b: from the free cache or a thread cache's domain. */
+static void evict_held(gca__devalloc_t *d, gca__block_t *b) {
+  if (b->cached)
+    fc_evict(d, b);
+  else
+    gca__tc_evict(d, b);
+}
+
 void gca__fcache_evict_near(gca__devalloc_t *d, gca__block_t *b) {
   /* both are found first: when b is in the tree, the first eviction merges b away */
   gca__block_t *below = gca__fc_cached_below(b), *above = gca__fc_cached_above(b);
   if (below != NULL)
-    fc_evict(d, below);
+    evict_held(d, below);
   if (above != NULL)
-    fc_evict(d, above);
+    evict_held(d, above);
 }
 
 static void fc_evict_bin(gca__devalloc_t *d, gca__fcbin_t *bin) {
@@ -105,6 +114,7 @@ void gca__fcache_update(gca__devalloc_t *d) {
   d->fc_on = d->cfg.free_cache && d->caching && !gca__gc_enabled(d); /* GC needs block ages */
   if (!d->fc_on)
     gca__fcache_flush(d);
+  gca__tc_update(d, true);
 }
 
 bool gca__fcache_put_locked(gca__devalloc_t *d, gca__block_t *b) {

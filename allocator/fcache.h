@@ -65,10 +65,10 @@ gca__fc_fits(const gca__devalloc_t *d, const gca__fcbin_t *bin, gca__block_t *b)
 
 /* Whether the free of live block b may be cached now (Note [Free cache]):
  * the cache is on, nothing waits for events, no capture routes frees, and b
- * is a plain block of a default pool. */
+ * is a plain block of a default pool, in no thread cache's domain. */
 static inline bool gca__fc_cacheable(const gca__devalloc_t *d, const gca__block_t *b) {
   return d->fc_on && (d->npending | d->ndeferred | d->ncaptures) == 0 && b->nuses == 0 &&
-         b->pool->owner == NULL;
+         b->pool->owner == NULL && b->tc == NULL;
 }
 
 /* Whether the free cache's fast paths may run on device d now (d->lock held):
@@ -90,9 +90,9 @@ static inline __attribute__((always_inline)) void gca__fc_put(gca__devalloc_t *d
   b->fc_epoch = ++d->epoch;
   b->allocated = false;
   gca__stat_block_free(d, b, t);
-  gca__stat_add_t(d->stats.inactive_split, t, blocks);
-  gca__stat_add_t(d->stats.inactive_split_bytes, t, bytes);
-  gca__stat_dec_t(d->stats.requested_bytes, t, (int64_t)b->requested);
+  gca__stat_add_t(d, d->stats.inactive_split, t, blocks);
+  gca__stat_add_t(d, d->stats.inactive_split_bytes, t, bytes);
+  gca__stat_dec_t(d, d->stats.requested_bytes, t, (int64_t)b->requested);
   b->requested = 0;
   b->cached = true;
   bin->stream = b->stream;
@@ -120,8 +120,8 @@ gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t 
   d->fc_count--;
   b->cached = false;
   int t = gca__stat_type(pool);
-  gca__stat_add_t(d->stats.inactive_split, t, -(int64_t)b->fc_blocks);
-  gca__stat_add_t(d->stats.inactive_split_bytes, t, -b->fc_bytes);
+  gca__stat_add_t(d, d->stats.inactive_split, t, -(int64_t)b->fc_blocks);
+  gca__stat_add_t(d, d->stats.inactive_split_bytes, t, -b->fc_bytes);
   b->allocated = true;
   b->requested = requested;
   gca__stat_block_alloc(d, b, t, quiet);
@@ -133,10 +133,12 @@ gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t 
 /* Returns every block of the free cache to its pool's free tree, coalesced;
  * statistics do not change. */
 void gca__fcache_flush(gca__devalloc_t *d);
-/* Recomputes d->fc_on after a setting changed; flushes when caching stops. */
+/* Recomputes d->fc_on after a setting changed; flushes when caching stops.
+ * The thread caches give back everything (Note [Thread caches]). */
 void gca__fcache_update(gca__devalloc_t *d);
-/* Evicts the cached blocks that share a free run with b's neighbours, before
- * b's state changes. */
+/* Evicts the held blocks that share a free run with b's neighbours, before
+ * b's state changes: cached ones go back to the tree, a thread cache's
+ * handed-out one leaves its domain. */
 void gca__fcache_evict_near(gca__devalloc_t *d, gca__block_t *b);
 /* gca__fcache_try_put past its cacheability test. */
 bool gca__fcache_put_locked(gca__devalloc_t *d, gca__block_t *b);

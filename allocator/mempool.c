@@ -131,7 +131,7 @@ static void suspended_account(gca__devalloc_t *d, gca__segment_t *seg, bool susp
   int64_t n = suspended ? -(int64_t)seg->size : (int64_t)seg->size;
   seg->suspended = suspended;
   d->reserved = (size_t)((int64_t)d->reserved + n);
-  gca__stat_pool(d->stats.reserved_bytes, seg->pool, n);
+  gca__stat_pool(d, d->stats.reserved_bytes, seg->pool, n);
 }
 
 /* Note [Suspend and resume with the lock let go]. Suspend and resume wait for

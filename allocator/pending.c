@@ -164,10 +164,11 @@ static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b, int
   return GCA_OK;
 }
 
-/* Completes the free of b: cached blocks beside it go back to the tree first
- * (Note [Free cache]), then b joins it (blocks.c). */
+/* Completes the free of b: held blocks beside it go back to the tree (or
+ * leave their thread cache) first (Note [Free cache], Note [Thread caches]),
+ * then b joins it (blocks.c). */
 static void complete(gca__devalloc_t *d, gca__block_t *b, bool pending) {
-  if (GCA_UNLIKELY(d->fc_count != 0))
+  if (GCA_UNLIKELY(d->fc_count != 0 || d->tcs != NULL))
     gca__fcache_evict_near(d, b);
   gca__block_free_complete(d, b, pending);
 }
@@ -326,6 +327,9 @@ void gca__pending_park(gca__devalloc_t *d, gca__block_t *b) {
   d->deferred[d->ndeferred++] = b;
   b->event_count = 1;
   gca__pend_add(d, b->pool, 1, b->size);
+  if (GCA_UNLIKELY(d->tcs !=
+                   NULL)) /* active rose: no headroom may hide it (Note [Thread caches]) */
+    gca__pend_peak_slow(d, gca__stat_type(b->pool));
 }
 
 void gca__pending_destroy(gca__devalloc_t *d) {

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "fcache.h"
+#include "tcache.h"
 
 /* Puts an expandable segment's releasing block back in the tree, merging it
  * with neighbours freed meanwhile (its inactive_split share moves with it). */
@@ -28,12 +29,12 @@ static void reinsert(gca__devalloc_t *d, gca__block_t *b) {
   int64_t blocks, bytes;
   b->releasing = false;
   if (!gca__block_whole(b)) {
-    gca__stat_pool(d->stats.inactive_split, b->pool, -1);
-    gca__stat_pool(d->stats.inactive_split_bytes, b->pool, -(int64_t)b->size);
+    gca__stat_pool(d, d->stats.inactive_split, b->pool, -1);
+    gca__stat_pool(d, d->stats.inactive_split_bytes, b->pool, -(int64_t)b->size);
   }
   gca__block_coalesce(d, b, &blocks, &bytes);
-  gca__stat_pool(d->stats.inactive_split, b->pool, blocks);
-  gca__stat_pool(d->stats.inactive_split_bytes, b->pool, bytes);
+  gca__stat_pool(d, d->stats.inactive_split, b->pool, blocks);
+  gca__stat_pool(d, d->stats.inactive_split_bytes, b->pool, bytes);
 }
 
 gca_status_t gca__relbatch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *released) {
@@ -101,8 +102,10 @@ gca_status_t gca__release_cached(gca__devalloc_t *d) {
   gca__relbatch_t bt = {0};
   gca_status_t st;
   gca__fcache_flush(d);
+  gca__tc_flush_all(d, false);
   GCA_CHECK(gca__pending_sync(d));
   gca__fcache_flush(d); /* others may have cached frees while the lock was let go */
+  gca__tc_flush_all(d, false);
   st = pool_take_all(d, &d->large, &bt);
   if (st == GCA_OK)
     st = pool_take_all(d, &d->small, &bt);

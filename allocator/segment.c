@@ -135,10 +135,10 @@ static gca_status_t classic_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   seg->oversize = size >= d->cfg.max_split_size;
   gca__segment_link(pool, seg);
   d->reserved += size;
-  gca__stat_pool(d->stats.segment, pool, 1);
-  gca__stat_pool(d->stats.reserved_bytes, pool, (int64_t)size);
+  gca__stat_pool(d, d->stats.segment, pool, 1);
+  gca__stat_pool(d, d->stats.reserved_bytes, pool, (int64_t)size);
   if (seg->oversize)
-    gca__stat_add(&d->stats.oversize_segments, 1);
+    gca__stat_add(d, &d->stats.oversize_segments, 1);
   d->stats.num_device_alloc++;
   if (seg->maps == NULL) { /* VMM-backed ones count in vmm.c */
     d->stats.num_driver_calls++;
@@ -314,10 +314,10 @@ gca_status_t gca__relbatch_finish_classic(gca__devalloc_t *d, gca__relent_t *e, 
   gca__block_free(d, b);
   gca__segment_unlink(pool, seg);
   d->reserved -= seg->size;
-  gca__stat_pool(d->stats.segment, pool, -1);
-  gca__stat_pool(d->stats.reserved_bytes, pool, -(int64_t)seg->size);
+  gca__stat_pool(d, d->stats.segment, pool, -1);
+  gca__stat_pool(d, d->stats.reserved_bytes, pool, -(int64_t)seg->size);
   if (seg->oversize)
-    gca__stat_add(&d->stats.oversize_segments, -1);
+    gca__stat_add(d, &d->stats.oversize_segments, -1);
   d->stats.num_device_free++;
   gca__history_event(GCA_HA_SEGMENT_FREE, d->device, seg->base, seg->size, seg->stream);
   if (released != NULL)

@@ -1,0 +1,480 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* tcache.c - the thread caches: per (thread, device), the blocks a thread
+ * freed wait in its own (stream, size) bins, and its next request of that
+ * size takes one back, both without the device lock. This file holds the
+ * locked side: a block entering a cache, the take under the lock, a block
+ * leaving a cache (claimed by another thread's free, evicted beside a change,
+ * flushed), and the caches' lives (created on a thread's first cached free,
+ * given back at thread exit, marked dead with their device). tcache.h holds
+ * the fast paths; tcstats.c the statistics.
+ *
+ * Note [Thread caches]. With one lock per device, two threads allocating on
+ * two cores hand the lock's cache line, and every line of the device state a
+ * pair touches, back and forth on each operation: the free cache's pair
+ * (Note [Free cache]) costs ~50 ns on one thread and ~1 us on two. So once a
+ * second thread has used a device (one thread keeps the free cache, which
+ * needs no table), each thread frees into a cache of its own and takes back
+ * from it with no write to anything another thread touches: its cache's lock
+ * (one cache line, uncontended), its bins, its counters, the block.
+ *
+ * The domain. A thread cache holds up to GCA__TC_DOMAIN blocks, found by
+ * address in its table: each is cached (in a bin, free for the statistics) or
+ * handed out (live). For the allocator's structures a block of a domain is
+ * allocated throughout: it is in the pointer map and in no tree, and nothing
+ * under the device lock merges with it, splits it or releases it, so the
+ * fast paths may flip it between cached and handed out under the cache's
+ * lock alone. A block enters a domain on a locked free by its thread
+ * (gca__tc_try_enter) under the free cache's rules: a plain block of a
+ * default pool, in a classic segment, no larger than GCA__TC_MAX_SIZE, with no
+ * held block (cached in the free cache or in a domain) within two places, so
+ * its logical free run is {prev if free, b, next if free} and fc_blocks and
+ * fc_bytes, computed then, give what it changes in inactive_split. It leaves
+ * the domain (under the device lock and the cache's lock) when:
+ * - anything about to change that run looks first: a free completing beside
+ *   it (gca__fcache_evict_near), a free block beside it made active
+ *   (gca__tc_clear_near, before the split); a cached block goes back to the
+ *   tree, merged as the statistics already count it; a handed-out one is just
+ *   let go (its next free takes the locked path);
+ * - another thread frees it, or any lookup of a live pointer finds it
+ *   (record_stream, pointer_info, IPC): gca__tc_claim, so a block with
+ *   recorded streams never takes a fast path;
+ * - a request finds nothing that fits (its stream's cached blocks go back
+ *   first, so cached blocks never cost a segment), empty_cache and the
+ *   out-of-memory remedies, snapshots, and any change of setting (everything).
+ * The fast paths run only while the device's gate is open: the caches are on
+ * (engaged, thread_cache and the free cache on, no rounding divisions), no
+ * free waits for events or a capture, no request is routed to a private pool
+ * (d->routing: captures, scopes, filters) and no history is recorded; else
+ * everything goes the locked way, where routing, pending frees and history
+ * are handled as before.
+ *
+ * Statistics stay exact (tcstats.c). A cache keeps what its fast paths move,
+ * per type and quantity (blocks, bytes, requested bytes, inactive_split and
+ * its bytes): delta = up - down since its last fold. The current of a
+ * statistic is d->stats' plus every cache's delta; a read (gca_get_stats,
+ * snapshots, the walker, reset of peaks or counters, the OOM report) takes
+ * the device lock, then every cache's lock, and folds the deltas in, so it
+ * sees one instant. Peaks are kept exact by escrow: under the device lock a
+ * cache is granted headroom `allow`, and its fast paths may raise delta up to
+ * allow and no further, so with G the statistic in d->stats and P its peak
+ *     G + sum(allow) <= P   and   delta <= allow   =>   G + sum(delta) <= P:
+ * the true current never passes the recorded peak unseen. A fold keeps
+ * G + sum(allow) (G += delta, allow -= delta), so a cache that freed may take
+ * back as much without the lock. Locked paths raise G with the headroom
+ * counted (d->tc_esc, gca__stat_peak): only when G + tc_esc would pass P do
+ * they fold every cache and take back that quantity's headroom
+ * (gca__stat_peak_slow), and then the peak is set from the exact current.
+ * Active counts the caches' blocks like allocation, and its headroom is
+ * bounded by both (Note [Active statistics]). A fast path that would need
+ * more headroom takes the locked path, which counts it in d->stats itself and
+ * grants new headroom: half of what the peaks leave.
+ *
+ * Memory: a cache holds at most GCA__TC_BIN_MAX blocks of a (stream, size)
+ * in each of GCA__TC_BINS bins and GCA__TC_BYTES bytes cached. A thread that
+ * exits gives its caches back (pthread key destructor): its deltas are
+ * folded, its cached blocks go back to the tree, its handed-out ones are let
+ * go. Lock order: g_tc_mu (thread exit, teardown), then d->lock, then the
+ * caches' locks in list order; a fast path holds its own cache's lock only.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fcache.h" /* gca__fc_run_delta */
+#include "history.h"
+#include "tcache.h"
+
+_Thread_local gca__tthread_t *gca__t_tc __attribute__((tls_model("initial-exec")));
+_Thread_local uint64_t gca__t_tc_id __attribute__((tls_model("initial-exec")));
+
+static _Atomic uint64_t g_next_id = 1;
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_key;
+static bool g_key_ok;
+/* Orders a thread's exit against the teardown of a device its caches name. */
+static pthread_mutex_t g_tc_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- the domain table (tc's lock held, or the caller its owner under d->lock) ---- */
+
+static void dom_insert(gca__tcache_t *tc, gca__block_t *b) {
+  uint32_t i = gca__tc_slot(b->addr);
+  while (tc->keys[i] != 0)
+    i = (i + 1) & (GCA__TC_SLOTS - 1);
+  tc->keys[i] = b->addr;
+  tc->vals[i] = b;
+  tc->req[i] = 0;
+  tc->ndomain++;
+  b->tc = tc;
+}
+
+/* Removes b, shifting back the entries that probed past its slot; a
+ * handed-out block takes its requested size back. */
+static void dom_remove(gca__tcache_t *tc, gca__block_t *b) {
+  const uint32_t mask = GCA__TC_SLOTS - 1;
+  int found = gca__tc_find(tc, b->addr);
+  GCA_ASSERT(found >= 0);
+  uint32_t i = (uint32_t)found;
+  b->requested = tc->req[i];
+  tc->keys[i] = 0;
+  for (uint32_t j = (i + 1) & mask; tc->keys[j] != 0; j = (j + 1) & mask) {
+    uint32_t home = gca__tc_slot(tc->keys[j]);
+    /* the entry at j stays unless its home lies cyclically in (i, j] */
+    bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (!stays) {
+      tc->keys[i] = tc->keys[j];
+      tc->vals[i] = tc->vals[j];
+      tc->req[i] = tc->req[j];
+      tc->keys[j] = 0;
+      i = j;
+    }
+  }
+  tc->ndomain--;
+  b->tc = NULL;
+}
+
+/* Takes b out of tc's domain (tc's lock held); true when it was cached. */
+static bool drop_locked(gca__tcache_t *tc, gca__block_t *b) {
+  gca__tcbin_t *bin = gca__tc_bin(tc, b->stream, b->size);
+  bool cached = false;
+  for (uint32_t i = 0; i < bin->n && !cached; i++) {
+    if (bin->blk[i] == b) {
+      cached = true;
+      memmove(&bin->blk[i], &bin->blk[i + 1], (bin->n - i - 1) * sizeof(bin->blk[0]));
+      bin->n--;
+      tc->ncached--;
+      tc->cached_bytes -= b->size;
+    }
+  }
+  dom_remove(tc, b);
+  return cached;
+}
+
+bool gca__tc_cached(const gca__block_t *b) {
+  return gca__tc_in_bin(gca__tc_bin(b->tc, b->stream, b->size), b);
+}
+
+size_t gca__tc_requested(const gca__block_t *b) {
+  int i = gca__tc_find(b->tc, b->addr);
+  return i >= 0 ? b->tc->req[i] : 0;
+}
+
+/* A cached block out of its domain goes back to the free tree: out of the
+ * pointer map, merged with its free neighbours as the statistics count it. */
+static void to_tree(gca__devalloc_t *d, gca__block_t *b) {
+  int64_t blocks, bytes;
+  d->epoch++; /* Note [Free cache epochs] */
+  b->allocated = false;
+  gca__block_t *taken = gca__ptrmap_take(&d->ptrs, b->addr);
+  GCA_ASSERT(taken == b);
+  gca__block_coalesce(d, b, &blocks, &bytes);
+  GCA_ASSERT(blocks == b->fc_blocks && bytes == b->fc_bytes); /* its run did not change */
+}
+
+/* ---- the caches' lives ---- */
+
+static void tthread_exit(void *arg);
+
+static void key_once(void) {
+  g_key_ok = pthread_key_create(&g_key, tthread_exit) == 0;
+}
+
+/* Gives tc back to d (d->lock held): folded, its headroom returned, its
+ * cached blocks to the tree, its handed-out ones let go, unlinked, dead. */
+static void retire_locked(gca__devalloc_t *d, gca__tcache_t *tc) {
+  gca__tc_lock(tc);
+  gca__tc_fold_one(d, tc, ~0u);
+  gca__tc_unlock(tc);
+  while (tc->ndomain != 0) {
+    size_t i = 0;
+    while (tc->keys[i] == 0)
+      i++;
+    gca__block_t *b = tc->vals[i];
+    gca__tc_lock(tc);
+    bool cached = drop_locked(tc, b);
+    gca__tc_unlock(tc);
+    if (cached)
+      to_tree(d, b);
+  }
+  if (tc->prev != NULL)
+    tc->prev->next = tc->next;
+  else
+    d->tcs = tc->next;
+  if (tc->next != NULL)
+    tc->next->prev = tc->prev;
+  d->ntcs--;
+  gca__tc_lock(tc);
+  tc->d = NULL;
+  gca__tc_unlock(tc);
+}
+
+static void tthread_exit(void *arg) {
+  gca__tthread_t *t = arg;
+  pthread_mutex_lock(&g_tc_mu);
+  for (int i = 0; i < GCA__MAX_DEVICES; i++) {
+    gca__tcache_t *tc = t->dev[i];
+    if (tc == NULL)
+      continue;
+    gca__tc_lock(tc);
+    gca__devalloc_t *d = tc->d;
+    gca__tc_unlock(tc);
+    if (d != NULL) {
+      gca__dev_lock(d);
+      retire_locked(d, tc);
+      gca__dev_unlock(d);
+    }
+    free(tc);
+  }
+  pthread_mutex_unlock(&g_tc_mu);
+  if (gca__t_tc == t)
+    gca__t_tc = NULL;
+  free(t);
+}
+
+/* The calling thread's cache of d, created on first use; NULL when the host
+ * has no memory for it (the free goes on without it). */
+static gca__tcache_t *tc_get(gca__devalloc_t *d) {
+  gca__tthread_t *t = gca__t_tc;
+  if (t == NULL) {
+    pthread_once(&g_key_once, key_once);
+    if (!g_key_ok || GCA_FAILPOINT("thread_cache"))
+      return NULL;
+    t = calloc(1, sizeof(*t));
+    if (t == NULL)
+      return NULL;
+    if (pthread_setspecific(g_key, t) != 0) {
+      free(t);
+      return NULL;
+    }
+    gca__t_tc = t;
+  }
+  gca__tcache_t *tc = t->dev[d->device];
+  if (tc != NULL && tc->d == d)
+    return tc;
+  if (tc != NULL) { /* its device was torn down */
+    free(tc);
+    t->dev[d->device] = NULL;
+  }
+  tc = aligned_alloc(64, (sizeof(*tc) + 63) & ~(size_t)63);
+  if (tc == NULL)
+    return NULL;
+  memset(tc, 0, sizeof(*tc));
+  atomic_init(&tc->lock, 0);
+  tc->d = d;
+  tc->next = d->tcs;
+  if (d->tcs != NULL)
+    d->tcs->prev = tc;
+  d->tcs = tc;
+  d->ntcs++;
+  t->dev[d->device] = tc;
+  return tc;
+}
+
+void gca__tc_destroy_all(gca__devalloc_t *d) {
+  pthread_mutex_lock(&g_tc_mu);
+  for (gca__tcache_t *tc = d->tcs, *next; tc != NULL; tc = next) {
+    next = tc->next;
+    gca__tc_lock(tc);
+    tc->d = NULL;
+    gca__tc_unlock(tc);
+  }
+  d->tcs = NULL;
+  d->ntcs = 0;
+  pthread_mutex_unlock(&g_tc_mu);
+}
+
+/* ---- engagement and settings ---- */
+
+void gca__tc_note_thread_slow(gca__devalloc_t *d) {
+  if (gca__t_tc_id == 0)
+    gca__t_tc_id = atomic_fetch_add(&g_next_id, 1);
+  if (d->tc_thread == 0) {
+    d->tc_thread = gca__t_tc_id;
+    return;
+  }
+  if (d->tc_thread == gca__t_tc_id)
+    return;
+  d->tc_engaged = true;
+  gca__tc_update(d, false);
+}
+
+void gca__tc_update(gca__devalloc_t *d, bool reset) {
+  d->tc_on = d->tc_engaged && d->cfg.thread_cache && d->fc_on && !d->has_divisions;
+  if (reset || !d->tc_on)
+    gca__tc_flush_all(d, true);
+  gca__tc_gate_sync(d);
+}
+
+/* ---- entering and the locked take ---- */
+
+bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
+  if (!d->tc_on || b->nuses != 0 || b->pool->owner != NULL || b->seg->expandable ||
+      b->size > GCA__TC_MAX_SIZE || b->oversize || (d->npending | d->ndeferred | d->ncaptures) != 0)
+    return false;
+  if (gca__fc_near(b))
+    return false;
+  gca__tcache_t *tc = tc_get(d);
+  if (tc == NULL || tc->ndomain >= GCA__TC_DOMAIN)
+    return false;
+  gca__tcbin_t *bin = gca__tc_bin(tc, b->stream, b->size);
+  if (bin->n != 0 && (bin->stream != b->stream || bin->size != b->size)) {
+    while (bin->n != 0) { /* another (stream, size) hashed here: the newer wins */
+      gca__block_t *x = bin->blk[bin->n - 1];
+      gca__tc_lock(tc);
+      drop_locked(tc, x);
+      gca__tc_unlock(tc);
+      to_tree(d, x);
+    }
+  }
+  if (bin->n == GCA__TC_BIN_MAX || tc->cached_bytes + b->size > GCA__TC_BYTES)
+    return false;
+  int64_t blocks, bytes;
+  gca__fc_run_delta(b, &blocks, &bytes);
+  b->fc_blocks = (int32_t)blocks; /* the run cannot change while b is in the domain */
+  b->fc_bytes = bytes;
+  b->fc_epoch = 0;
+  d->epoch++; /* Note [Free cache epochs] */
+  int t = gca__stat_type(b->pool);
+  gca_devptr_t addr = b->addr;
+  size_t requested = b->requested;
+  gca__stat_block_free(d, b, t);
+  gca__stat_add_t(d, d->stats.inactive_split, t, blocks);
+  gca__stat_add_t(d, d->stats.inactive_split_bytes, t, bytes);
+  gca__stat_dec_t(d, d->stats.requested_bytes, t, (int64_t)requested);
+  b->requested = 0;
+  gca__tc_lock(tc);
+  dom_insert(tc, b);
+  bin->stream = b->stream;
+  bin->size = b->size;
+  bin->blk[bin->n++] = b;
+  tc->ncached++;
+  tc->cached_bytes += b->size;
+  gca__tc_unlock(tc);
+  gca__tc_grant(d, tc, t - 1);
+  gca__history_event(GCA_HA_FREE_REQUESTED, d->device, addr, requested, b->stream);
+  gca__history_event(GCA_HA_FREE_COMPLETED, d->device, addr, requested, b->stream);
+  return true;
+}
+
+gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                  size_t rounded, size_t size) {
+  gca__tcache_t *tc = gca__tc_mine(d->device);
+  if (tc == NULL || tc->d != d)
+    return NULL;
+  gca__tcbin_t *bin = gca__tc_bin(tc, stream, rounded);
+  if (bin->n == 0 || bin->stream != stream || bin->size != rounded ||
+      bin->blk[bin->n - 1]->pool != pool)
+    return NULL;
+  gca__block_t *b = bin->blk[bin->n - 1];
+  gca__tc_lock(tc);
+  bin->n--;
+  tc->req[gca__tc_find(tc, b->addr)] = size;
+  tc->ncached--;
+  tc->cached_bytes -= b->size;
+  gca__tc_unlock(tc);
+  int t = gca__stat_type(pool);
+  b->requested = size; /* for the statistics below; the cache's req is what counts */
+  gca__stat_add_t(d, d->stats.inactive_split, t, -(int64_t)b->fc_blocks);
+  gca__stat_add_t(d, d->stats.inactive_split_bytes, t, -b->fc_bytes);
+  gca__stat_block_alloc(d, b, t, false);
+  gca__tc_grant(d, tc, t - 1);
+  return b;
+}
+
+/* ---- leaving ---- */
+
+bool gca__tc_claim(gca__devalloc_t *d, gca__block_t *b) {
+  gca__tcache_t *tc = b->tc;
+  (void)d;
+  gca__tc_lock(tc);
+  bool cached = gca__tc_cached(b);
+  if (!cached)
+    dom_remove(tc, b);
+  gca__tc_unlock(tc);
+  return !cached;
+}
+
+bool gca__tc_live(gca__block_t *b) {
+  gca__tcache_t *tc = b->tc;
+  gca__tc_lock(tc);
+  bool live = !gca__tc_cached(b);
+  gca__tc_unlock(tc);
+  return live;
+}
+
+/* Takes b (->tc set) out of its domain; true when it was cached and went back
+ * to the tree. */
+static bool evict(gca__devalloc_t *d, gca__block_t *b) {
+  gca__tcache_t *tc = b->tc;
+  gca__tc_lock(tc);
+  bool cached = drop_locked(tc, b);
+  gca__tc_unlock(tc);
+  if (cached)
+    to_tree(d, b);
+  return cached;
+}
+
+void gca__tc_evict(gca__devalloc_t *d, gca__block_t *b) {
+  evict(d, b);
+}
+
+bool gca__tc_clear_near(gca__devalloc_t *d, gca__block_t *b) {
+  /* both are read first: an eviction below may merge b away */
+  gca__block_t *p = b->prev, *n = b->next;
+  bool merged = false;
+  if (p != NULL && p->tc != NULL)
+    merged |= evict(d, p);
+  if (n != NULL && n->tc != NULL)
+    merged |= evict(d, n);
+  return merged;
+}
+
+/* Takes one cached block of tc matching (pool, stream), or any when pool is
+ * NULL, out of its domain (tc's lock held); NULL when none. */
+static gca__block_t *pick_locked(gca__tcache_t *tc, const gca__pool_t *pool, gca_stream_t stream) {
+  for (size_t i = 0; i < GCA__TC_BINS; i++) {
+    gca__tcbin_t *bin = &tc->bins[i];
+    gca__block_t *b = bin->n != 0 ? bin->blk[bin->n - 1] : NULL;
+    if (b != NULL && (pool == NULL || (b->stream == stream && b->pool == pool))) {
+      drop_locked(tc, b);
+      return b;
+    }
+  }
+  return NULL;
+}
+
+static size_t flush(gca__devalloc_t *d, const gca__pool_t *pool, gca_stream_t stream) {
+  size_t n = 0;
+  for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next) {
+    for (;;) {
+      gca__tc_lock(tc);
+      gca__block_t *b = tc->ncached != 0 ? pick_locked(tc, pool, stream) : NULL;
+      gca__tc_unlock(tc);
+      if (b == NULL)
+        break;
+      to_tree(d, b);
+      n++;
+    }
+  }
+  return n;
+}
+
+size_t gca__tc_flush_stream(gca__devalloc_t *d, const gca__pool_t *pool, gca_stream_t stream) {
+  return flush(d, pool, stream);
+}
+
+void gca__tc_flush_all(gca__devalloc_t *d, bool detach) {
+  flush(d, NULL, NULL);
+  if (!detach)
+    return;
+  for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next) {
+    gca__tc_lock(tc);
+    for (size_t i = 0; i < GCA__TC_SLOTS; i++) {
+      if (tc->keys[i] != 0) {
+        tc->vals[i]->requested = tc->req[i];
+        tc->vals[i]->tc = NULL;
+        tc->keys[i] = 0;
+      }
+    }
+    tc->ndomain = 0;
+    gca__tc_unlock(tc);
+  }
+}

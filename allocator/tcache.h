@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* tcache.h - the thread caches (Note [Thread caches], tcache.c): a thread's
+ * cache of one device, its lock, and the two fast paths that run without the
+ * device lock (the take of a cached block and the put of a block the cache
+ * handed out), inline for the entry points of allocator.c; the locked side
+ * (tcache.c) and the statistics side (tcstats.c) below them.
+ */
+#ifndef GCA_TCACHE_H
+#define GCA_TCACHE_H
+
+#include <sched.h>
+
+#include "alloc_core.h"
+#include "history.h"
+
+#define GCA__TC_BINS     16                 /* bins per thread cache, a power of two */
+#define GCA__TC_BIN_MAX  8                  /* blocks per bin */
+#define GCA__TC_DOMAIN   64                 /* blocks a thread cache holds, cached or handed out */
+#define GCA__TC_SLOTS    128                /* its table: twice the domain, a power of two */
+#define GCA__TC_MAX_SIZE ((size_t)8 << 20)  /* the largest block it takes */
+#define GCA__TC_BYTES    ((size_t)32 << 20) /* bytes it may keep cached */
+
+/* What a thread cache's paths change, per statistic type: allocation (and
+ * active), allocated_bytes (and active_bytes), requested_bytes,
+ * inactive_split, inactive_split_bytes. */
+enum {
+  GCA__TQ_BLOCKS,
+  GCA__TQ_BYTES,
+  GCA__TQ_REQUESTED,
+  GCA__TQ_SPLIT,
+  GCA__TQ_SPLIT_BYTES,
+  GCA__TQ
+};
+
+/* A bin: the cached blocks of one (stream, size), newest last. */
+typedef struct gca__tcbin {
+  gca_stream_t stream;
+  size_t size;
+  uint32_t n;
+  gca__block_t *blk[GCA__TC_BIN_MAX];
+} gca__tcbin_t;
+
+/* A thread's cache of device d (Note [Thread caches]). `lock` orders the
+ * owner's fast paths against device-lock holders that visit (a fold, an
+ * eviction, a walk); under d->lock the owner itself needs no lock for it.
+ * The fast paths write nothing but this structure: a block's requested size
+ * while handed out is kept here (req), not in the block record, whose cache
+ * lines other threads' records may share.
+ * For each type index ti (0 small, 1 large) and quantity q:
+ *   delta = up - down: how far the statistic moved since the last fold
+ *   delta <= allow (the headroom granted)
+ * Invariants: ncached == blocks in the bins, cached_bytes their bytes;
+ * ndomain == entries of the table == blocks whose ->tc is this cache; a
+ * cached block's req is 0. */
+struct gca__tcache {
+  atomic_uint lock;
+  gca__devalloc_t *d; /* NULL once the device is gone; written under `lock` */
+  int64_t delta[2][GCA__TQ], up[2][GCA__TQ], down[2][GCA__TQ], allow[2][GCA__TQ];
+  gca__tcbin_t bins[GCA__TC_BINS];
+  size_t ncached, cached_bytes, ndomain;
+  gca_devptr_t keys[GCA__TC_SLOTS]; /* its domain by address; 0 = empty */
+  gca__block_t *vals[GCA__TC_SLOTS];
+  size_t req[GCA__TC_SLOTS];
+  gca__tcache_t *prev, *next; /* d->tcs, under d->lock */
+};
+
+/* A thread's caches, one per device; its lifetime is the thread's. */
+typedef struct gca__tthread {
+  gca__tcache_t *dev[GCA__MAX_DEVICES];
+} gca__tthread_t;
+
+extern _Thread_local gca__tthread_t *gca__t_tc __attribute__((tls_model("initial-exec")));
+
+static inline void gca__tc_lock_slow(gca__tcache_t *tc) {
+  for (unsigned i = 0;; i++) {
+    unsigned c = atomic_load_explicit(&tc->lock, memory_order_relaxed);
+    if (c == 0 && atomic_compare_exchange_weak_explicit(&tc->lock, &c, 1, memory_order_acquire,
+                                                        memory_order_relaxed))
+      return;
+    if (i >= 64)
+      sched_yield(); /* the holder was preempted in a section of a few dozen instructions */
+  }
+}
+
+/* The lock of a thread cache: the owner takes it for each fast path (its own
+ * cache line, so uncontended it costs one atomic instruction), a device-lock
+ * holder when it visits. Sections are short: contended, it spins. */
+static inline void gca__tc_lock(gca__tcache_t *tc) {
+  unsigned expected = 0;
+  if (GCA_UNLIKELY(!atomic_compare_exchange_strong_explicit(
+          &tc->lock, &expected, 1, memory_order_acquire, memory_order_relaxed)))
+    gca__tc_lock_slow(tc);
+}
+static inline void gca__tc_unlock(gca__tcache_t *tc) {
+  atomic_store_explicit(&tc->lock, 0, memory_order_release);
+}
+
+/* The calling thread's cache of `device`, or NULL (it may be dead: ->d). */
+static inline gca__tcache_t *gca__tc_mine(int device) {
+  gca__tthread_t *t = gca__t_tc;
+  return t != NULL ? t->dev[device] : NULL;
+}
+
+static inline gca__tcbin_t *gca__tc_bin(gca__tcache_t *tc, gca_stream_t stream, size_t size) {
+  uint64_t h = ((uint64_t)(uintptr_t)stream ^ (size >> 9)) * 0x9e3779b97f4a7c15ull;
+  return &tc->bins[h >> (64 - 4)];
+}
+_Static_assert(GCA__TC_BINS == 16, "gca__tc_bin takes 4 bits of the hash");
+
+static inline uint32_t gca__tc_slot(gca_devptr_t addr) {
+  return (uint32_t)(((addr >> 9) * 0x9e3779b97f4a7c15ull) >> (64 - 7));
+}
+_Static_assert(GCA__TC_SLOTS == 128, "gca__tc_slot takes 7 bits of the hash");
+
+/* The slot of tc's table holding addr, or -1. */
+static inline int gca__tc_find(const gca__tcache_t *tc, gca_devptr_t addr) {
+  for (uint32_t i = gca__tc_slot(addr);; i = (i + 1) & (GCA__TC_SLOTS - 1)) {
+    if (tc->keys[i] == addr)
+      return (int)i;
+    if (tc->keys[i] == 0)
+      return -1;
+  }
+}
+
+/* Whether b, of tc's domain, is cached in its bin (tc's lock held). */
+static inline bool gca__tc_in_bin(const gca__tcbin_t *bin, const gca__block_t *b) {
+  for (uint32_t i = 0; i < bin->n; i++)
+    if (bin->blk[i] == b)
+      return true;
+  return false;
+}
+
+/* Whether quantity q of type index ti may move by n without the device
+ * lock: it falls, or stays within the headroom granted. */
+static inline bool gca__tc_room(const gca__tcache_t *tc, int ti, int q, int64_t n) {
+  return n <= 0 || tc->delta[ti][q] + n <= tc->allow[ti][q];
+}
+
+static inline void gca__tc_move(gca__tcache_t *tc, int ti, int q, int64_t n) {
+  tc->delta[ti][q] += n;
+  if (n >= 0)
+    tc->up[ti][q] += n;
+  else
+    tc->down[ti][q] -= n;
+}
+
+/* Whether the thread caches' fast paths may run on d now: on, nothing
+ * pending, no request routed to a private pool, no history recorded. */
+static inline bool gca__tc_open(gca__devalloc_t *d) {
+  return (atomic_load_explicit(&d->tc_gate, memory_order_relaxed) |
+          atomic_load_explicit(&d->routing, memory_order_relaxed) |
+          atomic_load_explicit(&gca__history_recorders, memory_order_relaxed)) == 0;
+}
+
+/* The fast take: the newest cached block of exactly (stream, rounded size)
+ * in tc, handed out for `size` bytes, or NULL (nothing there, or the
+ * statistics it moves need more headroom than granted). The gate is open, so
+ * rounding needs no setting. */
+static inline __attribute__((always_inline)) gca__block_t *
+gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t size) {
+  size_t rounded = size < GCA__MIN_BLOCK_SIZE
+                       ? GCA__MIN_BLOCK_SIZE
+                       : (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
+  gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
+  gca__tcbin_t *bin = gca__tc_bin(tc, stream, rounded);
+  gca__tc_lock(tc);
+  gca__block_t *b;
+  if (GCA_UNLIKELY(tc->d != d || bin->n == 0 || bin->stream != stream || bin->size != rounded ||
+                   (b = bin->blk[bin->n - 1])->pool != pool))
+    goto miss;
+  int ti = pool == &d->small ? 0 : 1;
+  int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)b->size;
+  if (GCA_UNLIKELY(!gca__tc_room(tc, ti, GCA__TQ_BLOCKS, 1) ||
+                   !gca__tc_room(tc, ti, GCA__TQ_BYTES, bytes) ||
+                   !gca__tc_room(tc, ti, GCA__TQ_REQUESTED, (int64_t)size) ||
+                   !gca__tc_room(tc, ti, GCA__TQ_SPLIT, -split) ||
+                   !gca__tc_room(tc, ti, GCA__TQ_SPLIT_BYTES, -split_bytes)))
+    goto miss;
+  bin->n--;
+  tc->req[gca__tc_find(tc, b->addr)] = size;
+  tc->ncached--;
+  tc->cached_bytes -= b->size;
+  gca__tc_move(tc, ti, GCA__TQ_BLOCKS, 1);
+  gca__tc_move(tc, ti, GCA__TQ_BYTES, bytes);
+  gca__tc_move(tc, ti, GCA__TQ_REQUESTED, (int64_t)size);
+  gca__tc_move(tc, ti, GCA__TQ_SPLIT, -split);
+  gca__tc_move(tc, ti, GCA__TQ_SPLIT_BYTES, -split_bytes);
+  gca__tc_unlock(tc);
+  return b;
+miss:
+  gca__tc_unlock(tc);
+  return NULL;
+}
+
+/* The fast put: the block at addr, handed out by tc and live, goes back
+ * into its bin; false (nothing done) when it is not tc's, the bin is taken or
+ * full, or the statistics need more headroom than granted. */
+static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d, gca__tcache_t *tc,
+                                                              gca_devptr_t addr) {
+  gca__tc_lock(tc);
+  int slot = gca__tc_find(tc, addr);
+  if (GCA_UNLIKELY(tc->d != d || slot < 0))
+    goto miss;
+  gca__block_t *b = tc->vals[slot];
+  gca__tcbin_t *bin = gca__tc_bin(tc, b->stream, b->size);
+  if (GCA_UNLIKELY(
+          (bin->n != 0 && (bin->stream != b->stream || bin->size != b->size)) ||
+          bin->n == GCA__TC_BIN_MAX || tc->cached_bytes + b->size > GCA__TC_BYTES ||
+          gca__tc_in_bin(bin, b))) /* the last: a double free, reported by the locked path */
+    goto miss;
+  int ti = b->pool == &d->small ? 0 : 1;
+  int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)b->size;
+  if (GCA_UNLIKELY(!gca__tc_room(tc, ti, GCA__TQ_SPLIT, split) ||
+                   !gca__tc_room(tc, ti, GCA__TQ_SPLIT_BYTES, split_bytes)))
+    goto miss;
+  gca__tc_move(tc, ti, GCA__TQ_BLOCKS, -1);
+  gca__tc_move(tc, ti, GCA__TQ_BYTES, -bytes);
+  gca__tc_move(tc, ti, GCA__TQ_REQUESTED, -(int64_t)tc->req[slot]);
+  gca__tc_move(tc, ti, GCA__TQ_SPLIT, split);
+  gca__tc_move(tc, ti, GCA__TQ_SPLIT_BYTES, split_bytes);
+  tc->req[slot] = 0;
+  bin->stream = b->stream;
+  bin->size = b->size;
+  bin->blk[bin->n++] = b;
+  tc->ncached++;
+  tc->cached_bytes += b->size;
+  gca__tc_unlock(tc);
+  return true;
+miss:
+  gca__tc_unlock(tc);
+  return false;
+}
+
+/* ---- tcache.c (every entry with d->lock held) ---- */
+
+/* Notes the calling thread on a locked path; a second thread engages the
+ * thread caches (Note [Thread caches]: one thread is served by the free cache). */
+void gca__tc_note_thread_slow(gca__devalloc_t *d);
+extern _Thread_local uint64_t gca__t_tc_id __attribute__((tls_model("initial-exec")));
+static inline void gca__tc_note_thread(gca__devalloc_t *d) {
+  if (GCA_UNLIKELY(!d->tc_engaged) && (gca__t_tc_id == 0 || d->tc_thread != gca__t_tc_id))
+    gca__tc_note_thread_slow(d);
+}
+/* Recomputes d->tc_on and the gate after a setting changed; `reset`: every
+ * thread cache gives back its blocks (the rules they were taken under may
+ * have changed). */
+void gca__tc_update(gca__devalloc_t *d, bool reset);
+/* The free of live block b (not in a domain, events processed) by the
+ * calling thread: enters its cache when it may (Note [Thread caches]);
+ * true when it did. */
+bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b);
+/* A take from the calling thread's cache under the lock, with the
+ * statistics counted here and headroom granted for the next ones; NULL when
+ * it holds no such block. */
+gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                                  size_t rounded, size_t size);
+/* Takes block b (->tc set) out of its domain: false when it is cached there
+ * (not live: nothing done), else it is a plain allocated block now. */
+bool gca__tc_claim(gca__devalloc_t *d, gca__block_t *b);
+/* Whether b (->tc set) is live: handed out, not cached. */
+bool gca__tc_live(gca__block_t *b);
+/* Whether b (->tc set) is cached, and its requested size (0 when cached):
+ * the caller holds b->tc's lock. */
+bool gca__tc_cached(const gca__block_t *b);
+size_t gca__tc_requested(const gca__block_t *b);
+/* Takes b (->tc set) out of its domain; cached, it goes back to the free
+ * tree merged with its free neighbours (the statistics already count it so). */
+void gca__tc_evict(gca__devalloc_t *d, gca__block_t *b);
+/* Before free block b (in the tree) is made active: a thread cache's block
+ * next to it leaves its domain. True when one went back to the tree (b may
+ * have merged into it: search again). */
+bool gca__tc_clear_near(gca__devalloc_t *d, gca__block_t *b);
+/* Evicts every cached block of (pool, stream) from every thread cache (a
+ * request found nothing that fits); returns how many. */
+size_t gca__tc_flush_stream(gca__devalloc_t *d, const gca__pool_t *pool, gca_stream_t stream);
+/* Evicts every cached block of every thread cache (release, snapshots);
+ * with `detach`, the blocks handed out leave the domains too. */
+void gca__tc_flush_all(gca__devalloc_t *d, bool detach);
+/* Marks every thread cache of d dead (allocator teardown; d is unreachable). */
+void gca__tc_destroy_all(gca__devalloc_t *d);
+
+/* ---- tcstats.c (every entry with d->lock held) ---- */
+
+/* Takes (lets go) the lock of every thread cache of d, in list order. */
+void gca__tc_lock_all(gca__devalloc_t *d);
+void gca__tc_unlock_all(gca__devalloc_t *d);
+/* Folds every thread cache's deltas into d->stats, and takes back the
+ * headroom of the quantities in `revoke` (a mask of 1 << GCA__TQ_*); the
+ * caller holds every thread cache's lock. */
+void gca__tc_fold_locked(gca__devalloc_t *d, unsigned revoke);
+/* The same, taking and letting go the locks; d->stats is exact after it. */
+void gca__tc_fold(gca__devalloc_t *d, unsigned revoke);
+/* Folds tc alone (its lock held, or the caller its owner), taking back the
+ * headroom of the quantities in `revoke`. */
+void gca__tc_fold_one(gca__devalloc_t *d, gca__tcache_t *tc, unsigned revoke);
+/* Grants tc (the caller its owner) headroom for type index ti: half of what
+ * the peaks leave over the statistics and the headroom already granted. */
+void gca__tc_grant(gca__devalloc_t *d, gca__tcache_t *tc, int ti);
+/* Checks the headroom bookkeeping (the walker; every thread cache locked and folded). */
+gca_status_t gca__tc_check_escrow(const gca__devalloc_t *d);
+
+#endif
