@@ -11,6 +11,7 @@
  * its newest entries, so reconfiguring never has to stop the allocator.
  */
 #include "history.h"
+#include "tcache.h"
 
 #include "alloc_core.h"
 
@@ -189,8 +190,9 @@ static void notify_observers(gca_history_action_t action, int device, gca_devptr
                           .address = addr,
                           .size = size,
                           .stream = stream};
-  const gca__devalloc_t *d = gca__devalloc_peek(device);
+  gca__devalloc_t *d = gca__devalloc_peek(device);
   if (d != NULL) {
+    gca__tc_fold(d, 0); /* the thread caches' last frees (Note [Thread caches]) */
     ev.reserved_bytes = (uint64_t)d->stats.reserved_bytes[GCA_STAT_ALL].current;
     ev.allocated_bytes = (uint64_t)d->stats.allocated_bytes[GCA_STAT_ALL].current;
   }
