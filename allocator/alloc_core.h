@@ -412,7 +412,7 @@ struct gca__devalloc {
   /* Note [Thread caches]: the thread caches of this device (their list and
    * count), whether frees may enter them (tc_on), the first thread seen and
    * whether a second one has been (they engage then), and tc_esc[i], the sum
-   * of the headroom granted to them for statistic i (gca__stat_index). */
+   * of their headroom for statistic i (gca__stat_index). */
   gca__tcache_t *tcs;
   size_t ntcs;
   bool tc_on;
@@ -484,7 +484,7 @@ _Static_assert(offsetof(gca_stats_t, requested_bytes) == 8 * GCA_STAT_TYPES * si
                "the nine per-pool arrays lead gca_stats_t, one after another");
 
 /* tcstats.c: statistic s (index i, -1 for none) passed its peak less the
- * headroom granted for it: folds the thread caches, takes their headroom for
+ * headroom held for it: folds the thread caches, takes their headroom for
  * it back, and sets the peak from the exact current (Note [Thread caches]). */
 void gca__stat_peak_slow(gca__devalloc_t *d, gca_stat_t *s, int i);
 
@@ -564,9 +564,10 @@ static inline void gca__stat_pool(gca__devalloc_t *d, gca_stat_t *arr, const gca
   gca__stat_add_t(d, arr, gca__stat_type(p), n);
 }
 
-/* tcstats.c: active's peak (Note [Active statistics]) for type index idx
- * passed the headroom granted for it: fold, take the headroom back, and
- * return the exact allocation current (Note [Thread caches]). */
+/* tcstats.c: active (Note [Active statistics]) of type index idx with the
+ * headroom held for it could pass its peak: folds the thread caches and
+ * takes the headroom of allocation and allocated_bytes back, so the
+ * currents read after it are exact (Note [Thread caches]). */
 void gca__pend_peak_slow(gca__devalloc_t *d, int idx);
 
 /* After allocation rose for type t: keeps active's peak (Note [Active

@@ -717,8 +717,8 @@ GCA_API gca_status_t gca_free(void *ptr) {
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
     if (GCA_LIKELY(b != NULL && !b->cached)) {
       /* the free cache's put: a plain free into its bin (Note [Free cache]),
-       * unless the thread caches are on: the locked path enters them */
-      if (GCA_LIKELY(!d->tc_on && gca__fc_cacheable(d, b) && gca__fc_quiet(d))) {
+       * unless a thread cache may take it: the locked path enters it there */
+      if (GCA_LIKELY(!gca__tc_wants(d, b) && gca__fc_cacheable(d, b) && gca__fc_quiet(d))) {
         gca__fcbin_t *bin = gca__fc_bin(d, b->stream, b->size);
         if (GCA_LIKELY(gca__fc_fits(d, bin, b))) {
           gca__fc_put(d, bin, b);

@@ -52,22 +52,26 @@
  * per type and quantity (blocks, bytes, requested bytes, inactive_split and
  * its bytes): delta = up - down since its last fold. The current of a
  * statistic is d->stats' plus every cache's delta; a read (gca_get_stats,
- * snapshots, the walker, reset of peaks or counters, the OOM report) takes
+ * snapshots, the walker, reset of peaks or counters, the OOM report, trace
+ * observers) takes
  * the device lock, then every cache's lock, and folds the deltas in, so it
- * sees one instant. Peaks are kept exact by escrow: under the device lock a
- * cache is granted headroom `allow`, and its fast paths may raise delta up to
- * allow and no further, so with G the statistic in d->stats and P its peak
+ * sees one instant. Peaks are kept exact by escrow. A cache may raise a
+ * statistic without the lock by as much as its headroom `allow`, which is
+ * what it lowered the statistic by before: a fold moves its delta into
+ * d->stats and turns what it gave back into headroom (G += delta,
+ * allow -= delta). With G the statistic in d->stats and P its peak,
  *     G + sum(allow) <= P   and   delta <= allow   =>   G + sum(delta) <= P:
- * the true current never passes the recorded peak unseen. A fold keeps
- * G + sum(allow) (G += delta, allow -= delta), so a cache that freed may take
- * back as much without the lock. Locked paths raise G with the headroom
- * counted (d->tc_esc, gca__stat_peak): only when G + tc_esc would pass P do
- * they fold every cache and take back that quantity's headroom
- * (gca__stat_peak_slow), and then the peak is set from the exact current.
- * Active counts the caches' blocks like allocation, and its headroom is
- * bounded by both (Note [Active statistics]). A fast path that would need
- * more headroom takes the locked path, which counts it in d->stats itself and
- * grants new headroom: half of what the peaks leave.
+ * the true current never passes the recorded peak unseen, and a fold keeps
+ * G + sum(allow). Locked paths raise G with the headroom counted (d->tc_esc,
+ * gca__stat_peak): only when G + tc_esc would pass P do they fold every cache
+ * and take back that quantity's headroom (gca__stat_peak_slow), and then the
+ * peak is set from the exact current. Active counts the caches' blocks like
+ * allocation, and its headroom is bounded by both (Note [Active
+ * statistics]). A fast path that would need more headroom than it has takes
+ * the locked path, which counts the change in d->stats itself. (Headroom is
+ * never granted beyond what a cache gave back: extra headroom held by one
+ * thread makes the others' raises pass G + tc_esc > P and take everyone's
+ * back, which on four threads cost more than the locked paths it saved.)
  *
  * Memory: a cache holds at most GCA__TC_BIN_MAX blocks of a (stream, size)
  * in each of GCA__TC_BINS bins and GCA__TC_BYTES bytes cached. A thread that
@@ -348,7 +352,6 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
   tc->ncached++;
   tc->cached_bytes += b->size;
   gca__tc_unlock(tc);
-  gca__tc_grant(d, tc, t - 1);
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, addr, requested, b->stream);
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, addr, requested, b->stream);
   return true;
@@ -375,7 +378,6 @@ gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   gca__stat_add_t(d, d->stats.inactive_split, t, -(int64_t)b->fc_blocks);
   gca__stat_add_t(d, d->stats.inactive_split_bytes, t, -b->fc_bytes);
   gca__stat_block_alloc(d, b, t, false);
-  gca__tc_grant(d, tc, t - 1);
   return b;
 }
 

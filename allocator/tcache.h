@@ -48,7 +48,7 @@ typedef struct gca__tcbin {
  * lines other threads' records may share.
  * For each type index ti (0 small, 1 large) and quantity q:
  *   delta = up - down: how far the statistic moved since the last fold
- *   delta <= allow (the headroom granted)
+ *   delta <= allow (its headroom: what it gave back before, and may take again)
  * Invariants: ncached == blocks in the bins, cached_bytes their bytes;
  * ndomain == entries of the table == blocks whose ->tc is this cache; a
  * cached block's req is 0. */
@@ -131,7 +131,7 @@ static inline bool gca__tc_in_bin(const gca__tcbin_t *bin, const gca__block_t *b
 }
 
 /* Whether quantity q of type index ti may move by n without the device
- * lock: it falls, or stays within the headroom granted. */
+ * lock: it falls, or stays within tc's headroom. */
 static inline bool gca__tc_room(const gca__tcache_t *tc, int ti, int q, int64_t n) {
   return n <= 0 || tc->delta[ti][q] + n <= tc->allow[ti][q];
 }
@@ -154,7 +154,7 @@ static inline bool gca__tc_open(gca__devalloc_t *d) {
 
 /* The fast take: the newest cached block of exactly (stream, rounded size)
  * in tc, handed out for `size` bytes, or NULL (nothing there, or the
- * statistics it moves need more headroom than granted). The gate is open, so
+ * statistics it moves need more headroom than tc has). The gate is open, so
  * rounding needs no setting. */
 static inline __attribute__((always_inline)) gca__block_t *
 gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t size) {
@@ -194,7 +194,7 @@ miss:
 
 /* The fast put: the block at addr, handed out by tc and live, goes back
  * into its bin; false (nothing done) when it is not tc's, the bin is taken or
- * full, or the statistics need more headroom than granted. */
+ * full, or the statistics need more headroom than tc has. */
 static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d, gca__tcache_t *tc,
                                                               gca_devptr_t addr) {
   gca__tc_lock(tc);
@@ -231,6 +231,12 @@ miss:
   return false;
 }
 
+/* Whether live block b's free might enter a thread cache (d->lock held):
+ * then the free takes the locked path, which tries (gca__tc_try_enter). */
+static inline bool gca__tc_wants(const gca__devalloc_t *d, const gca__block_t *b) {
+  return d->tc_on && b->size <= GCA__TC_MAX_SIZE && !b->seg->expandable;
+}
+
 /* ---- tcache.c (every entry with d->lock held) ---- */
 
 /* Notes the calling thread on a locked path; a second thread engages the
@@ -250,8 +256,7 @@ void gca__tc_update(gca__devalloc_t *d, bool reset);
  * true when it did. */
 bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b);
 /* A take from the calling thread's cache under the lock, with the
- * statistics counted here and headroom granted for the next ones; NULL when
- * it holds no such block. */
+ * statistics counted here; NULL when it holds no such block. */
 gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                   size_t rounded, size_t size);
 /* Takes block b (->tc set) out of its domain: false when it is cached there
@@ -293,9 +298,6 @@ void gca__tc_fold(gca__devalloc_t *d, unsigned revoke);
 /* Folds tc alone (its lock held, or the caller its owner), taking back the
  * headroom of the quantities in `revoke`. */
 void gca__tc_fold_one(gca__devalloc_t *d, gca__tcache_t *tc, unsigned revoke);
-/* Grants tc (the caller its owner) headroom for type index ti: half of what
- * the peaks leave over the statistics and the headroom already granted. */
-void gca__tc_grant(gca__devalloc_t *d, gca__tcache_t *tc, int ti);
 /* Checks the headroom bookkeeping (the walker; every thread cache locked and folded). */
 gca_status_t gca__tc_check_escrow(const gca__devalloc_t *d);
 

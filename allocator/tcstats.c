@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* tcstats.c - the statistics of the thread caches (Note [Thread caches],
- * tcache.c): folding their deltas into the device's statistics, the headroom
- * they are granted and taken back, and the peak of a statistic that the
- * headroom may hide. Every floor calls it (the statistics helpers of
+ * tcache.c): folding their deltas into the device's statistics (what a
+ * cache gave back becomes its headroom), taking headroom back, and the peak
+ * of a statistic that the headroom may hide. Every floor calls it (the statistics helpers of
  * alloc_core.h), so it calls nothing but the caches' locks.
  */
 #include <inttypes.h>
@@ -100,8 +100,8 @@ void gca__pend_peak_slow(gca__devalloc_t *d, int idx) {
   gca__tc_fold(d, 1u << GCA__TQ_BLOCKS | 1u << GCA__TQ_BYTES);
 }
 
-/* What the peaks leave over statistic (array a, type t) and the headroom
- * already granted for it; for active, over allocation + pending. */
+/* What the peak leaves over statistic (array a, type t) and the headroom
+ * held for it; for active, over allocation + pending. */
 static int64_t room(gca__devalloc_t *d, int a, int t) {
   const gca_stat_t *x = stat_at(d, a * GCA_STAT_TYPES + t);
   int64_t r = x->peak - x->current;
@@ -112,24 +112,6 @@ static int64_t room(gca__devalloc_t *d, int a, int t) {
     r = (al->peak > p->peak ? al->peak : p->peak) - (al->current + p->current);
   }
   return r - d->tc_esc[a * GCA_STAT_TYPES + t];
-}
-
-void gca__tc_grant(gca__devalloc_t *d, gca__tcache_t *tc, int ti) {
-  int t = ti + 1;
-  for (int q = 0; q < GCA__TQ; q++) {
-    int64_t r = room(d, q_array[q], t), r_all = room(d, q_array[q], GCA_STAT_ALL);
-    if (r_all < r)
-      r = r_all;
-    if (q_active[q] >= 0) {
-      int64_t ra = room(d, q_active[q], t), ra_all = room(d, q_active[q], GCA_STAT_ALL);
-      r = ra < r ? ra : r;
-      r = ra_all < r ? ra_all : r;
-    }
-    if (r >= 2) {
-      tc->allow[ti][q] += r / 2;
-      esc_add(d, q, t, r / 2);
-    }
-  }
 }
 
 gca_status_t gca__tc_check_escrow(const gca__devalloc_t *dc) {
@@ -162,7 +144,7 @@ gca_status_t gca__tc_check_escrow(const gca__devalloc_t *dc) {
                         d->device, i, d->tc_esc[i], sum[i]);
     if (d->tc_esc[i] > 0 && room(d, i / GCA_STAT_TYPES, i % GCA_STAT_TYPES) < 0)
       return gca__error(GCA_ERR_INTERNAL,
-                        "allocator_check: device %d: statistic %d with the headroom granted "
+                        "allocator_check: device %d: statistic %d with the headroom held "
                         "could pass its peak unseen",
                         d->device, i);
   }
