@@ -444,7 +444,8 @@ void gca__release_reap(gca__devalloc_t *d); /* release.c, below */
 static inline void gca__dev_unlock(gca__devalloc_t *d) {
   if (GCA_UNLIKELY(d->reap))
     gca__release_reap(d);
-  gca__tc_gate_sync(d);
+  if (d->tcs != NULL) /* without thread caches no fast path reads it */
+    gca__tc_gate_sync(d);
   gca__mutex_unlock(&d->lock);
 }
 
@@ -492,13 +493,14 @@ void gca__stat_peak_slow(gca__devalloc_t *d, gca_stat_t *s, int i);
  * the whole current; what they may add is at most tc_esc[i], so below
  * peak - tc_esc[i] the peak cannot have been passed (Note [Thread caches]). */
 static inline void gca__stat_peak(gca__devalloc_t *d, gca_stat_t *s) {
-  int i = gca__stat_index(d, s);
-  if (GCA_UNLIKELY(s->current + (i >= 0 ? d->tc_esc[i] : 0) > s->peak)) {
-    if (GCA_LIKELY(d->tcs == NULL))
+  if (GCA_LIKELY(d->tcs == NULL)) {
+    if (s->current > s->peak)
       s->peak = s->current;
-    else
-      gca__stat_peak_slow(d, s, i);
+    return;
   }
+  int i = gca__stat_index(d, s);
+  if (s->current + (i >= 0 ? d->tc_esc[i] : 0) > s->peak)
+    gca__stat_peak_slow(d, s, i);
 }
 
 /* Adds n >= 0 to a single statistic. */
@@ -529,9 +531,18 @@ static inline int gca__stat_type(const gca__pool_t *p) {
 
 /* Adds n >= 0 to the statistic array `arr` (of d->stats) for type t (small or large). */
 static inline void gca__stat_inc_t(gca__devalloc_t *d, gca_stat_t *arr, int t, int64_t n) {
-  gca__stat_inc1(d, &arr[t], n);
-  gca_stat_t *all = &arr[GCA_STAT_ALL];
+  gca_stat_t *x = &arr[t], *all = &arr[GCA_STAT_ALL];
+  x->current += n;
+  x->allocated += n;
   all->current += n;
+  if (GCA_LIKELY(d->tcs == NULL)) { /* one test for both peaks on the hot path */
+    if (x->current > x->peak)
+      x->peak = x->current;
+    if (all->current > all->peak)
+      all->peak = all->current;
+    return;
+  }
+  gca__stat_peak(d, x);
   gca__stat_peak(d, all);
 }
 

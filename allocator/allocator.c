@@ -415,6 +415,32 @@ static __attribute__((noinline)) gca_status_t malloc_slow(int device, void **ptr
   return dev_malloc_locked(d, ptr, size, gca__stream_key(stream), stream);
 }
 
+/* The calling thread's cache first, without the device lock (Note [Thread
+ * caches]); on a miss the locked path. */
+static __attribute__((noinline)) gca_status_t malloc_tc(int device, gca__devalloc_t *d,
+                                                        gca__tcache_t *tc, void **ptr, size_t size,
+                                                        gca_stream_t stream, gca_stream_t key) {
+  gca__block_t *b;
+  if (GCA_LIKELY(gca__tc_open(d) && (b = gca__tc_take(d, tc, key, size)) != NULL)) {
+    *ptr = (void *)(uintptr_t)b->addr;
+    return GCA_OK;
+  }
+  if (!gca__mutex_trylock(&d->lock))
+    return malloc_slow(device, ptr, size, stream);
+  if (d->fc_count != 0 && gca__fc_quiet(d)) { /* sizes the thread caches do not take */
+    size_t rounded = gca__round_request(d, size);
+    gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
+    if ((b = gca__fc_take(d, pool, key, rounded, size, false)) != NULL) {
+      DEBUG_CHECK(d);
+      *ptr = (void *)(uintptr_t)b->addr;
+      gca__mutex_unlock(&d->lock);
+      return GCA_OK;
+    }
+  }
+  *ptr = NULL;
+  return dev_malloc_locked(d, ptr, size, key, stream);
+}
+
 /* The fast paths below (the free cache's hit, an uncontended lock) hold no
  * call but the unlock's wake-up, so they run without saving registers; every
  * other case goes to a function that starts over or continues under the lock. */
@@ -424,19 +450,15 @@ GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_
   if (GCA_LIKELY(ptr != NULL && size - 1 < GCA__MAX_REQUEST &&
                  (unsigned)device < GCA__MAX_DEVICES &&
                  (d = atomic_load_explicit(&g_devs[device], memory_order_acquire)) != NULL)) {
-    /* the calling thread's cache, without the device lock (Note [Thread caches]) */
     gca__tcache_t *tc = gca__tc_mine(device);
-    gca__block_t *b;
-    if (tc != NULL && gca__tc_open(d) && (b = gca__tc_take(d, tc, key, size)) != NULL) {
-      *ptr = (void *)(uintptr_t)b->addr;
-      return GCA_OK;
-    }
+    if (tc != NULL) /* a tail call: this path keeps its few registers */
+      return malloc_tc(device, d, tc, ptr, size, stream, key);
     if (!gca__mutex_trylock(&d->lock))
       return malloc_slow(device, ptr, size, stream);
-    if (GCA_LIKELY(d->fc_count != 0 && gca__fc_quiet(d))) {
+    if (GCA_LIKELY(d->fc_count != 0 && d->tcs == NULL && gca__fc_quiet(d))) {
       size_t rounded = gca__round_request(d, size);
       gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
-      b = gca__fc_take(d, pool, key, rounded, size, true);
+      gca__block_t *b = gca__fc_take(d, pool, key, rounded, size, true);
       if (GCA_LIKELY(b != NULL)) {
         DEBUG_CHECK(d);
         *ptr = (void *)(uintptr_t)b->addr;
@@ -701,6 +723,40 @@ static gca_status_t free_impl(void *ptr, int expected_dev) {
   return free_locked(d, b, addr, expected_dev);
 }
 
+/* gca_free's free cache put on a device with thread caches (d->lock held):
+ * a block a thread cache may take goes the locked way, which enters it
+ * there; else the put, with the caches' headroom counted (Note [Thread
+ * caches]). */
+static __attribute__((noinline)) gca_status_t free_fc_counted(gca__devalloc_t *d, gca__block_t *b,
+                                                              gca_devptr_t addr) {
+  if (!gca__tc_wants(d, b) && gca__fc_cacheable(d, b) && gca__fc_quiet(d)) {
+    gca__fcbin_t *bin = gca__fc_bin(d, b->stream, b->size);
+    if (gca__fc_fits(d, bin, b)) {
+      gca__fc_put(d, bin, b, false);
+      DEBUG_CHECK(d);
+      gca__dev_unlock(d);
+      return GCA_OK;
+    }
+  }
+  return free_locked(d, b, addr, -1);
+}
+
+/* A block the calling thread's cache handed out goes back to it (Note
+ * [Thread caches]); anything else takes the locked path. */
+static __attribute__((noinline)) gca_status_t free_tc(gca__devalloc_t *d, gca__tcache_t *tc,
+                                                      void *ptr) {
+  gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
+  if (GCA_LIKELY(gca__tc_open(d) && gca__tc_put(d, tc, addr)))
+    return GCA_OK;
+  if (gca__mutex_trylock(&d->lock)) {
+    gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
+    if (GCA_LIKELY(b != NULL && !b->cached))
+      return free_fc_counted(d, b, addr);
+    gca__dev_unlock(d);
+  }
+  return free_impl(ptr, -1);
+}
+
 GCA_API gca_status_t gca_free(void *ptr) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   int dev = atomic_load_explicit(&g_single_dev, memory_order_relaxed);
@@ -708,20 +764,22 @@ GCA_API gca_status_t gca_free(void *ptr) {
   /* one device (the common case): its map is the only place to look */
   if (GCA_LIKELY(dev >= 0 && addr != 0 &&
                  (d = atomic_load_explicit(&g_devs[dev], memory_order_acquire)) != NULL)) {
-    /* a block the calling thread's cache handed out goes back to it (Note [Thread caches]) */
     gca__tcache_t *tc = gca__tc_mine(dev);
-    if (tc != NULL && gca__tc_open(d) && gca__tc_put(d, tc, addr))
-      return GCA_OK;
+    if (tc != NULL) /* a tail call, as malloc's */
+      return free_tc(d, tc, ptr);
     if (!gca__mutex_trylock(&d->lock))
       return free_impl(ptr, -1);
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
     if (GCA_LIKELY(b != NULL && !b->cached)) {
       /* the free cache's put: a plain free into its bin (Note [Free cache]),
        * unless a thread cache may take it: the locked path enters it there */
-      if (GCA_LIKELY(!gca__tc_wants(d, b) && gca__fc_cacheable(d, b) && gca__fc_quiet(d))) {
+      /* a thread cache may take it, or the statistics count their headroom */
+      if (GCA_UNLIKELY(d->tc_on || d->tcs != NULL))
+        return free_fc_counted(d, b, addr); /* a tail call */
+      if (GCA_LIKELY(gca__fc_cacheable(d, b) && gca__fc_quiet(d))) {
         gca__fcbin_t *bin = gca__fc_bin(d, b->stream, b->size);
         if (GCA_LIKELY(gca__fc_fits(d, bin, b))) {
-          gca__fc_put(d, bin, b);
+          gca__fc_put(d, bin, b, true);
           DEBUG_CHECK(d);
           gca__dev_unlock(d);
           return GCA_OK;

@@ -125,7 +125,7 @@ bool gca__fcache_put_locked(gca__devalloc_t *d, gca__block_t *b) {
     return false;
   gca_devptr_t addr = b->addr;
   uint64_t requested = b->requested;
-  gca__fc_put(d, bin, b);
+  gca__fc_put(d, bin, b, false);
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, addr, requested, b->stream);
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, addr, requested, b->stream);
   return true;

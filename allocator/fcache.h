@@ -80,18 +80,48 @@ static inline bool gca__fc_quiet(const gca__devalloc_t *d) {
          atomic_load_explicit(&gca__history_recorders, memory_order_relaxed) == 0;
 }
 
+/* Adds n to statistic array `arr` for type t as gca__stat_add_t does, on a
+ * device with no thread cache (d->tcs == NULL, checked under the lock): no
+ * headroom to count, so no call on the path, and the fast paths of
+ * allocator.c keep their few registers (Note [Thread caches]). */
+static inline __attribute__((always_inline)) void gca__fc_stat_plain(gca_stat_t *arr, int t,
+                                                                     int64_t n) {
+  gca_stat_t *x = &arr[t], *all = &arr[GCA_STAT_ALL];
+  x->current += n;
+  all->current += n;
+  if (n < 0) {
+    x->freed -= n;
+    return;
+  }
+  x->allocated += n;
+  if (x->current > x->peak)
+    x->peak = x->current;
+  if (all->current > all->peak)
+    all->peak = all->current;
+}
+
+/* A statistic of the free cache's paths: plain (no thread cache, the
+ * caller checked) or with the thread caches' headroom counted. */
+static inline __attribute__((always_inline)) void gca__fc_stat(gca__devalloc_t *d, gca_stat_t *arr,
+                                                               int t, int64_t n, bool plain) {
+  if (plain)
+    gca__fc_stat_plain(arr, t, n);
+  else
+    gca__stat_add_t(d, arr, t, n);
+}
+
 /* Frees the allocated block b into `bin` (gca__fc_fits said yes) with the
  * statistics of a completed free; b stays in the pointer map. History is the
- * caller's. */
+ * caller's. `plain`: the device has no thread cache (gca__fc_stat). */
 static inline __attribute__((always_inline)) void gca__fc_put(gca__devalloc_t *d, gca__fcbin_t *bin,
-                                                              gca__block_t *b) {
+                                                              gca__block_t *b, bool plain) {
   int t = gca__stat_type(b->pool);
   int64_t blocks = b->fc_blocks, bytes = b->fc_bytes;
   b->fc_epoch = ++d->epoch;
   b->allocated = false;
   gca__stat_block_free(d, b, t);
-  gca__stat_add_t(d, d->stats.inactive_split, t, blocks);
-  gca__stat_add_t(d, d->stats.inactive_split_bytes, t, bytes);
+  gca__fc_stat(d, d->stats.inactive_split, t, blocks, plain);
+  gca__fc_stat(d, d->stats.inactive_split_bytes, t, bytes, plain);
   gca__stat_dec_t(d, d->stats.requested_bytes, t, (int64_t)b->requested);
   b->requested = 0;
   b->cached = true;
@@ -105,8 +135,9 @@ static inline __attribute__((always_inline)) void gca__fc_put(gca__devalloc_t *d
 
 /* The newest cached block of exactly (stream, rounded) in `pool`, made
  * active for `requested` bytes (PyTorch's statistics of an allocation that
- * did not split), or NULL. `quiet`: nothing is pending (the caller checked),
- * so active's peak needs no update (Note [Active statistics]). */
+ * did not split), or NULL. `quiet`: nothing is pending and the device has no
+ * thread cache (the caller checked), so active's peak needs no update (Note
+ * [Active statistics]) and the statistics are plain (gca__fc_stat). */
 static inline __attribute__((always_inline)) gca__block_t *
 gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t rounded,
              size_t requested, bool quiet) {
@@ -120,11 +151,20 @@ gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t 
   d->fc_count--;
   b->cached = false;
   int t = gca__stat_type(pool);
-  gca__stat_add_t(d, d->stats.inactive_split, t, -(int64_t)b->fc_blocks);
-  gca__stat_add_t(d, d->stats.inactive_split_bytes, t, -b->fc_bytes);
+  gca__fc_stat(d, d->stats.inactive_split, t, -(int64_t)b->fc_blocks, quiet);
+  gca__fc_stat(d, d->stats.inactive_split_bytes, t, -b->fc_bytes, quiet);
   b->allocated = true;
   b->requested = requested;
-  gca__stat_block_alloc(d, b, t, quiet);
+  if (quiet) { /* gca__stat_block_alloc, plain */
+    gca__fc_stat_plain(d->stats.allocation, t, 1);
+    gca__fc_stat_plain(d->stats.allocated_bytes, t, (int64_t)b->size);
+    gca__fc_stat_plain(d->stats.requested_bytes, t, (int64_t)requested);
+    b->oversize = b->size >= d->cfg.max_split_size;
+    if (b->oversize)
+      gca__fc_stat_plain(&d->stats.oversize_allocations, 0, 1);
+  } else {
+    gca__stat_block_alloc(d, b, t, false);
+  }
   return b;
 }
 

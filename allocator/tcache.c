@@ -269,6 +269,7 @@ static gca__tcache_t *tc_get(gca__devalloc_t *d) {
   d->tcs = tc;
   d->ntcs++;
   t->dev[d->device] = tc;
+  gca__tc_gate_sync(d); /* kept only while thread caches exist */
   return tc;
 }
 
