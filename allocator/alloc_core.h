@@ -416,6 +416,8 @@ struct gca__devalloc {
   gca__tcache_t *tcs;
   size_t ntcs;
   bool tc_on;
+  bool tc_count; /* tc_on and tcs exist: the statistics count the caches' deltas and
+                    headroom; else both are zero (gca__tc_update folds and takes back) */
   bool tc_engaged;
   uint64_t tc_thread;
   int64_t tc_esc[GCA__TC_NSTATS];
@@ -493,7 +495,7 @@ void gca__stat_peak_slow(gca__devalloc_t *d, gca_stat_t *s, int i);
  * the whole current; what they may add is at most tc_esc[i], so below
  * peak - tc_esc[i] the peak cannot have been passed (Note [Thread caches]). */
 static inline void gca__stat_peak(gca__devalloc_t *d, gca_stat_t *s) {
-  if (GCA_LIKELY(d->tcs == NULL)) {
+  if (GCA_LIKELY(!d->tc_count)) {
     if (s->current > s->peak)
       s->peak = s->current;
     return;
@@ -535,7 +537,7 @@ static inline void gca__stat_inc_t(gca__devalloc_t *d, gca_stat_t *arr, int t, i
   x->current += n;
   x->allocated += n;
   all->current += n;
-  if (GCA_LIKELY(d->tcs == NULL)) { /* one test for both peaks on the hot path */
+  if (GCA_LIKELY(!d->tc_count)) { /* one test for both peaks on the hot path */
     if (x->current > x->peak)
       x->peak = x->current;
     if (all->current > all->peak)
@@ -589,7 +591,7 @@ static inline void gca__pend_peak(gca__devalloc_t *d, int t) {
   for (int i = 0; i < 2; i++) {
     gca__pend_stat_t *p = &d->pend[idx[i]], *pb = &d->pend_bytes[idx[i]];
     const gca_stat_t *al = &d->stats.allocation[idx[i]], *ab = &d->stats.allocated_bytes[idx[i]];
-    if (GCA_UNLIKELY(d->tcs != NULL) &&
+    if (GCA_UNLIKELY(d->tc_count) &&
         ((p->current != 0 && al->current + p->current + d->tc_esc[idx[i]] >
                                  (al->peak > p->peak ? al->peak : p->peak)) ||
          (pb->current != 0 && ab->current + pb->current + d->tc_esc[4 * GCA_STAT_TYPES + idx[i]] >

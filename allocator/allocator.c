@@ -295,7 +295,7 @@ static gca_status_t stream_check(gca__devalloc_t *d, gca_stream_t handle) {
 static gca__block_t *take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                               size_t rounded) {
   gca__block_t *b = gca__pool_take_fit(d, pool, stream, rounded);
-  if (GCA_LIKELY(d->tcs == NULL) || pool->owner != NULL)
+  if (GCA_LIKELY(!d->tc_on) || pool->owner != NULL) /* off: the caches hold nothing */
     return b;
   if (b == NULL && gca__tc_flush_stream(d, pool, stream) != 0)
     b = gca__pool_take_fit(d, pool, stream, rounded);
@@ -336,7 +336,7 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
       goto fail;
     }
   }
-  if (d->tcs != NULL && pool->owner == NULL &&
+  if (d->tc_on && pool->owner == NULL &&
       (b = gca__tc_take_locked(d, pool, stream, rounded, size)) != NULL)
     goto out;
   if (d->fc_count != 0 && pool->owner == NULL) {
@@ -455,7 +455,7 @@ GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_
       return malloc_tc(device, d, tc, ptr, size, stream, key);
     if (!gca__mutex_trylock(&d->lock))
       return malloc_slow(device, ptr, size, stream);
-    if (GCA_LIKELY(d->fc_count != 0 && d->tcs == NULL && gca__fc_quiet(d))) {
+    if (GCA_LIKELY(d->fc_count != 0 && !d->tc_count && gca__fc_quiet(d))) {
       size_t rounded = gca__round_request(d, size);
       gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
       gca__block_t *b = gca__fc_take(d, pool, key, rounded, size, true);
@@ -774,7 +774,7 @@ GCA_API gca_status_t gca_free(void *ptr) {
       /* the free cache's put: a plain free into its bin (Note [Free cache]),
        * unless a thread cache may take it: the locked path enters it there */
       /* a thread cache may take it, or the statistics count their headroom */
-      if (GCA_UNLIKELY(d->tc_on || d->tcs != NULL))
+      if (GCA_UNLIKELY(d->tc_on))           /* then also tc_count, when caches exist */
         return free_fc_counted(d, b, addr); /* a tail call */
       if (GCA_LIKELY(gca__fc_cacheable(d, b) && gca__fc_quiet(d))) {
         gca__fcbin_t *bin = gca__fc_bin(d, b->stream, b->size);

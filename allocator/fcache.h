@@ -81,7 +81,7 @@ static inline bool gca__fc_quiet(const gca__devalloc_t *d) {
 }
 
 /* Adds n to statistic array `arr` for type t as gca__stat_add_t does, on a
- * device with no thread cache (d->tcs == NULL, checked under the lock): no
+ * device whose thread caches count nothing (!d->tc_count, checked under the lock): no
  * headroom to count, so no call on the path, and the fast paths of
  * allocator.c keep their few registers (Note [Thread caches]). */
 static inline __attribute__((always_inline)) void gca__fc_stat_plain(gca_stat_t *arr, int t,

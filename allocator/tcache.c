@@ -205,6 +205,7 @@ static void retire_locked(gca__devalloc_t *d, gca__tcache_t *tc) {
   if (tc->next != NULL)
     tc->next->prev = tc->prev;
   d->ntcs--;
+  d->tc_count = d->tc_on && d->tcs != NULL;
   gca__tc_lock(tc);
   tc->d = NULL;
   gca__tc_unlock(tc);
@@ -269,6 +270,7 @@ static gca__tcache_t *tc_get(gca__devalloc_t *d) {
   d->tcs = tc;
   d->ntcs++;
   t->dev[d->device] = tc;
+  d->tc_count = d->tc_on;
   gca__tc_gate_sync(d); /* kept only while thread caches exist */
   return tc;
 }
@@ -283,6 +285,7 @@ void gca__tc_destroy_all(gca__devalloc_t *d) {
   }
   d->tcs = NULL;
   d->ntcs = 0;
+  d->tc_count = false;
   pthread_mutex_unlock(&g_tc_mu);
 }
 
@@ -303,8 +306,13 @@ void gca__tc_note_thread_slow(gca__devalloc_t *d) {
 
 void gca__tc_update(gca__devalloc_t *d, bool reset) {
   d->tc_on = d->tc_engaged && d->cfg.thread_cache && d->fc_on && !d->has_divisions;
-  if (reset || !d->tc_on)
+  if (reset || !d->tc_on) {
+    /* every delta in and all headroom back: with the caches off and empty
+     * nothing moves them, and the statistics need not count them (tc_count) */
+    gca__tc_fold(d, ~0u);
     gca__tc_flush_all(d, true);
+  }
+  d->tc_count = d->tc_on && d->tcs != NULL;
   gca__tc_gate_sync(d);
 }
 

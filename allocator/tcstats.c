@@ -80,7 +80,7 @@ void gca__tc_fold_locked(gca__devalloc_t *d, unsigned revoke) {
 }
 
 void gca__tc_fold(gca__devalloc_t *d, unsigned revoke) {
-  if (d->tcs == NULL)
+  if (!d->tc_count) /* no delta and no headroom to fold or take back */
     return;
   gca__tc_lock_all(d);
   gca__tc_fold_locked(d, revoke);
