@@ -421,7 +421,8 @@ static __attribute__((noinline)) gca_status_t malloc_tc(int device, gca__devallo
                                                         gca__tcache_t *tc, void **ptr, size_t size,
                                                         gca_stream_t stream, gca_stream_t key) {
   gca__block_t *b;
-  if (GCA_LIKELY(gca__tc_open(d) && (b = gca__tc_take(d, tc, key, size)) != NULL)) {
+  if (GCA_LIKELY(size <= GCA__TC_MAX_SIZE && gca__tc_open(d) &&
+                 (b = gca__tc_take(d, tc, key, size)) != NULL)) {
     *ptr = (void *)(uintptr_t)b->addr;
     return GCA_OK;
   }

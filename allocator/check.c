@@ -246,7 +246,9 @@ static gca_status_t check_tcaches(gca__devalloc_t *d, size_t ndomain, size_t ntc
       if (tc->keys[i] == 0)
         continue;
       const gca__block_t *b = tc->vals[i];
-      if (b->tc != tc || b->addr != tc->keys[i] || gca__tc_find(tc, b->addr) != (int)i)
+      uint64_t bit = UINT64_C(1) << (gca__tc_slot(b->addr) >> 1);
+      if (b->tc != tc || b->addr != tc->keys[i] || gca__tc_find(tc, b->addr) != (int)i ||
+          !(atomic_load_explicit(&tc->filter, memory_order_relaxed) & bit))
         return BROKEN("device %d: a thread cache's table holds 0x%" PRIx64 " wrongly", d->device,
                       tc->keys[i]);
       dom++;

@@ -107,6 +107,8 @@ static void dom_insert(gca__tcache_t *tc, gca__block_t *b) {
   tc->vals[i] = b;
   tc->req[i] = 0;
   tc->ndomain++;
+  atomic_fetch_or_explicit(&tc->filter, UINT64_C(1) << (gca__tc_slot(b->addr) >> 1),
+                           memory_order_relaxed);
   b->tc = tc;
 }
 
@@ -131,7 +133,8 @@ static void dom_remove(gca__tcache_t *tc, gca__block_t *b) {
       i = j;
     }
   }
-  tc->ndomain--;
+  if (--tc->ndomain == 0)
+    atomic_store_explicit(&tc->filter, 0, memory_order_relaxed);
   b->tc = NULL;
 }
 
@@ -263,6 +266,7 @@ static gca__tcache_t *tc_get(gca__devalloc_t *d) {
     return NULL;
   memset(tc, 0, sizeof(*tc));
   atomic_init(&tc->lock, 0);
+  atomic_init(&tc->filter, 0);
   tc->d = d;
   tc->next = d->tcs;
   if (d->tcs != NULL)
@@ -486,6 +490,7 @@ void gca__tc_flush_all(gca__devalloc_t *d, bool detach) {
       }
     }
     tc->ndomain = 0;
+    atomic_store_explicit(&tc->filter, 0, memory_order_relaxed);
     gca__tc_unlock(tc);
   }
 }

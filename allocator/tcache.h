@@ -58,6 +58,10 @@ struct gca__tcache {
   int64_t delta[2][GCA__TQ], up[2][GCA__TQ], down[2][GCA__TQ], allow[2][GCA__TQ];
   gca__tcbin_t bins[GCA__TC_BINS];
   size_t ncached, cached_bytes, ndomain;
+  /* bit (home slot / 2) set for each block of the domain (and maybe for some
+   * that left): a free whose bit is clear is none of tc's, found without its
+   * lock. Set by the owner only; cleared when the domain empties. */
+  atomic_uint_fast64_t filter;
   gca_devptr_t keys[GCA__TC_SLOTS]; /* its domain by address; 0 = empty */
   gca__block_t *vals[GCA__TC_SLOTS];
   size_t req[GCA__TC_SLOTS];
@@ -197,6 +201,9 @@ miss:
  * full, or the statistics need more headroom than tc has. */
 static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d, gca__tcache_t *tc,
                                                               gca_devptr_t addr) {
+  if (!(atomic_load_explicit(&tc->filter, memory_order_relaxed) &
+        (UINT64_C(1) << (gca__tc_slot(addr) >> 1))))
+    return false; /* not tc's: the lock is not taken */
   gca__tc_lock(tc);
   int slot = gca__tc_find(tc, addr);
   if (GCA_UNLIKELY(tc->d != d || slot < 0))
