@@ -713,6 +713,20 @@ GCA_API gca_status_t gca_opgraph_op_index(const gca_opgraph_t *g, const char *na
   return GCA_OK;
 }
 
+GCA_API size_t gca_opgraph_buffer_count(const gca_opgraph_t *g) {
+  return g ? g->nbufs : 0;
+}
+
+GCA_API gca_status_t gca_opgraph_buffer_index(const gca_opgraph_t *g, const char *name,
+                                              size_t *buffer) {
+  if (!g || !name || !buffer)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "opgraph_buffer_index: NULL argument");
+  *buffer = gca__names_get(&g->buf_names, name);
+  if (*buffer == GCA__NONE)
+    return gca__error(GCA_ERR_NOT_FOUND, "opgraph_buffer_index: no buffer named '%s'", name);
+  return GCA_OK;
+}
+
 GCA_API gca_status_t gca_opgraph_program_order(const gca_opgraph_t *g, size_t *order) {
   if (!g || !order)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "opgraph_program_order: NULL argument");
