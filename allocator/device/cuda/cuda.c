@@ -122,6 +122,12 @@ STUB(host_alloc, size_t size, void **out)
 STUB(host_free, void *ptr)
 STUB(host_register, void *ptr, size_t size)
 STUB(host_unregister, void *ptr)
+STUB(kernel_gemm_f32, gca_devptr_t c, gca_devptr_t a, gca_devptr_t b, uint32_t m, uint32_t n,
+     uint32_t k, uint32_t flags, gca_stream_t s)
+STUB(kernel_ew_f32, gca_ew_op_t op, gca_devptr_t d, gca_devptr_t a, gca_devptr_t b, float sc,
+     uint32_t u, size_t n, gca_stream_t s)
+STUB(kernel_dot_f32, gca_devptr_t d, gca_devptr_t a, gca_devptr_t b, size_t n, float sc,
+     gca_stream_t s)
 #undef STUB
 
 static const gca_device_ops_t cuda_ops = {.name = "cuda",
@@ -142,6 +148,7 @@ const gca_device_ops_t *gca__cuda_ops(void) {
 #define MIN_DRIVER_VERSION 12000
 #define KERNEL_BLOCK       256u
 #define KERNEL_MAX_GRID    4096u
+#define GEMM_TILE          16u
 
 /* ---- the driver's entry points ---- */
 
@@ -330,6 +337,7 @@ typedef struct cuda_device {
   int _Atomic fabric;    /* request fabric handles in mem_create: 1 yes, 0 no */
   CUmodule _Atomic module;
   CUfunction fn_fill, fn_add, fn_sleep, fn_philox, fn_copy; /* valid once module != NULL */
+  CUfunction fn_gemm, fn_ew, fn_dot;
 } cuda_device_t;
 
 static struct {
@@ -1151,6 +1159,9 @@ static gca_status_t load_module(const char *op, int dev, cuda_device_t **out) {
   CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_sleep, mod, GCA_PTX_SLEEP_NAME), st, out_mode);
   CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_philox, mod, GCA_PTX_PHILOX_NAME), st, out_mode);
   CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_copy, mod, GCA_PTX_COPY_NAME), st, out_mode);
+  CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_gemm, mod, GCA_PTX_GEMM_NAME), st, out_mode);
+  CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_ew, mod, GCA_PTX_EW_NAME), st, out_mode);
+  CU_CHECK_GOTO(op, drv.ModuleGetFunction(&d->fn_dot, mod, GCA_PTX_DOT_NAME), st, out_mode);
   atomic_store_explicit(&d->module, mod, memory_order_release);
 out_mode:
   /* A module that failed half-way is leaked on purpose: unloading is another
@@ -1252,6 +1263,72 @@ static gca_status_t cuda_kernel_philox_u32(gca_devptr_t dst, size_t count, gca_d
   void *args[] = {&p_dst, &p_count, &p_seed, &p_off, &p_add};
   CU_CHECK("kernel_philox_u32", drv.LaunchKernel(d->fn_philox, grid_for((count + 3) / 4), 1, 1,
                                                  KERNEL_BLOCK, 1, 1, 0, stream, args, NULL));
+  return GCA_OK;
+}
+
+/* ---- compute kernels (Note [Compute order], device.h) ---- */
+
+/* One thread per element of C, GEMM_TILE x GEMM_TILE threads a block, blocks
+ * over C's columns (x) and rows (y), at most KERNEL_MAX_GRID each way (the
+ * kernel strides). Nothing is launched when C's span is empty. */
+static unsigned gemm_grid(uint32_t extent) {
+  uint32_t blocks = extent / GEMM_TILE + (extent % GEMM_TILE != 0);
+  return blocks > KERNEL_MAX_GRID ? KERNEL_MAX_GRID : blocks;
+}
+
+static gca_status_t cuda_kernel_gemm_f32(gca_devptr_t c, gca_devptr_t a, gca_devptr_t b, uint32_t m,
+                                         uint32_t n, uint32_t k, uint32_t flags,
+                                         gca_stream_t stream) {
+  int dev;
+  cuda_device_t *d;
+  gca__compute_span_t span;
+  GCA_CHECK(enter_stream("kernel_gemm_f32", stream, &dev));
+  GCA_CHECK(gca__check_gemm_f32(c, a, b, m, n, k, flags, &span));
+  GCA_CHECK(load_module("kernel_gemm_f32", dev, &d));
+  if (span.dst == 0)
+    return GCA_OK;
+  CUdeviceptr p_c = (CUdeviceptr)c, p_a = (CUdeviceptr)a, p_b = (CUdeviceptr)b;
+  void *args[] = {&p_c, &p_a, &p_b, &m, &n, &k, &flags};
+  CU_CHECK("kernel_gemm_f32", drv.LaunchKernel(d->fn_gemm, gemm_grid(n), gemm_grid(m), 1, GEMM_TILE,
+                                               GEMM_TILE, 1, 0, stream, args, NULL));
+  return GCA_OK;
+}
+
+static gca_status_t cuda_kernel_ew_f32(gca_ew_op_t op, gca_devptr_t dst, gca_devptr_t a,
+                                       gca_devptr_t b, float s, uint32_t u, size_t count,
+                                       gca_stream_t stream) {
+  int dev;
+  cuda_device_t *d;
+  gca__compute_span_t span;
+  GCA_CHECK(enter_stream("kernel_ew_f32", stream, &dev));
+  GCA_CHECK(gca__check_ew_f32(op, dst, a, b, count, &span));
+  GCA_CHECK(load_module("kernel_ew_f32", dev, &d));
+  if (count == 0)
+    return GCA_OK;
+  CUdeviceptr p_dst = (CUdeviceptr)dst, p_a = (CUdeviceptr)a, p_b = span.b ? (CUdeviceptr)b : 0;
+  uint64_t p_count = count;
+  uint32_t p_op = (uint32_t)op;
+  void *args[] = {&p_dst, &p_a, &p_b, &p_count, &p_op, &s, &u};
+  CU_CHECK("kernel_ew_f32", drv.LaunchKernel(d->fn_ew, grid_for(count), 1, 1, KERNEL_BLOCK, 1, 1, 0,
+                                             stream, args, NULL));
+  return GCA_OK;
+}
+
+/* One block of GCA__DOT_LANES threads, whatever count is: the lanes fix the
+ * order of the sum. */
+static gca_status_t cuda_kernel_dot_f32(gca_devptr_t dst, gca_devptr_t a, gca_devptr_t b,
+                                        size_t count, float s, gca_stream_t stream) {
+  int dev;
+  cuda_device_t *d;
+  gca__compute_span_t span;
+  GCA_CHECK(enter_stream("kernel_dot_f32", stream, &dev));
+  GCA_CHECK(gca__check_dot_f32(dst, a, b, count, &span));
+  GCA_CHECK(load_module("kernel_dot_f32", dev, &d));
+  CUdeviceptr p_dst = (CUdeviceptr)dst, p_a = (CUdeviceptr)a, p_b = (CUdeviceptr)b;
+  uint64_t p_count = count;
+  void *args[] = {&p_dst, &p_a, &p_b, &p_count, &s};
+  CU_CHECK("kernel_dot_f32",
+           drv.LaunchKernel(d->fn_dot, 1, 1, 1, GCA__DOT_LANES, 1, 1, 0, stream, args, NULL));
   return GCA_OK;
 }
 
