@@ -47,18 +47,6 @@ static uint64_t ns_of(const gca_plan_t *p, double us) {
   return ns <= 0 ? 0 : (uint64_t)llround(ns);
 }
 
-/* Records that the op's buffers are used on `s` (frees wait for it). */
-static gca_status_t use_on(gca_plan_t *p, const gca__sop_t *o, gca_stream_t s) {
-  const gca_opgraph_t *g = p->g;
-  for (size_t k = 0; k < o->nreads + o->nwrites; k++) {
-    size_t b = k < o->nreads ? o->reads[k] : o->writes[k - o->nreads];
-    size_t st = g->bufs[b].storage;
-    if (p->ptr[st] && !p->bound[st])
-      GCA_CHECK(gca_record_stream(p->ptr[st], s));
-  }
-  return GCA_OK;
-}
-
 /* The shape of a collective op for <gca/collectives.h>: its input and output
  * storages, and how many elements of which dtype (Note [Collectives of a
  * plan]). */
@@ -136,7 +124,6 @@ static gca_status_t run_op(gca_plan_t *p, size_t op) {
     gca_stream_t s = p->comm[o->comm_idx];
     GCA_CHECK(gca_event_record(p->issue[op], p->stream));
     GCA_CHECK(gca_stream_wait_event(s, p->issue[op]));
-    GCA_CHECK(use_on(p, o, s));
     if (p->comms)
       GCA_CHECK(collective(p, o, s));
     if (!p->comms || ns_of(p, o->us) > 0)
@@ -320,9 +307,16 @@ GCA_API void gca_plan_destroy(gca_plan_t *p) {
  * it makes the caller's stream wait for each communicator stream's last work
  * — so under stream capture every stream the run touched is joined back into
  * the capture, as the driver requires before the capture may end, and a
- * replay of the captured run orders the same way the eager run did. Frees of
- * memory a communicator stream used are stream-ordered through
- * gca_record_stream. */
+ * replay of the captured run orders the same way the eager run did.
+ *
+ * Memory a collective used needs no gca_record_stream: the plan frees it only
+ * after the collective's wait (a collective uses its inputs and outputs until
+ * its wait, Note [Op graph rules]), and the wait has made the caller's stream
+ * — the stream every allocation is made on — wait for the collective's end.
+ * So the free is already ordered after the communicator's use, and the block
+ * is reusable at once instead of when the allocator next sees the
+ * collective's event complete (which, with the host far ahead of the device,
+ * is what made the pool grow by everything in flight). */
 static gca_status_t join_comms(gca_plan_t *p) {
   for (size_t c = 0; c < p->g->ncomms; c++) {
     GCA_CHECK(gca_event_record(p->joined[c], p->comm[c]));
@@ -390,10 +384,13 @@ GCA_API gca_status_t gca_plan_run(gca_plan_t *p, gca_stream_t stream, void *cons
         !p->bound[b])
       st = plan_malloc(p, b);
   size_t failed = GCA__NONE;
+  char detail[512] = "";
   for (size_t i = 0; i < p->n && st == GCA_OK; i++) {
     if (p->verifier && (st = gca_verifier_begin_op(p->verifier, i)) != GCA_OK)
       break;
     st = run_step(p, i);
+    if (st != GCA_OK) /* before the verifier's end of the step speaks */
+      snprintf(detail, sizeof(detail), "%s", gca_last_error());
     if (p->verifier) {
       gca_status_t vst = gca_verifier_end_op(p->verifier, i);
       if (st == GCA_OK)
@@ -406,8 +403,7 @@ GCA_API gca_status_t gca_plan_run(gca_plan_t *p, gca_stream_t stream, void *cons
     st = join_comms(p);
   else
     GCA_CHECK_IGNORE(join_comms(p));
-  char detail[512] = "";
-  if (st != GCA_OK)
+  if (st != GCA_OK && !detail[0])
     snprintf(detail, sizeof(detail), "%s", gca_last_error());
   gca_status_t est = end_run(p, st);
   if (mismatches)

@@ -8,7 +8,8 @@
  * memory estimator and time model; check.c checks an order against the rules
  * without using the edges (an independent reading of the format); schedule.c
  * is the overlap scheduler and its baselines; verify.c the lifecycle
- * verifier; execute.c the executor. */
+ * verifier; plan.c runs an order on the caller's stream, run after run;
+ * execute.c is one measured run of a plan (the executor). */
 #ifndef GCA_SCHED_INTERNAL_H
 #define GCA_SCHED_INTERNAL_H
 

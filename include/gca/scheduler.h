@@ -45,7 +45,7 @@ typedef struct gca_opgraph gca_opgraph_t; /* opaque */
 
 typedef enum gca_buffer_kind {
   GCA_BUFFER_TEMP = 0,   /* allocated when written, freed after its last use */
-  GCA_BUFFER_INPUT = 1,  /* live from the start, never freed */
+  GCA_BUFFER_INPUT = 1,  /* live from the start, never freed; written only by mutation */
   GCA_BUFFER_OUTPUT = 2, /* allocated when written, never freed */
 } gca_buffer_kind_t;
 
