@@ -177,8 +177,8 @@ static void print_steps(const opts_t *o, const train_cfg_t *c, const train_resul
   printf("%s: %d ranks (%s), %d layers, batch %u, hidden %u, ffn %u\n", mode_name(c->mode),
          c->shape.ranks, c->processes ? "processes" : "threads", c->shape.layers, c->shape.batch,
          c->shape.hidden, c->shape.ffn);
-  printf("  %4s %12s %12s %11s %12s %12s %-9s %10s %12s\n", "step", "time (us)", "exposed (us)",
-         "host (us)", "peak rsvd", "peak live", "graph", "mismatches", "loss (rank 0)");
+  printf("  %4s %12s %12s %11s %12s %12s %-9s %10s %5s %12s\n", "step", "time (us)", "exposed (us)",
+         "host (us)", "peak rsvd", "peak live", "graph", "mismatches", "regs", "loss (rank 0)");
   const train_rank_result_t *r0 = &r->rank[0];
   for (int k = 0; k < r0->steps_done; k++) {
     const train_step_rec_t *s = &r0->steps[k];
@@ -244,10 +244,12 @@ static void json_run(const train_cfg_t *c, const train_results_t *r, bool last) 
       mm += k < r->rank[i].steps_done ? r->rank[i].steps[k].mismatches : 0;
     printf("%s\n       {\"step\": %d, \"time_us\": %.3f, \"exposed_comm_us\": %.3f, "
            "\"host_us\": %.3f, \"peak_reserved_bytes\": %llu, \"peak_live_bytes\": %llu, "
-           "\"graph\": \"%s\", \"verifier_mismatches\": %zu, \"loss\": %.9g}",
+           "\"graph\": \"%s\", \"verifier_mismatches\": %zu, \"registrations\": %llu, "
+           "\"loss\": %.9g}",
            k ? "," : "", k, s->step_us, s->exposed_us, s->host_us,
            (unsigned long long)s->peak_reserved, (unsigned long long)s->peak_live,
-           train_decision_name(s->decision), mm, (double)s->loss);
+           train_decision_name(s->decision), mm, (unsigned long long)s->registrations,
+           (double)s->loss);
   }
   printf("]}%s\n", last ? "" : ",");
 }

@@ -129,6 +129,7 @@ typedef struct rank {
   meet_t *meet; /* thread ranks */
   gca_comm_t *comm;
   train_rank_result_t *res;
+  gca_pool_t *pool; /* the step's memory: a comm pool, the tree's pool too */
   gca_graph_tree_t *tree;
   gca_stream_t stream;
   gca_graph_rng_t *rng;
@@ -285,6 +286,8 @@ static gca_status_t one_step(rank_t *rk, int k) {
   TOOL_CHECK_GCA(gca_stream_synchronize(rk->stream));
   TOOL_CHECK_GCA(gca_reset_peak_stats(rk->device));
   rk->step_mismatches = 0;
+  gca_comm_stats_t cs0 = {.size = sizeof(cs0)}, cs1 = {.size = sizeof(cs1)};
+  TOOL_CHECK_GCA(gca_comm_stats(rk->comm, &cs0));
   rk->decision = c->mode == TRAIN_GRAPH ? GCA_GRAPH_REPLAY : -1;
   uint64_t h0 = tool_now_ns();
   TOOL_CHECK_GCA(gca_event_record(rk->t0, rk->stream));
@@ -307,10 +310,14 @@ static gca_status_t one_step(rank_t *rk, int k) {
       s->bind[m->shard_buf[l]] = rk->shards[l];
     s->bind[m->loss_buf] = rk->dloss;
     size_t mm = 0;
+    TOOL_CHECK_GCA(gca_pool_use_begin(rk->pool));
     gca_status_t st = gca_plan_run(s->plan, rk->stream, s->bind, &mm);
+    gca_status_t est = gca_pool_use_end(rk->pool);
     rk->step_mismatches += mm;
     if (st != GCA_OK)
       return tool_error_gca(st, "gca_plan_run");
+    if (est != GCA_OK)
+      return tool_error_gca(est, "gca_pool_use_end");
     loss = rk->dloss;
   }
   uint64_t h1 = tool_now_ns();
@@ -333,6 +340,8 @@ static gca_status_t one_step(rank_t *rk, int k) {
   rec->peak_live = st_.allocated_bytes[GCA_STAT_ALL].peak;
   rec->decision = rk->decision;
   rec->mismatches = rk->step_mismatches;
+  TOOL_CHECK_GCA(gca_comm_stats(rk->comm, &cs1));
+  rec->registrations = cs1.registrations_total - cs0.registrations_total;
   rk->res->steps_done = k + 1;
   if (c->progress && rk->rank == 0) {
     int w = 30, f = (k + 1) * w / c->steps;
@@ -395,6 +404,8 @@ static void rank_teardown(rank_t *rk, bool keep_params) {
       rk->res->graph_nodes = gs.graph_nodes;
     (void)gca_graph_tree_destroy(rk->tree);
   }
+  if (rk->pool)
+    (void)gca_pool_release(rk->pool);
   free(rk->shards);
   /* the cache goes back too, so that a later run on this device starts from
    * nothing and its peaks are its own */
@@ -411,9 +422,14 @@ static void rank_main(rank_t *rk) {
   gca_status_t st = gca_set_device(rk->device);
   if (st != GCA_OK)
     tool_error_gca(st, "gca_set_device(%d)", rk->device);
+  /* every buffer of the step — the collectives' included — comes from a
+   * pool registered with the communicator; the tree records into it too */
+  if (st == GCA_OK && (st = gca_comm_pool_create(rk->comm, NULL, &rk->pool)) != GCA_OK)
+    tool_error_gca(st, "gca_comm_pool_create");
   gca_graph_tree_options_t to = GCA_GRAPH_TREE_OPTIONS_INIT;
   to.on_decision = on_decision;
   to.decision_ctx = rk;
+  to.pool = rk->pool;
   if (st == GCA_OK && (st = gca_graph_tree_create(rk->device, &to, &rk->tree)) != GCA_OK)
     tool_error_gca(st, "gca_graph_tree_create");
   if (st == GCA_OK && (st = gca_graph_tree_stream(rk->tree, &rk->stream)) != GCA_OK)

@@ -44,6 +44,7 @@ typedef struct train_step_rec {
   uint64_t peak_reserved, peak_live; /* the device's peaks during the step */
   int decision;                      /* gca_graph_action_t, or -1 (no tree) */
   size_t mismatches;                 /* the verifier's, this step */
+  uint64_t registrations;            /* memory registered with the communicator in the step */
 } train_step_rec_t;
 
 /* One rank's result (in memory shared with the ranks' processes). */
