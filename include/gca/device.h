@@ -171,12 +171,12 @@ GCA_API gca_status_t gca_kernel_copy_batch(const void *table, size_t n, gca_stre
  * Small real kernels for training steps, queued on `stream` and capturable
  * like the kernels above. Every product and every sum is rounded to f32 on its
  * own (never a fused multiply-add), in the order stated for each kernel, so a
- * result is the same on every run, and the same on the sim and cuda backends.
- * Operands are device memory, 4-byte aligned; a pointer may be NULL only
- * where nothing is read or written through it. Bad arguments (unknown op or
- * flag bits, a misaligned or NULL pointer, sizes whose bytes overflow size_t,
- * forbidden overlaps) are GCA_ERR_INVALID_ARGUMENT naming the argument, and
- * nothing is queued. */
+ * result is the same on every run, and the same on the sim and cuda backends
+ * (NaN payloads aside). Operands are device memory, 4-byte aligned; a pointer
+ * may be NULL only where nothing is read or written through it. Bad arguments
+ * (unknown op or flag bits, a misaligned or NULL pointer, sizes whose bytes
+ * overflow size_t, forbidden overlaps) are GCA_ERR_INVALID_ARGUMENT naming the
+ * argument, and nothing is queued. */
 
 /* Row-major f32 matrix product on `stream`: C (m x n) = op(A) . op(B), or
  * C += op(A) . op(B) with GCA_GEMM_ACCUMULATE. op(A) is m x k: A is m x k, or
