@@ -215,6 +215,8 @@ static void print_summary(const train_cfg_t *c, const train_results_t *r) {
       pl = s->peak_live > pl ? s->peak_live : pl;
       mm += s->mismatches;
     }
+  printf("  model: step %.1f us, exposed %.1f us (time scale %g)\n", r->rank[0].predicted_us,
+         r->rank[0].predicted_exposed_us, c->time_scale);
   printf("  summary (steps %d..%d, mean over ranks): time %.1f us, exposed %.1f us, host %.1f us; "
          "peak reserved %s / peak live %s = %.4f; budget %s + bound %s; verifier mismatches %zu; "
          "leaked %llu bytes\n",
@@ -226,15 +228,16 @@ static void print_summary(const train_cfg_t *c, const train_results_t *r) {
          tool_format_size((uint64_t)r->rank[0].budget_bytes, bd, sizeof(bd)),
          tool_format_size((uint64_t)r->rank[0].bound_bytes, bb, sizeof(bb)), mm,
          (unsigned long long)r->rank[0].leaked_bytes);
-  (void)c;
 }
 
 static void json_run(const train_cfg_t *c, const train_results_t *r, bool last) {
   printf("    {\"mode\": \"%s\", \"ranks\": %d, \"processes\": %s, \"budget_bytes\": %lld, "
-         "\"bound_bytes\": %lld, \"predicted_peak_bytes\": %lld, \"graph_nodes\": %llu,\n",
+         "\"bound_bytes\": %lld, \"predicted_peak_bytes\": %lld, \"predicted_time_us\": %.3f, "
+         "\"predicted_exposed_comm_us\": %.3f, \"graph_nodes\": %llu,\n",
          mode_name(c->mode), r->ranks, c->processes ? "true" : "false",
          (long long)r->rank[0].budget_bytes, (long long)r->rank[0].bound_bytes,
-         (long long)r->rank[0].predicted_peak, (unsigned long long)r->rank[0].graph_nodes);
+         (long long)r->rank[0].predicted_peak, r->rank[0].predicted_us,
+         r->rank[0].predicted_exposed_us, (unsigned long long)r->rank[0].graph_nodes);
   printf("     \"steps\": [");
   const train_rank_result_t *r0 = &r->rank[0];
   for (int k = 0; k < r0->steps_done; k++) {
@@ -339,7 +342,9 @@ int main(int argc, char **argv) {
       rc = 1;
     }
   if (o.json)
-    printf("  ],\n  \"bit_equal\": %s\n}\n", nmodes > 1 && rc == 0 && equal ? "true" : "false");
+    printf("  ],\n  \"bit_equal\": %s\n}\n", nmodes == 1        ? "null"
+                                             : rc == 0 && equal ? "true"
+                                                                : "false");
   else if (nmodes > 1 && rc == 0)
     printf("eager, scheduled and graph replay: losses and parameters bit-for-bit equal over %d "
            "steps on %d ranks\n",

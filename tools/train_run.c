@@ -190,6 +190,8 @@ static gca_status_t shape_setup(rank_t *rk, int i) {
                                 ? prog.peak_bytes
                                 : (int64_t)((double)prog.peak_bytes * (1.0 + c->budget_ratio));
     rk->res->predicted_peak = f.peak_bytes;
+    rk->res->predicted_us = f.makespan_us;
+    rk->res->predicted_exposed_us = f.exposed_comm_us;
   }
   gca_execute_options_t eo = GCA_EXECUTE_OPTIONS_INIT;
   eo.device = rk->device;

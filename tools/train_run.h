@@ -52,13 +52,14 @@ typedef struct train_rank_result {
   gca_status_t status;
   char error[768];
   int steps_done;
-  int64_t budget_bytes;    /* the schedule's budget (first batch size) */
-  int64_t predicted_peak;  /* the estimator's peak of the order run */
-  int64_t bound_bytes;     /* parameters, batch and loss: outside the plan */
-  uint64_t leaked_bytes;   /* allocated bytes on the device after teardown */
-  uint64_t graph_nodes;    /* recorded nodes in the tree (graph mode) */
-  train_step_rec_t *steps; /* cfg.steps entries */
-  float *params;           /* layers x shard elements: the shards after the run */
+  int64_t budget_bytes;                      /* the schedule's budget (first batch size) */
+  int64_t predicted_peak;                    /* the estimator's peak of the order run */
+  double predicted_us, predicted_exposed_us; /* its makespan and exposed communication */
+  int64_t bound_bytes;                       /* parameters, batch and loss: outside the plan */
+  uint64_t leaked_bytes;                     /* allocated bytes on the device after teardown */
+  uint64_t graph_nodes;                      /* recorded nodes in the tree (graph mode) */
+  train_step_rec_t *steps;                   /* cfg.steps entries */
+  float *params;                             /* layers x shard elements: the shards after the run */
 } train_rank_result_t;
 
 typedef struct train_results {
