@@ -185,10 +185,10 @@ static void print_steps(const opts_t *o, const train_cfg_t *c, const train_resul
     size_t mm = 0;
     for (int i = 0; i < r->ranks; i++)
       mm += k < r->rank[i].steps_done ? r->rank[i].steps[k].mismatches : 0;
-    printf("  %4d %12.1f %12.1f %11.1f %12s %12s %-9s %10zu %12.7f\n", k, s->step_us, s->exposed_us,
-           s->host_us, tool_format_size(s->peak_reserved, a, sizeof(a)),
+    printf("  %4d %12.1f %12.1f %11.1f %12s %12s %-9s %10zu %5llu %12.7f\n", k, s->step_us,
+           s->exposed_us, s->host_us, tool_format_size(s->peak_reserved, a, sizeof(a)),
            tool_format_size(s->peak_live, b, sizeof(b)), train_decision_name(s->decision), mm,
-           (double)s->loss);
+           (unsigned long long)s->registrations, (double)s->loss);
   }
   (void)o;
 }
