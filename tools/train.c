@@ -205,6 +205,8 @@ static double mean_of(const train_results_t *r, int from, int to, size_t off) {
 
 static void print_summary(const train_cfg_t *c, const train_results_t *r) {
   int K = r->rank[0].steps_done, from = K > 2 ? 2 : 0;
+  if (K == 0)
+    return;
   char a[32], b[32], bb[32], bd[32];
   uint64_t pr = 0, pl = 0;
   size_t mm = 0;
@@ -332,6 +334,11 @@ int main(int argc, char **argv) {
       break;
     }
   }
+  if (rc == 0 && o.cfg.fault)
+    fprintf(stderr,
+            "gca-train: the run completed with the fault '%s' armed at step %d: it did not fire, "
+            "or the layer it hit recovered (see the graph decisions)\n",
+            o.cfg.fault, o.cfg.fault_step);
   bool equal = true;
   char what[256] = "";
   for (int m = 1; m < done && rc == 0; m++)
