@@ -93,6 +93,8 @@ static void set_config_locked(gca__devalloc_t *d, const gca_alloc_config_t *cfg)
     d->has_divisions |= cfg->roundup_power2_divisions[i] > 1;
   d->stats.max_split_size =
       cfg->max_split_size >= (uint64_t)INT64_MAX ? -1 : (int64_t)cfg->max_split_size;
+  d->small.gen++; /* the fit and split rules may have changed (Note [Exact hits]) */
+  d->large.gen++;
   gca__fcache_update(d);
 }
 
@@ -321,8 +323,8 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
     b = gca__fc_take(d, pool, stream, rounded, size, false);
     if (b != NULL)
       goto out;
-    /* a miss searches what PyTorch's rules would: every earlier free merged */
-    gca__fcache_flush(d);
+    /* a miss searches what PyTorch's rules would: its stream's frees merged */
+    gca__fcache_evict_slot(d, pool, stream);
   }
   size_t seg_size = d->caching ? gca__alloc_segment_size(rounded) : rounded;
   if (GCA_UNLIKELY(pool->no_split))
@@ -581,9 +583,13 @@ static gca_status_t free_wait_uses(gca__devalloc_t **dp, gca__block_t **bp, gca_
   return GCA_OK;
 }
 
-/* Frees the live block b at addr with d->lock held; returns with it released. */
-static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gca__block_t *b,
-                                                          gca_devptr_t addr, int expected_dev) {
+/* Frees the live block b at addr with d->lock held; returns with it released.
+ * `cache`: the free may go into the free cache (false: the device wastes its
+ * puts, Note [Free cache waste]). Inlined into the two below, so that the
+ * plain free of a wasteful device tests nothing for the cache. */
+static inline __attribute__((always_inline)) gca_status_t
+free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int expected_dev,
+                 bool cache) {
   gca_status_t st, st2;
   d->epoch++; /* Note [Free cache epochs] */
   if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
@@ -607,7 +613,7 @@ static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gc
       return st;
     }
   }
-  if (gca__fcache_try_put(d, b)) {
+  if (cache && gca__fcache_try_put(d, b)) {
     DEBUG_CHECK(d);
     gca__dev_unlock(d);
     return GCA_OK;
@@ -651,6 +657,16 @@ out:
   return st;
 }
 
+static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gca__block_t *b,
+                                                          gca_devptr_t addr, int expected_dev) {
+  return free_locked_impl(d, b, addr, expected_dev, true);
+}
+
+static __attribute__((noinline)) gca_status_t free_plain(gca__devalloc_t *d, gca__block_t *b,
+                                                         gca_devptr_t addr) {
+  return free_locked_impl(d, b, addr, -1, false);
+}
+
 /* Frees `ptr`; expected_dev >= 0 also requires it to belong to that device. */
 static gca_status_t free_impl(void *ptr, int expected_dev) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
@@ -673,11 +689,15 @@ GCA_API gca_status_t gca_free(void *ptr) {
                  gca__mutex_trylock(&d->lock))) {
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
     if (GCA_LIKELY(b != NULL && !b->cached)) {
-      /* the free cache's put: a plain free into its bin (Note [Free cache]) */
-      if (GCA_LIKELY(gca__fc_cacheable(d, b) && gca__fc_quiet(d))) {
-        gca__fcbin_t *bin = gca__fc_bin(d, b->stream, b->size);
-        if (GCA_LIKELY(gca__fc_fits(d, bin, b))) {
-          gca__fc_put(d, bin, b);
+      /* the free cache's put: a plain free into its slot (Note [Free cache]) */
+      if (GCA_LIKELY(d->fc_on)) {
+        /* a device that wastes its puts: the plain free, but for a probe (Note [Free cache waste])
+         */
+        if (GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d))
+          return free_plain(d, b, addr);
+        gca__block_t **slot = gca__fc_slot(d, b->stream, b->pool);
+        if (GCA_LIKELY(gca__fc_cacheable(d, b) && gca__fc_quiet(d) && gca__fc_fits(d, slot, b))) {
+          gca__fc_put(d, slot, b);
           DEBUG_CHECK(d);
           gca__dev_unlock(d);
           return GCA_OK;
