@@ -20,4 +20,6 @@ fi
 
 [ -d build ] || meson setup build >/dev/null
 meson compile -C build >/dev/null
-exec build/tools/gca-demo
+build/tools/gca-demo
+echo
+exec build/tools/gca-train --steps 6

@@ -8,7 +8,7 @@
  * a single O(log n) search and the cached alloc/free pair touches no list and
  * makes no device call. The one exception is the free cache (Note [Free
  * cache], fcache.c): a plain free may wait, uncoalesced and out of the tree,
- * in a (stream, size) bin for the next request of that size.
+ * in its (stream, pool)'s slot for the next request of that size.
  *
  * Module map, top floor first; a file calls only the files below it (the
  * prototypes further down are grouped by the file that defines them):
@@ -70,7 +70,7 @@
  *   release.c    -> pending.c, fcache.c, tcache.c, blocks.c, mempool.c, segment.c,
  *                   expandable.c
  *   pending.c    -> fcache.c, blocks.c
- *   fcache.c     -> tcache.c (evictions), blocks.c, ptrmap.c
+ *   fcache.c     -> tcache.c (evictions), blocks.c, freetree.c (exact hits), ptrmap.c
  *   tcache.c     -> tcstats.c, blocks.c, ptrmap.c
  *   blocks.c     -> mempool.c, segment.c, freetree.c, slab.c, sizes.c
  *   mempool.c    -> segment.c, vmm.c
@@ -82,14 +82,14 @@
  * A gca_malloc that misses the free cache: allocator.c (gca_malloc_device,
  * dev_malloc_locked) -> route.c (only while a route exists) -> pending.c
  * (gca__pending_process, only when events are pending) -> fcache.c
- * (gca__fcache_flush) -> blocks.c (gca__pool_take_fit); when nothing fits ->
+ * (gca__fcache_evict_slot) -> blocks.c (gca__pool_take_fit); when nothing fits ->
  * release.c (gca__release_new_block) -> segment.c (gca__segment_alloc) ->
  * expandable.c and/or vmm.c -> the device layer; then blocks.c
  * (gca__block_activate) makes the block active.
  *
  * Notes (name: the file that holds it):
  *   Statistics, Active statistics  alloc_core.h
- *   Free cache, Free cache epochs  fcache.c
+ *   Free cache, Exact hits, Free cache epochs, Free cache waste  fcache.c
  *   Thread caches                  tcache.c
  *   Stream-ordered reuse           pending.c
  *   Tree places                    blocks.c
@@ -176,7 +176,7 @@ typedef struct gca__tcache gca__tcache_t;
  *   allocated                      -> in the pointer map, not in the free tree
  *   !allocated && event_count > 0  -> pending free: in neither (Note [Stream-ordered reuse])
  *   cached                         -> freed into the free cache: not allocated, in
- *                                     the pointer map and a cache bin, in no tree
+ *                                     the pointer map and a cache slot, in no tree
  *                                     (Note [Free cache], fcache.c)
  *   !allocated && event_count == 0 -> in its pool's free tree (in_tree), and
  *     && !cached                      neither neighbour is also in it (coalesced)
@@ -206,6 +206,9 @@ struct gca__block {
   int64_t fc_bytes;
   uint64_t fc_epoch; /* == the device's epoch: fc_blocks/fc_bytes hold for a free now and no
                         cached block is near (Note [Free cache epochs]) */
+  uint64_t fc_gen;   /* the pool's gen when fc_exact was found (Note [Exact hits]) */
+  uint8_t fc_exact;  /* GCA__FC_EXACT_*: whether a hit on it is PyTorch's best fit, while
+                        its pool's gen is fc_gen */
   gca__tcache_t *tc; /* the thread cache whose domain holds b, else NULL (Note [Thread
                         caches]); set and cleared with d->lock and tc's lock held. While
                         set, whether b is cached there and its requested size are the
@@ -291,6 +294,7 @@ struct gca__pool {
   gca__segment_t *segments;
   size_t nsegments;
   uint64_t free_calls; /* get_free_block calls while GC is on (block ages) */
+  uint64_t gen;        /* bumped by every change of the free tree (Note [Exact hits]) */
   uint64_t id[2];      /* {0,0} for the default pools */
   bool is_small;
   bool no_split;         /* never split a block (private pools created with no_split) */
@@ -328,16 +332,9 @@ typedef struct gca__pend_stat {
   int64_t current, peak, base;
 } gca__pend_stat_t;
 
-/* A free cache bin: the cached blocks of one (stream, size), newest first,
- * linked through ->left (Note [Free cache]). */
-#define GCA__FC_BINS    64 /* bins per device, a power of two */
-#define GCA__FC_BIN_MAX 8  /* blocks per bin */
-typedef struct gca__fcbin {
-  gca_stream_t stream;
-  size_t size;
-  gca__block_t *head;
-  uint32_t n;
-} gca__fcbin_t;
+/* The free cache's slots: the one cached block of the (stream, default
+ * pool)s that hash to each (Note [Free cache]). */
+#define GCA__FC_SLOTS 64 /* per device: 32 stream hashes x the two default pools */
 
 /* The nine per-pool statistic arrays of gca_stats_t, as one index space
  * (array * GCA_STAT_TYPES + type): what thread caches hold headroom for. */
@@ -399,15 +396,19 @@ struct gca__devalloc {
   gca__block_t **deferred; /* Note [Frees during capture] */
   size_t ndeferred, cap_deferred;
   /* Note [Free cache]: fc_on says frees may be cached now (free_cache key,
-   * caching on, no garbage collection); fc_count blocks are cached. */
+   * caching on, no garbage collection); fc_count blocks are cached, in
+   * fc_slots; fc_waste: puts evicted unused, less what hits paid back; once
+   * it is off, fc_skips more frees are not cached before the next probe
+   * (Note [Free cache waste]). */
   bool fc_on;
+  uint8_t fc_waste, fc_skips;
   size_t fc_count;
   /* Something waits to be given back at the end of the entry point that holds
    * the lock (gca__dev_unlock -> gca__release_reap): a dying idle private pool,
    * or with caching off a segment whose blocks are all free. Set deep in a
    * free, where the lock cannot be let go (Note [No waits under the device lock]). */
   bool reap;
-  gca__fcbin_t fc_bins[GCA__FC_BINS];
+  gca__block_t *fc_slots[GCA__FC_SLOTS];
   uint64_t epoch; /* Note [Free cache epochs] */
   /* Note [Thread caches]: the thread caches of this device (their list and
    * count), whether frees may enter them (tc_on), the first thread seen and
@@ -791,6 +792,7 @@ static inline gca__block_t *gca__block_take(gca__devalloc_t *d) {
   b->event_count = 0;
   b->allocated = b->in_tree = b->oversize = b->unmapped = b->cached = b->releasing = false;
   b->fc_epoch = 0;
+  b->fc_exact = 0;
   b->tc = NULL;
   d->live_blocks++;
   return b;
@@ -1174,6 +1176,8 @@ void gca__tree_erase(gca__pool_t *p, gca__block_t *b);
 void gca__tree_swap(gca__pool_t *p, gca__block_t *old, gca__block_t *nb);
 /* Smallest block with key >= (stream, size, 0), or NULL. */
 gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size);
+/* Smallest block with key > b's key (b in the tree), or NULL. */
+gca__block_t *gca__tree_next(const gca__pool_t *p, const gca__block_t *b);
 /* Largest block with key < (stream, size, 0), or NULL. */
 gca__block_t *gca__tree_below(const gca__pool_t *p, gca_stream_t stream, size_t size);
 /* Largest block with key < b's key, or NULL. */

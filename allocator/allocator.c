@@ -94,6 +94,8 @@ static void set_config_locked(gca__devalloc_t *d, const gca_alloc_config_t *cfg)
     d->has_divisions |= cfg->roundup_power2_divisions[i] > 1;
   d->stats.max_split_size =
       cfg->max_split_size >= (uint64_t)INT64_MAX ? -1 : (int64_t)cfg->max_split_size;
+  d->small.gen++; /* the fit and split rules may have changed (Note [Exact hits]) */
+  d->large.gen++;
   gca__fcache_update(d);
 }
 
@@ -343,8 +345,8 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
     b = gca__fc_take(d, pool, stream, rounded, size, false);
     if (b != NULL)
       goto out;
-    /* a miss searches what PyTorch's rules would: every earlier free merged */
-    gca__fcache_flush(d);
+    /* a miss searches what PyTorch's rules would: its stream's frees merged */
+    gca__fcache_evict_slot(d, pool, stream);
   }
   size_t seg_size = d->caching ? gca__alloc_segment_size(rounded) : rounded;
   if (GCA_UNLIKELY(pool->no_split))
@@ -636,9 +638,13 @@ static gca_status_t free_wait_uses(gca__devalloc_t **dp, gca__block_t **bp, gca_
   return GCA_OK;
 }
 
-/* Frees the live block b at addr with d->lock held; returns with it released. */
-static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gca__block_t *b,
-                                                          gca_devptr_t addr, int expected_dev) {
+/* Frees the live block b at addr with d->lock held; returns with it released.
+ * `cache`: the free may go into the free cache (false: the device wastes its
+ * puts, Note [Free cache waste]). Inlined into the two below, so that the
+ * plain free of a wasteful device tests nothing for the cache. */
+static inline __attribute__((always_inline)) gca_status_t
+free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int expected_dev,
+                 bool cache) {
   gca_status_t st, st2;
   d->epoch++; /* Note [Free cache epochs] */
   gca__tc_note_thread(d);
@@ -668,7 +674,7 @@ static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gc
       return st;
     }
   }
-  if (gca__tc_try_enter(d, b) || gca__fcache_try_put(d, b)) {
+  if (cache && (gca__tc_try_enter(d, b) || gca__fcache_try_put(d, b))) {
     DEBUG_CHECK(d);
     gca__dev_unlock(d);
     return GCA_OK;
@@ -712,6 +718,16 @@ out:
   return st;
 }
 
+static __attribute__((noinline)) gca_status_t free_locked(gca__devalloc_t *d, gca__block_t *b,
+                                                          gca_devptr_t addr, int expected_dev) {
+  return free_locked_impl(d, b, addr, expected_dev, true);
+}
+
+static __attribute__((noinline)) gca_status_t free_plain(gca__devalloc_t *d, gca__block_t *b,
+                                                         gca_devptr_t addr) {
+  return free_locked_impl(d, b, addr, -1, false);
+}
+
 /* Frees `ptr`; expected_dev >= 0 also requires it to belong to that device. */
 static gca_status_t free_impl(void *ptr, int expected_dev) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
@@ -726,14 +742,18 @@ static gca_status_t free_impl(void *ptr, int expected_dev) {
 
 /* gca_free's free cache put on a device with thread caches (d->lock held):
  * a block a thread cache may take goes the locked way, which enters it
- * there; else the put, with the caches' headroom counted (Note [Thread
- * caches]). */
+ * there; else the put into its slot, with the caches' headroom counted (Note
+ * [Thread caches]), or on a device that wastes its puts the plain free (Note
+ * [Free cache waste]). */
 static __attribute__((noinline)) gca_status_t free_fc_counted(gca__devalloc_t *d, gca__block_t *b,
                                                               gca_devptr_t addr) {
-  if (!gca__tc_wants(d, b) && gca__fc_cacheable(d, b) && gca__fc_quiet(d)) {
-    gca__fcbin_t *bin = gca__fc_bin(d, b->stream, b->size);
-    if (gca__fc_fits(d, bin, b)) {
-      gca__fc_put(d, bin, b, false);
+  if (!gca__tc_wants(d, b) && d->fc_on) {
+    /* a device that wastes its puts: the plain free, but for a probe (Note [Free cache waste]) */
+    if (GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d))
+      return free_plain(d, b, addr);
+    gca__block_t **slot = gca__fc_slot(d, b->stream, b->pool);
+    if (gca__fc_cacheable(d, b) && gca__fc_quiet(d) && gca__fc_fits(d, slot, b)) {
+      gca__fc_put(d, slot, b, false);
       DEBUG_CHECK(d);
       gca__dev_unlock(d);
       return GCA_OK;
@@ -772,15 +792,18 @@ GCA_API gca_status_t gca_free(void *ptr) {
       return free_impl(ptr, -1);
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
     if (GCA_LIKELY(b != NULL && !b->cached)) {
-      /* the free cache's put: a plain free into its bin (Note [Free cache]),
-       * unless a thread cache may take it: the locked path enters it there */
       /* a thread cache may take it, or the statistics count their headroom */
       if (GCA_UNLIKELY(d->tc_on))           /* then also tc_count, when caches exist */
         return free_fc_counted(d, b, addr); /* a tail call */
-      if (GCA_LIKELY(gca__fc_cacheable(d, b) && gca__fc_quiet(d))) {
-        gca__fcbin_t *bin = gca__fc_bin(d, b->stream, b->size);
-        if (GCA_LIKELY(gca__fc_fits(d, bin, b))) {
-          gca__fc_put(d, bin, b, true);
+      /* the free cache's put: a plain free into its slot (Note [Free cache]) */
+      if (GCA_LIKELY(d->fc_on)) {
+        /* a device that wastes its puts: the plain free, but for a probe (Note [Free cache waste])
+         */
+        if (GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d))
+          return free_plain(d, b, addr);
+        gca__block_t **slot = gca__fc_slot(d, b->stream, b->pool);
+        if (GCA_LIKELY(gca__fc_cacheable(d, b) && gca__fc_quiet(d) && gca__fc_fits(d, slot, b))) {
+          gca__fc_put(d, slot, b, true);
           DEBUG_CHECK(d);
           gca__dev_unlock(d);
           return GCA_OK;

@@ -85,14 +85,24 @@ void gca__block_free_complete(gca__devalloc_t *d, gca__block_t *b, bool pending)
     gca__mempool_block_freed(d, owner); /* may leave the pool for the reap */
 }
 
+/* Whether a block of the free cache (not a thread cache's) shares a free
+ * run with b's neighbours. */
+static inline bool fc_cached_near(const gca__block_t *b) {
+  const gca__block_t *below = gca__fc_cached_below(b), *above = gca__fc_cached_above(b);
+  return (below != NULL && below->cached) || (above != NULL && above->cached);
+}
+
 gca__block_t *gca__pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                  size_t rounded) {
   if (GCA_UNLIKELY(gca__gc_enabled(d)))
     pool->free_calls++;
   gca__block_t *b = gca__tree_lower_bound(pool, stream, rounded);
-  /* Note [Free cache]: a default pool is searched only after a flush, and a
-   * private pool's blocks are never cached, so no cached block is near b */
-  GCA_ASSERT_DEBUG(b == NULL || d->fc_count == 0 || !gca__fc_near(b));
+  /* Note [Free cache]: a default pool is searched only after its (stream,
+   * pool)'s slot was evicted (a segment's blocks share one slot), and a
+   * private pool's blocks are never cached, so no block of the free cache is
+   * near b; a thread cache's may be (take_fit clears those, Note [Thread
+   * caches]) */
+  GCA_ASSERT_DEBUG(b == NULL || d->fc_count == 0 || !fc_cached_near(b));
   if (b == NULL || b->stream != stream || !gca__alloc_block_fits(&d->cfg, b->size, rounded))
     return NULL;
   return b; /* still in the tree: gca__block_activate takes it out (Note [Tree places]) */

@@ -46,6 +46,8 @@ static gca_status_t check_cached(gca__devalloc_t *d, const gca__pool_t *p, const
     return BROKEN("block 0x%" PRIx64 ": cached in a state that may not be cached", b->addr);
   if (gca__fc_near(b))
     return BROKEN("block 0x%" PRIx64 ": another cached block shares its free run", b->addr);
+  if (b->prev != NULL && b->prev->in_tree)
+    return BROKEN("block 0x%" PRIx64 ": cached above a free block (Note [Exact hits])", b->addr);
   return GCA_OK;
 }
 
@@ -88,6 +90,20 @@ static gca_status_t check_domain(gca__devalloc_t *d, const gca__pool_t *p, const
     return BROKEN("block 0x%" PRIx64 ": thread cache facts (%d, %" PRId64
                   "), neighbours give (%" PRId64 ", %" PRId64 ")",
                   b->addr, b->fc_blocks, b->fc_bytes, blocks, bytes);
+  return GCA_OK;
+}
+
+/* A block, cached or allocated, that knows whether a hit on it is exact
+ * while its pool's tree has not changed: what its neighbours and the tree
+ * say now (Note [Exact hits]); an allocated block whose lower neighbour is
+ * cached is not asked (it is not cached before that one is evicted). */
+static gca_status_t check_fc_exact(const gca__devalloc_t *d, const gca__block_t *b) {
+  if (b->fc_exact == GCA__FC_EXACT_UNKNOWN || b->fc_gen != b->pool->gen ||
+      (!b->cached && b->prev != NULL && b->prev->cached))
+    return GCA_OK;
+  if ((b->fc_exact == GCA__FC_EXACT_YES) != gca__fc_exact_now(d, b))
+    return BROKEN("block 0x%" PRIx64 ": free cache says a hit %s exact, the tree says otherwise",
+                  b->addr, b->fc_exact == GCA__FC_EXACT_YES ? "is" : "is not");
   return GCA_OK;
 }
 
@@ -153,6 +169,8 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
       }
       if (b->cached || (b->allocated && b->fc_epoch == d->epoch))
         GCA_CHECK(check_fc_facts(b));
+      if (b->cached || b->allocated)
+        GCA_CHECK(check_fc_exact(d, b));
       if (b->releasing && (b->allocated || b->event_count != 0 || b->cached || b->in_tree))
         return BROKEN("block 0x%" PRIx64 ": releasing but not a free block out of the tree",
                       b->addr);
@@ -301,23 +319,20 @@ static gca_status_t check_device(gca__devalloc_t *d) {
     return BROKEN("device %d: pointer map holds %zu entries for %" PRId64
                   " allocated and %zu cached blocks",
                   d->device, in_map, sums[GCA_STAT_ALL].allocation, ncached + ntcached);
-  size_t in_bins = 0;
-  for (size_t i = 0; i < GCA__FC_BINS; i++) {
-    const gca__fcbin_t *bin = &d->fc_bins[i];
-    uint32_t n = 0;
-    for (const gca__block_t *b = bin->head; b != NULL; b = b->left, n++)
-      if (!b->cached || b->stream != bin->stream || b->size != bin->size || n >= GCA__FC_BIN_MAX)
-        return BROKEN("device %d: free cache bin %zu holds block 0x%" PRIx64
-                      " that does not belong there",
-                      d->device, i, b->addr);
-    if (n != bin->n)
-      return BROKEN("device %d: free cache bin %zu holds %u blocks, count says %u", d->device, i, n,
-                    bin->n);
-    in_bins += n;
+  size_t in_slots = 0;
+  for (size_t i = 0; i < GCA__FC_SLOTS; i++) {
+    const gca__block_t *b = d->fc_slots[i];
+    if (b == NULL)
+      continue;
+    if (!b->cached || gca__fc_slot(d, b->stream, b->pool) != &d->fc_slots[i])
+      return BROKEN("device %d: free cache slot %zu holds block 0x%" PRIx64
+                    " that does not belong there",
+                    d->device, i, b->addr);
+    in_slots++;
   }
-  if (in_bins != ncached || ncached != d->fc_count)
-    return BROKEN("device %d: %zu cached blocks in segments, %zu in bins, count says %zu",
-                  d->device, ncached, in_bins, d->fc_count);
+  if (in_slots != ncached || ncached != d->fc_count)
+    return BROKEN("device %d: %zu cached blocks in segments, %zu in slots, count says %zu",
+                  d->device, ncached, in_slots, d->fc_count);
   if (ncached != 0 && !d->fc_on)
     return BROKEN("device %d: %zu blocks cached while the free cache is off", d->device, ncached);
   if ((int64_t)d->reserved != sums[GCA_STAT_ALL].reserved_bytes)

@@ -10,8 +10,9 @@
  * output untouched.
  *
  * gca adds two keys of its own. free_cache (default True) keeps the last
- * frees of each (stream, size) uncoalesced for the next request of that size
- * (Note [Free cache], fcache.c); False gives PyTorch's placement exactly.
+ * plain free of each (stream, pool) uncoalesced for the next request of its
+ * size, served only where PyTorch's best fit would serve it (Note [Free
+ * cache], fcache.c): placement is PyTorch's either way; False skips the cache.
  * ipc_handles:True makes classic (non-expandable)
  * segments VMM-backed (one mem_create handle of the segment's size, mapped
  * once) instead of mem_alloc'd, so that their blocks can be exported to other

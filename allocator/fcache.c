@@ -1,81 +1,120 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* fcache.c - the free cache: plain frees wait, uncoalesced and out of the
- * free tree, in per-device (stream, size) bins for the next request of that
- * size; a miss, and every path that releases memory, flushes them back into
- * the tree first. fcache.h holds the hit and put paths inline, for the entry
- * points of allocator.c.
+/* fcache.c - the free cache: a plain free may wait, uncoalesced and out of
+ * the free tree, in the slot of its (stream, pool) for the next request of
+ * its size there, which takes it back when PyTorch's best fit would have
+ * chosen it too; a miss evicts the slot, and every path that releases memory
+ * flushes them all, back into the tree. fcache.h holds the hit and put paths
+ * inline, for the entry points of allocator.c.
  *
  * Note [Free cache]. The cached alloc/free pair of PyTorch's rules splits a
  * free block on every malloc and merges it back on every free: with the tree
  * updates, the pointer map and the statistics that is several hundred
  * instructions, where glibc's malloc+free of a small size is a few dozen. So a
- * free may instead put the block into a small per-device cache, binned by
- * (stream, size), without coalescing it, and a later malloc of exactly that
- * rounded size on that stream takes the newest one back: no tree, no split,
- * no merge, and the block never left the pointer map. Only plain frees are
- * cached: the block has no recorded streams, belongs to a default pool, no
- * capture is under way, caching is on, garbage collection is off, and the
- * free_cache key is True (its default).
+ * free may instead leave the block in a slot, one per (stream, default pool)
+ * (hashed: 32 stream hashes, a newer stream evicting an older one's block),
+ * without coalescing it, and a later malloc of exactly that rounded size on
+ * that stream and pool takes it back: no tree, no split, no merge, and the
+ * block never left the pointer map. Only plain frees are cached: the block has
+ * no recorded streams, belongs to a default pool, no capture is under way,
+ * caching is on, garbage collection is off, and the free_cache key is True
+ * (its default).
  *
- * A malloc that misses (any other size or stream) flushes the whole cache
- * first, so it searches exactly the free blocks PyTorch's rules would have,
- * merged as they would be; the cache only defers coalescing until then.
+ * The cache never changes placement (Note [Exact hits]): a hit happens only
+ * when PyTorch's best fit would return that very block, and anything else
+ * searches the free tree with the slot's block merged back in first. So
+ * free_cache:True and free_cache:False place every block alike, and reserved
+ * memory, peaks and the layout are the same on every trace; the cache only
+ * saves work.
  *
  * What stays exactly as without the cache:
+ * - Placement, hence memory use: a miss evicts its (stream, pool)'s slot
+ *   before it searches (blocks of other streams or the other pool are never
+ *   found by that search, and never share a segment with its blocks), and
+ *   every release path (empty_cache, out of memory, garbage collection,
+ *   turning caching off, release batches) flushes every slot first.
  * - Statistics, peaks included, at every moment. A cached block counts as
  *   free, and inactive_split counts it as if it had been merged with its free
- *   neighbours (gca__fc_run_delta). For that to be computable in O(1), a block is
- *   cached only when no block within two places of it is cached, so the
- *   logical free run of a cached block X is just {prev if free, X, next if
- *   free}, and that run cannot change while X is cached: anything about to
- *   touch it takes X out of the cache first (gca__fcache_evict_near, called
- *   before a pending or uncached free completes beside it).
- * - Memory use: a miss flushes before it searches, and every release path
- *   (empty_cache, out of memory, garbage collection, turning caching off)
- *   flushes first, so cached blocks never cost a segment.
+ *   neighbours (gca__fc_run_delta). That run cannot change while the block is
+ *   cached: a segment's blocks share one slot, so no other block of it is
+ *   cached; no block of a thread cache's domain is within two places of it
+ *   (gca__fc_fits checks while thread caches are on, and a block enters a
+ *   domain only with no held block near, Note [Thread caches]); and anything
+ *   about to touch the run takes the block out of the cache first
+ *   (gca__fcache_evict_near, called before a pending or uncached free
+ *   completes beside it; a free beside a cached block is not cached).
  * - What snapshots show: the walk flushes first.
  * - Error reports: a cached pointer is not live (double free, record_stream,
  *   pointer_info, IPC export say so).
- * What differs: which block a request of a cached (stream, size) receives.
- * PyTorch's best fit would search the merged free blocks (and could pick a
- * smaller-keyed one); the cache returns the block of that size freed last.
- * free_cache:False restores PyTorch's placement exactly.
+ *
+ * Note [Exact hits]: PyTorch's best fit for (stream s, rounded size r) is the
+ * lower bound of (s, r, 0) among the free blocks merged as its frees leave
+ * them. With cached block X of (s, r) in its slot, those free blocks are the
+ * tree's, except that X and its free neighbours form one run R instead. The
+ * request lands at X exactly when
+ *   - X's lower neighbour is not free (else R starts below X; such a block is
+ *     not cached at all),
+ *   - R is the lower bound: no tree block other than X's free upper
+ *     neighbour N has a key from (s, r, 0) up to R's (s, r + |N|, X) (one
+ *     lower bound, and the next block when that is N),
+ *   - R passes the fit rules (max_split_size, max_non_split_rounding), and
+ *   - when N exists, R is split (PyTorch's should_split), leaving N free as
+ *     it is now.
+ * Then the layout after the hit is the one PyTorch's free and malloc leave,
+ * block for block. (Once thread caches are engaged, their blocks are
+ * allocated for the tree, so "PyTorch's best fit" is the one over the tree
+ * as it is: the free cache still hits only where the tree's best fit would
+ * return its block; the thread caches' own hits are theirs, Note [Thread
+ * caches].) The answer depends only on the (s, pool) tree and X's
+ * neighbours, so it is kept in the block (fc_exact) for the layout of its
+ * epoch (Note [Free cache epochs]): a put whose epoch has not moved keeps it,
+ * and the alloc, free, alloc, free pattern of one size computes it once.
  *
  * Note [Free cache epochs]: a free into the cache must know that no cached
  * block lies within two places of the block and how caching it changes
- * inactive_split; both depend only on its neighbours. d->epoch advances on
- * every change of block state except the cache's own hit (a cache hit turns
- * a cached block into an allocated one, and cached blocks are never near one
- * another, so it changes neither fact for any other block): each time the
- * lock is taken by gca__dev_lock, at the start of the locked malloc and free
- * paths, and by each put into the cache. A put records the new epoch in the
- * block; when the same block comes back to be freed and the epoch has not
- * moved (the pattern alloc, free, alloc, free of one size), the facts it
- * stored still hold and the neighbours are not read. The invariant walker
- * recomputes them for every block whose epoch is current.
+ * inactive_split, and a hit whether it is exact; all depend only on the
+ * block's neighbours and its stream's free blocks. d->epoch advances on every
+ * change of block state except the cache's own hit (a hit turns a cached block
+ * into an allocated one in the same place, and no other block of its segment
+ * is cached, so it changes no fact of any other block): each time the lock is
+ * taken by gca__dev_lock, at the start of the locked malloc and free paths,
+ * and by each put into the cache and each eviction from it. A put records the
+ * new epoch in the block; when the same block comes back to be freed and the
+ * epoch has not moved (the pattern alloc, free, alloc, free of one size), the
+ * facts it stored still hold and neither the neighbours nor the tree are
+ * read. The invariant walker recomputes them for every block whose epoch is
+ * current.
+ *
+ * Note [Free cache waste]: a put that is evicted unused (a miss of its
+ * (stream, pool), another stream's put into the slot, a free beside it, a
+ * release) costs more than the plain free it replaced: the pair of the
+ * alternating 4 KiB / 12 KiB pattern, where every put is evicted by the next
+ * request, paid about a tenth more than without the cache. A hit saves about
+ * eight times what a wasted put costs, so a device adds one to fc_waste for
+ * each wasted put and takes GCA__FC_HIT_PAYS off for each hit; at
+ * GCA__FC_WASTE_OFF (hits below about one put in nine) it caches only one
+ * free in GCA__FC_PROBE, a hit of which turns it back on, and the other frees
+ * take the plain path (free_plain: a test and a count more than
+ * free_cache:False, and none of its test of the cache). One count per device,
+ * not per slot: the free path then needs no slot to decide. A miss of a
+ * wasteful device also evicts the other slots' blocks (streams gone idle
+ * leave theirs behind), so that its mallocs find nothing cached and skip the
+ * cache altogether, as without it.
  */
 #include "fcache.h"
 #include "tcache.h"
 
-/* Takes b out of its bin; the caller clears b->cached. */
-static void fc_unlink(gca__devalloc_t *d, gca__block_t *b) {
-  gca__fcbin_t *bin = gca__fc_bin(d, b->stream, b->size);
-  gca__block_t **link = &bin->head;
-  while (*link != b) {
-    GCA_ASSERT(*link != NULL);
-    link = &(*link)->left;
-  }
-  *link = b->left;
-  b->left = NULL;
-  bin->n--;
-  d->fc_count--;
-}
-
-/* Returns a cached block to the free tree: out of the pointer map, merged
- * with its free neighbours. Statistics already count it as merged. */
+/* Returns the cached block b, taken out of its slot, to the free tree: out of
+ * the pointer map, merged with its free neighbours. Statistics already count
+ * it as merged. An eviction is a wasted put (Note [Free cache waste]). */
 static void fc_evict(gca__devalloc_t *d, gca__block_t *b) {
+  gca__block_t **slot = gca__fc_slot(d, b->stream, b->pool);
   int64_t blocks, bytes;
-  fc_unlink(d, b);
+  GCA_ASSERT(*slot == b);
+  d->epoch++; /* a change of block state (Note [Free cache epochs]) */
+  *slot = NULL;
+  if (d->fc_waste < GCA__FC_WASTE_OFF && ++d->fc_waste == GCA__FC_WASTE_OFF)
+    d->fc_skips = GCA__FC_PROBE; /* off: the next probe in GCA__FC_PROBE frees */
+  d->fc_count--;
   b->cached = false;
   gca__block_t *taken = gca__ptrmap_take(&d->ptrs, b->addr);
   GCA_ASSERT(taken == b);
@@ -91,6 +130,32 @@ static void evict_held(gca__devalloc_t *d, gca__block_t *b) {
     gca__tc_evict(d, b);
 }
 
+bool gca__fc_exact_now(const gca__devalloc_t *d, const gca__block_t *b) {
+  const gca__pool_t *pool = b->pool;
+  size_t r = b->size;
+  const gca__block_t *n = b->next != NULL && b->next->in_tree ? b->next : NULL;
+  size_t run = r + (n != NULL ? n->size : 0);
+  if (b->prev != NULL && b->prev->in_tree)
+    return false; /* R starts below b (such a block is not cached) */
+  if (n != NULL && (pool->no_split || !gca__alloc_should_split(
+                                          &d->cfg, pool->is_small || b->seg->expandable, run, r)))
+    return false; /* R would be taken whole */
+  if (!gca__alloc_block_fits(&d->cfg, run, r))
+    return false; /* R would be passed over for a new segment */
+  const gca__block_t *l = gca__tree_lower_bound(pool, b->stream, r);
+  if (l != NULL && l == n)
+    l = gca__tree_next(pool, n);
+  return l == NULL || l->stream != b->stream || l->size > run ||
+         (l->size == run && l->addr > b->addr);
+}
+
+bool gca__fc_exact_slow(const gca__devalloc_t *d, gca__block_t *b) {
+  bool exact = gca__fc_exact_now(d, b);
+  b->fc_exact = exact ? GCA__FC_EXACT_YES : GCA__FC_EXACT_NO;
+  b->fc_gen = b->pool->gen;
+  return exact;
+}
+
 void gca__fcache_evict_near(gca__devalloc_t *d, gca__block_t *b) {
   /* both are found first: when b is in the tree, the first eviction merges b away */
   gca__block_t *below = gca__fc_cached_below(b), *above = gca__fc_cached_above(b);
@@ -100,14 +165,19 @@ void gca__fcache_evict_near(gca__devalloc_t *d, gca__block_t *b) {
     evict_held(d, above);
 }
 
-static void fc_evict_bin(gca__devalloc_t *d, gca__fcbin_t *bin) {
-  while (bin->head != NULL)
-    fc_evict(d, bin->head);
+void gca__fcache_evict_slot(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream) {
+  gca__block_t *b = *gca__fc_slot(d, stream, pool);
+  if (b != NULL && b->stream == stream)
+    fc_evict(d, b);
+  /* a wasteful device keeps nothing: every malloc then skips the cache */
+  if (GCA_UNLIKELY(gca__fc_wasteful(d)) && d->fc_count != 0)
+    gca__fcache_flush(d);
 }
 
 void gca__fcache_flush(gca__devalloc_t *d) {
-  for (size_t i = 0; i < GCA__FC_BINS && d->fc_count != 0; i++)
-    fc_evict_bin(d, &d->fc_bins[i]);
+  for (size_t i = 0; i < GCA__FC_SLOTS && d->fc_count != 0; i++)
+    if (d->fc_slots[i] != NULL)
+      fc_evict(d, d->fc_slots[i]);
 }
 
 void gca__fcache_update(gca__devalloc_t *d) {
@@ -118,14 +188,20 @@ void gca__fcache_update(gca__devalloc_t *d) {
 }
 
 bool gca__fcache_put_locked(gca__devalloc_t *d, gca__block_t *b) {
-  gca__fcbin_t *bin = gca__fc_bin(d, b->stream, b->size);
-  if (bin->n != 0 && (bin->stream != b->stream || bin->size != b->size))
-    fc_evict_bin(d, bin); /* another (stream, size) hashed here: the newer wins */
-  if (!gca__fc_fits(d, bin, b))
+  if (GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d))
+    return false;
+  gca__block_t **slot = gca__fc_slot(d, b->stream, b->pool);
+  if (*slot != NULL) {
+    bool near = gca__fc_near(b);
+    fc_evict(d, *slot); /* another stream's, or a block this free lands beside */
+    if (near)
+      return false; /* b now has a free neighbour that was cached: merge as PyTorch does */
+  }
+  if (!gca__fc_fits(d, slot, b))
     return false;
   gca_devptr_t addr = b->addr;
   uint64_t requested = b->requested;
-  gca__fc_put(d, bin, b, false);
+  gca__fc_put(d, slot, b, false);
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, addr, requested, b->stream);
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, addr, requested, b->stream);
   return true;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* fcache.h - the free cache's fast paths, inline for the entry points of
- * allocator.c and the facts the walker checks (Note [Free cache] and Note
- * [Free cache epochs], fcache.c): the bin of a (stream, size), whether a free
- * may be cached, the put, and the hit.
+ * allocator.c and the facts the walker checks (Note [Free cache], Note [Exact
+ * hits], Note [Free cache epochs] and Note [Free cache waste], fcache.c): the
+ * slot of a (stream, pool), whether a free may be cached, the put, and the
+ * hit.
  */
 #ifndef GCA_FCACHE_H
 #define GCA_FCACHE_H
@@ -10,11 +11,24 @@
 #include "alloc_core.h"
 #include "history.h"
 
-static inline gca__fcbin_t *gca__fc_bin(gca__devalloc_t *d, gca_stream_t stream, size_t size) {
-  uint64_t h = ((uint64_t)(uintptr_t)stream ^ (size >> 9)) * 0x9e3779b97f4a7c15ull;
-  return &d->fc_bins[h >> (64 - 6)];
+/* Note [Free cache waste]: a put evicted unused adds one to the device's
+ * waste, a hit takes GCA__FC_HIT_PAYS off; at GCA__FC_WASTE_OFF the device
+ * stops caching, and then caches one free in GCA__FC_PROBE to see whether
+ * hits came back. */
+#define GCA__FC_WASTE_OFF 8
+#define GCA__FC_HIT_PAYS  8
+#define GCA__FC_PROBE     64
+
+/* fc_exact: not known for the block's epoch yet, or known. */
+enum { GCA__FC_EXACT_UNKNOWN, GCA__FC_EXACT_YES, GCA__FC_EXACT_NO };
+
+/* The slot of a stream in a default pool of d. */
+static inline gca__block_t **gca__fc_slot(gca__devalloc_t *d, gca_stream_t stream,
+                                          const gca__pool_t *pool) {
+  uint64_t h = (uint64_t)(uintptr_t)stream * 0x9e3779b97f4a7c15ull;
+  return &d->fc_slots[((h >> (64 - 5)) << 1) | (pool != &d->small)];
 }
-_Static_assert(GCA__FC_BINS == 64, "gca__fc_bin takes 6 bits of the hash");
+_Static_assert(GCA__FC_SLOTS == 64, "gca__fc_slot takes 5 bits of the hash and the pool");
 
 /* The change in (inactive_split, inactive_split_bytes) when b, not free,
  * becomes free and merges with its free neighbours (PyTorch's free_block);
@@ -43,23 +57,40 @@ static inline void gca__fc_run_delta(const gca__block_t *b, int64_t *blocks, int
 }
 
 /* Whether the allocated block b of the default pool, with no recorded
- * streams, may go into `bin` (its bin) now: the bin holds its (stream, size)
- * or nothing and has room, and no cached block is too near. When it may,
- * b->fc_blocks/fc_bytes say how caching it changes inactive_split; they are
- * computed only when b's epoch is not current (Note [Free cache epochs]). */
+ * streams, may go into `slot` (its slot) now: the slot is empty (so no cached
+ * block is near b: its segment's blocks all map to this slot), b's lower
+ * neighbour is not free (Note [Exact hits]) and no block of a thread cache's
+ * domain is near b. When it may, b->fc_blocks/fc_bytes
+ * say how caching it changes inactive_split; they are computed only when b's
+ * epoch is not current (Note [Free cache epochs]). */
 static inline __attribute__((always_inline)) bool
-gca__fc_fits(const gca__devalloc_t *d, const gca__fcbin_t *bin, gca__block_t *b) {
-  if ((bin->n != 0 && (bin->stream != b->stream || bin->size != b->size)) ||
-      bin->n == GCA__FC_BIN_MAX)
+gca__fc_fits(const gca__devalloc_t *d, gca__block_t *const *slot, gca__block_t *b) {
+  if (*slot != NULL)
     return false;
   if (b->fc_epoch == d->epoch)
     return true;
-  if (gca__fc_near(b))
+  if (b->prev != NULL && b->prev->in_tree)
     return false;
+  if (GCA_UNLIKELY(d->tc_on) && gca__fc_near(b))
+    return false; /* a thread cache's block shares b's run (Note [Thread caches]) */
   int64_t blocks, bytes;
   gca__fc_run_delta(b, &blocks, &bytes);
   b->fc_blocks = (int32_t)blocks; /* the run cannot change while b is cached */
   b->fc_bytes = bytes;
+  return true;
+}
+
+/* Whether d wastes its puts (Note [Free cache waste]): then it counts a free
+ * it does not cache, and gca__fc_probe is true for the one in GCA__FC_PROBE
+ * that it may. */
+static inline bool gca__fc_wasteful(const gca__devalloc_t *d) {
+  return d->fc_waste >= GCA__FC_WASTE_OFF;
+}
+static inline bool gca__fc_probe(gca__devalloc_t *d) {
+  if (GCA_LIKELY(--d->fc_skips != 0))
+    return false;
+  d->fc_skips = GCA__FC_PROBE;
+  d->fc_waste = GCA__FC_WASTE_OFF - 1; /* off again if this one goes unused */
   return true;
 }
 
@@ -110,11 +141,11 @@ static inline __attribute__((always_inline)) void gca__fc_stat(gca__devalloc_t *
     gca__stat_add_t(d, arr, t, n);
 }
 
-/* Frees the allocated block b into `bin` (gca__fc_fits said yes) with the
+/* Frees the allocated block b into `slot` (gca__fc_fits said yes) with the
  * statistics of a completed free; b stays in the pointer map. History is the
  * caller's. `plain`: the device has no thread cache (gca__fc_stat). */
-static inline __attribute__((always_inline)) void gca__fc_put(gca__devalloc_t *d, gca__fcbin_t *bin,
-                                                              gca__block_t *b, bool plain) {
+static inline __attribute__((always_inline)) void
+gca__fc_put(gca__devalloc_t *d, gca__block_t **slot, gca__block_t *b, bool plain) {
   int t = gca__stat_type(b->pool);
   int64_t blocks = b->fc_blocks, bytes = b->fc_bytes;
   b->fc_epoch = ++d->epoch;
@@ -125,29 +156,41 @@ static inline __attribute__((always_inline)) void gca__fc_put(gca__devalloc_t *d
   gca__stat_dec_t(d, d->stats.requested_bytes, t, (int64_t)b->requested);
   b->requested = 0;
   b->cached = true;
-  bin->stream = b->stream;
-  bin->size = b->size;
-  b->left = bin->head;
-  bin->head = b;
-  bin->n++;
+  *slot = b;
   d->fc_count++;
 }
 
-/* The newest cached block of exactly (stream, rounded) in `pool`, made
- * active for `requested` bytes (PyTorch's statistics of an allocation that
- * did not split), or NULL. `quiet`: nothing is pending and the device has no
- * thread cache (the caller checked), so active's peak needs no update (Note
- * [Active statistics]) and the statistics are plain (gca__fc_stat). */
+/* Whether a request for b's (stream, size) would receive b (cached, or
+ * allocated and about to be) from PyTorch's best fit now (Note [Exact
+ * hits]). */
+bool gca__fc_exact_now(const gca__devalloc_t *d, const gca__block_t *b);
+/* gca__fc_exact_now, kept in b while its pool's free tree does not change. */
+bool gca__fc_exact_slow(const gca__devalloc_t *d, gca__block_t *b);
+/* Whether a request for b's (stream, size) would receive b from PyTorch's
+ * best fit now; computed only when the tree changed since it last was. */
+static inline bool gca__fc_exact(const gca__devalloc_t *d, gca__block_t *b) {
+  if (GCA_LIKELY(b->fc_gen == b->pool->gen && b->fc_exact != GCA__FC_EXACT_UNKNOWN))
+    return b->fc_exact == GCA__FC_EXACT_YES;
+  return gca__fc_exact_slow(d, b);
+}
+
+/* The cached block of exactly (stream, rounded) in `pool` when PyTorch's best
+ * fit would return it too, made active for `requested` bytes (PyTorch's
+ * statistics of an allocation that did not split), or NULL. `quiet`: nothing
+ * is pending and the device has no thread cache (the caller checked), so
+ * active's peak needs no update (Note [Active statistics]) and the statistics
+ * are plain (gca__fc_stat). */
 static inline __attribute__((always_inline)) gca__block_t *
 gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t rounded,
              size_t requested, bool quiet) {
-  gca__fcbin_t *bin = gca__fc_bin(d, stream, rounded);
-  gca__block_t *b = bin->head;
-  if (b == NULL || bin->stream != stream || bin->size != rounded || b->pool != pool)
+  gca__block_t **slot = gca__fc_slot(d, stream, pool);
+  gca__block_t *b = *slot;
+  if (b == NULL || b->stream != stream || b->size != rounded || b->pool != pool ||
+      !gca__fc_exact(d, b))
     return NULL;
-  bin->head = b->left;
-  b->left = NULL;
-  bin->n--;
+  *slot = NULL;
+  if (GCA_UNLIKELY(d->fc_waste != 0))
+    d->fc_waste = d->fc_waste > GCA__FC_HIT_PAYS ? d->fc_waste - GCA__FC_HIT_PAYS : 0;
   d->fc_count--;
   b->cached = false;
   int t = gca__stat_type(pool);
@@ -160,8 +203,13 @@ gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t 
     gca__fc_stat_plain(d->stats.allocated_bytes, t, (int64_t)b->size);
     gca__fc_stat_plain(d->stats.requested_bytes, t, (int64_t)requested);
     b->oversize = b->size >= d->cfg.max_split_size;
-    if (b->oversize)
-      gca__fc_stat_plain(&d->stats.oversize_allocations, 0, 1);
+    if (b->oversize) { /* one statistic, not an array by type */
+      gca_stat_t *o = &d->stats.oversize_allocations;
+      o->current++;
+      o->allocated++;
+      if (o->current > o->peak)
+        o->peak = o->current;
+    }
   } else {
     gca__stat_block_alloc(d, b, t, false);
   }
@@ -173,6 +221,9 @@ gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t 
 /* Returns every block of the free cache to its pool's free tree, coalesced;
  * statistics do not change. */
 void gca__fcache_flush(gca__devalloc_t *d);
+/* Returns the block of `stream`'s slot in `pool`, if it is that stream's, to
+ * the free tree: what a miss of that (stream, pool) does before its search. */
+void gca__fcache_evict_slot(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream);
 /* Recomputes d->fc_on after a setting changed; flushes when caching stops.
  * The thread caches give back everything (Note [Thread caches]). */
 void gca__fcache_update(gca__devalloc_t *d);

@@ -339,6 +339,7 @@ static fbin_set_t *set_for_insert(gca__pool_t *p, uintptr_t stream) {
 
 void gca__tree_insert(gca__pool_t *p, gca__block_t *b) {
   GCA_ASSERT_DEBUG(!b->in_tree);
+  p->gen++;
   fbin_set_t *s = set_for_insert(p, (uintptr_t)b->stream);
   if (s != NULL) {
     int c = gca__fb_class(b->size);
@@ -353,6 +354,7 @@ void gca__tree_insert(gca__pool_t *p, gca__block_t *b) {
 
 void gca__tree_erase(gca__pool_t *p, gca__block_t *b) {
   GCA_ASSERT_DEBUG(b->in_tree);
+  p->gen++;
   fbin_set_t *s = set_of(p, (uintptr_t)b->stream);
   if (s != NULL) {
     int c = gca__fb_class(b->size);
@@ -368,6 +370,7 @@ void gca__tree_erase(gca__pool_t *p, gca__block_t *b) {
 
 void gca__tree_swap(gca__pool_t *p, gca__block_t *old, gca__block_t *nb) {
   GCA_ASSERT_DEBUG(old->in_tree && !nb->in_tree);
+  p->gen++;
   fbin_set_t *s = set_of(p, (uintptr_t)old->stream);
   if (old->stream != nb->stream) {
     gca__tree_erase(p, old);
@@ -390,18 +393,28 @@ void gca__tree_swap(gca__pool_t *p, gca__block_t *old, gca__block_t *nb) {
   bit_set(s, nc);
 }
 
-gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size) {
+/* Smallest block of `stream` with key >= (stream, size, addr). */
+static gca__block_t *lower_key(const gca__pool_t *p, gca_stream_t stream, size_t size,
+                               gca_devptr_t addr) {
   fbin_set_t *s = set_of(p, (uintptr_t)stream);
   if (s == NULL) {
-    gca__block_t *b = t_lower(p->root, (uintptr_t)stream, size, 0);
+    gca__block_t *b = t_lower(p->root, (uintptr_t)stream, size, addr);
     return b != NULL && b->stream == stream ? b : NULL;
   }
   int c = gca__fb_class(size);
-  gca__block_t *b = t_lower(s->root[c], (uintptr_t)stream, size, 0);
+  gca__block_t *b = t_lower(s->root[c], (uintptr_t)stream, size, addr);
   if (b != NULL)
     return b;
   c = next_class(s, c + 1);
   return c < 0 ? NULL : t_min(s->root[c]);
+}
+
+gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size) {
+  return lower_key(p, stream, size, 0);
+}
+
+gca__block_t *gca__tree_next(const gca__pool_t *p, const gca__block_t *b) {
+  return lower_key(p, b->stream, b->size, b->addr + 1);
 }
 
 /* Largest block of `stream` with key < (stream, size, addr). */

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* host_internal.h - the pinned host allocator's floors, top first:
- *   host.c         the caching host allocator (gca/host.h): deferred frees,
- *                  thread caches and their sections, statistics, empty_cache
- *   host_blocks.c  the table of live blocks and their stream uses
+ *   host.c         the caching host allocator (gca/host.h): thread caches
+ *                  (front caches, sections), deferred frees, statistics,
+ *                  empty_cache
+ *   host_blocks.c  the block records, their stream uses, and the table from
+ *                  a block's address to its record
  *   host_extent.c  the jemalloc arena whose extents are pinned (extent hooks)
  *   host_je.c      jemalloc loaded at run time (Note [Loading jemalloc])
  */
 #ifndef GCA_HOST_INTERNAL_H
 #define GCA_HOST_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,21 +38,68 @@ const gca__je_t *gca__je_get(const char *fn);
 
 /* ---- host_blocks.c ---- */
 
-/* Defers the free of a block used by streams; called under the block's lock. */
-typedef gca_status_t (*gca__host_park_fn)(void *ctx, void *ptr, size_t size,
-                                          const gca_stream_t *uses, uint32_t nuses);
+/* Note [Host block records] for the states and who may change them. */
+enum {
+  GCA__HREC_SPARE,  /* on the spare list: no block */
+  GCA__HREC_LIVE,   /* handed out by gca_host_alloc */
+  GCA__HREC_BUSY,   /* claimed from LIVE by a free or a record_stream */
+  GCA__HREC_CACHED, /* freed into a thread's front cache (Note [Host front cache]) */
+};
+
+#define GCA__HOST_NOBIN UINT32_MAX
+
+/* A block gca_host_alloc handed out and jemalloc has not had back since: live,
+ * claimed or cached. Records are never freed (a stale pointer to one is safe
+ * to read); a record's block changes only while it is spare. size and nuses
+ * are atomics for the snapshot, which reads live records without claiming.
+ * A cache line each: blocks of different threads share none. */
+typedef struct gca__host_rec {
+  _Alignas(64) _Atomic uintptr_t ptr; /* the block; 0 while spare */
+  _Atomic uint32_t state;             /* GCA__HREC_* */
+  uint32_t bin;                       /* front cache bin, or GCA__HOST_NOBIN */
+  size_t jsize;                       /* the size jemalloc was asked for (sdallocx's) */
+  _Atomic size_t size;                /* the size requested, while live */
+  struct gca__host_rec *next;         /* in a front cache bin, or the spare list */
+  _Atomic uint32_t nuses;             /* distinct streams recorded while live */
+  uint32_t capuses;
+  gca_stream_t *uses; /* NULL until the first record_stream */
+} gca__host_rec_t;
+
+/* The free's claim of r for ptr (LIVE -> BUSY) with a load and a store, no
+ * read-modify-write (Note [Host block records]): false when r is not live or
+ * (a stale pointer to a recycled record) is another block's now. */
+static inline bool gca__host_rec_take(gca__host_rec_t *r, const void *ptr) {
+  if (atomic_load_explicit(&r->state, memory_order_acquire) != GCA__HREC_LIVE ||
+      atomic_load_explicit(&r->ptr, memory_order_relaxed) != (uintptr_t)ptr)
+    return false;
+  atomic_store_explicit(&r->state, GCA__HREC_BUSY, memory_order_relaxed);
+  return true;
+}
+
+/* Ends a claim that leaves the block live (BUSY -> LIVE). */
+static inline void gca__host_rec_unclaim(gca__host_rec_t *r) {
+  atomic_store_explicit(&r->state, GCA__HREC_LIVE, memory_order_release);
+}
+
 typedef void (*gca__host_block_fn)(void *ctx, const void *ptr, size_t size, uint32_t nuses);
 
-/* Adds a live block; false when the table cannot grow (no host memory). */
-bool gca__host_blocks_insert(void *ptr, size_t size);
-/* Takes a live block out of the table: GCA_ERR_INVALID_POINTER naming fn and
- * ptr when it is not one. A block with stream uses is first handed to park,
- * whose failure leaves it live. *size: its size; *parked: whether park took it. */
-gca_status_t gca__host_blocks_remove(const char *fn, void *ptr, gca__host_park_fn park, void *ctx,
-                                     size_t *size, bool *parked);
-/* Adds stream to a live block's uses (GCA_ERR_INVALID_POINTER if not live). */
-gca_status_t gca__host_blocks_record(const char *fn, void *ptr, gca_stream_t stream);
-/* fn for every live block, each under its shard's lock (fn must not call back). */
+/* A live record for a block jemalloc just handed out, in the table; NULL when
+ * no host memory is left to track it. */
+gca__host_rec_t *gca__host_rec_add(void *ptr, size_t jsize, uint32_t bin, size_t size);
+/* The record of the block at ptr, live, claimed or cached; NULL if none. */
+gca__host_rec_t *gca__host_rec_find(const void *ptr);
+/* Claims the live block at ptr with a compare-and-swap, waiting out
+ * another claim; through `hint` when it is ptr's record, else the table.
+ * GCA_ERR_INVALID_POINTER naming fn and ptr when it is not live. */
+gca_status_t gca__host_rec_claim(const char *fn, void *ptr, gca__host_rec_t *hint,
+                                 gca__host_rec_t **out);
+/* Takes a claimed or cached record off the table before its block goes back
+ * to jemalloc; the record becomes spare. */
+void gca__host_rec_drop(gca__host_rec_t *r);
+/* Adds stream to a claimed record's uses (GCA_ERR_OUT_OF_MEMORY naming fn). */
+gca_status_t gca__host_rec_add_use(const char *fn, gca__host_rec_t *r, gca_stream_t stream);
+/* fn for every live or claimed block, read as it is (sizes and stream
+ * counts of blocks changing meanwhile may be either). fn must not call back. */
 void gca__host_blocks_walk(gca__host_block_fn fn, void *ctx);
 
 /* ---- host_extent.c ---- */

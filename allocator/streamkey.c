@@ -2,7 +2,7 @@
 /* streamkey.c - the allocator's key for a stream handle, and the way back
  * from a key to the device (Note [Per-thread stream keys]).
  *
- * Note [Per-thread stream keys]. Blocks, segments, free-cache bins and
+ * Note [Per-thread stream keys]. Blocks, segments, free-cache slots and
  * recorded uses are keyed by stream (Note [Stream-ordered reuse]). A handle
  * names one stream for every thread except GCA_STREAM_PER_THREAD, which names
  * the calling thread's own default stream (Note [Special streams]), so it

@@ -41,6 +41,15 @@
  * - a request finds nothing that fits (its stream's cached blocks go back
  *   first, so cached blocks never cost a segment), empty_cache and the
  *   out-of-memory remedies, snapshots, and any change of setting (everything).
+ * The free cache (Note [Free cache]: one slot per (stream, default pool),
+ * hits only where the tree's best fit agrees) and the domains never hold the
+ * same block: gca__fc_cacheable refuses a block of a domain, a block enters a
+ * domain and the free cache's put (gca__fc_fits) takes a block only with no
+ * held block of either kind near, and a free a thread cache may take
+ * (gca__tc_wants) goes the locked way, where the domain is tried before the
+ * slot. A locked request tries its thread cache, then its slot; a miss evicts
+ * its slot (gca__fcache_evict_slot) and take_fit gives back the stream's
+ * thread-cached blocks only when the tree has nothing that fits.
  * The fast paths run only while the device's gate is open: the caches are on
  * (engaged, thread_cache and the free cache on, no rounding divisions), no
  * free waits for events or a capture, no request is routed to a private pool

@@ -123,7 +123,8 @@ void gca__meet_unlock(gca__meet_t *m);
 void gca__meet_break(gca__meet_t *m, const char *why);
 
 /* sim_proc.c: joins rank `rank` of `nranks` of the clique of processes named
- * by id; returns once every rank has joined, or fails naming who did not. */
+ * by id; returns once every rank has joined, or fails naming who did not or
+ * what failed (a failure of rank 0 once all joined reaches every rank). */
 gca_status_t gca__proc_join(const gca_comm_id_t *id, int nranks, int rank,
                             const gca_comm_options_t *o, gca__proc_t **out);
 void gca__proc_leave(gca__proc_t *p);

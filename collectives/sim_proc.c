@@ -10,7 +10,11 @@
  * are refused with the reason sent back), and once every rank is there it
  * sends each one a memfd over the socket (SCM_RIGHTS); so every rank returns
  * from create only when all have joined, as NCCL's init does, and a rank that
- * never comes makes rank 0 tell the others which ranks are missing. The
+ * never comes makes rank 0 tell the others which ranks are missing. Rank 0
+ * maps the memory itself before it answers, so a failure there reaches every
+ * rank with its reason; a rank that leaves before its answer fails rank 0,
+ * refuses the ranks not yet answered and breaks the meeting for those that
+ * were, so each learns it at its first collective instead of timing out. The
  * memfd holds the meeting place (gca__meet_t with a process-shared, robust
  * mutex: a process that dies holding it breaks the meeting instead of hanging
  * its peers), each rank's descriptor, and one staging area of chunk bytes per
@@ -27,6 +31,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -126,20 +131,42 @@ static bool send_reply(int sock, const reply_t *r, int fd) {
   return n == (ssize_t)sizeof(*r);
 }
 
+/* The detail just set, less the "comm_create: " every message here opens
+ * with (for a reason sent to the other ranks). */
+static const char *detail_for_peers(void) {
+  static const char prefix[] = "comm_create: ";
+  const char *d = gca_last_error();
+  return strncmp(d, prefix, sizeof(prefix) - 1) == 0 ? d + sizeof(prefix) - 1 : d;
+}
+
+/* Maps the shared memory of fd, bytes long, after checking that it is a
+ * group's (a memfd shorter than announced would fault on first touch). */
 static gca_status_t map_shared(int fd, size_t bytes, gca__proc_t **out) {
-  void *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  struct stat sb = {0};
+  if (fstat(fd, &sb) != 0 || bytes < sizeof(shm_head_t) || (uint64_t)sb.st_size < bytes)
+    return gca__error(GCA_ERR_INVALID_STATE,
+                      "comm_create: the shared memory is not a group's (%zu bytes announced, "
+                      "%lld in it)",
+                      bytes, (long long)sb.st_size);
+  /* the fail point stands for a process out of address space */
+  void *map = GCA_FAILPOINT("sim_comm_map")
+                  ? (errno = ENOMEM, MAP_FAILED)
+                  : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: mapping %zu bytes of shared memory: %s",
                       bytes, strerror(errno));
   shm_head_t *h = map;
-  if (bytes < sizeof(*h) || h->magic != SHM_MAGIC || h->bytes != bytes) {
+  if (h->magic != SHM_MAGIC || h->bytes != bytes) {
     munmap(map, bytes);
-    return gca__error(GCA_ERR_INVALID_STATE, "comm_create: the shared memory is not a group's");
+    return gca__error(GCA_ERR_INVALID_STATE,
+                      "comm_create: the shared memory is not a group's (it does not start with "
+                      "a group's header)");
   }
-  gca__proc_t *p = calloc(1, sizeof(*p));
+  gca__proc_t *p = GCA_FAILPOINT("sim_comm_proc") ? NULL : calloc(1, sizeof(*p));
   if (!p) {
     munmap(map, bytes);
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "comm_create: no host memory for a view of the shared memory");
   }
   *p = (gca__proc_t){.map = map,
                      .map_bytes = bytes,
@@ -167,11 +194,14 @@ static gca_status_t make_shared(int nranks, size_t chunk, int *fd_out, size_t *b
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: sizing %zu bytes of shared memory: %s",
                       bytes, strerror(e));
   }
-  shm_head_t *h = mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  shm_head_t *h = GCA_FAILPOINT("sim_comm_map")
+                      ? (errno = ENOMEM, MAP_FAILED)
+                      : mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (h == MAP_FAILED) {
     int e = errno;
     close(fd);
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: mapping shared memory: %s", strerror(e));
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "comm_create: mapping the header of the shared memory: %s", strerror(e));
   }
   h->magic = SHM_MAGIC;
   h->nranks = nranks;
@@ -190,9 +220,10 @@ static gca_status_t make_shared(int nranks, size_t chunk, int *fd_out, size_t *b
 static gca_status_t host_group(int ls, int nranks, const gca_comm_options_t *o, gca__proc_t **out) {
   struct timespec dl;
   gca__deadline_after(o->timeout_s, &dl);
-  int *peer = malloc((size_t)nranks * sizeof(int));
+  int *peer = GCA_FAILPOINT("sim_comm_peers") ? NULL : malloc((size_t)nranks * sizeof(int));
   if (!peer)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "comm_create: no host memory");
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "comm_create: no host memory for rank 0's table of %d ranks", nranks);
   for (int r = 0; r < nranks; r++)
     peer[r] = -1;
   int joined = 1, fd = -1;
@@ -240,16 +271,25 @@ static gca_status_t host_group(int ls, int nranks, const gca_comm_options_t *o, 
                     o->timeout_s);
     yes.status = st;
     snprintf(yes.why, sizeof(yes.why), "rank(s) %s did not join within %.3g s", who, o->timeout_s);
+  } else if (st == GCA_OK) {
+    st = yes.status = map_shared(fd, bytes, out);
+    if (st != GCA_OK)
+      snprintf(yes.why, sizeof(yes.why), "%s", detail_for_peers());
   }
   for (int r = 1; r < nranks; r++)
     if (peer[r] >= 0) {
-      if (!send_reply(peer[r], &yes, yes.status == GCA_OK ? fd : -1) && st == GCA_OK)
-        st = gca__error(GCA_ERR_INVALID_STATE, "comm_create: rank %d left before the group formed",
-                        r);
+      if (!send_reply(peer[r], &yes, yes.status == GCA_OK ? fd : -1) && yes.status == GCA_OK) {
+        st = yes.status = gca__error(GCA_ERR_INVALID_STATE,
+                                     "comm_create: rank %d left before the group formed", r);
+        snprintf(yes.why, sizeof(yes.why), "rank %d left before the group formed", r);
+        gca__meet_lock((*out)->m);
+        gca__meet_break((*out)->m, yes.why);
+        gca__meet_unlock((*out)->m);
+        gca__proc_leave(*out);
+        *out = NULL;
+      }
       close(peer[r]);
     }
-  if (st == GCA_OK)
-    st = map_shared(fd, bytes, out);
   if (fd >= 0)
     close(fd);
   free(peer);
@@ -267,7 +307,8 @@ static gca_status_t join_group(const gca_comm_id_t *id, int nranks, int rank,
   for (;;) {
     s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0)
-      return gca__error(GCA_ERR_INVALID_STATE, "comm_create: socket: %s", strerror(errno));
+      return gca__error(GCA_ERR_INVALID_STATE, "comm_create: rank %d of %d: socket: %s", rank,
+                        nranks, strerror(errno));
     if (connect(s, (struct sockaddr *)&sa, len) == 0)
       break;
     int e = errno;
@@ -281,8 +322,10 @@ static gca_status_t join_group(const gca_comm_id_t *id, int nranks, int rank,
   }
   hello_t h = {HELLO_MAGIC, nranks, rank, 0, o->sim_chunk_bytes};
   reply_t r;
-  int fd = -1;
+  int fd = -1, e = 0, rc = -1;
   bool sent = send(s, &h, sizeof(h), MSG_NOSIGNAL) == (ssize_t)sizeof(h);
+  if (!sent)
+    e = errno;
   struct iovec iov = {&r, sizeof(r)};
   union {
     char buf[CMSG_SPACE(sizeof(int))];
@@ -293,7 +336,6 @@ static gca_status_t join_group(const gca_comm_id_t *id, int nranks, int rank,
   struct pollfd p = {s, POLLIN, 0};
   ssize_t n = -1;
   if (sent) {
-    int rc;
     do
       rc = poll(&p, 1, ms_left(&dl));
     while (rc < 0 && errno == EINTR);
@@ -302,16 +344,26 @@ static gca_status_t join_group(const gca_comm_id_t *id, int nranks, int rank,
         n = recvmsg(s, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
       while (n < 0 && errno == EINTR);
     }
+    e = n < 0 ? errno : 0;
   }
   close(s);
   for (struct cmsghdr *cm = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL; cm; cm = CMSG_NXTHDR(&msg, cm))
     if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
       memcpy(&fd, CMSG_DATA(cm), sizeof(int));
   gca_status_t st = GCA_OK;
-  if (n != (ssize_t)sizeof(r))
+  if (sent && rc == 0)
     st = gca__error(GCA_ERR_INVALID_STATE,
                     "comm_create: rank %d of %d: no answer from rank 0 within %.3g s", rank, nranks,
                     o->timeout_s);
+  else if (n > 0 && n < (ssize_t)sizeof(r))
+    st = gca__error(GCA_ERR_INVALID_STATE,
+                    "comm_create: rank %d of %d: rank 0's answer was cut short (%zd of %zu bytes)",
+                    rank, nranks, n, sizeof(r));
+  else if (n != (ssize_t)sizeof(r))
+    st = gca__error(GCA_ERR_INVALID_STATE,
+                    "comm_create: rank %d of %d: rank 0 closed the connection without answering "
+                    "(%s)",
+                    rank, nranks, e ? strerror(e) : "end of stream");
   else if (r.status != GCA_OK)
     st = gca__error((gca_status_t)r.status, "comm_create: rank %d of %d: rank 0 refused: %.384s",
                     rank, nranks, r.why);
@@ -334,8 +386,11 @@ gca_status_t gca__proc_join(const gca_comm_id_t *id, int nranks, int rank,
   socklen_t len = address_of(id, &sa);
   int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (ls < 0)
-    return gca__error(GCA_ERR_INVALID_STATE, "comm_create: socket: %s", strerror(errno));
-  if (bind(ls, (struct sockaddr *)&sa, len) != 0) {
+    return gca__error(GCA_ERR_INVALID_STATE, "comm_create: rank 0 of %d: socket: %s", nranks,
+                      strerror(errno));
+  /* the fail points stand for the kernel out of memory for the socket */
+  if ((GCA_FAILPOINT("sim_comm_bind") ? (errno = ENOMEM, -1)
+                                      : bind(ls, (struct sockaddr *)&sa, len)) != 0) {
     int e = errno;
     close(ls);
     return gca__error(e == EADDRINUSE ? GCA_ERR_INVALID_ARGUMENT : GCA_ERR_INVALID_STATE,
@@ -343,9 +398,11 @@ gca_status_t gca__proc_join(const gca_comm_id_t *id, int nranks, int rank,
                       e == EADDRINUSE ? "has joined already" : "cannot listen", strerror(e));
   }
   gca_status_t st =
-      listen(ls, nranks < 128 ? nranks : 128) == 0
+      (GCA_FAILPOINT("sim_comm_listen") ? (errno = ENOBUFS, -1)
+                                        : listen(ls, nranks < 128 ? nranks : 128)) == 0
           ? host_group(ls, nranks, o, out)
-          : gca__error(GCA_ERR_INVALID_STATE, "comm_create: listen: %s", strerror(errno));
+          : gca__error(GCA_ERR_INVALID_STATE, "comm_create: rank 0 of %d: listen: %s", nranks,
+                       strerror(errno));
   close(ls);
   return st;
 }

@@ -739,7 +739,19 @@ GCA_API gca_status_t gca_graph_tree_create(int device, const gca_graph_tree_opti
   t->stats.size = sizeof(t->stats);
   GCA_CHECK_GOTO(ops->stream_create(device, GCA_STREAM_NON_BLOCKING, 0, &t->stream), st,
                  fail_stream);
-  GCA_CHECK_GOTO(gca_pool_create(device, NULL, &t->pool), st, fail_pool);
+  if (o.pool) {
+    size_t reserved = 0, allocated = 0;
+    GCA_CHECK_GOTO(gca_pool_memory(o.pool, &reserved, &allocated), st, fail_pool);
+    if (allocated != 0) {
+      st = gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "the pool given holds %zu allocated bytes; a tree needs it empty", allocated);
+      goto fail_pool;
+    }
+    GCA_CHECK_GOTO(gca_pool_retain(o.pool), st, fail_pool);
+    t->pool = o.pool;
+  } else {
+    GCA_CHECK_GOTO(gca_pool_create(device, NULL, &t->pool), st, fail_pool);
+  }
   GCA_CHECK_GOTO(gca_pool_checkpoint(t->pool, &t->root_ckpt), st, fail_ckpt);
   pthread_mutex_lock(&live_mu);
   t->next_live = live_trees;

@@ -435,12 +435,16 @@ static gca_status_t set_maker(gca_opgraph_t *g, size_t b, size_t op, const char 
   if (sb->maker != GCA__NONE)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "buffer '%s' is made by both '%s' and '%s' (%s)",
                       sb->name, g->ops[sb->maker].name, g->ops[op].name, how);
-  if (g->bufs[sb->storage].kind == GCA_BUFFER_INPUT)
+  bool mutation = strcmp(how, "mutates into") == 0;
+  /* an input is never written afresh, but may be updated in place (a
+   * parameter by its optimizer step): a new version of its storage */
+  if (g->bufs[sb->storage].kind == GCA_BUFFER_INPUT && !mutation)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "op '%s' %s '%s', which is (a view of) input '%s': inputs are never written",
+                      "op '%s' %s '%s', which is (a view of) input '%s': inputs are never written "
+                      "(only mutated in place)",
                       g->ops[op].name, how, sb->name, g->bufs[sb->storage].name);
   sb->maker = op;
-  sb->version = strcmp(how, "mutates into") == 0;
+  sb->version = mutation;
   return GCA_OK;
 }
 
@@ -710,6 +714,20 @@ GCA_API gca_status_t gca_opgraph_op_index(const gca_opgraph_t *g, const char *na
   *op = gca__names_get(&g->op_names, name);
   if (*op == GCA__NONE)
     return gca__error(GCA_ERR_NOT_FOUND, "opgraph_op_index: no op named '%s'", name);
+  return GCA_OK;
+}
+
+GCA_API size_t gca_opgraph_buffer_count(const gca_opgraph_t *g) {
+  return g ? g->nbufs : 0;
+}
+
+GCA_API gca_status_t gca_opgraph_buffer_index(const gca_opgraph_t *g, const char *name,
+                                              size_t *buffer) {
+  if (!g || !name || !buffer)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "opgraph_buffer_index: NULL argument");
+  *buffer = gca__names_get(&g->buf_names, name);
+  if (*buffer == GCA__NONE)
+    return gca__error(GCA_ERR_NOT_FOUND, "opgraph_buffer_index: no buffer named '%s'", name);
   return GCA_OK;
 }
 

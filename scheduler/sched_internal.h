@@ -8,7 +8,8 @@
  * memory estimator and time model; check.c checks an order against the rules
  * without using the edges (an independent reading of the format); schedule.c
  * is the overlap scheduler and its baselines; verify.c the lifecycle
- * verifier; execute.c the executor. */
+ * verifier; plan.c runs an order on the caller's stream, run after run;
+ * execute.c is one measured run of a plan (the executor). */
 #ifndef GCA_SCHED_INTERNAL_H
 #define GCA_SCHED_INTERNAL_H
 
@@ -92,6 +93,9 @@ gca_status_t gca__opgraph_estimate_valid(const gca_opgraph_t *g, const size_t *o
  * its free (GCA__NONE: never allocated in the run, or never freed). */
 gca_status_t gca__opgraph_lifetimes(const gca_opgraph_t *g, const size_t *order, size_t n,
                                     size_t *alloc_step, size_t *free_step);
+/* verify.c: the storage's memory is not the plan's to allocate or free (the
+ * caller binds it): its allocation and free are not expected. */
+void gca__verifier_ignore(gca_verifier_t *v, size_t storage);
 gca_status_t gca__check_graph_arg(const char *fn, const gca_opgraph_t *g, const size_t *order,
                                   size_t n);
 

@@ -113,6 +113,11 @@ fail:
   return gca__error_prefix(st, "verifier_create");
 }
 
+void gca__verifier_ignore(gca_verifier_t *v, size_t storage) {
+  if (v && storage < v->g->nbufs)
+    v->alloc_step[storage] = v->free_step[storage] = GCA__NONE;
+}
+
 GCA_API void gca_verifier_destroy(gca_verifier_t *v) {
   if (!v)
     return;

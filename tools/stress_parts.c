@@ -554,13 +554,85 @@ static void host_fn_ran(void *flag) {
   __atomic_store_n((int *)flag, 1, __ATOMIC_RELEASE);
 }
 
+/* The compute kernels on small integers, whose every sum is exact in f32, so
+ * the host's answer is the device's in any order: C = A . B (4x3 . 3x5), then
+ * C += A2^T . B2^T from the same data read as 3x4 and 5x3, D = relu(C),
+ * D += 2 C, D = dropout(D) * 0.5 with words from gca_kernel_fill_u32, and
+ * dot = 0.25 * D . D. The block holds A (12), B (15), C, D, the words (20
+ * each) and dot. */
+enum { CM = 4, CK = 3, CN = 5, COMPUTE_FLOATS = CM * CK + CK * CN + 3 * CM * CN + 1 };
+
+static float small_int(uint32_t value, size_t i) {
+  return (float)((int)((value >> (i % 29)) & 7u) - 3);
+}
+
+static gca_status_t misc_compute(stress_part_ctx_t *ctx, gca_stream_t s, float *dev, uint32_t value,
+                                 const char **what, bool *ok) {
+  float a[CM * CK], b[CK * CN], c[CM * CN], d[CM * CN], got[CM * CN + 1], dot = 0;
+  uint32_t words[CM * CN];
+  for (size_t i = 0; i < CM * CK; i++)
+    a[i] = small_int(value, i);
+  for (size_t i = 0; i < CK * CN; i++)
+    b[i] = small_int(value, i + 7);
+  uint32_t step = value | 1u, cut = value ^ 0x9e3779b9u;
+  for (size_t i = 0; i < CM; i++)
+    for (size_t j = 0; j < CN; j++) {
+      float sum = 0, sum_t = 0;
+      for (size_t p = 0; p < CK; p++) {
+        sum += a[i * CK + p] * b[p * CN + j];   /* A . B */
+        sum_t += a[p * CM + i] * b[j * CK + p]; /* A2^T . B2^T */
+      }
+      size_t at = i * CN + j;
+      c[at] = sum + sum_t;
+      words[at] = value + (uint32_t)at * step;
+      d[at] = words[at] < cut ? 0.0f : ((c[at] > 0 ? c[at] : 0) + 2 * c[at]) * 0.5f;
+      dot += d[at] * d[at];
+    }
+  dot *= 0.25f;
+  float *da = dev, *db = da + CM * CK, *dc = db + CK * CN, *dd = dc + CM * CN;
+  uint32_t *dw = (uint32_t *)(dd + CM * CN);
+  float *ddot = (float *)(dw + CM * CN);
+  *what = "gca_memcpy (the compute kernels' inputs)";
+  TOOL_CHECK(gca_memcpy(da, a, sizeof(a)));
+  TOOL_CHECK(gca_memcpy(db, b, sizeof(b)));
+  *what = "gca_kernel_gemm_f32";
+  TOOL_CHECK(gca_kernel_gemm_f32(dc, da, db, CM, CN, CK, 0, s));
+  TOOL_CHECK(gca_kernel_gemm_f32(dc, da, db, CM, CN, CK,
+                                 GCA_GEMM_TRANS_A | GCA_GEMM_TRANS_B | GCA_GEMM_ACCUMULATE, s));
+  *what = "gca_kernel_fill_u32";
+  TOOL_CHECK(gca_kernel_fill_u32(dw, value, step, CM * CN, s));
+  *what = "gca_kernel_ew_f32";
+  TOOL_CHECK(gca_kernel_ew_f32(GCA_EW_RELU, dd, dc, NULL, 0, 0, CM * CN, s));
+  TOOL_CHECK(gca_kernel_ew_f32(GCA_EW_AXPY, dd, dd, dc, 2.0f, 0, CM * CN, s));
+  TOOL_CHECK(gca_kernel_ew_f32(GCA_EW_DROPOUT, dd, dd, dw, 0.5f, cut, CM * CN, s));
+  *what = "gca_kernel_dot_f32";
+  TOOL_CHECK(gca_kernel_dot_f32(ddot, dd, dd, CM * CN, 0.25f, s));
+  *what = "gca_stream_synchronize";
+  TOOL_CHECK(gca_stream_synchronize(s));
+  *what = "gca_memcpy (the compute kernels' results)";
+  TOOL_CHECK(gca_memcpy(got, dd, sizeof(d)));
+  TOOL_CHECK(gca_memcpy(&got[CM * CN], ddot, sizeof(float)));
+  for (size_t i = 0; i <= CM * CN; i++) {
+    float want = i < CM * CN ? d[i] : dot;
+    if (got[i] != want) {
+      *ok =
+          part_fail(ctx,
+                    "CORRUPTION in the compute kernels on the block at %p: %s %zu is %g, "
+                    "expected %g",
+                    (void *)dev, i < CM * CN ? "element" : "dot", i, (double)got[i], (double)want);
+      return GCA_OK;
+    }
+  }
+  return GCA_OK;
+}
+
 bool gca__stress_part_misc(stress_part_ctx_t *ctx) {
   int ndev = 0, dev = 0;
   char name[128];
   size_t free_bytes, total_bytes;
   gca_stream_t s = NULL;
   gca_event_t e1 = NULL, e2 = NULL;
-  void *p = NULL, *q = NULL, *table = NULL;
+  void *p = NULL, *q = NULL, *table = NULL, *f = NULL;
   int flag = 0;
   uint8_t host[MISC_BYTES];
   uint32_t value = (uint32_t)gca__stress_rng_next(ctx->rng);
@@ -639,6 +711,11 @@ bool gca__stress_part_misc(stress_part_ctx_t *ctx) {
       goto out;
     }
   }
+  STEP("gca_malloc", gca_malloc(&f, COMPUTE_FLOATS * sizeof(float), ctx->stream));
+  if ((st = misc_compute(ctx, s, f, value, &what, &ok)) != GCA_OK)
+    goto failed;
+  if (!ok)
+    goto out;
   STEP("gca_memset_d8", gca_memset_d8(p, 0, MISC_BYTES));
   STEP("gca_memset_d32", gca_memset_d32(p, value, MISC_BYTES / 4));
   ctx->c->misc_rounds++;
@@ -652,6 +729,7 @@ out:
   ok = release(ctx, p) && ok;
   ok = release(ctx, q) && ok;
   ok = release(ctx, table) && ok;
+  ok = release(ctx, f) && ok;
   if (e2)
     RETRY(gca_event_destroy(e2));
   if (e1)

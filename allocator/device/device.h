@@ -103,7 +103,10 @@
   X(host_alloc)                   \
   X(host_free)                    \
   X(host_register)                \
-  X(host_unregister)
+  X(host_unregister)              \
+  X(kernel_gemm_f32)              \
+  X(kernel_ew_f32)                \
+  X(kernel_dot_f32)
 
 typedef enum gca_dev_op {
 #define GCA__OP_ENUM(name) GCA_OP_##name,
@@ -317,7 +320,59 @@ typedef struct gca_device_ops {
    * `ptr` is the base of a registered range, else GCA_ERR_INVALID_ARGUMENT. */
   gca_status_t (*host_register)(void *ptr, size_t size);
   gca_status_t (*host_unregister)(void *ptr);
+
+  /* The f32 compute kernels of gca/device.h (gca_kernel_gemm_f32,
+   * gca_kernel_ew_f32, gca_kernel_dot_f32), with their semantics and the
+   * summation order of Note [Compute order]. Both backends check the
+   * arguments with compute.c before anything is queued
+   * (GCA_ERR_INVALID_ARGUMENT, nothing queued); memory that is not mapped
+   * faults when the kernel runs (GCA_ERR_ILLEGAL_ADDRESS at the next
+   * synchronize). */
+  gca_status_t (*kernel_gemm_f32)(gca_devptr_t c, gca_devptr_t a, gca_devptr_t b, uint32_t m,
+                                  uint32_t n, uint32_t k, uint32_t flags, gca_stream_t stream);
+  gca_status_t (*kernel_ew_f32)(gca_ew_op_t op, gca_devptr_t dst, gca_devptr_t a, gca_devptr_t b,
+                                float s, uint32_t u, size_t count, gca_stream_t stream);
+  gca_status_t (*kernel_dot_f32)(gca_devptr_t dst, gca_devptr_t a, gca_devptr_t b, size_t count,
+                                 float s, gca_stream_t stream);
 } gca_device_ops_t;
+
+/* ---- compute.c ----
+ *
+ * Note [Compute order]: the compute kernels fix the order of their f32
+ * arithmetic, and round every product and every sum on its own (no fused
+ * multiply-add: the sim's sources build with -ffp-contract=off, the PTX uses
+ * mul.rn / add.rn, which ptxas never fuses), so each backend repeats its
+ * results bit for bit and the two backends agree:
+ *   - gemm: one sum per C element, from +0, adding op(A)(i,p) * op(B)(p,j) for
+ *     p = 0 .. k-1 in turn; with GCA_GEMM_ACCUMULATE the old C is added last.
+ *   - ew: one expression per element, as gca/device.h writes it.
+ *   - dot: GCA__DOT_LANES partial sums (lane j adds the products j, j + LANES,
+ *     j + 2 LANES, ... in turn from +0), then a pairwise tree (lane j +=
+ *     lane j + h for h = LANES/2, ..., 1), then s times lane 0. The cuda
+ *     kernel is one block of LANES threads, one lane each. */
+#define GCA__DOT_LANES 256u
+
+/* Bytes a compute kernel touches through each of its pointers (0: none). */
+typedef struct gca__compute_span {
+  size_t dst, a, b;
+} gca__compute_span_t;
+
+/* The spans of arguments that passed the checks below. */
+gca__compute_span_t gca__gemm_f32_span(uint32_t m, uint32_t n, uint32_t k, uint32_t flags);
+gca__compute_span_t gca__ew_f32_span(gca_ew_op_t op, size_t count);
+gca__compute_span_t gca__dot_f32_span(size_t count);
+/* Whether an elementwise op reads b (the unary ones do not). */
+bool gca__ew_reads_b(gca_ew_op_t op);
+/* Checks a compute kernel's arguments (flags, op, sizes, pointers,
+ * overlaps); GCA_OK with *span filled, else GCA_ERR_INVALID_ARGUMENT whose
+ * detail starts with the op's name ("kernel_gemm_f32: ...") and names the
+ * argument. */
+gca_status_t gca__check_gemm_f32(gca_devptr_t c, gca_devptr_t a, gca_devptr_t b, uint32_t m,
+                                 uint32_t n, uint32_t k, uint32_t flags, gca__compute_span_t *span);
+gca_status_t gca__check_ew_f32(gca_ew_op_t op, gca_devptr_t dst, gca_devptr_t a, gca_devptr_t b,
+                               size_t count, gca__compute_span_t *span);
+gca_status_t gca__check_dot_f32(gca_devptr_t dst, gca_devptr_t a, gca_devptr_t b, size_t count,
+                                gca__compute_span_t *span);
 
 /* ---- device.c ---- */
 

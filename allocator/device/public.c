@@ -290,6 +290,37 @@ GCA_API gca_status_t gca_kernel_copy_batch(const void *table, size_t n, gca_stre
   return fwd(fn, ops->kernel_copy_batch(dptr(table), n, stream));
 }
 
+/* The compute kernels' arguments are checked here, before the backend is
+ * called, with the checks both backends make for callers of the table
+ * (compute.c). */
+GCA_API gca_status_t gca_kernel_gemm_f32(void *c, const void *a, const void *b, uint32_t m,
+                                         uint32_t n, uint32_t k, uint32_t flags,
+                                         gca_stream_t stream) {
+  static const char fn[] = "gca_kernel_gemm_f32";
+  gca__compute_span_t span;
+  GCA_CHECK(fwd(fn, gca__check_gemm_f32(dptr(c), dptr(a), dptr(b), m, n, k, flags, &span)));
+  ACTIVE(fn);
+  return fwd(fn, ops->kernel_gemm_f32(dptr(c), dptr(a), dptr(b), m, n, k, flags, stream));
+}
+
+GCA_API gca_status_t gca_kernel_ew_f32(gca_ew_op_t op, void *dst, const void *a, const void *b,
+                                       float s, uint32_t u, size_t count, gca_stream_t stream) {
+  static const char fn[] = "gca_kernel_ew_f32";
+  gca__compute_span_t span;
+  GCA_CHECK(fwd(fn, gca__check_ew_f32(op, dptr(dst), dptr(a), dptr(b), count, &span)));
+  ACTIVE(fn);
+  return fwd(fn, ops->kernel_ew_f32(op, dptr(dst), dptr(a), dptr(b), s, u, count, stream));
+}
+
+GCA_API gca_status_t gca_kernel_dot_f32(void *dst, const void *a, const void *b, size_t count,
+                                        float s, gca_stream_t stream) {
+  static const char fn[] = "gca_kernel_dot_f32";
+  gca__compute_span_t span;
+  GCA_CHECK(fwd(fn, gca__check_dot_f32(dptr(dst), dptr(a), dptr(b), count, &span)));
+  ACTIVE(fn);
+  return fwd(fn, ops->kernel_dot_f32(dptr(dst), dptr(a), dptr(b), count, s, stream));
+}
+
 GCA_API gca_status_t gca_kernel_sleep(uint64_t ns, gca_stream_t stream) {
   ACTIVE("gca_kernel_sleep");
   return fwd("gca_kernel_sleep", ops->kernel_sleep(ns, stream));

@@ -166,6 +166,64 @@ typedef struct gca_copy_entry {
  * overlap another entry's source or destination. */
 GCA_API gca_status_t gca_kernel_copy_batch(const void *table, size_t n, gca_stream_t stream);
 
+/* ---- f32 compute kernels ----
+ *
+ * Small real kernels for training steps, queued on `stream` and capturable
+ * like the kernels above. Every product and every sum is rounded to f32 on its
+ * own (never a fused multiply-add), in the order stated for each kernel, so a
+ * result is the same on every run, and the same on the sim and cuda backends
+ * (NaN payloads aside). Operands are device memory, 4-byte aligned; a pointer
+ * may be NULL only where nothing is read or written through it. Bad arguments
+ * (unknown op or flag bits, a misaligned or NULL pointer, sizes whose bytes
+ * overflow size_t, forbidden overlaps) are GCA_ERR_INVALID_ARGUMENT naming the
+ * argument, and nothing is queued. */
+
+/* Row-major f32 matrix product on `stream`: C (m x n) = op(A) . op(B), or
+ * C += op(A) . op(B) with GCA_GEMM_ACCUMULATE. op(A) is m x k: A is m x k, or
+ * k x m read transposed with GCA_GEMM_TRANS_A; op(B) is k x n: B is k x n, or
+ * n x k with GCA_GEMM_TRANS_B. Each element sums its k products in order
+ * p = 0, 1, ..., k-1 starting from +0 (then adds the old C when accumulating),
+ * so results are the same on every run. Pointers 4-byte aligned; C must not
+ * overlap A or B. m, n or k of 0: nothing to do (k = 0 without ACCUMULATE
+ * writes zeros). */
+enum { GCA_GEMM_TRANS_A = 1u, GCA_GEMM_TRANS_B = 2u, GCA_GEMM_ACCUMULATE = 4u };
+GCA_API gca_status_t gca_kernel_gemm_f32(void *c, const void *a, const void *b, uint32_t m,
+                                         uint32_t n, uint32_t k, uint32_t flags,
+                                         gca_stream_t stream);
+
+/* Elementwise f32 on `stream`, dst[i] for i < count (dst may equal a or b,
+ * but not overlap them otherwise):
+ *   ADD: a + b;  SUB: a - b;  MUL: a * b;  AXPY: a + s * b;  SCALE: s * a;
+ *   RELU: a > 0 ? a : 0 (max(a, 0), NaN gives 0);
+ *   RELU_GRAD: b > 0 ? a : 0 (a: the gradient, b: the input of the relu);
+ *   DROPOUT: ((const uint32_t *)b)[i] < threshold ? 0 : a * s, where
+ *   threshold = u (b holds random uint32 words, e.g. from
+ *   gca_graph_rng_uniform_u32; the same words give the same mask, so backward
+ *   applies DROPOUT to the gradient with the forward's words; u = 0 keeps
+ *   every element, scaled by s).
+ * Unary ops (SCALE, RELU) ignore b (may be NULL). The values are fixed (the
+ * cuda kernel switches on them). */
+typedef enum gca_ew_op {
+  GCA_EW_ADD = 0,
+  GCA_EW_SUB = 1,
+  GCA_EW_MUL = 2,
+  GCA_EW_AXPY = 3,
+  GCA_EW_SCALE = 4,
+  GCA_EW_RELU = 5,
+  GCA_EW_RELU_GRAD = 6,
+  GCA_EW_DROPOUT = 7,
+} gca_ew_op_t;
+GCA_API gca_status_t gca_kernel_ew_f32(gca_ew_op_t op, void *dst, const void *a, const void *b,
+                                       float s, uint32_t u, size_t count, gca_stream_t stream);
+
+/* dst[0] = s * sum over i < count of a[i] * b[i] (f32), summed in a fixed order
+ * that depends only on count: 256 partial sums, partial j adding the products
+ * i = j, j + 256, j + 512, ... in turn from +0, then halved pairwise
+ * (partial j += partial j + h for h = 128, 64, ..., 1). count 0 writes s * 0.
+ * dst may lie inside a or b (it is written after every read). */
+GCA_API gca_status_t gca_kernel_dot_f32(void *dst, const void *a, const void *b, size_t count,
+                                        float s, gca_stream_t stream);
+
 /* cuStreamBeginCapture_v2 / cuStreamEndCapture (the captured graph into *graph). */
 GCA_API gca_status_t gca_stream_begin_capture(gca_stream_t stream, gca_capture_mode_t mode);
 GCA_API gca_status_t gca_stream_end_capture(gca_stream_t stream, gca_graph_t *graph);

@@ -141,10 +141,20 @@ typedef struct gca_graph_tree_options {
   bool poison_stale;
   gca_graph_decision_fn_t on_decision; /* may be NULL; must not call into the tree */
   void *decision_ctx;
+  /* The pool the tree records into, or NULL: a pool of its own. A pool given
+   * here (e.g. a communicator's, gca_comm_pool_create, so that every buffer
+   * a recording's collectives use is registered) must be on the tree's
+   * device and hold no allocated block; the tree takes a use of it (released
+   * at destroy) and owns its layout while it lives: allocate from it only
+   * through the tree's runs, or on the tree's stream between them. */
+  struct gca_pool *pool;
 } gca_graph_tree_options_t;
 
-#define GCA_GRAPH_TREE_OPTIONS_INIT \
-  { sizeof(gca_graph_tree_options_t), 1, 8, GCA_GRAPH_CAPTURE_THREAD_LOCAL, false, NULL, NULL }
+#define GCA_GRAPH_TREE_OPTIONS_INIT                                                            \
+  {                                                                                            \
+    sizeof(gca_graph_tree_options_t), 1, 8, GCA_GRAPH_CAPTURE_THREAD_LOCAL, false, NULL, NULL, \
+        NULL                                                                                   \
+  }
 
 typedef struct gca_graph_stats {
   size_t size;         /* set by the caller: sizeof(gca_graph_stats_t) */

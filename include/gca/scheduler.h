@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gca/device.h"
 #include "gca/status.h"
 
 #ifdef __cplusplus
@@ -44,7 +45,7 @@ typedef struct gca_opgraph gca_opgraph_t; /* opaque */
 
 typedef enum gca_buffer_kind {
   GCA_BUFFER_TEMP = 0,   /* allocated when written, freed after its last use */
-  GCA_BUFFER_INPUT = 1,  /* live from the start, never freed */
+  GCA_BUFFER_INPUT = 1,  /* live from the start, never freed; written only by mutation */
   GCA_BUFFER_OUTPUT = 2, /* allocated when written, never freed */
 } gca_buffer_kind_t;
 
@@ -119,6 +120,11 @@ GCA_API const char *gca_opgraph_op_name(const gca_opgraph_t *graph, size_t op);
 GCA_API gca_op_kind_t gca_opgraph_op_kind(const gca_opgraph_t *graph, size_t op);
 /* The op's index by name (GCA_ERR_NOT_FOUND when none). */
 GCA_API gca_status_t gca_opgraph_op_index(const gca_opgraph_t *graph, const char *name, size_t *op);
+/* Buffers (views included) in the order they were added; a buffer's index by
+ * name (GCA_ERR_NOT_FOUND when none). */
+GCA_API size_t gca_opgraph_buffer_count(const gca_opgraph_t *graph);
+GCA_API gca_status_t gca_opgraph_buffer_index(const gca_opgraph_t *graph, const char *name,
+                                              size_t *buffer);
 /* The program order: 0, 1, ..., n-1 (n = gca_opgraph_op_count). */
 GCA_API gca_status_t gca_opgraph_program_order(const gca_opgraph_t *graph, size_t *order);
 
@@ -259,10 +265,21 @@ typedef struct gca_execute_options {
    * all_reduce move the data through <gca/collectives.h> (every rank runs the
    * same plan, each on its own thread) and then take their duration. */
   struct gca_comm *const *comms;
+  /* Real work for compute ops, or NULL: each compute op is then a kernel of
+   * its duration. When set, it is called at each compute op's turn with
+   * bufs[b] the device address of every buffer b of the graph (a view: its
+   * storage's address; NULL when not live) and issues the op's work on
+   * `stream` (no allocations: every buffer the op needs is in the graph);
+   * a kernel of the op's duration follows when time_scale > 0. */
+  gca_status_t (*compute)(void *ctx, size_t op, void *const *bufs, gca_stream_t stream);
+  void *compute_ctx;
 } gca_execute_options_t;
 
-#define GCA_EXECUTE_OPTIONS_INIT \
-  { sizeof(gca_execute_options_t), 0, 1.0, true, GCA_VERIFY_LOG, GCA_EXECUTE_FAULT_NONE, 0, NULL }
+#define GCA_EXECUTE_OPTIONS_INIT                                                                  \
+  {                                                                                               \
+    sizeof(gca_execute_options_t), 0, 1.0, true, GCA_VERIFY_LOG, GCA_EXECUTE_FAULT_NONE, 0, NULL, \
+        NULL, NULL                                                                                \
+  }
 
 typedef struct gca_execute_result {
   size_t size; /* sizeof(gca_execute_result_t) */
@@ -279,6 +296,38 @@ typedef struct gca_execute_result {
 GCA_API gca_status_t gca_opgraph_execute(const gca_opgraph_t *graph, const size_t *order, size_t n,
                                          const gca_execute_options_t *opts,
                                          gca_execute_result_t *result);
+
+/* ---- plans: one order run step after step ----
+ *
+ * What the executor does for one run, kept for many: a plan holds an order's
+ * communicator streams and events, and each gca_plan_run issues the whole
+ * order on the caller's stream (the compute stream) — allocations through
+ * gca_malloc on that stream at the plan's steps, frees at its steps,
+ * collectives on the communicators' streams forked from it by events and
+ * joined back to it before the run returns — and never synchronizes, so a
+ * run can be captured into a graph (a graph tree's body) as well as run
+ * eagerly. The options are the executor's (time_scale may be 0: no modelled
+ * durations; faults apply to every run). A plan is used by one thread at a
+ * time and is destroyed after its last run's work is done (or synchronized). */
+
+typedef struct gca_plan gca_plan_t;
+
+GCA_API gca_status_t gca_plan_create(const gca_opgraph_t *graph, const size_t *order, size_t n,
+                                     const gca_execute_options_t *opts, gca_plan_t **plan);
+/* One run on `stream`. bind, when not NULL, has gca_opgraph_buffer_count
+ * entries: bind[b] != NULL for a storage b (a buffer that is not a view) is
+ * the caller's memory for it (at least its bytes; never allocated or freed by
+ * the plan, and not expected by the verifier); every other storage the plan
+ * allocates: inputs at the start, the rest at their steps, and what is still
+ * live (inputs, outputs) is freed at the end, stream-ordered. *mismatches
+ * (may be NULL) gets this run's verifier mismatches. On failure the run's
+ * memory is given back and the error names the step and op. */
+GCA_API gca_status_t gca_plan_run(gca_plan_t *plan, gca_stream_t stream, void *const *bind,
+                                  size_t *mismatches);
+/* Mismatches over every run so far, and the first of them (when any). */
+GCA_API gca_status_t gca_plan_result(const gca_plan_t *plan, size_t *mismatches,
+                                     gca_mismatch_t *first);
+GCA_API void gca_plan_destroy(gca_plan_t *plan);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_free_cache.c - the free cache (Note [Free cache], allocator.c): a
- * plain free waits uncoalesced for the next request of its (stream, size);
- * statistics stay exactly those of PyTorch's rules at every step, misses and
- * release paths see every free merged, and free_cache:False gives PyTorch's
- * placement. */
+/* test_free_cache.c - the free cache (Note [Free cache], fcache.c): a plain
+ * free waits uncoalesced in its (stream, pool)'s slot for the next request of
+ * its size, which takes it only where PyTorch's best fit would (Note [Exact
+ * hits]); placement and statistics stay exactly those of PyTorch's rules at
+ * every step, misses and release paths see every free merged, and a slot
+ * whose puts go unused stops caching (Note [Free cache waste]). */
 #include <stdlib.h>
 
 #include "alloc_fixture.h"
+#include "fcache.h"
 
 static size_t fc_count(void) {
   gca__devalloc_t *d = gca__devalloc_peek(0);
@@ -96,7 +98,8 @@ static void pair_reuses_block_with_exact_statistics(void **state) {
 /* Random scripts on two streams, run with and without the cache: after every
  * step the usage statistics (every field) are equal and the walker, which
  * recomputes inactive_split from the layout, passes; at the end everything
- * returns to the device. */
+ * returns to the device. Three allocations in four after a free ask again for
+ * what was freed, the pattern the cache serves. */
 static void random_scripts_keep_statistics_exact(void **state) {
   (void)state;
   static const size_t sizes[] = {512, 1000, 4096, 65536, 1 << 20, 3 << 20, 12 << 20};
@@ -112,6 +115,8 @@ static void random_scripts_keep_statistics_exact(void **state) {
       trace[pass] = calloc(STEPS, sizeof(gca_stats_t));
       assert_non_null(trace[pass]);
       void *live[LIVE] = {0};
+      size_t lsize[LIVE] = {0}, again = 0;
+      int lstream[LIVE] = {0}, again_stream = 0;
       unsigned r = seed;
       size_t hits = 0;
       for (int step = 0; step < STEPS; step++) {
@@ -120,10 +125,20 @@ static void random_scripts_keep_statistics_exact(void **state) {
         if (live[slot] != NULL) {
           free_ok(live[slot]);
           live[slot] = NULL;
+          again = (r >> 24) % 4 != 0 ? lsize[slot] : 0;
+          again_stream = lstream[slot];
         } else {
           size_t size = sizes[(r >> 16) % GCA_ARRAY_SIZE(sizes)] - ((r >> 4) & 7);
+          int si = (r >> 20) & 1;
+          if (again != 0) {
+            size = again;
+            si = again_stream;
+            again = 0;
+          }
           size_t before = fc_count();
-          live[slot] = alloc_on(size, streams[(r >> 20) & 1]);
+          live[slot] = alloc_on(size, streams[si]);
+          lsize[slot] = size;
+          lstream[slot] = si;
           hits += fc_count() + 1 == before;
         }
         trace[pass][step] = stats();
@@ -203,11 +218,11 @@ static void a_miss_sees_cached_blocks_merged(void **state) {
   free_ok(b);
 }
 
-/* Where the cache and PyTorch's best fit part ways: a request of a cached
- * (stream, size) gets the block freed last, even when an older free block of
- * that size lies lower; free_cache:False gives the lower one, as PyTorch
- * does. Statistics agree either way. */
-static void free_cache_false_restores_pytorch_placement(void **state) {
+/* The cache never changes placement (Note [Exact hits]): a request of a
+ * cached (stream, size) gets an older free block of that size that lies
+ * lower, as PyTorch's best fit does, and the cached block is merged back
+ * instead; with free_cache:False the same. Statistics agree either way. */
+static void the_cache_keeps_pytorch_placement(void **state) {
   (void)state;
   gca_stream_t s2;
   assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
@@ -221,20 +236,190 @@ static void free_cache_false_restores_pytorch_placement(void **state) {
     char *x = alloc_on(512 * KiB, NULL);
     char *g2 = alloc_on(512 * KiB, NULL);
     free_ok(y);
-    void *other = alloc_on(512, s2); /* a miss: y goes to the tree */
-    free_ok(x);
+    free_ok(x); /* y's slot: y goes to the tree, x is cached */
+    assert_int_equal(fc_count(), pass == 0 ? 1 : 0);
     void *z = alloc_on(512 * KiB, NULL);
-    assert_ptr_equal(z, pass == 0 ? x : y);
+    assert_ptr_equal(z, y); /* the lower one, not the one freed last */
+    assert_int_equal(fc_count(), 0);
+    void *w = alloc_on(512 * KiB, NULL);
+    assert_ptr_equal(w, x);
     st[pass] = stats();
+    free_ok(w);
     free_ok(z);
     free_ok(g1);
     free_ok(g2);
-    free_ok(other);
   }
-  assert_usage_stats_equal(&st[0], &st[1], "placement");
-  assert_int_equal(st[0].inactive_split[GCA_STAT_ALL].current,
-                   st[1].inactive_split[GCA_STAT_ALL].current);
+  assert_all_stats_equal(&st[0], &st[1]);
   assert_ok(gca_set_config("free_cache:True"));
+  assert_ok(gca_stream_destroy(s2));
+}
+
+/* A cached block with a free block above it is PyTorch's choice only while
+ * that run is the best fit: a smaller free block that still fits comes first
+ * (the request splits it, and the cached block is merged back), and so does
+ * an older one of the run's size that lies lower. */
+static void a_hit_needs_the_cached_run_to_be_the_best_fit(void **state) {
+  (void)state;
+  for (int pass = 0; pass < 2; pass++) {
+    assert_nothing_leaked();
+    gca__allocator_reset();
+    assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
+    /* [a 8K][g 4K][x 4K][rest free]: free a (8K, fits a 4K request), then x */
+    char *a = alloc_on(8 * KiB, NULL);
+    char *g = alloc_on(4 * KiB, NULL);
+    char *x = alloc_on(4 * KiB, NULL);
+    free_ok(a);
+    free_ok(x); /* a goes to the tree, x is cached above the free remainder */
+    void *p = alloc_on(4 * KiB, NULL);
+    assert_ptr_equal(p, a); /* a's 8K is smaller than x's run (x + remainder) */
+    void *q = alloc_on(4 * KiB, NULL);
+    assert_ptr_equal(q, a + 4 * KiB);
+    void *r = alloc_on(4 * KiB, NULL);
+    assert_ptr_equal(r, x);
+    free_ok(p);
+    free_ok(q);
+    free_ok(r);
+    free_ok(g);
+  }
+  assert_ok(gca_set_config("free_cache:True"));
+}
+
+typedef struct script_step {
+  void *ptr;        /* what the allocation returned, or NULL for a free */
+  int64_t reserved; /* reserved bytes after the step */
+  int64_t inactive; /* inactive_split_bytes after the step */
+} script_step_t;
+
+/* One random script (seed) under `conf`, recording every step. Returns the
+ * hits of the free cache. */
+static size_t run_script(unsigned seed, const char *conf, gca_stream_t s2, script_step_t *out,
+                         int steps) {
+  static const size_t sizes[] = {512,     1000,    4096,     12288,    65536,
+                                 1 << 20, 3 << 20, 12 << 20, 30 << 20, (41 << 20) + 512};
+  enum { LIVE = 40 };
+  gca_stream_t streams[2] = {NULL, s2};
+  assert_nothing_leaked();
+  gca__allocator_reset();
+  assert_ok(gca_set_config(conf));
+  void *live[LIVE] = {0};
+  size_t lsize[LIVE] = {0}, again = 0;
+  int lstream[LIVE] = {0}, again_stream = 0;
+  unsigned r = seed;
+  size_t hits = 0;
+  for (int step = 0; step < steps; step++) {
+    r = r * 1103515245u + 12345u;
+    unsigned slot = (r >> 8) % LIVE;
+    out[step].ptr = NULL;
+    if (live[slot] != NULL) {
+      free_ok(live[slot]);
+      live[slot] = NULL;
+      /* two allocations in three after a free ask again for what was freed */
+      again = (r >> 24) % 3 != 0 ? lsize[slot] : 0;
+      again_stream = lstream[slot];
+    } else {
+      size_t size = sizes[(r >> 16) % GCA_ARRAY_SIZE(sizes)] - ((r >> 4) & 7);
+      int si = (r >> 20) & 1;
+      if (again != 0) {
+        size = again;
+        si = again_stream;
+        again = 0;
+      }
+      size_t before = fc_count();
+      live[slot] = alloc_on(size, streams[si]);
+      lsize[slot] = size;
+      lstream[slot] = si;
+      out[step].ptr = live[slot];
+      hits += fc_count() + 1 == before;
+    }
+    gca_stats_t s = stats();
+    out[step].reserved = s.reserved_bytes[GCA_STAT_ALL].current;
+    out[step].inactive = s.inactive_split_bytes[GCA_STAT_ALL].current;
+  }
+  for (int i = 0; i < LIVE; i++)
+    if (live[i] != NULL)
+      free_ok(live[i]);
+  return hits;
+}
+
+/* Random scripts on two streams, under settings that change the rules (the
+ * classic and the expandable segments, max_split_size, rounding divisions):
+ * with the cache, every allocation returns the address it returns without,
+ * and reserved memory and inactive_split_bytes are equal after every step
+ * (Note [Exact hits]), while the cache does serve many of them. */
+static void random_scripts_place_every_block_as_pytorch(void **state) {
+  (void)state;
+  static const char *const confs[] = {"", "expandable_segments:True", "max_split_size_mb:24",
+                                      "roundup_power2_divisions:4"};
+  enum { STEPS = 2000 };
+  gca_stream_t s2;
+  assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+  script_step_t *with = calloc(STEPS, sizeof(*with)), *without = calloc(STEPS, sizeof(*without));
+  assert_non_null(with);
+  assert_non_null(without);
+  for (size_t c = 0; c < GCA_ARRAY_SIZE(confs); c++) {
+    for (unsigned seed = 1; seed <= 4; seed++) {
+      char on[128], off[128];
+      snprintf(on, sizeof(on), "%s%sfree_cache:True", confs[c], *confs[c] ? "," : "");
+      snprintf(off, sizeof(off), "%s%sfree_cache:False", confs[c], *confs[c] ? "," : "");
+      size_t hits = run_script(seed, on, s2, with, STEPS);
+      run_script(seed, off, s2, without, STEPS);
+      for (int step = 0; step < STEPS; step++)
+        if (with[step].ptr != without[step].ptr || with[step].reserved != without[step].reserved ||
+            with[step].inactive != without[step].inactive)
+          fail_msg("'%s' seed %u step %d: %p reserved %lld inactive %lld with the cache, %p "
+                   "%lld %lld without",
+                   confs[c], seed, step, with[step].ptr, (long long)with[step].reserved,
+                   (long long)with[step].inactive, without[step].ptr,
+                   (long long)without[step].reserved, (long long)without[step].inactive);
+      print_message("'%s' seed %u: %zu hits\n", confs[c], seed, hits);
+      if (hits < 50)
+        fail_msg("'%s' seed %u: only %zu hits: the script does not exercise the cache", confs[c],
+                 seed, hits);
+    }
+  }
+  free(with);
+  free(without);
+  assert_ok(gca_stream_destroy(s2)); /* the fixture's reset restores the settings */
+}
+
+/* Note [Free cache waste]: alternating 4 KiB and 12 KiB, every cached free
+ * is evicted by the next request; after GCA__FC_WASTE_OFF such puts the
+ * device stops caching but for one probe in GCA__FC_PROBE frees, and a miss
+ * evicts what another stream left cached, so nothing stays cached. A run of
+ * one size then turns it back on at the next probe, and from there every free
+ * is cached and every request a hit. */
+static void a_device_whose_puts_go_unused_stops_caching(void **state) {
+  (void)state;
+  gca_stream_t s2;
+  assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+  free_ok(alloc_on(64 * KiB, s2)); /* cached, and left there */
+  assert_int_equal(fc_count(), 1);
+  int cached = 0;
+  for (int i = 0; i < 160; i++) {
+    void *p = alloc_on(i & 1 ? 12 * KiB : 4 * KiB, NULL);
+    size_t before = fc_count();
+    free_ok(p);
+    cached += fc_count() == before + 1;
+  }
+  /* off after GCA__FC_WASTE_OFF puts; then each probe is wasted too */
+  assert_int_equal(cached, GCA__FC_WASTE_OFF + (160 - GCA__FC_WASTE_OFF) / GCA__FC_PROBE);
+  free_ok(alloc_on(12 * KiB, NULL)); /* a miss (then a free not cached) */
+  assert_int_equal(fc_count(), 0);   /* s2's block went too */
+  int first_hit = -1;
+  void *p = alloc_on(8 * KiB, NULL);
+  for (int i = 0; i < GCA__FC_PROBE + 20; i++) {
+    size_t before = fc_count();
+    free_ok(p);
+    bool put = fc_count() == before + 1;
+    p = alloc_on(8 * KiB, NULL);
+    if (put && fc_count() == before && first_hit < 0)
+      first_hit = i;
+    if (first_hit >= 0)
+      assert_true(put); /* on again: every free cached, every request a hit */
+  }
+  free_ok(p);
+  print_message("caching resumed at the %d-th free of one size\n", first_hit);
+  assert_true(first_hit >= 0 && first_hit < GCA__FC_PROBE);
   assert_ok(gca_stream_destroy(s2));
 }
 
@@ -359,7 +544,13 @@ int main(void) {
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(a_miss_sees_cached_blocks_merged, alloc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(free_cache_false_restores_pytorch_placement, alloc_setup,
+      cmocka_unit_test_setup_teardown(the_cache_keeps_pytorch_placement, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(a_hit_needs_the_cached_run_to_be_the_best_fit, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(random_scripts_place_every_block_as_pytorch, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(a_device_whose_puts_go_unused_stops_caching, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(cached_pointer_is_not_live, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(only_plain_frees_are_cached, alloc_setup, alloc_teardown),

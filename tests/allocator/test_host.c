@@ -531,6 +531,119 @@ static void the_snapshot_lists_live_and_pending_blocks(void **state) {
   expect_empty_after_empty_cache();
 }
 
+typedef struct handoff {
+  void *p;
+  size_t size;
+  gca_status_t st, again;
+} handoff_t;
+
+static void *free_elsewhere(void *arg) {
+  handoff_t *h = arg;
+  h->st = gca_host_free(h->p);
+  h->again = gca_host_free(h->p);
+  return NULL;
+}
+
+/* A block freed by another thread than the one that allocated it (no hint
+ * there: the table finds it) goes into that thread's front cache; a second
+ * free, from either thread, is refused (the allocating thread's hint still
+ * names the block's record, now cached elsewhere), and nothing is lost. */
+static void a_free_on_another_thread_is_checked_and_a_second_refused(void **state) {
+  (void)state;
+  static const size_t sizes[] = {64, 4 * KIB, 64 * KIB, MIB, 8 * MIB};
+  for (size_t i = 0; i < GCA_ARRAY_SIZE(sizes); i++) {
+    handoff_t h = {.size = sizes[i]};
+    assert_ok(gca_host_alloc(&h.p, h.size));
+    stamp(h.p, h.size, 11);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, free_elsewhere, &h), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_ok(h.st);
+    assert_int_equal(h.again, GCA_ERR_INVALID_POINTER);
+    assert_status(gca_host_free(h.p), GCA_ERR_INVALID_POINTER, "freed already");
+    assert_status(gca_host_record_stream(h.p, NULL), GCA_ERR_INVALID_POINTER,
+                  "gca_host_record_stream:");
+    assert_int_equal(stats().allocation.current, 0);
+  }
+  expect_empty_after_empty_cache();
+}
+
+typedef struct leaver {
+  void *p[8];
+} leaver_t;
+
+static void *alloc_free_and_exit(void *arg) {
+  leaver_t *l = arg;
+  for (int i = 0; i < 8; i++) {
+    size_t size = (size_t)64 << (2 * i % 16);
+    if (gca_host_alloc(&l->p[i], size) != GCA_OK)
+      return NULL;
+    stamp(l->p[i], size, (uint32_t)i);
+  }
+  for (int i = 0; i < 8; i++)
+    if (gca_host_free(l->p[i]) != GCA_OK)
+      l->p[i] = NULL;
+  return l;
+}
+
+/* Note [Host front cache]: a thread's freed blocks wait in its front cache,
+ * on the table as cached (not live: a free of one is refused); when the
+ * thread exits they go back to jemalloc and off the table, so empty_cache
+ * then finds the allocator idle and gives every extent back. */
+static void a_thread_front_cache_goes_back_when_it_exits(void **state) {
+  (void)state;
+  leaver_t l = {0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, alloc_free_and_exit, &l), 0);
+  void *ret = NULL;
+  assert_int_equal(pthread_join(th, &ret), 0);
+  assert_ptr_equal(ret, &l);
+  for (int i = 0; i < 8; i++) {
+    assert_non_null(l.p[i]);
+    assert_null(gca__host_rec_find(l.p[i]));
+  }
+  /* while cached, a block is on the table but not live */
+  void *p = NULL;
+  assert_ok(gca_host_alloc(&p, 4 * KIB));
+  assert_ok(gca_host_free(p));
+  gca__host_rec_t *r = gca__host_rec_find(p);
+  assert_non_null(r);
+  assert_int_equal(atomic_load(&r->state), GCA__HREC_CACHED);
+  assert_status(gca_host_free(p), GCA_ERR_INVALID_POINTER, "freed already");
+  expect_empty_after_empty_cache();
+  assert_null(gca__host_rec_find(p));
+}
+
+/* The front cache is bounded (Note [Host front cache]): a thread that frees
+ * 5 MiB of blocks in six classes near 1 MiB keeps at most one block of a
+ * class above 512 KiB, two of 512 and 448 KiB, and 4 MiB in all; the rest go
+ * back to jemalloc, off the table. */
+static void the_front_cache_keeps_at_most_its_bound(void **state) {
+  (void)state;
+  static const size_t sizes[] = {MIB, 896 * KIB, 768 * KIB, 640 * KIB, 512 * KIB, 448 * KIB};
+  enum { N = GCA_ARRAY_SIZE(sizes) * 3 };
+  void *v[N];
+  for (int i = 0; i < N; i++)
+    assert_ok(gca_host_alloc(&v[i], sizes[i % GCA_ARRAY_SIZE(sizes)]));
+  for (int i = 0; i < N; i++)
+    assert_ok(gca_host_free(v[i]));
+  size_t cached = 0, per_class[GCA_ARRAY_SIZE(sizes)] = {0};
+  for (int i = 0; i < N; i++) {
+    gca__host_rec_t *r = gca__host_rec_find(v[i]);
+    if (r) {
+      assert_int_equal(atomic_load(&r->state), GCA__HREC_CACHED);
+      cached += r->jsize;
+      per_class[i % GCA_ARRAY_SIZE(sizes)]++;
+    }
+  }
+  print_message("front cache kept %zu bytes of %d blocks\n", cached, N);
+  assert_true(cached > 0);
+  assert_true(cached <= 4 * MIB);
+  for (size_t c = 0; c < GCA_ARRAY_SIZE(sizes); c++)
+    assert_true(per_class[c] <= (sizes[c] > 512 * KIB ? 1u : 2u));
+  expect_empty_after_empty_cache();
+}
+
 /* GCA_TEST_NO_JEMALLOC: the library cannot be loaded (or, =symbols, is not
  * jemalloc); every call says why. */
 static void without_jemalloc_every_call_says_why(void **state) {
@@ -563,6 +676,9 @@ int main(void) {
       cmocka_unit_test(bookkeeping_growth_failures_fail_cleanly),
       cmocka_unit_test(bad_input_is_refused_and_changes_nothing),
       cmocka_unit_test(the_snapshot_lists_live_and_pending_blocks),
+      cmocka_unit_test(a_free_on_another_thread_is_checked_and_a_second_refused),
+      cmocka_unit_test(a_thread_front_cache_goes_back_when_it_exits),
+      cmocka_unit_test(the_front_cache_keeps_at_most_its_bound),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -56,7 +56,8 @@ static int fabric_exports, fabric_imports, fabric_refusals;
 static CUmemGenericAllocationHandle last_fabric_import;
 static char last_kernel[32];
 static unsigned last_grid, last_block;
-static uint64_t last_args[4];
+static unsigned last_grid_dim[3], last_block_dim[3];
+static uint64_t last_args[8]; /* the kernel's parameters, each widened to 64 bits */
 
 static void setup(void) {
   const char *v;
@@ -453,11 +454,12 @@ static CUresult f_module_load(CUmodule *m, const void *image) {
   *m = (CUmodule)(uintptr_t)(0x9000 + ctx_device(current));
   return CUDA_SUCCESS;
 }
-static char function_names[5][32] = {"gca_fill_u32", "gca_add_u32", "gca_sleep_ns",
-                                     "gca_philox_u32", "gca_copy_batch"};
+static char function_names[8][32] = {"gca_fill_u32",   "gca_add_u32",    "gca_sleep_ns",
+                                     "gca_philox_u32", "gca_copy_batch", "gca_gemm_f32",
+                                     "gca_ew_f32",     "gca_dot_f32"};
 static CUresult f_module_get_function(CUfunction *f, CUmodule m, const char *name) {
   const char *ptx_entry = NULL;
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < 8; i++)
     if (strcmp(name, function_names[i]) == 0)
       ptx_entry = function_names[i];
   if (!ptx_entry)
@@ -475,6 +477,8 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
   strncpy(last_kernel, name, sizeof(last_kernel) - 1);
   last_grid = gx * gy * gz;
   last_block = bx * by * bz;
+  last_grid_dim[0] = gx, last_grid_dim[1] = gy, last_grid_dim[2] = gz;
+  last_block_dim[0] = bx, last_block_dim[1] = by, last_block_dim[2] = bz;
   memset(last_args, 0, sizeof(last_args));
   if (strcmp(name, "gca_fill_u32") == 0) {
     last_args[0] = *(uint64_t *)params[0];
@@ -488,6 +492,20 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
     last_args[0] = *(uint64_t *)params[0];
     last_args[1] = *(uint64_t *)params[1];
     last_args[2] = gy; /* the entries' dimension */
+  } else if (strcmp(name, "gca_gemm_f32") == 0) {
+    for (int i = 0; i < 3; i++) /* c, a, b */
+      last_args[i] = *(uint64_t *)params[i];
+    for (int i = 3; i < 7; i++) /* m, n, k, flags */
+      last_args[i] = *(uint32_t *)params[i];
+  } else if (strcmp(name, "gca_ew_f32") == 0) {
+    for (int i = 0; i < 4; i++) /* dst, a, b, count */
+      last_args[i] = *(uint64_t *)params[i];
+    for (int i = 4; i < 7; i++) /* op, s (its bits), u */
+      last_args[i] = *(uint32_t *)params[i];
+  } else if (strcmp(name, "gca_dot_f32") == 0) {
+    for (int i = 0; i < 4; i++) /* dst, a, b, count */
+      last_args[i] = *(uint64_t *)params[i];
+    last_args[4] = *(uint32_t *)params[4]; /* s (its bits) */
   } else {
     last_args[0] = *(uint64_t *)params[0];
   }
@@ -692,6 +710,7 @@ EXPORT int fake_cuda_fabric_imports(void);
 EXPORT int fake_cuda_fabric_refusals(void);
 EXPORT uint64_t fake_cuda_last_fabric_import(void);
 EXPORT const char *fake_cuda_last_kernel(unsigned *grid, unsigned *block, uint64_t args[4]);
+EXPORT const char *fake_cuda_last_launch(unsigned grid[3], unsigned block[3], uint64_t args[8]);
 EXPORT int fake_cuda_peer_enabled(int dev, int peer);
 
 EXPORT int fake_cuda_last_host_flags(void);
@@ -741,6 +760,13 @@ EXPORT uint64_t fake_cuda_last_fabric_import(void) {
 EXPORT const char *fake_cuda_last_kernel(unsigned *grid, unsigned *block, uint64_t args[4]) {
   *grid = last_grid;
   *block = last_block;
+  memcpy(args, last_args, 4 * sizeof(*args));
+  return last_kernel;
+}
+/* The last launch's grid and block by dimension and all its parameters. */
+EXPORT const char *fake_cuda_last_launch(unsigned grid[3], unsigned block[3], uint64_t args[8]) {
+  memcpy(grid, last_grid_dim, sizeof(last_grid_dim));
+  memcpy(block, last_block_dim, sizeof(last_block_dim));
   memcpy(args, last_args, sizeof(last_args));
   return last_kernel;
 }

@@ -49,6 +49,13 @@ static int fake_int(const char *name) {
 }
 
 typedef const char *(*last_kernel_fn)(unsigned *grid, unsigned *block, uint64_t args[4]);
+typedef const char *(*last_launch_fn)(unsigned grid[3], unsigned block[3], uint64_t args[8]);
+
+static uint64_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof(u));
+  return u;
+}
 
 /* ---- children ---- */
 
@@ -298,6 +305,62 @@ static int child_kernels(report_t *r) {
   EXPECT_OK(r, ops->kernel_copy_batch(0, 0, s0)); /* nothing to launch */
   last(&grid, &block, args);
   CHECK(r, args[1] == 100000);
+
+  /* the compute kernels: every parameter in order and the launch's shape */
+  last_launch_fn launch = (last_launch_fn)(uintptr_t)fake_fn("fake_cuda_last_launch");
+  CHECK(r, launch != NULL);
+  unsigned g3[3], b3[3];
+  uint64_t a8[8];
+  EXPECT_OK(r, ops->kernel_gemm_f32(0x10000, 0x20000, 0x30000, 33, 17, 65,
+                                    GCA_GEMM_TRANS_A | GCA_GEMM_ACCUMULATE, s0));
+  CHECK(r, strcmp(launch(g3, b3, a8), "gca_gemm_f32") == 0);
+  CHECK(r, a8[0] == 0x10000 && a8[1] == 0x20000 && a8[2] == 0x30000 && a8[3] == 33 && a8[4] == 17 &&
+               a8[5] == 65 && a8[6] == 5);
+  CHECK(r, g3[0] == 2 && g3[1] == 3 && g3[2] == 1 && b3[0] == 16 && b3[1] == 16 && b3[2] == 1);
+  /* a C of 10^10 elements: the grid is capped each way, the kernel strides */
+  EXPECT_OK(r, ops->kernel_gemm_f32(0x1000000, 0x20000, 0x30000, 100000, 100000, 1, 0, s0));
+  launch(g3, b3, a8);
+  CHECK(r, a8[3] == 100000 && g3[0] == 4096 && g3[1] == 4096);
+  /* nothing to do: no launch (m = 0; k = 0 when accumulating) */
+  EXPECT_OK(r, ops->kernel_gemm_f32(0x10000, 0x20000, 0x30000, 0, 17, 65, 0, s0));
+  EXPECT_OK(r, ops->kernel_gemm_f32(0x10000, 0, 0, 3, 4, 0, GCA_GEMM_ACCUMULATE, s0));
+  launch(g3, b3, a8);
+  CHECK(r, a8[3] == 100000);
+  /* k = 0 without accumulating writes zeros: launched, A and B unused */
+  EXPECT_OK(r, ops->kernel_gemm_f32(0x10000, 0, 0, 3, 4, 0, 0, s0));
+  CHECK(r, strcmp(launch(g3, b3, a8), "gca_gemm_f32") == 0);
+  CHECK(r, a8[0] == 0x10000 && a8[3] == 3 && a8[4] == 4 && a8[5] == 0);
+  EXPECT(r, ops->kernel_gemm_f32(0x10000, 0x20000, 0x30000, 2, 2, 2, 8, s0),
+         GCA_ERR_INVALID_ARGUMENT, "kernel_gemm_f32: flags 0x8 has bits outside");
+  EXPECT(r, ops->kernel_gemm_f32(0x20008, 0x20000, 0x30000, 2, 2, 2, 0, s0),
+         GCA_ERR_INVALID_ARGUMENT, "kernel_gemm_f32: C [0x20008, +16) overlaps A [0x20000, +16)");
+
+  EXPECT_OK(
+      r, ops->kernel_ew_f32(GCA_EW_DROPOUT, 0x40000, 0x50000, 0x60000, 2.5f, 0x40000000, 1000, s0));
+  CHECK(r, strcmp(launch(g3, b3, a8), "gca_ew_f32") == 0);
+  CHECK(r, a8[0] == 0x40000 && a8[1] == 0x50000 && a8[2] == 0x60000 && a8[3] == 1000 &&
+               a8[4] == GCA_EW_DROPOUT && a8[5] == float_bits(2.5f) && a8[6] == 0x40000000);
+  CHECK(r, (uint64_t)g3[0] * b3[0] >= 1000 && b3[0] == 256 && g3[1] == 1);
+  /* a unary op does not read b: it is passed as 0 */
+  EXPECT_OK(r, ops->kernel_ew_f32(GCA_EW_SCALE, 0x40000, 0x40000, 0x60000, -1.0f, 0, 10, s0));
+  launch(g3, b3, a8);
+  CHECK(r, a8[1] == 0x40000 && a8[2] == 0 && a8[4] == GCA_EW_SCALE && a8[5] == float_bits(-1.0f));
+  EXPECT_OK(r, ops->kernel_ew_f32(GCA_EW_ADD, 0x40000, 0x50000, 0x60000, 0, 0, 0, s0));
+  launch(g3, b3, a8);
+  CHECK(r, a8[4] == GCA_EW_SCALE); /* count 0: nothing launched */
+  EXPECT(r, ops->kernel_ew_f32((gca_ew_op_t)8, 0x40000, 0x50000, 0x60000, 1, 0, 10, s0),
+         GCA_ERR_INVALID_ARGUMENT, "kernel_ew_f32: op 8 is not a gca_ew_op_t");
+
+  EXPECT_OK(r, ops->kernel_dot_f32(0x70000, 0x50000, 0x60000, 100000, 0.5f, s0));
+  CHECK(r, strcmp(launch(g3, b3, a8), "gca_dot_f32") == 0);
+  CHECK(r, a8[0] == 0x70000 && a8[1] == 0x50000 && a8[2] == 0x60000 && a8[3] == 100000 &&
+               a8[4] == float_bits(0.5f));
+  CHECK(r, g3[0] == 1 && g3[1] == 1 && b3[0] == 256 && b3[1] == 1);
+  EXPECT_OK(r, ops->kernel_dot_f32(0x70000, 0, 0, 0, 3.0f, s0)); /* writes s * 0 */
+  launch(g3, b3, a8);
+  CHECK(r, a8[0] == 0x70000 && a8[3] == 0 && a8[4] == float_bits(3.0f));
+  EXPECT(r, ops->kernel_dot_f32(0x70002, 0x50000, 0x60000, 4, 1, s0), GCA_ERR_INVALID_ARGUMENT,
+         "kernel_dot_f32: dst 0x70002 must be a 4-byte aligned device pointer");
 
   int two = 2;
   EXPECT_OK(r, ops->launch_host_func(s0, host_fn, &two));

@@ -103,7 +103,10 @@ static void host_fn(void *p) {
   X(host_alloc, ops->host_alloc(4096, &hp))                                                \
   X(host_free, ops->host_free(hbuf))                                                       \
   X(host_register, ops->host_register(hbuf, sizeof(hbuf)))                                 \
-  X(host_unregister, ops->host_unregister(hbuf))
+  X(host_unregister, ops->host_unregister(hbuf))                                           \
+  X(kernel_gemm_f32, ops->kernel_gemm_f32(0x200000, 0x400000, 0x600000, 4, 4, 4, 0, NULL)) \
+  X(kernel_ew_f32, ops->kernel_ew_f32(GCA_EW_RELU, 0x200000, 0x400000, 0, 1, 0, 16, NULL)) \
+  X(kernel_dot_f32, ops->kernel_dot_f32(0x200000, 0x400000, 0x600000, 16, 1, NULL))
 
 #define COUNT_ONE(name, call) +1
 enum { EVERY_OP_COUNT = 0 EVERY_OP(COUNT_ONE) };

@@ -120,6 +120,42 @@ static void kernels_fill_and_add(void **state) {
   assert_ok(gca_free(c));
 }
 
+/* The compute kernels through the public names: a 2x3 . 3x2 product, AXPY
+ * and dot on it; bad arguments are refused before the backend is called,
+ * the detail naming both the function and the kernel. */
+static void compute_kernels_run_and_refuse_bad_arguments(void **state) {
+  (void)state;
+  const float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 1, 1, 1};
+  float *da = dev_alloc(sizeof(a)), *db = dev_alloc(sizeof(b)), *dc = dev_alloc(4 * 4);
+  float *dd = dev_alloc(4), c[4], dot;
+  assert_ok(gca_memcpy(da, a, sizeof(a)));
+  assert_ok(gca_memcpy(db, b, sizeof(b)));
+  assert_ok(gca_kernel_gemm_f32(dc, da, db, 2, 2, 3, 0, NULL));
+  assert_ok(gca_memcpy(c, dc, sizeof(c)));
+  assert_true(c[0] == 4 && c[1] == 5 && c[2] == 10 && c[3] == 11);
+  assert_ok(gca_kernel_ew_f32(GCA_EW_AXPY, dc, dc, dc, -0.5f, 0, 4, NULL)); /* c / 2 */
+  assert_ok(gca_kernel_dot_f32(dd, dc, dc, 4, 2.0f, NULL));
+  assert_ok(gca_memcpy(&dot, dd, 4));
+  assert_true(dot == 2.0f * (4 + 6.25f + 25 + 30.25f));
+
+  int64_t before = gca_sim_call_count("kernel_gemm_f32");
+  assert_status(gca_kernel_gemm_f32(dc, da, db, 2, 2, 3, 0x10, NULL), GCA_ERR_INVALID_ARGUMENT,
+                "gca_kernel_gemm_f32: kernel_gemm_f32: flags 0x10 has bits outside");
+  assert_status(gca_kernel_gemm_f32(dc, da, dc, 2, 2, 2, 0, NULL), GCA_ERR_INVALID_ARGUMENT,
+                "gca_kernel_gemm_f32: kernel_gemm_f32: C [0x");
+  assert_int_equal(gca_sim_call_count("kernel_gemm_f32"), before);
+  assert_status(gca_kernel_ew_f32(GCA_EW_MUL, dc, da, NULL, 1, 0, 4, NULL),
+                GCA_ERR_INVALID_ARGUMENT, "gca_kernel_ew_f32: kernel_ew_f32: b is NULL");
+  assert_status(gca_kernel_ew_f32((gca_ew_op_t)42, dc, da, db, 1, 0, 4, NULL),
+                GCA_ERR_INVALID_ARGUMENT, "gca_kernel_ew_f32: kernel_ew_f32: op 42");
+  assert_status(gca_kernel_dot_f32((char *)dd + 1, da, db, 4, 1, NULL), GCA_ERR_INVALID_ARGUMENT,
+                "gca_kernel_dot_f32: kernel_dot_f32: dst 0x");
+  assert_ok(gca_free(da));
+  assert_ok(gca_free(db));
+  assert_ok(gca_free(dc));
+  assert_ok(gca_free(dd));
+}
+
 static void event_completes_only_after_the_gate_opens(void **state) {
   (void)state;
   test_gate_t g;
@@ -438,6 +474,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(copies_and_memsets_round_trip_in_stream_order, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(kernels_fill_and_add, setup, teardown),
+      cmocka_unit_test_setup_teardown(compute_kernels_run_and_refuse_bad_arguments, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(event_completes_only_after_the_gate_opens, setup, teardown),
       cmocka_unit_test_setup_teardown(elapsed_time_needs_timing_events, setup, teardown),
       cmocka_unit_test_setup_teardown(captured_graph_replays_the_work, setup, teardown),

@@ -56,8 +56,9 @@ static void every_embedded_kernel_assembles_for_sm_90(void **state) {
   assert_true(st.st_size > 0);
 
   /* Each entry the backend looks up is in the module. */
-  const char *entries[] = {GCA_PTX_FILL_NAME, GCA_PTX_ADD_NAME, GCA_PTX_SLEEP_NAME,
-                           GCA_PTX_PHILOX_NAME, GCA_PTX_COPY_NAME};
+  const char *entries[] = {GCA_PTX_FILL_NAME,   GCA_PTX_ADD_NAME,  GCA_PTX_SLEEP_NAME,
+                           GCA_PTX_PHILOX_NAME, GCA_PTX_COPY_NAME, GCA_PTX_GEMM_NAME,
+                           GCA_PTX_EW_NAME,     GCA_PTX_DOT_NAME};
   for (size_t i = 0; i < GCA_ARRAY_SIZE(entries); i++) {
     char decl[96];
     snprintf(decl, sizeof(decl), ".visible .entry %s(", entries[i]);

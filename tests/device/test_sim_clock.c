@@ -2,7 +2,7 @@
 /* test_sim_clock.c - the sim's virtual time (Note [Sim virtual time],
  * GCA_SIM_CLOCK=virtual, set by meson for this test): event times are exact
  * sums of the modelled work, never the machine's; kernel_sleep takes virtual
- * time only (a 1000 s sleep completes at once); waits on events carry the
+ * time only (a 1000 s sleep completes at once), other kernels none; waits on events carry the
  * time across streams; the host's clock follows its synchronizes; a graph's
  * independent branches overlap in time; a sim collective ends at the latest
  * rank's start plus its cost, on every rank. A bad GCA_SIM_CLOCK is a clear
@@ -42,6 +42,36 @@ static void sleeps_take_virtual_time_only(void **state) {
   assert_ok(gca_event_destroy(a));
   assert_ok(gca_event_destroy(b));
   assert_ok(gca_event_destroy(c));
+  assert_ok(gca_stream_destroy(s));
+}
+
+/* Kernels other than sleep take no virtual time, the compute kernels too:
+ * a 2 ms sleep between a gemm, an elementwise op and a dot is all there is. */
+static void compute_kernels_take_no_virtual_time(void **state) {
+  (void)state;
+  enum { D = 64 };
+  gca_stream_t s = NULL;
+  float *a = NULL, *c = NULL;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_malloc((void **)&a, D * D * 4, s));
+  assert_ok(gca_malloc((void **)&c, D * D * 4, s));
+  assert_ok(gca_memset_d32_async(a, 0x3f800000u, D * D, s)); /* 1.0f */
+  gca_event_t e0 = ev(), e1 = ev();
+  assert_ok(gca_event_record(e0, s));
+  assert_ok(gca_kernel_gemm_f32(c, a, a, D, D, D, 0, s));
+  assert_ok(gca_kernel_sleep(2 * MS, s));
+  assert_ok(gca_kernel_ew_f32(GCA_EW_RELU, c, c, NULL, 0, 0, D * D, s));
+  assert_ok(gca_kernel_dot_f32(c, a, a, D * D, 1, s));
+  assert_ok(gca_event_record(e1, s));
+  assert_ok(gca_stream_synchronize(s));
+  assert_float_equal(elapsed(e0, e1), 2.0, 0);
+  float got = 0;
+  assert_ok(gca_memcpy(&got, c, 4));
+  assert_true(got == D * D);
+  assert_ok(gca_event_destroy(e0));
+  assert_ok(gca_event_destroy(e1));
+  assert_ok(gca_free(a));
+  assert_ok(gca_free(c));
   assert_ok(gca_stream_destroy(s));
 }
 
@@ -176,6 +206,7 @@ int main(void) {
       cmocka_unit_test(a_bad_clock_setting_is_a_clear_error),
       cmocka_unit_test(sleeps_take_virtual_time_only),
       cmocka_unit_test(waits_and_synchronizes_carry_time),
+      cmocka_unit_test(compute_kernels_take_no_virtual_time),
       cmocka_unit_test(a_graphs_branches_overlap_in_time),
       cmocka_unit_test(a_collective_ends_at_the_latest_start_plus_its_cost),
   };

@@ -365,6 +365,9 @@ BUF_CALL(kernel_fill_u32, ops->kernel_fill_u32(p, 1, 1, 64, NULL))
 BUF_CALL(kernel_add_u32, ops->kernel_add_u32(p, p + 256, p + 512, 64, NULL))
 BUF_CALL(kernel_philox_u32, ops->kernel_philox_u32(p, 64, p + 256, p + 512, 4, NULL))
 BUF_CALL(kernel_copy_batch, ops->kernel_copy_batch(p, 0, NULL))
+BUF_CALL(kernel_gemm_f32, ops->kernel_gemm_f32(p, p + 256, p + 512, 4, 4, 4, 0, NULL))
+BUF_CALL(kernel_ew_f32, ops->kernel_ew_f32(GCA_EW_ADD, p, p + 256, p + 512, 1, 0, 64, NULL))
+BUF_CALL(kernel_dot_f32, ops->kernel_dot_f32(p, p + 256, p + 512, 64, 1, NULL))
 
 static gca_status_t call_kernel_sleep(void) {
   begin();

@@ -5,7 +5,8 @@
  * that used the sim cannot use it (Note [Sim after fork]); copies of pageable
  * memory are staged at the call and copies or memsets of memory that is
  * neither device nor host memory fail at the call (Note [Sim copies]); work
- * that faults at run time is reported by the next synchronize, never a crash
+ * that faults at run time (a kernel's, a copy batch's entry, a compute
+ * kernel's operand) is reported by the next synchronize, never a crash
  * (Note [Sim memory faults]).
  *
  * Ordering is by gates (a host function that blocks until the test opens it),
@@ -255,6 +256,70 @@ static void a_copy_batch_entry_on_unmapped_memory_faults_when_it_runs(void **sta
   assert_ok(ops->mem_free(0, buf));
 }
 
+/* The compute kernels check the bytes they touch when they run: an operand
+ * in an unmapped reservation, one that runs off the end of a mapping, and a
+ * captured kernel replayed after its memory was unmapped each fault the
+ * stream, and the kernel writes nothing. */
+static void a_compute_kernel_on_unmapped_memory_faults_when_it_runs(void **state) {
+  (void)state;
+  gca_stream_t s;
+  gca_devptr_t buf = 0, resv = 0;
+  gca_memhandle_t mh;
+  size_t gran;
+  int dev0 = 0;
+  assert_ok(ops->mem_alloc(0, 4096, &buf));
+  assert_ok(ops->mem_granularity(0, false, &gran));
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &resv));
+  float *host = (float *)(uintptr_t)buf;
+  for (int i = 0; i < 1024; i++)
+    host[i] = 1.0f;
+
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->kernel_gemm_f32(buf, resv, buf + 1024, 4, 4, 4, 0, s));
+  assert_status(ops->stream_synchronize(s), GCA_ERR_ILLEGAL_ADDRESS, "a kernel gemm_f32");
+  assert_true(host[0] == 1.0f); /* nothing written */
+  assert_ok(ops->stream_destroy(s));
+
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->kernel_ew_f32(GCA_EW_ADD, buf, buf, resv + 64, 0, 0, 16, s));
+  assert_status(ops->stream_synchronize(s), GCA_ERR_ILLEGAL_ADDRESS, "a kernel ew_f32");
+  assert_true(host[0] == 1.0f);
+  assert_ok(ops->stream_destroy(s));
+
+  /* the first granule mapped, a dot whose a runs into the second */
+  assert_ok(ops->mem_create(0, gran, &mh));
+  assert_ok(ops->mem_map(resv, gran, 0, mh));
+  assert_ok(ops->mem_set_access(resv, gran, &dev0, 1));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->kernel_dot_f32(buf, resv + gran - 8, buf + 1024, 4, 1, s));
+  assert_status(ops->stream_synchronize(s), GCA_ERR_ILLEGAL_ADDRESS, "a kernel dot_f32");
+  assert_true(host[0] == 1.0f);
+  assert_ok(ops->stream_destroy(s));
+
+  /* a replay after the memory it names was unmapped */
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  gca_graph_t g;
+  gca_graph_exec_t x;
+  assert_ok(ops->stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(ops->kernel_gemm_f32(buf, resv, resv + 64, 4, 4, 4, 0, s));
+  assert_ok(ops->stream_end_capture(s, &g));
+  assert_ok(ops->graph_instantiate(g, &x));
+  assert_ok(ops->graph_launch(x, s));
+  assert_ok(ops->stream_synchronize(s));
+  assert_true(host[0] == 0.0f); /* the fresh mapping reads as zeros */
+  host[0] = 1.0f;
+  assert_ok(ops->mem_unmap(resv, gran));
+  assert_ok(ops->graph_launch(x, s));
+  assert_status(ops->stream_synchronize(s), GCA_ERR_ILLEGAL_ADDRESS, "a kernel gemm_f32");
+  assert_true(host[0] == 1.0f);
+  assert_ok(ops->graph_exec_destroy(x));
+  assert_ok(ops->graph_destroy(g));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_release(mh));
+  assert_ok(ops->mem_address_free(0, resv, 2 * gran));
+  assert_ok(ops->mem_free(0, buf));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(device_calls_from_a_host_function_are_not_permitted),
@@ -263,6 +328,7 @@ int main(void) {
       cmocka_unit_test(copies_and_memsets_of_non_device_memory_fail_at_the_call),
       cmocka_unit_test(work_on_unmapped_memory_fails_the_next_synchronize_not_the_process),
       cmocka_unit_test(a_copy_batch_entry_on_unmapped_memory_faults_when_it_runs),
+      cmocka_unit_test(a_compute_kernel_on_unmapped_memory_faults_when_it_runs),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -57,6 +57,60 @@ static void replays_compute_what_eager_runs_do_over_many_steps(void **state) {
   assert_ok(gca_free(wd));
 }
 
+/* A tree given a pool records into it (its outputs and the recording's
+ * memory are the pool's), keeps it alive while it lives and leaves the
+ * caller's use; a pool holding allocated blocks is refused. */
+static void a_tree_records_into_a_pool_it_is_given(void **state) {
+  (void)state;
+  gca_pool_t *pool = NULL;
+  assert_ok(gca_pool_create(0, NULL, &pool));
+  void *held = NULL;
+  assert_ok(gca_pool_use_begin(pool));
+  assert_ok(gca_malloc(&held, 4096, NULL));
+  assert_ok(gca_pool_use_end(pool));
+  gca_graph_tree_options_t o = GCA_GRAPH_TREE_OPTIONS_INIT;
+  o.pool = pool;
+  gca_graph_tree_t *t = NULL;
+  assert_status(gca_graph_tree_create(0, &o, &t), GCA_ERR_INVALID_ARGUMENT,
+                "holds 4096 allocated bytes");
+  assert_null(t);
+  assert_ok(gca_free(held));
+  int uses = 0;
+  assert_ok(gca_pool_use_count(pool, &uses));
+  assert_int_equal(uses, 1);
+  assert_ok(gca_graph_tree_create(0, &o, &t));
+  assert_ok(gca_pool_use_count(pool, &uses));
+  assert_int_equal(uses, 2);
+  gca_pool_t *tp = NULL;
+  assert_ok(gca_graph_tree_pool(t, &tp));
+  assert_ptr_equal(tp, pool);
+  gca_graph_fn_t *fn = std_register(t, "std", NULL);
+  static uint32_t x[NW], w[NW];
+  void *xd = dev_alloc(NW * 4), *wd = dev_alloc(NW * 4);
+  fill_host(w, 7);
+  dev_write(wd, w, NW);
+  for (uint32_t k = 0; k < 4; k++) {
+    fill_host(x, k);
+    dev_write(xd, x, NW);
+    void *in[2] = {xd, wd}, *out[2] = {NULL, NULL};
+    assert_ok(gca_graph_tree_run(t, fn, in, 2, out, 2));
+    std_expect(t, out, x, w, "given pool");
+    assert_ok(gca_graph_tree_step(t));
+  }
+  size_t reserved = 0, allocated = 0;
+  assert_ok(gca_pool_memory(pool, &reserved, &allocated));
+  assert_true(reserved > 0 && allocated > 0); /* the recording's memory is the pool's */
+  assert_int_equal(tree_stats(t).replays, 3);
+  assert_ok(gca_graph_tree_destroy(t));
+  assert_ok(gca_pool_memory(pool, &reserved, &allocated));
+  assert_int_equal(allocated, 0);
+  assert_ok(gca_pool_use_count(pool, &uses));
+  assert_int_equal(uses, 1);
+  assert_ok(gca_pool_release(pool));
+  assert_ok(gca_free(xd));
+  assert_ok(gca_free(wd));
+}
+
 /* A chain of two functions in one step: the second reads the first's output
  * (an ancestor output, not copied) and is recorded as its child. */
 static void a_chain_records_children_and_replays_them(void **state) {
@@ -102,6 +156,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(replays_compute_what_eager_runs_do_over_many_steps,
                                       graph_setup, graph_teardown),
+      cmocka_unit_test_setup_teardown(a_tree_records_into_a_pool_it_is_given, graph_setup,
+                                      graph_teardown),
       cmocka_unit_test_setup_teardown(a_chain_records_children_and_replays_them, graph_setup,
                                       graph_teardown),
   };

@@ -340,6 +340,212 @@ static int setup(void **state) {
   return 0;
 }
 
+/* ---- plans ----
+ * w (an input, 4 KiB of u32) is bound to the test's memory and updated in
+ * place each run; a = 1 + i; the collective (modelled) gathers a into g; o (an
+ * output, bound) = a + w as it was; the update w += a mutates the input. */
+static const char plan_graph[] =
+    "{\"format\": \"gca-opgraph/1\", \"comms\": [\"dp\"], \"buffers\": ["
+    "{\"name\": \"w\", \"bytes\": 4096, \"kind\": \"input\"}, {\"name\": \"w2\", \"alias_of\": "
+    "\"w\"},"
+    "{\"name\": \"a\", \"bytes\": 4096}, {\"name\": \"g\", \"bytes\": 4096},"
+    "{\"name\": \"o\", \"bytes\": 4096, \"kind\": \"output\"}],"
+    "\"ops\": [{\"name\": \"fill\", \"kind\": \"compute\", \"us\": 2, \"writes\": [\"a\"]},"
+    "{\"name\": \"ar\", \"kind\": \"collective\", \"collective\": \"all_reduce\", \"comm\": "
+    "\"dp\", \"us\": 3, \"reads\": [\"a\"], \"writes\": [\"g\"]},"
+    "{\"name\": \"ar_wait\", \"kind\": \"wait\", \"waits\": \"ar\"},"
+    "{\"name\": \"use\", \"kind\": \"compute\", \"us\": 2, \"reads\": [\"a\", \"g\", \"w\"], "
+    "\"writes\": [\"o\"]},"
+    "{\"name\": \"upd\", \"kind\": \"compute\", \"us\": 1, \"reads\": [\"a\", \"o\"], "
+    "\"mutates\": {\"w\": \"w2\"}}]}";
+
+enum { PW, PW2, PA, PG, PO }; /* buffer indices, in the order declared */
+
+static gca_status_t plan_compute(void *ctx, size_t op, void *const *bufs, gca_stream_t s) {
+  int *calls = ctx;
+  calls[op]++;
+  if (op == 0)
+    return gca_kernel_fill_u32(bufs[PA], 1, 1, 1024, s);
+  if (op == 3)
+    return gca_kernel_add_u32(bufs[PO], bufs[PA], bufs[PW], 1024, s);
+  if (op == 4) {
+    assert_ptr_equal(bufs[PW2], bufs[PW]); /* a view: its storage's address */
+    return gca_kernel_add_u32(bufs[PW2], bufs[PW], bufs[PA], 1024, s);
+  }
+  return GCA_ERR_INTERNAL;
+}
+
+/* w after k runs is w0 + k (1 + i); o of run k is w0 + (k + 1)(1 + i). */
+static void expect_plan_values(void *w, void *o, int runs) {
+  uint32_t hw[1024], ho[1024];
+  assert_ok(gca_memcpy(hw, w, sizeof(hw)));
+  assert_ok(gca_memcpy(ho, o, sizeof(ho)));
+  for (uint32_t i = 0; i < 1024; i++) {
+    assert_int_equal(hw[i], 7 * i + (uint32_t)runs * (1 + i));
+    assert_int_equal(ho[i], 7 * i + (uint32_t)runs * (1 + i));
+  }
+}
+
+static void a_plan_runs_step_after_step_on_bound_memory(void **state) {
+  (void)state;
+  gca_opgraph_t *g = load_text(plan_graph, sizeof(plan_graph) - 1);
+  assert_int_equal(gca_opgraph_buffer_count(g), 5);
+  size_t b = 0;
+  assert_ok(gca_opgraph_buffer_index(g, "o", &b));
+  assert_int_equal(b, PO);
+  assert_status(gca_opgraph_buffer_index(g, "nope", &b), GCA_ERR_NOT_FOUND, "'nope'");
+  size_t order[5] = {0, 1, 2, 3, 4};
+  int calls[5] = {0};
+  gca_execute_options_t o = GCA_EXECUTE_OPTIONS_INIT;
+  o.time_scale = 0; /* no modelled durations */
+  o.verify_mode = GCA_VERIFY_ASSERT;
+  o.compute = plan_compute;
+  o.compute_ctx = calls;
+  gca_plan_t *plan = NULL;
+  assert_ok(gca_plan_create(g, order, 5, &o, &plan));
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  void *w, *out;
+  assert_ok(gca_malloc(&w, 4096, s));
+  assert_ok(gca_malloc(&out, 4096, s));
+  assert_ok(gca_kernel_fill_u32(w, 0, 7, 1024, s));
+  void *bind[5] = {[PW] = w, [PO] = out};
+  for (int k = 1; k <= 3; k++) {
+    size_t mm = 99;
+    assert_ok(gca_plan_run(plan, s, bind, &mm));
+    assert_int_equal(mm, 0);
+    assert_ok(gca_stream_synchronize(s));
+    gca_stats_t st;
+    assert_ok(gca_get_stats(0, &st)); /* only the bound memory stays allocated */
+    assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].current, 8192);
+  }
+  assert_int_equal(calls[0], 3);
+  assert_int_equal(calls[1], 0); /* collectives and waits are not compute */
+  assert_int_equal(calls[4], 3);
+  uint32_t hw[1024];
+  assert_ok(gca_memcpy(hw, w, sizeof(hw)));
+  for (uint32_t i = 0; i < 1024; i++)
+    assert_int_equal(hw[i], 7 * i + 3 * (1 + i));
+  size_t total = 9;
+  assert_ok(gca_plan_result(plan, &total, NULL));
+  assert_int_equal(total, 0);
+  /* unbound, the plan allocates the input and the output itself, and frees them */
+  assert_ok(gca_plan_run(plan, s, NULL, NULL));
+  assert_ok(gca_stream_synchronize(s));
+  gca_stats_t st;
+  assert_ok(gca_get_stats(0, &st));
+  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].current, 8192);
+  gca_plan_destroy(plan);
+  assert_ok(gca_free(w));
+  assert_ok(gca_free(out));
+  assert_ok(gca_stream_destroy(s));
+  expect_nothing_allocated();
+  gca_opgraph_destroy(g);
+}
+
+typedef struct tree_ctx {
+  gca_plan_t *plan;
+} tree_ctx_t;
+
+static gca_status_t plan_body(gca_stream_t s, void *const *in, void *const *out, void *ctx) {
+  tree_ctx_t *t = ctx;
+  void *bind[5] = {[PW] = in[0], [PO] = out[0]};
+  return gca_plan_run(t->plan, s, bind, NULL);
+}
+
+/* Note [Plans under capture]: the run (with a communicator stream forked and
+ * joined) is a graph tree's body: warm-up, record, then replays that update
+ * the bound input in place each time. */
+static void a_plan_run_is_recorded_and_replayed_by_a_graph_tree(void **state) {
+  (void)state;
+  gca_opgraph_t *g = load_text(plan_graph, sizeof(plan_graph) - 1);
+  size_t order[5] = {0, 1, 2, 3, 4};
+  int calls[5] = {0};
+  gca_execute_options_t o = GCA_EXECUTE_OPTIONS_INIT;
+  o.time_scale = 0.01;
+  o.compute = plan_compute;
+  o.compute_ctx = calls;
+  tree_ctx_t t = {0};
+  assert_ok(gca_plan_create(g, order, 5, &o, &t.plan));
+  gca_graph_tree_t *tree = NULL;
+  assert_ok(gca_graph_tree_create(0, NULL, &tree));
+  gca_stream_t s;
+  assert_ok(gca_graph_tree_stream(tree, &s));
+  void *w;
+  assert_ok(gca_malloc(&w, 4096, s));
+  assert_ok(gca_kernel_fill_u32(w, 0, 7, 1024, s));
+  gca_graph_input_t in = {GCA_GRAPH_INPUT_MUTATED, 4096};
+  size_t ob = 4096;
+  gca_graph_fn_desc_t d = GCA_GRAPH_FN_DESC_INIT;
+  d.name = "plan";
+  d.body = plan_body;
+  d.ctx = &t;
+  d.ninputs = 1;
+  d.inputs = &in;
+  d.noutputs = 1;
+  d.output_bytes = &ob;
+  gca_graph_fn_t *fn = NULL;
+  assert_ok(gca_graph_fn_register(tree, &d, &fn));
+  for (int k = 1; k <= 5; k++) {
+    void *out = NULL;
+    assert_ok(gca_graph_tree_step(tree));
+    assert_ok(gca_graph_tree_run(tree, fn, &w, 1, &out, 1));
+    assert_ok(gca_graph_tree_synchronize(tree));
+    expect_plan_values(w, out, k);
+  }
+  gca_graph_stats_t gs = {.size = sizeof(gs)};
+  assert_ok(gca_graph_tree_stats(tree, &gs));
+  assert_int_equal(gs.warmups, 1);
+  assert_int_equal(gs.records, 1);
+  assert_int_equal(gs.replays, 4); /* the record's own launch and three replays */
+  assert_int_equal(calls[0], 2); /* the body ran twice: warm-up and record */
+  size_t mm = 9;
+  assert_ok(gca_plan_result(t.plan, &mm, NULL));
+  assert_int_equal(mm, 0);
+  assert_ok(gca_free(w));
+  assert_ok(gca_graph_tree_destroy(tree));
+  gca_plan_destroy(t.plan);
+  expect_nothing_allocated();
+  gca_opgraph_destroy(g);
+}
+
+static void bad_plan_arguments_are_refused(void **state) {
+  (void)state;
+  gca_opgraph_t *g = load_text(plan_graph, sizeof(plan_graph) - 1);
+  size_t order[5] = {0, 1, 2, 3, 4}, bad[5] = {3, 0, 1, 2, 4};
+  gca_execute_options_t o = GCA_EXECUTE_OPTIONS_INIT;
+  gca_plan_t *plan = NULL;
+  assert_status(gca_plan_create(g, order, 5, NULL, &plan), GCA_ERR_INVALID_ARGUMENT, "options");
+  assert_status(gca_plan_create(g, order, 5, &o, NULL), GCA_ERR_INVALID_ARGUMENT, "out is NULL");
+  o.time_scale = -1;
+  assert_status(gca_plan_create(g, order, 5, &o, &plan), GCA_ERR_INVALID_ARGUMENT, "negative");
+  o.time_scale = 0;
+  assert_status(gca_plan_create(g, bad, 5, &o, &plan), GCA_ERR_INVALID_ARGUMENT, "'use'");
+  assert_null(plan);
+  assert_status(gca_plan_run(NULL, NULL, NULL, NULL), GCA_ERR_INVALID_ARGUMENT, "plan is NULL");
+  /* no host memory for the plan: a clear error, nothing made */
+  assert_ok(gca__failpoint_arm("plan_create", 1));
+  assert_status(gca_plan_create(g, order, 5, &o, &plan), GCA_ERR_OUT_OF_MEMORY, "no host memory");
+  gca__failpoint_clear();
+  assert_null(plan);
+  /* a device fault mid-run: the step and op are named, the run's memory is back */
+  assert_ok(gca_plan_create(g, order, 5, &o, &plan));
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_sim_fault_set("kernel_sleep:nth=1"));
+  assert_status(gca_plan_run(plan, s, NULL, NULL), GCA_ERR_DRIVER, "step 0 (op 'fill')");
+  gca_sim_fault_clear();
+  assert_ok(gca_stream_synchronize(s));
+  expect_nothing_allocated();
+  /* and the plan runs again */
+  assert_ok(gca_plan_run(plan, s, NULL, NULL));
+  assert_ok(gca_stream_synchronize(s));
+  gca_plan_destroy(plan);
+  assert_ok(gca_stream_destroy(s));
+  expect_nothing_allocated();
+  gca_opgraph_destroy(g);
+}
+
 static int teardown(void **state) {
   (void)state;
   gca_opgraph_destroy(kept);
@@ -371,6 +577,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(a_device_fault_mid_run_fails_cleanly, setup, teardown),
       cmocka_unit_test_setup_teardown(the_example_runs_on_four_ranks_through_the_collectives, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_plan_runs_step_after_step_on_bound_memory, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_plan_run_is_recorded_and_replayed_by_a_graph_tree, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(bad_plan_arguments_are_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(a_collective_that_does_not_fit_the_ranks_is_refused, setup,
                                       teardown),
   };

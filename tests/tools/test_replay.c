@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_replay.c - gca-replay end to end: the tool (path in argv[1]) replays
  * hand-written traces whose figures follow from the allocator's rules, rejects
- * inconsistent traces naming the line, and writes JSON that parses.
+ * inconsistent traces naming the line, and writes JSON that parses; on
+ * traces from gca-trace-gen (argv[2]) the free cache costs no memory.
  *
  * The rules used below (PyTorch's): requests <= 1 MiB come from 2 MiB
  * segments of the small pool; larger requests below 10 MiB get a 20 MiB
@@ -19,7 +20,7 @@
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream\n"
 #define MiB    (1ull << 20)
 
-static const char *replay_exe;
+static const char *replay_exe, *trace_gen_exe;
 
 typedef struct run_out {
   int exit_code;
@@ -307,12 +308,73 @@ static void snapshot_option_writes_the_state_after_the_pass(void **state) {
   free(bad.text);
 }
 
+/* Note [Free cache] (allocator/fcache.c): the cache never costs memory. Two
+ * seeds each of gca-trace-gen's serving and training traces (KV caches grown
+ * and freed out of order; variable-length training steps), replayed on an
+ * 80 GiB device with free_cache True and False, with classic and with
+ * expandable segments: peak reserved with the cache is never above the
+ * figure without it, and nothing runs out of memory. */
+static void the_free_cache_never_costs_memory_on_generated_traces(void **state) {
+  static const char *const kinds[] = {"serving", "training"};
+  static const char *const pairs[][2] = {
+      {"free_cache:True", "free_cache:False"},
+      {"expandable_segments:True,free_cache:True", "expandable_segments:True,free_cache:False"},
+  };
+  setenv("GCA_SIM_DEVICE_MEMORY", "80GiB", 1);
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(kinds); k++) {
+    for (int seed = 1; seed <= 2; seed++) {
+      char path[64], cmd[1024];
+      snprintf(path, sizeof(path), "/tmp/gca-replay-gen-XXXXXX");
+      int fd = mkstemp(path);
+      assert_true(fd >= 0);
+      close(fd);
+      snprintf(cmd, sizeof(cmd), "'%s' %s --seed %d --out %s 2>/dev/null", trace_gen_exe, kinds[k],
+               seed, path);
+      assert_int_equal(system(cmd), 0);
+      snprintf(cmd, sizeof(cmd),
+               "'%s' %s --no-progress --repeat 0 --json --config %s --config %s --config %s "
+               "--config %s 2>&1",
+               replay_exe, path, pairs[0][0], pairs[0][1], pairs[1][0], pairs[1][1]);
+      FILE *p = popen(cmd, "r");
+      assert_non_null(p);
+      size_t cap = 1 << 16, len = 0, n;
+      char *text = malloc(cap);
+      assert_non_null(text);
+      while ((n = fread(text + len, 1, cap - 1 - len, p)) > 0)
+        len += n;
+      text[len] = '\0';
+      int status = pclose(p);
+      unlink(path);
+      run_out_t o = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+      json_t *v = parse_json(&o);
+      const json_t *runs = json_object_get(v, "runs");
+      assert_int_equal(jcount(runs), 4);
+      for (size_t i = 0; i < 4; i += 2) {
+        const json_t *with = json_array_get(runs, i), *without = json_array_get(runs, i + 1);
+        uint64_t rw = u64_at(with, "peak_reserved_bytes"),
+                 ro = u64_at(without, "peak_reserved_bytes");
+        print_message("%s seed %d %s: peak reserved %llu with the cache, %llu without\n", kinds[k],
+                      seed, pairs[i / 2][0], (unsigned long long)rw, (unsigned long long)ro);
+        assert_int_equal(u64_at(with, "ooms"), 0);
+        assert_int_equal(u64_at(without, "ooms"), 0);
+        if (rw > ro)
+          fail_msg("%s seed %d: the free cache costs %llu bytes (%s)", kinds[k], seed,
+                   (unsigned long long)(rw - ro), pairs[i / 2][0]);
+      }
+      json_decref(v);
+      free(text);
+    }
+  }
+  unsetenv("GCA_SIM_DEVICE_MEMORY");
+}
+
 int main(int argc, char **argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: test_replay PATH/TO/gca-replay\n");
+  if (argc < 3) {
+    fprintf(stderr, "usage: test_replay PATH/TO/gca-replay PATH/TO/gca-trace-gen\n");
     return 2;
   }
   replay_exe = argv[1];
+  trace_gen_exe = argv[2];
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(three_small_allocations_fill_two_small_segments),
       cmocka_unit_test(fragmentation_is_sampled_at_peak_reserved),
@@ -326,6 +388,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(reallocating_a_freed_pointer_is_fine),
       cmocka_unit_test(malformed_csv_and_bad_arguments_fail),
       cmocka_unit_test(snapshot_option_writes_the_state_after_the_pass),
+      cmocka_unit_test(the_free_cache_never_costs_memory_on_generated_traces),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -546,6 +546,9 @@ static void all_parts_run_and_check_their_results(void **state) {
     assert_int_equal(json_field(out, "tree_updates"), json_field(out, "tree_rounds"));
     assert_true(json_field(out, "graph_exec_update") > 0);
     assert_true(json_field(out, "kernel_philox_u32") > 0);
+    assert_true(json_field(out, "kernel_gemm_f32") > 0);
+    assert_true(json_field(out, "kernel_ew_f32") > 0);
+    assert_true(json_field(out, "kernel_dot_f32") > 0);
     assert_true(json_field(out, "graph_upload") > 0);
     assert_true(json_field(out, "graph_node_count") > 0);
     assert_int_equal(json_field(out, "reserved_bytes_end"), 0);

@@ -3,10 +3,13 @@
  * needs no nvcc: the driver JIT-compiles the module for whatever GPU it runs on
  * (cuModuleLoadData), once per device.
  *
- * The one idea: four tiny kernels, written for the oldest target a current
- * driver still accepts (sm_52, PTX ISA 7.0), each a grid-stride loop (fill,
- * add) or a single-thread spin on %globaltimer (sleep), so any launch shape is
- * correct and the host side only picks a grid that is big enough to be fast.
+ * The one idea: tiny kernels, written for the oldest target a current driver
+ * still accepts (sm_52, PTX ISA 7.0), each a grid-stride loop (fill, add, the
+ * copies, gemm, ew) or a single-thread spin on %globaltimer (sleep), so any
+ * launch shape is correct and the host side only picks a grid that is big
+ * enough to be fast. dot is the exception: one block of exactly 256 threads.
+ * The f32 kernels keep Note [Compute order] (device.h): their products and
+ * sums are mul.rn / add.rn, which ptxas never fuses into an fma.
  *
  *   gca_fill_u32(u64 dst, u32 value, u32 step, u64 count)   dst[i] = value + i * step
  *   gca_add_u32(u64 dst, u64 a, u64 b, u64 count)           dst[i] = a[i] + b[i]
@@ -18,7 +21,17 @@
  *       {dst, src, bytes} entries of table (device memory): dst[..] = src[..];
  *       entries stride over the grid's y dimension, bytes over its x
  *       threads, 16 bytes at a time when dst, src and bytes allow
- * Arithmetic on values wraps modulo 2^32; indices are 64-bit.
+ *   gca_gemm_f32(u64 c, u64 a, u64 b, u32 m, u32 n, u32 k, u32 flags)
+ *       C = op(A) . op(B) (+ C with GCA_GEMM_ACCUMULATE), row-major; one
+ *       thread per element of C (columns over x, rows over y), its k
+ *       products summed in order
+ *   gca_ew_f32(u64 dst, u64 a, u64 b, u64 count, u32 op, f32 s, u32 u)
+ *       dst[i] = the gca_ew_op_t `op` of a[i], b[i] (b not read for SCALE,
+ *       RELU; read as words for DROPOUT)
+ *   gca_dot_f32(u64 dst, u64 a, u64 b, u64 count, f32 s)  one block of 256
+ *       threads: *dst = s * sum a[i] * b[i], lane t summing i = t, t + 256,
+ *       ... then a pairwise tree in shared memory
+ * Integer arithmetic on values wraps modulo 2^32; indices are 64-bit.
  */
 #ifndef GCA_CUDA_PTX_H
 #define GCA_CUDA_PTX_H
@@ -28,6 +41,9 @@
 #define GCA_PTX_SLEEP_NAME  "gca_sleep_ns"
 #define GCA_PTX_PHILOX_NAME "gca_philox_u32"
 #define GCA_PTX_COPY_NAME   "gca_copy_batch"
+#define GCA_PTX_GEMM_NAME   "gca_gemm_f32"
+#define GCA_PTX_EW_NAME     "gca_ew_f32"
+#define GCA_PTX_DOT_NAME    "gca_dot_f32"
 
 static const char gca__cuda_ptx[] =
     ".version 7.0\n"
@@ -268,6 +284,260 @@ static const char gca__cuda_ptx[] =
     "    add.u64 %rd5, %rd5, %rd6;\n"
     "    bra.uni $Lcb_entry;\n"
     "$Lcb_done:\n"
+    "    ret;\n"
+    "}\n"
+    "\n"
+    ".visible .entry gca_gemm_f32(\n"
+    "    .param .u64 p_c,\n"
+    "    .param .u64 p_a,\n"
+    "    .param .u64 p_b,\n"
+    "    .param .u32 p_m,\n"
+    "    .param .u32 p_n,\n"
+    "    .param .u32 p_k,\n"
+    "    .param .u32 p_flags)\n"
+    "{\n"
+    "    .reg .pred %p<6>;\n"
+    "    .reg .b32 %r<12>;\n"
+    "    .reg .f32 %f<6>;\n"
+    "    .reg .b64 %rd<20>;\n"
+    "    ld.param.u64 %rd1, [p_c];\n"
+    "    ld.param.u64 %rd2, [p_a];\n"
+    "    ld.param.u64 %rd3, [p_b];\n"
+    "    ld.param.u32 %r1, [p_m];\n"
+    "    ld.param.u32 %r2, [p_n];\n"
+    "    ld.param.u32 %r3, [p_k];\n"
+    "    ld.param.u32 %r4, [p_flags];\n"
+    "    cvta.to.global.u64 %rd1, %rd1;\n"
+    "    cvta.to.global.u64 %rd2, %rd2;\n"
+    "    cvta.to.global.u64 %rd3, %rd3;\n"
+    "    cvt.u64.u32 %rd4, %r1;\n"
+    "    cvt.u64.u32 %rd5, %r2;\n"
+    "    cvt.u64.u32 %rd6, %r3;\n"
+    "    and.b32 %r5, %r4, 1;\n"
+    "    setp.ne.u32 %p1, %r5, 0;\n"
+    "    and.b32 %r5, %r4, 2;\n"
+    "    setp.ne.u32 %p2, %r5, 0;\n"
+    "    and.b32 %r5, %r4, 4;\n"
+    "    setp.ne.u32 %p3, %r5, 0;\n"
+    "    selp.b64 %rd7, %rd4, 1, %p1;\n" /* A's step in elements: m transposed, else 1 */
+    "    shl.b64 %rd7, %rd7, 2;\n"
+    "    selp.b64 %rd8, 1, %rd5, %p2;\n" /* B's step: 1 transposed, else n */
+    "    shl.b64 %rd8, %rd8, 2;\n"
+    "    mov.u32 %r6, %ctaid.y;\n"
+    "    mov.u32 %r7, %ntid.y;\n"
+    "    mov.u32 %r8, %tid.y;\n"
+    "    mov.u32 %r9, %nctaid.y;\n"
+    "    cvt.u64.u32 %rd9, %r8;\n"
+    "    mad.wide.u32 %rd9, %r6, %r7, %rd9;\n" /* row i */
+    "    mul.wide.u32 %rd10, %r9, %r7;\n"      /* row stride */
+    "    mov.u32 %r6, %ctaid.x;\n"
+    "    mov.u32 %r7, %ntid.x;\n"
+    "    mov.u32 %r8, %tid.x;\n"
+    "    mov.u32 %r9, %nctaid.x;\n"
+    "    cvt.u64.u32 %rd11, %r8;\n"
+    "    mad.wide.u32 %rd11, %r6, %r7, %rd11;\n" /* first column */
+    "    mul.wide.u32 %rd12, %r9, %r7;\n"        /* column stride */
+    "$Lgemm_row:\n"
+    "    setp.ge.u64 %p4, %rd9, %rd4;\n"
+    "    @%p4 bra $Lgemm_done;\n"
+    "    mov.u64 %rd13, %rd11;\n"
+    "$Lgemm_col:\n"
+    "    setp.ge.u64 %p4, %rd13, %rd5;\n"
+    "    @%p4 bra $Lgemm_next_row;\n"
+    "    mul.lo.u64 %rd14, %rd9, %rd6;\n"
+    "    selp.b64 %rd14, %rd9, %rd14, %p1;\n" /* op(A)(i, 0): A[i] or A[i * k] */
+    "    shl.b64 %rd14, %rd14, 2;\n"
+    "    add.u64 %rd14, %rd2, %rd14;\n"
+    "    mul.lo.u64 %rd15, %rd13, %rd6;\n"
+    "    selp.b64 %rd15, %rd15, %rd13, %p2;\n" /* op(B)(0, j): B[j * k] or B[j] */
+    "    shl.b64 %rd15, %rd15, 2;\n"
+    "    add.u64 %rd15, %rd3, %rd15;\n"
+    "    mov.f32 %f1, 0f00000000;\n" /* the sum starts at +0 */
+    "    mov.u64 %rd16, 0;\n"
+    "$Lgemm_k:\n"
+    "    setp.ge.u64 %p5, %rd16, %rd6;\n"
+    "    @%p5 bra $Lgemm_store;\n"
+    "    ld.global.f32 %f2, [%rd14];\n"
+    "    ld.global.f32 %f3, [%rd15];\n"
+    "    mul.rn.f32 %f4, %f2, %f3;\n"
+    "    add.rn.f32 %f1, %f1, %f4;\n" /* p = 0, 1, ..., k-1 in turn */
+    "    add.u64 %rd14, %rd14, %rd7;\n"
+    "    add.u64 %rd15, %rd15, %rd8;\n"
+    "    add.u64 %rd16, %rd16, 1;\n"
+    "    bra.uni $Lgemm_k;\n"
+    "$Lgemm_store:\n"
+    "    mad.lo.u64 %rd17, %rd9, %rd5, %rd13;\n"
+    "    shl.b64 %rd17, %rd17, 2;\n"
+    "    add.u64 %rd17, %rd1, %rd17;\n"
+    "    @!%p3 bra $Lgemm_write;\n" /* accumulate: the old C is added last */
+    "    ld.global.f32 %f5, [%rd17];\n"
+    "    add.rn.f32 %f1, %f1, %f5;\n"
+    "$Lgemm_write:\n"
+    "    st.global.f32 [%rd17], %f1;\n"
+    "    add.u64 %rd13, %rd13, %rd12;\n"
+    "    bra.uni $Lgemm_col;\n"
+    "$Lgemm_next_row:\n"
+    "    add.u64 %rd9, %rd9, %rd10;\n"
+    "    bra.uni $Lgemm_row;\n"
+    "$Lgemm_done:\n"
+    "    ret;\n"
+    "}\n"
+    "\n"
+    ".visible .entry gca_ew_f32(\n"
+    "    .param .u64 p_dst,\n"
+    "    .param .u64 p_a,\n"
+    "    .param .u64 p_b,\n"
+    "    .param .u64 p_count,\n"
+    "    .param .u32 p_op,\n"
+    "    .param .f32 p_s,\n"
+    "    .param .u32 p_u)\n"
+    "{\n"
+    "    .reg .pred %p<4>;\n"
+    "    .reg .b32 %r<12>;\n"
+    "    .reg .f32 %f<8>;\n"
+    "    .reg .b64 %rd<12>;\n"
+    "    ld.param.u64 %rd1, [p_dst];\n"
+    "    ld.param.u64 %rd2, [p_a];\n"
+    "    ld.param.u64 %rd3, [p_b];\n"
+    "    ld.param.u64 %rd4, [p_count];\n"
+    "    ld.param.u32 %r1, [p_op];\n"
+    "    ld.param.f32 %f1, [p_s];\n"
+    "    ld.param.u32 %r2, [p_u];\n"
+    "    cvta.to.global.u64 %rd1, %rd1;\n"
+    "    cvta.to.global.u64 %rd2, %rd2;\n"
+    "    cvta.to.global.u64 %rd3, %rd3;\n"
+    "    setp.ne.u32 %p2, %r1, 4;\n"
+    "    setp.ne.u32 %p3, %r1, 5;\n"
+    "    and.pred %p2, %p2, %p3;\n" /* reads b: not SCALE, not RELU */
+    "    mov.u32 %r3, %ctaid.x;\n"
+    "    mov.u32 %r4, %ntid.x;\n"
+    "    mov.u32 %r5, %tid.x;\n"
+    "    mov.u32 %r6, %nctaid.x;\n"
+    "    cvt.u64.u32 %rd5, %r5;\n"
+    "    mad.wide.u32 %rd5, %r3, %r4, %rd5;\n"
+    "    mul.wide.u32 %rd6, %r6, %r4;\n"
+    "$Lew_loop:\n"
+    "    setp.ge.u64 %p1, %rd5, %rd4;\n"
+    "    @%p1 bra $Lew_done;\n"
+    "    shl.b64 %rd7, %rd5, 2;\n"
+    "    add.u64 %rd8, %rd2, %rd7;\n"
+    "    add.u64 %rd9, %rd3, %rd7;\n"
+    "    add.u64 %rd10, %rd1, %rd7;\n"
+    "    ld.global.f32 %f2, [%rd8];\n"
+    "    mov.u32 %r7, 0;\n"
+    "    @%p2 ld.global.u32 %r7, [%rd9];\n" /* b[i] as a word (DROPOUT) and a float */
+    "    mov.b32 %f3, %r7;\n"
+    "    setp.eq.u32 %p3, %r1, 0;\n"
+    "    @%p3 bra $Lew_add;\n"
+    "    setp.eq.u32 %p3, %r1, 1;\n"
+    "    @%p3 bra $Lew_sub;\n"
+    "    setp.eq.u32 %p3, %r1, 2;\n"
+    "    @%p3 bra $Lew_mul;\n"
+    "    setp.eq.u32 %p3, %r1, 3;\n"
+    "    @%p3 bra $Lew_axpy;\n"
+    "    setp.eq.u32 %p3, %r1, 4;\n"
+    "    @%p3 bra $Lew_scale;\n"
+    "    setp.eq.u32 %p3, %r1, 5;\n"
+    "    @%p3 bra $Lew_relu;\n"
+    "    setp.eq.u32 %p3, %r1, 6;\n"
+    "    @%p3 bra $Lew_relu_grad;\n"
+    "    mul.rn.f32 %f5, %f2, %f1;\n" /* DROPOUT */
+    "    setp.lo.u32 %p3, %r7, %r2;\n"
+    "    selp.f32 %f4, 0f00000000, %f5, %p3;\n"
+    "    bra.uni $Lew_store;\n"
+    "$Lew_add:\n"
+    "    add.rn.f32 %f4, %f2, %f3;\n"
+    "    bra.uni $Lew_store;\n"
+    "$Lew_sub:\n"
+    "    sub.rn.f32 %f4, %f2, %f3;\n"
+    "    bra.uni $Lew_store;\n"
+    "$Lew_mul:\n"
+    "    mul.rn.f32 %f4, %f2, %f3;\n"
+    "    bra.uni $Lew_store;\n"
+    "$Lew_axpy:\n"
+    "    mul.rn.f32 %f5, %f1, %f3;\n"
+    "    add.rn.f32 %f4, %f2, %f5;\n"
+    "    bra.uni $Lew_store;\n"
+    "$Lew_scale:\n"
+    "    mul.rn.f32 %f4, %f1, %f2;\n"
+    "    bra.uni $Lew_store;\n"
+    "$Lew_relu:\n"
+    "    setp.gt.f32 %p3, %f2, 0f00000000;\n"
+    "    selp.f32 %f4, %f2, 0f00000000, %p3;\n"
+    "    bra.uni $Lew_store;\n"
+    "$Lew_relu_grad:\n"
+    "    setp.gt.f32 %p3, %f3, 0f00000000;\n"
+    "    selp.f32 %f4, %f2, 0f00000000, %p3;\n"
+    "$Lew_store:\n"
+    "    st.global.f32 [%rd10], %f4;\n"
+    "    add.u64 %rd5, %rd5, %rd6;\n"
+    "    bra.uni $Lew_loop;\n"
+    "$Lew_done:\n"
+    "    ret;\n"
+    "}\n"
+    "\n"
+    ".visible .entry gca_dot_f32(\n"
+    "    .param .u64 p_dst,\n"
+    "    .param .u64 p_a,\n"
+    "    .param .u64 p_b,\n"
+    "    .param .u64 p_count,\n"
+    "    .param .f32 p_s)\n"
+    "{\n"
+    "    .reg .pred %p<3>;\n"
+    "    .reg .b32 %r<8>;\n"
+    "    .reg .f32 %f<6>;\n"
+    "    .reg .b64 %rd<10>;\n"
+    "    .shared .align 4 .f32 dot_lane[256];\n"
+    "    ld.param.u64 %rd1, [p_dst];\n"
+    "    ld.param.u64 %rd2, [p_a];\n"
+    "    ld.param.u64 %rd3, [p_b];\n"
+    "    ld.param.u64 %rd4, [p_count];\n"
+    "    ld.param.f32 %f5, [p_s];\n"
+    "    cvta.to.global.u64 %rd1, %rd1;\n"
+    "    cvta.to.global.u64 %rd2, %rd2;\n"
+    "    cvta.to.global.u64 %rd3, %rd3;\n"
+    "    mov.u32 %r1, %tid.x;\n"
+    "    cvt.u64.u32 %rd5, %r1;\n"
+    "    mov.f32 %f1, 0f00000000;\n" /* the sum starts at +0 */
+    "$Ldot_loop:\n"
+    "    setp.ge.u64 %p1, %rd5, %rd4;\n"
+    "    @%p1 bra $Ldot_lanes;\n"
+    "    shl.b64 %rd6, %rd5, 2;\n"
+    "    add.u64 %rd7, %rd2, %rd6;\n"
+    "    add.u64 %rd8, %rd3, %rd6;\n"
+    "    ld.global.f32 %f2, [%rd7];\n"
+    "    ld.global.f32 %f3, [%rd8];\n"
+    "    mul.rn.f32 %f4, %f2, %f3;\n"
+    "    add.rn.f32 %f1, %f1, %f4;\n" /* p = 0, 1, ..., k-1 in turn */
+    "    add.u64 %rd5, %rd5, 256;\n"  /* lane tid adds tid, tid + 256, ... */
+    "    bra.uni $Ldot_loop;\n"
+    "$Ldot_lanes:\n"
+    "    mov.u32 %r2, dot_lane;\n"
+    "    shl.b32 %r3, %r1, 2;\n"
+    "    add.u32 %r4, %r2, %r3;\n"
+    "    st.shared.f32 [%r4], %f1;\n"
+    "    bar.sync 0;\n"
+    "    mov.u32 %r5, 128;\n" /* h = 128, 64, ..., 1 */
+    "$Ldot_half:\n"
+    "    setp.ge.u32 %p2, %r1, %r5;\n"
+    "    @%p2 bra $Ldot_sync;\n"
+    "    shl.b32 %r6, %r5, 2;\n"
+    "    add.u32 %r7, %r4, %r6;\n"
+    "    ld.shared.f32 %f2, [%r4];\n"
+    "    ld.shared.f32 %f3, [%r7];\n"
+    "    add.rn.f32 %f2, %f2, %f3;\n"
+    "    st.shared.f32 [%r4], %f2;\n"
+    "$Ldot_sync:\n"
+    "    bar.sync 0;\n"
+    "    shr.u32 %r5, %r5, 1;\n"
+    "    setp.ne.u32 %p2, %r5, 0;\n"
+    "    @%p2 bra $Ldot_half;\n"
+    "    setp.ne.u32 %p2, %r1, 0;\n"
+    "    @%p2 bra $Ldot_done;\n"
+    "    ld.shared.f32 %f2, [%r2];\n"
+    "    mul.rn.f32 %f2, %f5, %f2;\n"
+    "    st.global.f32 [%rd1], %f2;\n"
+    "$Ldot_done:\n"
     "    ret;\n"
     "}\n";
 

@@ -12,6 +12,8 @@
  *                virtual clock
  *   sim_work.c   units of stream work (host funcs, copies, memsets, the
  *                ready-made kernels): their checks, their run, the ops
+ *   sim_compute.c the f32 compute kernels' arithmetic (gemm, elementwise,
+ *                dot) in the order of Note [Compute order]
  *   sim_host.c   pinned host memory (host_alloc, host_register): a table of
  *                the ranges the sim treats as page-locked
  *   sim_graph.c  stream capture (modes, illegal-operation rules, invalidation,

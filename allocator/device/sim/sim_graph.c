@@ -268,6 +268,12 @@ static const char *node_name(const gca__sim_work_t *w) {
     return "kernel philox_u32";
   case GCA__SIM_WORK_COPY_BATCH:
     return "kernel copy_batch";
+  case GCA__SIM_WORK_GEMM:
+    return "kernel gemm_f32";
+  case GCA__SIM_WORK_EW:
+    return "kernel ew_f32";
+  case GCA__SIM_WORK_DOT:
+    return "kernel dot_f32";
   }
   return "node";
 }

@@ -578,6 +578,14 @@ static gca_status_t work_access(const char *op, int dev, const gca__sim_work_t *
     GCA_CHECK(gca__sim_mem_check_access(op, dev, w->dst, words, false));
     GCA_CHECK(gca__sim_mem_check_access(op, dev, w->a, sizeof(uint64_t), false));
     return gca__sim_mem_check_access(op, dev, w->b, sizeof(uint64_t), false);
+  case GCA__SIM_WORK_GEMM:
+  case GCA__SIM_WORK_EW:
+  case GCA__SIM_WORK_DOT: {
+    gca__compute_span_t sp = gca__sim_compute_span(w);
+    GCA_CHECK(gca__sim_mem_check_access(op, dev, w->dst, sp.dst, false));
+    GCA_CHECK(gca__sim_mem_check_access(op, dev, w->a, sp.a, false));
+    return gca__sim_mem_check_access(op, dev, w->b, sp.b, false);
+  }
   default:
     return GCA_OK;
   }

@@ -50,6 +50,9 @@ typedef enum gca__sim_work_kind {
   GCA__SIM_WORK_GRAPH,
   GCA__SIM_WORK_PHILOX,
   GCA__SIM_WORK_COPY_BATCH, /* a: the table, count: its entries */
+  GCA__SIM_WORK_GEMM,       /* dst: C, a, b; m, n, k; op: the GCA_GEMM_* flags */
+  GCA__SIM_WORK_EW,         /* dst, a, b, count; op: the gca_ew_op_t; scale: s; value: u */
+  GCA__SIM_WORK_DOT,        /* dst, a, b, count; scale: s */
 } gca__sim_work_kind_t;
 
 /* What one work item or graph node does. A GRAPH work holds a reference on its
@@ -64,8 +67,11 @@ typedef struct gca__sim_work {
   void *user_data;
   gca__sim_image_t *graph;
   uint64_t offset; /* philox: added to *(u64 *)b; a is the seed's pointer */
-  void *staged;    /* memcpy from pageable host memory: the bytes read at the call (owned) */
-  bool pageable;   /* memcpy with a side in pageable host memory: not capturable */
+  uint32_t op;     /* gemm: flags; ew: the op */
+  uint32_t m, n, k;
+  float scale;
+  void *staged;  /* memcpy from pageable host memory: the bytes read at the call (owned) */
+  bool pageable; /* memcpy with a side in pageable host memory: not capturable */
 } gca__sim_work_t;
 
 /* Note [Sim memory faults]: work that touches memory that is not mapped
@@ -106,6 +112,14 @@ void gca__sim_work_hold(const gca__sim_work_t *w);
 void gca__sim_work_release(gca__sim_work_t *w);
 /* Fills the table's work-making ops (host functions, copies, memsets, kernels). */
 void gca__sim_work_ops(gca_device_ops_t *ops);
+
+/* ---- sim_compute.c ---- */
+
+/* Runs a GEMM, EW or DOT work item (memory already checked), in the order of
+ * Note [Compute order] (device.h). */
+void gca__sim_compute_run(const gca__sim_work_t *w);
+/* The bytes a GEMM, EW or DOT work item touches through dst, a and b. */
+gca__compute_span_t gca__sim_compute_span(const gca__sim_work_t *w);
 
 /* ---- sim_stream.c ---- */
 

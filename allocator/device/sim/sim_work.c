@@ -2,8 +2,9 @@
 /* sim_work.c - the sim's units of stream work: what each kind does when a
  * stream's worker (or a graph replay) runs it, the memory checks that turn a
  * bad pointer into a kept fault instead of a crash, and the ops that make
- * work (host functions, copies, memsets, the ready-made kernels) and hand it
- * to sim_stream.c to queue or capture.
+ * work (host functions, copies, memsets, the ready-made kernels, the compute
+ * kernels whose arithmetic is sim_compute.c's) and hand it to sim_stream.c to
+ * queue or capture.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -68,6 +69,15 @@ static bool copy_batch_ok(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
   return true;
 }
 
+/* A compute kernel's operands (the bytes it touches through each) are mapped
+ * device memory. */
+static bool compute_ok(const gca__sim_work_t *w, const char *what, gca__sim_fault_t *fault) {
+  gca__compute_span_t s = gca__sim_compute_span(w);
+  return !fault_if(!gca__sim_is_device_mem(w->dst, s.dst), fault, what, w->dst, s.dst) &&
+         !fault_if(!gca__sim_is_device_mem(w->a, s.a), fault, what, w->a, s.a) &&
+         !fault_if(!gca__sim_is_device_mem(w->b, s.b), fault, what, w->b, s.b);
+}
+
 static bool work_memory_ok(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
   size_t words = w->count * 4;
   switch (w->kind) {
@@ -95,6 +105,12 @@ static bool work_memory_ok(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
                      words) &&
            !fault_if(!gca__sim_is_device_mem(w->a, words), fault, "kernel add_u32", w->a, words) &&
            !fault_if(!gca__sim_is_device_mem(w->b, words), fault, "kernel add_u32", w->b, words);
+  case GCA__SIM_WORK_GEMM:
+    return compute_ok(w, "kernel gemm_f32", fault);
+  case GCA__SIM_WORK_EW:
+    return compute_ok(w, "kernel ew_f32", fault);
+  case GCA__SIM_WORK_DOT:
+    return compute_ok(w, "kernel dot_f32", fault);
   default:
     return true;
   }
@@ -159,6 +175,11 @@ void gca__sim_work_run(const gca__sim_work_t *w, gca__sim_fault_t *fault) {
     gca__philox_fill((uint32_t *)(uintptr_t)w->dst, w->count, seed, offset);
     break;
   }
+  case GCA__SIM_WORK_GEMM:
+  case GCA__SIM_WORK_EW:
+  case GCA__SIM_WORK_DOT:
+    gca__sim_compute_run(w);
+    break;
   }
 }
 
@@ -328,6 +349,46 @@ static gca_status_t sim_kernel_philox_u32(gca_devptr_t dst, size_t count, gca_de
   return gca__sim_stream_submit("kernel_philox_u32", stream, &w, NULL);
 }
 
+/* The compute kernels (Note [Compute order], device.h): arguments checked as
+ * on cuda (compute.c), memory when the work runs. */
+static gca_status_t sim_kernel_gemm_f32(gca_devptr_t c, gca_devptr_t a, gca_devptr_t b, uint32_t m,
+                                        uint32_t n, uint32_t k, uint32_t flags,
+                                        gca_stream_t stream) {
+  GCA_SIM_ENTER(kernel_gemm_f32, 0);
+  gca__compute_span_t span;
+  GCA_CHECK(gca__check_gemm_f32(c, a, b, m, n, k, flags, &span));
+  gca__sim_work_t w = {
+      .kind = GCA__SIM_WORK_GEMM, .dst = c, .a = a, .b = b, .m = m, .n = n, .k = k, .op = flags};
+  return gca__sim_stream_submit("kernel_gemm_f32", stream, &w, NULL);
+}
+
+static gca_status_t sim_kernel_ew_f32(gca_ew_op_t op, gca_devptr_t dst, gca_devptr_t a,
+                                      gca_devptr_t b, float s, uint32_t u, size_t count,
+                                      gca_stream_t stream) {
+  GCA_SIM_ENTER(kernel_ew_f32, 0);
+  gca__compute_span_t span;
+  GCA_CHECK(gca__check_ew_f32(op, dst, a, b, count, &span));
+  gca__sim_work_t w = {.kind = GCA__SIM_WORK_EW,
+                       .dst = dst,
+                       .a = a,
+                       .b = span.b ? b : 0,
+                       .count = count,
+                       .op = (uint32_t)op,
+                       .scale = s,
+                       .value = u};
+  return gca__sim_stream_submit("kernel_ew_f32", stream, &w, NULL);
+}
+
+static gca_status_t sim_kernel_dot_f32(gca_devptr_t dst, gca_devptr_t a, gca_devptr_t b,
+                                       size_t count, float s, gca_stream_t stream) {
+  GCA_SIM_ENTER(kernel_dot_f32, 0);
+  gca__compute_span_t span;
+  GCA_CHECK(gca__check_dot_f32(dst, a, b, count, &span));
+  gca__sim_work_t w = {
+      .kind = GCA__SIM_WORK_DOT, .dst = dst, .a = a, .b = b, .count = count, .scale = s};
+  return gca__sim_stream_submit("kernel_dot_f32", stream, &w, NULL);
+}
+
 void gca__sim_work_ops(gca_device_ops_t *ops) {
   ops->launch_host_func = sim_launch_host_func;
   ops->memcpy_async = sim_memcpy_async;
@@ -338,4 +399,7 @@ void gca__sim_work_ops(gca_device_ops_t *ops) {
   ops->kernel_sleep = sim_kernel_sleep;
   ops->kernel_philox_u32 = sim_kernel_philox_u32;
   ops->kernel_copy_batch = sim_kernel_copy_batch;
+  ops->kernel_gemm_f32 = sim_kernel_gemm_f32;
+  ops->kernel_ew_f32 = sim_kernel_ew_f32;
+  ops->kernel_dot_f32 = sim_kernel_dot_f32;
 }
