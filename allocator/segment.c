@@ -253,8 +253,10 @@ static gca_status_t stream_wait(gca__devalloc_t *d, const gca__relbatch_t *bt, g
   if (st != GCA_ERR_INVALID_HANDLE)
     return st;
   /* synchronizing the device while one of its streams captures would fail
-   * and invalidate that capture: keep the segment until none does */
-  if (bt->captures)
+   * and invalidate that capture: keep the segment until none does. The
+   * allocator hears of a capture only once it is routed to a pool, after the
+   * stream began capturing; the device table counts it from its start. */
+  if (bt->captures || atomic_load(&gca__device_captures) != 0)
     return GCA_ERR_NOT_READY;
   st = d->ops->ctx_synchronize(d->device);
   *dev_synced = st == GCA_OK;

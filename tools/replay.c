@@ -514,17 +514,16 @@ static gca_status_t write_snapshot(const char *path) {
 static gca_status_t prepare_allocator(const options_t *o, const char *base, const char *conf) {
   gca_status_t st;
   TOOL_CHECK_GCA(gca_empty_cache());
+  /* on the sim, main sized the device before the allocator first read its
+   * memory (once, when it starts on the device: an expandable segment
+   * reserves address space for all of it); on a GPU the option is a limit */
+  const char *backend = gca_device_backend_name();
+  if (o->device_memory && (!backend || strcmp(backend, "sim") != 0))
+    TOOL_CHECK_GCA(gca_set_memory_limit(0, o->device_memory));
   if ((st = gca_set_config(base)) != GCA_OK)
     return tool_error_gca(st, "replay: restoring the settings '%s'", base);
   if (conf && *conf && (st = gca_set_config(conf)) != GCA_OK)
     return tool_error_gca(st, "replay: --config '%s'", conf);
-  if (o->device_memory) {
-    const char *backend = gca_device_backend_name();
-    if (backend && strcmp(backend, "sim") == 0)
-      TOOL_CHECK_GCA(gca_sim_set_capacity(0, o->device_memory));
-    else
-      TOOL_CHECK_GCA(gca_set_memory_limit(0, o->device_memory));
-  }
   TOOL_CHECK_GCA(gca_reset_peak_stats(0));
   TOOL_CHECK_GCA(gca_reset_accumulated_stats(0));
   return GCA_OK;
@@ -931,6 +930,18 @@ int main(int argc, char **argv) {
     return 1;
   }
   char base[1024];
+  /* the backend is chosen first, so that --device-memory knows whether it
+   * sizes the sim; the sim's capacity is set before anything starts the
+   * allocator on the device (see prepare_allocator) */
+  if ((st = gca_device_init()) != GCA_OK) {
+    tool_error_gca(st, "replay: no device");
+    goto fail_trace;
+  }
+  if (o.device_memory && strcmp(gca_device_backend_name(), "sim") == 0 &&
+      (st = gca_sim_set_capacity(0, o.device_memory)) != GCA_OK) {
+    tool_error_gca(st, "replay: --device-memory");
+    goto fail_trace;
+  }
   TOOL_CHECK_GOTO(load_trace(&o, t), st, fail_trace);
   if ((st = gca_get_config(base, sizeof(base))) != GCA_OK) {
     tool_error_gca(st, "replay: the settings in force (GCA_ALLOC_CONF)");

@@ -190,6 +190,10 @@ static void print_steps(const opts_t *o, const train_cfg_t *c, const train_resul
            tool_format_size(s->peak_live, b, sizeof(b)), train_decision_name(s->decision), mm,
            (unsigned long long)s->registrations, (double)s->loss);
   }
+  for (int i = 0; i < r->ranks; i++) /* why a step fell back to an eager run */
+    for (int k = 0; k < r->rank[i].steps_done; k++)
+      if (r->rank[i].steps[k].why[0])
+        printf("  rank %d step %d: eager: %s\n", i, k, r->rank[i].steps[k].why);
   (void)o;
 }
 

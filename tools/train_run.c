@@ -127,6 +127,7 @@ typedef struct rank {
   int nshapes;
   int rank, device;
   meet_t *meet; /* thread ranks */
+  char *why;    /* the current step's record's reason, while it runs */
   gca_comm_t *comm;
   train_rank_result_t *res;
   gca_pool_t *pool; /* the step's memory: a comm pool, the tree's pool too */
@@ -147,6 +148,8 @@ typedef struct rank {
 static void on_decision(const gca_graph_decision_t *d, void *ctx) {
   rank_t *rk = ctx;
   rk->decision = (int)d->action;
+  if (d->action == GCA_GRAPH_EAGER && rk->why)
+    snprintf(rk->why, sizeof(((train_step_rec_t *)0)->why), "%s", d->detail ? d->detail : "");
 }
 
 static gca_status_t body(gca_stream_t stream, void *const *in, void *const *out, void *ctx) {
@@ -291,6 +294,8 @@ static gca_status_t one_step(rank_t *rk, int k) {
   gca_comm_stats_t cs0 = {.size = sizeof(cs0)}, cs1 = {.size = sizeof(cs1)};
   TOOL_CHECK_GCA(gca_comm_stats(rk->comm, &cs0));
   rk->decision = c->mode == TRAIN_GRAPH ? GCA_GRAPH_REPLAY : -1;
+  rec->why[0] = 0;
+  rk->why = rec->why;
   uint64_t h0 = tool_now_ns();
   TOOL_CHECK_GCA(gca_event_record(rk->t0, rk->stream));
   void *loss = NULL;

@@ -10,6 +10,8 @@
 #include "device.h"
 #include "sim/sim.h"
 
+_Atomic int gca__device_captures;
+
 static const char *op_names[GCA_OP_COUNT] = {
 #define OP_NAME(name) #name,
     GCA_DEVICE_OP_MAP(OP_NAME)

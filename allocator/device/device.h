@@ -35,12 +35,20 @@
 #ifndef GCA_DEVICE_INTERNAL_H
 #define GCA_DEVICE_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common.h"
 #include "gca/device.h"
+
+/* Capture sequences begun through the device table and not yet ended, on
+ * any device: the backends count them (a capture begun by the program
+ * straight through the driver is not seen). The allocator reads it before
+ * anything that would synchronize a whole device, which a live capture on
+ * any thread forbids (Note [Releases during a capture], segment.c). */
+extern _Atomic int gca__device_captures;
 
 /* X(name): one entry per operation, in table order. */
 #define GCA_DEVICE_OP_MAP(X)      \

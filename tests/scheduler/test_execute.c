@@ -498,7 +498,7 @@ static void a_plan_run_is_recorded_and_replayed_by_a_graph_tree(void **state) {
   assert_int_equal(gs.warmups, 1);
   assert_int_equal(gs.records, 1);
   assert_int_equal(gs.replays, 4); /* the record's own launch and three replays */
-  assert_int_equal(calls[0], 2); /* the body ran twice: warm-up and record */
+  assert_int_equal(calls[0], 2);   /* the body ran twice: warm-up and record */
   size_t mm = 9;
   assert_ok(gca_plan_result(t.plan, &mm, NULL));
   assert_int_equal(mm, 0);

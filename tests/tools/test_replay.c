@@ -194,6 +194,26 @@ static void device_memory_limit_turns_into_counted_ooms(void **state) {
   free(o.text);
 }
 
+/* A device larger than the sim's default (16 GiB) holds for every config,
+ * the first included: its size is set before the allocator first reads the
+ * device's memory (an expandable segment reserves address space for all of
+ * it, so a late size left the first config at 16 GiB). */
+static void device_memory_above_the_default_serves_every_config(void **state) {
+  run_out_t o = run_replay(HEADER "1,00:00:00.1,allocate,0x10,21474836480,0x0\n"
+                                  "1,00:00:00.2,free,0x10,21474836480,0x0\n",
+                           "--json --device-memory 64GiB --repeat 0 --config "
+                           "expandable_segments:True --config expandable_segments:False");
+  json_t *v = parse_json(&o);
+  const json_t *runs = json_object_get(v, "runs");
+  assert_int_equal(jcount(runs), 2);
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(u64_at(json_array_get(runs, i), "ooms"), 0);
+    assert_true(u64_at(json_array_get(runs, i), "peak_reserved_bytes") >= 20 * 1024 * MiB);
+  }
+  json_decref(v);
+  free(o.text);
+}
+
 static void free_before_allocate_fails_with_line(void **state) {
   assert_fails_with(HEADER "1,00:00:00.1,free,0x10,64,0x0\n"
                            "1,00:00:00.2,allocate,0x10,64,0x0\n",
@@ -381,6 +401,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(allocate_failures_are_skipped_and_streams_created),
       cmocka_unit_test(each_config_is_replayed_side_by_side),
       cmocka_unit_test(device_memory_limit_turns_into_counted_ooms),
+      cmocka_unit_test(device_memory_above_the_default_serves_every_config),
       cmocka_unit_test(free_before_allocate_fails_with_line),
       cmocka_unit_test(duplicate_allocate_of_live_pointer_fails_with_line),
       cmocka_unit_test(unknown_or_dead_free_fails_with_line),

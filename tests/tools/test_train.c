@@ -230,7 +230,11 @@ static void a_capture_fault_falls_back_to_eager_with_the_same_bits(void **state)
   run_ok(&c, &g);
   int eager = 0;
   for (int i = 0; i < g.ranks; i++)
-    eager += g.rank[i].steps[1].decision == GCA_GRAPH_EAGER;
+    if (g.rank[i].steps[1].decision == GCA_GRAPH_EAGER) {
+      eager++; /* the reason names the failed operation */
+      printf("# capture fault: rank %d: %s\n", i, g.rank[i].steps[1].why);
+      assert_non_null(strstr(g.rank[i].steps[1].why, "stream_begin_capture"));
+    }
   assert_int_equal(eager, 1); /* the rank whose capture failed ran the step eagerly */
   c.fault = NULL;
   c.mode = TRAIN_EAGER;

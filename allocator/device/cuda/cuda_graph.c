@@ -22,13 +22,24 @@ static gca_status_t cuda_stream_begin_capture(gca_stream_t stream, gca_capture_m
   GCA_CHECK(gca__cuda_enter_stream("stream_begin_capture", stream, NULL));
   CU_CHECK("stream_begin_capture",
            gca__cuda_drv.StreamBeginCapture(stream, (CUstreamCaptureMode)mode));
+  atomic_fetch_add(&gca__device_captures, 1);
   return GCA_OK;
 }
 
+static gca_status_t cuda_stream_capture_info(gca_stream_t stream, gca_capture_status_t *status,
+                                             uint64_t *id);
+
 static gca_status_t cuda_stream_end_capture(gca_stream_t stream, gca_graph_t *graph) {
   GCA_CHECK(gca__cuda_enter_stream("stream_end_capture", stream, NULL));
+  gca_capture_status_t before = GCA_CAPTURE_STATUS_NONE, after = GCA_CAPTURE_STATUS_NONE;
+  bool known = cuda_stream_capture_info(stream, &before, NULL) == GCA_OK;
   CUgraph g = NULL;
-  CU_CHECK("stream_end_capture", gca__cuda_drv.StreamEndCapture(stream, &g));
+  CUresult r = gca__cuda_drv.StreamEndCapture(stream, &g);
+  /* the sequence is over once the stream no longer captures, whatever the result */
+  if (known && before != GCA_CAPTURE_STATUS_NONE &&
+      cuda_stream_capture_info(stream, &after, NULL) == GCA_OK && after == GCA_CAPTURE_STATUS_NONE)
+    atomic_fetch_sub(&gca__device_captures, 1);
+  CU_CHECK("stream_end_capture", r);
   *graph = g;
   return GCA_OK;
 }

@@ -477,6 +477,7 @@ static void capture_remove(capture_t *c) {
   nodes_free(c->nodes, c->n);
   free(c);
   atomic_fetch_sub(&ncaptures, 1);
+  atomic_fetch_sub(&gca__device_captures, 1);
 }
 
 /* Whether a capture holds a blocking stream of dev (true: the first in *first);
@@ -874,6 +875,7 @@ static gca_status_t sim_stream_begin_capture(gca_stream_t stream, gca_capture_mo
   c->next = captures;
   captures = c;
   atomic_fetch_add(&ncaptures, 1);
+  atomic_fetch_add(&gca__device_captures, 1);
 out:
   pthread_mutex_unlock(&cap_mu);
   return st;
