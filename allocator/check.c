@@ -125,10 +125,15 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
     if (s->head == NULL || s->head->prev != NULL || s->head->addr != s->base)
       return BROKEN("segment 0x%" PRIx64 ": head block does not start it", s->base);
     size_t extent = s->expandable ? s->reserved_size : s->size;
-    int owner = gca__owner_device(s->base + extent - 1);
-    if (gca__owner_device(s->base) != owner || (owner != d->device && owner != GCA__OWNER_ANY))
-      return BROKEN("segment 0x%" PRIx64 ": the address map says device %d, not %d", s->base, owner,
-                    d->device);
+    /* either end may lie in a granule the map holds as shared (GCA__OWNER_ANY:
+     * another device's segment touched it, and the map keeps no list), the
+     * other in one of this device's alone */
+    int first = gca__owner_device(s->base), last = gca__owner_device(s->base + extent - 1);
+    if ((first != d->device && first != GCA__OWNER_ANY) ||
+        (last != d->device && last != GCA__OWNER_ANY))
+      return BROKEN("segment 0x%" PRIx64 ": the address map says device %d at its start and %d "
+                    "at its end, not %d",
+                    s->base, first, last, d->device);
     if (!s->expandable)
       sum->segment++; /* as PyTorch, the segment count leaves expandable segments out */
     if (!s->suspended)
