@@ -52,6 +52,47 @@ static bool parse_double(const char *t, double *out) {
   return true;
 }
 
+/* The integer options: name and bounds; set_int_option stores them. */
+static const struct {
+  const char *name;
+  long lo, hi;
+} int_opts[] = {{"--ranks", 1, 8},         {"--steps", 1, 100000}, {"--layers", 1, 64},
+                {"--batch", 1, 4096},      {"--hidden", 1, 4096},  {"--ffn", 1, 16384},
+                {"--seed", 0, 0x7fffffffL}};
+
+static int int_option(const char *arg) {
+  for (size_t i = 0; i < sizeof(int_opts) / sizeof(int_opts[0]); i++)
+    if (strcmp(arg, int_opts[i].name) == 0)
+      return (int)i;
+  return -1;
+}
+
+static void set_int_option(train_cfg_t *c, int i, long v) {
+  switch (i) {
+  case 0:
+    c->shape.ranks = (int)v;
+    break;
+  case 1:
+    c->steps = (int)v;
+    break;
+  case 2:
+    c->shape.layers = (int)v;
+    break;
+  case 3:
+    c->shape.batch = (uint32_t)v;
+    break;
+  case 4:
+    c->shape.hidden = (uint32_t)v;
+    break;
+  case 5:
+    c->shape.ffn = (uint32_t)v;
+    break;
+  default:
+    c->seed = (uint64_t)v;
+    break;
+  }
+}
+
 typedef struct opts {
   train_cfg_t cfg;
   bool all, json, quiet;
@@ -65,6 +106,7 @@ static int parse(int argc, char **argv, opts_t *o) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long n = 0;
     double d = 0;
+    int io;
     bool val = true;
 #define NEED_VALUE()                                       \
   do {                                                     \
@@ -99,34 +141,10 @@ static int parse(int argc, char **argv, opts_t *o) {
         o->cfg.mode = TRAIN_GRAPH;
       else if (!o->all)
         BAD();
-    } else if (strcmp(a, "--ranks") == 0) {
+    } else if ((io = int_option(a)) >= 0) {
       NEED_VALUE();
-      val = parse_int(v, 1, 8, &n);
-      o->cfg.shape.ranks = (int)n;
-    } else if (strcmp(a, "--steps") == 0) {
-      NEED_VALUE();
-      val = parse_int(v, 1, 100000, &n);
-      o->cfg.steps = (int)n;
-    } else if (strcmp(a, "--layers") == 0) {
-      NEED_VALUE();
-      val = parse_int(v, 1, 64, &n);
-      o->cfg.shape.layers = (int)n;
-    } else if (strcmp(a, "--batch") == 0) {
-      NEED_VALUE();
-      val = parse_int(v, 1, 4096, &n);
-      o->cfg.shape.batch = (uint32_t)n;
-    } else if (strcmp(a, "--hidden") == 0) {
-      NEED_VALUE();
-      val = parse_int(v, 1, 4096, &n);
-      o->cfg.shape.hidden = (uint32_t)n;
-    } else if (strcmp(a, "--ffn") == 0) {
-      NEED_VALUE();
-      val = parse_int(v, 1, 16384, &n);
-      o->cfg.shape.ffn = (uint32_t)n;
-    } else if (strcmp(a, "--seed") == 0) {
-      NEED_VALUE();
-      val = parse_int(v, 0, 0x7fffffffL, &n);
-      o->cfg.seed = (uint64_t)n;
+      val = parse_int(v, int_opts[io].lo, int_opts[io].hi, &n);
+      set_int_option(&o->cfg, io, n);
     } else if (strcmp(a, "--change") == 0) {
       NEED_VALUE();
       unsigned s = 0, b = 0;
