@@ -24,6 +24,7 @@
  */
 #include <cuda.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@
 
 typedef struct fake_stream {
   CUcontext ctx;
+  bool capturing; /* between a begin and an end of capture */
 } fake_stream_t;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -363,7 +365,7 @@ static CUresult f_import(CUmemGenericAllocationHandle *h, void *sh, CUmemAllocat
 }
 static CUresult f_stream_create(CUstream *s, unsigned fl, int prio) {
   NEED_CTX();
-  fake_stream_t *fs = malloc(sizeof(*fs));
+  fake_stream_t *fs = calloc(1, sizeof(*fs));
   fs->ctx = current;
   *s = (CUstream)(void *)fs;
   return CUDA_SUCCESS;
@@ -511,26 +513,59 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
   }
   return CUDA_SUCCESS;
 }
+/* Capture as the driver keeps it per stream: a begin on a capturing stream
+ * and an end on one that is not are CUDA_ERROR_ILLEGAL_STATE; an end always
+ * ends the sequence, and after fake_cuda_invalidate_next_capture it fails
+ * with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (the capture was invalidated).
+ * Streams the fake does not make (NULL, the special handles) never capture. */
+static bool invalidate_next_capture;
+static fake_stream_t *capture_stream(CUstream s) {
+  return s && !SPECIAL_STREAM(s) ? (fake_stream_t *)(void *)s : NULL;
+}
 static CUresult f_begin_capture(CUstream s, CUstreamCaptureMode mode) {
-  return stream_ok(s);
+  (void)mode;
+  CUresult r = stream_ok(s);
+  if (r != CUDA_SUCCESS)
+    return r;
+  fake_stream_t *fs = capture_stream(s);
+  if (!fs)
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (fs->capturing)
+    return CUDA_ERROR_ILLEGAL_STATE;
+  fs->capturing = true;
+  return CUDA_SUCCESS;
 }
 static CUresult f_end_capture(CUstream s, CUgraph *g) {
   CUresult r = stream_ok(s);
-  if (r == CUDA_SUCCESS)
-    *g = (CUgraph)(uintptr_t)0x7000;
-  return r;
+  if (r != CUDA_SUCCESS)
+    return r;
+  fake_stream_t *fs = capture_stream(s);
+  if (!fs || !fs->capturing)
+    return CUDA_ERROR_ILLEGAL_STATE;
+  fs->capturing = false;
+  if (invalidate_next_capture) {
+    invalidate_next_capture = false;
+    *g = NULL;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  *g = (CUgraph)(uintptr_t)0x7000;
+  return CUDA_SUCCESS;
+}
+static CUstreamCaptureStatus capture_status(CUstream s) {
+  fake_stream_t *fs = capture_stream(s);
+  return fs && fs->capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
 }
 static CUresult f_capture_info_v2(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
                                   const CUgraphNode **d, size_t *n) {
   capture_info_form = 2;
-  *st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *st = capture_status(s);
   *id = 77;
   return stream_ok(s);
 }
 static CUresult f_capture_info_v3(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
                                   const CUgraphNode **d, const void **e, size_t *n) {
   capture_info_form = 3;
-  *st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *st = capture_status(s);
   *id = 78;
   return stream_ok(s);
 }
@@ -700,6 +735,7 @@ EXPORT int fake_cuda_max_version_asked(void);
 EXPORT int fake_cuda_over_version_asks(void);
 EXPORT int fake_cuda_set_current_calls(void);
 EXPORT int fake_cuda_capture_info_form(void);
+EXPORT void fake_cuda_invalidate_next_capture(void);
 EXPORT int fake_cuda_null_stream_device(void);
 EXPORT int fake_cuda_special_stream_device(void);
 EXPORT int fake_cuda_special_stream_handle(void);
@@ -728,6 +764,9 @@ EXPORT int fake_cuda_set_current_calls(void) {
 }
 EXPORT int fake_cuda_capture_info_form(void) {
   return capture_info_form;
+}
+EXPORT void fake_cuda_invalidate_next_capture(void) {
+  invalidate_next_capture = true;
 }
 EXPORT int fake_cuda_null_stream_device(void) {
   return null_stream_device;

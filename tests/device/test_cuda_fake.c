@@ -112,13 +112,18 @@ static int check_newest_forms(report_t *r, int want_form, uint64_t want_id, floa
   CHECK(r, fake_int("fake_cuda_over_version_asks") == 0);
   gca_stream_t s = NULL;
   EXPECT_OK(r, ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
-  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_ACTIVE;
   uint64_t id = 0;
+  EXPECT_OK(r, ops->stream_capture_info(s, &cs, &id));
+  CHECK(r, cs == GCA_CAPTURE_STATUS_NONE);
+  EXPECT_OK(r, ops->stream_begin_capture(s, GCA_CAPTURE_MODE_THREAD_LOCAL));
   EXPECT_OK(r, ops->stream_capture_info(s, &cs, &id));
   CHECK(r, cs == GCA_CAPTURE_STATUS_ACTIVE);
   CHECK(r, id == want_id);
   CHECK(r, fake_int("fake_cuda_capture_info_form") == want_form);
   EXPECT_OK(r, ops->stream_capture_info(s, &cs, NULL));
+  gca_graph_t g = NULL;
+  EXPECT_OK(r, ops->stream_end_capture(s, &g));
   float ms = 0;
   gca_event_t a, b;
   EXPECT_OK(r, ops->event_create(0, GCA_EVENT_DEFAULT, &a));
@@ -413,6 +418,44 @@ static int child_graphs(report_t *r) {
   return CHILD_PASS;
 }
 
+/* gca__device_captures (Note [Releases during a capture]) counts capture
+ * sequences the driver has open: a begin adds one, an end that leaves the
+ * stream not capturing takes it back — also when the end fails because the
+ * capture was invalidated — and calls the driver refuses change nothing. */
+static int child_capture_count(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  EXPECT_OK(r, ops->init());
+  gca_stream_t s = NULL, t = NULL;
+  gca_graph_t g = NULL;
+  EXPECT_OK(r, ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  EXPECT_OK(r, ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &t));
+  int c0 = atomic_load(&gca__device_captures);
+  EXPECT_OK(r, ops->stream_begin_capture(s, GCA_CAPTURE_MODE_THREAD_LOCAL));
+  CHECK(r, atomic_load(&gca__device_captures) == c0 + 1);
+  EXPECT_OK(r, ops->stream_begin_capture(t, GCA_CAPTURE_MODE_RELAXED));
+  CHECK(r, atomic_load(&gca__device_captures) == c0 + 2);
+  EXPECT(r, ops->stream_begin_capture(s, GCA_CAPTURE_MODE_THREAD_LOCAL), GCA_ERR_DRIVER,
+         "stream_begin_capture");
+  CHECK(r, atomic_load(&gca__device_captures) == c0 + 2);
+  EXPECT_OK(r, ops->stream_end_capture(s, &g));
+  CHECK(r, g != NULL);
+  CHECK(r, atomic_load(&gca__device_captures) == c0 + 1);
+  EXPECT(r, ops->stream_end_capture(s, &g), GCA_ERR_DRIVER, "stream_end_capture");
+  CHECK(r, atomic_load(&gca__device_captures) == c0 + 1);
+  void (*invalidate)(void) =
+      (void (*)(void))(uintptr_t)fake_fn("fake_cuda_invalidate_next_capture");
+  CHECK(r, invalidate != NULL);
+  invalidate();
+  EXPECT(r, ops->stream_end_capture(t, &g), GCA_ERR_CAPTURE_INVALIDATED, "stream_end_capture");
+  CHECK(r, atomic_load(&gca__device_captures) == c0);
+  EXPECT(r, ops->stream_begin_capture(NULL, GCA_CAPTURE_MODE_GLOBAL), GCA_ERR_CAPTURE_UNSUPPORTED,
+         "stream_begin_capture");
+  CHECK(r, atomic_load(&gca__device_captures) == c0);
+  EXPECT_OK(r, ops->stream_destroy(s));
+  EXPECT_OK(r, ops->stream_destroy(t));
+  return CHILD_PASS;
+}
+
 static int child_vmm(report_t *r) {
   const gca_device_ops_t *ops = gca__cuda_ops();
   size_t g = 0;
@@ -687,6 +730,11 @@ static void kernels_load_once_per_device_and_marshal_arguments(void **state) {
   run_in_child(NULL, child_kernels);
 }
 
+static void captures_are_counted_while_the_driver_has_them_open(void **state) {
+  (void)state;
+  run_in_child(NULL, child_capture_count);
+}
+
 static void graph_update_rejection_reports_node_index(void **state) {
   (void)state;
   run_in_child(NULL, child_graphs);
@@ -746,6 +794,7 @@ int main(void) {
       cmocka_unit_test(set_device_makes_its_primary_context_current_for_null_streams),
       cmocka_unit_test(kernels_load_once_per_device_and_marshal_arguments),
       cmocka_unit_test(graph_update_rejection_reports_node_index),
+      cmocka_unit_test(captures_are_counted_while_the_driver_has_them_open),
       cmocka_unit_test(vmm_requests_fd_handles_where_supported),
       cmocka_unit_test(fabric_handles_are_requested_exported_and_imported_as_64_bytes),
       cmocka_unit_test(fabric_refused_at_create_falls_back_once_per_device),
