@@ -574,9 +574,14 @@ static const char *rule_name(gca_graph_rule_t r) {
   return (size_t)r < GCA_ARRAY_SIZE(names) ? names[r] : "?";
 }
 
-/* A failure while recording or updating: report it and run eagerly. */
+/* A failure while recording, updating or launching: report it and run
+ * eagerly, or fail the run when the tree was told to. */
 static gca_status_t fail_to_eager(gca_graph_tree_t *t, gca_graph_fn_t *fn, gca_graph_rule_t rule,
                                   gca_status_t why, void *const *inputs, void **outputs) {
+  if (t->opts.on_failure == GCA_GRAPH_ON_FAILURE_ERROR) {
+    t->stats.failures++;
+    return gca__error_prefix(why, "graph_tree_run: %s: %s", fn->name, rule_name(rule));
+  }
   char detail[320];
   snprintf(detail, sizeof(detail), "%s: %s (%s): %s", fn->name, rule_name(rule),
            gca_status_name(why), gca_last_error());
@@ -717,6 +722,9 @@ GCA_API gca_status_t gca_graph_tree_create(int device, const gca_graph_tree_opti
   if ((unsigned)o.capture_mode > GCA_GRAPH_CAPTURE_RELAXED)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "graph_tree_create: capture mode %d",
                       (int)o.capture_mode);
+  if ((unsigned)o.on_failure > GCA_GRAPH_ON_FAILURE_ERROR)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "graph_tree_create: on_failure %d",
+                      (int)o.on_failure);
   const gca_device_ops_t *ops = gca__device_get(&st);
   if (!ops)
     return st;

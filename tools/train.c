@@ -22,12 +22,13 @@ static void usage(FILE *f) {
              "                 [--steps K] [--layers L] [--batch B] [--hidden H] [--ffn F]\n"
              "                 [--seed S] [--change STEP:BATCH] [--time-scale X]\n"
              "                 [--budget-ratio R] [--fault SPEC@STEP] [--timeout SECONDS]\n"
-             "                 [--json] [--snapshot FILE] [--quiet]\n"
+             "                 [--capture-fallback] [--json] [--snapshot FILE] [--quiet]\n"
              "Trains on sim ranks (threads, or processes with --processes); on the sim the\n"
              "clock is virtual unless GCA_SIM_CLOCK says otherwise, so times are the cost\n"
              "model's. --change 5:16 runs steps from 5 on with a batch of 16 rows (a new\n"
              "branch of the graph tree); --fault arms a sim fault (GCA_SIM_FAULTS syntax)\n"
-             "at a step.\n");
+             "at a step. A failed capture, instantiation or launch of the step's graph ends\n"
+             "the run with the error; --capture-fallback runs that step eagerly instead.\n");
 }
 
 static const char *mode_name(train_mode_t m) {
@@ -126,6 +127,8 @@ static int parse(int argc, char **argv, opts_t *o) {
       return 1;
     } else if (strcmp(a, "--processes") == 0) {
       o->cfg.processes = true;
+    } else if (strcmp(a, "--capture-fallback") == 0) {
+      o->cfg.capture_fallback = true;
     } else if (strcmp(a, "--json") == 0) {
       o->json = true;
     } else if (strcmp(a, "--quiet") == 0) {

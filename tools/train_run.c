@@ -306,8 +306,10 @@ static gca_status_t one_step(rank_t *rk, int k) {
     for (int l = 0; l < m->shape.layers; l++)
       in[2 + l] = rk->shards[l];
     TOOL_CHECK_GCA(gca_graph_tree_step(rk->tree));
-    TOOL_CHECK_GCA(
-        gca_graph_tree_run(rk->tree, s->fn, in, (size_t)(2 + m->shape.layers), &loss, 1));
+    gca_status_t st =
+        gca_graph_tree_run(rk->tree, s->fn, in, (size_t)(2 + m->shape.layers), &loss, 1);
+    if (st != GCA_OK)
+      return tool_error_gca(st, "graphs");
   } else {
     for (size_t b = 0; b < gca_opgraph_buffer_count(m->g); b++)
       s->bind[b] = NULL;
@@ -437,6 +439,7 @@ static void rank_main(rank_t *rk) {
   to.on_decision = on_decision;
   to.decision_ctx = rk;
   to.pool = rk->pool;
+  to.on_failure = c->capture_fallback ? GCA_GRAPH_ON_FAILURE_EAGER : GCA_GRAPH_ON_FAILURE_ERROR;
   if (st == GCA_OK && (st = gca_graph_tree_create(rk->device, &to, &rk->tree)) != GCA_OK)
     tool_error_gca(st, "gca_graph_tree_create");
   if (st == GCA_OK && (st = gca_graph_tree_stream(rk->tree, &rk->stream)) != GCA_OK)

@@ -30,6 +30,7 @@ typedef struct train_cfg {
   uint32_t change_batch;
   const char *fault; /* a sim fault spec armed at fault_step (on rank 0's process) */
   int fault_step;
+  bool capture_fallback;     /* a failed recording runs the step eagerly (else it fails) */
   double timeout_s;          /* how long a rank waits for its peers */
   const char *snapshot_path; /* rank 0's allocator snapshot at the end, or NULL */
   bool progress;             /* rank 0 draws a progress bar on stderr */

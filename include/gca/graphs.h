@@ -24,8 +24,10 @@
  * graph in place when only input addresses moved (a new capture, exec-update,
  * no instantiation), (b) re-records, (c) runs the function eagerly from then on
  * once it was re-recorded rerecord_limit times. Failed captures, instantiations
- * and launches fall back to an eager run (outside the pool). Each decision
- * other than a plain replay reaches the on_decision callback and the counters.
+ * and launches fall back to an eager run (outside the pool), or, with
+ * on_failure GCA_GRAPH_ON_FAILURE_ERROR, fail the run with the error. Each
+ * decision other than a plain replay reaches the on_decision callback and the
+ * counters.
  *
  * Outputs are owned by the tree: they stay valid until released
  * (gca_graph_tree_release) or until the next generation starts
@@ -130,6 +132,19 @@ typedef enum gca_graph_capture_mode {
   GCA_GRAPH_CAPTURE_RELAXED = 2,
 } gca_graph_capture_mode_t;
 
+/* What a run does when capturing, instantiating, restoring the pool for or
+ * launching a recording fails. */
+typedef enum gca_graph_on_failure {
+  /* The function runs eagerly outside the pool (decision GCA_GRAPH_EAGER with
+   * the failure's rule and status); the run succeeds if the eager run does. */
+  GCA_GRAPH_ON_FAILURE_EAGER = 0,
+  /* The run fails with the failure's status and a message naming the
+   * function, the step (capture, instantiate, restore, launch) and the
+   * operation that failed; no decision is reported, no output is made and the
+   * tree stays where it was (a later run tries the same recording again). */
+  GCA_GRAPH_ON_FAILURE_ERROR = 1,
+} gca_graph_on_failure_t;
+
 typedef struct gca_graph_tree_options {
   size_t size;                           /* sizeof(gca_graph_tree_options_t) */
   unsigned warmup_runs;                  /* eager runs of a node before recording (1) */
@@ -148,12 +163,13 @@ typedef struct gca_graph_tree_options {
    * at destroy) and owns its layout while it lives: allocate from it only
    * through the tree's runs, or on the tree's stream between them. */
   struct gca_pool *pool;
+  gca_graph_on_failure_t on_failure; /* (eager) */
 } gca_graph_tree_options_t;
 
 #define GCA_GRAPH_TREE_OPTIONS_INIT                                                            \
   {                                                                                            \
     sizeof(gca_graph_tree_options_t), 1, 8, GCA_GRAPH_CAPTURE_THREAD_LOCAL, false, NULL, NULL, \
-        NULL                                                                                   \
+        NULL, GCA_GRAPH_ON_FAILURE_EAGER                                                       \
   }
 
 typedef struct gca_graph_stats {
@@ -172,6 +188,7 @@ typedef struct gca_graph_stats {
   size_t pool_allocated;    /* bytes of its allocated blocks */
   uint64_t graph_nodes;     /* operations (kernels, copies, memsets, host functions) in the
                                recordings */
+  uint64_t failures;        /* runs failed by a failed recording (on_failure ERROR) */
 } gca_graph_stats_t;
 
 /* Creates a tree on `device` with its own pool and stream. opts may be NULL. */

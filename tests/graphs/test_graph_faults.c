@@ -15,10 +15,11 @@ typedef struct rig {
   uint32_t x[NW], w[2][NW];
 } rig_t;
 
-static rig_t *rig_new(void) {
+static rig_t *rig_new_with(gca_graph_on_failure_t on_failure) {
   rig_t *r = calloc(1, sizeof(*r));
   assert_non_null(r);
   gca_graph_tree_options_t o = GCA_GRAPH_TREE_OPTIONS_INIT;
+  o.on_failure = on_failure;
   o.on_decision = record_decision;
   o.decision_ctx = &r->ds;
   assert_ok(gca_graph_tree_create(0, &o, &r->t));
@@ -34,6 +35,10 @@ static rig_t *rig_new(void) {
     dev_write(r->wd[k], r->w[k], NW);
   }
   return r;
+}
+
+static rig_t *rig_new(void) {
+  return rig_new_with(GCA_GRAPH_ON_FAILURE_EAGER);
 }
 
 static void rig_step(rig_t *r, int wi) {
@@ -175,6 +180,73 @@ static void launch_fault_runs_eagerly(void **state) {
   rig_free(r);
 }
 
+/* on_failure ERROR: the run that meets the fault fails with its status and a
+ * message naming the function, the step and the operation; no decision, no
+ * output, nothing left in the pool; the allocator stays valid, and the next
+ * run does what the failed one would have done. `warm` runs precede the
+ * fault (1: it hits the record, 2: a replay). */
+static void error_fault(const char *spec, int warm, const char *step, const char *op) {
+  rig_t *r = rig_new_with(GCA_GRAPH_ON_FAILURE_ERROR);
+  for (int i = 0; i < warm; i++)
+    rig_step(r, 0);
+  size_t decisions = r->ds.n;
+  gca_graph_stats_t before = tree_stats(r->t);
+  void *in[2] = {r->xd, r->wd[0]}, *out[2] = {NULL, NULL};
+  assert_ok(gca_sim_fault_set(spec));
+  gca_status_t st = gca_graph_tree_run(r->t, r->fn, in, 2, out, 2);
+  gca_sim_fault_clear();
+  assert_int_equal(st, GCA_ERR_DRIVER);
+  const char *msg = gca_last_error();
+  char want[96];
+  snprintf(want, sizeof(want), "graph_tree_run: std: %s", step);
+  if (!strstr(msg, want) || !strstr(msg, op) || !strstr(msg, "injected fault"))
+    fail_msg("error '%s' does not name '%s' and '%s'", msg, want, op);
+  assert_null(out[0]);
+  assert_null(out[1]);
+  assert_int_equal(r->ds.n, decisions);
+  gca_graph_stats_t s = tree_stats(r->t);
+  assert_int_equal(s.failures, 1);
+  assert_int_equal(s.eager_fallbacks, 0);
+  assert_int_equal(s.records, before.records);
+  assert_int_equal(s.replays, before.replays);
+  assert_int_equal(s.pool_allocated, before.pool_allocated);
+  assert_ok(gca__allocator_check());
+  /* The same run again, fault gone: a record (or a replay of the recording). */
+  rig_step(r, 0);
+  s = tree_stats(r->t);
+  assert_int_equal(s.records, 1);
+  assert_int_equal(s.replays, before.replays + 1);
+  rig_step(r, 0);
+  assert_int_equal(tree_stats(r->t).eager_fallbacks, 0);
+  rig_free(r);
+}
+
+static void capture_fault_fails_the_run_when_told(void **state) {
+  (void)state;
+  if (!on_sim)
+    skip();
+  error_fault("stream_begin_capture:nth=1", 1, "capture failed", "stream_begin_capture");
+  error_fault("stream_end_capture:nth=1", 1, "capture failed", "stream_end_capture");
+}
+
+static void instantiate_fault_fails_the_run_when_told(void **state) {
+  (void)state;
+  if (!on_sim)
+    skip();
+  error_fault("graph_instantiate:nth=1", 1, "instantiate failed", "graph_instantiate");
+  /* every executable graph made was destroyed (the faulted call made none) */
+  assert_int_equal(gca_sim_call_count("graph_exec_destroy"),
+                   gca_sim_call_count("graph_instantiate") - 1);
+  error_fault("graph_upload:nth=1", 1, "instantiate failed", "uploading the recording of std");
+}
+
+static void launch_fault_fails_the_run_when_told(void **state) {
+  (void)state;
+  if (!on_sim)
+    skip();
+  error_fault("graph_launch:nth=1", 2, "launch failed", "graph_launch");
+}
+
 static void bad_input_is_a_clear_status(void **state) {
   (void)state;
   gca_graph_tree_t *t, *other;
@@ -202,6 +274,10 @@ static void bad_input_is_a_clear_status(void **state) {
   gca_graph_tree_t *bad = NULL;
   assert_status(gca_graph_tree_create(0, &o, &bad), GCA_ERR_INVALID_ARGUMENT, "options size");
   assert_status(gca_graph_tree_create(99, NULL, &bad), GCA_ERR_INVALID_ARGUMENT, "device 99");
+  o = (gca_graph_tree_options_t)GCA_GRAPH_TREE_OPTIONS_INIT;
+  o.on_failure = (gca_graph_on_failure_t)7;
+  assert_status(gca_graph_tree_create(0, &o, &bad), GCA_ERR_INVALID_ARGUMENT, "on_failure 7");
+  assert_null(bad);
   assert_ok(gca_graph_tree_run(t, f, in, 2, out, 2));
   assert_ok(gca_graph_tree_destroy(t));
   assert_status(gca_graph_tree_run(t, f, in, 2, out, 2), GCA_ERR_INVALID_HANDLE,
@@ -225,6 +301,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(node_count_fault_runs_eagerly, graph_setup, graph_teardown),
       cmocka_unit_test_setup_teardown(exec_update_fault_rerecords, graph_setup, graph_teardown),
       cmocka_unit_test_setup_teardown(launch_fault_runs_eagerly, graph_setup, graph_teardown),
+      cmocka_unit_test_setup_teardown(capture_fault_fails_the_run_when_told, graph_setup,
+                                      graph_teardown),
+      cmocka_unit_test_setup_teardown(instantiate_fault_fails_the_run_when_told, graph_setup,
+                                      graph_teardown),
+      cmocka_unit_test_setup_teardown(launch_fault_fails_the_run_when_told, graph_setup,
+                                      graph_teardown),
       cmocka_unit_test_setup_teardown(bad_input_is_a_clear_status, graph_setup, graph_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

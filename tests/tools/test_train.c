@@ -221,11 +221,40 @@ static void a_map_fault_ends_every_rank_naming_the_op(void **state) {
   train_results_free(&r);
 }
 
+/* A capture failing ends every rank; the first error names the tree's step
+ * (capture), the step's function and the operation. */
+static void a_capture_fault_ends_every_rank_naming_it(void **state) {
+  (void)state;
+  train_cfg_t c = small(TRAIN_GRAPH, 4);
+  c.fault = "stream_begin_capture:nth=1";
+  c.fault_step = 1;
+  train_results_t r;
+  assert_int_not_equal(train_run(&c, &r), GCA_OK);
+  printf("# capture fault: %s\n", tool_last_error());
+  assert_all_failed(&r, "step 1: graphs: graph_tree_run: step_b");
+  assert_all_failed(&r, "capture failed");
+  assert_all_failed(&r, "stream_begin_capture");
+  train_results_free(&r);
+  /* an instantiation failing is the same kind of error */
+  c.fault = "graph_instantiate:nth=2";
+  assert_int_not_equal(train_run(&c, &r), GCA_OK);
+  printf("# instantiate fault: %s\n", tool_last_error());
+  assert_all_failed(&r, "instantiate failed");
+  assert_all_failed(&r, "graph_instantiate");
+  train_results_free(&r);
+  c.fault = NULL;
+  run_ok(&c, &r);
+  train_results_free(&r);
+}
+
+/* With capture_fallback, the rank whose capture failed runs that step
+ * eagerly and the bits stay those of eager execution. */
 static void a_capture_fault_falls_back_to_eager_with_the_same_bits(void **state) {
   (void)state;
   train_cfg_t c = small(TRAIN_GRAPH, 2);
   c.fault = "stream_begin_capture:nth=1";
   c.fault_step = 1;
+  c.capture_fallback = true;
   train_results_t g, e;
   run_ok(&c, &g);
   int eager = 0;
@@ -280,6 +309,7 @@ int main(void) {
       cmocka_unit_test(a_fault_in_a_collective_ends_every_rank_naming_it),
       cmocka_unit_test(a_transport_fault_ends_every_rank_naming_the_collective),
       cmocka_unit_test(a_map_fault_ends_every_rank_naming_the_op),
+      cmocka_unit_test(a_capture_fault_ends_every_rank_naming_it),
       cmocka_unit_test(a_capture_fault_falls_back_to_eager_with_the_same_bits),
       cmocka_unit_test(bad_shapes_are_refused_with_the_reason),
   };
