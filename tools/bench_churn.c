@@ -42,9 +42,18 @@ static uint64_t next(void) { /* splitmix64 */
   return z ^ (z >> 31);
 }
 
-static size_t some_size(void) { /* log-uniform 512 B .. 4 KiB */
-  double u = (double)(next() >> 11) / 9007199254740992.0;
-  return (size_t)(512.0 * pow(8.0, u));
+/* Sizes log-uniform in 512 B .. 4 KiB, drawn ahead into a table so that the
+ * timed loop pays for a table lookup, not for pow(). */
+#define SIZE_TABLE 4096
+static size_t size_table[SIZE_TABLE];
+static void draw_sizes(void) {
+  for (size_t i = 0; i < SIZE_TABLE; i++) {
+    double u = (double)(next() >> 11) / 9007199254740992.0;
+    size_table[i] = (size_t)(512.0 * pow(8.0, u));
+  }
+}
+static size_t some_size(void) {
+  return size_table[next() & (SIZE_TABLE - 1)];
 }
 
 static void *gca_alloc(size_t size, void *ctx) {
@@ -88,6 +97,7 @@ static double run(const peer_t *peer, size_t live, bool holes, long ops, uint64_
   if (!v)
     return -1;
   rng = seed;
+  draw_sizes();
   double result = -1;
   for (size_t i = 0; i < n; i++)
     if ((v[i] = peer->alloc(some_size(), peer->ctx)) == NULL)
