@@ -16,9 +16,10 @@
  *                dot) in the order of Note [Compute order]
  *   sim_host.c   pinned host memory (host_alloc, host_register): a table of
  *                the ranges the sim treats as page-locked
- *   sim_graph.c  stream capture (modes, illegal-operation rules, invalidation,
- *                cross-stream joins through events) and graphs (instantiate,
- *                upload, launch, exec-update, destroy)
+ *   sim_capture.c stream capture (modes, illegal-operation rules,
+ *                invalidation, cross-stream joins through events)
+ *   sim_graph.c  graphs (instantiate, upload, launch, exec-update, destroy)
+ *                and their concurrent replay
  *
  * Device memory is host memory: a device pointer is a host virtual address,
  * so kernels (host functions run by the stream workers) read and write it
@@ -112,7 +113,7 @@ bool gca__sim_host_is_pinned(gca_devptr_t p, size_t len);
 /* Bytes pinned now (host_alloc'd and registered). */
 size_t gca__sim_host_pinned_bytes(void);
 
-/* ---- sim_graph.c ---- */
+/* ---- sim_graph.c, sim_capture.c ---- */
 
 /* Installs capture and graph ops. */
 void gca__sim_graph_ops(gca_device_ops_t *ops);

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* sim_stream.h - the contract between the sim's streams (sim_stream.c) and its
- * capture and graphs (sim_graph.c).
+/* sim_stream.h - the contract between the sim's streams (sim_stream.c), its
+ * capture (sim_capture.c) and its graphs (sim_graph.c).
  *
  * One idea joins them: a unit of stream work (gca__sim_work_t) is a plain value
  * that either runs on a stream's worker or, while the stream captures, becomes
  * a graph node; a graph launch is itself a unit of work that runs its nodes.
- * Every submission goes through sim_stream.c, which asks sim_graph.c whether
+ * Every submission goes through sim_stream.c, which asks sim_capture.c whether
  * the stream captures (a no-lock fast path when nothing captures anywhere).
  *
  * Note [Sim handles]: streams, events, graphs and executable graphs are handed
@@ -153,11 +153,31 @@ void gca__sim_marker_unref(gca__sim_marker_t *m);
 
 /* ---- sim_graph.c ---- */
 
+/* A node of a capture and of the image it becomes: deps[] sorted ascending,
+ * every dep < the node's own index. */
+typedef struct gca__sim_node {
+  gca__sim_work_t work;
+  size_t *deps;
+  size_t ndeps;
+} gca__sim_node_t;
+
+void gca__sim_nodes_free(gca__sim_node_t *nodes, size_t n);
+/* A graph handle for the nodes a capture made; takes them over (frees them
+ * when it fails). */
+gca_status_t gca__sim_graph_adopt(const char *op, gca__sim_node_t *nodes, size_t n,
+                                  gca_graph_t *graph);
+
 /* Runs an image's nodes, each once its dependencies are done, independent
  * branches concurrently (Note [Concurrent replay]); returns when all are done. */
 void gca__sim_image_run(const gca__sim_image_t *img, gca__sim_fault_t *fault);
 void gca__sim_image_ref(gca__sim_image_t *img);
 void gca__sim_image_unref(gca__sim_image_t *img);
+
+/* ---- sim_capture.c ---- */
+
+/* Whether the stream takes part in a capture now. */
+bool gca__sim_capture_has_stream(gca_stream_t s);
+void gca__sim_capture_ops(gca_device_ops_t *ops);
 
 /* Hooks called by sim_stream.c. Each returns GCA_OK with *captured false when
  * capture is not involved; with *captured true the capture took the operation;
