@@ -34,6 +34,19 @@ typedef enum in_mode {
 
 typedef struct gca__gnode gca__gnode_t;
 
+/* One shape a function runs at: the bytes of each input and output. Interned
+ * per function (gca_graph_fn.shapes, the registered shape first), so a node's
+ * key (parent, function, shape) compares shapes by address. A shape is known
+ * once the function was warmed up or recorded at it; the first run at an
+ * unknown shape of a function with a known one is a shape change
+ * (GCA_GRAPH_RULE_SHAPE_CHANGED): recorded at once, no warm-up. */
+typedef struct gca__shape {
+  size_t *in;  /* [ninputs] bytes of each input */
+  size_t *out; /* [noutputs] bytes of each output, each > 0 */
+  bool known;
+  struct gca__shape *next;
+} gca__shape_t;
+
 /* One output of one node, named across the tree. */
 typedef struct gca__out_ref {
   gca__gnode_t *node;
@@ -46,13 +59,14 @@ typedef struct gca__rng_use {
   uint64_t total;
 } gca__rng_use_t;
 
-/* A recording: a child of `parent` (NULL: the root) for `fn`.
+/* A recording: a child of `parent` (NULL: the root) for `fn` at `shape`.
  * Invariants: recorded == (exec != NULL) == (ckpt != NULL); out_live[i] is
  * meaningful only while out_gen == tree->gen; every dead[] and live_at_ckpt[]
  * reference names an ancestor (or, in live_at_ckpt, the node itself). */
 struct gca__gnode {
   gca__gnode_t *parent, *children, *next;
   gca_graph_fn_t *fn;
+  gca__shape_t *shape; /* one of fn->shapes */
   unsigned warmups;
   bool recorded;
   gca_graph_exec_t exec;
@@ -79,9 +93,10 @@ struct gca_graph_fn {
   gca_graph_body_t body;
   void *ctx;
   size_t ninputs, noutputs;
-  gca_graph_input_t *inputs;
-  size_t *output_bytes;
-  unsigned rerecords;
+  gca_graph_input_t *inputs; /* kinds (bytes: the registered shape's) */
+  gca__shape_t *shapes;      /* interned; the registered shape first */
+  gca__shape_t *last;        /* the shape of its last run in the pool, NULL before one */
+  unsigned rerecords;        /* re-records for broken invariants (shape changes not counted) */
   bool eager_forever;
   gca_graph_fn_t *next;
 };

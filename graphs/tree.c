@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* tree.c - the graph tree's state machine: warm up eagerly inside the pool,
- * record a child of the node that ran before (keyed by function), replay it
- * while its invariants hold, and when one breaks update the executable graph
- * in place, re-record, or fall back to eager runs (include/gca/graphs.h).
+ * record a child of the node that ran before (keyed by function and shape),
+ * replay it while its invariants hold, and when one breaks update the executable
+ * graph in place, re-record, or fall back to eager runs (include/gca/graphs.h).
  *
  * The one idea: the pool's layout after each recording is a checkpoint, and
  * every allocation the tree makes in the pool starts from the parent's
@@ -191,9 +191,9 @@ static void node_drop_children(gca_graph_tree_t *t, gca__gnode_t *n) {
 }
 
 static gca__gnode_t *node_child(gca_graph_tree_t *t, gca__gnode_t *parent, gca_graph_fn_t *fn,
-                                gca_status_t *st) {
+                                gca__shape_t *shape, gca_status_t *st) {
   for (gca__gnode_t *c = parent->children; c; c = c->next)
-    if (c->fn == fn)
+    if (c->fn == fn && c->shape == shape)
       return c;
   gca__gnode_t *n = calloc(1, sizeof(*n));
   if (n) {
@@ -214,6 +214,7 @@ static gca__gnode_t *node_child(gca_graph_tree_t *t, gca__gnode_t *parent, gca_g
   }
   n->parent = parent == &t->root ? NULL : parent;
   n->fn = fn;
+  n->shape = shape;
   n->next = parent->children;
   parent->children = n;
   return n;
@@ -245,9 +246,9 @@ static void free_blocks(void **blocks, size_t n) {
       GCA_CHECK_IGNORE(gca_free(blocks[i]));
 }
 
-/* Runs the body eagerly on the tree's stream; in the pool for a warm-up. */
-static gca_status_t run_eager(gca_graph_tree_t *t, gca_graph_fn_t *fn, void *const *inputs,
-                              void **outputs, bool in_pool) {
+/* Runs the body eagerly at `shape` on the tree's stream; in the pool for a warm-up. */
+static gca_status_t run_eager(gca_graph_tree_t *t, gca_graph_fn_t *fn, const gca__shape_t *shape,
+                              void *const *inputs, void **outputs, bool in_pool) {
   gca_status_t st = GCA_OK;
   size_t no = fn->noutputs;
   void **blocks = calloc(no + 1, sizeof(void *));
@@ -259,7 +260,7 @@ static gca_status_t run_eager(gca_graph_tree_t *t, gca_graph_fn_t *fn, void *con
   if (in_pool)
     GCA_CHECK_GOTO(gca_pool_use_begin(t->pool), st, out);
   for (size_t i = 0; i < no && st == GCA_OK; i++) {
-    st = gca_malloc_device(t->device, &blocks[i], out_request(t, fn->output_bytes[i]), t->stream);
+    st = gca_malloc_device(t->device, &blocks[i], out_request(t, shape->out[i]), t->stream);
     ptrs[i] = blocks[i] ? out_address(t, blocks[i]) : NULL;
   }
   if (st == GCA_OK) {
@@ -279,7 +280,7 @@ static gca_status_t run_eager(gca_graph_tree_t *t, gca_graph_fn_t *fn, void *con
   for (size_t i = 0; i < no; i++) {
     gca__live_out_t o = {.ptr = ptrs[i],
                          .block = blocks[i],
-                         .bytes = out_region(t, fn->output_bytes[i]),
+                         .bytes = out_region(t, shape->out[i]),
                          .kind = in_pool ? OUT_POOL_EAGER : OUT_EAGER};
     st = outs_push(t, o);
     if (st != GCA_OK) {
@@ -296,10 +297,10 @@ out:
 }
 
 /* An eager run outside the pool as a fallback; the position stays. */
-static gca_status_t fallback(gca_graph_tree_t *t, gca_graph_fn_t *fn, void *const *inputs,
-                             void **outputs) {
+static gca_status_t fallback(gca_graph_tree_t *t, gca_graph_fn_t *fn, const gca__shape_t *shape,
+                             void *const *inputs, void **outputs) {
   t->stats.eager_fallbacks++;
-  return run_eager(t, fn, inputs, outputs, false);
+  return run_eager(t, fn, shape, inputs, outputs, false);
 }
 
 /* ---- recording ---- */
@@ -349,10 +350,11 @@ static void abandon_capture(gca_graph_tree_t *t) {
   }
 }
 
-/* Captures fn's body on the tree's stream after syncing the pool to parent.
- * On failure *rule says which step failed and the pool is synced again. */
+/* Captures fn's body at `shape` on the tree's stream after syncing the pool to
+ * parent. On failure *rule says which step failed and the pool is synced again. */
 static gca_status_t capture_body(gca_graph_tree_t *t, gca__gnode_t *parent, gca_graph_fn_t *fn,
-                                 void *const *inputs, capture_t *c, gca_graph_rule_t *rule) {
+                                 const gca__shape_t *shape, void *const *inputs, capture_t *c,
+                                 gca_graph_rule_t *rule) {
   gca_status_t st;
   size_t ni = fn->ninputs, no = fn->noutputs;
   memset(c, 0, sizeof(*c));
@@ -388,15 +390,15 @@ static gca_status_t capture_body(gca_graph_tree_t *t, gca__gnode_t *parent, gca_
   t->capturing = true;
   for (size_t i = 0; i < ni; i++) {
     if (c->in_mode[i] == IN_STAGED)
-      GCA_CHECK_GOTO(gca_malloc_device(t->device, &c->staging[i],
-                                       fn->inputs[i].bytes ? fn->inputs[i].bytes : 1, t->stream),
-                     st, fail);
+      GCA_CHECK_GOTO(
+          gca_malloc_device(t->device, &c->staging[i], shape->in[i] ? shape->in[i] : 1, t->stream),
+          st, fail);
     eff[i] = c->in_mode[i] == IN_STAGED ? c->staging[i] : inputs[i];
   }
   for (size_t i = 0; i < no; i++) {
-    GCA_CHECK_GOTO(gca_malloc_device(t->device, &c->out_block[i],
-                                     out_request(t, fn->output_bytes[i]), t->stream),
-                   st, fail);
+    GCA_CHECK_GOTO(
+        gca_malloc_device(t->device, &c->out_block[i], out_request(t, shape->out[i]), t->stream),
+        st, fail);
     c->out_ptr[i] = out_address(t, c->out_block[i]);
   }
   st = fn->body(t->stream, eff, c->out_ptr, fn->ctx);
@@ -503,9 +505,9 @@ static gca_status_t launch(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
                            void **outputs) {
   gca_graph_fn_t *fn = n->fn;
   for (size_t i = 0; i < fn->ninputs; i++)
-    if (n->in_mode[i] == IN_STAGED && fn->inputs[i].bytes)
+    if (n->in_mode[i] == IN_STAGED && n->shape->in[i])
       GCA_CHECK(t->ops->memcpy_async((gca_devptr_t)(uintptr_t)n->staging[i],
-                                     (gca_devptr_t)(uintptr_t)inputs[i], fn->inputs[i].bytes,
+                                     (gca_devptr_t)(uintptr_t)inputs[i], n->shape->in[i],
                                      t->stream));
   if (n->nrng)
     GCA_CHECK(gca__graph_rng_prologue(t, n));
@@ -518,7 +520,7 @@ static gca_status_t launch(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
   for (size_t i = 0; i < fn->noutputs; i++) {
     gca__live_out_t o = {.ptr = n->out_ptr[i],
                          .block = n->out_block[i],
-                         .bytes = out_region(t, fn->output_bytes[i]),
+                         .bytes = out_region(t, n->shape->out[i]),
                          .kind = OUT_RECORDED,
                          .ref = {n, i}};
     st = outs_push(t, o);
@@ -533,6 +535,7 @@ static gca_status_t launch(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
     outputs[i] = n->out_ptr[i];
   }
   t->pos = n;
+  fn->last = n->shape;
   t->stats.replays++;
   return GCA_OK;
 }
@@ -570,13 +573,15 @@ static const char *rule_name(gca_graph_rule_t r) {
                                       "instantiate failed",
                                       "launch failed",
                                       "restore failed",
-                                      "eager forever"};
+                                      "eager forever",
+                                      "shape changed"};
   return (size_t)r < GCA_ARRAY_SIZE(names) ? names[r] : "?";
 }
 
 /* A failure while recording, updating or launching: report it and run
  * eagerly, or fail the run when the tree was told to. */
-static gca_status_t fail_to_eager(gca_graph_tree_t *t, gca_graph_fn_t *fn, gca_graph_rule_t rule,
+static gca_status_t fail_to_eager(gca_graph_tree_t *t, gca_graph_fn_t *fn,
+                                  const gca__shape_t *shape, gca_graph_rule_t rule,
                                   gca_status_t why, void *const *inputs, void **outputs) {
   if (t->opts.on_failure == GCA_GRAPH_ON_FAILURE_ERROR) {
     t->stats.failures++;
@@ -587,11 +592,75 @@ static gca_status_t fail_to_eager(gca_graph_tree_t *t, gca_graph_fn_t *fn, gca_g
            gca_status_name(why), gca_last_error());
   GCA_LOG_INFO("graphs: %s; running eagerly", detail);
   report(t, fn, GCA_GRAPH_EAGER, rule, -1, NULL, NULL, false, why, detail);
-  return fallback(t, fn, inputs, outputs);
+  return fallback(t, fn, shape, inputs, outputs);
 }
 
+/* ---- shapes ---- */
+
+/* The shape of fn with these sizes: an interned one, else a new one (unknown).
+ * NULL with *st set when there is no host memory for it. */
+static gca__shape_t *shape_intern(gca_graph_fn_t *fn, const size_t *in, const size_t *out,
+                                  gca_status_t *st) {
+  size_t ni = fn->ninputs, no = fn->noutputs;
+  for (gca__shape_t *s = fn->shapes; s; s = s->next)
+    if ((!ni || memcmp(s->in, in, ni * sizeof(size_t)) == 0) &&
+        (!no || memcmp(s->out, out, no * sizeof(size_t)) == 0))
+      return s;
+  gca__shape_t *s = calloc(1, sizeof(*s) + (ni + no + 1) * sizeof(size_t));
+  if (!s) {
+    *st = gca__error(GCA_ERR_OUT_OF_MEMORY,
+                     "graph_tree_run_shape: no host memory for a shape of %s", fn->name);
+    return NULL;
+  }
+  s->in = (size_t *)(s + 1);
+  s->out = s->in + ni;
+  if (ni)
+    memcpy(s->in, in, ni * sizeof(size_t));
+  if (no)
+    memcpy(s->out, out, no * sizeof(size_t));
+  if (fn->shapes) { /* the registered shape stays first */
+    s->next = fn->shapes->next;
+    fn->shapes->next = s;
+  } else {
+    fn->shapes = s;
+  }
+  return s;
+}
+
+/* fn was warmed up or recorded at `shape`. */
+static void shape_known(gca_graph_tree_t *t, gca__shape_t *shape) {
+  if (!shape->known)
+    t->stats.shapes++;
+  shape->known = true;
+}
+
+/* Describes fn's change from the shape it last ran at to `shape` in detail;
+ * returns the first input whose bytes differ, or -1 when only outputs do. */
+static long shape_change(const gca_graph_fn_t *fn, const gca__shape_t *shape, char *detail,
+                         size_t len) {
+  const gca__shape_t *old = fn->last ? fn->last : fn->shapes;
+  for (size_t i = 0; i < fn->ninputs; i++)
+    if (old->in[i] != shape->in[i]) {
+      snprintf(detail, len, "%s: shape changed: input %zu %zu -> %zu bytes", fn->name, i,
+               old->in[i], shape->in[i]);
+      return (long)i;
+    }
+  for (size_t i = 0; i < fn->noutputs; i++)
+    if (old->out[i] != shape->out[i]) {
+      snprintf(detail, len, "%s: shape changed: output %zu %zu -> %zu bytes", fn->name, i,
+               old->out[i], shape->out[i]);
+      return -1;
+    }
+  snprintf(detail, len, "%s: shape changed", fn->name); /* not reached: shapes are interned */
+  return -1;
+}
+
+/* ---- the state machine ---- */
+
 /* Records (or re-records) node n below t->pos and runs it. For an invariant
- * break (rule != NONE) an update is tried first when only addresses moved. */
+ * break (rule != NONE) an update is tried first when only addresses moved; a
+ * shape change (n's shape is new to its function) is a re-record that does
+ * not count toward rerecord_limit. */
 static gca_status_t record(gca_graph_tree_t *t, gca__gnode_t *n, void *const *inputs,
                            void **outputs, gca_graph_rule_t broken, long arg, const void *old_addr,
                            const void *new_addr) {
@@ -600,14 +669,18 @@ static gca_status_t record(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
   capture_t c;
   gca_graph_rule_t frule;
   char detail[320];
-  gca_status_t st = capture_body(t, parent, fn, inputs, &c, &frule);
+  bool new_shape = broken == GCA_GRAPH_RULE_SHAPE_CHANGED;
+  if (new_shape)
+    arg = shape_change(fn, n->shape, detail, sizeof(detail));
+  else
+    snprintf(detail, sizeof(detail), "%s: %s", fn->name, rule_name(broken));
+  gca_status_t st = capture_body(t, parent, fn, n->shape, inputs, &c, &frule);
   if (st != GCA_OK)
-    return fail_to_eager(t, fn, frule, st, inputs, outputs);
+    return fail_to_eager(t, fn, n->shape, frule, st, inputs, outputs);
 
-  gca_graph_action_t action = n->recorded ? GCA_GRAPH_RERECORD : GCA_GRAPH_RECORD;
+  gca_graph_action_t action = n->recorded || new_shape ? GCA_GRAPH_RERECORD : GCA_GRAPH_RECORD;
   bool addresses_only =
       broken == GCA_GRAPH_RULE_STATIC_INPUT_MOVED || broken == GCA_GRAPH_RULE_ANCESTOR_OUTPUT_MOVED;
-  snprintf(detail, sizeof(detail), "%s: %s", fn->name, rule_name(broken));
   if (n->recorded && addresses_only) {
     gca_graph_update_info_t info;
     st = t->ops->graph_exec_update(n->exec, c.graph, &info);
@@ -618,14 +691,14 @@ static gca_status_t record(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
                rule_name(broken), gca_status_name(st), gca_last_error());
     }
   }
-  if (action == GCA_GRAPH_RERECORD && fn->rerecords >= t->opts.rerecord_limit) {
+  if (action == GCA_GRAPH_RERECORD && !new_shape && fn->rerecords >= t->opts.rerecord_limit) {
     fn->eager_forever = true;
     capture_free(t, &c);
     GCA_CHECK_IGNORE(sync_pool(t, parent));
     snprintf(detail, sizeof(detail), "%s: %s after %u re-records (limit); eager from now on",
              fn->name, rule_name(broken), fn->rerecords);
     report(t, fn, GCA_GRAPH_EAGER, broken, arg, old_addr, new_addr, true, GCA_OK, detail);
-    return fallback(t, fn, inputs, outputs);
+    return fallback(t, fn, n->shape, inputs, outputs);
   }
 
   gca_graph_exec_t exec = NULL;
@@ -644,7 +717,7 @@ static gca_status_t record(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
     if (st != GCA_OK) {
       capture_free(t, &c);
       GCA_CHECK_IGNORE(sync_pool(t, parent));
-      return fail_to_eager(t, fn, GCA_GRAPH_RULE_INSTANTIATE_FAILED, st, inputs, outputs);
+      return fail_to_eager(t, fn, n->shape, GCA_GRAPH_RULE_INSTANTIATE_FAILED, st, inputs, outputs);
     }
     t->stats.instantiations++;
   }
@@ -655,7 +728,7 @@ static gca_status_t record(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
       GCA_CHECK_IGNORE(t->ops->graph_exec_destroy(exec));
     capture_free(t, &c);
     GCA_CHECK_IGNORE(sync_pool(t, parent));
-    return fail_to_eager(t, fn, GCA_GRAPH_RULE_CAPTURE_FAILED, st, inputs, outputs);
+    return fail_to_eager(t, fn, n->shape, GCA_GRAPH_RULE_CAPTURE_FAILED, st, inputs, outputs);
   }
 
   /* Commit: the node now describes this capture. */
@@ -679,7 +752,7 @@ static gca_status_t record(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
   st = node_liveness(t, n);
   if (st != GCA_OK) {
     node_clear(t, n);
-    return fail_to_eager(t, fn, GCA_GRAPH_RULE_CAPTURE_FAILED, st, inputs, outputs);
+    return fail_to_eager(t, fn, n->shape, GCA_GRAPH_RULE_CAPTURE_FAILED, st, inputs, outputs);
   }
   switch (action) {
   case GCA_GRAPH_RECORD:
@@ -690,15 +763,19 @@ static gca_status_t record(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
     break;
   default:
     t->stats.rerecords++;
-    fn->rerecords++;
+    if (new_shape)
+      t->stats.shape_rerecords++;
+    else
+      fn->rerecords++;
     break;
   }
+  shape_known(t, n->shape);
   report(t, fn, action, broken, arg, old_addr, new_addr, false, GCA_OK,
          action == GCA_GRAPH_RECORD ? fn->name : detail);
 
   st = launch(t, n, inputs, outputs);
   if (st != GCA_OK)
-    return fail_to_eager(t, fn, GCA_GRAPH_RULE_LAUNCH_FAILED, st, inputs, outputs);
+    return fail_to_eager(t, fn, n->shape, GCA_GRAPH_RULE_LAUNCH_FAILED, st, inputs, outputs);
   return GCA_OK;
 }
 
@@ -802,9 +879,13 @@ GCA_API gca_status_t gca_graph_tree_destroy(gca_graph_tree_t *t) {
   GCA_CHECK_IGNORE(t->ops->stream_destroy(t->stream));
   for (gca_graph_fn_t *f = t->fns; f;) {
     gca_graph_fn_t *next = f->next;
+    for (gca__shape_t *sh = f->shapes; sh;) {
+      gca__shape_t *sn = sh->next;
+      free(sh);
+      sh = sn;
+    }
     free(f->name);
     free(f->inputs);
-    free(f->output_bytes);
     free(f);
     f = next;
   }
@@ -866,84 +947,104 @@ GCA_API gca_status_t gca_graph_fn_register(gca_graph_tree_t *t, const gca_graph_
       return gca__error(GCA_ERR_INVALID_ARGUMENT, "graph_fn_register: %s output %zu has 0 bytes",
                         name, i);
   gca_graph_fn_t *f = calloc(1, sizeof(*f));
+  size_t *in_bytes = malloc((d.ninputs + 1) * sizeof(size_t));
+  gca_status_t st = GCA_OK;
   if (f) {
     f->name = strdup(name);
     f->inputs = malloc((d.ninputs + 1) * sizeof(*f->inputs));
-    f->output_bytes = malloc((d.noutputs + 1) * sizeof(size_t));
+    f->ninputs = d.ninputs;
+    f->noutputs = d.noutputs;
   }
-  if (!f || !f->name || !f->inputs || !f->output_bytes) {
+  if (f && f->name && f->inputs && in_bytes) {
+    for (size_t i = 0; i < d.ninputs; i++)
+      in_bytes[i] = d.inputs[i].bytes;
+    shape_intern(f, in_bytes, d.output_bytes, &st);
+  }
+  free(in_bytes);
+  if (!f || !f->name || !f->inputs || !f->shapes) {
     if (f) {
       free(f->name);
       free(f->inputs);
-      free(f->output_bytes);
     }
     free(f);
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "graph_fn_register: no host memory for %s", name);
   }
   if (d.ninputs)
     memcpy(f->inputs, d.inputs, d.ninputs * sizeof(*f->inputs));
-  if (d.noutputs)
-    memcpy(f->output_bytes, d.output_bytes, d.noutputs * sizeof(size_t));
   f->tree = t;
   f->body = d.body;
   f->ctx = d.ctx;
-  f->ninputs = d.ninputs;
-  f->noutputs = d.noutputs;
   f->next = t->fns;
   t->fns = f;
   *out = f;
   return GCA_OK;
 }
 
-GCA_API gca_status_t gca_graph_tree_run(gca_graph_tree_t *t, gca_graph_fn_t *fn,
-                                        void *const *inputs, size_t ninputs, void **outputs,
-                                        size_t noutputs) {
-  GCA_CHECK(gca__graph_tree_check("graph_tree_run", t));
+/* The checks common to gca_graph_tree_run and gca_graph_tree_run_shape (`op`). */
+static gca_status_t run_check(const char *op, gca_graph_tree_t *t, const gca_graph_fn_t *fn,
+                              void *const *inputs, size_t ninputs, void **outputs,
+                              size_t noutputs) {
+  GCA_CHECK(gca__graph_tree_check(op, t));
   if (!fn)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "graph_tree_run: fn is NULL");
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: fn is NULL", op);
   if (fn->tree != t)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "graph_tree_run: function %s belongs to tree %p, not %p", fn->name,
-                      (void *)fn->tree, (void *)t);
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: function %s belongs to tree %p, not %p", op,
+                      fn->name, (void *)fn->tree, (void *)t);
   if (ninputs != fn->ninputs || noutputs != fn->noutputs)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "graph_tree_run: %s takes %zu inputs and %zu outputs, called with %zu and "
-                      "%zu",
+                      "%s: %s takes %zu inputs and %zu outputs, called with %zu and %zu", op,
                       fn->name, fn->ninputs, fn->noutputs, ninputs, noutputs);
   if ((ninputs && !inputs) || (noutputs && !outputs))
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "graph_tree_run: %s: %s array is NULL", fn->name,
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: %s: %s array is NULL", op, fn->name,
                       ninputs && !inputs ? "inputs" : "outputs");
-  for (size_t i = 0; i < ninputs; i++)
-    if (!inputs[i] && fn->inputs[i].bytes)
-      return gca__error(GCA_ERR_INVALID_ARGUMENT, "graph_tree_run: %s input %zu is NULL", fn->name,
-                        i);
   if (t->capturing)
-    return gca__error(GCA_ERR_INVALID_STATE, "graph_tree_run: %s called from a body", fn->name);
-  unpoison_all(t);
+    return gca__error(GCA_ERR_INVALID_STATE, "%s: %s called from a body", op, fn->name);
+  return GCA_OK;
+}
 
+/* A NULL input is refused unless the run reads none of it: its bytes in
+ * `shape`, or in in_bytes when shape is NULL. */
+static gca_status_t inputs_check(const char *op, const gca_graph_fn_t *fn,
+                                 const gca__shape_t *shape, const size_t *in_bytes,
+                                 void *const *inputs) {
+  for (size_t i = 0; i < fn->ninputs; i++)
+    if (!inputs[i] && (shape ? shape->in[i] : in_bytes[i]))
+      return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: %s input %zu is NULL", op, fn->name, i);
+  return GCA_OK;
+}
+
+/* Runs fn at `shape` (one of fn->shapes): the state machine of graphs.h. */
+static gca_status_t run_at(gca_graph_tree_t *t, gca_graph_fn_t *fn, gca__shape_t *shape,
+                           void *const *inputs, void **outputs) {
+  unpoison_all(t);
   if (t->mode == MODE_EAGER_POOL) {
     t->stats.warmups++;
-    return run_eager(t, fn, inputs, outputs, true);
+    return run_eager(t, fn, shape, inputs, outputs, true);
   }
   if (fn->eager_forever) {
     report(t, fn, GCA_GRAPH_EAGER, GCA_GRAPH_RULE_EAGER_FOREVER, -1, NULL, NULL, true, GCA_OK,
            fn->name);
-    return fallback(t, fn, inputs, outputs);
+    return fallback(t, fn, shape, inputs, outputs);
   }
   gca_status_t st = GCA_OK;
-  gca__gnode_t *n = node_child(t, t->pos, fn, &st);
+  gca__gnode_t *n = node_child(t, t->pos, fn, shape, &st);
   if (!n)
     return st;
   if (!n->recorded) {
+    /* a new shape of a function that ran in the pool: its own recording, at once */
+    if (!shape->known && fn->last)
+      return record(t, n, inputs, outputs, GCA_GRAPH_RULE_SHAPE_CHANGED, -1, NULL, NULL);
     if (n->warmups < t->opts.warmup_runs) {
       st = sync_pool(t, t->pos);
       if (st != GCA_OK)
-        return fail_to_eager(t, fn, GCA_GRAPH_RULE_RESTORE_FAILED, st, inputs, outputs);
+        return fail_to_eager(t, fn, shape, GCA_GRAPH_RULE_RESTORE_FAILED, st, inputs, outputs);
       n->warmups++;
       t->stats.warmups++;
       t->mode = MODE_EAGER_POOL;
+      shape_known(t, shape);
+      fn->last = shape;
       report(t, fn, GCA_GRAPH_WARMUP, GCA_GRAPH_RULE_NONE, -1, NULL, NULL, false, GCA_OK, fn->name);
-      return run_eager(t, fn, inputs, outputs, true);
+      return run_eager(t, fn, shape, inputs, outputs, true);
     }
     return record(t, n, inputs, outputs, GCA_GRAPH_RULE_NONE, -1, NULL, NULL);
   }
@@ -953,10 +1054,42 @@ GCA_API gca_status_t gca_graph_tree_run(gca_graph_tree_t *t, gca_graph_fn_t *fn,
   if (GCA_LIKELY(rule == GCA_GRAPH_RULE_NONE)) {
     st = launch(t, n, inputs, outputs);
     if (st != GCA_OK)
-      return fail_to_eager(t, fn, GCA_GRAPH_RULE_LAUNCH_FAILED, st, inputs, outputs);
+      return fail_to_eager(t, fn, shape, GCA_GRAPH_RULE_LAUNCH_FAILED, st, inputs, outputs);
     return GCA_OK;
   }
   return record(t, n, inputs, outputs, rule, arg, old_addr, new_addr);
+}
+
+GCA_API gca_status_t gca_graph_tree_run(gca_graph_tree_t *t, gca_graph_fn_t *fn,
+                                        void *const *inputs, size_t ninputs, void **outputs,
+                                        size_t noutputs) {
+  static const char op[] = "graph_tree_run";
+  GCA_CHECK(run_check(op, t, fn, inputs, ninputs, outputs, noutputs));
+  GCA_CHECK(inputs_check(op, fn, fn->shapes, NULL, inputs));
+  return run_at(t, fn, fn->shapes, inputs, outputs);
+}
+
+GCA_API gca_status_t gca_graph_tree_run_shape(gca_graph_tree_t *t, gca_graph_fn_t *fn,
+                                              const size_t *input_bytes, const size_t *output_bytes,
+                                              void *const *inputs, size_t ninputs, void **outputs,
+                                              size_t noutputs) {
+  static const char op[] = "graph_tree_run_shape";
+  GCA_CHECK(run_check(op, t, fn, inputs, ninputs, outputs, noutputs));
+  if ((ninputs && !input_bytes) || (noutputs && !output_bytes))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "%s: %s: %s is NULL (the bytes of each of its %zu %s)", op, fn->name,
+                      ninputs && !input_bytes ? "input_bytes" : "output_bytes",
+                      ninputs && !input_bytes ? ninputs : noutputs,
+                      ninputs && !input_bytes ? "inputs" : "outputs");
+  for (size_t i = 0; i < noutputs; i++)
+    if (output_bytes[i] == 0)
+      return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: %s output %zu has 0 bytes", op, fn->name, i);
+  GCA_CHECK(inputs_check(op, fn, NULL, input_bytes, inputs));
+  gca_status_t st = GCA_OK;
+  gca__shape_t *shape = shape_intern(fn, input_bytes, output_bytes, &st);
+  if (!shape)
+    return st;
+  return run_at(t, fn, shape, inputs, outputs);
 }
 
 GCA_API gca_status_t gca_graph_tree_release(gca_graph_tree_t *t, void *output) {

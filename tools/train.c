@@ -25,10 +25,11 @@ static void usage(FILE *f) {
              "                 [--capture-fallback] [--json] [--snapshot FILE] [--quiet]\n"
              "Trains on sim ranks (threads, or processes with --processes); on the sim the\n"
              "clock is virtual unless GCA_SIM_CLOCK says otherwise, so times are the cost\n"
-             "model's. --change 5:16 runs steps from 5 on with a batch of 16 rows (a new\n"
-             "branch of the graph tree); --fault arms a sim fault (GCA_SIM_FAULTS syntax)\n"
-             "at a step. A failed capture, instantiation or launch of the step's graph ends\n"
-             "the run with the error; --capture-fallback runs that step eagerly instead.\n");
+             "model's. --change 5:16 runs steps from 5 on with a batch of 16 rows (the\n"
+             "step at a new shape: a re-record of its own branch of the graph tree, then\n"
+             "replays); --fault arms a sim fault (GCA_SIM_FAULTS syntax) at a step. A\n"
+             "failed capture, instantiation or launch of the step's graph ends the run\n"
+             "with the error; --capture-fallback runs that step eagerly instead.\n");
 }
 
 static const char *mode_name(train_mode_t m) {
@@ -211,10 +212,11 @@ static void print_steps(const opts_t *o, const train_cfg_t *c, const train_resul
            tool_format_size(s->peak_live, b, sizeof(b)), train_decision_name(s->decision), mm,
            (unsigned long long)s->registrations, (double)s->loss);
   }
-  for (int i = 0; i < r->ranks; i++) /* why a step fell back to an eager run */
+  for (int i = 0; i < r->ranks; i++) /* why a step ran eagerly, re-recorded or updated */
     for (int k = 0; k < r->rank[i].steps_done; k++)
       if (r->rank[i].steps[k].why[0])
-        printf("  rank %d step %d: eager: %s\n", i, k, r->rank[i].steps[k].why);
+        printf("  rank %d step %d: %s: %s\n", i, k,
+               train_decision_name(r->rank[i].steps[k].decision), r->rank[i].steps[k].why);
   (void)o;
 }
 

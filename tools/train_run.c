@@ -5,8 +5,9 @@
  * plan of the step's order (program order or the overlap scheduler's under a
  * memory budget), keeps its parameter shard and its batch in memory of its
  * own (the plan's bound buffers), and issues each step either straight on
- * its graph tree's stream or through the tree (a function per batch size,
- * whose body is the plan's run: warm-up, record, then replays) — so the three
+ * its graph tree's stream or through the tree (one step function whose body
+ * is the plan's run: warm-up, record, then replays; a batch size is a shape of
+ * it, recorded once as a re-record of its own branch) — so the three
  * ways of running differ only in who issues the same kernels in the same
  * order on the same data, and their losses and parameters can be compared
  * bit for bit (Note [Bit-equal steps]). */
@@ -111,14 +112,14 @@ static void meet_break(meet_t *m) {
   pthread_mutex_unlock(&m->mu);
 }
 
+/* What one batch size needs: its model, order and plan, and its batch's
+ * buffers. In graph mode it is a shape of the rank's one step function. */
 typedef struct shape_run {
   train_model_t model;
   size_t *order;
   gca_plan_t *plan;
-  gca_graph_fn_t *fn;
   void *x0, *target; /* the batch's device buffers */
   void **bind;       /* per buffer */
-  struct rank *rk;
 } shape_run_t;
 
 typedef struct rank {
@@ -136,9 +137,11 @@ typedef struct rank {
   gca_graph_rng_t *rng;
   train_exec_t exec;
   shape_run_t sh[MAX_SHAPES];
-  void **shards; /* per layer */
-  void *dloss;   /* the loss when no tree owns it */
-  float *host;   /* pinned staging: a batch's x0 and target, then the loss */
+  int cur;            /* the shape of the step running: the body's plan */
+  gca_graph_fn_t *fn; /* the step, at every shape (graph mode) */
+  void **shards;      /* per layer */
+  void *dloss;        /* the loss when no tree owns it */
+  float *host;        /* pinned staging: a batch's x0 and target, then the loss */
   size_t host_bytes;
   gca_event_t t0, t1;
   size_t step_mismatches;
@@ -148,12 +151,17 @@ typedef struct rank {
 static void on_decision(const gca_graph_decision_t *d, void *ctx) {
   rank_t *rk = ctx;
   rk->decision = (int)d->action;
-  if (d->action == GCA_GRAPH_EAGER && rk->why)
+  if ((d->action == GCA_GRAPH_EAGER || d->action == GCA_GRAPH_RERECORD ||
+       d->action == GCA_GRAPH_UPDATE) &&
+      rk->why)
     snprintf(rk->why, sizeof(((train_step_rec_t *)0)->why), "%s", d->detail ? d->detail : "");
 }
 
+/* The step function's body: the plan of the current batch size (rk->cur, set
+ * before the run; the tree calls the body only during it). */
 static gca_status_t body(gca_stream_t stream, void *const *in, void *const *out, void *ctx) {
-  shape_run_t *s = ctx;
+  rank_t *rk = ctx;
+  shape_run_t *s = &rk->sh[rk->cur];
   const train_model_t *m = &s->model;
   s->bind[m->x0_buf] = in[0];
   s->bind[m->target_buf] = in[1];
@@ -162,15 +170,26 @@ static gca_status_t body(gca_stream_t stream, void *const *in, void *const *out,
   s->bind[m->loss_buf] = out[0];
   size_t mm = 0;
   gca_status_t st = gca_plan_run(s->plan, stream, s->bind, &mm);
-  s->rk->step_mismatches += mm;
+  rk->step_mismatches += mm;
   return st;
 }
 
-/* The order, plan, function and batch buffers of one batch size. */
+/* The sizes of the step function's inputs (x0, target, the shards) and of
+ * its output (the loss) at shape s: the tree's key for s's recordings. */
+static void step_shape(const shape_run_t *s, size_t *in_bytes, size_t *out_bytes) {
+  const train_model_t *m = &s->model;
+  size_t bh = (size_t)m->shape.batch * m->shape.hidden * 4;
+  in_bytes[0] = in_bytes[1] = bh;
+  for (int l = 0; l < m->shape.layers; l++)
+    in_bytes[2 + l] = m->shard_elems * 4;
+  out_bytes[0] = 4;
+}
+
+/* The order, plan and batch buffers of one batch size; with the first, the
+ * step function (graph mode), registered at that size. */
 static gca_status_t shape_setup(rank_t *rk, int i) {
   const train_cfg_t *c = rk->cfg;
   shape_run_t *s = &rk->sh[i];
-  s->rk = rk;
   s->model = rk->models[i]; /* shared, read-only: the graph is finished */
   const train_model_t *m = &s->model;
   size_t n = gca_opgraph_op_count(m->g), nb = gca_opgraph_buffer_count(m->g);
@@ -207,25 +226,24 @@ static gca_status_t shape_setup(rank_t *rk, int i) {
   size_t bh = (size_t)m->shape.batch * m->shape.hidden * 4;
   TOOL_CHECK_GCA(gca_malloc(&s->x0, bh, rk->stream));
   TOOL_CHECK_GCA(gca_malloc(&s->target, bh, rk->stream));
-  if (c->mode == TRAIN_GRAPH) {
+  if (c->mode == TRAIN_GRAPH && i == 0) {
     int L = m->shape.layers;
     gca_graph_input_t in[2 + 64];
-    in[0] = (gca_graph_input_t){GCA_GRAPH_INPUT_STATIC, bh};
-    in[1] = (gca_graph_input_t){GCA_GRAPH_INPUT_STATIC, bh};
+    size_t in_bytes[2 + 64], out_bytes;
+    step_shape(s, in_bytes, &out_bytes);
+    in[0] = (gca_graph_input_t){GCA_GRAPH_INPUT_STATIC, in_bytes[0]};
+    in[1] = (gca_graph_input_t){GCA_GRAPH_INPUT_STATIC, in_bytes[1]};
     for (int l = 0; l < L; l++)
-      in[2 + l] = (gca_graph_input_t){GCA_GRAPH_INPUT_MUTATED, m->shard_elems * 4};
-    size_t out_bytes = 4;
-    char name[32];
-    snprintf(name, sizeof(name), "step_b%u", m->shape.batch);
+      in[2 + l] = (gca_graph_input_t){GCA_GRAPH_INPUT_MUTATED, in_bytes[2 + l]};
     gca_graph_fn_desc_t d = GCA_GRAPH_FN_DESC_INIT;
-    d.name = name;
+    d.name = "step";
     d.body = body;
-    d.ctx = s;
+    d.ctx = rk;
     d.ninputs = (size_t)(2 + L);
     d.inputs = in;
     d.noutputs = 1;
     d.output_bytes = &out_bytes;
-    TOOL_CHECK_GCA(gca_graph_fn_register(rk->tree, &d, &s->fn));
+    TOOL_CHECK_GCA(gca_graph_fn_register(rk->tree, &d, &rk->fn));
   }
   return GCA_OK;
 }
@@ -301,13 +319,16 @@ static gca_status_t one_step(rank_t *rk, int k) {
   void *loss = NULL;
   if (c->mode == TRAIN_GRAPH) {
     void *in[2 + 64];
+    size_t in_bytes[2 + 64], out_bytes;
     in[0] = s->x0;
     in[1] = s->target;
     for (int l = 0; l < m->shape.layers; l++)
       in[2 + l] = rk->shards[l];
+    step_shape(s, in_bytes, &out_bytes);
+    rk->cur = si;
     TOOL_CHECK_GCA(gca_graph_tree_step(rk->tree));
-    gca_status_t st =
-        gca_graph_tree_run(rk->tree, s->fn, in, (size_t)(2 + m->shape.layers), &loss, 1);
+    gca_status_t st = gca_graph_tree_run_shape(rk->tree, rk->fn, in_bytes, &out_bytes, in,
+                                               (size_t)(2 + m->shape.layers), &loss, 1);
     if (st != GCA_OK)
       return tool_error_gca(st, "graphs");
   } else {

@@ -44,7 +44,7 @@ typedef struct train_step_rec {
   double host_us;                    /* host time to issue the step */
   uint64_t peak_reserved, peak_live; /* the device's peaks during the step */
   int decision;                      /* gca_graph_action_t, or -1 (no tree) */
-  char why[200];                     /* the tree's reason for a fallback (an eager run), else "" */
+  char why[200];                     /* the tree's reason for an eager run, re-record or update */
   size_t mismatches;                 /* the verifier's, this step */
   uint64_t registrations;            /* memory registered with the communicator in the step */
 } train_step_rec_t;

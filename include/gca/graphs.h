@@ -16,9 +16,16 @@
  *     recorded (so it may reuse their memory) are released now.
  * Copied inputs are copied into the recording's own buffer on each replay.
  * A recording is a child of the recording that ran before it in the same
- * generation (or of the root), keyed by function: A->B and A->B' share A, and
- * the pool layout is checkpointed after each recording and restored before the
- * next, so two branches cost the larger of them, not the sum.
+ * generation (or of the root), keyed by function and shape: A->B and A->B'
+ * share A, and the pool layout is checkpointed after each recording and
+ * restored before the next, so two branches cost the larger of them, not the
+ * sum. A function's shape (the bytes of its inputs and outputs) is the one
+ * registered, or one given per run (gca_graph_tree_run_shape): each distinct
+ * shape gets recordings of its own, as TorchInductor's cudagraph trees record
+ * once per input size. The first run at a new shape of a function already
+ * warmed up or recorded at another is recorded at once (no warm-up) and
+ * reported as a re-record (GCA_GRAPH_RULE_SHAPE_CHANGED); a shape seen before
+ * replays its own recording.
  *
  * When an invariant breaks the tree, in this order, (a) updates the executable
  * graph in place when only input addresses moved (a new capture, exec-update,
@@ -110,6 +117,7 @@ typedef enum gca_graph_rule {
   GCA_GRAPH_RULE_LAUNCH_FAILED = 7,
   GCA_GRAPH_RULE_RESTORE_FAILED = 8, /* the pool could not be brought to the parent's layout */
   GCA_GRAPH_RULE_EAGER_FOREVER = 9,  /* the function runs eagerly since it hit the limit */
+  GCA_GRAPH_RULE_SHAPE_CHANGED = 10, /* first run at a shape: a recording of its own */
 } gca_graph_rule_t;
 
 typedef struct gca_graph_decision {
@@ -148,7 +156,8 @@ typedef enum gca_graph_on_failure {
 typedef struct gca_graph_tree_options {
   size_t size;                           /* sizeof(gca_graph_tree_options_t) */
   unsigned warmup_runs;                  /* eager runs of a node before recording (1) */
-  unsigned rerecord_limit;               /* re-records of one function before eager (8) */
+  unsigned rerecord_limit;               /* re-records of one function before eager (8);
+                                            shape changes do not count */
   gca_graph_capture_mode_t capture_mode; /* (thread-local) */
   /* Debug (sim backend only): stale outputs in the pool are made inaccessible
    * (PROT_NONE) until the tree's next run, so a read of one faults. Outputs
@@ -189,6 +198,8 @@ typedef struct gca_graph_stats {
   uint64_t graph_nodes;     /* operations (kernels, copies, memsets, host functions) in the
                                recordings */
   uint64_t failures;        /* runs failed by a failed recording (on_failure ERROR) */
+  uint64_t shapes;          /* distinct (function, shape) pairs warmed up or recorded */
+  uint64_t shape_rerecords; /* recordings at a function's new shape (counted in rerecords) */
 } gca_graph_stats_t;
 
 /* Creates a tree on `device` with its own pool and stream. opts may be NULL. */
@@ -216,6 +227,32 @@ GCA_API gca_status_t gca_graph_fn_register(gca_graph_tree_t *tree, const gca_gra
 GCA_API gca_status_t gca_graph_tree_run(gca_graph_tree_t *tree, gca_graph_fn_t *fn,
                                         void *const *inputs, size_t ninputs, void **outputs,
                                         size_t noutputs);
+/* Runs fn as gca_graph_tree_run does, at a shape of this run's own:
+ * input_bytes[0..ninputs) are the bytes the body reads from each input (what a
+ * copied input stages), output_bytes[0..noutputs) the bytes of each output
+ * the tree allocates (each > 0); the input kinds stay the registered ones.
+ * Recordings are keyed by (function, shape) below the node that ran before,
+ * so each shape has branches of its own, sharing the pool below their common
+ * parent like any sibling branches. The first run at a shape the function was
+ * never warmed up or recorded at, once it was at another, records at once and
+ * is reported as GCA_GRAPH_RERECORD, rule GCA_GRAPH_RULE_SHAPE_CHANGED, arg
+ * the first input whose bytes differ from the shape the function last ran at
+ * in the pool (-1 when only output bytes differ), detail naming the old and
+ * new bytes. Later runs at a shape replay its recording, or warm up and
+ * record below a new parent as usual. A shape change is no invalidation: it
+ * does not count toward rerecord_limit (stats: shapes, shape_rerecords); once
+ * the function hit the limit it runs eagerly at every shape. The sizes are
+ * copied; the registered sizes give exactly gca_graph_tree_run. A body whose
+ * work depends on the shape learns it from state its caller sets before the
+ * run: the body runs, if at all, during this call.
+ * GCA_ERR_INVALID_ARGUMENT, the tree untouched: fn NULL or another tree's,
+ * counts other than the registered ones, input_bytes or output_bytes NULL
+ * with inputs or outputs to size, an output of 0 bytes, a NULL input of
+ * nonzero bytes. */
+GCA_API gca_status_t gca_graph_tree_run_shape(gca_graph_tree_t *tree, gca_graph_fn_t *fn,
+                                              const size_t *input_bytes, const size_t *output_bytes,
+                                              void *const *inputs, size_t ninputs, void **outputs,
+                                              size_t noutputs);
 /* Gives an output back to the tree: its memory may be reused by later runs.
  * GCA_ERR_INVALID_POINTER for a pointer that is not a live output. */
 GCA_API gca_status_t gca_graph_tree_release(gca_graph_tree_t *tree, void *output);

@@ -3,8 +3,10 @@
  * capture, instantiate, exec-update and launch: the tree falls back as
  * documented (eager run outside the pool, or a re-record when the update
  * call fails), reports the rule and status, the results still match the
- * host reference, the allocator's invariants hold and nothing leaks. Bad
- * input gets a clear status and message. */
+ * host reference, the allocator's invariants hold and nothing leaks. A
+ * failed capture of a function's new shape falls back the same way and the
+ * shape is recorded on its next run. Bad input gets a clear status and
+ * message. */
 #include "graph_fixture.h"
 
 typedef struct rig {
@@ -247,6 +249,103 @@ static void launch_fault_fails_the_run_when_told(void **state) {
   error_fault("graph_launch:nth=1", 2, "launch failed", "graph_launch");
 }
 
+/* The standard function at a second shape: outputs of twice the words (the
+ * body writes the first NW of each, std_expect checks those). */
+static const size_t wide_in[2] = {NW * 4, NW * 4}, wide_out[2] = {2 * NW * 4, 2 * NW * 4};
+
+static void rig_step_wide(rig_t *r, int wi) {
+  void *in[2] = {r->xd, r->wd[wi]}, *out[2];
+  assert_ok(gca_graph_tree_run_shape(r->t, r->fn, wide_in, wide_out, in, 2, out, 2));
+  std_expect(r->t, out, r->x, r->w[wi], "at the wide shape");
+  assert_ok(gca_graph_tree_step(r->t));
+  assert_ok(gca__allocator_check());
+}
+
+static void capture_fault_at_a_new_shape_runs_eagerly(void **state) {
+  (void)state;
+  if (!on_sim)
+    skip();
+  rig_t *r = rig_new();
+  rig_step(r, 0); /* warm-up, record, replay at the registered shape */
+  rig_step(r, 0);
+  rig_step(r, 0);
+  size_t before = r->ds.n;
+  assert_ok(gca_sim_fault_set("stream_begin_capture:nth=1"));
+  rig_step_wide(r, 0);
+  gca_sim_fault_clear();
+  assert_int_equal(r->ds.n, before + 1);
+  const gca_graph_decision_t *d = last(r);
+  assert_int_equal(d->action, GCA_GRAPH_EAGER);
+  assert_int_equal(d->rule, GCA_GRAPH_RULE_CAPTURE_FAILED);
+  assert_int_not_equal(d->status, GCA_OK);
+  if (!strstr(d->detail, "stream_begin_capture"))
+    fail_msg("decision detail '%s' does not mention stream_begin_capture", d->detail);
+  gca_graph_stats_t s = tree_stats(r->t);
+  assert_int_equal(s.eager_fallbacks, 1);
+  assert_int_equal(s.rerecords + s.shape_rerecords, 0);
+  assert_int_equal(s.shapes, 1); /* the wide shape is not known yet */
+  assert_int_equal(s.nodes, 1);
+  rig_step(r, 0); /* the registered shape still replays */
+  assert_int_equal(r->ds.n, before + 1);
+  rig_step_wide(r, 0); /* the wide shape's re-record, now that capture works */
+  d = last(r);
+  assert_int_equal(d->action, GCA_GRAPH_RERECORD);
+  assert_int_equal(d->rule, GCA_GRAPH_RULE_SHAPE_CHANGED);
+  assert_int_equal(d->arg, -1); /* only output bytes differ */
+  assert_string_equal(d->detail, "std: shape changed: output 0 4096 -> 8192 bytes");
+  rig_step_wide(r, 0);
+  rig_step(r, 0);
+  s = tree_stats(r->t);
+  assert_int_equal(r->ds.n, before + 2);
+  assert_int_equal(s.shape_rerecords, 1);
+  assert_int_equal(s.shapes, 2);
+  assert_int_equal(s.nodes, 2);
+  assert_int_equal(s.eager_fallbacks, 1);
+  rig_free(r);
+}
+
+/* gca_graph_tree_run_shape refuses what cannot be a shape, with the tree as
+ * it was: it still runs, and nothing leaks. */
+static void bad_shapes_are_refused_and_the_tree_goes_on(void **state) {
+  (void)state;
+  rig_t *r = rig_new();
+  rig_step(r, 0);
+  void *in[2] = {r->xd, r->wd[0]}, *out[2] = {NULL, NULL};
+  const size_t zero_out[2] = {NW * 4, 0};
+  assert_status(gca_graph_tree_run_shape(r->t, r->fn, NULL, wide_out, in, 2, out, 2),
+                GCA_ERR_INVALID_ARGUMENT,
+                "graph_tree_run_shape: std: input_bytes is NULL (the bytes of each of its 2 "
+                "inputs)");
+  assert_status(gca_graph_tree_run_shape(r->t, r->fn, wide_in, NULL, in, 2, out, 2),
+                GCA_ERR_INVALID_ARGUMENT, "std: output_bytes is NULL");
+  assert_status(gca_graph_tree_run_shape(r->t, r->fn, wide_in, zero_out, in, 2, out, 2),
+                GCA_ERR_INVALID_ARGUMENT, "graph_tree_run_shape: std output 1 has 0 bytes");
+  assert_status(gca_graph_tree_run_shape(r->t, r->fn, wide_in, wide_out, in, 1, out, 2),
+                GCA_ERR_INVALID_ARGUMENT, "std takes 2 inputs and 2 outputs, called with 1 and 2");
+  assert_status(gca_graph_tree_run_shape(r->t, r->fn, wide_in, wide_out, in, 2, out, 3),
+                GCA_ERR_INVALID_ARGUMENT, "called with 2 and 3");
+  assert_status(gca_graph_tree_run_shape(r->t, NULL, wide_in, wide_out, in, 2, out, 2),
+                GCA_ERR_INVALID_ARGUMENT, "graph_tree_run_shape: fn is NULL");
+  assert_status(gca_graph_tree_run_shape(NULL, r->fn, wide_in, wide_out, in, 2, out, 2),
+                GCA_ERR_INVALID_ARGUMENT, "graph_tree_run_shape: tree is NULL");
+  void *null_in[2] = {NULL, r->wd[0]};
+  assert_status(gca_graph_tree_run_shape(r->t, r->fn, wide_in, wide_out, null_in, 2, out, 2),
+                GCA_ERR_INVALID_ARGUMENT, "graph_tree_run_shape: std input 0 is NULL");
+  assert_null(out[0]);
+  assert_null(out[1]);
+  gca_graph_stats_t s = tree_stats(r->t);
+  assert_int_equal(s.generation, 1);
+  assert_int_equal(s.warmups, 1);
+  assert_int_equal(s.records + s.rerecords + s.eager_fallbacks, 0);
+  assert_int_equal(s.shapes, 1);
+  assert_int_equal(r->ds.n, 1);
+  rig_step(r, 0); /* record */
+  rig_step(r, 0);
+  rig_step_wide(r, 0);
+  assert_int_equal(tree_stats(r->t).shape_rerecords, 1);
+  rig_free(r);
+}
+
 static void bad_input_is_a_clear_status(void **state) {
   (void)state;
   gca_graph_tree_t *t, *other;
@@ -306,6 +405,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(instantiate_fault_fails_the_run_when_told, graph_setup,
                                       graph_teardown),
       cmocka_unit_test_setup_teardown(launch_fault_fails_the_run_when_told, graph_setup,
+                                      graph_teardown),
+      cmocka_unit_test_setup_teardown(capture_fault_at_a_new_shape_runs_eagerly, graph_setup,
+                                      graph_teardown),
+      cmocka_unit_test_setup_teardown(bad_shapes_are_refused_and_the_tree_goes_on, graph_setup,
                                       graph_teardown),
       cmocka_unit_test_setup_teardown(bad_input_is_a_clear_status, graph_setup, graph_teardown),
   };
