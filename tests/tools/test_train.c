@@ -2,7 +2,9 @@
 /* test_train.c - gca-train's step through every layer (tools/train_run.h):
  * eager program order, the scheduled plan and graph replays give the same
  * losses and parameters bit for bit, on threads and on processes; the
- * verifier sees no mismatch; peaks stay within the budget; a batch change
+ * verifier sees no mismatch; peak live stays within the budget, peak
+ * reserved within it plus one growth step per pool kind and steady after
+ * the first two steps; a batch change
  * runs the same step function at a new shape, re-recorded once as a branch
  * of its own and replayed after; faults at the layers' boundaries end every rank
  * with an error naming the layer and op, and nothing leaks.
@@ -108,6 +110,22 @@ static void eager_scheduled_and_replayed_steps_are_bit_equal(void **state) {
                    (unsigned long long)s->peak_live, (long long)r[m].rank[i].budget_bytes,
                    (long long)r[m].rank[i].bound_bytes);
         assert_true(s->peak_reserved >= s->peak_live);
+        /* reserved beyond that need is the allocator's growth rounding: the
+         * step's memory is the comm pool's, a private pool, which grows by at
+         * least PyTorch's kSmallBuffer (2 MiB) for small blocks and its
+         * classic segment size (kLargeBuffer, 20 MiB) for large ones; one of
+         * each, and no fragmentation on top */
+        uint64_t need = (uint64_t)(r[m].rank[i].budget_bytes + r[m].rank[i].bound_bytes);
+        if (s->peak_reserved > need + 64 * 512 + (22u << 20))
+          fail_msg("mode %d rank %d step %d: peak reserved %llu over budget %lld + bound %lld + "
+                   "one growth step of each pool",
+                   m, i, k, (unsigned long long)s->peak_reserved,
+                   (long long)r[m].rank[i].budget_bytes, (long long)r[m].rank[i].bound_bytes);
+        /* and it stops growing once the steps repeat */
+        if (k >= 2 && s->peak_reserved != r[m].rank[i].steps[1].peak_reserved)
+          fail_msg("mode %d rank %d step %d: peak reserved %llu, step 1's %llu", m, i, k,
+                   (unsigned long long)s->peak_reserved,
+                   (unsigned long long)r[m].rank[i].steps[1].peak_reserved);
         /* the step's memory is the comm pool's: registered as it grows, never
          * once the steps repeat (warm-up and record made it) */
         if (k >= 2 && s->registrations != 0)
