@@ -4,10 +4,10 @@
  * losses and parameters bit for bit, on threads and on processes; the
  * verifier sees no mismatch; peak live stays within the budget, peak
  * reserved within it plus one growth step per pool kind and steady after
- * the first two steps; a batch change
- * runs the same step function at a new shape, re-recorded once as a branch
- * of its own and replayed after; faults at the layers' boundaries end every rank
- * with an error naming the layer and op, and nothing leaks.
+ * the first two steps; a batch change runs the same step function at a new
+ * shape, re-recorded once as a branch of its own and replayed after; faults
+ * at the layers' boundaries end every rank with an error naming the layer and
+ * op, and nothing leaks.
  *
  * The process test runs first: forked ranks need a parent that has not
  * started the sim (Note [Sim after fork]). With GCA_TEST_BACKEND=cuda (the
