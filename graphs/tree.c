@@ -69,17 +69,28 @@ static void report(gca_graph_tree_t *t, gca_graph_fn_t *fn, gca_graph_action_t a
   t->opts.on_decision(&d, t->opts.decision_ctx);
 }
 
-static gca_status_t outs_push(gca_graph_tree_t *t, gca__live_out_t o) {
-  if (t->nouts == t->capouts) {
-    size_t cap = t->capouts ? 2 * t->capouts : 16;
-    gca__live_out_t *n = realloc(t->outs, cap * sizeof(*n));
-    if (!n)
-      return gca__error(GCA_ERR_OUT_OF_MEMORY, "graph_tree_run: cannot track %zu outputs", cap);
-    t->outs = n;
-    t->capouts = cap;
-  }
-  t->outs[t->nouts++] = o;
+/* Room in the live-output table for n more, made before the work that
+ * produces them is issued: once a body ran or a recording was launched,
+ * nothing may fail (the work would be done and reported as not done). */
+static gca_status_t outs_reserve(gca_graph_tree_t *t, size_t n) {
+  if (t->nouts + n <= t->capouts)
+    return GCA_OK;
+  size_t cap = t->capouts ? 2 * t->capouts : 16;
+  while (cap < t->nouts + n)
+    cap *= 2;
+  gca__live_out_t *v = GCA_FAILPOINT("graph_outputs") ? NULL : realloc(t->outs, cap * sizeof(*v));
+  if (!v)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "graph_tree_run: no host memory to track %zu outputs",
+                      cap);
+  t->outs = v;
+  t->capouts = cap;
   return GCA_OK;
+}
+
+/* After outs_reserve. */
+static void outs_push(gca_graph_tree_t *t, gca__live_out_t o) {
+  GCA_ASSERT_DEBUG(t->nouts < t->capouts);
+  t->outs[t->nouts++] = o;
 }
 
 /* Bytes to ask the allocator for an output of `bytes`, and the address handed
@@ -195,7 +206,7 @@ static gca__gnode_t *node_child(gca_graph_tree_t *t, gca__gnode_t *parent, gca_g
   for (gca__gnode_t *c = parent->children; c; c = c->next)
     if (c->fn == fn && c->shape == shape)
       return c;
-  gca__gnode_t *n = calloc(1, sizeof(*n));
+  gca__gnode_t *n = GCA_FAILPOINT("graph_node") ? NULL : calloc(1, sizeof(*n));
   if (n) {
     n->in_mode = calloc(fn->ninputs + 1, sizeof(*n->in_mode));
     n->in_addr = calloc(fn->ninputs + 1, sizeof(void *));
@@ -257,6 +268,7 @@ static gca_status_t run_eager(gca_graph_tree_t *t, gca_graph_fn_t *fn, const gca
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "graph_tree_run: no host memory for %zu outputs", no);
     goto out;
   }
+  GCA_CHECK_GOTO(outs_reserve(t, no), st, out);
   if (in_pool)
     GCA_CHECK_GOTO(gca_pool_use_begin(t->pool), st, out);
   for (size_t i = 0; i < no && st == GCA_OK; i++) {
@@ -282,12 +294,7 @@ static gca_status_t run_eager(gca_graph_tree_t *t, gca_graph_fn_t *fn, const gca
                          .block = blocks[i],
                          .bytes = out_region(t, shape->out[i]),
                          .kind = in_pool ? OUT_POOL_EAGER : OUT_EAGER};
-    st = outs_push(t, o);
-    if (st != GCA_OK) {
-      for (size_t j = i; j < no; j++)
-        GCA_CHECK_IGNORE(gca_free(blocks[j]));
-      goto out;
-    }
+    outs_push(t, o);
     outputs[i] = ptrs[i];
   }
 out:
@@ -366,7 +373,7 @@ static gca_status_t capture_body(gca_graph_tree_t *t, gca__gnode_t *parent, gca_
   c->staging = calloc(ni + 1, sizeof(void *));
   c->out_ptr = calloc(no + 1, sizeof(void *));
   c->out_block = calloc(no + 1, sizeof(void *));
-  void **eff = calloc(ni + 1, sizeof(void *));
+  void **eff = GCA_FAILPOINT("graph_capture") ? NULL : calloc(ni + 1, sizeof(void *));
   if (!c->in_mode || !c->in_addr || !c->staging || !c->out_ptr || !c->out_block || !eff) {
     free(eff);
     capture_free(t, c);
@@ -452,7 +459,8 @@ static gca_status_t node_liveness(gca_graph_tree_t *t, gca__gnode_t *n) {
   size_t total = n->fn->noutputs;
   for (gca__gnode_t *a = n->parent; a; a = a->parent)
     total += a->fn->noutputs;
-  gca__out_ref_t *dead = malloc((total + 1) * sizeof(*dead));
+  gca__out_ref_t *dead =
+      GCA_FAILPOINT("graph_liveness") ? NULL : malloc((total + 1) * sizeof(*dead));
   gca__out_ref_t *live = malloc((total + 1) * sizeof(*live));
   if (!dead || !live) {
     free(dead);
@@ -509,6 +517,7 @@ static gca_status_t launch(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
       GCA_CHECK(t->ops->memcpy_async((gca_devptr_t)(uintptr_t)n->staging[i],
                                      (gca_devptr_t)(uintptr_t)inputs[i], n->shape->in[i],
                                      t->stream));
+  GCA_CHECK(outs_reserve(t, fn->noutputs));
   if (n->nrng)
     GCA_CHECK(gca__graph_rng_prologue(t, n));
   gca_status_t st = t->ops->graph_launch(n->exec, t->stream);
@@ -516,18 +525,13 @@ static gca_status_t launch(gca_graph_tree_t *t, gca__gnode_t *n, void *const *in
     gca__graph_rng_unadvance(n);
     return st;
   }
-  size_t first = t->nouts;
   for (size_t i = 0; i < fn->noutputs; i++) {
     gca__live_out_t o = {.ptr = n->out_ptr[i],
                          .block = n->out_block[i],
                          .bytes = out_region(t, n->shape->out[i]),
                          .kind = OUT_RECORDED,
                          .ref = {n, i}};
-    st = outs_push(t, o);
-    if (st != GCA_OK) {
-      t->nouts = first;
-      return st;
-    }
+    outs_push(t, o);
   }
   n->out_gen = t->gen;
   for (size_t i = 0; i < fn->noutputs; i++) {
@@ -606,7 +610,8 @@ static gca__shape_t *shape_intern(gca_graph_fn_t *fn, const size_t *in, const si
     if ((!ni || memcmp(s->in, in, ni * sizeof(size_t)) == 0) &&
         (!no || memcmp(s->out, out, no * sizeof(size_t)) == 0))
       return s;
-  gca__shape_t *s = calloc(1, sizeof(*s) + (ni + no + 1) * sizeof(size_t));
+  gca__shape_t *s =
+      GCA_FAILPOINT("graph_shape") ? NULL : calloc(1, sizeof(*s) + (ni + no + 1) * sizeof(size_t));
   if (!s) {
     *st = gca__error(GCA_ERR_OUT_OF_MEMORY,
                      "graph_tree_run_shape: no host memory for a shape of %s", fn->name);
@@ -1018,8 +1023,10 @@ static gca_status_t run_at(gca_graph_tree_t *t, gca_graph_fn_t *fn, gca__shape_t
                            void *const *inputs, void **outputs) {
   unpoison_all(t);
   if (t->mode == MODE_EAGER_POOL) {
-    t->stats.warmups++;
-    return run_eager(t, fn, shape, inputs, outputs, true);
+    gca_status_t st = run_eager(t, fn, shape, inputs, outputs, true);
+    if (st == GCA_OK)
+      t->stats.warmups++;
+    return st;
   }
   if (fn->eager_forever) {
     report(t, fn, GCA_GRAPH_EAGER, GCA_GRAPH_RULE_EAGER_FOREVER, -1, NULL, NULL, true, GCA_OK,
@@ -1038,13 +1045,16 @@ static gca_status_t run_at(gca_graph_tree_t *t, gca_graph_fn_t *fn, gca__shape_t
       st = sync_pool(t, t->pos);
       if (st != GCA_OK)
         return fail_to_eager(t, fn, shape, GCA_GRAPH_RULE_RESTORE_FAILED, st, inputs, outputs);
+      st = run_eager(t, fn, shape, inputs, outputs, true);
+      if (st != GCA_OK)
+        return st; /* no warm-up took place: the next run tries again */
+      t->mode = MODE_EAGER_POOL;
       n->warmups++;
       t->stats.warmups++;
-      t->mode = MODE_EAGER_POOL;
       shape_known(t, shape);
       fn->last = shape;
       report(t, fn, GCA_GRAPH_WARMUP, GCA_GRAPH_RULE_NONE, -1, NULL, NULL, false, GCA_OK, fn->name);
-      return run_eager(t, fn, shape, inputs, outputs, true);
+      return GCA_OK;
     }
     return record(t, n, inputs, outputs, GCA_GRAPH_RULE_NONE, -1, NULL, NULL);
   }

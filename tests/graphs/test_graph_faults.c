@@ -346,6 +346,123 @@ static void bad_shapes_are_refused_and_the_tree_goes_on(void **state) {
   rig_free(r);
 }
 
+static unsigned body_runs;
+static gca_status_t counted_body(gca_stream_t s, void *const *in, void *const *out, void *ctx) {
+  (void)ctx;
+  body_runs++;
+  return std_body(s, in, out, NULL);
+}
+
+/* Note [Host fail points]: every host allocation of the tree that can fail
+ * is forced to. A failure before any work is issued fails the run with
+ * GCA_ERR_OUT_OF_MEMORY and a message naming what it was for, and nothing
+ * ran; one while recording is a failed recording (an eager run, rule
+ * CAPTURE_FAILED). Either way the tree goes on: the next runs warm up,
+ * record and replay with correct results, the allocator's invariants hold
+ * and the teardown finds no leak. */
+static void host_memory_failures_are_clear_and_leave_the_tree_sound(void **state) {
+  (void)state;
+  /* a node: the first run fails before anything ran */
+  rig_t *r = rig_new();
+  void *in[2] = {r->xd, r->wd[0]}, *out[2] = {NULL, NULL};
+  assert_ok(gca__failpoint_arm("graph_node", 1));
+  assert_status(gca_graph_tree_run(r->t, r->fn, in, 2, out, 2), GCA_ERR_OUT_OF_MEMORY,
+                "no host memory for a node of std");
+  gca__failpoint_clear();
+  assert_null(out[0]);
+  assert_int_equal(r->ds.n, 0);
+  assert_int_equal(tree_stats(r->t).warmups, 0);
+  rig_step(r, 0);
+  rig_step(r, 0);
+  rig_step(r, 0);
+  gca_graph_stats_t s = tree_stats(r->t);
+  assert_int_equal(s.warmups, 1);
+  assert_int_equal(s.records, 1);
+  assert_int_equal(s.replays, 2);
+  rig_free(r);
+
+  /* the live-output table: the body never runs, and the failed run was no
+   * warm-up (the next one is) */
+  gca_graph_tree_t *t = NULL;
+  decisions_t ds = {0};
+  gca_graph_tree_options_t o = GCA_GRAPH_TREE_OPTIONS_INIT;
+  o.on_decision = record_decision;
+  o.decision_ctx = &ds;
+  assert_ok(gca_graph_tree_create(0, &o, &t));
+  gca_graph_fn_t *fn = std_register(t, "counted", counted_body);
+  void *xd = dev_alloc(NW * 4), *wd = dev_alloc(NW * 4);
+  uint32_t x[NW], w[NW];
+  for (uint32_t i = 0; i < NW; i++) {
+    x[i] = 3 * i + 1;
+    w[i] = i ^ 0x77;
+  }
+  dev_write(xd, x, NW);
+  dev_write(wd, w, NW);
+  void *in2[2] = {xd, wd}, *out2[2] = {NULL, NULL};
+  body_runs = 0;
+  assert_ok(gca__failpoint_arm("graph_outputs", 1));
+  assert_status(gca_graph_tree_run(t, fn, in2, 2, out2, 2), GCA_ERR_OUT_OF_MEMORY,
+                "no host memory to track");
+  gca__failpoint_clear();
+  assert_int_equal(body_runs, 0);
+  assert_null(out2[0]);
+  assert_int_equal(ds.n, 0);
+  assert_int_equal(tree_stats(t).warmups, 0);
+  static const gca_graph_action_t want[] = {GCA_GRAPH_WARMUP, GCA_GRAPH_RECORD};
+  for (int k = 0; k < 3; k++) {
+    assert_ok(gca_graph_tree_run(t, fn, in2, 2, out2, 2));
+    std_expect(t, out2, x, w, "after a failed output table");
+    assert_ok(gca_graph_tree_step(t));
+    if (k < 2)
+      assert_int_equal(ds.d[ds.n - 1].action, want[k]);
+  }
+  assert_int_equal(ds.n, 2); /* the replay is not reported */
+  assert_int_equal(body_runs, 2);
+  assert_ok(gca_graph_tree_destroy(t));
+  assert_ok(gca_free(xd));
+  assert_ok(gca_free(wd));
+
+  /* the capture's and the liveness record's: a failed recording */
+  static const struct {
+    const char *point, *needle;
+  } rec[] = {{"graph_capture", "no host memory to record std"},
+             {"graph_liveness", "no host memory to record std"}};
+  for (size_t i = 0; i < sizeof(rec) / sizeof(rec[0]); i++) {
+    r = rig_new();
+    rig_step(r, 0); /* warm-up */
+    assert_ok(gca__failpoint_arm(rec[i].point, 1));
+    rig_step(r, 0);
+    gca__failpoint_clear();
+    const gca_graph_decision_t *d = last(r);
+    assert_int_equal(d->action, GCA_GRAPH_EAGER);
+    assert_int_equal(d->rule, GCA_GRAPH_RULE_CAPTURE_FAILED);
+    assert_int_equal(d->status, GCA_ERR_OUT_OF_MEMORY);
+    if (!strstr(d->detail, rec[i].needle))
+      fail_msg("%s: decision detail '%s' does not say '%s'", rec[i].point, d->detail,
+               rec[i].needle);
+    rig_step(r, 0);
+    rig_step(r, 0);
+    s = tree_stats(r->t);
+    assert_int_equal(s.records, 1);
+    assert_int_equal(s.eager_fallbacks, 1);
+    rig_free(r);
+  }
+
+  /* a new shape: refused before anything ran; the shape works afterwards */
+  r = rig_new();
+  rig_step(r, 0);
+  assert_ok(gca__failpoint_arm("graph_shape", 1));
+  void *in3[2] = {r->xd, r->wd[0]}, *out3[2] = {NULL, NULL};
+  assert_status(gca_graph_tree_run_shape(r->t, r->fn, wide_in, wide_out, in3, 2, out3, 2),
+                GCA_ERR_OUT_OF_MEMORY, "no host memory for a shape of std");
+  gca__failpoint_clear();
+  assert_null(out3[0]);
+  rig_step_wide(r, 0);
+  rig_step_wide(r, 0);
+  assert_int_equal(tree_stats(r->t).shapes, 2);
+  rig_free(r);
+}
+
 static void bad_input_is_a_clear_status(void **state) {
   (void)state;
   gca_graph_tree_t *t, *other;
@@ -410,6 +527,8 @@ int main(void) {
                                       graph_teardown),
       cmocka_unit_test_setup_teardown(bad_shapes_are_refused_and_the_tree_goes_on, graph_setup,
                                       graph_teardown),
+      cmocka_unit_test_setup_teardown(host_memory_failures_are_clear_and_leave_the_tree_sound,
+                                      graph_setup, graph_teardown),
       cmocka_unit_test_setup_teardown(bad_input_is_a_clear_status, graph_setup, graph_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
