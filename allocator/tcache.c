@@ -88,7 +88,30 @@
  * folded, its cached blocks go back to the tree, its handed-out ones are let
  * go. Lock order: g_tc_mu (thread exit, teardown), then d->lock, then the
  * caches' locks in list order; a fast path holds its own cache's lock only.
+ *
+ * Note [Thread cache lock]. The owner's fast paths hold their cache's lock
+ * for a few dozen instructions, so a visitor (a fold, an eviction, a walk,
+ * under the device lock) mostly finds it free or about to be. With more
+ * runnable threads than cores, though, the owner is often preempted inside
+ * its section; a waiter that spins, or calls sched_yield (which on a fair
+ * scheduler hardly moves it back), keeps the core the owner needs. With 8
+ * threads on 2 cores a fold waited tens of milliseconds for such an owner,
+ * and the owners of the caches it had locked already waited with it,
+ * spinning on their own locks. So a waiter spins GCA__TC_SPINS times, then
+ * sleeps on the lock word (a futex) until woken or GCA__TC_NAP_NS pass, off
+ * the run queue, so the holder gets a core. The owner's unlock stays one
+ * plain store: it does not look for sleepers (that would need a store-load
+ * fence on every fast path), so a visitor asleep on an owner's section
+ * wakes by its timeout, once per nap. The locked side lets a cache's lock go
+ * with gca__tc_unlock_wake, which looks (a sequentially consistent store,
+ * then the sleepers' count, as gca__mutex_t does), so an owner asleep while
+ * a fold holds its cache wakes as soon as the fold lets go.
  */
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +128,45 @@ static pthread_key_t g_key;
 static bool g_key_ok;
 /* Orders a thread's exit against the teardown of a device its caches name. */
 static pthread_mutex_t g_tc_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- the lock (Note [Thread cache lock]) ---- */
+
+#define GCA__TC_SPINS  128
+#define GCA__TC_NAP_NS 50000
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+void gca__tc_lock_slow(gca__tcache_t *tc) {
+  for (unsigned i = 0;; i++) {
+    unsigned c = atomic_load_explicit(&tc->lock, memory_order_relaxed);
+    if (c == 0 && atomic_compare_exchange_weak_explicit(&tc->lock, &c, 1, memory_order_acquire,
+                                                        memory_order_relaxed))
+      return;
+    if (i < GCA__TC_SPINS) {
+      cpu_relax();
+      continue;
+    }
+    /* counted before the last look, so a waking unlock after it sees us */
+    atomic_fetch_add_explicit(&tc->sleepers, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&tc->lock, memory_order_seq_cst) != 0) {
+      struct timespec nap = {0, GCA__TC_NAP_NS};
+      syscall(SYS_futex, &tc->lock, FUTEX_WAIT_PRIVATE, 1, &nap, NULL, 0);
+    }
+    atomic_fetch_sub_explicit(&tc->sleepers, 1, memory_order_relaxed);
+  }
+}
+
+void gca__tc_unlock_wake(gca__tcache_t *tc) {
+  atomic_store_explicit(&tc->lock, 0, memory_order_seq_cst);
+  if (GCA_UNLIKELY(atomic_load_explicit(&tc->sleepers, memory_order_seq_cst) != 0))
+    syscall(SYS_futex, &tc->lock, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
 
 /* ---- the domain table (tc's lock held, or the caller its owner under d->lock) ---- */
 
@@ -198,7 +260,7 @@ static void key_once(void) {
 static void retire_locked(gca__devalloc_t *d, gca__tcache_t *tc) {
   gca__tc_lock(tc);
   gca__tc_fold_one(d, tc, ~0u);
-  gca__tc_unlock(tc);
+  gca__tc_unlock_wake(tc);
   while (tc->ndomain != 0) {
     size_t i = 0;
     while (tc->keys[i] == 0)
@@ -206,7 +268,7 @@ static void retire_locked(gca__devalloc_t *d, gca__tcache_t *tc) {
     gca__block_t *b = tc->vals[i];
     gca__tc_lock(tc);
     bool cached = drop_locked(tc, b);
-    gca__tc_unlock(tc);
+    gca__tc_unlock_wake(tc);
     if (cached)
       to_tree(d, b);
   }
@@ -220,7 +282,7 @@ static void retire_locked(gca__devalloc_t *d, gca__tcache_t *tc) {
   d->tc_count = d->tc_on && d->tcs != NULL;
   gca__tc_lock(tc);
   tc->d = NULL;
-  gca__tc_unlock(tc);
+  gca__tc_unlock_wake(tc);
 }
 
 static void tthread_exit(void *arg) {
@@ -232,7 +294,7 @@ static void tthread_exit(void *arg) {
       continue;
     gca__tc_lock(tc);
     gca__devalloc_t *d = tc->d;
-    gca__tc_unlock(tc);
+    gca__tc_unlock_wake(tc);
     if (d != NULL) {
       gca__dev_lock(d);
       retire_locked(d, tc);
@@ -275,6 +337,7 @@ static gca__tcache_t *tc_get(gca__devalloc_t *d) {
     return NULL;
   memset(tc, 0, sizeof(*tc));
   atomic_init(&tc->lock, 0);
+  atomic_init(&tc->sleepers, 0);
   atomic_init(&tc->filter, 0);
   tc->d = d;
   tc->next = d->tcs;
@@ -294,7 +357,7 @@ void gca__tc_destroy_all(gca__devalloc_t *d) {
     next = tc->next;
     gca__tc_lock(tc);
     tc->d = NULL;
-    gca__tc_unlock(tc);
+    gca__tc_unlock_wake(tc);
   }
   d->tcs = NULL;
   d->ntcs = 0;
@@ -346,7 +409,7 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
       gca__block_t *x = bin->blk[bin->n - 1];
       gca__tc_lock(tc);
       drop_locked(tc, x);
-      gca__tc_unlock(tc);
+      gca__tc_unlock_wake(tc);
       to_tree(d, x);
     }
   }
@@ -373,7 +436,7 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
   bin->blk[bin->n++] = b;
   tc->ncached++;
   tc->cached_bytes += b->size;
-  gca__tc_unlock(tc);
+  gca__tc_unlock_wake(tc);
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, addr, requested, b->stream);
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, addr, requested, b->stream);
   return true;
@@ -394,7 +457,7 @@ gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   tc->req[gca__tc_find(tc, b->addr)] = size;
   tc->ncached--;
   tc->cached_bytes -= b->size;
-  gca__tc_unlock(tc);
+  gca__tc_unlock_wake(tc);
   int t = gca__stat_type(pool);
   b->requested = size; /* for the statistics below; the cache's req is what counts */
   gca__stat_add_t(d, d->stats.inactive_split, t, -(int64_t)b->fc_blocks);
@@ -412,7 +475,7 @@ bool gca__tc_claim(gca__devalloc_t *d, gca__block_t *b) {
   bool cached = gca__tc_cached(b);
   if (!cached)
     dom_remove(tc, b);
-  gca__tc_unlock(tc);
+  gca__tc_unlock_wake(tc);
   return !cached;
 }
 
@@ -420,7 +483,7 @@ bool gca__tc_live(gca__block_t *b) {
   gca__tcache_t *tc = b->tc;
   gca__tc_lock(tc);
   bool live = !gca__tc_cached(b);
-  gca__tc_unlock(tc);
+  gca__tc_unlock_wake(tc);
   return live;
 }
 
@@ -430,7 +493,7 @@ static bool evict(gca__devalloc_t *d, gca__block_t *b) {
   gca__tcache_t *tc = b->tc;
   gca__tc_lock(tc);
   bool cached = drop_locked(tc, b);
-  gca__tc_unlock(tc);
+  gca__tc_unlock_wake(tc);
   if (cached)
     to_tree(d, b);
   return cached;
@@ -471,7 +534,7 @@ static size_t flush(gca__devalloc_t *d, const gca__pool_t *pool, gca_stream_t st
     for (;;) {
       gca__tc_lock(tc);
       gca__block_t *b = tc->ncached != 0 ? pick_locked(tc, pool, stream) : NULL;
-      gca__tc_unlock(tc);
+      gca__tc_unlock_wake(tc);
       if (b == NULL)
         break;
       to_tree(d, b);
@@ -500,6 +563,6 @@ void gca__tc_flush_all(gca__devalloc_t *d, bool detach) {
     }
     tc->ndomain = 0;
     atomic_store_explicit(&tc->filter, 0, memory_order_relaxed);
-    gca__tc_unlock(tc);
+    gca__tc_unlock_wake(tc);
   }
 }

@@ -8,8 +8,6 @@
 #ifndef GCA_TCACHE_H
 #define GCA_TCACHE_H
 
-#include <sched.h>
-
 #include "alloc_core.h"
 #include "history.h"
 
@@ -53,8 +51,9 @@ typedef struct gca__tcbin {
  * ndomain == entries of the table == blocks whose ->tc is this cache; a
  * cached block's req is 0. */
 struct gca__tcache {
-  atomic_uint lock;
-  gca__devalloc_t *d; /* NULL once the device is gone; written under `lock` */
+  atomic_uint lock;     /* 0 free, 1 held: a futex word (Note [Thread cache lock]) */
+  atomic_uint sleepers; /* threads that may be asleep on `lock` */
+  gca__devalloc_t *d;   /* NULL once the device is gone; written under `lock` */
   int64_t delta[2][GCA__TQ], up[2][GCA__TQ], down[2][GCA__TQ], allow[2][GCA__TQ];
   gca__tcbin_t bins[GCA__TC_BINS];
   size_t ncached, cached_bytes, ndomain;
@@ -75,26 +74,22 @@ typedef struct gca__tthread {
 
 extern _Thread_local gca__tthread_t *gca__t_tc __attribute__((tls_model("initial-exec")));
 
-static inline void gca__tc_lock_slow(gca__tcache_t *tc) {
-  for (unsigned i = 0;; i++) {
-    unsigned c = atomic_load_explicit(&tc->lock, memory_order_relaxed);
-    if (c == 0 && atomic_compare_exchange_weak_explicit(&tc->lock, &c, 1, memory_order_acquire,
-                                                        memory_order_relaxed))
-      return;
-    if (i >= 64)
-      sched_yield(); /* the holder was preempted in a section of a few dozen instructions */
-  }
-}
+/* The contended side of a thread cache's lock (tcache.c): a short spin, then
+ * sleeps of at most GCA__TC_NAP_NS on its word (Note [Thread cache lock]). */
+void gca__tc_lock_slow(gca__tcache_t *tc);
+/* Lets go tc's lock from the locked side, waking a visitor or owner asleep on it. */
+void gca__tc_unlock_wake(gca__tcache_t *tc);
 
-/* The lock of a thread cache: the owner takes it for each fast path (its own
- * cache line, so uncontended it costs one atomic instruction), a device-lock
- * holder when it visits. Sections are short: contended, it spins. */
+/* The lock of a thread cache (Note [Thread cache lock]): the owner takes it
+ * for each fast path (its own cache line, so uncontended it costs one atomic
+ * instruction and a plain store), a device-lock holder when it visits. */
 static inline void gca__tc_lock(gca__tcache_t *tc) {
   unsigned expected = 0;
   if (GCA_UNLIKELY(!atomic_compare_exchange_strong_explicit(
           &tc->lock, &expected, 1, memory_order_acquire, memory_order_relaxed)))
     gca__tc_lock_slow(tc);
 }
+/* The fast paths' unlock: no wake-up (a sleeper wakes by its own timeout). */
 static inline void gca__tc_unlock(gca__tcache_t *tc) {
   atomic_store_explicit(&tc->lock, 0, memory_order_release);
 }

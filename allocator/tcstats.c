@@ -50,7 +50,7 @@ void gca__tc_lock_all(gca__devalloc_t *d) {
 
 void gca__tc_unlock_all(gca__devalloc_t *d) {
   for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next)
-    gca__tc_unlock(tc);
+    gca__tc_unlock_wake(tc);
 }
 
 void gca__tc_fold_one(gca__devalloc_t *d, gca__tcache_t *tc, unsigned revoke) {

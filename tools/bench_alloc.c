@@ -8,8 +8,13 @@
  * its own stream), and times malloc+free of the same sizes in the same run, so
  * the ratio is measured under the same machine load. "exact" is the single
  * thread pair with free_cache:False (PyTorch's placement: a split and a merge
- * on every pair) beside the default configuration. Each figure is the mean
- * over as many pairs as fit in S seconds (default 0.08) per measurement.
+ * on every pair) beside the default configuration. Each measurement is one
+ * window of S seconds (default 0.08), from the first thread's start to the
+ * moment the threads stop together; a figure is the pairs all threads did
+ * in it over the window's wall time (ns per pair: per thread, the window
+ * times the threads over the pairs). A thread the scheduler leaves without a
+ * core lowers the total as it should, and cannot make it collapse (a mean
+ * of each thread's own time per pair did).
  * "shared lock" is the floor under any allocator that keeps one locked state
  * per device, as PyTorch's and gca's do: each pair is two critical sections
  * of a pthread mutex around four updates of shared counters, nothing else;
@@ -32,6 +37,7 @@
  */
 #include <pthread.h>
 #include <getopt.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,10 +66,18 @@ static const char *const pattern_names[NPATS] = {"same", "alternating_4k_12k", "
 #define MIXED_LIVE 16
 
 typedef struct bench_row {
-  double ns[KINDS][2]; /* [kind][threads-1]: ns per pair, mean over threads */
+  double ns[KINDS][2]; /* [kind][threads-1]: ns per pair per thread */
 } bench_row_t;
 
 static tool_jemalloc_t jem; /* plain jemalloc, when there */
+
+/* One measurement's window, shared by its threads: it opens when the first
+ * thread passes the barrier and closes when a thread sees `seconds` gone;
+ * each thread stops at the end of its batch then. */
+typedef struct window {
+  _Atomic uint64_t start; /* 0 until the first thread starts */
+  atomic_bool stop;
+} window_t;
 
 typedef struct worker {
   int kind, pattern;
@@ -73,7 +87,8 @@ typedef struct worker {
   double seconds;
   gca_stream_t stream;
   pthread_barrier_t *barrier;
-  uint64_t pairs, ns;
+  window_t *window;
+  uint64_t pairs, end; /* pairs done in the window, and when this thread stopped */
   gca_status_t status;
   char error[256];
 } worker_t;
@@ -169,15 +184,19 @@ static void *worker_main(void *arg) {
   pthread_barrier_wait(w->barrier);
   if (w->status != GCA_OK)
     goto out;
-  uint64_t limit = (uint64_t)(w->seconds * 1e9), t0 = tool_now_ns(), t = t0;
-  while (t - t0 < limit) {
+  uint64_t limit = (uint64_t)(w->seconds * 1e9), t = tool_now_ns(), start = 0;
+  if (atomic_compare_exchange_strong(&w->window->start, &start, t))
+    start = t; /* else another thread opened the window at `start` */
+  while (!atomic_load_explicit(&w->window->stop, memory_order_relaxed)) {
     w->status = pairs(w, BATCH);
     if (w->status != GCA_OK)
       goto out;
     w->pairs += BATCH;
     t = tool_now_ns();
+    if (t - start >= limit)
+      atomic_store_explicit(&w->window->stop, true, memory_order_relaxed);
   }
-  w->ns = t - t0;
+  w->end = t;
 out:
   for (int k = 0; k < MIXED_LIVE; k++)
     if (w->live[k])
@@ -192,6 +211,7 @@ static gca_status_t measure_pattern(int kind, int pattern, size_t size, int nthr
   worker_t w[NTHREADS_MAX];
   pthread_t th[NTHREADS_MAX];
   pthread_barrier_t barrier;
+  window_t window = {0};
   gca_status_t st = GCA_OK;
   pthread_barrier_init(&barrier, NULL, (unsigned)nthreads);
   for (int i = 0; i < nthreads; i++) {
@@ -201,7 +221,8 @@ static gca_status_t measure_pattern(int kind, int pattern, size_t size, int nthr
                       .size = size,
                       .seconds = seconds,
                       .stream = streams[i],
-                      .barrier = &barrier};
+                      .barrier = &barrier,
+                      .window = &window};
   }
   int started = 0;
   for (; started < nthreads - 1; started++) {
@@ -216,13 +237,17 @@ static gca_status_t measure_pattern(int kind, int pattern, size_t size, int nthr
     pthread_join(th[i], NULL);
   pthread_barrier_destroy(&barrier);
   TOOL_CHECK(st);
-  double sum = 0;
+  uint64_t total = 0, end = 0;
   for (int i = 0; i < nthreads; i++) {
     if (w[i].status != GCA_OK)
       return tool_error(w[i].status, "bench: %zu-byte pairs on thread %d: %s", size, i, w[i].error);
-    sum += w[i].pairs ? (double)w[i].ns / (double)w[i].pairs : 0;
+    total += w[i].pairs;
+    end = w[i].end > end ? w[i].end : end;
   }
-  *ns_per_pair = sum / nthreads;
+  /* each thread's share of the window: a thread that got little of the
+   * machine lowers the total, not the figure of the whole */
+  uint64_t start = atomic_load(&window.start);
+  *ns_per_pair = total ? (double)(end - start) * nthreads / (double)total : 0;
   return GCA_OK;
 }
 
@@ -268,8 +293,8 @@ static void print_cell(double v, const char *fmt) {
 }
 
 static void print_table(const report_t *rep) {
-  printf("ns per alloc+free pair, warm cache (2 threads: mean per thread, each on its own "
-         "stream)\n");
+  printf("ns per alloc+free pair, warm cache (2 threads: per thread, window x threads / pairs, "
+         "each on its own stream)\n");
   printf("%-8s %10s %10s %10s %8s %8s %10s %10s %10s %10s %8s\n", "size", "gca 1T", "malloc 1T",
          "jemal 1T", "/malloc", "/jemal", "exact 1T", "gca 2T", "malloc 2T", "jemal 2T", "/jemal");
   for (size_t i = 0; i < NSIZES; i++) {
