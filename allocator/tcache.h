@@ -17,6 +17,12 @@
 #define GCA__TC_SLOTS    128                /* its table: twice the domain, a power of two */
 #define GCA__TC_MAX_SIZE ((size_t)8 << 20)  /* the largest block it takes */
 #define GCA__TC_BYTES    ((size_t)32 << 20) /* bytes it may keep cached */
+/* Note [Thread cache waste]: a cached block evicted unused adds one to its
+ * cache's waste, a hit takes GCA__TC_HIT_PAYS off; at GCA__TC_WASTE_OFF the
+ * cache takes in one free in GCA__TC_PROBE. */
+#define GCA__TC_WASTE_OFF 8
+#define GCA__TC_HIT_PAYS  8
+#define GCA__TC_PROBE     64
 
 /* What a thread cache's paths change, per statistic type: allocation (and
  * active), allocated_bytes (and active_bytes), requested_bytes,
@@ -57,6 +63,9 @@ struct gca__tcache {
   int64_t delta[2][GCA__TQ], up[2][GCA__TQ], down[2][GCA__TQ], allow[2][GCA__TQ];
   gca__tcbin_t bins[GCA__TC_BINS];
   size_t ncached, cached_bytes, ndomain;
+  /* Note [Thread cache waste]: written under the device lock and tc's lock,
+   * or by the owner (under either) */
+  uint8_t waste, skips;
   /* bit (home slot / 2) set for each block of the domain (and maybe for some
    * that left): a free whose bit is clear is none of tc's, found without its
    * lock. Set by the owner only; cleared when the domain empties. */
@@ -179,6 +188,8 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   tc->req[gca__tc_find(tc, b->addr)] = size;
   tc->ncached--;
   tc->cached_bytes -= b->size;
+  if (GCA_UNLIKELY(tc->waste != 0))
+    tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
   gca__tc_move(tc, ti, GCA__TQ_BLOCKS, 1);
   gca__tc_move(tc, ti, GCA__TQ_BYTES, bytes);
   gca__tc_move(tc, ti, GCA__TQ_REQUESTED, (int64_t)size);

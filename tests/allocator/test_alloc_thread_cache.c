@@ -882,6 +882,52 @@ static void waiters_sleep_on_a_held_cache_lock(void **state) {
   assert_ok(gca_stream_destroy(b.stream));
 }
 
+/* The cache of d with waste (Note [Thread cache waste]), or NULL; at most one. */
+static gca__tcache_t *wasting_cache(void) {
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  gca__tcache_t *found = NULL;
+  for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next) {
+    if (tc->waste != 0) {
+      assert_null(found);
+      found = tc;
+    }
+  }
+  return found;
+}
+
+/* Note [Thread cache waste]: a worker alternating 4 KiB and 12 KiB carved
+ * from one run loses each cached block unused (the next request splits the
+ * run beside it); after GCA__TC_WASTE_OFF such losses its cache takes no
+ * more frees (the other worker's is untouched), and once the worker repeats
+ * one size, a probe's hit turns it back on. The statistics stay exact. */
+static void a_cache_that_wastes_its_blocks_stops_taking_frees(void **state) {
+  (void)state;
+  worker_t a, b;
+  worker_start(&a);
+  worker_start(&b);
+  engage(&a, &b);
+  for (int i = 0; i < 4 * GCA__TC_WASTE_OFF; i++)
+    w_free(&a, w_alloc(&a, i & 1 ? 12288 : 4096, a.stream));
+  gca__tcache_t *tc = wasting_cache();
+  assert_non_null(tc);
+  assert_int_equal(tc->waste, GCA__TC_WASTE_OFF);
+  assert_int_equal(tc->ncached, 0);
+  assert_int_equal(tcaches_cached(), 1); /* b's */
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
+  for (int i = 0; i < 2 * GCA__TC_PROBE; i++)
+    w_free(&a, w_alloc(&a, 4096, a.stream));
+  assert_int_equal(tc->waste, 0);
+  assert_int_equal(tc->ncached, 1);
+  gca_stats_t s = stats();
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 0);
+  check();
+  worker_exit(&a);
+  worker_exit(&b);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, alloc_setup, alloc_teardown)
   const struct CMUnitTest tests[] = {
@@ -892,6 +938,7 @@ int main(void) {
       T(out_of_memory_takes_another_threads_cache),
       T(thread_cache_false_turns_them_off),
       T(waiters_sleep_on_a_held_cache_lock),
+      T(a_cache_that_wastes_its_blocks_stops_taking_frees),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);
