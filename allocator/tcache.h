@@ -52,15 +52,18 @@ typedef struct gca__tcbin {
  * lines other threads' records may share.
  * For each type index ti (0 small, 1 large) and quantity q:
  *   delta = up - down: how far the statistic moved since the last fold
- *   delta <= allow (its headroom: what it gave back before, and may take again)
+ *   allow = room + delta: its headroom (what it gave back before, and may
+ *     take again); room >= 0 is what is left of it, so a fast path checks
+ *     n <= room for a move of n of either sign and adds nothing up to check
  * Invariants: ncached == blocks in the bins, cached_bytes their bytes;
  * ndomain == entries of the table == blocks whose ->tc is this cache; a
- * cached block's req is 0. */
+ * block of the domain is cached exactly when its req is 0 (a request is
+ * never of 0 bytes). */
 struct gca__tcache {
   atomic_uint lock;     /* 0 free, 1 held: a futex word (Note [Thread cache lock]) */
   atomic_uint sleepers; /* threads that may be asleep on `lock` */
   gca__devalloc_t *d;   /* NULL once the device is gone; written under `lock` */
-  int64_t delta[2][GCA__TQ], up[2][GCA__TQ], down[2][GCA__TQ], allow[2][GCA__TQ];
+  int64_t up[2][GCA__TQ], down[2][GCA__TQ], room[2][GCA__TQ];
   gca__tcbin_t bins[GCA__TC_BINS];
   size_t ncached, cached_bytes, ndomain;
   /* Note [Thread cache waste]: written under the device lock and tc's lock,
@@ -138,14 +141,9 @@ static inline bool gca__tc_in_bin(const gca__tcbin_t *bin, const gca__block_t *b
   return false;
 }
 
-/* Whether quantity q of type index ti may move by n without the device
- * lock: it falls, or stays within tc's headroom. */
-static inline bool gca__tc_room(const gca__tcache_t *tc, int ti, int q, int64_t n) {
-  return n <= 0 || tc->delta[ti][q] + n <= tc->allow[ti][q];
-}
-
+/* Moves quantity q of type index ti by n (n <= its room, checked). */
 static inline void gca__tc_move(gca__tcache_t *tc, int ti, int q, int64_t n) {
-  tc->delta[ti][q] += n;
+  tc->room[ti][q] -= n;
   if (n >= 0)
     tc->up[ti][q] += n;
   else
@@ -178,11 +176,10 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
     goto miss;
   int ti = pool == &d->small ? 0 : 1;
   int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)b->size;
-  if (GCA_UNLIKELY(!gca__tc_room(tc, ti, GCA__TQ_BLOCKS, 1) ||
-                   !gca__tc_room(tc, ti, GCA__TQ_BYTES, bytes) ||
-                   !gca__tc_room(tc, ti, GCA__TQ_REQUESTED, (int64_t)size) ||
-                   !gca__tc_room(tc, ti, GCA__TQ_SPLIT, -split) ||
-                   !gca__tc_room(tc, ti, GCA__TQ_SPLIT_BYTES, -split_bytes)))
+  int64_t *room = tc->room[ti], *up = tc->up[ti];
+  if (GCA_UNLIKELY(room[GCA__TQ_BLOCKS] < 1 || room[GCA__TQ_BYTES] < bytes ||
+                   room[GCA__TQ_REQUESTED] < (int64_t)size || room[GCA__TQ_SPLIT] < -split ||
+                   room[GCA__TQ_SPLIT_BYTES] < -split_bytes))
     goto miss;
   bin->n--;
   tc->req[gca__tc_find(tc, b->addr)] = size;
@@ -190,9 +187,12 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   tc->cached_bytes -= b->size;
   if (GCA_UNLIKELY(tc->waste != 0))
     tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
-  gca__tc_move(tc, ti, GCA__TQ_BLOCKS, 1);
-  gca__tc_move(tc, ti, GCA__TQ_BYTES, bytes);
-  gca__tc_move(tc, ti, GCA__TQ_REQUESTED, (int64_t)size);
+  room[GCA__TQ_BLOCKS] -= 1;
+  up[GCA__TQ_BLOCKS] += 1;
+  room[GCA__TQ_BYTES] -= bytes;
+  up[GCA__TQ_BYTES] += bytes;
+  room[GCA__TQ_REQUESTED] -= (int64_t)size;
+  up[GCA__TQ_REQUESTED] += (int64_t)size;
   gca__tc_move(tc, ti, GCA__TQ_SPLIT, -split);
   gca__tc_move(tc, ti, GCA__TQ_SPLIT_BYTES, -split_bytes);
   gca__tc_unlock(tc);
@@ -216,19 +216,22 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
     goto miss;
   gca__block_t *b = tc->vals[slot];
   gca__tcbin_t *bin = gca__tc_bin(tc, b->stream, b->size);
-  if (GCA_UNLIKELY(
-          (bin->n != 0 && (bin->stream != b->stream || bin->size != b->size)) ||
-          bin->n == GCA__TC_BIN_MAX || tc->cached_bytes + b->size > GCA__TC_BYTES ||
-          gca__tc_in_bin(bin, b))) /* the last: a double free, reported by the locked path */
+  if (GCA_UNLIKELY((bin->n != 0 && (bin->stream != b->stream || bin->size != b->size)) ||
+                   bin->n == GCA__TC_BIN_MAX || tc->cached_bytes + b->size > GCA__TC_BYTES ||
+                   tc->req[slot] ==
+                       0)) /* the last: cached, a double free the locked path reports */
     goto miss;
   int ti = b->pool == &d->small ? 0 : 1;
   int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)b->size;
-  if (GCA_UNLIKELY(!gca__tc_room(tc, ti, GCA__TQ_SPLIT, split) ||
-                   !gca__tc_room(tc, ti, GCA__TQ_SPLIT_BYTES, split_bytes)))
+  int64_t *room = tc->room[ti], *down = tc->down[ti], req = (int64_t)tc->req[slot];
+  if (GCA_UNLIKELY(room[GCA__TQ_SPLIT] < split || room[GCA__TQ_SPLIT_BYTES] < split_bytes))
     goto miss;
-  gca__tc_move(tc, ti, GCA__TQ_BLOCKS, -1);
-  gca__tc_move(tc, ti, GCA__TQ_BYTES, -bytes);
-  gca__tc_move(tc, ti, GCA__TQ_REQUESTED, -(int64_t)tc->req[slot]);
+  room[GCA__TQ_BLOCKS] += 1;
+  down[GCA__TQ_BLOCKS] += 1;
+  room[GCA__TQ_BYTES] += bytes;
+  down[GCA__TQ_BYTES] += bytes;
+  room[GCA__TQ_REQUESTED] += req;
+  down[GCA__TQ_REQUESTED] += req;
   gca__tc_move(tc, ti, GCA__TQ_SPLIT, split);
   gca__tc_move(tc, ti, GCA__TQ_SPLIT_BYTES, split_bytes);
   tc->req[slot] = 0;
