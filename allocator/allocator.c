@@ -301,7 +301,7 @@ static gca__block_t *take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_
     return b;
   if (b == NULL && gca__tc_flush_stream(d, pool, stream) != 0)
     b = gca__pool_take_fit(d, pool, stream, rounded);
-  while (b != NULL && gca__tc_clear_near(d, b))
+  while (b != NULL && d->tc_held != 0 && gca__tc_clear_near(d, b))
     b = gca__pool_take_fit(d, pool, stream, rounded);
   return b;
 }

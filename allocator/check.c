@@ -288,10 +288,10 @@ static gca_status_t check_tcaches(gca__devalloc_t *d, size_t ndomain, size_t ntc
     dom_sum += dom;
     cached_sum += n;
   }
-  if (ntcs != d->ntcs || dom_sum != ndomain || cached_sum != ntcached)
-    return BROKEN("device %d: %zu thread caches (count says %zu) hold %zu blocks, %zu cached; the "
-                  "segments hold %zu, %zu cached",
-                  d->device, ntcs, d->ntcs, dom_sum, cached_sum, ndomain, ntcached);
+  if (ntcs != d->ntcs || dom_sum != ndomain || cached_sum != ntcached || dom_sum != d->tc_held)
+    return BROKEN("device %d: %zu thread caches (count says %zu) hold %zu blocks (count says "
+                  "%zu), %zu cached; the segments hold %zu, %zu cached",
+                  d->device, ntcs, d->ntcs, dom_sum, d->tc_held, cached_sum, ndomain, ntcached);
   return gca__tc_check_escrow(d);
 }
 

@@ -192,6 +192,7 @@ static void dom_insert(gca__tcache_t *tc, gca__block_t *b) {
   tc->vals[i] = b;
   tc->req[i] = 0;
   tc->ndomain++;
+  tc->d->tc_held++;
   atomic_fetch_or_explicit(&tc->filter, UINT64_C(1) << (gca__tc_slot(b->addr) >> 1),
                            memory_order_relaxed);
   b->tc = tc;
@@ -218,6 +219,7 @@ static void dom_remove(gca__tcache_t *tc, gca__block_t *b) {
       i = j;
     }
   }
+  tc->d->tc_held--;
   if (--tc->ndomain == 0)
     atomic_store_explicit(&tc->filter, 0, memory_order_relaxed);
   b->tc = NULL;
@@ -232,7 +234,7 @@ static bool drop_locked(gca__tcache_t *tc, gca__block_t *b) {
       cached = true;
       memmove(&bin->blk[i], &bin->blk[i + 1], (bin->n - i - 1) * sizeof(bin->blk[0]));
       bin->n--;
-      tc->ncached--;
+      gca__tc_ncached_add(tc, -1);
       tc->cached_bytes -= b->size;
     }
   }
@@ -352,6 +354,7 @@ static gca__tcache_t *tc_get(gca__devalloc_t *d) {
   memset(tc, 0, sizeof(*tc));
   atomic_init(&tc->lock, 0);
   atomic_init(&tc->sleepers, 0);
+  atomic_init(&tc->ncached, 0);
   atomic_init(&tc->filter, 0);
   tc->d = d;
   tc->next = d->tcs;
@@ -375,6 +378,7 @@ void gca__tc_destroy_all(gca__devalloc_t *d) {
   }
   d->tcs = NULL;
   d->ntcs = 0;
+  d->tc_held = 0;
   d->tc_count = false;
   pthread_mutex_unlock(&g_tc_mu);
 }
@@ -470,7 +474,7 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
   bin->stream = b->stream;
   bin->size = b->size;
   bin->blk[bin->n++] = b;
-  tc->ncached++;
+  gca__tc_ncached_add(tc, 1);
   tc->cached_bytes += b->size;
   gca__tc_unlock_wake(tc);
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, addr, requested, b->stream);
@@ -481,7 +485,7 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
 gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                   size_t rounded, size_t size) {
   gca__tcache_t *tc = gca__tc_mine(d->device);
-  if (tc == NULL || tc->d != d || tc->ncached == 0)
+  if (tc == NULL || tc->d != d || atomic_load_explicit(&tc->ncached, memory_order_relaxed) == 0)
     return NULL;
   gca__tcbin_t *bin = gca__tc_bin(tc, stream, rounded);
   if (bin->n == 0 || bin->stream != stream || bin->size != rounded ||
@@ -491,7 +495,7 @@ gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   gca__tc_lock(tc);
   bin->n--;
   tc->req[gca__tc_find(tc, b->addr)] = size;
-  tc->ncached--;
+  gca__tc_ncached_add(tc, -1);
   tc->cached_bytes -= b->size;
   if (tc->waste != 0)
     tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
@@ -573,7 +577,9 @@ static size_t flush(gca__devalloc_t *d, const gca__pool_t *pool, gca_stream_t st
   for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next) {
     for (;;) {
       gca__tc_lock(tc);
-      gca__block_t *b = tc->ncached != 0 ? pick_locked(tc, pool, stream) : NULL;
+      gca__block_t *b = atomic_load_explicit(&tc->ncached, memory_order_relaxed) != 0
+                            ? pick_locked(tc, pool, stream)
+                            : NULL;
       gca__tc_unlock_wake(tc);
       if (b == NULL)
         break;
@@ -601,6 +607,7 @@ void gca__tc_flush_all(gca__devalloc_t *d, bool detach) {
         tc->keys[i] = 0;
       }
     }
+    d->tc_held -= tc->ndomain;
     tc->ndomain = 0;
     atomic_store_explicit(&tc->filter, 0, memory_order_relaxed);
     gca__tc_unlock_wake(tc);

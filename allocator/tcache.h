@@ -65,7 +65,11 @@ struct gca__tcache {
   gca__devalloc_t *d;   /* NULL once the device is gone; written under `lock` */
   int64_t up[2][GCA__TQ], down[2][GCA__TQ], room[2][GCA__TQ];
   gca__tcbin_t bins[GCA__TC_BINS];
-  size_t ncached, cached_bytes, ndomain;
+  /* blocks in the bins: atomic so that the owner's fast take may look
+   * without the lock (only the owner adds, so its look is never low); every
+   * write is under the lock (gca__tc_ncached_add) */
+  atomic_size_t ncached;
+  size_t cached_bytes, ndomain;
   /* Note [Thread cache waste]: written under the device lock and tc's lock,
    * or by the owner (under either) */
   uint8_t waste, skips;
@@ -141,6 +145,13 @@ static inline bool gca__tc_in_bin(const gca__tcbin_t *bin, const gca__block_t *b
   return false;
 }
 
+/* Adds n to tc->ncached (tc's lock held, or the caller its owner under d->lock). */
+static inline void gca__tc_ncached_add(gca__tcache_t *tc, int n) {
+  atomic_store_explicit(&tc->ncached,
+                        atomic_load_explicit(&tc->ncached, memory_order_relaxed) + (size_t)n,
+                        memory_order_relaxed);
+}
+
 /* Moves quantity q of type index ti by n (n <= its room, checked). */
 static inline void gca__tc_move(gca__tcache_t *tc, int ti, int q, int64_t n) {
   tc->room[ti][q] -= n;
@@ -169,6 +180,8 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
                        : (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
   gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
   gca__tcbin_t *bin = gca__tc_bin(tc, stream, rounded);
+  if (atomic_load_explicit(&tc->ncached, memory_order_relaxed) == 0)
+    return NULL; /* nothing cached: the lock is not taken */
   gca__tc_lock(tc);
   gca__block_t *b;
   if (GCA_UNLIKELY(tc->d != d || bin->n == 0 || bin->stream != stream || bin->size != rounded ||
@@ -183,7 +196,7 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
     goto miss;
   bin->n--;
   tc->req[gca__tc_find(tc, b->addr)] = size;
-  tc->ncached--;
+  gca__tc_ncached_add(tc, -1);
   tc->cached_bytes -= b->size;
   if (GCA_UNLIKELY(tc->waste != 0))
     tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
@@ -238,7 +251,7 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
   bin->stream = b->stream;
   bin->size = b->size;
   bin->blk[bin->n++] = b;
-  tc->ncached++;
+  gca__tc_ncached_add(tc, 1);
   tc->cached_bytes += b->size;
   gca__tc_unlock(tc);
   return true;
