@@ -747,6 +747,11 @@ static gca_status_t free_impl(void *ptr, int expected_dev) {
  * [Free cache waste]). */
 static __attribute__((noinline)) gca_status_t free_fc_counted(gca__devalloc_t *d, gca__block_t *b,
                                                               gca_devptr_t addr) {
+  /* the calling thread's cache takes no free now and the free cache none
+   * either: the plain free, but for their probes (Note [Thread cache waste]) */
+  if (gca__tc_wants(d, b) && GCA_UNLIKELY(gca__tc_skips(d)) &&
+      (!d->fc_on || (gca__fc_wasteful(d) && !gca__fc_probe(d))))
+    return free_plain(d, b, addr);
   if (!gca__tc_wants(d, b) && d->fc_on) {
     /* a device that wastes its puts: the plain free, but for a probe (Note [Free cache waste]) */
     if (GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d))

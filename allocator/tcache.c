@@ -424,6 +424,11 @@ static bool wasteful(gca__tcache_t *tc) {
   return false;
 }
 
+bool gca__tc_skips(gca__devalloc_t *d) {
+  gca__tcache_t *tc = gca__tc_mine(d->device);
+  return tc != NULL && tc->d == d && wasteful(tc);
+}
+
 /* A cached block of tc left unused (d->lock and tc's lock held). */
 static void wasted(gca__tcache_t *tc) {
   if (tc->waste < GCA__TC_WASTE_OFF && ++tc->waste == GCA__TC_WASTE_OFF)

@@ -284,6 +284,9 @@ void gca__tc_update(gca__devalloc_t *d, bool reset);
  * calling thread: enters its cache when it may (Note [Thread caches]);
  * true when it did. */
 bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b);
+/* Whether the calling thread's cache wastes its entries and takes no free
+ * now (Note [Thread cache waste]); counts the free as try_enter would. */
+bool gca__tc_skips(gca__devalloc_t *d);
 /* A take from the calling thread's cache under the lock, with the
  * statistics counted here; NULL when it holds no such block. */
 gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
