@@ -416,6 +416,8 @@ struct gca__devalloc {
    * of their headroom for statistic i (gca__stat_index). */
   gca__tcache_t *tcs;
   size_t ntcs;
+  size_t tc_held; /* blocks in their domains, all caches: with none, no free or
+                     split needs to look for one beside it */
   bool tc_on;
   bool tc_count; /* tc_on and tcs exist: the statistics count the caches' deltas and
                     headroom; else both are zero (gca__tc_update folds and takes back) */
@@ -545,8 +547,16 @@ static inline void gca__stat_inc_t(gca__devalloc_t *d, gca_stat_t *arr, int t, i
       all->peak = all->current;
     return;
   }
-  gca__stat_peak(d, x);
-  gca__stat_peak(d, all);
+  int i = gca__stat_index(d, arr); /* one index for both (gca__stat_peak) */
+  if (GCA_UNLIKELY(i < 0)) {
+    gca__stat_peak(d, x);
+    gca__stat_peak(d, all);
+    return;
+  }
+  if (x->current + d->tc_esc[i + t] > x->peak)
+    gca__stat_peak_slow(d, x, i + t);
+  if (all->current + d->tc_esc[i + GCA_STAT_ALL] > all->peak)
+    gca__stat_peak_slow(d, all, i + GCA_STAT_ALL);
 }
 
 /* Removes n >= 0 from the statistic array `arr` for type t. */

@@ -301,7 +301,7 @@ static gca__block_t *take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_
     return b;
   if (b == NULL && gca__tc_flush_stream(d, pool, stream) != 0)
     b = gca__pool_take_fit(d, pool, stream, rounded);
-  while (b != NULL && gca__tc_clear_near(d, b))
+  while (b != NULL && d->tc_held != 0 && gca__tc_clear_near(d, b))
     b = gca__pool_take_fit(d, pool, stream, rounded);
   return b;
 }
@@ -418,9 +418,9 @@ static __attribute__((noinline)) gca_status_t malloc_slow(int device, void **ptr
 }
 
 /* The calling thread's cache first, without the device lock (Note [Thread
- * caches]); on a miss the locked path. */
-static __attribute__((noinline)) gca_status_t malloc_tc(int device, gca__devalloc_t *d,
-                                                        gca__tcache_t *tc, void **ptr, size_t size,
+ * caches]); on a miss the locked path. Six arguments, all in registers. */
+static __attribute__((noinline)) gca_status_t malloc_tc(gca__devalloc_t *d, gca__tcache_t *tc,
+                                                        void **ptr, size_t size,
                                                         gca_stream_t stream, gca_stream_t key) {
   gca__block_t *b;
   if (GCA_LIKELY(size <= GCA__TC_MAX_SIZE && gca__tc_open(d) &&
@@ -429,7 +429,7 @@ static __attribute__((noinline)) gca_status_t malloc_tc(int device, gca__devallo
     return GCA_OK;
   }
   if (!gca__mutex_trylock(&d->lock))
-    return malloc_slow(device, ptr, size, stream);
+    return malloc_slow(d->device, ptr, size, stream);
   if (d->fc_count != 0 && gca__fc_quiet(d)) { /* sizes the thread caches do not take */
     size_t rounded = gca__round_request(d, size);
     gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
@@ -455,7 +455,7 @@ GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_
                  (d = atomic_load_explicit(&g_devs[device], memory_order_acquire)) != NULL)) {
     gca__tcache_t *tc = gca__tc_mine(device);
     if (tc != NULL) /* a tail call: this path keeps its few registers */
-      return malloc_tc(device, d, tc, ptr, size, stream, key);
+      return malloc_tc(d, tc, ptr, size, stream, key);
     if (!gca__mutex_trylock(&d->lock))
       return malloc_slow(device, ptr, size, stream);
     if (GCA_LIKELY(d->fc_count != 0 && !d->tc_count && gca__fc_quiet(d))) {
@@ -747,6 +747,11 @@ static gca_status_t free_impl(void *ptr, int expected_dev) {
  * [Free cache waste]). */
 static __attribute__((noinline)) gca_status_t free_fc_counted(gca__devalloc_t *d, gca__block_t *b,
                                                               gca_devptr_t addr) {
+  /* the calling thread's cache takes no free now and the free cache none
+   * either: the plain free, but for their probes (Note [Thread cache waste]) */
+  if (gca__tc_wants(d, b) && GCA_UNLIKELY(gca__tc_skips(d)) &&
+      (!d->fc_on || (gca__fc_wasteful(d) && !gca__fc_probe(d))))
+    return free_plain(d, b, addr);
   if (!gca__tc_wants(d, b) && d->fc_on) {
     /* a device that wastes its puts: the plain free, but for a probe (Note [Free cache waste]) */
     if (GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d))

@@ -79,8 +79,9 @@ static gca_status_t check_domain(gca__devalloc_t *d, const gca__pool_t *p, const
   int slot = gca__tc_find(b->tc, b->addr);
   if (b->tc->d != d || slot < 0 || b->tc->vals[slot] != b)
     return BROKEN("block 0x%" PRIx64 ": not in the table of its thread cache", b->addr);
-  if (gca__tc_cached(b) && b->tc->req[slot] != 0)
-    return BROKEN("block 0x%" PRIx64 ": cached in a thread cache with a requested size", b->addr);
+  if (gca__tc_cached(b) != (b->tc->req[slot] == 0)) /* the fast put's test of a double free */
+    return BROKEN("block 0x%" PRIx64 ": %s in a thread cache with a requested size of %zu", b->addr,
+                  gca__tc_cached(b) ? "cached" : "handed out", b->tc->req[slot]);
   if (gca__fc_near(b))
     return BROKEN("block 0x%" PRIx64 ": in a thread cache with another held block in its run",
                   b->addr);
@@ -287,10 +288,10 @@ static gca_status_t check_tcaches(gca__devalloc_t *d, size_t ndomain, size_t ntc
     dom_sum += dom;
     cached_sum += n;
   }
-  if (ntcs != d->ntcs || dom_sum != ndomain || cached_sum != ntcached)
-    return BROKEN("device %d: %zu thread caches (count says %zu) hold %zu blocks, %zu cached; the "
-                  "segments hold %zu, %zu cached",
-                  d->device, ntcs, d->ntcs, dom_sum, cached_sum, ndomain, ntcached);
+  if (ntcs != d->ntcs || dom_sum != ndomain || cached_sum != ntcached || dom_sum != d->tc_held)
+    return BROKEN("device %d: %zu thread caches (count says %zu) hold %zu blocks (count says "
+                  "%zu), %zu cached; the segments hold %zu, %zu cached",
+                  d->device, ntcs, d->ntcs, dom_sum, d->tc_held, cached_sum, ndomain, ntcached);
   return gca__tc_check_escrow(d);
 }
 

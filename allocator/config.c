@@ -511,8 +511,7 @@ gca_status_t gca__config_format(const gca_alloc_config_t *cfg, char *buf, size_t
   emit(&o, "ipc_handles:%s,", cfg->ipc_handles ? "True" : "False");
   emit(&o, "free_cache:%s,", cfg->free_cache ? "True" : "False");
   emit(&o, "expandable_moves:%s,", cfg->expandable_moves ? "True" : "False");
-  if (!cfg->thread_cache)
-    emit(&o, "thread_cache:False,");
+  emit(&o, "thread_cache:%s,", cfg->thread_cache ? "True" : "False");
   emit(&o, "backend:%s", cfg->backend[0] ? cfg->backend : "native");
   if (o.overflow)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,

@@ -168,7 +168,7 @@ static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b, int
  * leave their thread cache) first (Note [Free cache], Note [Thread caches]),
  * then b joins it (blocks.c). */
 static void complete(gca__devalloc_t *d, gca__block_t *b, bool pending) {
-  if (GCA_UNLIKELY(d->fc_count != 0 || d->tcs != NULL))
+  if (GCA_UNLIKELY(d->fc_count != 0 || d->tc_held != 0))
     gca__fcache_evict_near(d, b);
   gca__block_free_complete(d, b, pending);
 }

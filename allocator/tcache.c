@@ -88,7 +88,44 @@
  * folded, its cached blocks go back to the tree, its handed-out ones are let
  * go. Lock order: g_tc_mu (thread exit, teardown), then d->lock, then the
  * caches' locks in list order; a fast path holds its own cache's lock only.
+ *
+ * Note [Thread cache lock]. The owner's fast paths hold their cache's lock
+ * for a few dozen instructions, so a visitor (a fold, an eviction, a walk,
+ * under the device lock) mostly finds it free or about to be. With more
+ * runnable threads than cores, though, the owner is often preempted inside
+ * its section; a waiter that spins, or calls sched_yield (which on a fair
+ * scheduler hardly moves it back), keeps the core the owner needs. With 8
+ * threads on 2 cores a fold waited tens of milliseconds for such an owner,
+ * and the owners of the caches it had locked already waited with it,
+ * spinning on their own locks. So a waiter spins GCA__TC_SPINS times, then
+ * sleeps on the lock word (a futex) until woken or GCA__TC_NAP_NS pass, off
+ * the run queue, so the holder gets a core. The owner's unlock stays one
+ * plain store: it does not look for sleepers (that would need a store-load
+ * fence on every fast path), so a visitor asleep on an owner's section
+ * wakes by its timeout, once per nap. The locked side lets a cache's lock go
+ * with gca__tc_unlock_wake, which looks (a sequentially consistent store,
+ * then the sleepers' count, as gca__mutex_t does), so an owner asleep while
+ * a fold holds its cache wakes as soon as the fold lets go.
+ *
+ * Note [Thread cache waste]. A block enters a domain only with no held block
+ * near, and a request that splits a free block beside a cached one evicts it
+ * first (gca__tc_clear_near). So a thread that alternates sizes carved from
+ * one run (the 4 KiB / 12 KiB pattern: each free lands beside the block the
+ * other size left cached) pays on every pair for an entry, an eviction, a
+ * merge and a split, and never hits: 1.6 times the plain pair of
+ * free_cache:False. As the free cache does (Note [Free cache waste]), each
+ * cache counts the cached blocks evicted unused (beside a change, or pushed
+ * out of their bin by another size) against its hits: at GCA__TC_WASTE_OFF
+ * it takes in only one free in GCA__TC_PROBE, whose hit turns it back on, and
+ * the others go on to the free cache, whose own count turns it off the same
+ * way, and then the plain free. Per cache, not per device: one thread's
+ * pattern does not turn off another's cache.
  */
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,6 +143,45 @@ static bool g_key_ok;
 /* Orders a thread's exit against the teardown of a device its caches name. */
 static pthread_mutex_t g_tc_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* ---- the lock (Note [Thread cache lock]) ---- */
+
+#define GCA__TC_SPINS  128
+#define GCA__TC_NAP_NS 50000
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+void gca__tc_lock_slow(gca__tcache_t *tc) {
+  for (unsigned i = 0;; i++) {
+    unsigned c = atomic_load_explicit(&tc->lock, memory_order_relaxed);
+    if (c == 0 && atomic_compare_exchange_weak_explicit(&tc->lock, &c, 1, memory_order_acquire,
+                                                        memory_order_relaxed))
+      return;
+    if (i < GCA__TC_SPINS) {
+      cpu_relax();
+      continue;
+    }
+    /* counted before the last look, so a waking unlock after it sees us */
+    atomic_fetch_add_explicit(&tc->sleepers, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&tc->lock, memory_order_seq_cst) != 0) {
+      struct timespec nap = {0, GCA__TC_NAP_NS};
+      syscall(SYS_futex, &tc->lock, FUTEX_WAIT_PRIVATE, 1, &nap, NULL, 0);
+    }
+    atomic_fetch_sub_explicit(&tc->sleepers, 1, memory_order_relaxed);
+  }
+}
+
+void gca__tc_unlock_wake(gca__tcache_t *tc) {
+  atomic_store_explicit(&tc->lock, 0, memory_order_seq_cst);
+  if (GCA_UNLIKELY(atomic_load_explicit(&tc->sleepers, memory_order_seq_cst) != 0))
+    syscall(SYS_futex, &tc->lock, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 /* ---- the domain table (tc's lock held, or the caller its owner under d->lock) ---- */
 
 static void dom_insert(gca__tcache_t *tc, gca__block_t *b) {
@@ -116,6 +192,7 @@ static void dom_insert(gca__tcache_t *tc, gca__block_t *b) {
   tc->vals[i] = b;
   tc->req[i] = 0;
   tc->ndomain++;
+  tc->d->tc_held++;
   atomic_fetch_or_explicit(&tc->filter, UINT64_C(1) << (gca__tc_slot(b->addr) >> 1),
                            memory_order_relaxed);
   b->tc = tc;
@@ -142,6 +219,7 @@ static void dom_remove(gca__tcache_t *tc, gca__block_t *b) {
       i = j;
     }
   }
+  tc->d->tc_held--;
   if (--tc->ndomain == 0)
     atomic_store_explicit(&tc->filter, 0, memory_order_relaxed);
   b->tc = NULL;
@@ -156,7 +234,7 @@ static bool drop_locked(gca__tcache_t *tc, gca__block_t *b) {
       cached = true;
       memmove(&bin->blk[i], &bin->blk[i + 1], (bin->n - i - 1) * sizeof(bin->blk[0]));
       bin->n--;
-      tc->ncached--;
+      gca__tc_ncached_add(tc, -1);
       tc->cached_bytes -= b->size;
     }
   }
@@ -198,7 +276,7 @@ static void key_once(void) {
 static void retire_locked(gca__devalloc_t *d, gca__tcache_t *tc) {
   gca__tc_lock(tc);
   gca__tc_fold_one(d, tc, ~0u);
-  gca__tc_unlock(tc);
+  gca__tc_unlock_wake(tc);
   while (tc->ndomain != 0) {
     size_t i = 0;
     while (tc->keys[i] == 0)
@@ -206,7 +284,7 @@ static void retire_locked(gca__devalloc_t *d, gca__tcache_t *tc) {
     gca__block_t *b = tc->vals[i];
     gca__tc_lock(tc);
     bool cached = drop_locked(tc, b);
-    gca__tc_unlock(tc);
+    gca__tc_unlock_wake(tc);
     if (cached)
       to_tree(d, b);
   }
@@ -220,7 +298,7 @@ static void retire_locked(gca__devalloc_t *d, gca__tcache_t *tc) {
   d->tc_count = d->tc_on && d->tcs != NULL;
   gca__tc_lock(tc);
   tc->d = NULL;
-  gca__tc_unlock(tc);
+  gca__tc_unlock_wake(tc);
 }
 
 static void tthread_exit(void *arg) {
@@ -232,7 +310,7 @@ static void tthread_exit(void *arg) {
       continue;
     gca__tc_lock(tc);
     gca__devalloc_t *d = tc->d;
-    gca__tc_unlock(tc);
+    gca__tc_unlock_wake(tc);
     if (d != NULL) {
       gca__dev_lock(d);
       retire_locked(d, tc);
@@ -275,6 +353,8 @@ static gca__tcache_t *tc_get(gca__devalloc_t *d) {
     return NULL;
   memset(tc, 0, sizeof(*tc));
   atomic_init(&tc->lock, 0);
+  atomic_init(&tc->sleepers, 0);
+  atomic_init(&tc->ncached, 0);
   atomic_init(&tc->filter, 0);
   tc->d = d;
   tc->next = d->tcs;
@@ -294,10 +374,11 @@ void gca__tc_destroy_all(gca__devalloc_t *d) {
     next = tc->next;
     gca__tc_lock(tc);
     tc->d = NULL;
-    gca__tc_unlock(tc);
+    gca__tc_unlock_wake(tc);
   }
   d->tcs = NULL;
   d->ntcs = 0;
+  d->tc_held = 0;
   d->tc_count = false;
   pthread_mutex_unlock(&g_tc_mu);
 }
@@ -331,13 +412,39 @@ void gca__tc_update(gca__devalloc_t *d, bool reset) {
 
 /* ---- entering and the locked take ---- */
 
+/* Whether tc wastes its entries and this free is not its probe (Note
+ * [Thread cache waste]); the owner, under d->lock. */
+static bool wasteful(gca__tcache_t *tc) {
+  if (GCA_LIKELY(tc->waste < GCA__TC_WASTE_OFF))
+    return false;
+  if (--tc->skips != 0)
+    return true;
+  tc->skips = GCA__TC_PROBE;
+  tc->waste = GCA__TC_WASTE_OFF - 1; /* off again if this one goes unused */
+  return false;
+}
+
+bool gca__tc_skips(gca__devalloc_t *d) {
+  gca__tcache_t *tc = gca__tc_mine(d->device);
+  return tc != NULL && tc->d == d && wasteful(tc);
+}
+
+/* A cached block of tc left unused (d->lock and tc's lock held). */
+static void wasted(gca__tcache_t *tc) {
+  if (tc->waste < GCA__TC_WASTE_OFF && ++tc->waste == GCA__TC_WASTE_OFF)
+    tc->skips = GCA__TC_PROBE;
+}
+
 bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
   if (!d->tc_on || b->nuses != 0 || b->pool->owner != NULL || b->seg->expandable ||
       b->size > GCA__TC_MAX_SIZE || b->oversize || (d->npending | d->ndeferred | d->ncaptures) != 0)
     return false;
+  gca__tcache_t *tc = gca__tc_mine(d->device);
+  if (tc != NULL && tc->d == d && wasteful(tc))
+    return false;
   if (gca__fc_near(b))
     return false;
-  gca__tcache_t *tc = tc_get(d);
+  tc = tc_get(d);
   if (tc == NULL || tc->ndomain >= GCA__TC_DOMAIN)
     return false;
   gca__tcbin_t *bin = gca__tc_bin(tc, b->stream, b->size);
@@ -346,7 +453,8 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
       gca__block_t *x = bin->blk[bin->n - 1];
       gca__tc_lock(tc);
       drop_locked(tc, x);
-      gca__tc_unlock(tc);
+      wasted(tc);
+      gca__tc_unlock_wake(tc);
       to_tree(d, x);
     }
   }
@@ -371,9 +479,9 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
   bin->stream = b->stream;
   bin->size = b->size;
   bin->blk[bin->n++] = b;
-  tc->ncached++;
+  gca__tc_ncached_add(tc, 1);
   tc->cached_bytes += b->size;
-  gca__tc_unlock(tc);
+  gca__tc_unlock_wake(tc);
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, addr, requested, b->stream);
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, addr, requested, b->stream);
   return true;
@@ -382,7 +490,7 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
 gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                   size_t rounded, size_t size) {
   gca__tcache_t *tc = gca__tc_mine(d->device);
-  if (tc == NULL || tc->d != d)
+  if (tc == NULL || tc->d != d || atomic_load_explicit(&tc->ncached, memory_order_relaxed) == 0)
     return NULL;
   gca__tcbin_t *bin = gca__tc_bin(tc, stream, rounded);
   if (bin->n == 0 || bin->stream != stream || bin->size != rounded ||
@@ -392,9 +500,11 @@ gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   gca__tc_lock(tc);
   bin->n--;
   tc->req[gca__tc_find(tc, b->addr)] = size;
-  tc->ncached--;
+  gca__tc_ncached_add(tc, -1);
   tc->cached_bytes -= b->size;
-  gca__tc_unlock(tc);
+  if (tc->waste != 0)
+    tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
+  gca__tc_unlock_wake(tc);
   int t = gca__stat_type(pool);
   b->requested = size; /* for the statistics below; the cache's req is what counts */
   gca__stat_add_t(d, d->stats.inactive_split, t, -(int64_t)b->fc_blocks);
@@ -412,7 +522,7 @@ bool gca__tc_claim(gca__devalloc_t *d, gca__block_t *b) {
   bool cached = gca__tc_cached(b);
   if (!cached)
     dom_remove(tc, b);
-  gca__tc_unlock(tc);
+  gca__tc_unlock_wake(tc);
   return !cached;
 }
 
@@ -420,7 +530,7 @@ bool gca__tc_live(gca__block_t *b) {
   gca__tcache_t *tc = b->tc;
   gca__tc_lock(tc);
   bool live = !gca__tc_cached(b);
-  gca__tc_unlock(tc);
+  gca__tc_unlock_wake(tc);
   return live;
 }
 
@@ -430,7 +540,9 @@ static bool evict(gca__devalloc_t *d, gca__block_t *b) {
   gca__tcache_t *tc = b->tc;
   gca__tc_lock(tc);
   bool cached = drop_locked(tc, b);
-  gca__tc_unlock(tc);
+  if (cached)
+    wasted(tc);
+  gca__tc_unlock_wake(tc);
   if (cached)
     to_tree(d, b);
   return cached;
@@ -470,8 +582,10 @@ static size_t flush(gca__devalloc_t *d, const gca__pool_t *pool, gca_stream_t st
   for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next) {
     for (;;) {
       gca__tc_lock(tc);
-      gca__block_t *b = tc->ncached != 0 ? pick_locked(tc, pool, stream) : NULL;
-      gca__tc_unlock(tc);
+      gca__block_t *b = atomic_load_explicit(&tc->ncached, memory_order_relaxed) != 0
+                            ? pick_locked(tc, pool, stream)
+                            : NULL;
+      gca__tc_unlock_wake(tc);
       if (b == NULL)
         break;
       to_tree(d, b);
@@ -498,8 +612,9 @@ void gca__tc_flush_all(gca__devalloc_t *d, bool detach) {
         tc->keys[i] = 0;
       }
     }
+    d->tc_held -= tc->ndomain;
     tc->ndomain = 0;
     atomic_store_explicit(&tc->filter, 0, memory_order_relaxed);
-    gca__tc_unlock(tc);
+    gca__tc_unlock_wake(tc);
   }
 }

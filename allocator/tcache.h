@@ -8,8 +8,6 @@
 #ifndef GCA_TCACHE_H
 #define GCA_TCACHE_H
 
-#include <sched.h>
-
 #include "alloc_core.h"
 #include "history.h"
 
@@ -19,6 +17,12 @@
 #define GCA__TC_SLOTS    128                /* its table: twice the domain, a power of two */
 #define GCA__TC_MAX_SIZE ((size_t)8 << 20)  /* the largest block it takes */
 #define GCA__TC_BYTES    ((size_t)32 << 20) /* bytes it may keep cached */
+/* Note [Thread cache waste]: a cached block evicted unused adds one to its
+ * cache's waste, a hit takes GCA__TC_HIT_PAYS off; at GCA__TC_WASTE_OFF the
+ * cache takes in one free in GCA__TC_PROBE. */
+#define GCA__TC_WASTE_OFF 8
+#define GCA__TC_HIT_PAYS  8
+#define GCA__TC_PROBE     64
 
 /* What a thread cache's paths change, per statistic type: allocation (and
  * active), allocated_bytes (and active_bytes), requested_bytes,
@@ -48,16 +52,27 @@ typedef struct gca__tcbin {
  * lines other threads' records may share.
  * For each type index ti (0 small, 1 large) and quantity q:
  *   delta = up - down: how far the statistic moved since the last fold
- *   delta <= allow (its headroom: what it gave back before, and may take again)
+ *   allow = room + delta: its headroom (what it gave back before, and may
+ *     take again); room >= 0 is what is left of it, so a fast path checks
+ *     n <= room for a move of n of either sign and adds nothing up to check
  * Invariants: ncached == blocks in the bins, cached_bytes their bytes;
  * ndomain == entries of the table == blocks whose ->tc is this cache; a
- * cached block's req is 0. */
+ * block of the domain is cached exactly when its req is 0 (a request is
+ * never of 0 bytes). */
 struct gca__tcache {
-  atomic_uint lock;
-  gca__devalloc_t *d; /* NULL once the device is gone; written under `lock` */
-  int64_t delta[2][GCA__TQ], up[2][GCA__TQ], down[2][GCA__TQ], allow[2][GCA__TQ];
+  atomic_uint lock;     /* 0 free, 1 held: a futex word (Note [Thread cache lock]) */
+  atomic_uint sleepers; /* threads that may be asleep on `lock` */
+  gca__devalloc_t *d;   /* NULL once the device is gone; written under `lock` */
+  int64_t up[2][GCA__TQ], down[2][GCA__TQ], room[2][GCA__TQ];
   gca__tcbin_t bins[GCA__TC_BINS];
-  size_t ncached, cached_bytes, ndomain;
+  /* blocks in the bins: atomic so that the owner's fast take may look
+   * without the lock (only the owner adds, so its look is never low); every
+   * write is under the lock (gca__tc_ncached_add) */
+  atomic_size_t ncached;
+  size_t cached_bytes, ndomain;
+  /* Note [Thread cache waste]: written under the device lock and tc's lock,
+   * or by the owner (under either) */
+  uint8_t waste, skips;
   /* bit (home slot / 2) set for each block of the domain (and maybe for some
    * that left): a free whose bit is clear is none of tc's, found without its
    * lock. Set by the owner only; cleared when the domain empties. */
@@ -75,26 +90,22 @@ typedef struct gca__tthread {
 
 extern _Thread_local gca__tthread_t *gca__t_tc __attribute__((tls_model("initial-exec")));
 
-static inline void gca__tc_lock_slow(gca__tcache_t *tc) {
-  for (unsigned i = 0;; i++) {
-    unsigned c = atomic_load_explicit(&tc->lock, memory_order_relaxed);
-    if (c == 0 && atomic_compare_exchange_weak_explicit(&tc->lock, &c, 1, memory_order_acquire,
-                                                        memory_order_relaxed))
-      return;
-    if (i >= 64)
-      sched_yield(); /* the holder was preempted in a section of a few dozen instructions */
-  }
-}
+/* The contended side of a thread cache's lock (tcache.c): a short spin, then
+ * sleeps of at most GCA__TC_NAP_NS on its word (Note [Thread cache lock]). */
+void gca__tc_lock_slow(gca__tcache_t *tc);
+/* Lets go tc's lock from the locked side, waking a visitor or owner asleep on it. */
+void gca__tc_unlock_wake(gca__tcache_t *tc);
 
-/* The lock of a thread cache: the owner takes it for each fast path (its own
- * cache line, so uncontended it costs one atomic instruction), a device-lock
- * holder when it visits. Sections are short: contended, it spins. */
+/* The lock of a thread cache (Note [Thread cache lock]): the owner takes it
+ * for each fast path (its own cache line, so uncontended it costs one atomic
+ * instruction and a plain store), a device-lock holder when it visits. */
 static inline void gca__tc_lock(gca__tcache_t *tc) {
   unsigned expected = 0;
   if (GCA_UNLIKELY(!atomic_compare_exchange_strong_explicit(
           &tc->lock, &expected, 1, memory_order_acquire, memory_order_relaxed)))
     gca__tc_lock_slow(tc);
 }
+/* The fast paths' unlock: no wake-up (a sleeper wakes by its own timeout). */
 static inline void gca__tc_unlock(gca__tcache_t *tc) {
   atomic_store_explicit(&tc->lock, 0, memory_order_release);
 }
@@ -134,14 +145,16 @@ static inline bool gca__tc_in_bin(const gca__tcbin_t *bin, const gca__block_t *b
   return false;
 }
 
-/* Whether quantity q of type index ti may move by n without the device
- * lock: it falls, or stays within tc's headroom. */
-static inline bool gca__tc_room(const gca__tcache_t *tc, int ti, int q, int64_t n) {
-  return n <= 0 || tc->delta[ti][q] + n <= tc->allow[ti][q];
+/* Adds n to tc->ncached (tc's lock held, or the caller its owner under d->lock). */
+static inline void gca__tc_ncached_add(gca__tcache_t *tc, int n) {
+  atomic_store_explicit(&tc->ncached,
+                        atomic_load_explicit(&tc->ncached, memory_order_relaxed) + (size_t)n,
+                        memory_order_relaxed);
 }
 
+/* Moves quantity q of type index ti by n (n <= its room, checked). */
 static inline void gca__tc_move(gca__tcache_t *tc, int ti, int q, int64_t n) {
-  tc->delta[ti][q] += n;
+  tc->room[ti][q] -= n;
   if (n >= 0)
     tc->up[ti][q] += n;
   else
@@ -167,6 +180,8 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
                        : (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
   gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
   gca__tcbin_t *bin = gca__tc_bin(tc, stream, rounded);
+  if (atomic_load_explicit(&tc->ncached, memory_order_relaxed) == 0)
+    return NULL; /* nothing cached: the lock is not taken */
   gca__tc_lock(tc);
   gca__block_t *b;
   if (GCA_UNLIKELY(tc->d != d || bin->n == 0 || bin->stream != stream || bin->size != rounded ||
@@ -174,19 +189,23 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
     goto miss;
   int ti = pool == &d->small ? 0 : 1;
   int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)b->size;
-  if (GCA_UNLIKELY(!gca__tc_room(tc, ti, GCA__TQ_BLOCKS, 1) ||
-                   !gca__tc_room(tc, ti, GCA__TQ_BYTES, bytes) ||
-                   !gca__tc_room(tc, ti, GCA__TQ_REQUESTED, (int64_t)size) ||
-                   !gca__tc_room(tc, ti, GCA__TQ_SPLIT, -split) ||
-                   !gca__tc_room(tc, ti, GCA__TQ_SPLIT_BYTES, -split_bytes)))
+  int64_t *room = tc->room[ti], *up = tc->up[ti];
+  if (GCA_UNLIKELY(room[GCA__TQ_BLOCKS] < 1 || room[GCA__TQ_BYTES] < bytes ||
+                   room[GCA__TQ_REQUESTED] < (int64_t)size || room[GCA__TQ_SPLIT] < -split ||
+                   room[GCA__TQ_SPLIT_BYTES] < -split_bytes))
     goto miss;
   bin->n--;
   tc->req[gca__tc_find(tc, b->addr)] = size;
-  tc->ncached--;
+  gca__tc_ncached_add(tc, -1);
   tc->cached_bytes -= b->size;
-  gca__tc_move(tc, ti, GCA__TQ_BLOCKS, 1);
-  gca__tc_move(tc, ti, GCA__TQ_BYTES, bytes);
-  gca__tc_move(tc, ti, GCA__TQ_REQUESTED, (int64_t)size);
+  if (GCA_UNLIKELY(tc->waste != 0))
+    tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
+  room[GCA__TQ_BLOCKS] -= 1;
+  up[GCA__TQ_BLOCKS] += 1;
+  room[GCA__TQ_BYTES] -= bytes;
+  up[GCA__TQ_BYTES] += bytes;
+  room[GCA__TQ_REQUESTED] -= (int64_t)size;
+  up[GCA__TQ_REQUESTED] += (int64_t)size;
   gca__tc_move(tc, ti, GCA__TQ_SPLIT, -split);
   gca__tc_move(tc, ti, GCA__TQ_SPLIT_BYTES, -split_bytes);
   gca__tc_unlock(tc);
@@ -210,26 +229,29 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
     goto miss;
   gca__block_t *b = tc->vals[slot];
   gca__tcbin_t *bin = gca__tc_bin(tc, b->stream, b->size);
-  if (GCA_UNLIKELY(
-          (bin->n != 0 && (bin->stream != b->stream || bin->size != b->size)) ||
-          bin->n == GCA__TC_BIN_MAX || tc->cached_bytes + b->size > GCA__TC_BYTES ||
-          gca__tc_in_bin(bin, b))) /* the last: a double free, reported by the locked path */
+  if (GCA_UNLIKELY((bin->n != 0 && (bin->stream != b->stream || bin->size != b->size)) ||
+                   bin->n == GCA__TC_BIN_MAX || tc->cached_bytes + b->size > GCA__TC_BYTES ||
+                   tc->req[slot] ==
+                       0)) /* the last: cached, a double free the locked path reports */
     goto miss;
   int ti = b->pool == &d->small ? 0 : 1;
   int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)b->size;
-  if (GCA_UNLIKELY(!gca__tc_room(tc, ti, GCA__TQ_SPLIT, split) ||
-                   !gca__tc_room(tc, ti, GCA__TQ_SPLIT_BYTES, split_bytes)))
+  int64_t *room = tc->room[ti], *down = tc->down[ti], req = (int64_t)tc->req[slot];
+  if (GCA_UNLIKELY(room[GCA__TQ_SPLIT] < split || room[GCA__TQ_SPLIT_BYTES] < split_bytes))
     goto miss;
-  gca__tc_move(tc, ti, GCA__TQ_BLOCKS, -1);
-  gca__tc_move(tc, ti, GCA__TQ_BYTES, -bytes);
-  gca__tc_move(tc, ti, GCA__TQ_REQUESTED, -(int64_t)tc->req[slot]);
+  room[GCA__TQ_BLOCKS] += 1;
+  down[GCA__TQ_BLOCKS] += 1;
+  room[GCA__TQ_BYTES] += bytes;
+  down[GCA__TQ_BYTES] += bytes;
+  room[GCA__TQ_REQUESTED] += req;
+  down[GCA__TQ_REQUESTED] += req;
   gca__tc_move(tc, ti, GCA__TQ_SPLIT, split);
   gca__tc_move(tc, ti, GCA__TQ_SPLIT_BYTES, split_bytes);
   tc->req[slot] = 0;
   bin->stream = b->stream;
   bin->size = b->size;
   bin->blk[bin->n++] = b;
-  tc->ncached++;
+  gca__tc_ncached_add(tc, 1);
   tc->cached_bytes += b->size;
   gca__tc_unlock(tc);
   return true;
@@ -262,6 +284,9 @@ void gca__tc_update(gca__devalloc_t *d, bool reset);
  * calling thread: enters its cache when it may (Note [Thread caches]);
  * true when it did. */
 bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b);
+/* Whether the calling thread's cache wastes its entries and takes no free
+ * now (Note [Thread cache waste]); counts the free as try_enter would. */
+bool gca__tc_skips(gca__devalloc_t *d);
 /* A take from the calling thread's cache under the lock, with the
  * statistics counted here; NULL when it holds no such block. */
 gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,

@@ -50,25 +50,25 @@ void gca__tc_lock_all(gca__devalloc_t *d) {
 
 void gca__tc_unlock_all(gca__devalloc_t *d) {
   for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next)
-    gca__tc_unlock(tc);
+    gca__tc_unlock_wake(tc);
 }
 
 void gca__tc_fold_one(gca__devalloc_t *d, gca__tcache_t *tc, unsigned revoke) {
   for (int ti = 0; ti < 2; ti++) {
     int t = ti + 1;
     for (int q = 0; q < GCA__TQ; q++) {
-      int64_t delta = tc->delta[ti][q];
+      int64_t delta = tc->up[ti][q] - tc->down[ti][q];
       gca_stat_t *x = stat_at(d, q_array[q] * GCA_STAT_TYPES);
       x[t].current += delta;
       x[t].allocated += tc->up[ti][q];
       x[t].freed += tc->down[ti][q];
       x[GCA_STAT_ALL].current += delta; /* all's allocated and freed are summed when read */
-      tc->allow[ti][q] -= delta;        /* G + allow stays: what was freed may come back */
+      /* G + allow stays (what was freed may come back): allow - delta, the room */
       esc_add(d, q, t, -delta);
-      tc->delta[ti][q] = tc->up[ti][q] = tc->down[ti][q] = 0;
+      tc->up[ti][q] = tc->down[ti][q] = 0;
       if (revoke & (1u << q)) {
-        esc_add(d, q, t, -tc->allow[ti][q]);
-        tc->allow[ti][q] = 0;
+        esc_add(d, q, t, -tc->room[ti][q]);
+        tc->room[ti][q] = 0;
       }
     }
   }
@@ -120,18 +120,18 @@ gca_status_t gca__tc_check_escrow(const gca__devalloc_t *dc) {
   for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next) {
     for (int ti = 0; ti < 2; ti++) {
       for (int q = 0; q < GCA__TQ; q++) {
-        if (tc->delta[ti][q] != 0 || tc->allow[ti][q] < 0)
+        if (tc->up[ti][q] != tc->down[ti][q] || tc->room[ti][q] < 0)
           return gca__error(GCA_ERR_INTERNAL,
                             "allocator_check: device %d: a thread cache's delta %" PRId64
-                            " (allowed %" PRId64 ") after a fold",
-                            d->device, tc->delta[ti][q], tc->allow[ti][q]);
+                            " (room %" PRId64 ") after a fold",
+                            d->device, tc->up[ti][q] - tc->down[ti][q], tc->room[ti][q]);
         int a = q_array[q] * GCA_STAT_TYPES;
-        sum[a + ti + 1] += tc->allow[ti][q];
-        sum[a + GCA_STAT_ALL] += tc->allow[ti][q];
+        sum[a + ti + 1] += tc->room[ti][q];
+        sum[a + GCA_STAT_ALL] += tc->room[ti][q];
         if (q_active[q] >= 0) {
           int b = q_active[q] * GCA_STAT_TYPES;
-          sum[b + ti + 1] += tc->allow[ti][q];
-          sum[b + GCA_STAT_ALL] += tc->allow[ti][q];
+          sum[b + ti + 1] += tc->room[ti][q];
+          sum[b + GCA_STAT_ALL] += tc->room[ti][q];
         }
       }
     }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <stdlib.h>
+#include <time.h>
 
 #include "lock.h"
 
@@ -29,6 +30,8 @@ void gca__assert_no_lock(const char *op) {
 
 #define SPINS  64
 #define YIELDS 64
+/* The longest a sleeper sleeps before it looks at the lock again (lock.h). */
+#define GCA__MUTEX_NAP_NS 1000000
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -56,10 +59,13 @@ void gca__mutex_lock_slow(gca__mutex_t *m) {
                                                         memory_order_relaxed))
       return;
   }
-  /* Announce a sleeper before the last try, so an unlock after it wakes us. */
+  /* Announce a sleeper before the last try, so an unlock after it wakes us;
+   * one that looked just before may not, hence the nap (lock.h). */
   atomic_fetch_add_explicit(&m->sleepers, 1, memory_order_seq_cst);
-  while (atomic_exchange_explicit(&m->locked, 1, memory_order_seq_cst) != 0)
-    syscall(SYS_futex, &m->locked, FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);
+  while (atomic_exchange_explicit(&m->locked, 1, memory_order_seq_cst) != 0) {
+    struct timespec nap = {0, GCA__MUTEX_NAP_NS};
+    syscall(SYS_futex, &m->locked, FUTEX_WAIT_PRIVATE, 1, &nap, NULL, 0);
+  }
   atomic_fetch_sub_explicit(&m->sleepers, 1, memory_order_relaxed);
 }
 

@@ -6,10 +6,19 @@
  * For each size (512 B to 64 MiB) it times gca_malloc+gca_free pairs served
  * from a warm cache, on one thread and on two threads at once (each thread on
  * its own stream), and times malloc+free of the same sizes in the same run, so
- * the ratio is measured under the same machine load. "exact" is the single
+ * the ratio is measured under the same machine load. The 1-thread figures of
+ * every size come first, while one thread has used the device: a
+ * single-threaded program's path (the free cache); the 2-thread figures
+ * engage the thread caches (Note [Thread caches]), and the thread and
+ * pattern tables run with them engaged, their 1-thread rows included. "exact" is the single
  * thread pair with free_cache:False (PyTorch's placement: a split and a merge
- * on every pair) beside the default configuration. Each figure is the mean
- * over as many pairs as fit in S seconds (default 0.08) per measurement.
+ * on every pair) beside the default configuration. Each measurement is one
+ * window of S seconds (default 0.08), from the first thread's start to the
+ * moment the threads stop together; a figure is the pairs all threads did
+ * in it over the window's wall time (ns per pair: per thread, the window
+ * times the threads over the pairs). A thread the scheduler leaves without a
+ * core lowers the total as it should, and cannot make it collapse (a mean
+ * of each thread's own time per pair did).
  * "shared lock" is the floor under any allocator that keeps one locked state
  * per device, as PyTorch's and gca's do: each pair is two critical sections
  * of a pthread mutex around four updates of shared counters, nothing else;
@@ -32,6 +41,7 @@
  */
 #include <pthread.h>
 #include <getopt.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,26 +70,40 @@ static const char *const pattern_names[NPATS] = {"same", "alternating_4k_12k", "
 #define MIXED_LIVE 16
 
 typedef struct bench_row {
-  double ns[KINDS][2]; /* [kind][threads-1]: ns per pair, mean over threads */
+  double ns[KINDS][2]; /* [kind][threads-1]: ns per pair per thread */
 } bench_row_t;
 
 static tool_jemalloc_t jem; /* plain jemalloc, when there */
 
+/* One measurement's window, shared by its threads: it opens when the first
+ * thread passes the barrier and closes when a thread sees `seconds` gone;
+ * each thread stops at the end of its batch then. */
+typedef struct window {
+  _Atomic uint64_t start; /* 0 until the first thread starts */
+  atomic_bool stop;
+} window_t;
+
 typedef struct worker {
-  int kind, pattern;
+  _Alignas(64) int kind, pattern; /* a line of its own: each thread writes its worker */
   uint64_t rng;
   void *live[MIXED_LIVE];
   size_t size;
   double seconds;
   gca_stream_t stream;
   pthread_barrier_t *barrier;
-  uint64_t pairs, ns;
+  window_t *window;
+  uint64_t pairs, end; /* pairs done in the window, and when this thread stopped */
   gca_status_t status;
   char error[256];
 } worker_t;
 
-/* Keeps the compiler from pairing away malloc and free. */
-static void *volatile sink;
+/* Keeps the compiler from pairing away malloc and free: p escapes, as far as
+ * the compiler knows. (A global volatile did it before, and the store of
+ * every thread's every pair to that one cache line moved it between cores:
+ * two threads of any allocator ran at about half one thread's total.) */
+static inline void escape(void *p) {
+  __asm__ __volatile__("" : : "r"(p) : "memory");
+}
 
 static uint64_t next_rand(worker_t *w) { /* splitmix64 */
   uint64_t z = (w->rng += 0x9e3779b97f4a7c15ull);
@@ -126,7 +150,7 @@ static gca_status_t alloc_pairs(worker_t *w, int n) {
       return w->kind == KIND_GCA || w->kind == KIND_EXACT
                  ? tool_error_gca(GCA_ERR_OUT_OF_MEMORY, "bench: gca_malloc(%zu)", size)
                  : tool_error(GCA_ERR_OUT_OF_MEMORY, "bench: malloc(%zu) failed", size);
-    sink = p;
+    escape(p);
     if (w->pattern == PAT_MIXED) { /* the new block replaces a random live one */
       size_t k = next_rand(w) % MIXED_LIVE;
       void *old = w->live[k];
@@ -169,15 +193,19 @@ static void *worker_main(void *arg) {
   pthread_barrier_wait(w->barrier);
   if (w->status != GCA_OK)
     goto out;
-  uint64_t limit = (uint64_t)(w->seconds * 1e9), t0 = tool_now_ns(), t = t0;
-  while (t - t0 < limit) {
+  uint64_t limit = (uint64_t)(w->seconds * 1e9), t = tool_now_ns(), start = 0;
+  if (atomic_compare_exchange_strong(&w->window->start, &start, t))
+    start = t; /* else another thread opened the window at `start` */
+  while (!atomic_load_explicit(&w->window->stop, memory_order_relaxed)) {
     w->status = pairs(w, BATCH);
     if (w->status != GCA_OK)
       goto out;
     w->pairs += BATCH;
     t = tool_now_ns();
+    if (t - start >= limit)
+      atomic_store_explicit(&w->window->stop, true, memory_order_relaxed);
   }
-  w->ns = t - t0;
+  w->end = t;
 out:
   for (int k = 0; k < MIXED_LIVE; k++)
     if (w->live[k])
@@ -192,6 +220,7 @@ static gca_status_t measure_pattern(int kind, int pattern, size_t size, int nthr
   worker_t w[NTHREADS_MAX];
   pthread_t th[NTHREADS_MAX];
   pthread_barrier_t barrier;
+  window_t window = {0};
   gca_status_t st = GCA_OK;
   pthread_barrier_init(&barrier, NULL, (unsigned)nthreads);
   for (int i = 0; i < nthreads; i++) {
@@ -201,7 +230,8 @@ static gca_status_t measure_pattern(int kind, int pattern, size_t size, int nthr
                       .size = size,
                       .seconds = seconds,
                       .stream = streams[i],
-                      .barrier = &barrier};
+                      .barrier = &barrier,
+                      .window = &window};
   }
   int started = 0;
   for (; started < nthreads - 1; started++) {
@@ -216,13 +246,17 @@ static gca_status_t measure_pattern(int kind, int pattern, size_t size, int nthr
     pthread_join(th[i], NULL);
   pthread_barrier_destroy(&barrier);
   TOOL_CHECK(st);
-  double sum = 0;
+  uint64_t total = 0, end = 0;
   for (int i = 0; i < nthreads; i++) {
     if (w[i].status != GCA_OK)
       return tool_error(w[i].status, "bench: %zu-byte pairs on thread %d: %s", size, i, w[i].error);
-    sum += w[i].pairs ? (double)w[i].ns / (double)w[i].pairs : 0;
+    total += w[i].pairs;
+    end = w[i].end > end ? w[i].end : end;
   }
-  *ns_per_pair = sum / nthreads;
+  /* each thread's share of the window: a thread that got little of the
+   * machine lowers the total, not the figure of the whole */
+  uint64_t start = atomic_load(&window.start);
+  *ns_per_pair = total ? (double)(end - start) * nthreads / (double)total : 0;
   return GCA_OK;
 }
 
@@ -268,8 +302,8 @@ static void print_cell(double v, const char *fmt) {
 }
 
 static void print_table(const report_t *rep) {
-  printf("ns per alloc+free pair, warm cache (2 threads: mean per thread, each on its own "
-         "stream)\n");
+  printf("ns per alloc+free pair, warm cache (2 threads: per thread, window x threads / pairs, "
+         "each on its own stream)\n");
   printf("%-8s %10s %10s %10s %8s %8s %10s %10s %10s %10s %8s\n", "size", "gca 1T", "malloc 1T",
          "jemal 1T", "/malloc", "/jemal", "exact 1T", "gca 2T", "malloc 2T", "jemal 2T", "/jemal");
   for (size_t i = 0; i < NSIZES; i++) {
@@ -445,16 +479,20 @@ static gca_status_t run(double seconds, bool json) {
       goto out;
     }
   }
+  /* every 1-thread figure first: a single-threaded program's path (the free
+   * cache); the first 2-thread figure engages the thread caches for good */
   static const int size_kinds[] = {KIND_GCA, KIND_MALLOC, KIND_JE};
-  for (size_t i = 0; i < NSIZES; i++) {
-    for (int nt = 1; nt <= 2; nt++)
+  for (int nt = 1; nt <= 2; nt++) {
+    for (size_t i = 0; i < NSIZES; i++) {
       for (size_t k = 0; k < TOOL_ARRAY_SIZE(size_kinds); k++)
         TOOL_CHECK_GOTO(measure_in(size_kinds[k], PAT_SAME, sizes[i], nt, seconds, streams, saved,
                                    &rep->rows[i].ns[size_kinds[k]][nt - 1]),
                         st, out);
-    TOOL_CHECK_GOTO(measure_in(KIND_EXACT, PAT_SAME, sizes[i], 1, seconds, streams, saved,
-                               &rep->rows[i].ns[KIND_EXACT][0]),
-                    st, out);
+      if (nt == 1)
+        TOOL_CHECK_GOTO(measure_in(KIND_EXACT, PAT_SAME, sizes[i], 1, seconds, streams, saved,
+                                   &rep->rows[i].ns[KIND_EXACT][0]),
+                        st, out);
+    }
   }
   for (int nt = 1; nt <= 2; nt++)
     TOOL_CHECK_GOTO(measure(KIND_LOCK, 512, nt, seconds, streams, &rep->lock_ns[nt - 1]), st, out);

@@ -27,10 +27,14 @@ static const size_t hsizes[] = {64, 4u << 10, 64u << 10, 1u << 20, 8u << 20, 64u
 
 static void *(*je_mallocx)(size_t, int);
 static void (*je_dallocx)(void *, int);
-static void *volatile sink;
+/* Keeps the compiler from pairing away alloc and free, with no store to a
+ * line the threads share (a global volatile moved between cores on every pair). */
+static inline void escape(void *p) {
+  __asm__ __volatile__("" : : "r"(p) : "memory");
+}
 
 typedef struct job {
-  int kind;
+  _Alignas(64) int kind; /* a line of its own: each thread writes its job */
   size_t size;
   double seconds;
   double ns;
@@ -50,17 +54,17 @@ static gca_status_t pair(int kind, size_t size) {
     gca_status_t st = gca_host_alloc(&p, size);
     if (st != GCA_OK)
       return st;
-    sink = p;
+    escape(p);
     return gca_host_free(p);
   }
   case KIND_GLIBC:
     p = malloc(size);
-    sink = p;
+    escape(p);
     free(p);
     return GCA_OK;
   default:
     p = je_mallocx(size, 0);
-    sink = p;
+    escape(p);
     je_dallocx(p, 0);
     return GCA_OK;
   }

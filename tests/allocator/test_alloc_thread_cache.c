@@ -20,6 +20,7 @@
  * printed. */
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,17 +71,28 @@ static void *worker_main(void *arg) {
   }
 }
 
-/* Hands w one command and waits until it is carried out. */
-static gca_status_t run_cmd(worker_t *w, int cmd) {
+/* Hands w one command; cmd_wait waits until it is carried out. */
+static void cmd_post(worker_t *w, int cmd) {
   pthread_mutex_lock(&gate_mu);
   w->done = false;
   w->cmd = cmd;
   pthread_cond_broadcast(&gate_cv);
+  pthread_mutex_unlock(&gate_mu);
+}
+
+static gca_status_t cmd_wait(worker_t *w) {
+  pthread_mutex_lock(&gate_mu);
   while (!w->done)
     pthread_cond_wait(&gate_cv, &gate_mu);
   gca_status_t st = w->st;
   pthread_mutex_unlock(&gate_mu);
   return st;
+}
+
+/* Hands w one command and waits until it is carried out. */
+static gca_status_t run_cmd(worker_t *w, int cmd) {
+  cmd_post(w, cmd);
+  return cmd_wait(w);
 }
 
 static void worker_start(worker_t *w) {
@@ -795,7 +807,121 @@ static void thread_cache_false_turns_them_off(void **state) {
   w_free(&a, w_alloc(&a, 4096, a.stream));
   assert_int_equal(tcaches_cached(), 1);
   assert_ok(gca_get_config(buf, sizeof(buf)));
-  assert_null(strstr(buf, "thread_cache"));
+  assert_non_null(strstr(buf, "thread_cache:True"));
+  worker_exit(&a);
+  worker_exit(&b);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
+/* The thread cache whose domain holds p. */
+static gca__tcache_t *tcache_of(void *p) {
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next)
+    if (gca__tc_find(tc, (gca_devptr_t)(uintptr_t)p) >= 0)
+      return tc;
+  return NULL;
+}
+
+/* Waits until a thread sleeps on tc's lock (it counts itself first). */
+static void await_sleeper(gca__tcache_t *tc) {
+  while (atomic_load(&tc->sleepers) == 0)
+    sched_yield();
+}
+
+typedef struct reader {
+  gca_stats_t st;
+  gca_status_t rc;
+} reader_t;
+
+static void *read_stats(void *arg) {
+  reader_t *r = arg;
+  r->rc = gca_get_stats(0, &r->st);
+  return NULL;
+}
+
+/* Note [Thread cache lock]: a fold that finds a cache's lock held (its owner
+ * inside a fast path) sleeps on it, and gets through when the owner lets go
+ * with the fast paths' plain unlock, which wakes nobody; an owner whose
+ * cache a visitor holds sleeps too, and the visitor's unlock wakes it. The
+ * statistics read are exact. */
+static void waiters_sleep_on_a_held_cache_lock(void **state) {
+  (void)state;
+  worker_t a, b;
+  worker_start(&a);
+  worker_start(&b);
+  engage(&a, &b);
+  w_free(&a, w_alloc(&a, 4096, a.stream)); /* into a's cache */
+  void *x = w_alloc(&a, 4096, a.stream);
+  gca__tcache_t *tc = tcache_of(x);
+  assert_non_null(tc);
+  gca__tc_lock(tc); /* as a's fast path holds it */
+  reader_t r = {0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, read_stats, &r), 0);
+  await_sleeper(tc);
+  gca__tc_unlock(tc); /* the fast paths' unlock */
+  pthread_join(th, NULL);
+  assert_ok(r.rc);
+  assert_int_equal(r.st.allocation[GCA_STAT_ALL].current, 1);
+  assert_int_equal(r.st.allocated_bytes[GCA_STAT_ALL].current, 4096);
+  assert_int_equal(r.st.requested_bytes[GCA_STAT_ALL].current, 4096);
+
+  gca__tc_lock(tc); /* as a fold holds it */
+  a.ptr = x;
+  cmd_post(&a, CMD_FREE); /* the fast put: it waits for the lock */
+  await_sleeper(tc);
+  gca__tc_unlock_wake(tc);
+  assert_ok(cmd_wait(&a));
+  assert_int_equal(tcaches_cached(), 2);
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(atomic_load(&tc->sleepers), 0);
+  worker_exit(&a);
+  worker_exit(&b);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
+/* The cache of d with waste (Note [Thread cache waste]), or NULL; at most one. */
+static gca__tcache_t *wasting_cache(void) {
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  gca__tcache_t *found = NULL;
+  for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next) {
+    if (tc->waste != 0) {
+      assert_null(found);
+      found = tc;
+    }
+  }
+  return found;
+}
+
+/* Note [Thread cache waste]: a worker alternating 4 KiB and 12 KiB carved
+ * from one run loses each cached block unused (the next request splits the
+ * run beside it); after GCA__TC_WASTE_OFF such losses its cache takes no
+ * more frees (the other worker's is untouched), and once the worker repeats
+ * one size, a probe's hit turns it back on. The statistics stay exact. */
+static void a_cache_that_wastes_its_blocks_stops_taking_frees(void **state) {
+  (void)state;
+  worker_t a, b;
+  worker_start(&a);
+  worker_start(&b);
+  engage(&a, &b);
+  for (int i = 0; i < 4 * GCA__TC_WASTE_OFF; i++)
+    w_free(&a, w_alloc(&a, i & 1 ? 12288 : 4096, a.stream));
+  gca__tcache_t *tc = wasting_cache();
+  assert_non_null(tc);
+  assert_int_equal(tc->waste, GCA__TC_WASTE_OFF);
+  assert_int_equal(tc->ncached, 0);
+  assert_int_equal(tcaches_cached(), 1); /* b's */
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
+  for (int i = 0; i < 2 * GCA__TC_PROBE; i++)
+    w_free(&a, w_alloc(&a, 4096, a.stream));
+  assert_int_equal(tc->waste, 0);
+  assert_int_equal(tc->ncached, 1);
+  gca_stats_t s = stats();
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 0);
+  check();
   worker_exit(&a);
   worker_exit(&b);
   assert_ok(gca_stream_destroy(a.stream));
@@ -811,6 +937,8 @@ int main(void) {
       T(empty_cache_takes_the_thread_caches_blocks),
       T(out_of_memory_takes_another_threads_cache),
       T(thread_cache_false_turns_them_off),
+      T(waiters_sleep_on_a_held_cache_lock),
+      T(a_cache_that_wastes_its_blocks_stops_taking_frees),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -389,11 +389,12 @@ static void format_round_trips(void **state) {
   round_trip(&c);
   char buf[1024];
   assert_ok(gca__config_format(&c, buf, sizeof(buf)));
-  assert_string_equal(buf, "max_non_split_rounding_mb:20,expandable_segments:False,"
-                           "release_lock_on_cudamalloc:False,pinned_use_cuda_host_register:False,"
-                           "pinned_num_register_threads:1,pinned_use_background_threads:False,"
-                           "graph_capture_record_stream_reuse:False,ipc_handles:False,"
-                           "free_cache:True,expandable_moves:False,backend:native");
+  assert_string_equal(buf,
+                      "max_non_split_rounding_mb:20,expandable_segments:False,"
+                      "release_lock_on_cudamalloc:False,pinned_use_cuda_host_register:False,"
+                      "pinned_num_register_threads:1,pinned_use_background_threads:False,"
+                      "graph_capture_record_stream_reuse:False,ipc_handles:False,"
+                      "free_cache:True,expandable_moves:False,thread_cache:True,backend:native");
 
   c = parsed("max_split_size_mb:256,garbage_collection_threshold:0.8,roundup_power2_divisions:4,"
              "expandable_segments:True,per_process_memory_fraction:0.3,"

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_common.c - status names and strings, the thread-local last error, and
- * the size/bool parsers that configuration and tools rely on. */
+/* test_common.c - status names and strings, the thread-local last error,
+ * the size/bool parsers that configuration and tools rely on, and the device
+ * lock's sleepers. */
 #include <pthread.h>
+#include <sched.h>
 
 #include "gca.h"
 #include "support.h"
@@ -68,6 +70,35 @@ static void version_matches_header(void **state) {
   assert_string_equal(gca_version_string(), "0.1.0");
 }
 
+static gca__mutex_t sleeper_mu;
+static atomic_int sleeper_got;
+
+static void *take_and_let_go(void *arg) {
+  (void)arg;
+  gca__mutex_lock(&sleeper_mu);
+  atomic_store(&sleeper_got, 1);
+  gca__mutex_unlock(&sleeper_mu);
+  return NULL;
+}
+
+/* lock.h: an unlock may miss a sleeper that counted itself just then (its
+ * store and its look at the sleepers are not fenced); the sleeper's nap
+ * bounds that, so it takes the lock with no wake-up at all. */
+static void a_sleeper_gets_the_lock_without_a_wake_up(void **state) {
+  (void)state;
+  gca__mutex_init(&sleeper_mu);
+  gca__mutex_lock(&sleeper_mu);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, take_and_let_go, NULL), 0);
+  while (atomic_load(&sleeper_mu.sleepers) == 0) /* it spun, yielded, and sleeps */
+    sched_yield();
+  GCA__LOCK_DEPTH_ADD(-1);
+  atomic_store_explicit(&sleeper_mu.locked, 0, memory_order_release); /* an unlock that missed it */
+  pthread_join(t, NULL);
+  assert_int_equal(atomic_load(&sleeper_got), 1);
+  assert_int_equal(atomic_load(&sleeper_mu.sleepers), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(status_names_and_strings_come_from_one_list),
@@ -75,6 +106,7 @@ int main(void) {
       cmocka_unit_test(sizes_parse_with_binary_units),
       cmocka_unit_test(bools_parse_in_pytorch_spelling),
       cmocka_unit_test(version_matches_header),
+      cmocka_unit_test(a_sleeper_gets_the_lock_without_a_wake_up),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
