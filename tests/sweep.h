@@ -27,12 +27,13 @@ void *gca_sweep_realloc(void *p, size_t n);
 char *gca_sweep_strdup(const char *s);
 
 static _Thread_local bool sweep_armed;
+static _Atomic bool sweep_everywhere;       /* every thread counts (sweep_arm_everywhere) */
 static _Atomic unsigned long sweep_calls;   /* counted calls since sweep_reset */
 static _Atomic unsigned long sweep_fail_at; /* the call that fails; 0: none */
 static _Atomic unsigned long sweep_failed;  /* how many calls failed (0 or 1) */
 static void *_Atomic sweep_failed_site;     /* the caller of the failed call */
 
-static void sweep_reset(unsigned long fail_at) {
+static inline void sweep_reset(unsigned long fail_at) {
   atomic_store(&sweep_calls, 0);
   atomic_store(&sweep_failed, 0);
   atomic_store(&sweep_failed_site, NULL);
@@ -40,12 +41,19 @@ static void sweep_reset(unsigned long fail_at) {
 }
 
 /* Counts this thread's calls from now on (or stops counting). */
-static void sweep_arm(bool on) {
+static inline void sweep_arm(bool on) {
   sweep_armed = on;
 }
 
+/* Every thread counts, the device's stream threads too: for the
+ * allocations made where a stream reaches its work, when the caller can tell
+ * the outcome apart whichever thread gets the k-th call. */
+static inline void sweep_arm_everywhere(bool on) {
+  atomic_store(&sweep_everywhere, on);
+}
+
 static inline bool sweep_fails(void *site) {
-  if (!sweep_armed)
+  if (!sweep_armed && !atomic_load(&sweep_everywhere))
     return false;
   unsigned long k = atomic_fetch_add(&sweep_calls, 1) + 1;
   if (k != atomic_load(&sweep_fail_at))

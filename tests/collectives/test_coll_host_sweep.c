@@ -167,6 +167,129 @@ static void expect_sound(void) {
     assert_int_equal(gca_sim_used_bytes(d), 0);
 }
 
+/* The process's first communicator: the registry of live handles is grown
+ * then and only then, so each of creation's allocations, that one included,
+ * is failed here before anything else made a communicator. */
+static void the_first_communicators_allocations_fail_cleanly(void **state) {
+  (void)state;
+  int devs[NR];
+  for (int i = 0; i < NR; i++)
+    devs[i] = i;
+  gca_comm_options_t co = GCA_COMM_OPTIONS_INIT;
+  co.timeout_s = 0.25;
+  unsigned long k = 1;
+  for (;; k++) {
+    gca_comm_t *comm[NR] = {NULL};
+    sweep_reset(k);
+    sweep_arm(true);
+    gca_clear_last_error();
+    gca_status_t st = gca_comm_create_all(NR, devs, &co, comm);
+    sweep_arm(false);
+    if (st == GCA_OK) {
+      assert_int_equal(atomic_load(&sweep_failed), 0);
+      for (int i = 0; i < NR; i++)
+        assert_ok(gca_comm_destroy(comm[i]));
+      break;
+    }
+    assert_int_equal(atomic_load(&sweep_failed), 1);
+    if (st != GCA_ERR_OUT_OF_MEMORY || !strstr(gca_last_error(), "no host memory"))
+      fail_msg("k=%lu (site 0x%lx): %s: '%s'", k, sweep_site_offset(), gca_status_name(st),
+               gca_last_error());
+    for (int i = 0; i < NR; i++)
+      assert_null(comm[i]);
+    if (getenv("GCA_SWEEP_VERBOSE"))
+      print_message("k=%lu (site 0x%lx): %s\n", k, sweep_site_offset(), gca_last_error());
+  }
+  print_message("first communicator: %lu host allocations swept\n", k - 1);
+  assert_true(k > 2);
+  expect_sound();
+}
+
+/* The sim stages a collective's input when its stream reaches it, on the
+ * stream's thread: with every thread counting, the k-th allocation of an
+ * all-reduce on two ranks is either the issue's (that rank's call fails, the
+ * peer's collective times out) or a stage's (the collective fails on both
+ * ranks, each saying that there was no host memory to stage). Which rank's
+ * stream thread gets there first does not matter. */
+static void a_collective_without_host_memory_to_stage_fails_on_every_rank(void **state) {
+  (void)state;
+  int devs[NR];
+  for (int i = 0; i < NR; i++)
+    devs[i] = i;
+  gca_comm_options_t co = GCA_COMM_OPTIONS_INIT;
+  co.timeout_s = 0.25;
+  unsigned long n = 0;
+  for (unsigned long k = 0; k == 0 || k <= n; k++) {
+    gca_comm_t *comm[NR] = {NULL};
+    gca_stream_t s[NR] = {NULL};
+    void *buf[NR] = {NULL};
+    assert_ok(gca_comm_create_all(NR, devs, &co, comm));
+    for (int i = 0; i < NR; i++) {
+      assert_ok(gca_set_device(i));
+      assert_ok(gca_stream_create(&s[i], GCA_STREAM_NON_BLOCKING));
+      assert_ok(gca_malloc_device(i, &buf[i], COUNT * sizeof(float), s[i]));
+      assert_ok(gca_memset_d8(buf[i], 0, COUNT * sizeof(float)));
+    }
+    gca_status_t issued[NR], ran[NR];
+    char why[NR][512];
+    sweep_reset(k);
+    sweep_arm_everywhere(true);
+    for (int i = 0; i < NR; i++) {
+      gca_clear_last_error();
+      issued[i] =
+          gca_all_reduce(buf[i], buf[i], COUNT, GCA_DTYPE_F32, GCA_REDUCE_SUM, comm[i], s[i]);
+      snprintf(why[i], sizeof(why[i]), "%s", gca_last_error());
+    }
+    for (int i = 0; i < NR; i++)
+      GCA_CHECK_IGNORE(gca_stream_synchronize(s[i]));
+    sweep_arm_everywhere(false);
+    for (int i = 0; i < NR; i++) {
+      gca_clear_last_error();
+      ran[i] = gca_comm_async_error(comm[i]);
+      if (issued[i] == GCA_OK)
+        snprintf(why[i], sizeof(why[i]), "%s", gca_last_error());
+    }
+    if (k == 0) {
+      n = atomic_load(&sweep_calls);
+      print_message("one all-reduce on %d ranks: %lu host allocations swept\n", NR, n);
+      assert_true(n >= 2 * NR); /* the issues' and the stages' */
+      for (int i = 0; i < NR; i++) {
+        assert_ok(issued[i]);
+        assert_ok(ran[i]);
+      }
+    } else {
+      assert_int_equal(atomic_load(&sweep_failed), 1);
+      int failed_issue = -1;
+      for (int i = 0; i < NR; i++)
+        if (issued[i] != GCA_OK) {
+          assert_int_equal(issued[i], GCA_ERR_OUT_OF_MEMORY);
+          if (!strstr(why[i], "no host memory"))
+            fail_msg("k=%lu rank %d: '%s'", k, i, why[i]);
+          failed_issue = i;
+        }
+      for (int i = 0; i < NR; i++) {
+        if (i == failed_issue)
+          continue;
+        if (ran[i] == GCA_OK)
+          fail_msg("k=%lu rank %d: the collective succeeded", k, i);
+        if (failed_issue < 0 && !strstr(why[i], "no host memory to stage"))
+          fail_msg("k=%lu rank %d: %s '%s'", k, i, gca_status_name(ran[i]), why[i]);
+      }
+      if (getenv("GCA_SWEEP_VERBOSE"))
+        for (int i = 0; i < NR; i++)
+          print_message("k=%lu rank %d: issued %s, ran %s: %s\n", k, i, gca_status_name(issued[i]),
+                        gca_status_name(ran[i]), why[i]);
+    }
+    for (int i = 0; i < NR; i++) {
+      assert_ok(gca_comm_destroy(comm[i]));
+      assert_ok(gca_free(buf[i]));
+      assert_ok(gca_stream_destroy(s[i]));
+    }
+    assert_ok(gca_set_device(0));
+    expect_sound();
+  }
+}
+
 static void every_collectives_host_allocation_failure_is_clean(void **state) {
   (void)state;
   assert_ok(scenario(false)); /* warm: one-time allocations */
@@ -207,7 +330,10 @@ static void every_collectives_host_allocation_failure_is_clean(void **state) {
 int main(void) {
   test_backend();
   const struct CMUnitTest tests[] = {
+      /* first: it needs a process where no communicator was made yet */
+      cmocka_unit_test(the_first_communicators_allocations_fail_cleanly),
       cmocka_unit_test(every_collectives_host_allocation_failure_is_clean),
+      cmocka_unit_test(a_collective_without_host_memory_to_stage_fails_on_every_rank),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

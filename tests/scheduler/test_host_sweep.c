@@ -3,8 +3,9 @@
  * realistic step, failed in turn (tests/sweep.h): an op graph built through
  * the API (two communicators, a view, an in-place mutation, a group, an
  * order_after) and one loaded from JSON, checked, scheduled under each
- * policy, estimated, planned and run three times under the verifier, then
- * run by the executor. The scenario counts its allocations once (n); then
+ * policy (and a budget nothing fits), estimated, planned and run three times
+ * under the verifier, run by the executor, and planned and run through a
+ * communicator of one rank. The scenario counts its allocations once (n); then
  * for each k in 1..n the k-th fails: the scenario must fail with
  * GCA_ERR_OUT_OF_MEMORY (or a status whose detail says host memory) and a
  * detail, leave nothing allocated and the allocator sound. ASan builds check
@@ -103,7 +104,8 @@ static char detail[1024];
 static gca_status_t scenario(void) {
   gca_status_t st = GCA_OK;
   gca_opgraph_t *g = NULL, *j = NULL;
-  gca_plan_t *plan = NULL;
+  gca_plan_t *plan = NULL, *cplan = NULL;
+  gca_comm_t *comm = NULL;
   gca_stream_t s = NULL;
   size_t n = 0, *order = NULL;
   detail[0] = '\0';
@@ -130,6 +132,10 @@ static gca_status_t scenario(void) {
     so.keep_comm_order = i % 2 == 1;
     STEP(gca_opgraph_schedule(g, &so, order, n, &f));
   }
+  /* a budget nothing fits: the repairs give up and the greedy pass runs */
+  gca_schedule_options_t tight = GCA_SCHEDULE_OPTIONS_INIT;
+  tight.budget_bytes = 1;
+  STEP(gca_opgraph_schedule(g, &tight, order, n, &f));
   STEP(gca_opgraph_check_order(g, order, n));
   STEP(gca_opgraph_estimate(g, order, n, &f, live));
 
@@ -157,6 +163,16 @@ static gca_status_t scenario(void) {
   gca_execute_result_t xr = {.size = sizeof(xr)};
   STEP(gca_opgraph_execute(j, jorder, jn, &xo, &xr));
   assert_int_equal(xr.mismatches, 0);
+  /* the JSON graph's collective through a communicator of one rank */
+  int dev0 = 0;
+  STEP(gca_comm_create_all(1, &dev0, NULL, &comm));
+  gca_execute_options_t co = GCA_EXECUTE_OPTIONS_INIT;
+  co.time_scale = 0;
+  co.comms = &comm;
+  STEP(gca_plan_create(j, jorder, jn, &co, &cplan));
+  STEP(gca_plan_run(cplan, s, NULL, NULL));
+  STEP(gca_stream_synchronize(s));
+  STEP(gca_comm_async_error(comm));
 
 out:
   if (s) {
@@ -164,6 +180,9 @@ out:
     GCA_CHECK_IGNORE(gca_stream_destroy(s));
   }
   gca_plan_destroy(plan);
+  gca_plan_destroy(cplan);
+  if (comm)
+    GCA_CHECK_IGNORE(gca_comm_destroy(comm));
   free(order);
   gca_opgraph_destroy(g);
   gca_opgraph_destroy(j);
