@@ -654,6 +654,36 @@ out:
   return st;
 }
 
+/* Forgets what a finish derived (resolved names, makers, waits, groups,
+ * edges): a finish that failed, for host memory or for a name the caller adds
+ * afterwards, leaves the graph as it was added, to be finished again or
+ * destroyed. */
+static void unresolve(gca_opgraph_t *g) {
+  for (size_t i = 0; i < g->nbufs; i++) {
+    gca__sbuf_t *b = &g->bufs[i];
+    b->parent = b->storage = b->maker = GCA__NONE;
+    b->version = false;
+  }
+  for (size_t i = 0; i < g->nops; i++) {
+    gca__sop_t *o = &g->ops[i];
+    free(o->reads);
+    free(o->writes);
+    free(o->mold);
+    free(o->mnew);
+    free(o->preds);
+    o->reads = o->writes = o->mold = o->mnew = o->preds = NULL;
+    o->npreds = o->cappreds = 0;
+    o->group = o->wait = o->coll = o->comm_idx = GCA__NONE;
+  }
+  for (size_t k = 0; g->groups && k < g->ngroups; k++)
+    free(g->groups[k]);
+  free(g->groups);
+  free(g->after_l);
+  free(g->after_e);
+  g->groups = NULL;
+  g->after_l = g->after_e = NULL;
+}
+
 GCA_API gca_status_t gca_opgraph_finish(gca_opgraph_t *g) {
   GCA_CHECK(check_open("opgraph_finish", g));
   gca_status_t st = resolve_aliases(g);
@@ -663,12 +693,15 @@ GCA_API gca_status_t gca_opgraph_finish(gca_opgraph_t *g) {
     st = resolve_groups(g);
   if (st == GCA_OK)
     st = derive_edges(g);
-  if (st != GCA_OK)
+  if (st != GCA_OK) {
+    unresolve(g);
     return gca__error_prefix(st, "opgraph_finish");
+  }
   g->finished = true;
   size_t *order = malloc((g->nops + 1) * sizeof(size_t));
   if (!order) {
     g->finished = false;
+    unresolve(g);
     return gca__error(GCA_ERR_OUT_OF_MEMORY,
                       "opgraph_finish: no host memory for the program order");
   }
@@ -676,12 +709,11 @@ GCA_API gca_status_t gca_opgraph_finish(gca_opgraph_t *g) {
     order[i] = i;
   st = gca_opgraph_check_order(g, order, g->nops);
   free(order);
-  if (st == GCA_ERR_OUT_OF_MEMORY) { /* the check could not run */
-    g->finished = false;
-    return gca__error_prefix(st, "opgraph_finish");
-  }
   if (st != GCA_OK) {
     g->finished = false;
+    unresolve(g);
+    if (st == GCA_ERR_OUT_OF_MEMORY) /* the check could not run */
+      return gca__error_prefix(st, "opgraph_finish");
     return gca__error_prefix(st, "opgraph_finish: the program order is not a valid schedule");
   }
   return GCA_OK;

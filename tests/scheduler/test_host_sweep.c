@@ -86,7 +86,7 @@ static gca_status_t build_graph(gca_opgraph_t *g) {
   GCA_CHECK(add_op(g, "upd", GCA_OP_COMPUTE, 1, NULL, NULL, NULL, r, 1, NULL, 0, "w", "w2"));
   GCA_CHECK(gca_opgraph_add_group(g, grp, 2));
   GCA_CHECK(gca_opgraph_add_order_after(g, "upd", "use_g"));
-  return gca_opgraph_finish(g);
+  return GCA_OK;
 }
 
 /* The failure's detail, taken where it happened (cleanup may set another). */
@@ -113,6 +113,16 @@ static gca_status_t scenario(void) {
   STEP(gca_opgraph_load_json(graph_json, sizeof(graph_json) - 1, &j));
   STEP(gca_opgraph_create(&g));
   STEP(build_graph(g));
+  st = gca_opgraph_finish(g);
+  if (st != GCA_OK) {
+    snprintf(detail, sizeof(detail), "gca_opgraph_finish: %s", gca_last_error());
+    /* a finish that ran out of host memory can be tried again */
+    bool was = sweep_armed;
+    sweep_arm(false);
+    assert_ok(gca_opgraph_finish(g));
+    sweep_arm(was);
+    goto out;
+  }
   n = gca_opgraph_op_count(g);
   order = malloc(n * sizeof(size_t)); /* the test's own: never failed */
   assert_non_null(order);
