@@ -369,6 +369,8 @@ GCA_API gca_status_t gca_comm_create_all(int nranks, const int *devices,
   if (!devices || !comms || nranks < 1 || nranks > 4096)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "comm_create_all: bad arguments (nranks %d)",
                       nranks);
+  for (int r = 0; r < nranks; r++)
+    comms[r] = NULL; /* on failure too: never a handle already freed */
   gca_comm_options_t o;
   GCA_CHECK(check_options(opts, &o));
   if (o.backend == GCA_COMM_BACKEND_NCCL) {
@@ -380,8 +382,10 @@ GCA_API gca_status_t gca_comm_create_all(int nranks, const int *devices,
         for (int k = 0; k < nranks; k++)
           if (k >= r)
             GCA_CHECK_IGNORE(gca__nccl_destroy(ncs[k], false));
-          else
+          else {
             GCA_CHECK_IGNORE(gca_comm_destroy(comms[k]));
+            comms[k] = NULL;
+          }
         return st;
       }
     }
@@ -396,8 +400,10 @@ GCA_API gca_status_t gca_comm_create_all(int nranks, const int *devices,
   for (int r = 0; r < nranks; r++) {
     gca_status_t st = join(&id, nranks, r, devices[r], &o, &comms[r]);
     if (st != GCA_OK) {
-      for (int k = 0; k < r; k++)
+      for (int k = 0; k < r; k++) {
         release(comms[k]);
+        comms[k] = NULL;
+      }
       return st;
     }
   }

@@ -28,7 +28,7 @@ static gca_status_t setup(run_t *x, const gca_execute_options_t *o) {
   const gca_opgraph_t *g = x->g;
   x->bind = calloc(g->nbufs + 1, sizeof(void *));
   if (!x->bind)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "no host memory");
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "no host memory for the buffer table");
   GCA_CHECK(gca_set_device(o->device));
   GCA_CHECK(gca_stream_create(&x->compute, GCA_STREAM_NON_BLOCKING));
   GCA_CHECK(gca_event_create(&x->t0, GCA_EVENT_DEFAULT));

@@ -395,7 +395,7 @@ static gca_status_t resolve_names(gca_opgraph_t *g, const char *opname, const ch
     return GCA_OK;
   *out = malloc(n * sizeof(**out));
   if (!*out)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "opgraph_finish: no host memory");
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "op '%s': no host memory for its %s", opname, field);
   for (size_t i = 0; i < n; i++) {
     (*out)[i] = gca__names_get(&g->buf_names, names[i]);
     if ((*out)[i] == GCA__NONE)
@@ -470,7 +470,8 @@ static gca_status_t add_pred(gca__sop_t *o, size_t pred) {
     if (o->preds[i] == pred)
       return GCA_OK;
   if (!grow((void **)&o->preds, &o->cappreds, o->npreds, sizeof(size_t)))
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "opgraph_finish: no host memory");
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "op '%s': no host memory for its dependencies",
+                      o->name);
   o->preds[o->npreds++] = pred;
   return GCA_OK;
 }
@@ -545,12 +546,12 @@ static gca_status_t resolve_groups(gca_opgraph_t *g) {
   if (g->ngroups) {
     g->groups = calloc(g->ngroups, sizeof(*g->groups));
     if (!g->groups)
-      return gca__error(GCA_ERR_OUT_OF_MEMORY, "opgraph_finish: no host memory");
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "no host memory for %zu groups", g->ngroups);
   }
   for (size_t k = 0; k < g->ngroups; k++) {
     g->groups[k] = malloc(g->group_len[k] * sizeof(size_t));
     if (!g->groups[k])
-      return gca__error(GCA_ERR_OUT_OF_MEMORY, "opgraph_finish: no host memory");
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "no host memory for group %zu", k);
     for (size_t j = 0; j < g->group_len[k]; j++) {
       size_t op = gca__names_get(&g->op_names, g->groups_s[k][j]);
       if (op == GCA__NONE)
@@ -567,7 +568,8 @@ static gca_status_t resolve_groups(gca_opgraph_t *g) {
     g->after_l = malloc(g->nafter * sizeof(size_t));
     g->after_e = malloc(g->nafter * sizeof(size_t));
     if (!g->after_l || !g->after_e)
-      return gca__error(GCA_ERR_OUT_OF_MEMORY, "opgraph_finish: no host memory");
+      return gca__error(GCA_ERR_OUT_OF_MEMORY, "no host memory for %zu order_after pairs",
+                        g->nafter);
   }
   for (size_t k = 0; k < g->nafter; k++) {
     g->after_l[k] = gca__names_get(&g->op_names, g->after_later[k]);
@@ -591,7 +593,7 @@ static gca_status_t derive_edges(gca_opgraph_t *g) {
   size_t total = 0;
   gca_status_t st = GCA_OK;
   if (!start)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "opgraph_finish: no host memory");
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "no host memory for the readers of each buffer");
   for (size_t i = 0; i < g->nops; i++)
     for (size_t k = 0; k < g->ops[i].nreads; k++, total++)
       start[g->ops[i].reads[k] + 1]++;
@@ -600,7 +602,7 @@ static gca_status_t derive_edges(gca_opgraph_t *g) {
   fill = malloc((g->nbufs + 1) * sizeof(size_t));
   readers = malloc((total + 1) * sizeof(size_t));
   if (!fill || !readers) {
-    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "opgraph_finish: no host memory");
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "no host memory for the readers of each buffer");
     goto out;
   }
   memcpy(fill, start, (g->nbufs + 1) * sizeof(size_t));
@@ -652,6 +654,36 @@ out:
   return st;
 }
 
+/* Forgets what a finish derived (resolved names, makers, waits, groups,
+ * edges): a finish that failed, for host memory or for a name the caller adds
+ * afterwards, leaves the graph as it was added, to be finished again or
+ * destroyed. */
+static void unresolve(gca_opgraph_t *g) {
+  for (size_t i = 0; i < g->nbufs; i++) {
+    gca__sbuf_t *b = &g->bufs[i];
+    b->parent = b->storage = b->maker = GCA__NONE;
+    b->version = false;
+  }
+  for (size_t i = 0; i < g->nops; i++) {
+    gca__sop_t *o = &g->ops[i];
+    free(o->reads);
+    free(o->writes);
+    free(o->mold);
+    free(o->mnew);
+    free(o->preds);
+    o->reads = o->writes = o->mold = o->mnew = o->preds = NULL;
+    o->npreds = o->cappreds = 0;
+    o->group = o->wait = o->coll = o->comm_idx = GCA__NONE;
+  }
+  for (size_t k = 0; g->groups && k < g->ngroups; k++)
+    free(g->groups[k]);
+  free(g->groups);
+  free(g->after_l);
+  free(g->after_e);
+  g->groups = NULL;
+  g->after_l = g->after_e = NULL;
+}
+
 GCA_API gca_status_t gca_opgraph_finish(gca_opgraph_t *g) {
   GCA_CHECK(check_open("opgraph_finish", g));
   gca_status_t st = resolve_aliases(g);
@@ -661,13 +693,17 @@ GCA_API gca_status_t gca_opgraph_finish(gca_opgraph_t *g) {
     st = resolve_groups(g);
   if (st == GCA_OK)
     st = derive_edges(g);
-  if (st != GCA_OK)
+  if (st != GCA_OK) {
+    unresolve(g);
     return gca__error_prefix(st, "opgraph_finish");
+  }
   g->finished = true;
   size_t *order = malloc((g->nops + 1) * sizeof(size_t));
   if (!order) {
     g->finished = false;
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "opgraph_finish: no host memory");
+    unresolve(g);
+    return gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "opgraph_finish: no host memory for the program order");
   }
   for (size_t i = 0; i < g->nops; i++)
     order[i] = i;
@@ -675,6 +711,9 @@ GCA_API gca_status_t gca_opgraph_finish(gca_opgraph_t *g) {
   free(order);
   if (st != GCA_OK) {
     g->finished = false;
+    unresolve(g);
+    if (st == GCA_ERR_OUT_OF_MEMORY) /* the check could not run */
+      return gca__error_prefix(st, "opgraph_finish");
     return gca__error_prefix(st, "opgraph_finish: the program order is not a valid schedule");
   }
   return GCA_OK;

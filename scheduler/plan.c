@@ -223,7 +223,7 @@ GCA_API gca_status_t gca_plan_create(const gca_opgraph_t *g, const size_t *order
   }
   gca_plan_t *p = calloc(1, sizeof(*p));
   if (!p)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory", fn);
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for a plan", fn);
   p->g = g;
   p->n = n;
   p->o = *opts;
@@ -244,7 +244,7 @@ GCA_API gca_status_t gca_plan_create(const gca_opgraph_t *g, const size_t *order
     p->comms = malloc(nc * sizeof(gca_comm_t *));
   if (!p->order || !p->comm || !p->joined || !p->issue || !p->done || !p->ptr || !p->bufs ||
       !p->bound || !p->alloc_step || !p->free_step || (opts->comms && !p->comms)) {
-    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory", fn);
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "no host memory for the plan's tables");
     goto fail;
   }
   memcpy(p->order, order, n * sizeof(size_t));

@@ -257,13 +257,11 @@ static int cmp_key(const void *a, const void *b, void *ctx) {
  * starting once the compute stream reaches its issue point (program
  * timeline t) and its communicator is free; records the ends. With `fix`,
  * moves a needed collective that ends late earlier by its lateness; returns
- * whether any moved. */
-static bool simulate(plan_t *p, const double *t, size_t n, bool fix) {
+ * whether any moved. cs: room for p->nnodes indices (the caller's, so that
+ * the order never depends on whether a scratch allocation succeeded). */
+static bool simulate(plan_t *p, const double *t, size_t n, bool fix, size_t *cs) {
   const gca_opgraph_t *g = p->g;
   bool moved = false;
-  size_t *cs = malloc((p->nnodes + 1) * sizeof(size_t));
-  if (!cs)
-    return false; /* keys stay as they are: still a valid schedule */
   for (size_t c = 0; c < g->ncomms; c++) {
     size_t m = 0;
     for (size_t i = 0; i < p->nnodes; i++)
@@ -286,7 +284,6 @@ static bool simulate(plan_t *p, const double *t, size_t n, bool fix) {
       }
     }
   }
-  free(cs);
   return moved;
 }
 
@@ -352,9 +349,9 @@ static gca_status_t jit_keys(plan_t *p, bool keep_comm_order, gca_schedule_polic
    * then every wait nothing needs goes where its collective should be done. */
   if (policy == GCA_SCHEDULE_OVERLAP)
     for (int round = 0; round < 4; round++)
-      if (!simulate(p, t, n, true))
+      if (!simulate(p, t, n, true, cs))
         break;
-  simulate(p, t, n, false);
+  simulate(p, t, n, false, cs);
   for (size_t i = 0; i < p->nnodes; i++) {
     node_t *nd = &p->nodes[i];
     if (nd->coll == GCA__NONE || nd->needed)
@@ -516,8 +513,10 @@ GCA_API gca_status_t gca_opgraph_schedule(const gca_opgraph_t *g,
   }
 done:
   st = gca_opgraph_check_order(g, order, n);
-  if (st != GCA_OK)
-    st = gca__error(GCA_ERR_INTERNAL, "%s: produced an invalid order: %s", fn, gca_last_error());
+  if (st == GCA_ERR_OUT_OF_MEMORY) /* the check could not run: the order is not known bad */
+    st = gca__error_prefix(st, "%s", fn);
+  else if (st != GCA_OK)
+    st = gca__error_prefix(GCA_ERR_INTERNAL, "%s: produced an invalid order", fn);
   if (st == GCA_OK && figures)
     *figures = f;
 out:

@@ -87,7 +87,7 @@ GCA_API gca_status_t gca_verifier_create(const gca_opgraph_t *g, const size_t *o
   gca_verifier_t *v = calloc(1, sizeof(*v));
   gca_status_t st = GCA_OK;
   if (!v)
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "verifier_create: no host memory");
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "verifier_create: no host memory for a verifier");
   pthread_mutex_init(&v->mu, NULL);
   v->g = g;
   v->n = n;
@@ -97,7 +97,7 @@ GCA_API gca_status_t gca_verifier_create(const gca_opgraph_t *g, const size_t *o
   v->alloc_step = malloc((g->nbufs + 1) * sizeof(size_t));
   v->free_step = malloc((g->nbufs + 1) * sizeof(size_t));
   if (!v->order || !v->alloc_step || !v->free_step) {
-    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "verifier_create: no host memory");
+    st = gca__error(GCA_ERR_OUT_OF_MEMORY, "no host memory for the verifier's tables");
     goto fail;
   }
   memcpy(v->order, order, n * sizeof(size_t));

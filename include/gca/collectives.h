@@ -89,7 +89,8 @@ GCA_API gca_status_t gca_comm_get_unique_id(gca_comm_id_t *id);
  * joined (or fails after the timeout naming the ranks missing). */
 GCA_API gca_status_t gca_comm_create(const gca_comm_id_t *id, int nranks, int rank, int device,
                                      const gca_comm_options_t *opts, gca_comm_t **comm);
-/* All nranks ranks from one thread, rank r on devices[r] (as ncclCommInitAll). */
+/* All nranks ranks from one thread, rank r on devices[r] (as ncclCommInitAll).
+ * On failure no communicator is left and every comms[r] is NULL. */
 GCA_API gca_status_t gca_comm_create_all(int nranks, const int *devices,
                                          const gca_comm_options_t *opts, gca_comm_t **comms);
 /* Waits for the communicator's queued collectives, then frees it. The handle

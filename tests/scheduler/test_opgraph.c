@@ -325,6 +325,64 @@ static void api_misuse_is_a_clear_status(void **state) {
   gca_opgraph_destroy(g);
 }
 
+/* mk writes a; c (all_reduce on dp) reads a into v, a view of "late"; c_wait. */
+static gca_opgraph_t *three_ops(void) {
+  gca_opgraph_t *g = NULL;
+  static const char *const a[] = {"a"}, *const v[] = {"v"};
+  assert_ok(gca_opgraph_create(&g));
+  assert_ok(gca_opgraph_add_comm(g, "dp"));
+  assert_ok(gca_opgraph_add_buffer(g, "a", 64, GCA_BUFFER_TEMP));
+  assert_ok(gca_opgraph_add_view(g, "v", "late"));
+  gca_op_desc_t d = GCA_OP_DESC_INIT;
+  d.name = "mk";
+  d.writes = a;
+  d.nwrites = 1;
+  assert_ok(gca_opgraph_add_op(g, &d));
+  d = (gca_op_desc_t)GCA_OP_DESC_INIT;
+  d.name = "c";
+  d.kind = GCA_OP_COLLECTIVE;
+  d.collective = "all_reduce";
+  d.comm = "dp";
+  d.reads = a;
+  d.nreads = 1;
+  d.writes = v;
+  d.nwrites = 1;
+  assert_ok(gca_opgraph_add_op(g, &d));
+  d = (gca_op_desc_t)GCA_OP_DESC_INIT;
+  d.name = "c_wait";
+  d.kind = GCA_OP_WAIT;
+  d.waits = "c";
+  assert_ok(gca_opgraph_add_op(g, &d));
+  return g;
+}
+
+/* A finish that fails leaves the graph as added: once the caller adds what
+ * was missing it finishes, with each wait and maker found once (not "two
+ * waits"), and groups added after a failed finish are the graph's own. */
+static void a_failed_finish_can_be_finished_again(void **state) {
+  (void)state;
+  static const char *const split[] = {"mk", "c_wait"}, *const pair[] = {"c", "c_wait"};
+  gca_opgraph_t *g = three_ops();
+  assert_status(gca_opgraph_finish(g), GCA_ERR_INVALID_ARGUMENT, "unknown buffer 'late'");
+  assert_ok(gca_opgraph_add_buffer(g, "late", 64, GCA_BUFFER_TEMP));
+  assert_ok(gca_opgraph_add_group(g, split, 2)); /* c lies between them */
+  assert_status(gca_opgraph_finish(g), GCA_ERR_INVALID_ARGUMENT, "not a valid schedule");
+  assert_ok(gca_opgraph_add_group(g, pair, 2));
+  gca_opgraph_destroy(g); /* every group freed once, none read past the end */
+
+  g = three_ops();
+  assert_status(gca_opgraph_finish(g), GCA_ERR_INVALID_ARGUMENT, "unknown buffer 'late'");
+  assert_ok(gca_opgraph_add_buffer(g, "late", 64, GCA_BUFFER_TEMP));
+  assert_ok(gca_opgraph_add_group(g, pair, 2));
+  assert_ok(gca_opgraph_finish(g));
+  size_t order[3] = {0, 1, 2};
+  assert_ok(gca_opgraph_check_order(g, order, 3));
+  gca_schedule_figures_t f = {.size = sizeof(f)};
+  assert_ok(gca_opgraph_estimate(g, order, 3, &f, NULL));
+  assert_int_equal(f.peak_bytes, 128);
+  gca_opgraph_destroy(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(views_keep_their_storage_alive),
@@ -335,6 +393,7 @@ int main(void) {
       cmocka_unit_test(checker_reports_each_broken_rule_by_name),
       cmocka_unit_test(bad_graphs_are_refused_naming_what_is_wrong),
       cmocka_unit_test(api_misuse_is_a_clear_status),
+      cmocka_unit_test(a_failed_finish_can_be_finished_again),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

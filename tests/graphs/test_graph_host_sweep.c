@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_graph_host_sweep.c - every host allocation of the graphs layer in a
+ * short training loop, failed in turn (tests/sweep.h): a graph tree with two
+ * graph-safe generators and a function that draws from both, run for four
+ * steps (warm-up, recording, replays), the generators' state read and set,
+ * then destroyed. For each k the k-th allocation fails: the loop must either
+ * go on (a failed recording falls back to eager runs, which is the tree's
+ * documented answer) or fail with GCA_ERR_OUT_OF_MEMORY and a detail; either
+ * way the tree is destroyed, nothing stays allocated and the allocator is
+ * sound. ASan builds check that nothing leaked. */
+#include "graph_fixture.h"
+#include "sweep.h"
+
+static char detail[1024];
+
+typedef struct gens {
+  gca_graph_rng_t *fwd, *bwd;
+} gens_t;
+
+static gca_status_t rng_body(gca_stream_t s, void *const *in, void *const *out, void *ctx) {
+  (void)in;
+  gens_t *g = ctx;
+  GCA_CHECK(gca_graph_rng_uniform_u32(g->fwd, out[0], 10, s));
+  GCA_CHECK(gca_graph_rng_uniform_u32(g->bwd, out[1], 7, s));
+  GCA_CHECK(gca_graph_rng_uniform_u32(g->fwd, (uint32_t *)out[0] + 10, 5, s));
+  return GCA_OK;
+}
+
+static const size_t rng_outs[2] = {15 * 4, 7 * 4};
+
+#define STEP(call)                                                         \
+  do {                                                                     \
+    st = (call);                                                           \
+    if (st != GCA_OK) {                                                    \
+      snprintf(detail, sizeof(detail), "%s: %s", #call, gca_last_error()); \
+      goto out;                                                            \
+    }                                                                      \
+  } while (0)
+
+static gca_status_t scenario(void) {
+  gca_status_t st = GCA_OK;
+  gca_graph_tree_t *t = NULL;
+  gens_t g = {NULL, NULL};
+  detail[0] = '\0';
+  STEP(gca_graph_tree_create(0, NULL, &t));
+  STEP(gca_graph_rng_create(t, 1234, &g.fwd));
+  STEP(gca_graph_rng_create(t, 98765, &g.bwd));
+  gca_graph_fn_desc_t d = GCA_GRAPH_FN_DESC_INIT;
+  d.name = "rng";
+  d.body = rng_body;
+  d.ctx = &g;
+  d.noutputs = 2;
+  d.output_bytes = rng_outs;
+  gca_graph_fn_t *fn = NULL;
+  STEP(gca_graph_fn_register(t, &d, &fn));
+  for (int k = 0; k < 4; k++) {
+    void *o[2];
+    st = gca_graph_tree_run(t, fn, NULL, 0, o, 2);
+    if (st != GCA_OK) {
+      snprintf(detail, sizeof(detail), "gca_graph_tree_run: %s", gca_last_error());
+      /* the failed run drew nothing, and the tree runs again */
+      bool was = sweep_armed;
+      sweep_arm(false);
+      uint64_t sd = 0, at = 0;
+      assert_ok(gca_graph_rng_get_state(g.fwd, &sd, &at));
+      assert_int_equal(at, (uint64_t)k * 20);
+      assert_ok(gca_graph_tree_run(t, fn, NULL, 0, o, 2));
+      assert_ok(gca_graph_tree_step(t));
+      assert_ok(gca_graph_rng_get_state(g.fwd, &sd, &at));
+      assert_int_equal(at, (uint64_t)(k + 1) * 20);
+      sweep_arm(was);
+      goto out;
+    }
+    uint32_t h[15];
+    STEP(gca_memcpy(h, o[0], sizeof(h)));
+    STEP(gca_graph_tree_step(t));
+  }
+  uint64_t seed = 0, off = 0;
+  STEP(gca_graph_rng_get_state(g.fwd, &seed, &off));
+  assert_int_equal(seed, 1234);
+  assert_int_equal(off, 4 * 20); /* whether replayed or eager */
+  STEP(gca_graph_rng_set_state(g.fwd, seed, 0));
+out:
+  if (t)
+    GCA_CHECK_IGNORE(gca_graph_tree_destroy(t));
+  return st;
+}
+
+static void expect_sound(void) {
+  expect_nothing_leaked();
+  assert_ok(gca_empty_cache());
+  assert_int_equal(gca_sim_used_bytes(0), 0);
+}
+
+static void every_graphs_host_allocation_failure_is_clean(void **state) {
+  (void)state;
+  assert_ok(scenario()); /* warm: one-time allocations */
+  expect_sound();
+  sweep_reset(0);
+  sweep_arm(true);
+  gca_status_t st = scenario();
+  sweep_arm(false);
+  if (st != GCA_OK)
+    fail_msg("the scenario fails unswept: %s", detail);
+  unsigned long n = atomic_load(&sweep_calls);
+  print_message("graphs scenario: %lu host allocations swept\n", n);
+  assert_true(n > 0); /* the renamed calls do reach the sweep */
+  expect_sound();
+  unsigned long fallbacks = 0;
+  for (unsigned long k = 1; k <= n; k++) {
+    sweep_reset(k);
+    sweep_arm(true);
+    gca_clear_last_error();
+    st = scenario();
+    sweep_arm(false);
+    assert_int_equal(atomic_load(&sweep_failed), 1);
+    unsigned long site = sweep_site_offset();
+    if (st == GCA_OK) {
+      fallbacks++;
+      if (getenv("GCA_SWEEP_VERBOSE"))
+        print_message("k=%lu (site 0x%lx): the failure had a fallback\n", k, site);
+    } else {
+      if (!sweep_says_host_memory(detail))
+        fail_msg("k=%lu (site 0x%lx): %s: '%s'", k, site, gca_status_name(st), detail);
+      if (st != GCA_ERR_OUT_OF_MEMORY || getenv("GCA_SWEEP_VERBOSE"))
+        print_message("k=%lu (site 0x%lx): %s: %s\n", k, site, gca_status_name(st), detail);
+    }
+    expect_sound();
+  }
+  print_message("graphs scenario: %lu k values run, %lu with a fallback\n", n, fallbacks);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(every_graphs_host_allocation_failure_is_clean, graph_setup,
+                                      graph_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* sweep.h - the host allocation sweep (Note [Host allocation sweep] in
+ * tests/meson.build): the runtime layers a sweep test links are copies whose
+ * malloc, calloc, realloc and strdup are the gca_sweep_* functions below. A
+ * thread counts their calls while it is armed (sweep_arm); the k-th counted
+ * call fails with ENOMEM. Only armed threads count, so the sim's stream
+ * threads, which run collectives when their streams reach them, leave the
+ * count alone and k names the same allocation in every run.
+ *
+ * A scenario is run once to warm up, once armed to count its allocations
+ * (n), then once for each k in 1..n with the k-th failing. Include this
+ * header from one file of a test executable. */
+#ifndef GCA_TEST_SWEEP_H
+#define GCA_TEST_SWEEP_H
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+void *gca_sweep_malloc(size_t n);
+void *gca_sweep_calloc(size_t n, size_t size);
+void *gca_sweep_realloc(void *p, size_t n);
+char *gca_sweep_strdup(const char *s);
+
+static _Thread_local bool sweep_armed;
+static _Atomic bool sweep_everywhere;       /* every thread counts (sweep_arm_everywhere) */
+static _Atomic unsigned long sweep_calls;   /* counted calls since sweep_reset */
+static _Atomic unsigned long sweep_fail_at; /* the call that fails; 0: none */
+static _Atomic unsigned long sweep_failed;  /* how many calls failed (0 or 1) */
+static void *_Atomic sweep_failed_site;     /* the caller of the failed call */
+
+static inline void sweep_reset(unsigned long fail_at) {
+  atomic_store(&sweep_calls, 0);
+  atomic_store(&sweep_failed, 0);
+  atomic_store(&sweep_failed_site, NULL);
+  atomic_store(&sweep_fail_at, fail_at);
+}
+
+/* Counts this thread's calls from now on (or stops counting). */
+static inline void sweep_arm(bool on) {
+  sweep_armed = on;
+}
+
+/* Every thread counts, the device's stream threads too: for the
+ * allocations made where a stream reaches its work, when the caller can tell
+ * the outcome apart whichever thread gets the k-th call. */
+static inline void sweep_arm_everywhere(bool on) {
+  atomic_store(&sweep_everywhere, on);
+}
+
+static inline bool sweep_fails(void *site) {
+  if (!sweep_armed && !atomic_load(&sweep_everywhere))
+    return false;
+  unsigned long k = atomic_fetch_add(&sweep_calls, 1) + 1;
+  if (k != atomic_load(&sweep_fail_at))
+    return false;
+  atomic_fetch_add(&sweep_failed, 1);
+  atomic_store(&sweep_failed_site, site);
+  errno = ENOMEM;
+  return true;
+}
+
+void *gca_sweep_malloc(size_t n) {
+  return sweep_fails(__builtin_return_address(0)) ? NULL : malloc(n);
+}
+
+void *gca_sweep_calloc(size_t n, size_t size) {
+  return sweep_fails(__builtin_return_address(0)) ? NULL : calloc(n, size);
+}
+
+void *gca_sweep_realloc(void *p, size_t n) {
+  return sweep_fails(__builtin_return_address(0)) ? NULL : realloc(p, n);
+}
+
+char *gca_sweep_strdup(const char *s) {
+  return sweep_fails(__builtin_return_address(0)) ? NULL : strdup(s);
+}
+
+/* The failed call's site as an offset in its object, for addr2line -e. */
+static inline unsigned long sweep_site_offset(void) {
+  void *site = atomic_load(&sweep_failed_site);
+  Dl_info info;
+  if (site && dladdr(site, &info) && info.dli_fbase)
+    return (unsigned long)((char *)site - (char *)info.dli_fbase);
+  return (unsigned long)(uintptr_t)site;
+}
+
+/* Whether a failure's detail says it is about host memory. */
+static inline bool sweep_says_host_memory(const char *detail) {
+  return strstr(detail, "host memory") || strstr(detail, "out of memory") ||
+         strstr(detail, "Cannot allocate memory");
+}
+
+#endif
