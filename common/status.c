@@ -41,8 +41,13 @@ GCA_API void gca_clear_last_error(void) {
   last_detail[0] = '\0';
 }
 
+/* Formatted aside first: an argument may be gca_last_error() itself (a new
+ * detail that quotes the one before), and vsnprintf must not read the
+ * buffer it writes. */
 gca_status_t gca__verror(gca_status_t status, const char *fmt, va_list ap) {
-  vsnprintf(last_detail, sizeof(last_detail), fmt, ap);
+  char detail[DETAIL_MAX];
+  vsnprintf(detail, sizeof(detail), fmt, ap);
+  memcpy(last_detail, detail, sizeof(last_detail));
   GCA_LOG_DEBUG("%s: %s", gca_status_name(status), last_detail);
   return status;
 }

@@ -37,6 +37,20 @@ static void last_error_is_per_thread(void **state) {
   assert_string_equal(gca_last_error(), "");
 }
 
+/* A new detail may quote the one before it (gca_last_error() as an argument
+ * of the next error): it reads what was there, whole. */
+static void a_detail_may_quote_the_last_one(void **state) {
+  (void)state;
+  assert_int_equal(gca__error(GCA_ERR_DRIVER, "mem_map: injected fault (sim, call %d)", 7),
+                   GCA_ERR_DRIVER);
+  assert_int_equal(gca__error(GCA_ERR_INVALID_HANDLE, "stream %p is not live (%s)", (void *)0x10,
+                              gca_last_error()),
+                   GCA_ERR_INVALID_HANDLE);
+  assert_string_equal(gca_last_error(),
+                      "stream 0x10 is not live (mem_map: injected fault (sim, call 7))");
+  gca_clear_last_error();
+}
+
 static void sizes_parse_with_binary_units(void **state) {
   (void)state;
   uint64_t v;
@@ -103,6 +117,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(status_names_and_strings_come_from_one_list),
       cmocka_unit_test(last_error_is_per_thread),
+      cmocka_unit_test(a_detail_may_quote_the_last_one),
       cmocka_unit_test(sizes_parse_with_binary_units),
       cmocka_unit_test(bools_parse_in_pytorch_spelling),
       cmocka_unit_test(version_matches_header),
