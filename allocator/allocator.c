@@ -886,7 +886,7 @@ GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *
 /* ---- devices, cache, limits ---- */
 
 GCA_API gca_status_t gca_set_device(int device) {
-  const gca_device_ops_t *ops;
+  const gca_device_ops_t *ops = NULL;
   GCA_CHECK(check_device_index("set_device", device, &ops));
   if (!t_device_told || device != t_device) {
     gca_status_t st = ops->ctx_set_device(device);
