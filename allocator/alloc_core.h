@@ -209,6 +209,11 @@ struct gca__block {
   uint64_t fc_gen;   /* the pool's gen when fc_exact was found (Note [Exact hits]) */
   uint8_t fc_exact;  /* GCA__FC_EXACT_*: whether a hit on it is PyTorch's best fit, while
                         its pool's gen is fc_gen */
+  /* while tc is set (written with d->lock and tc's lock held): its slot in
+   * tc's table (keys[tc_slot] == addr), its bin (gca__tc_bin of its stream
+   * and size) and its type index (0 small, 1 large), so that the fast paths
+   * find them without hashing */
+  uint8_t tc_slot, tc_bin, tc_ti;
   gca__tcache_t *tc; /* the thread cache whose domain holds b, else NULL (Note [Thread
                         caches]); set and cleared with d->lock and tc's lock held. While
                         set, whether b is cached there and its requested size are the

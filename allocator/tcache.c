@@ -191,6 +191,9 @@ static void dom_insert(gca__tcache_t *tc, gca__block_t *b) {
   tc->keys[i] = b->addr;
   tc->vals[i] = b;
   tc->req[i] = 0;
+  b->tc_slot = (uint8_t)i;
+  b->tc_bin = (uint8_t)gca__tc_bin_index(b->stream, b->size);
+  b->tc_ti = b->pool == &tc->d->small ? 0 : 1;
   tc->ndomain++;
   tc->d->tc_held++;
   atomic_fetch_or_explicit(&tc->filter, UINT64_C(1) << (gca__tc_slot(b->addr) >> 1),
@@ -215,6 +218,7 @@ static void dom_remove(gca__tcache_t *tc, gca__block_t *b) {
       tc->keys[i] = tc->keys[j];
       tc->vals[i] = tc->vals[j];
       tc->req[i] = tc->req[j];
+      tc->vals[i]->tc_slot = (uint8_t)i;
       tc->keys[j] = 0;
       i = j;
     }

@@ -105,6 +105,13 @@ static inline void gca__tc_lock(gca__tcache_t *tc) {
           &tc->lock, &expected, 1, memory_order_acquire, memory_order_relaxed)))
     gca__tc_lock_slow(tc);
 }
+/* The fast paths' lock: false (not taken) when a visitor holds it, and the
+ * fast path misses; it calls nothing, so the paths save no register. */
+static inline bool gca__tc_trylock(gca__tcache_t *tc) {
+  unsigned expected = 0;
+  return atomic_compare_exchange_strong_explicit(&tc->lock, &expected, 1, memory_order_acquire,
+                                                 memory_order_relaxed);
+}
 /* The fast paths' unlock: no wake-up (a sleeper wakes by its own timeout). */
 static inline void gca__tc_unlock(gca__tcache_t *tc) {
   atomic_store_explicit(&tc->lock, 0, memory_order_release);
@@ -116,9 +123,12 @@ static inline gca__tcache_t *gca__tc_mine(int device) {
   return t != NULL ? t->dev[device] : NULL;
 }
 
-static inline gca__tcbin_t *gca__tc_bin(gca__tcache_t *tc, gca_stream_t stream, size_t size) {
+static inline uint32_t gca__tc_bin_index(gca_stream_t stream, size_t size) {
   uint64_t h = ((uint64_t)(uintptr_t)stream ^ (size >> 9)) * 0x9e3779b97f4a7c15ull;
-  return &tc->bins[h >> (64 - 4)];
+  return (uint32_t)(h >> (64 - 4));
+}
+static inline gca__tcbin_t *gca__tc_bin(gca__tcache_t *tc, gca_stream_t stream, size_t size) {
+  return &tc->bins[gca__tc_bin_index(stream, size)];
 }
 _Static_assert(GCA__TC_BINS == 16, "gca__tc_bin takes 4 bits of the hash");
 
@@ -152,13 +162,11 @@ static inline void gca__tc_ncached_add(gca__tcache_t *tc, int n) {
                         memory_order_relaxed);
 }
 
-/* Moves quantity q of type index ti by n (n <= its room, checked). */
-static inline void gca__tc_move(gca__tcache_t *tc, int ti, int q, int64_t n) {
-  tc->room[ti][q] -= n;
-  if (n >= 0)
-    tc->up[ti][q] += n;
-  else
-    tc->down[ti][q] -= n;
+/* Counts a move of n (either sign) in up or down, without a branch. */
+static inline void gca__tc_count(int64_t *up, int64_t *down, int64_t n) {
+  int64_t neg = n >> 63; /* all ones when n < 0 */
+  *up += n & ~neg;
+  *down += -n & neg;
 }
 
 /* Whether the thread caches' fast paths may run on d now: on, nothing
@@ -178,26 +186,27 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   size_t rounded = size < GCA__MIN_BLOCK_SIZE
                        ? GCA__MIN_BLOCK_SIZE
                        : (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
-  gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
+  unsigned ti = rounded > GCA__SMALL_SIZE; /* the default pool's type index */
   gca__tcbin_t *bin = gca__tc_bin(tc, stream, rounded);
   if (atomic_load_explicit(&tc->ncached, memory_order_relaxed) == 0)
     return NULL; /* nothing cached: the lock is not taken */
-  gca__tc_lock(tc);
+  if (GCA_UNLIKELY(!gca__tc_trylock(tc)))
+    return NULL; /* a visitor's: the locked path waits for it */
   gca__block_t *b;
-  if (GCA_UNLIKELY(tc->d != d || bin->n == 0 || bin->stream != stream || bin->size != rounded ||
-                   (b = bin->blk[bin->n - 1])->pool != pool))
+  uint32_t n = bin->n;
+  if (GCA_UNLIKELY(tc->d != d || n == 0 || bin->stream != stream || bin->size != rounded ||
+                   (b = bin->blk[n - 1])->tc_ti != ti))
     goto miss;
-  int ti = pool == &d->small ? 0 : 1;
-  int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)b->size;
-  int64_t *room = tc->room[ti], *up = tc->up[ti];
+  int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)rounded;
+  int64_t *room = tc->room[ti], *up = tc->up[ti], *down = tc->down[ti];
   if (GCA_UNLIKELY(room[GCA__TQ_BLOCKS] < 1 || room[GCA__TQ_BYTES] < bytes ||
                    room[GCA__TQ_REQUESTED] < (int64_t)size || room[GCA__TQ_SPLIT] < -split ||
                    room[GCA__TQ_SPLIT_BYTES] < -split_bytes))
     goto miss;
-  bin->n--;
-  tc->req[gca__tc_find(tc, b->addr)] = size;
+  bin->n = n - 1;
+  tc->req[b->tc_slot] = size;
   gca__tc_ncached_add(tc, -1);
-  tc->cached_bytes -= b->size;
+  tc->cached_bytes -= rounded;
   if (GCA_UNLIKELY(tc->waste != 0))
     tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
   room[GCA__TQ_BLOCKS] -= 1;
@@ -206,8 +215,10 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   up[GCA__TQ_BYTES] += bytes;
   room[GCA__TQ_REQUESTED] -= (int64_t)size;
   up[GCA__TQ_REQUESTED] += (int64_t)size;
-  gca__tc_move(tc, ti, GCA__TQ_SPLIT, -split);
-  gca__tc_move(tc, ti, GCA__TQ_SPLIT_BYTES, -split_bytes);
+  room[GCA__TQ_SPLIT] += split; /* the run's change, reversed */
+  room[GCA__TQ_SPLIT_BYTES] += split_bytes;
+  gca__tc_count(&up[GCA__TQ_SPLIT], &down[GCA__TQ_SPLIT], -split);
+  gca__tc_count(&up[GCA__TQ_SPLIT_BYTES], &down[GCA__TQ_SPLIT_BYTES], -split_bytes);
   gca__tc_unlock(tc);
   return b;
 miss:
@@ -223,20 +234,21 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
   if (!(atomic_load_explicit(&tc->filter, memory_order_relaxed) &
         (UINT64_C(1) << (gca__tc_slot(addr) >> 1))))
     return false; /* not tc's: the lock is not taken */
-  gca__tc_lock(tc);
+  if (GCA_UNLIKELY(!gca__tc_trylock(tc)))
+    return false; /* a visitor's: the locked path waits for it */
   int slot = gca__tc_find(tc, addr);
   if (GCA_UNLIKELY(tc->d != d || slot < 0))
     goto miss;
   gca__block_t *b = tc->vals[slot];
-  gca__tcbin_t *bin = gca__tc_bin(tc, b->stream, b->size);
-  if (GCA_UNLIKELY((bin->n != 0 && (bin->stream != b->stream || bin->size != b->size)) ||
-                   bin->n == GCA__TC_BIN_MAX || tc->cached_bytes + b->size > GCA__TC_BYTES ||
-                   tc->req[slot] ==
-                       0)) /* the last: cached, a double free the locked path reports */
+  gca__tcbin_t *bin = &tc->bins[b->tc_bin];
+  int64_t req = (int64_t)tc->req[slot], bytes = (int64_t)b->size;
+  uint32_t n = bin->n;
+  if (GCA_UNLIKELY((n != 0 && (bin->stream != b->stream || bin->size != (size_t)bytes)) ||
+                   n == GCA__TC_BIN_MAX || tc->cached_bytes + (size_t)bytes > GCA__TC_BYTES ||
+                   req == 0)) /* the last: cached, a double free the locked path reports */
     goto miss;
-  int ti = b->pool == &d->small ? 0 : 1;
-  int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)b->size;
-  int64_t *room = tc->room[ti], *down = tc->down[ti], req = (int64_t)tc->req[slot];
+  int64_t split = b->fc_blocks, split_bytes = b->fc_bytes;
+  int64_t *room = tc->room[b->tc_ti], *up = tc->up[b->tc_ti], *down = tc->down[b->tc_ti];
   if (GCA_UNLIKELY(room[GCA__TQ_SPLIT] < split || room[GCA__TQ_SPLIT_BYTES] < split_bytes))
     goto miss;
   room[GCA__TQ_BLOCKS] += 1;
@@ -245,14 +257,17 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
   down[GCA__TQ_BYTES] += bytes;
   room[GCA__TQ_REQUESTED] += req;
   down[GCA__TQ_REQUESTED] += req;
-  gca__tc_move(tc, ti, GCA__TQ_SPLIT, split);
-  gca__tc_move(tc, ti, GCA__TQ_SPLIT_BYTES, split_bytes);
+  room[GCA__TQ_SPLIT] -= split; /* the run's change */
+  room[GCA__TQ_SPLIT_BYTES] -= split_bytes;
+  gca__tc_count(&up[GCA__TQ_SPLIT], &down[GCA__TQ_SPLIT], split);
+  gca__tc_count(&up[GCA__TQ_SPLIT_BYTES], &down[GCA__TQ_SPLIT_BYTES], split_bytes);
   tc->req[slot] = 0;
   bin->stream = b->stream;
-  bin->size = b->size;
-  bin->blk[bin->n++] = b;
+  bin->size = (size_t)bytes;
+  bin->blk[n] = b;
+  bin->n = n + 1;
   gca__tc_ncached_add(tc, 1);
-  tc->cached_bytes += b->size;
+  tc->cached_bytes += (size_t)bytes;
   gca__tc_unlock(tc);
   return true;
 miss:
