@@ -729,6 +729,16 @@ gca_stream_t gca__ptds_key_slow(void);
 /* The allocator's key for a stream handle: the handle itself, NULL for
  * GCA_STREAM_LEGACY, the calling thread's own key for GCA_STREAM_PER_THREAD.
  * Inline: one compare on the hot path. */
+/* The key of s when it needs no call (not the first per-thread request of a
+ * thread), else GCA_STREAM_PER_THREAD itself: a path that must call
+ * nothing takes its slow side then. */
+static inline gca_stream_t gca__stream_key_nocall(gca_stream_t s) {
+  if (GCA_LIKELY((uintptr_t)s > 2))
+    return s;
+  if (s != GCA_STREAM_PER_THREAD)
+    return NULL;
+  return gca__t_ptds_key != NULL ? gca__t_ptds_key : s;
+}
 static inline gca_stream_t gca__stream_key(gca_stream_t s) {
   if (GCA_LIKELY((uintptr_t)s > 2))
     return s;

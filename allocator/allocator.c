@@ -421,8 +421,8 @@ static __attribute__((noinline)) gca_status_t malloc_slow(int device, void **ptr
  * cache for the sizes the thread caches do not take, else the locked path.
  * Six arguments, all in registers. */
 static __attribute__((noinline)) gca_status_t malloc_tc_miss(gca__devalloc_t *d, void **ptr,
-                                                             size_t size, gca_stream_t stream,
-                                                             gca_stream_t key) {
+                                                             size_t size, gca_stream_t stream) {
+  gca_stream_t key = gca__stream_key(stream);
   gca__block_t *b;
   if (!gca__mutex_trylock(&d->lock))
     return malloc_slow(d->device, ptr, size, stream);
@@ -463,19 +463,19 @@ static __attribute__((noinline)) gca_status_t malloc_fc(gca__devalloc_t *d, void
 }
 
 /* The calling thread's cache first, without the device lock (Note [Thread
- * caches]): the hit calls nothing and a miss is a tail call, so the path
- * saves no register. */
+ * caches]): the hit calls nothing (a thread's first per-thread-stream
+ * request misses) and a miss is a tail call, so the path saves few registers. */
 static __attribute__((noinline)) gca_status_t malloc_tc(gca__devalloc_t *d, gca__tcache_t *tc,
                                                         void **ptr, size_t size,
                                                         gca_stream_t stream) {
-  gca_stream_t key = gca__stream_key(stream);
+  gca_stream_t key = gca__stream_key_nocall(stream);
   gca__block_t *b;
-  if (GCA_LIKELY(size <= GCA__TC_MAX_SIZE && gca__tc_open(d) &&
+  if (GCA_LIKELY(size <= GCA__TC_MAX_SIZE && key != GCA_STREAM_PER_THREAD && gca__tc_open(d) &&
                  (b = gca__tc_take(d, tc, key, size)) != NULL)) {
     *ptr = (void *)(uintptr_t)b->addr;
     return GCA_OK;
   }
-  return malloc_tc_miss(d, ptr, size, stream, key);
+  return malloc_tc_miss(d, ptr, size, stream);
 }
 
 /* The entry point only dispatches, by tail calls: it saves no register. */

@@ -59,7 +59,8 @@
  *
  * Statistics stay exact (tcstats.c). A cache keeps what its fast paths move,
  * per type and quantity (blocks, bytes, requested bytes, inactive_split and
- * its bytes): delta = up - down since its last fold. The current of a
+ * its bytes): delta, how far each moved since its last fold (its headroom
+ * left then less now), and the rises among its moves. The current of a
  * statistic is d->stats' plus every cache's delta; a read (gca_get_stats,
  * snapshots, the walker, reset of peaks or counters, the OOM report, trace
  * observers) takes

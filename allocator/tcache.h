@@ -51,10 +51,14 @@ typedef struct gca__tcbin {
  * while handed out is kept here (req), not in the block record, whose cache
  * lines other threads' records may share.
  * For each type index ti (0 small, 1 large) and quantity q:
- *   delta = up - down: how far the statistic moved since the last fold
- *   allow = room + delta: its headroom (what it gave back before, and may
- *     take again); room >= 0 is what is left of it, so a fast path checks
- *     n <= room for a move of n of either sign and adds nothing up to check
+ *   room >= 0: what is left of its headroom; a move of n (either sign)
+ *     needs n <= room and takes n off it, so a fast path checks and
+ *     counts the move with one subtraction
+ *   base: room at the last fold, so delta = base - room is how far the
+ *     statistic moved since, and allow = room + delta = base its headroom
+ *     (what it gave back before, and may take again)
+ *   up: the sum of its rises since the last fold (allocated), its falls
+ *     (freed) being up - delta; a fall is counted in room alone
  * Invariants: ncached == blocks in the bins, cached_bytes their bytes;
  * ndomain == entries of the table == blocks whose ->tc is this cache; a
  * block of the domain is cached exactly when its req is 0 (a request is
@@ -63,7 +67,7 @@ struct gca__tcache {
   atomic_uint lock;     /* 0 free, 1 held: a futex word (Note [Thread cache lock]) */
   atomic_uint sleepers; /* threads that may be asleep on `lock` */
   gca__devalloc_t *d;   /* NULL once the device is gone; written under `lock` */
-  int64_t up[2][GCA__TQ], down[2][GCA__TQ], room[2][GCA__TQ];
+  int64_t up[2][GCA__TQ], base[2][GCA__TQ], room[2][GCA__TQ];
   gca__tcbin_t bins[GCA__TC_BINS];
   /* blocks in the bins: atomic so that the owner's fast take may look
    * without the lock (only the owner adds, so its look is never low); every
@@ -162,11 +166,9 @@ static inline void gca__tc_ncached_add(gca__tcache_t *tc, int n) {
                         memory_order_relaxed);
 }
 
-/* Counts a move of n (either sign) in up or down, without a branch. */
-static inline void gca__tc_count(int64_t *up, int64_t *down, int64_t n) {
-  int64_t neg = n >> 63; /* all ones when n < 0 */
-  *up += n & ~neg;
-  *down += -n & neg;
+/* n if it is a rise, else 0, without a branch. */
+static inline int64_t gca__tc_rise(int64_t n) {
+  return n & ~(n >> 63);
 }
 
 /* Whether the thread caches' fast paths may run on d now: on, nothing
@@ -197,8 +199,10 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   if (GCA_UNLIKELY(tc->d != d || n == 0 || bin->stream != stream || bin->size != rounded ||
                    (b = bin->blk[n - 1])->tc_ti != ti))
     goto miss;
+  /* the moves: one allocated block of `bytes` for `size`, and the run's
+   * change in inactive_split undone; any room going below zero misses */
   int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)rounded;
-  int64_t *room = tc->room[ti], *up = tc->up[ti], *down = tc->down[ti];
+  int64_t *room = tc->room[ti], *up = tc->up[ti];
   if (GCA_UNLIKELY(room[GCA__TQ_BLOCKS] < 1 || room[GCA__TQ_BYTES] < bytes ||
                    room[GCA__TQ_REQUESTED] < (int64_t)size || room[GCA__TQ_SPLIT] < -split ||
                    room[GCA__TQ_SPLIT_BYTES] < -split_bytes))
@@ -210,15 +214,15 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   if (GCA_UNLIKELY(tc->waste != 0))
     tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
   room[GCA__TQ_BLOCKS] -= 1;
-  up[GCA__TQ_BLOCKS] += 1;
   room[GCA__TQ_BYTES] -= bytes;
-  up[GCA__TQ_BYTES] += bytes;
   room[GCA__TQ_REQUESTED] -= (int64_t)size;
-  up[GCA__TQ_REQUESTED] += (int64_t)size;
-  room[GCA__TQ_SPLIT] += split; /* the run's change, reversed */
+  room[GCA__TQ_SPLIT] += split;
   room[GCA__TQ_SPLIT_BYTES] += split_bytes;
-  gca__tc_count(&up[GCA__TQ_SPLIT], &down[GCA__TQ_SPLIT], -split);
-  gca__tc_count(&up[GCA__TQ_SPLIT_BYTES], &down[GCA__TQ_SPLIT_BYTES], -split_bytes);
+  up[GCA__TQ_BLOCKS] += 1;
+  up[GCA__TQ_BYTES] += bytes;
+  up[GCA__TQ_REQUESTED] += (int64_t)size;
+  up[GCA__TQ_SPLIT] += gca__tc_rise(-split);
+  up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(-split_bytes);
   gca__tc_unlock(tc);
   return b;
 miss:
@@ -247,20 +251,20 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
                    n == GCA__TC_BIN_MAX || tc->cached_bytes + (size_t)bytes > GCA__TC_BYTES ||
                    req == 0)) /* the last: cached, a double free the locked path reports */
     goto miss;
+  /* the moves: one block of `bytes` for `req` freed, and the run's change
+   * in inactive_split; falls need no room, and count in room alone */
   int64_t split = b->fc_blocks, split_bytes = b->fc_bytes;
-  int64_t *room = tc->room[b->tc_ti], *up = tc->up[b->tc_ti], *down = tc->down[b->tc_ti];
-  if (GCA_UNLIKELY(room[GCA__TQ_SPLIT] < split || room[GCA__TQ_SPLIT_BYTES] < split_bytes))
+  int64_t *room = tc->room[b->tc_ti], *up = tc->up[b->tc_ti];
+  int64_t r_split = room[GCA__TQ_SPLIT] - split, r_split_bytes = room[GCA__TQ_SPLIT_BYTES] - split_bytes;
+  if (GCA_UNLIKELY((r_split | r_split_bytes) < 0))
     goto miss;
   room[GCA__TQ_BLOCKS] += 1;
-  down[GCA__TQ_BLOCKS] += 1;
   room[GCA__TQ_BYTES] += bytes;
-  down[GCA__TQ_BYTES] += bytes;
   room[GCA__TQ_REQUESTED] += req;
-  down[GCA__TQ_REQUESTED] += req;
-  room[GCA__TQ_SPLIT] -= split; /* the run's change */
-  room[GCA__TQ_SPLIT_BYTES] -= split_bytes;
-  gca__tc_count(&up[GCA__TQ_SPLIT], &down[GCA__TQ_SPLIT], split);
-  gca__tc_count(&up[GCA__TQ_SPLIT_BYTES], &down[GCA__TQ_SPLIT_BYTES], split_bytes);
+  room[GCA__TQ_SPLIT] = r_split;
+  room[GCA__TQ_SPLIT_BYTES] = r_split_bytes;
+  up[GCA__TQ_SPLIT] += gca__tc_rise(split);
+  up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(split_bytes);
   tc->req[slot] = 0;
   bin->stream = b->stream;
   bin->size = (size_t)bytes;
