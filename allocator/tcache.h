@@ -213,15 +213,17 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   tc->cached_bytes -= rounded;
   if (GCA_UNLIKELY(tc->waste != 0))
     tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
+  /* each room next to its rises: stores of neighbouring counters in one
+   * line of code are paired into vector instructions that cost more */
   room[GCA__TQ_BLOCKS] -= 1;
-  room[GCA__TQ_BYTES] -= bytes;
-  room[GCA__TQ_REQUESTED] -= (int64_t)size;
-  room[GCA__TQ_SPLIT] += split;
-  room[GCA__TQ_SPLIT_BYTES] += split_bytes;
   up[GCA__TQ_BLOCKS] += 1;
+  room[GCA__TQ_BYTES] -= bytes;
   up[GCA__TQ_BYTES] += bytes;
+  room[GCA__TQ_REQUESTED] -= (int64_t)size;
   up[GCA__TQ_REQUESTED] += (int64_t)size;
+  room[GCA__TQ_SPLIT] += split;
   up[GCA__TQ_SPLIT] += gca__tc_rise(-split);
+  room[GCA__TQ_SPLIT_BYTES] += split_bytes;
   up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(-split_bytes);
   gca__tc_unlock(tc);
   return b;
@@ -262,10 +264,10 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
   room[GCA__TQ_BYTES] += bytes;
   room[GCA__TQ_REQUESTED] += req;
   room[GCA__TQ_SPLIT] = r_split;
+  up[GCA__TQ_SPLIT] += gca__tc_rise(split); /* apart: see gca__tc_take */
   room[GCA__TQ_SPLIT_BYTES] = r_split_bytes;
-  up[GCA__TQ_SPLIT] += gca__tc_rise(split);
-  up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(split_bytes);
   tc->req[slot] = 0;
+  up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(split_bytes);
   bin->stream = b->stream;
   bin->size = (size_t)bytes;
   bin->blk[n] = b;
