@@ -105,8 +105,11 @@
  * fence on every fast path), so a visitor asleep on an owner's section
  * wakes by its timeout, once per nap. The locked side lets a cache's lock go
  * with gca__tc_unlock_wake, which looks (a sequentially consistent store,
- * then the sleepers' count, as gca__mutex_t does), so an owner asleep while
- * a fold holds its cache wakes as soon as the fold lets go.
+ * then the sleepers' count, as gca__mutex_t does), so a thread asleep on it
+ * wakes as soon as the visitor lets go. The owner's fast paths never wait:
+ * they only try the lock (gca__tc_trylock), and a visitor's hold is a miss
+ * that takes the locked path, where the visitor holds the device lock
+ * anyway; so the fast paths call nothing and save no register for a call.
  *
  * Note [Thread cache waste]. A block enters a domain only with no held block
  * near, and a request that splits a free block beside a cached one evicts it
