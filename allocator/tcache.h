@@ -100,9 +100,10 @@ void gca__tc_lock_slow(gca__tcache_t *tc);
 /* Lets go tc's lock from the locked side, waking a visitor or owner asleep on it. */
 void gca__tc_unlock_wake(gca__tcache_t *tc);
 
-/* The lock of a thread cache (Note [Thread cache lock]): the owner takes it
- * for each fast path (its own cache line, so uncontended it costs one atomic
- * instruction and a plain store), a device-lock holder when it visits. */
+/* The lock of a thread cache (Note [Thread cache lock]): the owner tries it
+ * for each fast path (gca__tc_trylock: its own cache line, so uncontended it
+ * costs one atomic instruction and a plain store), the locked side takes it
+ * (a device-lock holder when it visits, or the owner under d->lock). */
 static inline void gca__tc_lock(gca__tcache_t *tc) {
   unsigned expected = 0;
   if (GCA_UNLIKELY(!atomic_compare_exchange_strong_explicit(
