@@ -209,6 +209,11 @@ struct gca__block {
   uint64_t fc_gen;   /* the pool's gen when fc_exact was found (Note [Exact hits]) */
   uint8_t fc_exact;  /* GCA__FC_EXACT_*: whether a hit on it is PyTorch's best fit, while
                         its pool's gen is fc_gen */
+  /* while tc is set (written with d->lock and tc's lock held): its slot in
+   * tc's table (keys[tc_slot] == addr), its bin (gca__tc_bin of its stream
+   * and size) and its type index (0 small, 1 large), so that the fast paths
+   * find them without hashing */
+  uint8_t tc_slot, tc_bin, tc_ti;
   gca__tcache_t *tc; /* the thread cache whose domain holds b, else NULL (Note [Thread
                         caches]); set and cleared with d->lock and tc's lock held. While
                         set, whether b is cached there and its requested size are the
@@ -724,6 +729,16 @@ gca_stream_t gca__ptds_key_slow(void);
 /* The allocator's key for a stream handle: the handle itself, NULL for
  * GCA_STREAM_LEGACY, the calling thread's own key for GCA_STREAM_PER_THREAD.
  * Inline: one compare on the hot path. */
+/* The key of s when it needs no call (not the first per-thread request of a
+ * thread), else GCA_STREAM_PER_THREAD itself: a path that must call
+ * nothing takes its slow side then. */
+static inline gca_stream_t gca__stream_key_nocall(gca_stream_t s) {
+  if (GCA_LIKELY((uintptr_t)s > 2))
+    return s;
+  if (s != GCA_STREAM_PER_THREAD)
+    return NULL;
+  return gca__t_ptds_key != NULL ? gca__t_ptds_key : s;
+}
 static inline gca_stream_t gca__stream_key(gca_stream_t s) {
   if (GCA_LIKELY((uintptr_t)s > 2))
     return s;

@@ -417,17 +417,13 @@ static __attribute__((noinline)) gca_status_t malloc_slow(int device, void **ptr
   return dev_malloc_locked(d, ptr, size, gca__stream_key(stream), stream);
 }
 
-/* The calling thread's cache first, without the device lock (Note [Thread
- * caches]); on a miss the locked path. Six arguments, all in registers. */
-static __attribute__((noinline)) gca_status_t malloc_tc(gca__devalloc_t *d, gca__tcache_t *tc,
-                                                        void **ptr, size_t size,
-                                                        gca_stream_t stream, gca_stream_t key) {
+/* A miss of the calling thread's cache (Note [Thread caches]): the free
+ * cache for the sizes the thread caches do not take, else the locked path.
+ * Six arguments, all in registers. */
+static __attribute__((noinline)) gca_status_t malloc_tc_miss(gca__devalloc_t *d, void **ptr,
+                                                             size_t size, gca_stream_t stream) {
+  gca_stream_t key = gca__stream_key(stream);
   gca__block_t *b;
-  if (GCA_LIKELY(size <= GCA__TC_MAX_SIZE && gca__tc_open(d) &&
-                 (b = gca__tc_take(d, tc, key, size)) != NULL)) {
-    *ptr = (void *)(uintptr_t)b->addr;
-    return GCA_OK;
-  }
   if (!gca__mutex_trylock(&d->lock))
     return malloc_slow(d->device, ptr, size, stream);
   if (d->fc_count != 0 && gca__fc_quiet(d)) { /* sizes the thread caches do not take */
@@ -444,33 +440,54 @@ static __attribute__((noinline)) gca_status_t malloc_tc(gca__devalloc_t *d, gca_
   return dev_malloc_locked(d, ptr, size, key, stream);
 }
 
-/* The fast paths below (the free cache's hit, an uncontended lock) hold no
- * call but the unlock's wake-up, so they run without saving registers; every
- * other case goes to a function that starts over or continues under the lock. */
+/* A device with no thread cache of the calling thread: the free cache's
+ * hit under an uncontended lock, else the locked path. */
+static __attribute__((noinline)) gca_status_t malloc_fc(gca__devalloc_t *d, void **ptr,
+                                                        size_t size, gca_stream_t stream) {
+  gca_stream_t key = gca__stream_key(stream);
+  if (!gca__mutex_trylock(&d->lock))
+    return malloc_slow(d->device, ptr, size, stream);
+  if (GCA_LIKELY(d->fc_count != 0 && !d->tc_count && gca__fc_quiet(d))) {
+    size_t rounded = gca__round_request(d, size);
+    gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
+    gca__block_t *b = gca__fc_take(d, pool, key, rounded, size, true);
+    if (GCA_LIKELY(b != NULL)) {
+      DEBUG_CHECK(d);
+      *ptr = (void *)(uintptr_t)b->addr;
+      gca__mutex_unlock(&d->lock);
+      return GCA_OK;
+    }
+  }
+  *ptr = NULL;
+  return dev_malloc_locked(d, ptr, size, key, stream);
+}
+
+/* The calling thread's cache first, without the device lock (Note [Thread
+ * caches]): the hit calls nothing (a thread's first per-thread-stream
+ * request misses) and a miss is a tail call, so the path saves few registers. */
+static __attribute__((noinline)) gca_status_t malloc_tc(gca__devalloc_t *d, gca__tcache_t *tc,
+                                                        void **ptr, size_t size,
+                                                        gca_stream_t stream) {
+  gca_stream_t key = gca__stream_key_nocall(stream);
+  gca__block_t *b;
+  if (GCA_LIKELY(size <= GCA__TC_MAX_SIZE && key != GCA_STREAM_PER_THREAD && gca__tc_open(d) &&
+                 (b = gca__tc_take(d, tc, key, size)) != NULL)) {
+    *ptr = (void *)(uintptr_t)b->addr;
+    return GCA_OK;
+  }
+  return malloc_tc_miss(d, ptr, size, stream);
+}
+
+/* The entry point only dispatches, by tail calls: it saves no register. */
 GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_stream_t stream) {
   gca__devalloc_t *d;
-  gca_stream_t key = gca__stream_key(stream);
   if (GCA_LIKELY(ptr != NULL && size - 1 < GCA__MAX_REQUEST &&
                  (unsigned)device < GCA__MAX_DEVICES &&
                  (d = atomic_load_explicit(&g_devs[device], memory_order_acquire)) != NULL)) {
     gca__tcache_t *tc = gca__tc_mine(device);
-    if (tc != NULL) /* a tail call: this path keeps its few registers */
-      return malloc_tc(d, tc, ptr, size, stream, key);
-    if (!gca__mutex_trylock(&d->lock))
-      return malloc_slow(device, ptr, size, stream);
-    if (GCA_LIKELY(d->fc_count != 0 && !d->tc_count && gca__fc_quiet(d))) {
-      size_t rounded = gca__round_request(d, size);
-      gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
-      gca__block_t *b = gca__fc_take(d, pool, key, rounded, size, true);
-      if (GCA_LIKELY(b != NULL)) {
-        DEBUG_CHECK(d);
-        *ptr = (void *)(uintptr_t)b->addr;
-        gca__mutex_unlock(&d->lock);
-        return GCA_OK;
-      }
-    }
-    *ptr = NULL;
-    return dev_malloc_locked(d, ptr, size, key, stream);
+    if (tc != NULL)
+      return malloc_tc(d, tc, ptr, size, stream);
+    return malloc_fc(d, ptr, size, stream);
   }
   return malloc_slow(device, ptr, size, stream);
 }
@@ -767,13 +784,10 @@ static __attribute__((noinline)) gca_status_t free_fc_counted(gca__devalloc_t *d
   return free_locked(d, b, addr, -1);
 }
 
-/* A block the calling thread's cache handed out goes back to it (Note
- * [Thread caches]); anything else takes the locked path. */
-static __attribute__((noinline)) gca_status_t free_tc(gca__devalloc_t *d, gca__tcache_t *tc,
-                                                      void *ptr) {
+/* A free the calling thread's cache did not take back (Note [Thread
+ * caches]): the locked path. */
+static __attribute__((noinline)) gca_status_t free_tc_miss(gca__devalloc_t *d, void *ptr) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
-  if (GCA_LIKELY(gca__tc_open(d) && gca__tc_put(d, tc, addr)))
-    return GCA_OK;
   if (gca__mutex_trylock(&d->lock)) {
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
     if (GCA_LIKELY(b != NULL && !b->cached))
@@ -783,6 +797,46 @@ static __attribute__((noinline)) gca_status_t free_tc(gca__devalloc_t *d, gca__t
   return free_impl(ptr, -1);
 }
 
+/* A device with no thread cache of the calling thread: the free cache's put
+ * under an uncontended lock, else the locked path. */
+static __attribute__((noinline)) gca_status_t free_fc(gca__devalloc_t *d, void *ptr) {
+  gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
+  if (!gca__mutex_trylock(&d->lock))
+    return free_impl(ptr, -1);
+  gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
+  if (GCA_LIKELY(b != NULL && !b->cached)) {
+    /* a thread cache may take it, or the statistics count their headroom */
+    if (GCA_UNLIKELY(d->tc_on))           /* then also tc_count, when caches exist */
+      return free_fc_counted(d, b, addr); /* a tail call */
+    /* the free cache's put: a plain free into its slot (Note [Free cache]) */
+    if (GCA_LIKELY(d->fc_on)) {
+      /* a device that wastes its puts: the plain free, but for a probe (Note [Free cache waste]) */
+      if (GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d))
+        return free_plain(d, b, addr);
+      gca__block_t **slot = gca__fc_slot(d, b->stream, b->pool);
+      if (GCA_LIKELY(gca__fc_cacheable(d, b) && gca__fc_quiet(d) && gca__fc_fits(d, slot, b))) {
+        gca__fc_put(d, slot, b, true);
+        DEBUG_CHECK(d);
+        gca__dev_unlock(d);
+        return GCA_OK;
+      }
+    }
+    return free_locked(d, b, addr, -1);
+  }
+  gca__dev_unlock(d);
+  return free_impl(ptr, -1);
+}
+
+/* A block the calling thread's cache handed out goes back to it (Note
+ * [Thread caches]): as malloc_tc, no call but the miss's tail call. */
+static __attribute__((noinline)) gca_status_t free_tc(gca__devalloc_t *d, gca__tcache_t *tc,
+                                                      void *ptr) {
+  if (GCA_LIKELY(gca__tc_open(d) && gca__tc_put(d, tc, (gca_devptr_t)(uintptr_t)ptr)))
+    return GCA_OK;
+  return free_tc_miss(d, ptr);
+}
+
+/* As gca_malloc_device, a dispatcher by tail calls. */
 GCA_API gca_status_t gca_free(void *ptr) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   int dev = atomic_load_explicit(&g_single_dev, memory_order_relaxed);
@@ -791,32 +845,9 @@ GCA_API gca_status_t gca_free(void *ptr) {
   if (GCA_LIKELY(dev >= 0 && addr != 0 &&
                  (d = atomic_load_explicit(&g_devs[dev], memory_order_acquire)) != NULL)) {
     gca__tcache_t *tc = gca__tc_mine(dev);
-    if (tc != NULL) /* a tail call, as malloc's */
+    if (tc != NULL)
       return free_tc(d, tc, ptr);
-    if (!gca__mutex_trylock(&d->lock))
-      return free_impl(ptr, -1);
-    gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
-    if (GCA_LIKELY(b != NULL && !b->cached)) {
-      /* a thread cache may take it, or the statistics count their headroom */
-      if (GCA_UNLIKELY(d->tc_on))           /* then also tc_count, when caches exist */
-        return free_fc_counted(d, b, addr); /* a tail call */
-      /* the free cache's put: a plain free into its slot (Note [Free cache]) */
-      if (GCA_LIKELY(d->fc_on)) {
-        /* a device that wastes its puts: the plain free, but for a probe (Note [Free cache waste])
-         */
-        if (GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d))
-          return free_plain(d, b, addr);
-        gca__block_t **slot = gca__fc_slot(d, b->stream, b->pool);
-        if (GCA_LIKELY(gca__fc_cacheable(d, b) && gca__fc_quiet(d) && gca__fc_fits(d, slot, b))) {
-          gca__fc_put(d, slot, b, true);
-          DEBUG_CHECK(d);
-          gca__dev_unlock(d);
-          return GCA_OK;
-        }
-      }
-      return free_locked(d, b, addr, -1);
-    }
-    gca__dev_unlock(d);
+    return free_fc(d, ptr);
   }
   return free_impl(ptr, -1);
 }

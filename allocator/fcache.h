@@ -131,6 +131,19 @@ static inline __attribute__((always_inline)) void gca__fc_stat_plain(gca_stat_t 
     all->peak = all->current;
 }
 
+/* gca__fc_stat_plain for n >= 0: no test of the sign. */
+static inline __attribute__((always_inline)) void gca__fc_stat_rise(gca_stat_t *arr, int t,
+                                                                    int64_t n) {
+  gca_stat_t *x = &arr[t], *all = &arr[GCA_STAT_ALL];
+  x->current += n;
+  all->current += n;
+  x->allocated += n;
+  if (x->current > x->peak)
+    x->peak = x->current;
+  if (all->current > all->peak)
+    all->peak = all->current;
+}
+
 /* A statistic of the free cache's paths: plain (no thread cache, the
  * caller checked) or with the thread caches' headroom counted. */
 static inline __attribute__((always_inline)) void gca__fc_stat(gca__devalloc_t *d, gca_stat_t *arr,
@@ -199,9 +212,9 @@ gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t 
   b->allocated = true;
   b->requested = requested;
   if (quiet) { /* gca__stat_block_alloc, plain */
-    gca__fc_stat_plain(d->stats.allocation, t, 1);
-    gca__fc_stat_plain(d->stats.allocated_bytes, t, (int64_t)b->size);
-    gca__fc_stat_plain(d->stats.requested_bytes, t, (int64_t)requested);
+    gca__fc_stat_rise(d->stats.allocation, t, 1);
+    gca__fc_stat_rise(d->stats.allocated_bytes, t, (int64_t)b->size);
+    gca__fc_stat_rise(d->stats.requested_bytes, t, (int64_t)requested);
     b->oversize = b->size >= d->cfg.max_split_size;
     if (b->oversize) { /* one statistic, not an array by type */
       gca_stat_t *o = &d->stats.oversize_allocations;

@@ -59,7 +59,8 @@
  *
  * Statistics stay exact (tcstats.c). A cache keeps what its fast paths move,
  * per type and quantity (blocks, bytes, requested bytes, inactive_split and
- * its bytes): delta = up - down since its last fold. The current of a
+ * its bytes): delta, how far each moved since its last fold (its headroom
+ * left then less now), and the rises among its moves. The current of a
  * statistic is d->stats' plus every cache's delta; a read (gca_get_stats,
  * snapshots, the walker, reset of peaks or counters, the OOM report, trace
  * observers) takes
@@ -104,8 +105,11 @@
  * fence on every fast path), so a visitor asleep on an owner's section
  * wakes by its timeout, once per nap. The locked side lets a cache's lock go
  * with gca__tc_unlock_wake, which looks (a sequentially consistent store,
- * then the sleepers' count, as gca__mutex_t does), so an owner asleep while
- * a fold holds its cache wakes as soon as the fold lets go.
+ * then the sleepers' count, as gca__mutex_t does), so a thread asleep on it
+ * wakes as soon as the visitor lets go. The owner's fast paths never wait:
+ * they only try the lock (gca__tc_trylock), and a visitor's hold is a miss
+ * that takes the locked path, where the visitor holds the device lock
+ * anyway; so the fast paths call nothing and save no register for a call.
  *
  * Note [Thread cache waste]. A block enters a domain only with no held block
  * near, and a request that splits a free block beside a cached one evicts it
@@ -191,6 +195,9 @@ static void dom_insert(gca__tcache_t *tc, gca__block_t *b) {
   tc->keys[i] = b->addr;
   tc->vals[i] = b;
   tc->req[i] = 0;
+  b->tc_slot = (uint8_t)i;
+  b->tc_bin = (uint8_t)gca__tc_bin_index(b->stream, b->size);
+  b->tc_ti = b->pool == &tc->d->small ? 0 : 1;
   tc->ndomain++;
   tc->d->tc_held++;
   atomic_fetch_or_explicit(&tc->filter, UINT64_C(1) << (gca__tc_slot(b->addr) >> 1),
@@ -215,6 +222,7 @@ static void dom_remove(gca__tcache_t *tc, gca__block_t *b) {
       tc->keys[i] = tc->keys[j];
       tc->vals[i] = tc->vals[j];
       tc->req[i] = tc->req[j];
+      tc->vals[i]->tc_slot = (uint8_t)i;
       tc->keys[j] = 0;
       i = j;
     }

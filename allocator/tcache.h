@@ -51,10 +51,14 @@ typedef struct gca__tcbin {
  * while handed out is kept here (req), not in the block record, whose cache
  * lines other threads' records may share.
  * For each type index ti (0 small, 1 large) and quantity q:
- *   delta = up - down: how far the statistic moved since the last fold
- *   allow = room + delta: its headroom (what it gave back before, and may
- *     take again); room >= 0 is what is left of it, so a fast path checks
- *     n <= room for a move of n of either sign and adds nothing up to check
+ *   room >= 0: what is left of its headroom; a move of n (either sign)
+ *     needs n <= room and takes n off it, so a fast path checks and
+ *     counts the move with one subtraction
+ *   base: room at the last fold, so delta = base - room is how far the
+ *     statistic moved since, and allow = room + delta = base its headroom
+ *     (what it gave back before, and may take again)
+ *   up: the sum of its rises since the last fold (allocated), its falls
+ *     (freed) being up - delta; a fall is counted in room alone
  * Invariants: ncached == blocks in the bins, cached_bytes their bytes;
  * ndomain == entries of the table == blocks whose ->tc is this cache; a
  * block of the domain is cached exactly when its req is 0 (a request is
@@ -63,7 +67,7 @@ struct gca__tcache {
   atomic_uint lock;     /* 0 free, 1 held: a futex word (Note [Thread cache lock]) */
   atomic_uint sleepers; /* threads that may be asleep on `lock` */
   gca__devalloc_t *d;   /* NULL once the device is gone; written under `lock` */
-  int64_t up[2][GCA__TQ], down[2][GCA__TQ], room[2][GCA__TQ];
+  int64_t up[2][GCA__TQ], base[2][GCA__TQ], room[2][GCA__TQ];
   gca__tcbin_t bins[GCA__TC_BINS];
   /* blocks in the bins: atomic so that the owner's fast take may look
    * without the lock (only the owner adds, so its look is never low); every
@@ -96,14 +100,22 @@ void gca__tc_lock_slow(gca__tcache_t *tc);
 /* Lets go tc's lock from the locked side, waking a visitor or owner asleep on it. */
 void gca__tc_unlock_wake(gca__tcache_t *tc);
 
-/* The lock of a thread cache (Note [Thread cache lock]): the owner takes it
- * for each fast path (its own cache line, so uncontended it costs one atomic
- * instruction and a plain store), a device-lock holder when it visits. */
+/* The lock of a thread cache (Note [Thread cache lock]): the owner tries it
+ * for each fast path (gca__tc_trylock: its own cache line, so uncontended it
+ * costs one atomic instruction and a plain store), the locked side takes it
+ * (a device-lock holder when it visits, or the owner under d->lock). */
 static inline void gca__tc_lock(gca__tcache_t *tc) {
   unsigned expected = 0;
   if (GCA_UNLIKELY(!atomic_compare_exchange_strong_explicit(
           &tc->lock, &expected, 1, memory_order_acquire, memory_order_relaxed)))
     gca__tc_lock_slow(tc);
+}
+/* The fast paths' lock: false (not taken) when a visitor holds it, and the
+ * fast path misses; it calls nothing, so the paths save no register. */
+static inline bool gca__tc_trylock(gca__tcache_t *tc) {
+  unsigned expected = 0;
+  return atomic_compare_exchange_strong_explicit(&tc->lock, &expected, 1, memory_order_acquire,
+                                                 memory_order_relaxed);
 }
 /* The fast paths' unlock: no wake-up (a sleeper wakes by its own timeout). */
 static inline void gca__tc_unlock(gca__tcache_t *tc) {
@@ -116,9 +128,12 @@ static inline gca__tcache_t *gca__tc_mine(int device) {
   return t != NULL ? t->dev[device] : NULL;
 }
 
-static inline gca__tcbin_t *gca__tc_bin(gca__tcache_t *tc, gca_stream_t stream, size_t size) {
+static inline uint32_t gca__tc_bin_index(gca_stream_t stream, size_t size) {
   uint64_t h = ((uint64_t)(uintptr_t)stream ^ (size >> 9)) * 0x9e3779b97f4a7c15ull;
-  return &tc->bins[h >> (64 - 4)];
+  return (uint32_t)(h >> (64 - 4));
+}
+static inline gca__tcbin_t *gca__tc_bin(gca__tcache_t *tc, gca_stream_t stream, size_t size) {
+  return &tc->bins[gca__tc_bin_index(stream, size)];
 }
 _Static_assert(GCA__TC_BINS == 16, "gca__tc_bin takes 4 bits of the hash");
 
@@ -152,13 +167,9 @@ static inline void gca__tc_ncached_add(gca__tcache_t *tc, int n) {
                         memory_order_relaxed);
 }
 
-/* Moves quantity q of type index ti by n (n <= its room, checked). */
-static inline void gca__tc_move(gca__tcache_t *tc, int ti, int q, int64_t n) {
-  tc->room[ti][q] -= n;
-  if (n >= 0)
-    tc->up[ti][q] += n;
-  else
-    tc->down[ti][q] -= n;
+/* n if it is a rise, else 0, without a branch. */
+static inline int64_t gca__tc_rise(int64_t n) {
+  return n & ~(n >> 63);
 }
 
 /* Whether the thread caches' fast paths may run on d now: on, nothing
@@ -178,36 +189,43 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   size_t rounded = size < GCA__MIN_BLOCK_SIZE
                        ? GCA__MIN_BLOCK_SIZE
                        : (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
-  gca__pool_t *pool = rounded <= GCA__SMALL_SIZE ? &d->small : &d->large;
+  unsigned ti = rounded > GCA__SMALL_SIZE; /* the default pool's type index */
   gca__tcbin_t *bin = gca__tc_bin(tc, stream, rounded);
   if (atomic_load_explicit(&tc->ncached, memory_order_relaxed) == 0)
     return NULL; /* nothing cached: the lock is not taken */
-  gca__tc_lock(tc);
+  if (GCA_UNLIKELY(!gca__tc_trylock(tc)))
+    return NULL; /* a visitor's: the locked path waits for it */
   gca__block_t *b;
-  if (GCA_UNLIKELY(tc->d != d || bin->n == 0 || bin->stream != stream || bin->size != rounded ||
-                   (b = bin->blk[bin->n - 1])->pool != pool))
+  uint32_t n = bin->n;
+  if (GCA_UNLIKELY(tc->d != d || n == 0 || bin->stream != stream || bin->size != rounded ||
+                   (b = bin->blk[n - 1])->tc_ti != ti))
     goto miss;
-  int ti = pool == &d->small ? 0 : 1;
-  int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)b->size;
+  /* the moves: one allocated block of `bytes` for `size`, and the run's
+   * change in inactive_split undone; any room going below zero misses */
+  int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)rounded;
   int64_t *room = tc->room[ti], *up = tc->up[ti];
   if (GCA_UNLIKELY(room[GCA__TQ_BLOCKS] < 1 || room[GCA__TQ_BYTES] < bytes ||
                    room[GCA__TQ_REQUESTED] < (int64_t)size || room[GCA__TQ_SPLIT] < -split ||
                    room[GCA__TQ_SPLIT_BYTES] < -split_bytes))
     goto miss;
-  bin->n--;
-  tc->req[gca__tc_find(tc, b->addr)] = size;
+  bin->n = n - 1;
+  tc->req[b->tc_slot] = size;
   gca__tc_ncached_add(tc, -1);
-  tc->cached_bytes -= b->size;
+  tc->cached_bytes -= rounded;
   if (GCA_UNLIKELY(tc->waste != 0))
     tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
+  /* each room next to its rises: stores of neighbouring counters in one
+   * line of code are paired into vector instructions that cost more */
   room[GCA__TQ_BLOCKS] -= 1;
   up[GCA__TQ_BLOCKS] += 1;
   room[GCA__TQ_BYTES] -= bytes;
   up[GCA__TQ_BYTES] += bytes;
   room[GCA__TQ_REQUESTED] -= (int64_t)size;
   up[GCA__TQ_REQUESTED] += (int64_t)size;
-  gca__tc_move(tc, ti, GCA__TQ_SPLIT, -split);
-  gca__tc_move(tc, ti, GCA__TQ_SPLIT_BYTES, -split_bytes);
+  room[GCA__TQ_SPLIT] += split;
+  up[GCA__TQ_SPLIT] += gca__tc_rise(-split);
+  room[GCA__TQ_SPLIT_BYTES] += split_bytes;
+  up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(-split_bytes);
   gca__tc_unlock(tc);
   return b;
 miss:
@@ -223,36 +241,40 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
   if (!(atomic_load_explicit(&tc->filter, memory_order_relaxed) &
         (UINT64_C(1) << (gca__tc_slot(addr) >> 1))))
     return false; /* not tc's: the lock is not taken */
-  gca__tc_lock(tc);
+  if (GCA_UNLIKELY(!gca__tc_trylock(tc)))
+    return false; /* a visitor's: the locked path waits for it */
   int slot = gca__tc_find(tc, addr);
   if (GCA_UNLIKELY(tc->d != d || slot < 0))
     goto miss;
   gca__block_t *b = tc->vals[slot];
-  gca__tcbin_t *bin = gca__tc_bin(tc, b->stream, b->size);
-  if (GCA_UNLIKELY((bin->n != 0 && (bin->stream != b->stream || bin->size != b->size)) ||
-                   bin->n == GCA__TC_BIN_MAX || tc->cached_bytes + b->size > GCA__TC_BYTES ||
-                   tc->req[slot] ==
-                       0)) /* the last: cached, a double free the locked path reports */
+  gca__tcbin_t *bin = &tc->bins[b->tc_bin];
+  int64_t req = (int64_t)tc->req[slot], bytes = (int64_t)b->size;
+  uint32_t n = bin->n;
+  if (GCA_UNLIKELY((n != 0 && (bin->stream != b->stream || bin->size != (size_t)bytes)) ||
+                   n == GCA__TC_BIN_MAX || tc->cached_bytes + (size_t)bytes > GCA__TC_BYTES ||
+                   req == 0)) /* the last: cached, a double free the locked path reports */
     goto miss;
-  int ti = b->pool == &d->small ? 0 : 1;
-  int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)b->size;
-  int64_t *room = tc->room[ti], *down = tc->down[ti], req = (int64_t)tc->req[slot];
-  if (GCA_UNLIKELY(room[GCA__TQ_SPLIT] < split || room[GCA__TQ_SPLIT_BYTES] < split_bytes))
+  /* the moves: one block of `bytes` for `req` freed, and the run's change
+   * in inactive_split; falls need no room, and count in room alone */
+  int64_t split = b->fc_blocks, split_bytes = b->fc_bytes;
+  int64_t *room = tc->room[b->tc_ti], *up = tc->up[b->tc_ti];
+  int64_t r_split = room[GCA__TQ_SPLIT] - split, r_split_bytes = room[GCA__TQ_SPLIT_BYTES] - split_bytes;
+  if (GCA_UNLIKELY((r_split | r_split_bytes) < 0))
     goto miss;
   room[GCA__TQ_BLOCKS] += 1;
-  down[GCA__TQ_BLOCKS] += 1;
   room[GCA__TQ_BYTES] += bytes;
-  down[GCA__TQ_BYTES] += bytes;
   room[GCA__TQ_REQUESTED] += req;
-  down[GCA__TQ_REQUESTED] += req;
-  gca__tc_move(tc, ti, GCA__TQ_SPLIT, split);
-  gca__tc_move(tc, ti, GCA__TQ_SPLIT_BYTES, split_bytes);
+  room[GCA__TQ_SPLIT] = r_split;
+  up[GCA__TQ_SPLIT] += gca__tc_rise(split); /* apart: see gca__tc_take */
+  room[GCA__TQ_SPLIT_BYTES] = r_split_bytes;
   tc->req[slot] = 0;
+  up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(split_bytes);
   bin->stream = b->stream;
-  bin->size = b->size;
-  bin->blk[bin->n++] = b;
+  bin->size = (size_t)bytes;
+  bin->blk[n] = b;
+  bin->n = n + 1;
   gca__tc_ncached_add(tc, 1);
-  tc->cached_bytes += b->size;
+  tc->cached_bytes += (size_t)bytes;
   gca__tc_unlock(tc);
   return true;
 miss:

@@ -57,19 +57,20 @@ void gca__tc_fold_one(gca__devalloc_t *d, gca__tcache_t *tc, unsigned revoke) {
   for (int ti = 0; ti < 2; ti++) {
     int t = ti + 1;
     for (int q = 0; q < GCA__TQ; q++) {
-      int64_t delta = tc->up[ti][q] - tc->down[ti][q];
+      int64_t delta = tc->base[ti][q] - tc->room[ti][q];
       gca_stat_t *x = stat_at(d, q_array[q] * GCA_STAT_TYPES);
       x[t].current += delta;
       x[t].allocated += tc->up[ti][q];
-      x[t].freed += tc->down[ti][q];
+      x[t].freed += tc->up[ti][q] - delta;
       x[GCA_STAT_ALL].current += delta; /* all's allocated and freed are summed when read */
       /* G + allow stays (what was freed may come back): allow - delta, the room */
       esc_add(d, q, t, -delta);
-      tc->up[ti][q] = tc->down[ti][q] = 0;
+      tc->up[ti][q] = 0;
       if (revoke & (1u << q)) {
         esc_add(d, q, t, -tc->room[ti][q]);
         tc->room[ti][q] = 0;
       }
+      tc->base[ti][q] = tc->room[ti][q];
     }
   }
 }
@@ -120,11 +121,12 @@ gca_status_t gca__tc_check_escrow(const gca__devalloc_t *dc) {
   for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next) {
     for (int ti = 0; ti < 2; ti++) {
       for (int q = 0; q < GCA__TQ; q++) {
-        if (tc->up[ti][q] != tc->down[ti][q] || tc->room[ti][q] < 0)
+        if (tc->up[ti][q] != 0 || tc->base[ti][q] != tc->room[ti][q] || tc->room[ti][q] < 0)
           return gca__error(GCA_ERR_INTERNAL,
                             "allocator_check: device %d: a thread cache's delta %" PRId64
-                            " (room %" PRId64 ") after a fold",
-                            d->device, tc->up[ti][q] - tc->down[ti][q], tc->room[ti][q]);
+                            " (rises %" PRId64 ", room %" PRId64 ") after a fold",
+                            d->device, tc->base[ti][q] - tc->room[ti][q], tc->up[ti][q],
+                            tc->room[ti][q]);
         int a = q_array[q] * GCA_STAT_TYPES;
         sum[a + ti + 1] += tc->room[ti][q];
         sum[a + GCA_STAT_ALL] += tc->room[ti][q];
