@@ -257,6 +257,11 @@ GCA_API void gca_sim_counters_reset(void);
  * real driver's cuMemAlloc takes a millisecond or so; the op acts after the
  * wait, and its call is counted before it. Unknown op: GCA_ERR_CONFIG. */
 GCA_API gca_status_t gca_sim_set_latency(const char *op, uint64_t ns);
+/* While held, every call of `op` is counted and then waits, before it acts,
+ * until gca_sim_hold(op, false): a test's gate for "a thread is inside this
+ * driver call" (gca_sim_call_count says when it got there), with no timing.
+ * Unknown op: GCA_ERR_CONFIG. */
+GCA_API gca_status_t gca_sim_hold(const char *op, bool hold);
 /* Capacity of a sim device in bytes (default GCA_SIM_DEVICE_MEMORY, else
  * 16GiB). Fails with GCA_ERR_INVALID_STATE when more than `bytes` is in use. */
 GCA_API gca_status_t gca_sim_set_capacity(int device, uint64_t bytes);

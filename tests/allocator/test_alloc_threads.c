@@ -6,9 +6,10 @@
  * on yet another stream. With two sim devices (meson sets GCA_SIM_DEVICES=2)
  * half the threads allocate on device 1, so frees must find the device. Run
  * under TSan and ASan too. The seed is printed. Also
- * release_lock_on_cudamalloc: while one thread waits for the driver (sim
- * latency on mem_alloc), others are served from the cache, and the bytes it
- * is allocating count against the device's limit. */
+ * release_lock_on_cudamalloc: while one thread is inside the driver (the sim
+ * holds its mem_alloc: a gate, no timing), the device lock is free and others
+ * are served from the cache, and the bytes it is allocating count against the
+ * device's limit. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -198,8 +199,6 @@ static void concurrent_double_free_only_one_wins(void **state) {
 
 /* ---- release_lock_on_cudamalloc ---- */
 
-#define SLOW_ALLOC_NS (300ull * 1000 * 1000)
-
 static int threads_setup(void **state) {
   alloc_setup(state);
   for (int i = 0; i < 2; i++)
@@ -208,7 +207,7 @@ static int threads_setup(void **state) {
 }
 
 static int threads_teardown(void **state) {
-  (void)gca_sim_set_latency("mem_alloc", 0);
+  (void)gca_sim_hold("mem_alloc", false);
   (void)gca_set_config("");
   for (int i = 0; i < 2; i++)
     (void)gca_stream_destroy(streams[i]);
@@ -231,26 +230,38 @@ static void *slow_alloc(void *arg) {
 }
 
 /* Starts a thread whose malloc needs a new segment and returns once that
- * thread is inside the (slow) driver call. */
-static void start_slow_alloc(slow_alloc_t *a, pthread_t *t) {
+ * thread is inside the driver call, where the sim holds it (gca_sim_hold)
+ * until hold_end. */
+static void start_held_alloc(slow_alloc_t *a, pthread_t *t) {
   int64_t calls = gca_sim_call_count("mem_alloc");
-  assert_ok(gca_sim_set_latency("mem_alloc", SLOW_ALLOC_NS));
   atomic_init(&a->done, 0);
+  assert_ok(gca_sim_hold("mem_alloc", true));
   assert_int_equal(pthread_create(t, NULL, slow_alloc, a), 0);
   while (gca_sim_call_count("mem_alloc") == calls)
     sched_yield();
 }
 
-/* Cached pairs on this thread; returns whether the slow thread was still in
- * the driver when they were done. */
-static bool pairs_finish_first(slow_alloc_t *a) {
-  for (int i = 0; i < 100; i++) {
-    void *p = alloc_on(4096, NULL);
-    free_ok(p);
-  }
-  return atomic_load(&a->done) == 0;
+static void hold_end(slow_alloc_t *a, pthread_t t) {
+  assert_ok(gca_sim_hold("mem_alloc", false));
+  pthread_join(t, NULL);
+  assert_ok(a->st);
 }
 
+/* Whether some thread holds device 0's allocator lock now. */
+static bool device_lock_held(void) {
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  assert_non_null(d);
+  if (!gca__mutex_trylock(&d->lock))
+    return true;
+  gca__mutex_unlock(&d->lock);
+  return false;
+}
+
+/* A thread's segment allocation is held inside the driver call (a gate:
+ * gca_sim_hold, the call counted on arrival). With
+ * release_lock_on_cudamalloc the device lock is free meanwhile and this
+ * thread's cached pairs complete while the other cannot have left the
+ * driver; without it the lock is held for the whole call. */
 static void release_lock_on_cudamalloc_serves_others_meanwhile(void **state) {
   (void)state;
   for (int release = 1; release >= 0; release--) {
@@ -260,14 +271,20 @@ static void release_lock_on_cudamalloc_serves_others_meanwhile(void **state) {
     free_ok(warm);
     slow_alloc_t a = {.size = 8 * MiB, .stream = streams[0]};
     pthread_t t;
-    start_slow_alloc(&a, &t);
-    bool first = pairs_finish_first(&a);
-    pthread_join(t, NULL);
-    assert_ok(gca_sim_set_latency("mem_alloc", 0));
-    assert_ok(a.st);
-    if (first != (bool)release)
-      fail_msg("release_lock_on_cudamalloc:%s: cached pairs %s the slow segment allocation",
-               release ? "True" : "False", first ? "finished before" : "waited for");
+    start_held_alloc(&a, &t);
+    bool held = device_lock_held();
+    if (held == (bool)release)
+      fail_msg("release_lock_on_cudamalloc:%s: the device lock is %s during the segment's "
+               "driver call",
+               release ? "True" : "False", held ? "held" : "free");
+    if (release) {
+      for (int i = 0; i < 100; i++) {
+        void *p = alloc_on(4096, NULL);
+        free_ok(p);
+      }
+      assert_int_equal(atomic_load(&a.done), 0); /* still held in the driver */
+    }
+    hold_end(&a, t);
     free_ok(a.p);
     assert_ok(gca_empty_cache());
     check();
@@ -283,13 +300,11 @@ static void released_lock_keeps_the_memory_limit(void **state) {
   assert_ok(gca_set_memory_limit(0, 30 * MiB));
   slow_alloc_t a = {.size = 8 * MiB, .stream = streams[0]}; /* a 20 MiB segment */
   pthread_t t;
-  start_slow_alloc(&a, &t);
+  start_held_alloc(&a, &t);
   void *p = NULL;
   /* another 20 MiB segment would pass 30 MiB with the one being allocated */
   assert_status(gca_malloc(&p, 8 * MiB, streams[1]), GCA_ERR_OUT_OF_MEMORY, "out of memory");
-  pthread_join(t, NULL);
-  assert_ok(gca_sim_set_latency("mem_alloc", 0));
-  assert_ok(a.st);
+  hold_end(&a, t);
   check();
   gca_stats_t s = stats();
   assert_true(s.reserved_bytes[GCA_STAT_ALL].peak <= (int64_t)(30 * MiB));

@@ -12,6 +12,8 @@
  */
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "gca.h"
@@ -818,6 +820,43 @@ static void latency_delays_an_op_until_turned_off(void **state) {
   assert_ok(ops->mem_free(0, p));
 }
 
+typedef struct held_call {
+  gca_devptr_t p;
+  gca_status_t st;
+  atomic_int done;
+} held_call_t;
+
+static void *held_alloc(void *arg) {
+  held_call_t *h = arg;
+  h->st = ops->mem_alloc(0, 2 << 20, &h->p);
+  atomic_store(&h->done, 1);
+  return NULL;
+}
+
+/* gca_sim_hold: a held op's call is counted on arrival and waits, having done
+ * nothing, until the hold ends; then it acts. */
+static void hold_keeps_a_call_inside_the_driver_until_released(void **state) {
+  (void)state;
+  assert_status(gca_sim_hold("no_such_op", true), GCA_ERR_CONFIG, "no_such_op");
+  assert_status(gca_sim_hold(NULL, true), GCA_ERR_CONFIG, "gca_sim_hold");
+  uint64_t used = gca_sim_used_bytes(0);
+  int64_t calls = gca_sim_call_count("mem_alloc");
+  held_call_t h = {0};
+  atomic_init(&h.done, 0);
+  assert_ok(gca_sim_hold("mem_alloc", true));
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, held_alloc, &h), 0);
+  while (gca_sim_call_count("mem_alloc") == calls)
+    sched_yield();
+  assert_int_equal(gca_sim_used_bytes(0), used); /* arrived, and nothing done */
+  assert_int_equal(atomic_load(&h.done), 0);
+  assert_ok(gca_sim_hold("mem_alloc", false));
+  pthread_join(t, NULL);
+  assert_ok(h.st);
+  assert_int_equal(gca_sim_used_bytes(0), used + (2 << 20));
+  assert_ok(ops->mem_free(0, h.p));
+}
+
 static void child_main(void) {
   const gca_device_ops_t *o = gca__sim_ops();
   gca_status_t st = o->init();
@@ -957,6 +996,8 @@ int main(int argc, char **argv) {
                                       reset),
       cmocka_unit_test_setup_teardown(counters_are_exact_and_reset, reset, reset),
       cmocka_unit_test_setup_teardown(latency_delays_an_op_until_turned_off, reset, reset),
+      cmocka_unit_test_setup_teardown(hold_keeps_a_call_inside_the_driver_until_released, reset,
+                                      reset),
       cmocka_unit_test_setup_teardown(env_spec_arms_rules_at_start, reset, reset),
   };
   return cmocka_run_group_tests(tests, setup, NULL);

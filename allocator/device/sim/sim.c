@@ -71,6 +71,10 @@ static _Atomic int64_t calls[GCA_OP_COUNT];
 static _Atomic int armed[GCA_OP_COUNT];
 /* gca_sim_set_latency: nanoseconds each call of an op spends before it acts. */
 static _Atomic uint64_t latency_ns[GCA_OP_COUNT];
+/* gca_sim_hold: ops whose calls wait, once counted, until the hold ends. */
+static atomic_bool held[GCA_OP_COUNT];
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
 static fault_rule_t rules[GCA_OP_COUNT];
 static pthread_mutex_t rules_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -325,6 +329,12 @@ gca_status_t gca__sim_enter(gca_dev_op_t op, uint64_t bytes) {
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
   }
+  if (GCA_UNLIKELY(atomic_load_explicit(&held[op], memory_order_acquire))) {
+    pthread_mutex_lock(&hold_mu);
+    while (atomic_load_explicit(&held[op], memory_order_acquire))
+      pthread_cond_wait(&hold_cv, &hold_mu);
+    pthread_mutex_unlock(&hold_mu);
+  }
   if (GCA_UNLIKELY(atomic_load_explicit(&armed[op], memory_order_relaxed)) && rule_fires(op, bytes))
     return injected(op, call);
   return GCA_OK;
@@ -493,6 +503,18 @@ GCA_API gca_status_t gca_sim_set_latency(const char *op, uint64_t ns) {
   if (i < 0)
     return gca__error(GCA_ERR_CONFIG, "gca_sim_set_latency: unknown op '%s'", op ? op : "(null)");
   atomic_store(&latency_ns[i], ns);
+  return GCA_OK;
+}
+
+GCA_API gca_status_t gca_sim_hold(const char *op, bool hold) {
+  int i = op ? op_by_name(op, strlen(op)) : -1;
+  if (i < 0)
+    return gca__error(GCA_ERR_CONFIG, "gca_sim_hold: unknown op '%s'", op ? op : "(null)");
+  pthread_mutex_lock(&hold_mu);
+  atomic_store_explicit(&held[i], hold, memory_order_release);
+  if (!hold)
+    pthread_cond_broadcast(&hold_cv);
+  pthread_mutex_unlock(&hold_mu);
   return GCA_OK;
 }
 
