@@ -95,4 +95,46 @@ static inline bool sweep_says_host_memory(const char *detail) {
          strstr(detail, "Cannot allocate memory");
 }
 
+/* The sweep of one scenario (the header comment): scenario(false) warms up,
+ * scenario(true) runs armed. A failed run must leave in `detail` (the
+ * scenario's copy of its first error) a text that says host memory; a run
+ * that succeeds had a fallback. `sound` checks the state after every run.
+ * Needs cmocka (fail_msg, print_message). */
+static inline void sweep_every_allocation(const char *name, gca_status_t (*scenario)(bool armed),
+                                          const char *detail, void (*sound)(void)) {
+  assert_int_equal(scenario(false), GCA_OK); /* warm: one-time allocations of lower layers */
+  sound();
+  sweep_reset(0);
+  sweep_arm(true);
+  gca_status_t st = scenario(true);
+  sweep_arm(false);
+  if (st != GCA_OK)
+    fail_msg("the %s scenario fails unswept: %s", name, detail);
+  unsigned long n = atomic_load(&sweep_calls);
+  print_message("%s scenario: %lu host allocations swept\n", name, n);
+  assert_true(n > 0); /* the renamed calls do reach the sweep */
+  sound();
+  unsigned long fallbacks = 0;
+  for (unsigned long k = 1; k <= n; k++) {
+    sweep_reset(k);
+    sweep_arm(true);
+    gca_clear_last_error();
+    st = scenario(true);
+    sweep_arm(false);
+    assert_int_equal(atomic_load(&sweep_failed), 1);
+    unsigned long site = sweep_site_offset();
+    if (st == GCA_OK) {
+      fallbacks++;
+      print_message("k=%lu (site 0x%lx): the failure had a fallback\n", k, site);
+    } else {
+      if (!sweep_says_host_memory(detail))
+        fail_msg("k=%lu (site 0x%lx): %s: '%s'", k, site, gca_status_name(st), detail);
+      if (st != GCA_ERR_OUT_OF_MEMORY || getenv("GCA_SWEEP_VERBOSE"))
+        print_message("k=%lu (site 0x%lx): %s: %s\n", k, site, gca_status_name(st), detail);
+    }
+    sound();
+  }
+  print_message("%s scenario: %lu k values run, %lu with a fallback\n", name, n, fallbacks);
+}
+
 #endif

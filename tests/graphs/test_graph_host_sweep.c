@@ -37,7 +37,8 @@ static const size_t rng_outs[2] = {15 * 4, 7 * 4};
     }                                                                      \
   } while (0)
 
-static gca_status_t scenario(void) {
+static gca_status_t scenario(bool armed) {
+  (void)armed;
   gca_status_t st = GCA_OK;
   gca_graph_tree_t *t = NULL;
   gens_t g = {NULL, NULL};
@@ -94,40 +95,7 @@ static void expect_sound(void) {
 
 static void every_graphs_host_allocation_failure_is_clean(void **state) {
   (void)state;
-  assert_ok(scenario()); /* warm: one-time allocations */
-  expect_sound();
-  sweep_reset(0);
-  sweep_arm(true);
-  gca_status_t st = scenario();
-  sweep_arm(false);
-  if (st != GCA_OK)
-    fail_msg("the scenario fails unswept: %s", detail);
-  unsigned long n = atomic_load(&sweep_calls);
-  print_message("graphs scenario: %lu host allocations swept\n", n);
-  assert_true(n > 0); /* the renamed calls do reach the sweep */
-  expect_sound();
-  unsigned long fallbacks = 0;
-  for (unsigned long k = 1; k <= n; k++) {
-    sweep_reset(k);
-    sweep_arm(true);
-    gca_clear_last_error();
-    st = scenario();
-    sweep_arm(false);
-    assert_int_equal(atomic_load(&sweep_failed), 1);
-    unsigned long site = sweep_site_offset();
-    if (st == GCA_OK) {
-      fallbacks++;
-      if (getenv("GCA_SWEEP_VERBOSE"))
-        print_message("k=%lu (site 0x%lx): the failure had a fallback\n", k, site);
-    } else {
-      if (!sweep_says_host_memory(detail))
-        fail_msg("k=%lu (site 0x%lx): %s: '%s'", k, site, gca_status_name(st), detail);
-      if (st != GCA_ERR_OUT_OF_MEMORY || getenv("GCA_SWEEP_VERBOSE"))
-        print_message("k=%lu (site 0x%lx): %s: %s\n", k, site, gca_status_name(st), detail);
-    }
-    expect_sound();
-  }
-  print_message("graphs scenario: %lu k values run, %lu with a fallback\n", n, fallbacks);
+  sweep_every_allocation("graphs", scenario, detail, expect_sound);
 }
 
 int main(void) {
