@@ -442,8 +442,8 @@ static __attribute__((noinline)) gca_status_t malloc_tc_miss(gca__devalloc_t *d,
 
 /* A device with no thread cache of the calling thread: the free cache's
  * hit under an uncontended lock, else the locked path. */
-static __attribute__((noinline)) gca_status_t malloc_fc(gca__devalloc_t *d, void **ptr,
-                                                        size_t size, gca_stream_t stream) {
+static __attribute__((noinline)) gca_status_t malloc_fc(gca__devalloc_t *d, void **ptr, size_t size,
+                                                        gca_stream_t stream) {
   gca_stream_t key = gca__stream_key(stream);
   if (!gca__mutex_trylock(&d->lock))
     return malloc_slow(d->device, ptr, size, stream);
@@ -465,9 +465,8 @@ static __attribute__((noinline)) gca_status_t malloc_fc(gca__devalloc_t *d, void
 /* The calling thread's cache first, without the device lock (Note [Thread
  * caches]): the hit calls nothing (a thread's first per-thread-stream
  * request misses) and a miss is a tail call, so the path saves few registers. */
-static __attribute__((noinline)) gca_status_t malloc_tc(gca__devalloc_t *d, gca__tcache_t *tc,
-                                                        void **ptr, size_t size,
-                                                        gca_stream_t stream) {
+static __attribute__((noinline)) gca_status_t
+malloc_tc(gca__devalloc_t *d, gca__tcache_t *tc, void **ptr, size_t size, gca_stream_t stream) {
   gca_stream_t key = gca__stream_key_nocall(stream);
   gca__block_t *b;
   if (GCA_LIKELY(size <= GCA__TC_MAX_SIZE && key != GCA_STREAM_PER_THREAD && gca__tc_open(d) &&

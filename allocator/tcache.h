@@ -258,7 +258,8 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
    * in inactive_split; falls need no room, and count in room alone */
   int64_t split = b->fc_blocks, split_bytes = b->fc_bytes;
   int64_t *room = tc->room[b->tc_ti], *up = tc->up[b->tc_ti];
-  int64_t r_split = room[GCA__TQ_SPLIT] - split, r_split_bytes = room[GCA__TQ_SPLIT_BYTES] - split_bytes;
+  int64_t r_split = room[GCA__TQ_SPLIT] - split,
+          r_split_bytes = room[GCA__TQ_SPLIT_BYTES] - split_bytes;
   if (GCA_UNLIKELY((r_split | r_split_bytes) < 0))
     goto miss;
   room[GCA__TQ_BLOCKS] += 1;
