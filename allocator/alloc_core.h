@@ -19,8 +19,9 @@
  *   free_blocks.c gca_get_free_blocks: free bytes and the largest free block
  *   check.c      the invariant walker and the read-only walk for snapshots
  *   allocator.c  the device registry and the public entry points (malloc, free,
- *                record_stream, settings, statistics, empty_cache, limits, OOM
- *                observers, teardown); the cache-hit fast paths, inline
+ *                record_stream, settings, empty_cache, limits, OOM observers,
+ *                teardown); the cache-hit fast paths, inline
+ *   stats.c      the statistics read (made whole) and reset
  *   route.c      routes to private pools: stream filters, thread scopes,
  *                captures; the choice of pool for a request
  *   release.c    a new block when the cache has none: garbage collection, a
@@ -61,8 +62,9 @@
  *   ipc.c        -> allocator.c (gca__lock_live)
  *   snapshot.c   -> check.c, allocator.c
  *   free_blocks.c -> check.c (the walk)
- *   check.c      -> allocator.c, pool.c (the pools' own checks), fcache.h,
+ *   check.c      -> allocator.c, stats.c, pool.c (the pools' own checks), fcache.h,
  *                   tcache.c, tcstats.c, expandable.c, freetree.c, ptrmap.c
+ *   stats.c      -> allocator.c (registry), tcstats.c (folds)
  *   allocator.c  -> route.c, release.c, pending.c, fcache.c, tcache.c, blocks.c,
  *                   mempool.c (OOM report, teardown), segment.c (teardown),
  *                   expandable.c (peer access), slab.c, sizes.c, ptrmap.c
@@ -1045,6 +1047,11 @@ void gca__release_reap(gca__devalloc_t *d);
 
 /* The allocator of `device` if it was created, else NULL. */
 gca__devalloc_t *gca__devalloc_peek(int device);
+/* The allocator of `device`, created on first use; `op` names the caller in
+ * the error of a device out of range. */
+gca_status_t gca__devalloc_get(const char *op, int device, gca__devalloc_t **out);
+/* ---- stats.c ---- */
+
 /* The statistics as readers see them: ALL.allocated/freed summed (Note
  * [Statistics]) and active derived (Note [Active statistics]). The caller
  * holds d->lock. */
