@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +89,20 @@ static inline unsigned long sweep_site_offset(void) {
     return (unsigned long)((char *)site - (char *)info.dli_fbase);
   return (unsigned long)(uintptr_t)site;
 }
+
+/* The scenario's first failure, taken where it happened (cleanup may set
+ * another), and the step that records it: SWEEP_STEP(call) in a scenario
+ * with a gca_status_t st and a label out. */
+static char detail[1024];
+
+#define SWEEP_STEP(call)                                                   \
+  do {                                                                     \
+    st = (call);                                                           \
+    if (st != GCA_OK) {                                                    \
+      snprintf(detail, sizeof(detail), "%s: %s", #call, gca_last_error()); \
+      goto out;                                                            \
+    }                                                                      \
+  } while (0)
 
 /* Whether a failure's detail says it is about host memory. */
 static inline bool sweep_says_host_memory(const char *detail) {

@@ -15,8 +15,6 @@
 #define NR    2
 #define COUNT 64
 
-static char detail[1024];
-
 typedef struct check_job {
   gca_bucketer_t *b;
   gca_stream_t s;
@@ -37,15 +35,6 @@ static void *check_rank(void *arg) {
   return NULL;
 }
 
-#define STEP(call)                                                         \
-  do {                                                                     \
-    st = (call);                                                           \
-    if (st != GCA_OK) {                                                    \
-      snprintf(detail, sizeof(detail), "%s: %s", #call, gca_last_error()); \
-      goto out;                                                            \
-    }                                                                      \
-  } while (0)
-
 static gca_status_t scenario(bool armed) {
   gca_status_t st = GCA_OK;
   gca_comm_t *comm[NR] = {NULL};
@@ -61,50 +50,50 @@ static gca_status_t scenario(bool armed) {
 
   gca_comm_options_t co = GCA_COMM_OPTIONS_INIT;
   co.timeout_s = 0.25; /* a rank whose peer gave up waits no longer */
-  STEP(gca_comm_create_all(NR, devs, &co, comm));
+  SWEEP_STEP(gca_comm_create_all(NR, devs, &co, comm));
   for (int i = 0; i < NR; i++) {
-    STEP(gca_set_device(i));
-    STEP(gca_stream_create(&s[i], GCA_STREAM_NON_BLOCKING));
-    STEP(gca_malloc_device(i, &send[i], bytes, s[i]));
-    STEP(gca_malloc_device(i, &recv[i], bytes, s[i]));
-    STEP(gca_memset_d8(send[i], i + 1, bytes));
-    STEP(gca_comm_register(comm[i], send[i], bytes, &reg[i]));
-    STEP(gca_comm_pool_create(comm[i], NULL, &pool[i]));
-    STEP(gca_pool_use_begin(pool[i]));
+    SWEEP_STEP(gca_set_device(i));
+    SWEEP_STEP(gca_stream_create(&s[i], GCA_STREAM_NON_BLOCKING));
+    SWEEP_STEP(gca_malloc_device(i, &send[i], bytes, s[i]));
+    SWEEP_STEP(gca_malloc_device(i, &recv[i], bytes, s[i]));
+    SWEEP_STEP(gca_memset_d8(send[i], i + 1, bytes));
+    SWEEP_STEP(gca_comm_register(comm[i], send[i], bytes, &reg[i]));
+    SWEEP_STEP(gca_comm_pool_create(comm[i], NULL, &pool[i]));
+    SWEEP_STEP(gca_pool_use_begin(pool[i]));
     st = gca_malloc(&pooled[i], bytes, s[i]);
     GCA_CHECK_IGNORE(gca_pool_use_end(pool[i]));
-    STEP(st);
+    SWEEP_STEP(st);
     /* a failed registration of the pool's segment failed the segment; the
      * allocator's retry made (and registered) another: the memory handed
      * out is registered whichever way it went */
     gca_comm_stats_t cs = {.size = sizeof(cs)};
-    STEP(gca_comm_stats(comm[i], &cs));
+    SWEEP_STEP(gca_comm_stats(comm[i], &cs));
     assert_int_equal(cs.registrations, 2); /* send and the pool's one segment */
   }
-  STEP(gca_group_start());
+  SWEEP_STEP(gca_group_start());
   for (int i = 0; i < NR && st == GCA_OK; i++)
     st = gca_all_reduce(send[i], pooled[i], COUNT, GCA_DTYPE_F32, GCA_REDUCE_SUM, comm[i], s[i]);
   gca_status_t gst = gca_group_end();
-  STEP(st);
-  STEP(gst);
+  SWEEP_STEP(st);
+  SWEEP_STEP(gst);
   for (int i = 0; i < NR; i++)
-    STEP(gca_all_gather(send[i], recv[i], COUNT, GCA_DTYPE_F32, comm[i], s[i]));
+    SWEEP_STEP(gca_all_gather(send[i], recv[i], COUNT, GCA_DTYPE_F32, comm[i], s[i]));
 
   for (int i = 0; i < NR; i++) {
-    STEP(gca_set_device(i));
+    SWEEP_STEP(gca_set_device(i));
     gca_bucketer_options_t bo = GCA_BUCKETER_OPTIONS_INIT;
-    STEP(gca_bucketer_create(&bo, &b[i]));
+    SWEEP_STEP(gca_bucketer_create(&bo, &b[i]));
     char *sd = send[i], *rv = recv[i];
     size_t idx[4], dep = 0;
-    STEP(gca_bucketer_add(b[i], comm[i], GCA_COLL_ALL_REDUCE, sd, rv, 16, GCA_DTYPE_F32,
-                          GCA_REDUCE_SUM, NULL, 0, &idx[0]));
-    STEP(gca_bucketer_add(b[i], comm[i], GCA_COLL_ALL_REDUCE, sd + 64, rv + 64, 16, GCA_DTYPE_F32,
-                          GCA_REDUCE_SUM, NULL, 0, &idx[1]));
+    SWEEP_STEP(gca_bucketer_add(b[i], comm[i], GCA_COLL_ALL_REDUCE, sd, rv, 16, GCA_DTYPE_F32,
+                                GCA_REDUCE_SUM, NULL, 0, &idx[0]));
+    SWEEP_STEP(gca_bucketer_add(b[i], comm[i], GCA_COLL_ALL_REDUCE, sd + 64, rv + 64, 16,
+                                GCA_DTYPE_F32, GCA_REDUCE_SUM, NULL, 0, &idx[1]));
     dep = idx[0];
-    STEP(gca_bucketer_add(b[i], comm[i], GCA_COLL_ALL_REDUCE, rv, sd + 128, 16, GCA_DTYPE_F32,
-                          GCA_REDUCE_SUM, &dep, 1, &idx[2]));
-    STEP(gca_bucketer_add(b[i], comm[i], GCA_COLL_ALL_GATHER, sd + 256, rv + 256, 8, GCA_DTYPE_F32,
-                          GCA_REDUCE_SUM, NULL, 0, &idx[3]));
+    SWEEP_STEP(gca_bucketer_add(b[i], comm[i], GCA_COLL_ALL_REDUCE, rv, sd + 128, 16, GCA_DTYPE_F32,
+                                GCA_REDUCE_SUM, &dep, 1, &idx[2]));
+    SWEEP_STEP(gca_bucketer_add(b[i], comm[i], GCA_COLL_ALL_GATHER, sd + 256, rv + 256, 8,
+                                GCA_DTYPE_F32, GCA_REDUCE_SUM, NULL, 0, &idx[3]));
     st = gca_bucketer_finalize(b[i], s[i]);
     if (st != GCA_OK) {
       snprintf(detail, sizeof(detail), "gca_bucketer_finalize: %s", gca_last_error());
@@ -123,10 +112,10 @@ static gca_status_t scenario(bool armed) {
   }
   for (int run = 0; run < 2; run++)
     for (int i = 0; i < NR; i++)
-      STEP(gca_bucketer_run(b[i], s[i]));
+      SWEEP_STEP(gca_bucketer_run(b[i], s[i]));
   for (int i = 0; i < NR; i++) {
-    STEP(gca_stream_synchronize(s[i]));
-    STEP(gca_comm_async_error(comm[i]));
+    SWEEP_STEP(gca_stream_synchronize(s[i]));
+    SWEEP_STEP(gca_comm_async_error(comm[i]));
   }
   check_job_t jobs[NR];
   pthread_t th[NR];
@@ -142,7 +131,7 @@ static gca_status_t scenario(bool armed) {
       snprintf(detail, sizeof(detail), "bucketer_check on rank %d: %s", i, jobs[i].detail);
       goto out;
     }
-  STEP(gca_set_device(0));
+  SWEEP_STEP(gca_set_device(0));
 
 out:
   for (int i = 0; i < NR; i++)

@@ -11,8 +11,6 @@
 #include "graph_fixture.h"
 #include "sweep.h"
 
-static char detail[1024];
-
 typedef struct gens {
   gca_graph_rng_t *fwd, *bwd;
 } gens_t;
@@ -28,24 +26,15 @@ static gca_status_t rng_body(gca_stream_t s, void *const *in, void *const *out, 
 
 static const size_t rng_outs[2] = {15 * 4, 7 * 4};
 
-#define STEP(call)                                                         \
-  do {                                                                     \
-    st = (call);                                                           \
-    if (st != GCA_OK) {                                                    \
-      snprintf(detail, sizeof(detail), "%s: %s", #call, gca_last_error()); \
-      goto out;                                                            \
-    }                                                                      \
-  } while (0)
-
 static gca_status_t scenario(bool armed) {
   (void)armed;
   gca_status_t st = GCA_OK;
   gca_graph_tree_t *t = NULL;
   gens_t g = {NULL, NULL};
   detail[0] = '\0';
-  STEP(gca_graph_tree_create(0, NULL, &t));
-  STEP(gca_graph_rng_create(t, 1234, &g.fwd));
-  STEP(gca_graph_rng_create(t, 98765, &g.bwd));
+  SWEEP_STEP(gca_graph_tree_create(0, NULL, &t));
+  SWEEP_STEP(gca_graph_rng_create(t, 1234, &g.fwd));
+  SWEEP_STEP(gca_graph_rng_create(t, 98765, &g.bwd));
   gca_graph_fn_desc_t d = GCA_GRAPH_FN_DESC_INIT;
   d.name = "rng";
   d.body = rng_body;
@@ -53,7 +42,7 @@ static gca_status_t scenario(bool armed) {
   d.noutputs = 2;
   d.output_bytes = rng_outs;
   gca_graph_fn_t *fn = NULL;
-  STEP(gca_graph_fn_register(t, &d, &fn));
+  SWEEP_STEP(gca_graph_fn_register(t, &d, &fn));
   for (int k = 0; k < 4; k++) {
     void *o[2];
     st = gca_graph_tree_run(t, fn, NULL, 0, o, 2);
@@ -73,14 +62,14 @@ static gca_status_t scenario(bool armed) {
       goto out;
     }
     uint32_t h[15];
-    STEP(gca_memcpy(h, o[0], sizeof(h)));
-    STEP(gca_graph_tree_step(t));
+    SWEEP_STEP(gca_memcpy(h, o[0], sizeof(h)));
+    SWEEP_STEP(gca_graph_tree_step(t));
   }
   uint64_t seed = 0, off = 0;
-  STEP(gca_graph_rng_get_state(g.fwd, &seed, &off));
+  SWEEP_STEP(gca_graph_rng_get_state(g.fwd, &seed, &off));
   assert_int_equal(seed, 1234);
   assert_int_equal(off, 4 * 20); /* whether replayed or eager */
-  STEP(gca_graph_rng_set_state(g.fwd, seed, 0));
+  SWEEP_STEP(gca_graph_rng_set_state(g.fwd, seed, 0));
 out:
   if (t)
     GCA_CHECK_IGNORE(gca_graph_tree_destroy(t));

@@ -89,18 +89,6 @@ static gca_status_t build_graph(gca_opgraph_t *g) {
   return GCA_OK;
 }
 
-/* The failure's detail, taken where it happened (cleanup may set another). */
-static char detail[1024];
-
-#define STEP(call)                                                         \
-  do {                                                                     \
-    st = (call);                                                           \
-    if (st != GCA_OK) {                                                    \
-      snprintf(detail, sizeof(detail), "%s: %s", #call, gca_last_error()); \
-      goto out;                                                            \
-    }                                                                      \
-  } while (0)
-
 static gca_status_t scenario(bool armed) {
   (void)armed;
   gca_status_t st = GCA_OK;
@@ -111,9 +99,9 @@ static gca_status_t scenario(bool armed) {
   size_t n = 0, *order = NULL;
   detail[0] = '\0';
 
-  STEP(gca_opgraph_load_json(graph_json, sizeof(graph_json) - 1, &j));
-  STEP(gca_opgraph_create(&g));
-  STEP(build_graph(g));
+  SWEEP_STEP(gca_opgraph_load_json(graph_json, sizeof(graph_json) - 1, &j));
+  SWEEP_STEP(gca_opgraph_create(&g));
+  SWEEP_STEP(build_graph(g));
   st = gca_opgraph_finish(g);
   if (st != GCA_OK) {
     snprintf(detail, sizeof(detail), "gca_opgraph_finish: %s", gca_last_error());
@@ -127,12 +115,12 @@ static gca_status_t scenario(bool armed) {
   n = gca_opgraph_op_count(g);
   order = malloc(n * sizeof(size_t)); /* the test's own: never failed */
   assert_non_null(order);
-  STEP(gca_opgraph_program_order(g, order));
-  STEP(gca_opgraph_check_order(g, order, n));
+  SWEEP_STEP(gca_opgraph_program_order(g, order));
+  SWEEP_STEP(gca_opgraph_check_order(g, order, n));
   gca_schedule_figures_t f = {.size = sizeof(f)};
   int64_t live[16];
   assert_true(n <= GCA_ARRAY_SIZE(live));
-  STEP(gca_opgraph_estimate(g, order, n, &f, live));
+  SWEEP_STEP(gca_opgraph_estimate(g, order, n, &f, live));
   static const gca_schedule_policy_t policies[] = {GCA_SCHEDULE_PROGRAM, GCA_SCHEDULE_EARLIEST,
                                                    GCA_SCHEDULE_PREFETCH_NEXT,
                                                    GCA_SCHEDULE_OVERLAP};
@@ -141,20 +129,20 @@ static gca_status_t scenario(bool armed) {
     so.policy = policies[i];
     so.budget_ratio = 0.5;
     so.keep_comm_order = i % 2 == 1;
-    STEP(gca_opgraph_schedule(g, &so, order, n, &f));
+    SWEEP_STEP(gca_opgraph_schedule(g, &so, order, n, &f));
   }
   /* a budget nothing fits: the repairs give up and the greedy pass runs */
   gca_schedule_options_t tight = GCA_SCHEDULE_OPTIONS_INIT;
   tight.budget_bytes = 1;
-  STEP(gca_opgraph_schedule(g, &tight, order, n, &f));
-  STEP(gca_opgraph_check_order(g, order, n));
-  STEP(gca_opgraph_estimate(g, order, n, &f, live));
+  SWEEP_STEP(gca_opgraph_schedule(g, &tight, order, n, &f));
+  SWEEP_STEP(gca_opgraph_check_order(g, order, n));
+  SWEEP_STEP(gca_opgraph_estimate(g, order, n, &f, live));
 
   gca_execute_options_t o = GCA_EXECUTE_OPTIONS_INIT;
   o.time_scale = 0;
   o.verify_mode = GCA_VERIFY_ASSERT;
-  STEP(gca_plan_create(g, order, n, &o, &plan));
-  STEP(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  SWEEP_STEP(gca_plan_create(g, order, n, &o, &plan));
+  SWEEP_STEP(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   for (int run = 0; run < 3; run++) {
     size_t mm = 99;
     st = gca_plan_run(plan, s, NULL, &mm);
@@ -173,32 +161,32 @@ static gca_status_t scenario(bool armed) {
       sweep_arm(was);
       goto out;
     }
-    STEP(gca_stream_synchronize(s));
+    SWEEP_STEP(gca_stream_synchronize(s));
     assert_int_equal(mm, 0);
   }
   size_t total = 99;
-  STEP(gca_plan_result(plan, &total, NULL));
+  SWEEP_STEP(gca_plan_result(plan, &total, NULL));
   assert_int_equal(total, 0);
 
   size_t jn = gca_opgraph_op_count(j), jorder[8];
   assert_true(jn <= GCA_ARRAY_SIZE(jorder));
   gca_schedule_options_t so = GCA_SCHEDULE_OPTIONS_INIT;
-  STEP(gca_opgraph_schedule(j, &so, jorder, jn, NULL));
+  SWEEP_STEP(gca_opgraph_schedule(j, &so, jorder, jn, NULL));
   gca_execute_options_t xo = GCA_EXECUTE_OPTIONS_INIT;
   xo.time_scale = 0.001;
   gca_execute_result_t xr = {.size = sizeof(xr)};
-  STEP(gca_opgraph_execute(j, jorder, jn, &xo, &xr));
+  SWEEP_STEP(gca_opgraph_execute(j, jorder, jn, &xo, &xr));
   assert_int_equal(xr.mismatches, 0);
   /* the JSON graph's collective through a communicator of one rank */
   int dev0 = 0;
-  STEP(gca_comm_create_all(1, &dev0, NULL, &comm));
+  SWEEP_STEP(gca_comm_create_all(1, &dev0, NULL, &comm));
   gca_execute_options_t co = GCA_EXECUTE_OPTIONS_INIT;
   co.time_scale = 0;
   co.comms = &comm;
-  STEP(gca_plan_create(j, jorder, jn, &co, &cplan));
-  STEP(gca_plan_run(cplan, s, NULL, NULL));
-  STEP(gca_stream_synchronize(s));
-  STEP(gca_comm_async_error(comm));
+  SWEEP_STEP(gca_plan_create(j, jorder, jn, &co, &cplan));
+  SWEEP_STEP(gca_plan_run(cplan, s, NULL, NULL));
+  SWEEP_STEP(gca_stream_synchronize(s));
+  SWEEP_STEP(gca_comm_async_error(comm));
 
 out:
   if (s) {
