@@ -353,6 +353,25 @@ static gca_status_t counted_body(gca_stream_t s, void *const *in, void *const *o
   return std_body(s, in, out, NULL);
 }
 
+/* Nine outputs, output i filled with 100 + i (the first NW words). */
+static gca_status_t fill_nine(gca_stream_t s, void *const *in, void *const *out, void *ctx) {
+  (void)in;
+  (void)ctx;
+  for (uint32_t i = 0; i < 9; i++)
+    GCA_CHECK(ops->kernel_fill_u32((gca_devptr_t)(uintptr_t)out[i], 100 + i, 0, NW, s));
+  return GCA_OK;
+}
+
+static void expect_nine(gca_graph_tree_t *t, void *const *outs) {
+  static uint32_t got[NW];
+  for (uint32_t i = 0; i < 9; i++) {
+    dev_read(t, got, outs[i], NW);
+    for (uint32_t w = 0; w < NW; w++)
+      if (got[w] != 100 + i)
+        fail_msg("output %u word %u: %u, wanted %u", i, w, got[w], 100 + i);
+  }
+}
+
 /* Note [Host fail points]: every host allocation of the tree that can fail
  * is forced to. A failure before any work is issued fails the run with
  * GCA_ERR_OUT_OF_MEMORY and a message naming what it was for, and nothing
@@ -421,6 +440,50 @@ static void host_memory_failures_are_clear_and_leave_the_tree_sound(void **state
   assert_ok(gca_graph_tree_destroy(t));
   assert_ok(gca_free(xd));
   assert_ok(gca_free(wd));
+
+  /* the live-output table when a recording is launched: a function of nine
+   * outputs, recorded, then recorded at once at a second shape in the same
+   * step (no warm-up: Note on shapes), whose launch is the first run to need
+   * more than the 16 entries warm-up and record made; it runs eagerly, rule
+   * LAUNCH_FAILED, and its outputs are right */
+  {
+    ds.n = 0;
+    o.on_decision = record_decision;
+    o.decision_ctx = &ds;
+    assert_ok(gca_graph_tree_create(0, &o, &t));
+    size_t nine[9], nine_wide[9];
+    for (int i = 0; i < 9; i++) {
+      nine[i] = NW * 4;
+      nine_wide[i] = 2 * NW * 4;
+    }
+    gca_graph_fn_desc_t d = GCA_GRAPH_FN_DESC_INIT;
+    d.name = "nine";
+    d.body = fill_nine;
+    d.noutputs = 9;
+    d.output_bytes = nine;
+    gca_graph_fn_t *f9 = NULL;
+    assert_ok(gca_graph_fn_register(t, &d, &f9));
+    void *o9[9];
+    for (int k = 0; k < 2; k++) { /* warm-up, record */
+      assert_ok(gca_graph_tree_run(t, f9, NULL, 0, o9, 9));
+      expect_nine(t, o9);
+      assert_ok(gca_graph_tree_step(t));
+    }
+    assert_ok(gca_graph_tree_run(t, f9, NULL, 0, o9, 9)); /* a replay: 9 entries */
+    assert_ok(gca__failpoint_arm("graph_outputs", 1));
+    assert_ok(gca_graph_tree_run_shape(t, f9, NULL, nine_wide, NULL, 0, o9, 9));
+    gca__failpoint_clear();
+    const gca_graph_decision_t *dd = &ds.d[ds.n - 1];
+    assert_int_equal(dd->action, GCA_GRAPH_EAGER);
+    assert_int_equal(dd->rule, GCA_GRAPH_RULE_LAUNCH_FAILED);
+    assert_int_equal(dd->status, GCA_ERR_OUT_OF_MEMORY);
+    if (!strstr(dd->detail, "no host memory to track"))
+      fail_msg("decision detail '%s'", dd->detail);
+    expect_nine(t, o9);
+    assert_ok(gca_graph_tree_step(t));
+    assert_ok(gca__allocator_check());
+    assert_ok(gca_graph_tree_destroy(t));
+  }
 
   /* the capture's and the liveness record's: a failed recording */
   static const struct {
