@@ -514,7 +514,10 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
   return CUDA_SUCCESS;
 }
 /* Capture as the driver keeps it per stream: a begin on a capturing stream
- * and an end on one that is not are CUDA_ERROR_ILLEGAL_STATE; an end always
+ * is CUDA_ERROR_ILLEGAL_STATE, an end on one that is not
+ * CUDA_ERROR_STREAM_CAPTURE_UNMATCHED (cuda.h: "the capture was not
+ * initiated in this stream"; contract test end_without_capture_is_unmatched);
+ * an end always
  * ends the sequence, and after fake_cuda_invalidate_next_capture it fails
  * with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (the capture was invalidated).
  * Streams the fake does not make (NULL, the special handles) never capture. */
@@ -541,7 +544,7 @@ static CUresult f_end_capture(CUstream s, CUgraph *g) {
     return r;
   fake_stream_t *fs = capture_stream(s);
   if (!fs || !fs->capturing)
-    return CUDA_ERROR_ILLEGAL_STATE;
+    return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; /* "not initiated in this stream" */
   fs->capturing = false;
   if (invalidate_next_capture) {
     invalidate_next_capture = false;

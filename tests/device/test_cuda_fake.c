@@ -440,7 +440,7 @@ static int child_capture_count(report_t *r) {
   EXPECT_OK(r, ops->stream_end_capture(s, &g));
   CHECK(r, g != NULL);
   CHECK(r, atomic_load(&gca__device_captures) == c0 + 1);
-  EXPECT(r, ops->stream_end_capture(s, &g), GCA_ERR_DRIVER, "stream_end_capture");
+  EXPECT(r, ops->stream_end_capture(s, &g), GCA_ERR_CAPTURE_UNMATCHED, "stream_end_capture");
   CHECK(r, atomic_load(&gca__device_captures) == c0 + 1);
   void (*invalidate)(void) =
       (void (*)(void))(uintptr_t)fake_fn("fake_cuda_invalidate_next_capture");
