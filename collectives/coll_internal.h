@@ -75,6 +75,7 @@ typedef struct gca__meet {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* CLOCK_MONOTONIC */
   int arrived[2];    /* at barrier 0 (posted) and 1 (done reading) */
+  int computing;     /* ranks reading the staged inputs with mu let go */
   uint64_t gen[2];
   bool broken;
   char why[384];

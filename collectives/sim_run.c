@@ -12,7 +12,10 @@
  * that waits longer than the timeout, a sequence that differs between ranks,
  * an abort or a failed allocation breaks the clique: every waiting rank wakes,
  * its collective ends without writing output, and each communicator keeps
- * the error naming the collective (its kind and number on that rank). */
+ * the error naming the collective (its kind and number on that rank). A rank
+ * let out by a break may not free its staged copy while a peer that passed
+ * the first barrier still reads it: the meeting counts the ranks computing,
+ * and a rank withdraws its copy only when none is. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,9 +275,12 @@ static bool exchange(const xchg_t *x, const gca__coll_t *co, uint64_t index, uin
       for (int r = 0; k == 0 && r < n; r++)
         if (x->desc[r].vt > *start_vt)
           *start_vt = x->desc[r].vt;
+      x->m->computing++;
       gca__meet_unlock(x->m);
       compute_round(x, co, k, per, e);
       gca__meet_lock(x->m);
+      if (--x->m->computing == 0)
+        pthread_cond_broadcast(&x->m->cv);
     }
   }
   return true;
@@ -325,8 +331,13 @@ void gca__sim_run(void *arg) {
       x.staged[comm->rank] = stage;
     ok = exchange(&x, co, index, &start_vt);
     x.desc[comm->rank].posted = 0;
-    if (x.staged)
+    if (x.staged) {
+      /* a broken meeting lets a rank out while others still read its input:
+       * it is withdrawn (and freed below) only once nobody reads */
+      while (x.m->computing > 0)
+        pthread_cond_wait(&x.m->cv, &x.m->mu);
       x.staged[comm->rank] = NULL;
+    }
   }
   if (!ok)
     snprintf(why, sizeof(why), "%s", x.m->why);
