@@ -374,7 +374,7 @@ fail:
 /* gca_malloc_device past its fast path: validation, then the lock. */
 static __attribute__((noinline)) gca_status_t malloc_slow(int device, void **ptr, size_t size,
                                                           gca_stream_t stream) {
-  gca__devalloc_t *d;
+  gca__devalloc_t *d = NULL; /* set by devalloc_get on success */
   if (ptr == NULL)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "malloc: the output pointer is NULL");
   *ptr = NULL;
@@ -926,7 +926,7 @@ GCA_API gca_status_t gca_empty_cache(void) {
 }
 
 GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction) {
-  gca__devalloc_t *d;
+  gca__devalloc_t *d = NULL; /* set by devalloc_get on success */
   if (!(fraction > 0.0 && fraction <= 1.0))
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "set_memory_fraction: fraction %g is not in (0, 1]",
                       fraction);
@@ -940,7 +940,7 @@ GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction) {
 }
 
 GCA_API gca_status_t gca_enable_peer_access(int device, int peer) {
-  gca__devalloc_t *d;
+  gca__devalloc_t *d = NULL; /* set by devalloc_get on success */
   GCA_CHECK(check_device_index("enable_peer_access", peer, NULL));
   if (peer == device) /* as cuCtxEnablePeerAccess with the current context */
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
@@ -957,7 +957,7 @@ GCA_API gca_status_t gca_enable_peer_access(int device, int peer) {
 }
 
 GCA_API gca_status_t gca_set_memory_limit(int device, uint64_t bytes) {
-  gca__devalloc_t *d;
+  gca__devalloc_t *d = NULL; /* set by devalloc_get on success */
   GCA_CHECK(devalloc_get("set_memory_limit", device, &d));
   gca__dev_lock(d);
   d->set_fraction = bytes != 0;

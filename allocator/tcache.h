@@ -66,7 +66,15 @@ typedef struct gca__tcbin {
 struct gca__tcache {
   atomic_uint lock;     /* 0 free, 1 held: a futex word (Note [Thread cache lock]) */
   atomic_uint sleepers; /* threads that may be asleep on `lock` */
-  gca__devalloc_t *d;   /* NULL once the device is gone; written under `lock` */
+  /* Note [Thread cache sections]: `quiet` set, the owner's fast paths run
+   * in a section (`active`) instead of taking `lock`; a visitor holding
+   * `lock` sets `blocked`, fences every thread (membarrier), waits for
+   * `active` to drop and clears `quiet`. `calm` counts the owner's locked
+   * fast paths since; written under `lock` (calm: by the owner). */
+  atomic_uint quiet, active, blocked;
+  uint32_t calm;
+  uint64_t owner;     /* gca__t_tc_id of the thread whose cache it is */
+  gca__devalloc_t *d; /* NULL once the device is gone; written under `lock` */
   int64_t up[2][GCA__TQ], base[2][GCA__TQ], room[2][GCA__TQ];
   gca__tcbin_t bins[GCA__TC_BINS];
   /* blocks in the bins: atomic so that the owner's fast take may look
@@ -97,29 +105,91 @@ extern _Thread_local gca__tthread_t *gca__t_tc __attribute__((tls_model("initial
 /* The contended side of a thread cache's lock (tcache.c): a short spin, then
  * sleeps of at most GCA__TC_NAP_NS on its word (Note [Thread cache lock]). */
 void gca__tc_lock_slow(gca__tcache_t *tc);
-/* Lets go tc's lock from the locked side, waking a visitor or owner asleep on it. */
+/* Lets go tc's lock from the locked side, waking a visitor or owner asleep
+ * on it, and lets the owner's sections in again. */
 void gca__tc_unlock_wake(gca__tcache_t *tc);
-
-/* The lock of a thread cache (Note [Thread cache lock]): the owner tries it
- * for each fast path (gca__tc_trylock: its own cache line, so uncontended it
- * costs one atomic instruction and a plain store), the locked side takes it
- * (a device-lock holder when it visits, or the owner under d->lock). */
-static inline void gca__tc_lock(gca__tcache_t *tc) {
+/* With tc's lock held and tc quiet: unless the caller owns tc, keeps the
+ * owner's sections out (Note [Thread cache sections]). */
+void gca__tc_block(gca__tcache_t *tc);
+/* Its parts, for a visitor of many caches (one fence for all): marks tc
+ * blocked when it is quiet and not the caller's (true then); the fence on
+ * every thread; the wait for a blocked cache's section to end, after which
+ * tc is no longer quiet. */
+bool gca__tc_blocks(gca__tcache_t *tc);
+void gca__tc_fence_all(void);
+void gca__tc_wait_out(gca__tcache_t *tc);
+/* tc's lock alone (gca__tc_lock_all blocks the sections of many at once). */
+static inline void gca__tc_lock_raw(gca__tcache_t *tc) {
   unsigned expected = 0;
   if (GCA_UNLIKELY(!atomic_compare_exchange_strong_explicit(
           &tc->lock, &expected, 1, memory_order_acquire, memory_order_relaxed)))
     gca__tc_lock_slow(tc);
 }
-/* The fast paths' lock: false (not taken) when a visitor holds it, and the
- * fast path misses; it calls nothing, so the paths save no register. */
-static inline bool gca__tc_trylock(gca__tcache_t *tc) {
-  unsigned expected = 0;
-  return atomic_compare_exchange_strong_explicit(&tc->lock, &expected, 1, memory_order_acquire,
-                                                 memory_order_relaxed);
+
+/* The lock of a thread cache (Note [Thread cache lock]): the owner tries it
+ * for each fast path of a cache that is not quiet (gca__tc_enter: its own
+ * cache line, so uncontended it costs one atomic instruction and a plain
+ * store), the locked side takes it (a device-lock holder when it visits, or
+ * the owner under d->lock), and a visitor keeps a quiet cache's sections
+ * out (Note [Thread cache sections]). */
+static inline void gca__tc_lock(gca__tcache_t *tc) {
+  gca__tc_lock_raw(tc);
+  if (GCA_UNLIKELY(atomic_load_explicit(&tc->quiet, memory_order_relaxed)))
+    gca__tc_block(tc);
 }
-/* The fast paths' unlock: no wake-up (a sleeper wakes by its own timeout). */
-static inline void gca__tc_unlock(gca__tcache_t *tc) {
-  atomic_store_explicit(&tc->lock, 0, memory_order_release);
+/* Note [Thread cache sections]: whether sections may be used at all (the
+ * process registered for membarrier, and the build is not one a thread
+ * sanitizer checks, which cannot see the asymmetric fence); and how many
+ * locked fast paths in a row, with no visit, make a cache quiet. */
+#if defined(__SANITIZE_THREAD__)
+#define GCA__TC_SECTIONS_BUILD 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GCA__TC_SECTIONS_BUILD 0
+#endif
+#endif
+#ifndef GCA__TC_SECTIONS_BUILD
+#define GCA__TC_SECTIONS_BUILD 1
+#endif
+#define GCA__TC_CALM 4096
+extern uint32_t gca__tc_calm_limit; /* GCA__TC_CALM, or UINT32_MAX without sections */
+
+/* How a fast path holds its cache: not at all (a miss), in a section, or by its lock. */
+enum { GCA__TC_OUT = 0, GCA__TC_SECTION = 1, GCA__TC_LOCKED = 2 };
+
+/* The fast paths' entry (Note [Thread cache sections]): a quiet cache is
+ * entered with a plain store, a compiler barrier and two loads; else its
+ * lock is tried, and GCA__TC_OUT (a miss) when a visitor holds it or is
+ * blocking the section. It calls nothing, so the paths save no register. */
+static inline int gca__tc_enter(gca__tcache_t *tc) {
+  if (GCA__TC_SECTIONS_BUILD &&
+      GCA_LIKELY(atomic_load_explicit(&tc->quiet, memory_order_relaxed))) {
+    atomic_store_explicit(&tc->active, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst); /* a fence once a visitor runs membarrier */
+    if (GCA_LIKELY(!atomic_load_explicit(&tc->blocked, memory_order_acquire) &&
+                   atomic_load_explicit(&tc->quiet, memory_order_relaxed)))
+      return GCA__TC_SECTION;
+    atomic_store_explicit(&tc->active, 0, memory_order_release);
+    return GCA__TC_OUT;
+  }
+  unsigned expected = 0;
+  if (!atomic_compare_exchange_strong_explicit(&tc->lock, &expected, 1, memory_order_acquire,
+                                               memory_order_relaxed))
+    return GCA__TC_OUT;
+  if (GCA_UNLIKELY(++tc->calm >= gca__tc_calm_limit)) {
+    if (gca__tc_calm_limit != UINT32_MAX)
+      atomic_store_explicit(&tc->quiet, 1, memory_order_relaxed); /* published by the unlock */
+    else
+      tc->calm = 0; /* no sections: the count only wraps */
+  }
+  return GCA__TC_LOCKED;
+}
+/* The fast paths' exit: no wake-up (a sleeper wakes by its own timeout). */
+static inline void gca__tc_exit(gca__tcache_t *tc, int how) {
+  if (how == GCA__TC_SECTION)
+    atomic_store_explicit(&tc->active, 0, memory_order_release);
+  else
+    atomic_store_explicit(&tc->lock, 0, memory_order_release);
 }
 
 /* The calling thread's cache of `device`, or NULL (it may be dead: ->d). */
@@ -192,8 +262,9 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   unsigned ti = rounded > GCA__SMALL_SIZE; /* the default pool's type index */
   gca__tcbin_t *bin = gca__tc_bin(tc, stream, rounded);
   if (atomic_load_explicit(&tc->ncached, memory_order_relaxed) == 0)
-    return NULL; /* nothing cached: the lock is not taken */
-  if (GCA_UNLIKELY(!gca__tc_trylock(tc)))
+    return NULL; /* nothing cached: the cache is not entered */
+  int how = gca__tc_enter(tc);
+  if (GCA_UNLIKELY(how == GCA__TC_OUT))
     return NULL; /* a visitor's: the locked path waits for it */
   gca__block_t *b;
   uint32_t n = bin->n;
@@ -226,10 +297,10 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   up[GCA__TQ_SPLIT] += gca__tc_rise(-split);
   room[GCA__TQ_SPLIT_BYTES] += split_bytes;
   up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(-split_bytes);
-  gca__tc_unlock(tc);
+  gca__tc_exit(tc, how);
   return b;
 miss:
-  gca__tc_unlock(tc);
+  gca__tc_exit(tc, how);
   return NULL;
 }
 
@@ -240,8 +311,9 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
                                                               gca_devptr_t addr) {
   if (!(atomic_load_explicit(&tc->filter, memory_order_relaxed) &
         (UINT64_C(1) << (gca__tc_slot(addr) >> 1))))
-    return false; /* not tc's: the lock is not taken */
-  if (GCA_UNLIKELY(!gca__tc_trylock(tc)))
+    return false; /* not tc's: the cache is not entered */
+  int how = gca__tc_enter(tc);
+  if (GCA_UNLIKELY(how == GCA__TC_OUT))
     return false; /* a visitor's: the locked path waits for it */
   int slot = gca__tc_find(tc, addr);
   if (GCA_UNLIKELY(tc->d != d || slot < 0))
@@ -276,10 +348,10 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
   bin->n = n + 1;
   gca__tc_ncached_add(tc, 1);
   tc->cached_bytes += (size_t)bytes;
-  gca__tc_unlock(tc);
+  gca__tc_exit(tc, how);
   return true;
 miss:
-  gca__tc_unlock(tc);
+  gca__tc_exit(tc, how);
   return false;
 }
 

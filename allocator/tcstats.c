@@ -44,8 +44,17 @@ static void esc_add(gca__devalloc_t *d, int q, int t, int64_t n) {
 }
 
 void gca__tc_lock_all(gca__devalloc_t *d) {
+  bool fence = false; /* one fence for every quiet cache (Note [Thread cache sections]) */
+  for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next) {
+    gca__tc_lock_raw(tc);
+    fence |= gca__tc_blocks(tc);
+  }
+  if (!fence)
+    return;
+  gca__tc_fence_all();
   for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next)
-    gca__tc_lock(tc);
+    if (atomic_load_explicit(&tc->blocked, memory_order_relaxed))
+      gca__tc_wait_out(tc);
 }
 
 void gca__tc_unlock_all(gca__devalloc_t *d) {

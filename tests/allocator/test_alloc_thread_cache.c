@@ -29,7 +29,7 @@
 
 /* ---- workers: one command at a time, through a gate ---- */
 
-enum { CMD_NONE, CMD_ALLOC, CMD_FREE, CMD_RECORD, CMD_EXIT };
+enum { CMD_NONE, CMD_ALLOC, CMD_FREE, CMD_RECORD, CMD_PAIRS, CMD_EXIT };
 
 typedef struct worker {
   pthread_t th;
@@ -40,7 +40,24 @@ typedef struct worker {
   void *ptr;
   gca_status_t st;
   bool done;
+  long pairs;       /* CMD_PAIRS: how many (size bytes on `on`); 0: until `stop` */
+  atomic_bool stop; /* CMD_PAIRS with pairs 0: set by the test's thread */
+  atomic_long pairs_done;
 } worker_t;
+
+/* CMD_PAIRS: allocations of w->size freed at once, the first failure's status. */
+static gca_status_t run_pairs(worker_t *w) {
+  for (long i = 0; w->pairs == 0 ? !atomic_load(&w->stop) : i < w->pairs; i++) {
+    void *p;
+    gca_status_t st = gca_malloc(&p, w->size, w->on);
+    if (st == GCA_OK)
+      st = gca_free(p);
+    if (st != GCA_OK)
+      return st;
+    atomic_fetch_add(&w->pairs_done, 1);
+  }
+  return GCA_OK;
+}
 
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
@@ -60,6 +77,8 @@ static void *worker_main(void *arg) {
       st = gca_free(w->ptr);
     else if (cmd == CMD_RECORD)
       st = gca_record_stream(w->ptr, w->on);
+    else if (cmd == CMD_PAIRS)
+      st = run_pairs(w);
     pthread_mutex_lock(&gate_mu);
     w->st = st;
     w->cmd = CMD_NONE;
@@ -860,7 +879,7 @@ static void waiters_sleep_on_a_held_cache_lock(void **state) {
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, read_stats, &r), 0);
   await_sleeper(tc);
-  gca__tc_unlock(tc); /* the fast paths' unlock */
+  gca__tc_exit(tc, GCA__TC_LOCKED); /* the fast paths' unlock */
   pthread_join(th, NULL);
   assert_ok(r.rc);
   assert_int_equal(r.st.allocation[GCA_STAT_ALL].current, 1);
@@ -928,6 +947,183 @@ static void a_cache_that_wastes_its_blocks_stops_taking_frees(void **state) {
   assert_ok(gca_stream_destroy(b.stream));
 }
 
+/* ---- sections (Note [Thread cache sections]) ---- */
+
+/* w carries out n pairs of `size` bytes on its stream. */
+static void w_pairs(worker_t *w, size_t size, long n) {
+  w->size = size;
+  w->on = w->stream;
+  w->pairs = n;
+  assert_ok(run_cmd(w, CMD_PAIRS));
+}
+
+/* The cache holding the block a's next 4 KiB request takes (a's own). */
+static gca__tcache_t *cache_of_worker(worker_t *a) {
+  w_free(a, w_alloc(a, 4096, a->stream)); /* into a's cache */
+  void *x = w_alloc(a, 4096, a->stream);
+  gca__tcache_t *tc = tcache_of(x);
+  w_free(a, x);
+  assert_non_null(tc);
+  return tc;
+}
+
+/* An owner whose cache nobody visits for GCA__TC_CALM fast paths enters it
+ * without the lock from then on (its calm count stops moving); a read of
+ * the statistics (a fold, a visitor) puts it back on the lock, and the
+ * count starts again. The statistics are exact throughout. In a build
+ * without sections (a thread sanitizer's, or no membarrier) no cache ever
+ * turns quiet. */
+static void a_calm_owner_enters_without_the_lock_until_a_visit(void **state) {
+  (void)state;
+  worker_t a, b;
+  worker_start(&a);
+  worker_start(&b);
+  engage(&a, &b);
+  gca__tcache_t *tc = cache_of_worker(&a);
+  int64_t before = stats().allocation[GCA_STAT_ALL].allocated;
+  w_pairs(&a, 4096, GCA__TC_CALM + 8);
+  if (gca__tc_calm_limit == UINT32_MAX) {
+    print_message("no sections in this build or on this kernel: the lock throughout\n");
+    assert_int_equal(atomic_load(&tc->quiet), 0);
+    assert_int_equal(tc->calm, 2 * (GCA__TC_CALM + 8) + 2); /* two paths a pair */
+  } else {
+    assert_int_equal(gca__tc_calm_limit, GCA__TC_CALM);
+    assert_int_equal(atomic_load(&tc->quiet), 1);
+    assert_int_equal(tc->calm, GCA__TC_CALM); /* the paths after it were sections */
+    w_pairs(&a, 4096, 100);
+    assert_int_equal(tc->calm, GCA__TC_CALM);
+    assert_int_equal(atomic_load(&tc->active), 0);
+    assert_int_equal(atomic_load(&tc->lock), 0);
+  }
+  uint32_t calm = tc->calm;
+  gca_stats_t s = stats(); /* a visit */
+  bool sections = gca__tc_calm_limit != UINT32_MAX;
+  assert_int_equal(atomic_load(&tc->quiet), 0);
+  assert_int_equal(atomic_load(&tc->blocked), 0);
+  assert_int_equal(tc->calm, sections ? 0 : calm); /* without sections a visit changes nothing */
+  int64_t pairs = sections ? GCA__TC_CALM + 8 + 100 : GCA__TC_CALM + 8;
+  assert_int_equal(s.allocation[GCA_STAT_ALL].allocated - before, pairs);
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.allocation[GCA_STAT_ALL].peak, 1);
+  assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 0);
+  w_pairs(&a, 4096, 10);
+  assert_int_equal(tc->calm, (sections ? 0 : calm) + 20); /* on the lock again */
+  check();
+  worker_exit(&a);
+  worker_exit(&b);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
+typedef struct visit {
+  gca_stats_t st;
+  gca_status_t rc;
+  atomic_bool done;
+} visit_t;
+
+static void *visit_main(void *arg) {
+  visit_t *v = arg;
+  v->rc = gca_get_stats(0, &v->st);
+  atomic_store(&v->done, true);
+  return NULL;
+}
+
+/* A visitor that finds the owner inside a section (here the test's thread
+ * holds the section open for it) marks the cache blocked, fences and waits
+ * until the section ends; meanwhile the owner's entry misses. After it the
+ * cache is on the lock again, and the statistics read are exact. */
+static void a_visitor_waits_for_a_quiet_owners_section(void **state) {
+  (void)state;
+  if (gca__tc_calm_limit == UINT32_MAX) {
+    print_message("no sections in this build or on this kernel: nothing to wait for\n");
+    skip();
+  }
+  worker_t a, b;
+  worker_start(&a);
+  worker_start(&b);
+  engage(&a, &b);
+  gca__tcache_t *tc = cache_of_worker(&a);
+  w_pairs(&a, 4096, GCA__TC_CALM);
+  assert_int_equal(atomic_load(&tc->quiet), 1);
+  void *x = w_alloc(&a, 4096, a.stream); /* handed out by a section */
+  atomic_store(&tc->active, 1);          /* as a's next path would, inside its section */
+  visit_t v = {0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, visit_main, &v), 0);
+  while (atomic_load(&tc->blocked) == 0) /* the gate: the visitor marked it */
+    sched_yield();
+  assert_false(atomic_load(&v.done)); /* it cannot pass the open section */
+  /* an entry now finds the cache blocked and misses; in doing so it drops
+   * `active`, which ends the section held open for the visitor */
+  assert_int_equal(gca__tc_enter(tc), GCA__TC_OUT);
+  assert_int_equal(atomic_load(&tc->active), 0);
+  pthread_join(th, NULL);
+  assert_ok(v.rc);
+  assert_int_equal(v.st.allocation[GCA_STAT_ALL].current, 1);
+  assert_int_equal(v.st.allocated_bytes[GCA_STAT_ALL].current, 4096);
+  assert_int_equal(v.st.requested_bytes[GCA_STAT_ALL].current, 4096);
+  assert_int_equal(atomic_load(&tc->quiet), 0);
+  assert_int_equal(atomic_load(&tc->blocked), 0);
+  assert_int_equal(atomic_load(&tc->lock), 0);
+  w_free(&a, x); /* back by the lock */
+  assert_int_equal(tc->calm, 1);
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
+  check();
+  worker_exit(&a);
+  worker_exit(&b);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
+/* Folds while an owner runs pairs in and out of quiet sections (the calm
+ * limit lowered to 16 so that it turns quiet again between folds): every
+ * read sees one instant (at most its one block live, bytes and requested
+ * bytes agreeing, allocated less freed the current, the peak not passed),
+ * and the totals are exact at the end. */
+static void folds_against_sections_read_one_instant(void **state) {
+  (void)state;
+  uint32_t saved = gca__tc_calm_limit;
+  if (saved != UINT32_MAX)
+    gca__tc_calm_limit = 16;
+  worker_t a, b;
+  worker_start(&a);
+  worker_start(&b);
+  engage(&a, &b);
+  int64_t before = stats().allocation[GCA_STAT_ALL].allocated;
+  a.size = 4096;
+  a.on = a.stream;
+  a.pairs = 0;
+  cmd_post(&a, CMD_PAIRS);
+  for (int i = 0; i < 2000; i++) {
+    /* the gate: enough pairs since the last fold for the cache to turn quiet */
+    for (long last = atomic_load(&a.pairs_done); atomic_load(&a.pairs_done) < last + 9;)
+      sched_yield();
+    gca_stats_t s = stats();
+    int64_t n = s.allocation[GCA_STAT_ALL].current;
+    assert_true(n == 0 || n == 1);
+    assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 4096 * n);
+    assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 4096 * n);
+    assert_int_equal(s.active_bytes[GCA_STAT_ALL].current, 4096 * n);
+    assert_int_equal(s.allocation[GCA_STAT_ALL].peak, 1);
+    for (int k = 0; k < GCA_STAT_TYPES; k++) {
+      assert_int_equal(s.allocation[k].allocated - s.allocation[k].freed, s.allocation[k].current);
+      assert_int_equal(s.allocated_bytes[k].allocated - s.allocated_bytes[k].freed,
+                       s.allocated_bytes[k].current);
+    }
+  }
+  atomic_store(&a.stop, true);
+  assert_ok(cmd_wait(&a));
+  gca__tc_calm_limit = saved;
+  gca_stats_t s = stats();
+  assert_int_equal(s.allocation[GCA_STAT_ALL].allocated - before, atomic_load(&a.pairs_done));
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  check();
+  worker_exit(&a);
+  worker_exit(&b);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, alloc_setup, alloc_teardown)
   const struct CMUnitTest tests[] = {
@@ -939,6 +1135,9 @@ int main(void) {
       T(thread_cache_false_turns_them_off),
       T(waiters_sleep_on_a_held_cache_lock),
       T(a_cache_that_wastes_its_blocks_stops_taking_frees),
+      T(a_calm_owner_enters_without_the_lock_until_a_visit),
+      T(a_visitor_waits_for_a_quiet_owners_section),
+      T(folds_against_sections_read_one_instant),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);
