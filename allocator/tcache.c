@@ -155,7 +155,6 @@
  * cache turns quiet and every path uses the lock.
  */
 #include <linux/futex.h>
-#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -217,8 +216,7 @@ uint32_t gca__tc_calm_limit = UINT32_MAX;
 #define GCA__TC_OUT_NS 20000
 
 void gca__tc_fence_all(void) {
-  if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
-    GCA_ASSERT(!"membarrier failed after the process registered for it");
+  gca__membarrier();
 }
 
 bool gca__tc_blocks(gca__tcache_t *tc) {
@@ -350,8 +348,7 @@ static void tthread_exit(void *arg);
 static void key_once(void) {
   g_key_ok = pthread_key_create(&g_key, tthread_exit) == 0;
   /* Note [Thread cache sections]: without the registration, every fast path takes its lock */
-  if (GCA__TC_SECTIONS_BUILD &&
-      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+  if (GCA__TC_SECTIONS_BUILD && gca__membarrier_ok())
     gca__tc_calm_limit = GCA__TC_CALM;
 }
 

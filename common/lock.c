@@ -2,11 +2,14 @@
 /* lock.c - the contended paths of gca__mutex_t (see lock.h): a short spin,
  * then sleeping on a futex until the holder's unlock wakes one sleeper. */
 #include <linux/futex.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "lock.h"
@@ -14,6 +17,46 @@
 #ifdef GCA_DEBUG_CHECKS
 _Thread_local int gca__lock_depth;
 #endif
+
+_Thread_local uint64_t gca__lock_tid __attribute__((tls_model("initial-exec")));
+uint32_t gca__mutex_bias_after = UINT32_MAX;
+static _Atomic uint64_t g_next_tid = 1;
+
+/* ---- asymmetric fences ---- */
+
+/* A thread sanitizer cannot see the fence membarrier puts on other threads,
+ * and would report every biased hold as a race. */
+#if defined(__SANITIZE_THREAD__)
+#define ASYM_BUILD 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ASYM_BUILD 0
+#endif
+#endif
+#ifndef ASYM_BUILD
+#define ASYM_BUILD 1
+#endif
+
+static pthread_once_t g_asym_once = PTHREAD_ONCE_INIT;
+static bool g_asym;
+
+static void asym_once(void) {
+  const char *off = gca__getenv("GCA_NO_MEMBARRIER");
+  g_asym = ASYM_BUILD && !(off != NULL && off[0] != '\0' && strcmp(off, "0") != 0) &&
+           syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  if (g_asym)
+    gca__mutex_bias_after = GCA__MUTEX_BIAS_AFTER;
+}
+
+bool gca__membarrier_ok(void) {
+  pthread_once(&g_asym_once, asym_once);
+  return g_asym;
+}
+
+void gca__membarrier(void) {
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+    GCA_ASSERT(!"membarrier failed after the process registered for it");
+}
 
 void gca__assert_no_lock(const char *op) {
 #ifdef GCA_DEBUG_CHECKS
@@ -71,4 +114,54 @@ void gca__mutex_lock_slow(gca__mutex_t *m) {
 
 void gca__mutex_wake(gca__mutex_t *m) {
   syscall(SYS_futex, &m->locked, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* ---- bias (Note [Biased device lock]) ---- */
+
+#define REVOKE_SPINS  128
+#define REVOKE_NAP_NS 20000
+
+bool gca__mutex_after_lock(gca__mutex_t *m, bool wait) {
+  uint64_t me = gca__lock_tid;
+  if (me == 0)
+    gca__lock_tid = me = atomic_fetch_add_explicit(&g_next_tid, 1, memory_order_relaxed);
+  uint64_t b = atomic_load_explicit(&m->bias, memory_order_relaxed);
+  if (b == me) /* its entry met a revocation that was given up: the bias stays */
+    return true;
+  if (b != GCA__MUTEX_NO_BIAS) { /* biased to another thread: revoke */
+    atomic_store_explicit(&m->revoking, 1, memory_order_relaxed);
+    gca__membarrier();
+    if (!wait && atomic_load_explicit(&m->active, memory_order_acquire)) {
+      /* held by its bias now: a trylock gives up, and the holder's next
+       * entry (which may have met `revoking`) finds the bias as it was */
+      atomic_store_explicit(&m->revoking, 0, memory_order_release);
+      atomic_store_explicit(&m->locked, 0, memory_order_release);
+      if (GCA_UNLIKELY(atomic_load_explicit(&m->sleepers, memory_order_relaxed) != 0))
+        gca__mutex_wake(m);
+      return false;
+    }
+    for (unsigned i = 0; atomic_load_explicit(&m->active, memory_order_acquire); i++) {
+      if (i < REVOKE_SPINS) {
+        cpu_relax();
+      } else { /* the holder was preempted: give it the core */
+        struct timespec nap = {0, REVOKE_NAP_NS};
+        nanosleep(&nap, NULL);
+      }
+    }
+    atomic_store_explicit(&m->bias, GCA__MUTEX_NO_BIAS, memory_order_relaxed);
+    atomic_store_explicit(&m->revoking, 0, memory_order_release);
+    m->last = me;
+    m->streak = 1;
+    return true;
+  }
+  if (m->last != me) {
+    m->last = me;
+    m->streak = 1;
+  } else if (gca__mutex_bias_after == UINT32_MAX) {
+    m->streak = 0; /* no bias here: the count only wraps */
+  } else if (m->streak >= gca__mutex_bias_after) {
+    /* from this thread's next acquisition on; published by its unlock */
+    atomic_store_explicit(&m->bias, me, memory_order_relaxed);
+  }
+  return true;
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* lock.h - gca__mutex_t, the lock of a device allocator.
+/* lock.h - gca__mutex_t, the lock of a device allocator, and the
+ * asymmetric fence it shares with the thread caches.
  *
  * Critical sections under it are a few hundred instructions, and the cached
  * alloc/free pair takes it twice, so its uncontended cost matters: here a
@@ -18,7 +19,31 @@
  * bounds the cost of that race (and it is rare: the sleeper's own exchange
  * and system call come between). Acquire and release are C11 atomics on
  * `locked`, so ThreadSanitizer sees the ordering the lock provides. No
- * recursion, no fairness. */
+ * recursion, no fairness.
+ *
+ * Note [Biased device lock]. A program that uses a device from one thread
+ * (the common case: one thread drives the GPU) still pays the compare-and-swap
+ * twice per cached pair, a third of it. So a thread that takes the lock
+ * GCA__MUTEX_BIAS_AFTER times in a row, with no other thread between, gets
+ * the lock biased to it: from then on it holds the lock by a plain store of
+ * `active`, a compiler barrier and a look at `revoking` and `bias`, and lets
+ * go with a release store of `active`; `locked` stays 0. Another thread
+ * takes `locked` as before and then revokes the bias: it stores `revoking`,
+ * runs membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which puts a full fence
+ * on every core running a thread of the process, and waits until `active`
+ * is 0 (spinning, then naps that give a preempted holder the core). That is
+ * Dekker's exchange with the holder's fence supplied by the revoker: either
+ * the holder's look sees `revoking` (it lets `active` go and takes `locked`,
+ * waiting behind the revoker), or the revoker's look after the fence sees
+ * `active` and waits. The revoker then clears `bias` and `revoking`, and
+ * the lock is a plain one until some thread's streak biases it again. A
+ * revocation costs microseconds and happens once per bias, which needs
+ * GCA__MUTEX_BIAS_AFTER acquisitions by one thread first, so a lock that
+ * threads share stays plain and pays nothing but a counter. A trylock does
+ * not wait: if the holder by bias is inside, it gives the revocation up and
+ * fails, and the bias stays. Without membarrier (an old kernel, or
+ * GCA_NO_MEMBARRIER=1) or in a build a thread sanitizer checks (it cannot
+ * see the fence) no lock is ever biased. */
 #ifndef GCA_LOCK_H
 #define GCA_LOCK_H
 
@@ -29,7 +54,25 @@
 typedef struct gca__mutex {
   atomic_uint locked;
   atomic_uint sleepers;
+  /* Note [Biased device lock]: the thread the lock is biased to
+   * (GCA__MUTEX_NO_BIAS: none), whether it holds the lock by its bias now,
+   * and a revocation under way; `last` and `streak` (under `locked`) count
+   * the holder's acquisitions in a row. */
+  _Atomic uint64_t bias;
+  atomic_uint active, revoking;
+  uint32_t streak;
+  uint64_t last;
 } gca__mutex_t;
+
+#define GCA__MUTEX_NO_BIAS UINT64_MAX
+/* The calling thread's lock identity (lock.c: given on its first locked
+ * acquisition; 0 until then, which no bias names). */
+extern _Thread_local uint64_t gca__lock_tid __attribute__((tls_model("initial-exec")));
+/* Acquisitions in a row by one thread that bias the lock to it:
+ * GCA__MUTEX_BIAS_AFTER, or UINT32_MAX (never) without asymmetric fences
+ * (gca__membarrier_ok). */
+extern uint32_t gca__mutex_bias_after;
+#define GCA__MUTEX_BIAS_AFTER 4096
 
 /* Note [No waits under the device lock] (the rule: alloc_core.h). In
  * GCA_DEBUG_CHECKS builds every thread counts the device locks it holds, and
@@ -47,38 +90,91 @@ extern _Thread_local int gca__lock_depth;
 /* The contended paths. */
 void gca__mutex_lock_slow(gca__mutex_t *m);
 void gca__mutex_wake(gca__mutex_t *m);
+/* After `locked` was taken: a bias to another thread is revoked, or the
+ * calling thread's streak counted (and the lock biased to it at
+ * gca__mutex_bias_after). A holder by bias is waited out, or with `wait`
+ * false the revocation is given up: `locked` let go, and false returned. */
+bool gca__mutex_after_lock(gca__mutex_t *m, bool wait);
+/* Whether the process may use asymmetric fences (registered for membarrier,
+ * and not a build a thread sanitizer checks); registers on the first call. */
+bool gca__membarrier_ok(void);
+/* A full fence on every core running a thread of the process (only after
+ * gca__membarrier_ok returned true). */
+void gca__membarrier(void);
 /* Aborts naming `op` when the calling thread holds a device lock (debug
  * builds; a no-op otherwise). For the device layer's waiting operations. */
 void gca__assert_no_lock(const char *op);
 
 static inline void gca__mutex_init(gca__mutex_t *m) {
+  (void)gca__membarrier_ok(); /* sets gca__mutex_bias_after, once */
   atomic_init(&m->locked, 0);
   atomic_init(&m->sleepers, 0);
+  atomic_init(&m->bias, GCA__MUTEX_NO_BIAS);
+  atomic_init(&m->active, 0);
+  atomic_init(&m->revoking, 0);
+  m->streak = 0;
+  m->last = 0;
+}
+
+/* The biased entry (Note [Biased device lock]): true when the calling
+ * thread holds m by its bias now; a plain store, a compiler barrier, two loads. */
+static inline bool gca__mutex_enter_biased(gca__mutex_t *m) {
+  uint64_t me = gca__lock_tid;
+  if (GCA_LIKELY(atomic_load_explicit(&m->bias, memory_order_relaxed) != me))
+    return false;
+  atomic_store_explicit(&m->active, 1, memory_order_relaxed);
+  atomic_signal_fence(memory_order_seq_cst); /* a fence once a revoker runs membarrier */
+  if (GCA_LIKELY(!atomic_load_explicit(&m->revoking, memory_order_acquire) &&
+                 atomic_load_explicit(&m->bias, memory_order_relaxed) == me))
+    return true;
+  atomic_store_explicit(&m->active, 0, memory_order_release);
+  return false;
+}
+
+/* After `locked` was taken: nothing to do unless the lock is biased (to
+ * another thread: revoke) or the holder's streak may bias it. */
+static inline bool gca__mutex_locked(gca__mutex_t *m, bool wait) {
+  if (GCA_UNLIKELY(atomic_load_explicit(&m->bias, memory_order_relaxed) != GCA__MUTEX_NO_BIAS ||
+                   m->last != gca__lock_tid || ++m->streak >= gca__mutex_bias_after))
+    return gca__mutex_after_lock(m, wait);
+  return true;
 }
 
 static inline void gca__mutex_lock(gca__mutex_t *m) {
-  unsigned expected = 0;
-  if (GCA_LIKELY(atomic_compare_exchange_strong_explicit(
-          &m->locked, &expected, 1, memory_order_acquire, memory_order_relaxed))) {
-    GCA__LOCK_DEPTH_ADD(1);
-    return;
-  }
-  gca__mutex_lock_slow(m);
   GCA__LOCK_DEPTH_ADD(1);
+  if (gca__mutex_enter_biased(m))
+    return;
+  unsigned expected = 0;
+  if (GCA_UNLIKELY(!atomic_compare_exchange_strong_explicit(
+          &m->locked, &expected, 1, memory_order_acquire, memory_order_relaxed)))
+    gca__mutex_lock_slow(m);
+  gca__mutex_locked(m, true);
 }
 
-/* Takes the lock if it is free; false (nothing done) if it is held. */
+/* Takes the lock if it is free; false (nothing done) if it is held, by
+ * `locked` or by another thread's bias (Note [Biased device lock]). */
 static inline bool gca__mutex_trylock(gca__mutex_t *m) {
-  unsigned expected = 0;
-  bool ok = atomic_compare_exchange_strong_explicit(&m->locked, &expected, 1, memory_order_acquire,
-                                                    memory_order_relaxed);
-  if (ok)
+  if (gca__mutex_enter_biased(m)) {
     GCA__LOCK_DEPTH_ADD(1);
-  return ok;
+    return true;
+  }
+  unsigned expected = 0;
+  if (!atomic_compare_exchange_strong_explicit(&m->locked, &expected, 1, memory_order_acquire,
+                                               memory_order_relaxed) ||
+      !gca__mutex_locked(m, false))
+    return false;
+  GCA__LOCK_DEPTH_ADD(1);
+  return true;
 }
 
 static inline void gca__mutex_unlock(gca__mutex_t *m) {
   GCA__LOCK_DEPTH_ADD(-1);
+  /* active is set only by the bias holder, inside its hold */
+  if (atomic_load_explicit(&m->active, memory_order_relaxed) &&
+      atomic_load_explicit(&m->bias, memory_order_relaxed) == gca__lock_tid) {
+    atomic_store_explicit(&m->active, 0, memory_order_release);
+    return;
+  }
   atomic_store_explicit(&m->locked, 0, memory_order_release);
   if (GCA_UNLIKELY(atomic_load_explicit(&m->sleepers, memory_order_relaxed) != 0))
     gca__mutex_wake(m);
