@@ -54,7 +54,11 @@ bool gca__membarrier_ok(void) {
 }
 
 void gca__membarrier(void) {
-  if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+  if (GCA_LIKELY(syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0))
+    return;
+  /* a child of fork() may not inherit the registration: register it again */
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0 ||
+      syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
     GCA_ASSERT(!"membarrier failed after the process registered for it");
 }
 

@@ -9,7 +9,9 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gca.h"
 #include "lock.h"
@@ -136,6 +138,36 @@ static void a_trylock_gives_a_revocation_up_while_the_holder_is_inside(void **st
   assert_true(atomic_load(&mu.bias) == GCA__MUTEX_NO_BIAS);
 }
 
+/* A child of fork() inherits the bias of the thread that forked; a thread
+ * of the child revokes it (the fence works there, registered again if the
+ * registration was not inherited), and the lock works on. */
+static void a_child_of_fork_revokes_the_bias(void **state) {
+  (void)state;
+  gca__mutex_init(&mu);
+  if (!biasing())
+    skip();
+  bias_to_me();
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    other_t o = {0};
+    pthread_t t;
+    if (pthread_create(&t, NULL, other_main, &o) != 0)
+      _exit(2);
+    pthread_join(t, NULL);
+    if (!o.got || atomic_load(&mu.bias) != GCA__MUTEX_NO_BIAS)
+      _exit(3);
+    gca__mutex_lock(&mu);
+    gca__mutex_unlock(&mu);
+    _exit(0);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  assert_int_equal(atomic_load(&mu.bias), gca__lock_tid); /* the parent's is untouched */
+}
+
 /* Mutual exclusion under load: three threads add to a plain counter under
  * the lock in bursts of random length, so the lock is biased (after 8 in a
  * row here), revoked, and taken by trylock and lock in every order; no
@@ -200,6 +232,7 @@ int main(void) {
       cmocka_unit_test(a_thread_that_keeps_the_lock_gets_it_biased),
       cmocka_unit_test(another_thread_revokes_the_bias_after_the_holder_lets_go),
       cmocka_unit_test(a_trylock_gives_a_revocation_up_while_the_holder_is_inside),
+      cmocka_unit_test(a_child_of_fork_revokes_the_bias),
       cmocka_unit_test(biased_and_plain_holds_exclude_each_other),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
