@@ -308,11 +308,16 @@ struct gca__pool {
   gca__mempool_t *owner; /* the private pool holding this tree, NULL for the default pools */
 };
 
-/* A device's pointer -> block map of its allocated blocks.
+/* A device's pointer -> block map of its allocated blocks: a slot holds
+ * the address and its block side by side, so a lookup of a map too large
+ * for the caches misses once, not once for the key and again for the value.
  * Invariant: count == allocated blocks of the device; count * 2 <= cap. */
+typedef struct gca__ptrslot {
+  gca_devptr_t key; /* 0 = empty slot */
+  struct gca__block *val;
+} gca__ptrslot_t;
 typedef struct gca__ptrmap {
-  gca_devptr_t *keys; /* 0 = empty slot */
-  gca__block_t **vals;
+  gca__ptrslot_t *slots;
   uint32_t cap, count;
 } gca__ptrmap_t;
 
@@ -1237,7 +1242,7 @@ static inline uint64_t gca__ptrmap_hash(gca_devptr_t a) {
 /* Slot holding addr, or the empty slot where it would go (cap > 0). */
 static inline uint32_t gca__ptrmap_probe(const gca__ptrmap_t *m, gca_devptr_t addr) {
   uint32_t mask = m->cap - 1, i = (uint32_t)gca__ptrmap_hash(addr) & mask;
-  while (m->keys[i] != 0 && m->keys[i] != addr)
+  while (m->slots[i].key != 0 && m->slots[i].key != addr)
     i = (i + 1) & mask;
   return i;
 }
@@ -1246,8 +1251,8 @@ static inline uint32_t gca__ptrmap_probe(const gca__ptrmap_t *m, gca_devptr_t ad
 static inline gca__block_t *gca__ptrmap_find(const gca__ptrmap_t *m, gca_devptr_t addr) {
   if (m->cap == 0 || addr == 0)
     return NULL;
-  uint32_t i = gca__ptrmap_probe(m, addr);
-  return m->keys[i] == addr ? m->vals[i] : NULL;
+  const gca__ptrslot_t *e = &m->slots[gca__ptrmap_probe(m, addr)];
+  return e->key == addr ? e->val : NULL;
 }
 /* Removes addr and returns its block, or NULL when absent. */
 gca__block_t *gca__ptrmap_take(gca__ptrmap_t *m, gca_devptr_t addr);

@@ -275,6 +275,7 @@ GCA_API gca_status_t gca_ipc_export_ex(void *ptr, unsigned flags, gca_ipc_handle
   }
   GCA_CHECK_GOTO(check_kind("ipc_export", d->ops, d->device, fabric), st, out);
   GCA_CHECK_GOTO(export_entries(d, b, fabric, &h), st, out);
+  GCA_ASSERT(h != NULL); /* set by export_entries on success */
   if (getrandom(h->id, sizeof(h->id), 0) != (ssize_t)sizeof(h->id)) {
     st = gca__error(GCA_ERR_IO, "ipc_export: getrandom failed: %s", strerror(errno));
     gca_ipc_handle_free(h);

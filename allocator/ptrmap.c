@@ -22,37 +22,27 @@
 
 static gca_status_t grow(gca__ptrmap_t *m) {
   uint32_t ncap = m->cap ? m->cap * 2 : INITIAL_CAP;
-  gca_devptr_t *nk = calloc(ncap, sizeof(*nk));
-  gca__block_t **nv = calloc(ncap, sizeof(*nv));
-  if (nk == NULL || nv == NULL) {
-    free(nk);
-    free(nv);
+  gca__ptrslot_t *ns = calloc(ncap, sizeof(*ns));
+  if (ns == NULL)
     return gca__error(GCA_ERR_OUT_OF_MEMORY,
                       "malloc: host out of memory growing the pointer map to %u entries", ncap);
-  }
   gca__ptrmap_t old = *m;
-  m->keys = nk;
-  m->vals = nv;
+  m->slots = ns;
   m->cap = ncap;
-  for (uint32_t i = 0; i < old.cap; i++) {
-    if (old.keys[i] == 0)
-      continue;
-    uint32_t j = gca__ptrmap_probe(m, old.keys[i]);
-    m->keys[j] = old.keys[i];
-    m->vals[j] = old.vals[i];
-  }
-  free(old.keys);
-  free(old.vals);
+  for (uint32_t i = 0; i < old.cap; i++)
+    if (old.slots[i].key != 0)
+      m->slots[gca__ptrmap_probe(m, old.slots[i].key)] = old.slots[i];
+  free(old.slots);
   return GCA_OK;
 }
 
 gca_status_t gca__ptrmap_insert(gca__ptrmap_t *m, gca_devptr_t addr, gca__block_t *b) {
   if (GCA_UNLIKELY((m->count + 1) * 2 > m->cap))
     GCA_CHECK(grow(m));
-  uint32_t i = gca__ptrmap_probe(m, addr);
-  GCA_ASSERT(m->keys[i] == 0);
-  m->keys[i] = addr;
-  m->vals[i] = b;
+  gca__ptrslot_t *e = &m->slots[gca__ptrmap_probe(m, addr)];
+  GCA_ASSERT(e->key == 0);
+  e->key = addr;
+  e->val = b;
   m->count++;
   return GCA_OK;
 }
@@ -61,31 +51,28 @@ gca__block_t *gca__ptrmap_take(gca__ptrmap_t *m, gca_devptr_t addr) {
   if (m->cap == 0 || addr == 0)
     return NULL;
   uint32_t mask = m->cap - 1, i = gca__ptrmap_probe(m, addr);
-  if (m->keys[i] != addr)
+  if (m->slots[i].key != addr)
     return NULL;
-  gca__block_t *b = m->vals[i];
+  gca__block_t *b = m->slots[i].val;
   for (uint32_t j = i;;) {
     j = (j + 1) & mask;
-    if (m->keys[j] == 0)
+    if (m->slots[j].key == 0)
       break;
-    uint32_t home = (uint32_t)gca__ptrmap_hash(m->keys[j]) & mask;
+    uint32_t home = (uint32_t)gca__ptrmap_hash(m->slots[j].key) & mask;
     /* move j back into the hole at i unless its home lies cyclically in (i, j] */
     bool stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
     if (!stays) {
-      m->keys[i] = m->keys[j];
-      m->vals[i] = m->vals[j];
+      m->slots[i] = m->slots[j];
       i = j;
     }
   }
-  m->keys[i] = 0;
-  m->vals[i] = NULL;
+  m->slots[i] = (gca__ptrslot_t){0, NULL};
   m->count--;
   return b;
 }
 
 void gca__ptrmap_destroy(gca__ptrmap_t *m) {
-  free(m->keys);
-  free(m->vals);
+  free(m->slots);
   memset(m, 0, sizeof(*m));
 }
 
