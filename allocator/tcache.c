@@ -120,10 +120,16 @@
  * free_cache:False. As the free cache does (Note [Free cache waste]), each
  * cache counts the cached blocks evicted unused (beside a change, or pushed
  * out of their bin by another size) against its hits: at GCA__TC_WASTE_OFF
- * it takes in only one free in GCA__TC_PROBE, whose hit turns it back on, and
- * the others go on to the free cache, whose own count turns it off the same
- * way, and then the plain free. Per cache, not per device: one thread's
- * pattern does not turn off another's cache.
+ * the owner's next locked free parks it: the cache is given back as a dying
+ * thread's is (its deltas folded, its blocks to the tree) and kept aside,
+ * so the thread has no cache of the device. Its requests and frees then go
+ * the way of a thread without one (the free cache, whose own count turns it
+ * off the same way, and then the plain free), and once no cache of the
+ * device is left the statistics are plain again (no headroom to count):
+ * the layered misses of a cache that cannot serve a pattern cost nothing.
+ * After GCA__TC_PROBE frees the thread takes the parked cache back with one
+ * unused block to spare: its hits keep it, a loss parks it again. Per
+ * cache, not per device: one thread's pattern does not park another's cache.
  *
  * Note [Thread cache sections]. Uncontended, the lock still costs each fast
  * path a locked compare-and-swap, about a third of a cached pair (30 ns with
@@ -399,6 +405,8 @@ static void tthread_exit(void *arg) {
     }
     free(tc);
   }
+  for (int i = 0; i < GCA__MAX_DEVICES; i++)
+    free(t->parked[i]);
   pthread_mutex_unlock(&g_tc_mu);
   if (gca__t_tc == t)
     gca__t_tc = NULL;
@@ -429,10 +437,17 @@ static gca__tcache_t *tc_get(gca__devalloc_t *d) {
     free(tc);
     t->dev[d->device] = NULL;
   }
-  tc = aligned_alloc(64, (sizeof(*tc) + 63) & ~(size_t)63);
-  if (tc == NULL)
+  bool probe = t->parked[d->device] != NULL; /* a parked cache's thread tries again */
+  if (probe) {
+    tc = t->parked[d->device];
+    t->parked[d->device] = NULL;
+    t->probe[d->device] = 0;
+  } else if ((tc = aligned_alloc(64, (sizeof(*tc) + 63) & ~(size_t)63)) == NULL) {
     return NULL;
+  }
   memset(tc, 0, sizeof(*tc));
+  if (probe)
+    tc->waste = GCA__TC_WASTE_OFF - 1; /* parked again if its first block goes unused */
   atomic_init(&tc->lock, 0);
   atomic_init(&tc->sleepers, 0);
   atomic_init(&tc->ncached, 0);
@@ -501,37 +516,55 @@ void gca__tc_update(gca__devalloc_t *d, bool reset) {
 
 /* Whether tc wastes its entries and this free is not its probe (Note
  * [Thread cache waste]); the owner, under d->lock. */
-static bool wasteful(gca__tcache_t *tc) {
-  if (GCA_LIKELY(tc->waste < GCA__TC_WASTE_OFF))
-    return false;
-  if (--tc->skips != 0)
+/* Parks the calling thread's cache tc of d (d->lock held): given back as a
+ * dying thread's is, kept for the thread's next cache. */
+static void park(gca__devalloc_t *d, gca__tcache_t *tc) {
+  gca__tthread_t *t = gca__t_tc;
+  retire_locked(d, tc);
+  t->dev[d->device] = NULL;
+  free(t->parked[d->device]);
+  t->parked[d->device] = tc;
+  t->probe[d->device] = GCA__TC_PROBE;
+}
+
+/* Whether the calling thread takes no free into a cache of d now: its
+ * cache is parked, or parked here for its waste, and the probe count has
+ * not run out (it does at 1: the next try may make a cache). */
+static bool parked(gca__devalloc_t *d) {
+  gca__tcache_t *tc = gca__tc_mine(d->device);
+  if (tc != NULL && tc->d == d) {
+    if (GCA_LIKELY(tc->waste < GCA__TC_WASTE_OFF))
+      return false;
+    park(d, tc);
     return true;
-  tc->skips = GCA__TC_PROBE;
-  tc->waste = GCA__TC_WASTE_OFF - 1; /* off again if this one goes unused */
-  return false;
+  }
+  gca__tthread_t *t = gca__t_tc;
+  if (t == NULL || t->probe[d->device] <= 1)
+    return false;
+  t->probe[d->device]--;
+  return true;
 }
 
 bool gca__tc_skips(gca__devalloc_t *d) {
-  gca__tcache_t *tc = gca__tc_mine(d->device);
-  return tc != NULL && tc->d == d && wasteful(tc);
+  return parked(d);
 }
 
-/* A cached block of tc left unused (d->lock and tc's lock held). */
+/* A cached block of tc left unused (d->lock and tc's lock held); at
+ * GCA__TC_WASTE_OFF the owner's next free parks tc. */
 static void wasted(gca__tcache_t *tc) {
-  if (tc->waste < GCA__TC_WASTE_OFF && ++tc->waste == GCA__TC_WASTE_OFF)
-    tc->skips = GCA__TC_PROBE;
+  if (tc->waste < GCA__TC_WASTE_OFF)
+    tc->waste++;
 }
 
 bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
   if (!d->tc_on || b->nuses != 0 || b->pool->owner != NULL || b->seg->expandable ||
       b->size > GCA__TC_MAX_SIZE || b->oversize || (d->npending | d->ndeferred | d->ncaptures) != 0)
     return false;
-  gca__tcache_t *tc = gca__tc_mine(d->device);
-  if (tc != NULL && tc->d == d && wasteful(tc))
+  if (parked(d))
     return false;
   if (gca__fc_near(b))
     return false;
-  tc = tc_get(d);
+  gca__tcache_t *tc = tc_get(d);
   if (tc == NULL || tc->ndomain >= GCA__TC_DOMAIN)
     return false;
   gca__tcbin_t *bin = gca__tc_bin(tc, b->stream, b->size);

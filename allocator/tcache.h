@@ -19,10 +19,10 @@
 #define GCA__TC_BYTES    ((size_t)32 << 20) /* bytes it may keep cached */
 /* Note [Thread cache waste]: a cached block evicted unused adds one to its
  * cache's waste, a hit takes GCA__TC_HIT_PAYS off; at GCA__TC_WASTE_OFF the
- * cache takes in one free in GCA__TC_PROBE. */
+ * cache is parked, and the thread tries one again after GCA__TC_PROBE frees. */
 #define GCA__TC_WASTE_OFF 8
 #define GCA__TC_HIT_PAYS  8
-#define GCA__TC_PROBE     64
+#define GCA__TC_PROBE     256
 
 /* What a thread cache's paths change, per statistic type: allocation (and
  * active), allocated_bytes (and active_bytes), requested_bytes,
@@ -84,7 +84,7 @@ struct gca__tcache {
   size_t cached_bytes, ndomain;
   /* Note [Thread cache waste]: written under the device lock and tc's lock,
    * or by the owner (under either) */
-  uint8_t waste, skips;
+  uint8_t waste;
   /* bit (home slot / 2) set for each block of the domain (and maybe for some
    * that left): a free whose bit is clear is none of tc's, found without its
    * lock. Set by the owner only; cleared when the domain empties. */
@@ -95,9 +95,14 @@ struct gca__tcache {
   gca__tcache_t *prev, *next; /* d->tcs, under d->lock */
 };
 
-/* A thread's caches, one per device; its lifetime is the thread's. */
+/* A thread's caches, one per device; its lifetime is the thread's. A cache
+ * that wasted its blocks is parked (Note [Thread cache waste]): out of its
+ * device, kept for reuse, while `probe` counts down the frees until the
+ * thread tries a cache again. */
 typedef struct gca__tthread {
   gca__tcache_t *dev[GCA__MAX_DEVICES];
+  gca__tcache_t *parked[GCA__MAX_DEVICES];
+  uint16_t probe[GCA__MAX_DEVICES];
 } gca__tthread_t;
 
 extern _Thread_local gca__tthread_t *gca__t_tc __attribute__((tls_model("initial-exec")));
@@ -379,8 +384,10 @@ void gca__tc_update(gca__devalloc_t *d, bool reset);
  * calling thread: enters its cache when it may (Note [Thread caches]);
  * true when it did. */
 bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b);
-/* Whether the calling thread's cache wastes its entries and takes no free
- * now (Note [Thread cache waste]); counts the free as try_enter would. */
+/* Whether the calling thread takes no free into a cache of d now: its cache
+ * wasted its entries and is parked (here, if it was not yet), and this free
+ * is not the probe (Note [Thread cache waste]); counts the free as
+ * try_enter would. */
 bool gca__tc_skips(gca__devalloc_t *d);
 /* A take from the calling thread's cache under the lock, with the
  * statistics counted here; NULL when it holds no such block. */

@@ -901,48 +901,66 @@ static void waiters_sleep_on_a_held_cache_lock(void **state) {
   assert_ok(gca_stream_destroy(b.stream));
 }
 
-/* The cache of d with waste (Note [Thread cache waste]), or NULL; at most one. */
-static gca__tcache_t *wasting_cache(void) {
-  gca__devalloc_t *d = gca__devalloc_peek(0);
-  gca__tcache_t *found = NULL;
-  for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next) {
-    if (tc->waste != 0) {
-      assert_null(found);
-      found = tc;
-    }
-  }
-  return found;
+/* Whether tc is one of d's thread caches now. */
+static bool linked(const gca__tcache_t *tc) {
+  for (gca__tcache_t *x = gca__devalloc_peek(0)->tcs; x != NULL; x = x->next)
+    if (x == tc)
+      return true;
+  return false;
 }
 
 /* Note [Thread cache waste]: a worker alternating 4 KiB and 12 KiB carved
  * from one run loses each cached block unused (the next request splits the
- * run beside it); after GCA__TC_WASTE_OFF such losses its cache takes no
- * more frees (the other worker's is untouched), and once the worker repeats
- * one size, a probe's hit turns it back on. The statistics stay exact. */
-static void a_cache_that_wastes_its_blocks_stops_taking_frees(void **state) {
+ * run beside it); after GCA__TC_WASTE_OFF such losses its next free parks
+ * its cache (the other worker's is untouched), and its frees go the way of
+ * a thread without one. Once the worker repeats one size, the probe after
+ * GCA__TC_PROBE frees gives it its cache back, and the hits keep it. With
+ * the other worker gone no cache is left and the statistics are plain. The
+ * statistics stay exact throughout. */
+static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
   (void)state;
   worker_t a, b;
   worker_start(&a);
   worker_start(&b);
   engage(&a, &b);
+  w_free(&a, w_alloc(&a, 4096, a.stream)); /* into a's cache */
+  void *x = w_alloc(&a, 4096, a.stream);
+  gca__tcache_t *tc = tcache_of(x);
+  assert_non_null(tc);
+  w_free(&a, x);
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  assert_int_equal(d->ntcs, 2);
   for (int i = 0; i < 4 * GCA__TC_WASTE_OFF; i++)
     w_free(&a, w_alloc(&a, i & 1 ? 12288 : 4096, a.stream));
-  gca__tcache_t *tc = wasting_cache();
-  assert_non_null(tc);
-  assert_int_equal(tc->waste, GCA__TC_WASTE_OFF);
-  assert_int_equal(tc->ncached, 0);
+  assert_false(linked(tc)); /* parked */
+  assert_int_equal(d->ntcs, 1);
   assert_int_equal(tcaches_cached(), 1); /* b's */
   assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
+  for (int i = 0; i < GCA__TC_PROBE / 2; i++) /* no cache yet: the probe is further */
+    w_free(&a, w_alloc(&a, 4096, a.stream));
+  assert_int_equal(d->ntcs, 1);
   for (int i = 0; i < 2 * GCA__TC_PROBE; i++)
     w_free(&a, w_alloc(&a, 4096, a.stream));
+  assert_int_equal(d->ntcs, 2);
+  assert_true(linked(tc)); /* the parked one, taken back */
   assert_int_equal(tc->waste, 0);
   assert_int_equal(tc->ncached, 1);
   gca_stats_t s = stats();
   assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
   assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 0);
   check();
-  worker_exit(&a);
+  for (int i = 0; i < 4 * GCA__TC_WASTE_OFF; i++) /* parked again */
+    w_free(&a, w_alloc(&a, i & 1 ? 12288 : 4096, a.stream));
+  assert_false(linked(tc));
   worker_exit(&b);
+  assert_null(d->tcs);
+  assert_false(d->tc_count); /* no headroom to count: plain statistics */
+  w_free(&a, w_alloc(&a, 12288, a.stream));
+  s = stats();
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].peak, 12288);
+  check();
+  worker_exit(&a);
   assert_ok(gca_stream_destroy(a.stream));
   assert_ok(gca_stream_destroy(b.stream));
 }
@@ -1134,7 +1152,7 @@ int main(void) {
       T(out_of_memory_takes_another_threads_cache),
       T(thread_cache_false_turns_them_off),
       T(waiters_sleep_on_a_held_cache_lock),
-      T(a_cache_that_wastes_its_blocks_stops_taking_frees),
+      T(a_cache_that_wastes_its_blocks_is_parked),
       T(a_calm_owner_enters_without_the_lock_until_a_visit),
       T(a_visitor_waits_for_a_quiet_owners_section),
       T(folds_against_sections_read_one_instant),
