@@ -312,7 +312,7 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
       goto fail;
     }
   }
-  if (d->tc_on && pool->owner == NULL &&
+  if (d->tc_on && pool->owner == NULL && gca__tc_mine(d->device) != NULL &&
       (b = gca__tc_take_locked(d, pool, stream, rounded, size)) != NULL)
     goto out;
   if (d->fc_count != 0 && pool->owner == NULL) {

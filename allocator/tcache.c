@@ -527,26 +527,12 @@ static void park(gca__devalloc_t *d, gca__tcache_t *tc) {
   t->probe[d->device] = GCA__TC_PROBE;
 }
 
-/* Whether the calling thread takes no free into a cache of d now: its
- * cache is parked, or parked here for its waste, and the probe count has
- * not run out (it does at 1: the next try may make a cache). */
-static bool parked(gca__devalloc_t *d) {
-  gca__tcache_t *tc = gca__tc_mine(d->device);
-  if (tc != NULL && tc->d == d) {
-    if (GCA_LIKELY(tc->waste < GCA__TC_WASTE_OFF))
-      return false;
-    park(d, tc);
-    return true;
-  }
-  gca__tthread_t *t = gca__t_tc;
-  if (t == NULL || t->probe[d->device] <= 1)
-    return false;
-  t->probe[d->device]--;
-  return true;
+void gca__tc_park_mine(gca__devalloc_t *d) {
+  park(d, gca__tc_mine(d->device));
 }
 
-bool gca__tc_skips(gca__devalloc_t *d) {
-  return parked(d);
+static bool parked(gca__devalloc_t *d) {
+  return gca__tc_skips(d);
 }
 
 /* A cached block of tc left unused (d->lock and tc's lock held); at

@@ -384,11 +384,29 @@ void gca__tc_update(gca__devalloc_t *d, bool reset);
  * calling thread: enters its cache when it may (Note [Thread caches]);
  * true when it did. */
 bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b);
+/* Parks the calling thread's cache of d, which wasted its entries (Note
+ * [Thread cache waste]). */
+void gca__tc_park_mine(gca__devalloc_t *d);
 /* Whether the calling thread takes no free into a cache of d now: its cache
- * wasted its entries and is parked (here, if it was not yet), and this free
- * is not the probe (Note [Thread cache waste]); counts the free as
- * try_enter would. */
-bool gca__tc_skips(gca__devalloc_t *d);
+ * wasted its entries and is parked (here, if it was not yet), and the probe
+ * count has not run out (it does at 1: the next try may make a cache).
+ * Counts the free. Inline: a parked thread's every free asks. */
+static inline bool gca__tc_skips(gca__devalloc_t *d) {
+  gca__tthread_t *t = gca__t_tc;
+  if (t == NULL)
+    return false;
+  gca__tcache_t *tc = t->dev[d->device];
+  if (tc != NULL && tc->d == d) {
+    if (GCA_LIKELY(tc->waste < GCA__TC_WASTE_OFF))
+      return false;
+    gca__tc_park_mine(d);
+    return true;
+  }
+  if (t->probe[d->device] <= 1)
+    return false;
+  t->probe[d->device]--;
+  return true;
+}
 /* A take from the calling thread's cache under the lock, with the
  * statistics counted here; NULL when it holds no such block. */
 gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
