@@ -35,6 +35,7 @@ static void stat_active(gca_stat_t *active, const gca_stat_t *alloc, const gca__
 
 void gca__stats_read(const gca__devalloc_t *d, gca_stats_t *out) {
   *out = d->stats;
+  out->num_lock_revocations = (int64_t)d->lock.revocations;
   stats_fill_all(out);
   for (int t = 0; t < GCA_STAT_TYPES; t++) {
     stat_active(&out->active[t], &out->allocation[t], &d->pend[t]);
@@ -111,6 +112,9 @@ GCA_API gca_status_t gca_reset_accumulated_stats(int device) {
   d->stats.num_driver_calls = 0;
   d->stats.grown_bytes = 0;
   d->stats.num_handle_moves = 0;
+  d->stats.num_cache_fences = 0;
+  d->stats.num_cache_parks = 0;
+  d->lock.revocations = 0; /* under the lock it counts for */
   gca__dev_unlock(d);
   return GCA_OK;
 }

@@ -250,6 +250,8 @@ void gca__tc_block(gca__tcache_t *tc) {
   if (gca__tc_blocks(tc)) {
     gca__tc_fence_all();
     gca__tc_wait_out(tc);
+    if (tc->d != NULL)
+      tc->d->stats.num_cache_fences++; /* the visitor holds its device's lock */
   }
 }
 
@@ -521,6 +523,7 @@ void gca__tc_update(gca__devalloc_t *d, bool reset) {
 static void park(gca__devalloc_t *d, gca__tcache_t *tc) {
   gca__tthread_t *t = gca__t_tc;
   retire_locked(d, tc);
+  d->stats.num_cache_parks++;
   t->dev[d->device] = NULL;
   free(t->parked[d->device]);
   t->parked[d->device] = tc;

@@ -154,6 +154,7 @@ bool gca__mutex_after_lock(gca__mutex_t *m, bool wait) {
     }
     atomic_store_explicit(&m->bias, GCA__MUTEX_NO_BIAS, memory_order_relaxed);
     atomic_store_explicit(&m->revoking, 0, memory_order_release);
+    m->revocations++;
     m->last = me;
     m->streak = 1;
     return true;

@@ -62,6 +62,7 @@ typedef struct gca__mutex {
   atomic_uint active, revoking;
   uint32_t streak;
   uint64_t last;
+  uint64_t revocations; /* biases revoked (under `locked`) */
 } gca__mutex_t;
 
 #define GCA__MUTEX_NO_BIAS UINT64_MAX
@@ -114,6 +115,7 @@ static inline void gca__mutex_init(gca__mutex_t *m) {
   atomic_init(&m->revoking, 0);
   m->streak = 0;
   m->last = 0;
+  m->revocations = 0;
 }
 
 /* The biased entry (Note [Biased device lock]): true when the calling

@@ -39,6 +39,7 @@
  * plain jemalloc, and device pinning calls per GiB grown ("host" in JSON).
  * Nothing is asserted: the figures are printed for a person or a dashboard.
  */
+#include <inttypes.h>
 #include <pthread.h>
 #include <getopt.h>
 #include <stdatomic.h>
@@ -292,6 +293,7 @@ typedef struct report {
   double lock_ns[2];
   double mpairs[NTC][3];       /* total Mpairs/s: [thread count][gca, malloc, jemalloc] */
   double pattern_ns[NPATS][4]; /* ns per pair, 1 thread: [pattern][gca, exact, malloc, je] */
+  gca_stats_t stats;           /* device 0's at the end: what the lock-free paths cost */
 } report_t;
 
 static void print_cell(double v, const char *fmt) {
@@ -350,6 +352,11 @@ static void print_table(const report_t *rep) {
     }
     printf(" %8.2f\n", ratio(rep->pattern_ns[pt][0], rep->pattern_ns[pt][3]));
   }
+  printf("\nlock-free paths over the run (each a membarrier call or a cache given back): "
+         "%" PRId64 " device-lock revocations, %" PRId64 " thread-cache fences, %" PRId64
+         " caches parked, for %" PRId64 " allocations\n",
+         rep->stats.num_lock_revocations, rep->stats.num_cache_fences, rep->stats.num_cache_parks,
+         rep->stats.allocation[GCA_STAT_ALL].allocated);
 }
 
 /* Sets o[key] = v, noting a failure (v NULL: jansson out of memory, or a
@@ -386,6 +393,14 @@ static gca_status_t print_json(const report_t *rep, double seconds, json_t *host
   j_set(root, "lock_ns_1t", json_real(rep->lock_ns[0]), &ok);
   j_set(root, "lock_ns_2t", json_real(rep->lock_ns[1]), &ok);
   j_set(root, "jemalloc", jem.malloc ? json_true() : json_string(jem.why), &ok);
+  json_t *lf = json_object();
+  j_set(root, "lockfree", lf, &ok);
+  if (lf != NULL) {
+    j_set(lf, "lock_revocations", json_integer(rep->stats.num_lock_revocations), &ok);
+    j_set(lf, "cache_fences", json_integer(rep->stats.num_cache_fences), &ok);
+    j_set(lf, "cache_parks", json_integer(rep->stats.num_cache_parks), &ok);
+    j_set(lf, "allocations", json_integer(rep->stats.allocation[GCA_STAT_ALL].allocated), &ok);
+  }
   for (size_t i = 0; i < NSIZES && ok; i++) {
     const bench_row_t *r = &rep->rows[i];
     json_t *o = j_push(results, &ok);
@@ -509,6 +524,7 @@ static gca_status_t run(double seconds, bool json) {
       TOOL_CHECK_GOTO(measure_in(pattern_kinds[k], pt, 4u << 10, 1, seconds, streams, saved,
                                  &rep->pattern_ns[pt][k]),
                       st, out);
+  TOOL_CHECK_GOTO(gca_get_stats(0, &rep->stats), st, out);
   json_t *host = NULL;
   if (!json)
     print_table(rep);

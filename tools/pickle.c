@@ -162,7 +162,7 @@ static gca_status_t dict_set(machine_t *m, py_value_t *d, py_value_t *k, py_valu
 }
 
 static gca_status_t memo_put(machine_t *m, uint64_t idx) {
-  py_value_t *v;
+  py_value_t *v = NULL;
   TOOL_CHECK(top(m, &v));
   if (idx >= MAX_MEMO)
     return perr(m, "memo index beyond the reader's limit");
@@ -257,7 +257,7 @@ static const char *refused(unsigned char op) {
 }
 
 static gca_status_t step(machine_t *m, unsigned char op, bool *stop) {
-  py_value_t *a, *b, *c;
+  py_value_t *a = NULL, *b = NULL, *c = NULL;
   size_t first = 0;
   switch (op) {
   case 0x80: /* PROTO */

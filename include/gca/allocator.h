@@ -107,6 +107,14 @@ typedef struct gca_stats {
   int64_t num_driver_calls;
   int64_t grown_bytes;
   int64_t num_handle_moves;
+  /* The cost of the lock-free paths, each a membarrier system call or a
+   * thread cache given back: the device lock's bias taken back from the
+   * thread that kept it (Note [Biased device lock]), visits to thread caches
+   * whose owners ran without their locks (Note [Thread cache sections]), and
+   * thread caches parked for wasting their blocks (Note [Thread cache waste]). */
+  int64_t num_lock_revocations;
+  int64_t num_cache_fences;
+  int64_t num_cache_parks;
 } gca_stats_t;
 
 GCA_API gca_status_t gca_get_stats(int device, gca_stats_t *out);

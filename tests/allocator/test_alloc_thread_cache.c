@@ -959,6 +959,9 @@ static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
   s = stats();
   assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
   assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].peak, 12288);
+  assert_int_equal(s.num_cache_parks, 2);
+  assert_ok(gca_reset_accumulated_stats(0));
+  assert_int_equal(stats().num_cache_parks, 0);
   check();
   worker_exit(&a);
   assert_ok(gca_stream_destroy(a.stream));
@@ -1019,6 +1022,7 @@ static void a_calm_owner_enters_without_the_lock_until_a_visit(void **state) {
   assert_int_equal(atomic_load(&tc->quiet), 0);
   assert_int_equal(atomic_load(&tc->blocked), 0);
   assert_int_equal(tc->calm, sections ? 0 : calm); /* without sections a visit changes nothing */
+  assert_int_equal(s.num_cache_fences, sections ? 1 : 0);
   int64_t pairs = sections ? GCA__TC_CALM + 8 + 100 : GCA__TC_CALM + 8;
   assert_int_equal(s.allocation[GCA_STAT_ALL].allocated - before, pairs);
   assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
@@ -1142,6 +1146,35 @@ static void folds_against_sections_read_one_instant(void **state) {
   assert_ok(gca_stream_destroy(b.stream));
 }
 
+/* Note [Biased device lock]: the test's thread, using the device alone,
+ * gets its lock biased to it; a worker's first request revokes the bias
+ * (counted in num_lock_revocations), and both threads' pairs go on with the
+ * statistics exact. Without membarrier nothing is biased or counted. */
+static void a_second_thread_revokes_the_device_locks_bias(void **state) {
+  (void)state;
+  bool biasing = gca__mutex_bias_after != UINT32_MAX;
+  for (int i = 0; i <= GCA__MUTEX_BIAS_AFTER; i++) {
+    void *p = NULL;
+    assert_ok(gca_malloc(&p, 4096, NULL));
+    assert_ok(gca_free(p));
+  }
+  gca__devalloc_t *d = gca__devalloc_peek(0); /* made by the first request */
+  assert_int_equal(atomic_load(&d->lock.bias), biasing ? gca__lock_tid : GCA__MUTEX_NO_BIAS);
+  worker_t a;
+  worker_start(&a);
+  w_free(&a, w_alloc(&a, 4096, a.stream));
+  assert_true(atomic_load(&d->lock.bias) == GCA__MUTEX_NO_BIAS);
+  gca_stats_t s = stats();
+  assert_int_equal(s.num_lock_revocations, biasing ? 1 : 0);
+  assert_int_equal(s.allocation[GCA_STAT_ALL].allocated, GCA__MUTEX_BIAS_AFTER + 2);
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_reset_accumulated_stats(0));
+  assert_int_equal(stats().num_lock_revocations, 0);
+  check();
+  worker_exit(&a);
+  assert_ok(gca_stream_destroy(a.stream));
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, alloc_setup, alloc_teardown)
   const struct CMUnitTest tests[] = {
@@ -1156,6 +1189,7 @@ int main(void) {
       T(a_calm_owner_enters_without_the_lock_until_a_visit),
       T(a_visitor_waits_for_a_quiet_owners_section),
       T(folds_against_sections_read_one_instant),
+      T(a_second_thread_revokes_the_device_locks_bias),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -105,6 +105,7 @@ static void another_thread_revokes_the_bias_after_the_holder_lets_go(void **stat
   assert_true(o.got);
   assert_true(atomic_load(&mu.bias) == GCA__MUTEX_NO_BIAS);
   assert_int_equal(atomic_load(&mu.revoking), 0);
+  assert_int_equal(mu.revocations, 1);
   gca__mutex_lock(&mu); /* a plain hold now */
   assert_int_equal(atomic_load(&mu.locked), 1);
   assert_int_equal(atomic_load(&mu.active), 0);
@@ -130,12 +131,14 @@ static void a_trylock_gives_a_revocation_up_while_the_holder_is_inside(void **st
   assert_int_equal(atomic_load(&mu.bias), me);
   assert_int_equal(atomic_load(&mu.revoking), 0);
   assert_int_equal(atomic_load(&mu.locked), 0);
+  assert_int_equal(mu.revocations, 0); /* given up: not counted */
   gca__mutex_unlock(&mu);
   o = (other_t){.try_only = true};
   assert_int_equal(pthread_create(&t, NULL, other_main, &o), 0);
   pthread_join(t, NULL);
   assert_true(o.got);
   assert_true(atomic_load(&mu.bias) == GCA__MUTEX_NO_BIAS);
+  assert_int_equal(mu.revocations, 1);
 }
 
 /* A child of fork() inherits the bias of the thread that forked; a thread

@@ -672,7 +672,7 @@ static gca_status_t sim_mem_unmap(gca_devptr_t ptr, size_t size) {
   GCA_CHECK(check_range("mem_unmap", ptr, size));
   gca_status_t st = GCA_OK;
   uint64_t end = ptr + size;
-  size_t i, j;
+  size_t i = 0, j = 0;
   pthread_mutex_lock(&mem.lock);
   GCA_CHECK_GOTO(covered("mem_unmap", ptr, end, &i, &j), st, out);
   piece_t *first = piece_at(i), *last = piece_at(j - 1);
@@ -718,7 +718,7 @@ static gca_status_t sim_mem_set_access(gca_devptr_t ptr, size_t size, const int 
     GCA_CHECK(gca__sim_check_device("mem_set_access", devs[k]));
   gca_status_t st = GCA_OK;
   uint64_t end = ptr + size;
-  size_t i, j;
+  size_t i = 0, j = 0;
   pthread_mutex_lock(&mem.lock);
   GCA_CHECK_GOTO(covered("mem_set_access", ptr, end, &i, &j), st, out);
   if (resv_of(ptr)->classic) {
