@@ -128,8 +128,11 @@
  * device is left the statistics are plain again (no headroom to count):
  * the layered misses of a cache that cannot serve a pattern cost nothing.
  * After GCA__TC_PROBE frees the thread takes the parked cache back with one
- * unused block to spare: its hits keep it, a loss parks it again. Per
- * cache, not per device: one thread's pattern does not park another's cache.
+ * unused block to spare: its hits keep it, a loss parks it again, and the
+ * next try waits twice as many frees (up to 2^GCA__TC_BACKOFF times), so a
+ * pattern that never hits pays a park and a try ever more rarely; a cache
+ * that served before it wasted starts the count over. Per cache, not per
+ * device: one thread's pattern does not park another's cache.
  *
  * Note [Thread cache sections]. Uncontended, the lock still costs each fast
  * path a locked compare-and-swap, about a third of a cached pair (30 ns with
@@ -448,8 +451,10 @@ static gca__tcache_t *tc_get(gca__devalloc_t *d) {
     return NULL;
   }
   memset(tc, 0, sizeof(*tc));
-  if (probe)
+  if (probe) {
     tc->waste = GCA__TC_WASTE_OFF - 1; /* parked again if its first block goes unused */
+    tc->probing = true;
+  }
   atomic_init(&tc->lock, 0);
   atomic_init(&tc->sleepers, 0);
   atomic_init(&tc->ncached, 0);
@@ -527,7 +532,11 @@ static void park(gca__devalloc_t *d, gca__tcache_t *tc) {
   t->dev[d->device] = NULL;
   free(t->parked[d->device]);
   t->parked[d->device] = tc;
-  t->probe[d->device] = GCA__TC_PROBE;
+  /* a try that lost its first block and nothing else was no use: wait twice
+   * as long for the next; a cache that served before it wasted starts over */
+  uint8_t *bo = &t->backoff[d->device];
+  *bo = tc->probing && tc->lost <= 1 ? (uint8_t)(*bo < GCA__TC_BACKOFF ? *bo + 1 : *bo) : 0;
+  t->probe[d->device] = (uint32_t)GCA__TC_PROBE << *bo;
 }
 
 void gca__tc_park_mine(gca__devalloc_t *d) {
@@ -543,6 +552,7 @@ static bool parked(gca__devalloc_t *d) {
 static void wasted(gca__tcache_t *tc) {
   if (tc->waste < GCA__TC_WASTE_OFF)
     tc->waste++;
+  tc->lost++;
 }
 
 bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {

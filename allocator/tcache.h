@@ -19,10 +19,12 @@
 #define GCA__TC_BYTES    ((size_t)32 << 20) /* bytes it may keep cached */
 /* Note [Thread cache waste]: a cached block evicted unused adds one to its
  * cache's waste, a hit takes GCA__TC_HIT_PAYS off; at GCA__TC_WASTE_OFF the
- * cache is parked, and the thread tries one again after GCA__TC_PROBE frees. */
+ * cache is parked, and the thread tries one again after GCA__TC_PROBE frees,
+ * twice as many after each try that went unused. */
 #define GCA__TC_WASTE_OFF 8
 #define GCA__TC_HIT_PAYS  8
-#define GCA__TC_PROBE     256
+#define GCA__TC_PROBE     256 /* frees before a parked cache is tried again, */
+#define GCA__TC_BACKOFF   8   /* doubled per unused try up to 2^8 times that */
 
 /* What a thread cache's paths change, per statistic type: allocation (and
  * active), allocated_bytes (and active_bytes), requested_bytes,
@@ -83,8 +85,11 @@ struct gca__tcache {
   atomic_size_t ncached;
   size_t cached_bytes, ndomain;
   /* Note [Thread cache waste]: written under the device lock and tc's lock,
-   * or by the owner (under either) */
+   * or by the owner (under either); `lost` counts the blocks it wasted, and
+   * `probing` says it was taken back from the parked ones */
   uint8_t waste;
+  bool probing;
+  uint32_t lost;
   /* bit (home slot / 2) set for each block of the domain (and maybe for some
    * that left): a free whose bit is clear is none of tc's, found without its
    * lock. Set by the owner only; cleared when the domain empties. */
@@ -102,7 +107,8 @@ struct gca__tcache {
 typedef struct gca__tthread {
   gca__tcache_t *dev[GCA__MAX_DEVICES];
   gca__tcache_t *parked[GCA__MAX_DEVICES];
-  uint16_t probe[GCA__MAX_DEVICES];
+  uint32_t probe[GCA__MAX_DEVICES];
+  uint8_t backoff[GCA__MAX_DEVICES]; /* probes in a row that went unused */
 } gca__tthread_t;
 
 extern _Thread_local gca__tthread_t *gca__t_tc __attribute__((tls_model("initial-exec")));

@@ -41,6 +41,7 @@ typedef struct worker {
   gca_status_t st;
   bool done;
   long pairs;       /* CMD_PAIRS: how many (size bytes on `on`); 0: until `stop` */
+  size_t alt;       /* CMD_PAIRS: if not 0, every other pair is of this size */
   atomic_bool stop; /* CMD_PAIRS with pairs 0: set by the test's thread */
   atomic_long pairs_done;
 } worker_t;
@@ -49,7 +50,7 @@ typedef struct worker {
 static gca_status_t run_pairs(worker_t *w) {
   for (long i = 0; w->pairs == 0 ? !atomic_load(&w->stop) : i < w->pairs; i++) {
     void *p;
-    gca_status_t st = gca_malloc(&p, w->size, w->on);
+    gca_status_t st = gca_malloc(&p, w->alt != 0 && (i & 1) ? w->alt : w->size, w->on);
     if (st == GCA_OK)
       st = gca_free(p);
     if (st != GCA_OK)
@@ -136,6 +137,14 @@ static void *w_alloc(worker_t *w, size_t size, gca_stream_t on) {
 static void w_free(worker_t *w, void *p) {
   w->ptr = p;
   assert_ok(run_cmd(w, CMD_FREE));
+}
+
+/* w carries out n pairs of `size` bytes on its stream. */
+static void w_pairs(worker_t *w, size_t size, long n) {
+  w->size = size;
+  w->on = w->stream;
+  w->pairs = n;
+  assert_ok(run_cmd(w, CMD_PAIRS));
 }
 
 /* ---- the eager model ---- */
@@ -952,6 +961,16 @@ static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
   for (int i = 0; i < 4 * GCA__TC_WASTE_OFF; i++) /* parked again */
     w_free(&a, w_alloc(&a, i & 1 ? 12288 : 4096, a.stream));
   assert_false(linked(tc));
+  /* the pattern goes on: each try loses its first block, and the next waits
+   * twice as long (256, 512, ... frees), so 8,192 frees see about five
+   * tries, not 32 */
+  int64_t parks = stats().num_cache_parks;
+  assert_int_equal(parks, 2);
+  a.alt = 12288;
+  w_pairs(&a, 4096, 32 * GCA__TC_PROBE);
+  a.alt = 0;
+  parks = stats().num_cache_parks - parks;
+  assert_int_equal(parks, 5); /* tries at 256, 512, 1,024, 2,048 and 4,096 frees */
   worker_exit(&b);
   assert_null(d->tcs);
   assert_false(d->tc_count); /* no headroom to count: plain statistics */
@@ -959,7 +978,7 @@ static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
   s = stats();
   assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
   assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].peak, 12288);
-  assert_int_equal(s.num_cache_parks, 2);
+  assert_int_equal(s.num_cache_parks, 2 + parks);
   assert_ok(gca_reset_accumulated_stats(0));
   assert_int_equal(stats().num_cache_parks, 0);
   check();
@@ -969,14 +988,6 @@ static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
 }
 
 /* ---- sections (Note [Thread cache sections]) ---- */
-
-/* w carries out n pairs of `size` bytes on its stream. */
-static void w_pairs(worker_t *w, size_t size, long n) {
-  w->size = size;
-  w->on = w->stream;
-  w->pairs = n;
-  assert_ok(run_cmd(w, CMD_PAIRS));
-}
 
 /* The cache holding the block a's next 4 KiB request takes (a's own). */
 static gca__tcache_t *cache_of_worker(worker_t *a) {
