@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_alloc_tc_paths.c - the thread caches' and the device lock's paths
+ * without atomic read-modify-writes, and the parking of a cache that wastes
+ * its blocks (Note [Thread cache sections], Note [Biased device lock], Note
+ * [Thread cache waste]): a calm owner turns quiet and a visit ends it, a
+ * visitor waits for a section held open for it, folds racing quiet sections
+ * read one instant, a second thread revokes the device lock's bias, and a
+ * wasting cache is parked and tried again with backoff. The statistics are
+ * exact throughout. Run with and without GCA_NO_MEMBARRIER=1 (meson.build):
+ * without the fences, every path keeps its lock and the tests check that. */
+#include <sched.h>
+#include <stdlib.h>
+
+#include "alloc_fixture.h"
+#include "tc_workers.h"
+
+/* Whether tc is one of d's thread caches now. */
+static bool linked(const gca__tcache_t *tc) {
+  for (gca__tcache_t *x = gca__devalloc_peek(0)->tcs; x != NULL; x = x->next)
+    if (x == tc)
+      return true;
+  return false;
+}
+
+/* Note [Thread cache waste]: a worker alternating 4 KiB and 12 KiB carved
+ * from one run loses each cached block unused (the next request splits the
+ * run beside it); after GCA__TC_WASTE_OFF such losses its next free parks
+ * its cache (the other worker's is untouched), and its frees go the way of
+ * a thread without one. Once the worker repeats one size, the probe after
+ * GCA__TC_PROBE frees gives it its cache back, and the hits keep it. With
+ * the other worker gone no cache is left and the statistics are plain. The
+ * statistics stay exact throughout. */
+static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
+  (void)state;
+  worker_t a, b;
+  worker_start(&a);
+  worker_start(&b);
+  engage(&a, &b);
+  w_free(&a, w_alloc(&a, 4096, a.stream)); /* into a's cache */
+  void *x = w_alloc(&a, 4096, a.stream);
+  gca__tcache_t *tc = tcache_of(x);
+  assert_non_null(tc);
+  w_free(&a, x);
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  assert_int_equal(d->ntcs, 2);
+  for (int i = 0; i < 4 * GCA__TC_WASTE_OFF; i++)
+    w_free(&a, w_alloc(&a, i & 1 ? 12288 : 4096, a.stream));
+  assert_false(linked(tc)); /* parked */
+  assert_int_equal(d->ntcs, 1);
+  assert_int_equal(tcaches_cached(), 1); /* b's */
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
+  for (int i = 0; i < GCA__TC_PROBE / 2; i++) /* no cache yet: the probe is further */
+    w_free(&a, w_alloc(&a, 4096, a.stream));
+  assert_int_equal(d->ntcs, 1);
+  for (int i = 0; i < 2 * GCA__TC_PROBE; i++)
+    w_free(&a, w_alloc(&a, 4096, a.stream));
+  assert_int_equal(d->ntcs, 2);
+  assert_true(linked(tc)); /* the parked one, taken back */
+  assert_int_equal(tc->waste, 0);
+  assert_int_equal(tc->ncached, 1);
+  gca_stats_t s = stats();
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 0);
+  check();
+  for (int i = 0; i < 4 * GCA__TC_WASTE_OFF; i++) /* parked again */
+    w_free(&a, w_alloc(&a, i & 1 ? 12288 : 4096, a.stream));
+  assert_false(linked(tc));
+  /* the pattern goes on: each try loses its first block, and the next waits
+   * twice as long (256, 512, ... frees), so 8,192 frees see about five
+   * tries, not 32 */
+  int64_t parks = stats().num_cache_parks;
+  assert_int_equal(parks, 2);
+  a.alt = 12288;
+  w_pairs(&a, 4096, 32 * GCA__TC_PROBE);
+  a.alt = 0;
+  parks = stats().num_cache_parks - parks;
+  assert_int_equal(parks, 5); /* tries at 256, 512, 1,024, 2,048 and 4,096 frees */
+  worker_exit(&b);
+  assert_null(d->tcs);
+  assert_false(d->tc_count); /* no headroom to count: plain statistics */
+  w_free(&a, w_alloc(&a, 12288, a.stream));
+  s = stats();
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].peak, 12288);
+  assert_int_equal(s.num_cache_parks, 2 + parks);
+  assert_ok(gca_reset_accumulated_stats(0));
+  assert_int_equal(stats().num_cache_parks, 0);
+  check();
+  worker_exit(&a);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
+/* ---- sections (Note [Thread cache sections]) ---- */
+
+/* The cache holding the block a's next 4 KiB request takes (a's own). */
+static gca__tcache_t *cache_of_worker(worker_t *a) {
+  w_free(a, w_alloc(a, 4096, a->stream)); /* into a's cache */
+  void *x = w_alloc(a, 4096, a->stream);
+  gca__tcache_t *tc = tcache_of(x);
+  w_free(a, x);
+  assert_non_null(tc);
+  return tc;
+}
+
+/* An owner whose cache nobody visits for GCA__TC_CALM fast paths enters it
+ * without the lock from then on (its calm count stops moving); a read of
+ * the statistics (a fold, a visitor) puts it back on the lock, and the
+ * count starts again. The statistics are exact throughout. In a build
+ * without sections (a thread sanitizer's, or no membarrier) no cache ever
+ * turns quiet. */
+static void a_calm_owner_enters_without_the_lock_until_a_visit(void **state) {
+  (void)state;
+  worker_t a, b;
+  worker_start(&a);
+  worker_start(&b);
+  engage(&a, &b);
+  gca__tcache_t *tc = cache_of_worker(&a);
+  int64_t before = stats().allocation[GCA_STAT_ALL].allocated;
+  w_pairs(&a, 4096, GCA__TC_CALM + 8);
+  if (gca__tc_calm_limit == UINT32_MAX) {
+    print_message("no sections in this build or on this kernel: the lock throughout\n");
+    assert_int_equal(atomic_load(&tc->quiet), 0);
+    assert_int_equal(tc->calm, 2 * (GCA__TC_CALM + 8) + 2); /* two paths a pair */
+  } else {
+    assert_int_equal(gca__tc_calm_limit, GCA__TC_CALM);
+    assert_int_equal(atomic_load(&tc->quiet), 1);
+    assert_int_equal(tc->calm, GCA__TC_CALM); /* the paths after it were sections */
+    w_pairs(&a, 4096, 100);
+    assert_int_equal(tc->calm, GCA__TC_CALM);
+    assert_int_equal(atomic_load(&tc->active), 0);
+    assert_int_equal(atomic_load(&tc->lock), 0);
+  }
+  uint32_t calm = tc->calm;
+  gca_stats_t s = stats(); /* a visit */
+  bool sections = gca__tc_calm_limit != UINT32_MAX;
+  assert_int_equal(atomic_load(&tc->quiet), 0);
+  assert_int_equal(atomic_load(&tc->blocked), 0);
+  assert_int_equal(tc->calm, sections ? 0 : calm); /* without sections a visit changes nothing */
+  assert_int_equal(s.num_cache_fences, sections ? 1 : 0);
+  int64_t pairs = sections ? GCA__TC_CALM + 8 + 100 : GCA__TC_CALM + 8;
+  assert_int_equal(s.allocation[GCA_STAT_ALL].allocated - before, pairs);
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.allocation[GCA_STAT_ALL].peak, 1);
+  assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 0);
+  w_pairs(&a, 4096, 10);
+  assert_int_equal(tc->calm, (sections ? 0 : calm) + 20); /* on the lock again */
+  check();
+  worker_exit(&a);
+  worker_exit(&b);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
+typedef struct visit {
+  gca_stats_t st;
+  gca_status_t rc;
+  atomic_bool done;
+} visit_t;
+
+static void *visit_main(void *arg) {
+  visit_t *v = arg;
+  v->rc = gca_get_stats(0, &v->st);
+  atomic_store(&v->done, true);
+  return NULL;
+}
+
+/* A visitor that finds the owner inside a section (here the test's thread
+ * holds the section open for it) marks the cache blocked, fences and waits
+ * until the section ends; meanwhile the owner's entry misses. After it the
+ * cache is on the lock again, and the statistics read are exact. */
+static void a_visitor_waits_for_a_quiet_owners_section(void **state) {
+  (void)state;
+  if (gca__tc_calm_limit == UINT32_MAX) {
+    print_message("no sections in this build or on this kernel: nothing to wait for\n");
+    skip();
+  }
+  worker_t a, b;
+  worker_start(&a);
+  worker_start(&b);
+  engage(&a, &b);
+  gca__tcache_t *tc = cache_of_worker(&a);
+  w_pairs(&a, 4096, GCA__TC_CALM);
+  assert_int_equal(atomic_load(&tc->quiet), 1);
+  void *x = w_alloc(&a, 4096, a.stream); /* handed out by a section */
+  atomic_store(&tc->active, 1);          /* as a's next path would, inside its section */
+  visit_t v = {0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, visit_main, &v), 0);
+  while (atomic_load(&tc->blocked) == 0) /* the gate: the visitor marked it */
+    sched_yield();
+  assert_false(atomic_load(&v.done)); /* it cannot pass the open section */
+  /* an entry now finds the cache blocked and misses; in doing so it drops
+   * `active`, which ends the section held open for the visitor */
+  assert_int_equal(gca__tc_enter(tc), GCA__TC_OUT);
+  assert_int_equal(atomic_load(&tc->active), 0);
+  pthread_join(th, NULL);
+  assert_ok(v.rc);
+  assert_int_equal(v.st.allocation[GCA_STAT_ALL].current, 1);
+  assert_int_equal(v.st.allocated_bytes[GCA_STAT_ALL].current, 4096);
+  assert_int_equal(v.st.requested_bytes[GCA_STAT_ALL].current, 4096);
+  assert_int_equal(atomic_load(&tc->quiet), 0);
+  assert_int_equal(atomic_load(&tc->blocked), 0);
+  assert_int_equal(atomic_load(&tc->lock), 0);
+  w_free(&a, x); /* back by the lock */
+  assert_int_equal(tc->calm, 1);
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
+  check();
+  worker_exit(&a);
+  worker_exit(&b);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
+/* Folds while an owner runs pairs in and out of quiet sections (the calm
+ * limit lowered to 16 so that it turns quiet again between folds): every
+ * read sees one instant (at most its one block live, bytes and requested
+ * bytes agreeing, allocated less freed the current, the peak not passed),
+ * and the totals are exact at the end. */
+static void folds_against_sections_read_one_instant(void **state) {
+  (void)state;
+  uint32_t saved = gca__tc_calm_limit;
+  if (saved != UINT32_MAX)
+    gca__tc_calm_limit = 16;
+  worker_t a, b;
+  worker_start(&a);
+  worker_start(&b);
+  engage(&a, &b);
+  int64_t before = stats().allocation[GCA_STAT_ALL].allocated;
+  a.size = 4096;
+  a.on = a.stream;
+  a.pairs = 0;
+  cmd_post(&a, CMD_PAIRS);
+  for (int i = 0; i < 2000; i++) {
+    /* the gate: enough pairs since the last fold for the cache to turn quiet */
+    for (long last = atomic_load(&a.pairs_done); atomic_load(&a.pairs_done) < last + 9;)
+      sched_yield();
+    gca_stats_t s = stats();
+    int64_t n = s.allocation[GCA_STAT_ALL].current;
+    assert_true(n == 0 || n == 1);
+    assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 4096 * n);
+    assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 4096 * n);
+    assert_int_equal(s.active_bytes[GCA_STAT_ALL].current, 4096 * n);
+    assert_int_equal(s.allocation[GCA_STAT_ALL].peak, 1);
+    for (int k = 0; k < GCA_STAT_TYPES; k++) {
+      assert_int_equal(s.allocation[k].allocated - s.allocation[k].freed, s.allocation[k].current);
+      assert_int_equal(s.allocated_bytes[k].allocated - s.allocated_bytes[k].freed,
+                       s.allocated_bytes[k].current);
+    }
+  }
+  atomic_store(&a.stop, true);
+  assert_ok(cmd_wait(&a));
+  gca__tc_calm_limit = saved;
+  gca_stats_t s = stats();
+  assert_int_equal(s.allocation[GCA_STAT_ALL].allocated - before, atomic_load(&a.pairs_done));
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  check();
+  worker_exit(&a);
+  worker_exit(&b);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
+/* Note [Biased device lock]: the test's thread, using the device alone,
+ * gets its lock biased to it; a worker's first request revokes the bias
+ * (counted in num_lock_revocations), and both threads' pairs go on with the
+ * statistics exact. Without membarrier nothing is biased or counted. */
+static void a_second_thread_revokes_the_device_locks_bias(void **state) {
+  (void)state;
+  bool biasing = gca__mutex_bias_after != UINT32_MAX;
+  for (int i = 0; i <= GCA__MUTEX_BIAS_AFTER; i++) {
+    void *p = NULL;
+    assert_ok(gca_malloc(&p, 4096, NULL));
+    assert_ok(gca_free(p));
+  }
+  gca__devalloc_t *d = gca__devalloc_peek(0); /* made by the first request */
+  assert_int_equal(atomic_load(&d->lock.bias), biasing ? gca__lock_tid : GCA__MUTEX_NO_BIAS);
+  worker_t a;
+  worker_start(&a);
+  w_free(&a, w_alloc(&a, 4096, a.stream));
+  assert_true(atomic_load(&d->lock.bias) == GCA__MUTEX_NO_BIAS);
+  gca_stats_t s = stats();
+  assert_int_equal(s.num_lock_revocations, biasing ? 1 : 0);
+  assert_int_equal(s.allocation[GCA_STAT_ALL].allocated, GCA__MUTEX_BIAS_AFTER + 2);
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_reset_accumulated_stats(0));
+  assert_int_equal(stats().num_lock_revocations, 0);
+  check();
+  worker_exit(&a);
+  assert_ok(gca_stream_destroy(a.stream));
+}
+
+int main(void) {
+#define T(f) cmocka_unit_test_setup_teardown(f, alloc_setup, alloc_teardown)
+  const struct CMUnitTest tests[] = {
+      T(a_cache_that_wastes_its_blocks_is_parked),
+      T(a_calm_owner_enters_without_the_lock_until_a_visit),
+      T(a_visitor_waits_for_a_quiet_owners_section),
+      T(folds_against_sections_read_one_instant),
+      T(a_second_thread_revokes_the_device_locks_bias),
+  };
+#undef T
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
