@@ -160,7 +160,7 @@ static gca_status_t read_bool(const char *key, const char *val, bool *out) {
 /* A size in MiB at least `min_mb` (or above it when `strict`), stored in bytes. */
 static gca_status_t read_mb(const char *key, const char *val, uint64_t min_mb, bool strict,
                             uint64_t *out) {
-  uint64_t mb;
+  uint64_t mb = 0; /* set by read_uint on success */
   GCA_CHECK(read_uint(key, val, &mb));
   if (strict ? mb <= min_mb : mb < min_mb)
     return gca__error(GCA_ERR_CONFIG, "%s:%s: '%s' is too small, must be %s %llu (MiB)", key, val,
