@@ -415,6 +415,15 @@ struct gca__devalloc {
   bool fc_on;
   uint8_t fc_waste, fc_skips;
   size_t fc_count;
+  /* Note [Lazy puts]: the free cache's last plain put, whose statistics are
+   * owed until the next take of that block cancels them or anything else
+   * settles them (gca__fc_settle); b NULL: nothing owed */
+  struct {
+    gca__block_t *b;
+    int t;
+    bool oversize;
+    int64_t size, requested, blocks, bytes;
+  } fc_lazy;
   /* Something waits to be given back at the end of the entry point that holds
    * the lock (gca__dev_unlock -> gca__release_reap): a dying idle private pool,
    * or with caching off a segment whose blocks are all free. Set deep in a
@@ -440,9 +449,20 @@ struct gca__devalloc {
 
 /* Takes d->lock for anything but the free cache's fast paths, which use
  * gca__mutex_trylock (Note [Free cache epochs]). */
+/* fcache.c: applies the statistics the free cache's last put owes (Note
+ * [Lazy puts]); d->lock held. */
+void gca__fc_settle(gca__devalloc_t *d);
+/* Before anything but the free cache's fast paths reads or changes d's
+ * statistics (Note [Lazy puts]). */
+static inline void gca__fc_settled(gca__devalloc_t *d) {
+  if (GCA_UNLIKELY(d->fc_lazy.b != NULL))
+    gca__fc_settle(d);
+}
+
 static inline void gca__dev_lock(gca__devalloc_t *d) {
   gca__mutex_lock(&d->lock);
   d->epoch++;
+  gca__fc_settled(d);
 }
 
 /* Note [Thread caches]: the gate the thread caches' fast paths read without

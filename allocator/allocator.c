@@ -287,7 +287,8 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
                                                                 gca_stream_t handle) {
   gca_status_t st;
   gca__block_t *b = NULL;
-  d->epoch++; /* Note [Free cache epochs] */
+  d->epoch++;         /* Note [Free cache epochs] */
+  gca__fc_settled(d); /* Note [Lazy puts]: a fast entry point's lock ends here */
   gca__tc_note_thread(d);
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0))
     GCA_CHECK_GOTO(gca__pending_process(d), st, fail);
@@ -636,7 +637,8 @@ static inline __attribute__((always_inline)) gca_status_t
 free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int expected_dev,
                  bool cache) {
   gca_status_t st, st2;
-  d->epoch++; /* Note [Free cache epochs] */
+  d->epoch++;         /* Note [Free cache epochs] */
+  gca__fc_settled(d); /* Note [Lazy puts] */
   gca__tc_note_thread(d);
   if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
     gca__dev_unlock(d);
@@ -737,6 +739,7 @@ static gca_status_t free_impl(void *ptr, int expected_dev) {
  * [Free cache waste]). */
 static __attribute__((noinline)) gca_status_t free_fc_counted(gca__devalloc_t *d, gca__block_t *b,
                                                               gca_devptr_t addr) {
+  gca__fc_settled(d); /* Note [Lazy puts] */
   /* the calling thread's cache takes no free now and the free cache none
    * either: the plain free, but for their probes (Note [Thread cache waste]) */
   if (gca__tc_wants(d, b) && GCA_UNLIKELY(gca__tc_skips(d)) &&

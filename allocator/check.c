@@ -389,6 +389,7 @@ static gca_status_t check_device(gca__devalloc_t *d) {
 }
 
 gca_status_t gca__devalloc_check_locked(gca__devalloc_t *d) {
+  gca__fc_settled(d); /* Note [Lazy puts]: the statistics it reads are whole */
   /* the thread caches hold still and their deltas are in (Note [Thread caches]) */
   gca__tc_lock_all(d);
   gca__tc_fold_locked(d, 0);

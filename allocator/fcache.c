@@ -206,3 +206,33 @@ bool gca__fcache_put_locked(gca__devalloc_t *d, gca__block_t *b) {
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, addr, requested, b->stream);
   return true;
 }
+
+/* Note [Lazy puts]. A same-size alloc+free pair served by the free cache
+ * changes ten statistics twice (allocation, allocated_bytes, requested_bytes,
+ * inactive_split and its bytes, each for its pool and for all, with their
+ * peaks), about a third of the pair. Yet a put followed by the take of the
+ * same block leaves every current as it was but requested_bytes. So a plain
+ * put (no thread cache counts headroom) records what it owes the statistics
+ * in d->fc_lazy instead of applying it, and sets now the peaks its rise in
+ * inactive_split would set (a put can raise it: a block freed between two
+ * live ones adds an inactive split block). The take of that block cancels
+ * the record, counting one allocation and one free of each statistic and the
+ * change in requested bytes. Anything else settles the record first, in the
+ * order the operations happened, so every peak stays exact: the device lock
+ * (gca__dev_lock), the walker, the free cache's other put or take, and the
+ * continuations of the fast entry points that took the lock by trylock
+ * (dev_malloc_locked, the free paths). At most one put is owed at a time. */
+void gca__fc_settle(gca__devalloc_t *d) {
+  gca__block_t *b = d->fc_lazy.b;
+  if (b == NULL)
+    return;
+  d->fc_lazy.b = NULL;
+  int t = d->fc_lazy.t;
+  gca__stat_dec_t(d, d->stats.allocation, t, 1);
+  gca__stat_dec_t(d, d->stats.allocated_bytes, t, d->fc_lazy.size);
+  if (d->fc_lazy.oversize)
+    gca__stat_add(d, &d->stats.oversize_allocations, -1);
+  gca__stat_add_t(d, d->stats.inactive_split, t, d->fc_lazy.blocks);
+  gca__stat_add_t(d, d->stats.inactive_split_bytes, t, d->fc_lazy.bytes);
+  gca__stat_dec_t(d, d->stats.requested_bytes, t, d->fc_lazy.requested);
+}

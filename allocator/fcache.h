@@ -154,6 +154,58 @@ static inline __attribute__((always_inline)) void gca__fc_stat(gca__devalloc_t *
     gca__stat_add_t(d, arr, t, n);
 }
 
+/* Note [Lazy puts]: the peaks that a plain put's rise in inactive_split
+ * (blocks, bytes) would set, set now while the rise itself is owed. */
+static inline void gca__fc_lazy_peaks(gca__devalloc_t *d, int t, int64_t blocks, int64_t bytes) {
+  gca_stat_t *s[2] = {d->stats.inactive_split, d->stats.inactive_split_bytes};
+  int64_t n[2] = {blocks, bytes};
+  for (int i = 0; i < 2; i++) {
+    if (n[i] <= 0)
+      continue;
+    gca_stat_t *x = &s[i][t], *all = &s[i][GCA_STAT_ALL];
+    if (x->current + n[i] > x->peak)
+      x->peak = x->current + n[i];
+    if (all->current + n[i] > all->peak)
+      all->peak = all->current + n[i];
+  }
+}
+
+/* Note [Lazy puts]: b, put by the owed put, is taken for `requested` bytes:
+ * the put and the take together leave every current as it was but
+ * requested_bytes, and count one allocation and one free of each. */
+static inline __attribute__((always_inline)) void
+gca__fc_lazy_cancel(gca__devalloc_t *d, gca__block_t *b, size_t requested) {
+  int t = d->fc_lazy.t;
+  int64_t size = d->fc_lazy.size, old = d->fc_lazy.requested, req = (int64_t)requested;
+  int64_t ab = d->fc_lazy.blocks < 0 ? -d->fc_lazy.blocks : d->fc_lazy.blocks;
+  int64_t aby = d->fc_lazy.bytes < 0 ? -d->fc_lazy.bytes : d->fc_lazy.bytes;
+  d->fc_lazy.b = NULL;
+  d->stats.allocation[t].allocated++;
+  d->stats.allocation[t].freed++;
+  d->stats.allocated_bytes[t].allocated += size;
+  d->stats.allocated_bytes[t].freed += size;
+  d->stats.inactive_split[t].allocated += ab;
+  d->stats.inactive_split[t].freed += ab;
+  d->stats.inactive_split_bytes[t].allocated += aby;
+  d->stats.inactive_split_bytes[t].freed += aby;
+  gca_stat_t *r = &d->stats.requested_bytes[t], *ra = &d->stats.requested_bytes[GCA_STAT_ALL];
+  r->current += req - old;
+  ra->current += req - old;
+  r->allocated += req;
+  r->freed += old;
+  if (r->current > r->peak)
+    r->peak = r->current;
+  if (ra->current > ra->peak)
+    ra->peak = ra->current;
+  b->allocated = true;
+  b->requested = requested;
+  b->oversize = d->fc_lazy.oversize;
+  if (b->oversize) {
+    d->stats.oversize_allocations.allocated++;
+    d->stats.oversize_allocations.freed++;
+  }
+}
+
 /* Frees the allocated block b into `slot` (gca__fc_fits said yes) with the
  * statistics of a completed free; b stays in the pointer map. History is the
  * caller's. `plain`: the device has no thread cache (gca__fc_stat). */
@@ -163,10 +215,24 @@ gca__fc_put(gca__devalloc_t *d, gca__block_t **slot, gca__block_t *b, bool plain
   int64_t blocks = b->fc_blocks, bytes = b->fc_bytes;
   b->fc_epoch = ++d->epoch;
   b->allocated = false;
-  gca__stat_block_free(d, b, t);
-  gca__fc_stat(d, d->stats.inactive_split, t, blocks, plain);
-  gca__fc_stat(d, d->stats.inactive_split_bytes, t, bytes, plain);
-  gca__stat_dec_t(d, d->stats.requested_bytes, t, (int64_t)b->requested);
+  gca__fc_settled(d);
+  if (plain) { /* owed (Note [Lazy puts]); a rise in inactive_split may set its peak now */
+    d->fc_lazy.b = b;
+    d->fc_lazy.t = t;
+    d->fc_lazy.oversize = b->oversize;
+    d->fc_lazy.size = (int64_t)b->size;
+    d->fc_lazy.requested = (int64_t)b->requested;
+    d->fc_lazy.blocks = blocks;
+    d->fc_lazy.bytes = bytes;
+    if (GCA_UNLIKELY(blocks > 0 || bytes > 0))
+      gca__fc_lazy_peaks(d, t, blocks, bytes);
+    b->oversize = false;
+  } else {
+    gca__stat_block_free(d, b, t);
+    gca__stat_add_t(d, d->stats.inactive_split, t, blocks);
+    gca__stat_add_t(d, d->stats.inactive_split_bytes, t, bytes);
+    gca__stat_dec_t(d, d->stats.requested_bytes, t, (int64_t)b->requested);
+  }
   b->requested = 0;
   b->cached = true;
   *slot = b;
@@ -206,6 +272,11 @@ gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t 
     d->fc_waste = d->fc_waste > GCA__FC_HIT_PAYS ? d->fc_waste - GCA__FC_HIT_PAYS : 0;
   d->fc_count--;
   b->cached = false;
+  if (GCA_LIKELY(quiet && d->fc_lazy.b == b)) { /* its own put's statistics cancel */
+    gca__fc_lazy_cancel(d, b, requested);
+    return b;
+  }
+  gca__fc_settled(d);
   int t = gca__stat_type(pool);
   gca__fc_stat(d, d->stats.inactive_split, t, -(int64_t)b->fc_blocks, quiet);
   gca__fc_stat(d, d->stats.inactive_split_bytes, t, -b->fc_bytes, quiet);

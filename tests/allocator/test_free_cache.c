@@ -95,6 +95,68 @@ static void pair_reuses_block_with_exact_statistics(void **state) {
   assert_int_equal(with[2].requested_bytes[GCA_STAT_SMALL].allocated, 600 + 1000 * 700);
 }
 
+/* Note [Lazy puts]: pairs with no statistics read and no walker between them
+ * (the raw API), so each take cancels the put before it: a block freed
+ * between two live ones (its put raises inactive_split), an oversize block
+ * (max_split_size_mb:21, 25 MiB), other requested sizes; then a put settled
+ * by a read, by reset_peak_stats and by frees that miss. Every statistic,
+ * peaks, allocated and freed counts included, equals the uncached run's. */
+static void lazy_puts_keep_every_statistic_exact(void **state) {
+  (void)state;
+  gca_stats_t out[2][4];
+  void *first_b = NULL;
+  for (int pass = 0; pass < 2; pass++) {
+    assert_nothing_leaked();
+    gca__allocator_reset();
+    assert_ok(gca_set_config(pass == 0 ? "free_cache:True,max_split_size_mb:21"
+                                       : "free_cache:False,max_split_size_mb:21"));
+    void *a, *b, *c, *big;
+    assert_ok(gca_malloc(&a, 4096, NULL));
+    assert_ok(gca_malloc(&b, 4096, NULL));
+    assert_ok(gca_malloc(&c, 4096, NULL));
+    assert_ok(gca_malloc(&big, 25 * MiB, NULL));
+    first_b = b;
+    gca__devalloc_t *d = gca__devalloc_peek(0);
+#ifdef GCA_DEBUG_CHECKS
+    bool owed = false; /* the walker after every mutation settles each put at once */
+#else
+    bool owed = pass == 0;
+#endif
+    for (int i = 0; i < 100; i++) {
+      assert_ok(gca_free(b));
+      if (owed)
+        assert_ptr_equal(d->fc_lazy.b, gca__ptrmap_find(&d->ptrs, (uintptr_t)b));
+      assert_ok(gca_malloc(&b, 3000 + (size_t)i, NULL));
+      if (pass == 0)
+        assert_ptr_equal(b, first_b); /* the free cache's hit */
+      assert_null(d->fc_lazy.b);      /* cancelled, or never owed */
+      assert_ok(gca_free(big));
+      assert_ok(gca_malloc(&big, 25 * MiB - (size_t)i, NULL));
+    }
+    out[pass][0] = stats();
+    assert_ok(gca_free(b)); /* owed, then settled by the read */
+    out[pass][1] = stats();
+    assert_ok(gca_malloc(&b, 4096, NULL));
+    assert_ok(gca_free(b)); /* owed, then settled by the reset */
+    assert_ok(gca_reset_peak_stats(0));
+    assert_ok(gca_malloc(&b, 4000, NULL));
+    out[pass][2] = stats();
+    assert_ok(gca_free(b)); /* owed, then settled by a free the cache cannot take */
+    assert_ok(gca_free(a));
+    assert_ok(gca_free(c));
+    assert_ok(gca_free(big));
+    out[pass][3] = stats();
+    check();
+  }
+  assert_ok(gca_set_config("free_cache:True"));
+  for (int i = 0; i < 4; i++)
+    assert_all_stats_equal(&out[0][i], &out[1][i]);
+  assert_int_equal(out[0][0].inactive_split[GCA_STAT_SMALL].peak, 2); /* b's hole, the tail */
+  assert_int_equal(out[0][0].oversize_allocations.allocated, 101);
+  assert_int_equal(out[0][0].requested_bytes[GCA_STAT_SMALL].allocated,
+                   3 * 4096 + 100 * 3000 + 99 * 100 / 2);
+}
+
 /* Random scripts on two streams, run with and without the cache: after every
  * step the usage statistics (every field) are equal and the walker, which
  * recomputes inactive_split from the layout, passes; at the end everything
@@ -537,6 +599,8 @@ static void free_cache_key_parses(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(pair_reuses_block_with_exact_statistics, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(lazy_puts_keep_every_statistic_exact, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(random_scripts_keep_statistics_exact, alloc_setup,
                                       alloc_teardown),
