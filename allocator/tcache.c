@@ -190,14 +190,6 @@ static pthread_mutex_t g_tc_mu = PTHREAD_MUTEX_INITIALIZER;
 #define GCA__TC_SPINS  128
 #define GCA__TC_NAP_NS 50000
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 void gca__tc_lock_slow(gca__tcache_t *tc) {
   for (unsigned i = 0;; i++) {
     unsigned c = atomic_load_explicit(&tc->lock, memory_order_relaxed);
@@ -205,7 +197,7 @@ void gca__tc_lock_slow(gca__tcache_t *tc) {
                                                         memory_order_relaxed))
       return;
     if (i < GCA__TC_SPINS) {
-      cpu_relax();
+      gca__cpu_relax();
       continue;
     }
     /* counted before the last look, so a waking unlock after it sees us */
@@ -222,8 +214,6 @@ void gca__tc_lock_slow(gca__tcache_t *tc) {
 
 uint32_t gca__tc_calm_limit = UINT32_MAX;
 
-#define GCA__TC_OUT_NS 20000
-
 void gca__tc_fence_all(void) {
   gca__membarrier();
 }
@@ -236,14 +226,7 @@ bool gca__tc_blocks(gca__tcache_t *tc) {
 }
 
 void gca__tc_wait_out(gca__tcache_t *tc) {
-  for (unsigned i = 0; atomic_load_explicit(&tc->active, memory_order_acquire); i++) {
-    if (i < GCA__TC_SPINS) {
-      cpu_relax();
-    } else { /* the owner was preempted in its section: give it the core */
-      struct timespec nap = {0, GCA__TC_OUT_NS};
-      nanosleep(&nap, NULL);
-    }
-  }
+  gca__wait_inactive(&tc->active);
   /* back to the lock until the owner has been calm again for a while */
   atomic_store_explicit(&tc->quiet, 0, memory_order_relaxed);
   tc->calm = 0;

@@ -80,21 +80,13 @@ void gca__assert_no_lock(const char *op) {
 /* The longest a sleeper sleeps before it looks at the lock again (lock.h). */
 #define GCA__MUTEX_NAP_NS 1000000
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 void gca__mutex_lock_slow(gca__mutex_t *m) {
   for (int i = 0; i < SPINS; i++) {
     unsigned c = atomic_load_explicit(&m->locked, memory_order_relaxed);
     if (c == 0 && atomic_compare_exchange_weak_explicit(&m->locked, &c, 1, memory_order_acquire,
                                                         memory_order_relaxed))
       return;
-    cpu_relax();
+    gca__cpu_relax();
   }
   /* The holder may have been preempted or be in a long device call: let it
    * run before going to sleep, since waking a sleeper costs the holder a
@@ -122,8 +114,19 @@ void gca__mutex_wake(gca__mutex_t *m) {
 
 /* ---- bias (Note [Biased device lock]) ---- */
 
-#define REVOKE_SPINS  128
-#define REVOKE_NAP_NS 20000
+#define INACTIVE_SPINS  128
+#define INACTIVE_NAP_NS 20000
+
+void gca__wait_inactive(atomic_uint *active) {
+  for (unsigned i = 0; atomic_load_explicit(active, memory_order_acquire); i++) {
+    if (i < INACTIVE_SPINS) {
+      gca__cpu_relax();
+    } else {
+      struct timespec nap = {0, INACTIVE_NAP_NS};
+      nanosleep(&nap, NULL);
+    }
+  }
+}
 
 bool gca__mutex_after_lock(gca__mutex_t *m, bool wait) {
   uint64_t me = gca__lock_tid;
@@ -144,14 +147,7 @@ bool gca__mutex_after_lock(gca__mutex_t *m, bool wait) {
         gca__mutex_wake(m);
       return false;
     }
-    for (unsigned i = 0; atomic_load_explicit(&m->active, memory_order_acquire); i++) {
-      if (i < REVOKE_SPINS) {
-        cpu_relax();
-      } else { /* the holder was preempted: give it the core */
-        struct timespec nap = {0, REVOKE_NAP_NS};
-        nanosleep(&nap, NULL);
-      }
-    }
+    gca__wait_inactive(&m->active);
     atomic_store_explicit(&m->bias, GCA__MUTEX_NO_BIAS, memory_order_relaxed);
     atomic_store_explicit(&m->revoking, 0, memory_order_release);
     m->revocations++;

@@ -102,6 +102,18 @@ bool gca__membarrier_ok(void);
 /* A full fence on every core running a thread of the process (only after
  * gca__membarrier_ok returned true). */
 void gca__membarrier(void);
+/* The other side of an asymmetric fence: waits until *active reads 0
+ * (acquire), spinning, then in naps that give a preempted holder the core
+ * (a biased lock's holder, a quiet thread cache's owner). */
+void gca__wait_inactive(atomic_uint *active);
+
+static inline void gca__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
 /* Aborts naming `op` when the calling thread holds a device lock (debug
  * builds; a no-op otherwise). For the device layer's waiting operations. */
 void gca__assert_no_lock(const char *op);

@@ -157,4 +157,14 @@ static inline gca__tcache_t *tcache_of(void *p) {
   return NULL;
 }
 
+/* The cache holding the block a's next 4 KiB request takes (a's own). */
+static inline gca__tcache_t *cache_of_worker(worker_t *a) {
+  w_free(a, w_alloc(a, 4096, a->stream)); /* into a's cache */
+  void *x = w_alloc(a, 4096, a->stream);
+  gca__tcache_t *tc = tcache_of(x);
+  w_free(a, x);
+  assert_non_null(tc);
+  return tc;
+}
+
 #endif

@@ -36,11 +36,7 @@ static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
   worker_start(&a);
   worker_start(&b);
   engage(&a, &b);
-  w_free(&a, w_alloc(&a, 4096, a.stream)); /* into a's cache */
-  void *x = w_alloc(&a, 4096, a.stream);
-  gca__tcache_t *tc = tcache_of(x);
-  assert_non_null(tc);
-  w_free(&a, x);
+  gca__tcache_t *tc = cache_of_worker(&a);
   gca__devalloc_t *d = gca__devalloc_peek(0);
   assert_int_equal(d->ntcs, 2);
   for (int i = 0; i < 4 * GCA__TC_WASTE_OFF; i++)
@@ -92,16 +88,6 @@ static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
 }
 
 /* ---- sections (Note [Thread cache sections]) ---- */
-
-/* The cache holding the block a's next 4 KiB request takes (a's own). */
-static gca__tcache_t *cache_of_worker(worker_t *a) {
-  w_free(a, w_alloc(a, 4096, a->stream)); /* into a's cache */
-  void *x = w_alloc(a, 4096, a->stream);
-  gca__tcache_t *tc = tcache_of(x);
-  w_free(a, x);
-  assert_non_null(tc);
-  return tc;
-}
 
 /* An owner whose cache nobody visits for GCA__TC_CALM fast paths enters it
  * without the lock from then on (its calm count stops moving); a read of
