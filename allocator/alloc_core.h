@@ -262,9 +262,13 @@ struct gca__segment {
   size_t nmaps, cap_maps;
   /* expandable: handles unmapped from free ranges for a growth that asked for
    * them (gca__expand_take_donors), mapped again by it; park_want is how many
-   * more bytes it still wants parked. Both are zero outside that growth. */
+   * more bytes it still wants parked; park_hole the address of the unmapped
+   * block they were taken for, which the growth maps (it, not a hole the
+   * moves opened, whose filling would need more). All zero outside that
+   * growth. */
   gca_memhandle_t *parked;
   size_t nparked, park_want;
+  gca_devptr_t park_hole;
 };
 
 /* One entry of a release batch (Note [No waits under the device lock]): the

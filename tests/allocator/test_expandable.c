@@ -124,6 +124,35 @@ static void free_tail_block_plus_unmapped_space_is_one_fit(void **state) {
   expect_all_returned();
 }
 
+/* Of the holes that can serve a request, the one that maps the fewest bytes
+ * wins, whatever their totals: a 20 MiB hole after a free 8 MiB block maps
+ * 8 MiB for a 16 MiB request (total 28 MiB), where an 18 MiB hole between
+ * live blocks (total 18 MiB) and the tail would map all 16 MiB. */
+static void the_hole_that_maps_least_serves_a_growth(void **state) {
+  (void)state;
+  char *a = alloc_on(2 * MiB, NULL), *q = alloc_on(8 * MiB, NULL), *r = alloc_on(20 * MiB, NULL);
+  char *c = alloc_on(2 * MiB, NULL), *s = alloc_on(18 * MiB, NULL), *e = alloc_on(2 * MiB, NULL);
+  free_ok(r);
+  free_ok(s);
+  assert_ok(gca_empty_cache()); /* r and s become holes; a, q, c, e stay mapped */
+  free_ok(q);                   /* mapped and free, before the hole at r */
+  check();
+  assert_int_equal(reserved_now(), 14 * MiB);
+  int64_t creates = gca_sim_call_count("mem_create");
+  char *x = alloc_on(16 * MiB, NULL);
+  check();
+  assert_ptr_equal(x, q);
+  assert_int_equal(gca_sim_call_count("mem_create") - creates, 4); /* 8 MiB: 4 granules */
+  assert_int_equal(reserved_now(), 22 * MiB);
+  stamp_fill(x, 16 * MiB, 0x51);
+  assert_int_equal(stamp_mismatch(x, 16 * MiB, 0x51), -1);
+  free_ok(x);
+  free_ok(a);
+  free_ok(c);
+  free_ok(e);
+  expect_all_returned();
+}
+
 /* Four 10 MiB blocks; freeing the first and third leaves two 10 MiB holes. A
  * 16 MiB request fits neither hole and would grow the tail: instead the
  * handles of 8 free granules (5 of the first hole, 3 of the second) move
@@ -625,6 +654,7 @@ int main(void) {
       T(growth_maps_a_handle_per_granule_and_opens_the_range_once),
       T(small_requests_grow_the_small_pool_by_two_mib),
       T(free_tail_block_plus_unmapped_space_is_one_fit),
+      T(the_hole_that_maps_least_serves_a_growth),
       T(holes_move_to_serve_a_larger_request),
       T(a_move_needs_no_room_under_the_limit),
       T(granules_a_live_block_touches_stay_mapped),

@@ -328,6 +328,41 @@ static void snapshot_option_writes_the_state_after_the_pass(void **state) {
   free(bad.text);
 }
 
+/* Writes gca-trace-gen's `kind` trace for `seed` and replays it with
+ * --repeat 0 --json and `configs` (one --config each); returns the report,
+ * which has one run per config and no out-of-memory. */
+static json_t *replay_generated(const char *kind, int seed, const char *configs) {
+  char path[64], cmd[1024];
+  snprintf(path, sizeof(path), "/tmp/gca-replay-gen-XXXXXX");
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  snprintf(cmd, sizeof(cmd), "'%s' %s --seed %d --out %s 2>/dev/null", trace_gen_exe, kind, seed,
+           path);
+  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof(cmd), "'%s' %s --no-progress --repeat 0 --json %s 2>&1", replay_exe, path,
+           configs);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t cap = 1 << 16, len = 0, n;
+  char *text = malloc(cap);
+  assert_non_null(text);
+  while ((n = fread(text + len, 1, cap - 1 - len, p)) > 0)
+    len += n;
+  text[len] = '\0';
+  int status = pclose(p);
+  unlink(path);
+  run_out_t o = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+  json_t *v = parse_json(&o);
+  free(text);
+  const json_t *runs = json_object_get(v, "runs");
+  for (size_t i = 0; i < jcount(runs); i++)
+    if (u64_at(json_array_get(runs, i), "ooms") != 0)
+      fail_msg("%s seed %d: out of memory with %s", kind, seed,
+               json_string_value(json_object_get(json_array_get(runs, i), "config")));
+  return v;
+}
+
 /* Note [Free cache] (allocator/fcache.c): the cache never costs memory. Two
  * seeds each of gca-trace-gen's serving and training traces (KV caches grown
  * and freed out of order; variable-length training steps), replayed on an
@@ -335,38 +370,19 @@ static void snapshot_option_writes_the_state_after_the_pass(void **state) {
  * expandable segments: peak reserved with the cache is never above the
  * figure without it, and nothing runs out of memory. */
 static void the_free_cache_never_costs_memory_on_generated_traces(void **state) {
+  (void)state;
   static const char *const kinds[] = {"serving", "training"};
   static const char *const pairs[][2] = {
       {"free_cache:True", "free_cache:False"},
       {"expandable_segments:True,free_cache:True", "expandable_segments:True,free_cache:False"},
   };
+  char configs[512];
+  snprintf(configs, sizeof(configs), "--config %s --config %s --config %s --config %s", pairs[0][0],
+           pairs[0][1], pairs[1][0], pairs[1][1]);
   setenv("GCA_SIM_DEVICE_MEMORY", "80GiB", 1);
   for (size_t k = 0; k < GCA_ARRAY_SIZE(kinds); k++) {
     for (int seed = 1; seed <= 2; seed++) {
-      char path[64], cmd[1024];
-      snprintf(path, sizeof(path), "/tmp/gca-replay-gen-XXXXXX");
-      int fd = mkstemp(path);
-      assert_true(fd >= 0);
-      close(fd);
-      snprintf(cmd, sizeof(cmd), "'%s' %s --seed %d --out %s 2>/dev/null", trace_gen_exe, kinds[k],
-               seed, path);
-      assert_int_equal(system(cmd), 0);
-      snprintf(cmd, sizeof(cmd),
-               "'%s' %s --no-progress --repeat 0 --json --config %s --config %s --config %s "
-               "--config %s 2>&1",
-               replay_exe, path, pairs[0][0], pairs[0][1], pairs[1][0], pairs[1][1]);
-      FILE *p = popen(cmd, "r");
-      assert_non_null(p);
-      size_t cap = 1 << 16, len = 0, n;
-      char *text = malloc(cap);
-      assert_non_null(text);
-      while ((n = fread(text + len, 1, cap - 1 - len, p)) > 0)
-        len += n;
-      text[len] = '\0';
-      int status = pclose(p);
-      unlink(path);
-      run_out_t o = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
-      json_t *v = parse_json(&o);
+      json_t *v = replay_generated(kinds[k], seed, configs);
       const json_t *runs = json_object_get(v, "runs");
       assert_int_equal(jcount(runs), 4);
       for (size_t i = 0; i < 4; i += 2) {
@@ -375,15 +391,44 @@ static void the_free_cache_never_costs_memory_on_generated_traces(void **state) 
                  ro = u64_at(without, "peak_reserved_bytes");
         print_message("%s seed %d %s: peak reserved %llu with the cache, %llu without\n", kinds[k],
                       seed, pairs[i / 2][0], (unsigned long long)rw, (unsigned long long)ro);
-        assert_int_equal(u64_at(with, "ooms"), 0);
-        assert_int_equal(u64_at(without, "ooms"), 0);
         if (rw > ro)
           fail_msg("%s seed %d: the free cache costs %llu bytes (%s)", kinds[k], seed,
                    (unsigned long long)(rw - ro), pairs[i / 2][0]);
       }
       json_decref(v);
-      free(text);
     }
+  }
+  unsetenv("GCA_SIM_DEVICE_MEMORY");
+}
+
+/* Note [Expandable segments]: with expandable_moves:True peak mapped memory
+ * stays within 0.5% of peak live memory on gca-trace-gen's serving traces,
+ * seeds 1-3 (KV caches of 24 MiB steps freed out of order among activations
+ * of any size), and on its training traces, seeds 1-2. The growths there pick
+ * the hole that maps least and map the hole their moves were planned for;
+ * before either, seeds 1 and 2 reached 1.012 and 1.014. */
+static void expandable_moves_keep_peak_mapped_near_peak_live(void **state) {
+  (void)state;
+  static const struct {
+    const char *kind;
+    int seed;
+  } traces[] = {{"serving", 1}, {"serving", 2}, {"serving", 3}, {"training", 1}, {"training", 2}};
+  setenv("GCA_SIM_DEVICE_MEMORY", "80GiB", 1);
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(traces); k++) {
+    json_t *v = replay_generated(traces[k].kind, traces[k].seed,
+                                 "--config expandable_segments:True,expandable_moves:True");
+    const json_t *run = json_array_get(json_object_get(v, "runs"), 0);
+    uint64_t reserved = u64_at(run, "peak_reserved_bytes"), live = u64_at(v, "peak_live_bytes");
+    print_message("%s seed %d: peak mapped %llu, peak live %llu (%.4f), %llu handle moves\n",
+                  traces[k].kind, traces[k].seed, (unsigned long long)reserved,
+                  (unsigned long long)live, (double)reserved / (double)live,
+                  (unsigned long long)u64_at(run, "handle_moves"));
+    assert_true(live > 0);
+    if ((double)reserved > 1.005 * (double)live)
+      fail_msg("%s seed %d: peak mapped %llu is %.4f x peak live %llu", traces[k].kind,
+               traces[k].seed, (unsigned long long)reserved, (double)reserved / (double)live,
+               (unsigned long long)live);
+    json_decref(v);
   }
   unsetenv("GCA_SIM_DEVICE_MEMORY");
 }
@@ -410,6 +455,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(malformed_csv_and_bad_arguments_fail),
       cmocka_unit_test(snapshot_option_writes_the_state_after_the_pass),
       cmocka_unit_test(the_free_cache_never_costs_memory_on_generated_traces),
+      cmocka_unit_test(expandable_moves_keep_peak_mapped_near_peak_live),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
