@@ -419,14 +419,20 @@ struct gca__devalloc {
   bool fc_on;
   uint8_t fc_waste, fc_skips;
   size_t fc_count;
-  /* Note [Lazy puts]: the free cache's last plain put, whose statistics are
-   * owed until the next take of that block cancels them or anything else
-   * settles them (gca__fc_settle); b NULL: nothing owed */
+  /* Note [Lazy puts]: the free cache's last plain put (of a block in `slot`),
+   * whose statistics are owed until the next take of that block cancels them
+   * or anything else settles them (gca__fc_settle); b NULL: no put owed.
+   * pairs: the cancelled put-and-take pairs of that block not yet counted,
+   * req_in and req_out the requested bytes they took and put. hot: the block
+   * the last cancel made active, when no put came since, whose free may put
+   * it back with the record as it is (gca__fc_reput). */
   struct {
-    gca__block_t *b;
+    gca__block_t *b, *hot;
+    gca__block_t **slot;
     int t;
     bool oversize;
     int64_t size, requested, blocks, bytes;
+    int64_t pairs, req_in, req_out;
   } fc_lazy;
   /* Something waits to be given back at the end of the entry point that holds
    * the lock (gca__dev_unlock -> gca__release_reap): a dying idle private pool,
@@ -459,7 +465,7 @@ void gca__fc_settle(gca__devalloc_t *d);
 /* Before anything but the free cache's fast paths reads or changes d's
  * statistics (Note [Lazy puts]). */
 static inline void gca__fc_settled(gca__devalloc_t *d) {
-  if (GCA_UNLIKELY(d->fc_lazy.b != NULL))
+  if (GCA_UNLIKELY(d->fc_lazy.b != NULL || d->fc_lazy.pairs != 0))
     gca__fc_settle(d);
 }
 

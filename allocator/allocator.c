@@ -779,6 +779,12 @@ static __attribute__((noinline)) gca_status_t free_fc(gca__devalloc_t *d, void *
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   if (!gca__mutex_trylock(&d->lock))
     return free_impl(ptr, -1);
+  /* the block of the pair before, put back as it was (Note [Lazy puts]) */
+  if (GCA_LIKELY(!d->tc_on && gca__fc_reput(d, addr))) {
+    DEBUG_CHECK(d);
+    gca__dev_unlock(d);
+    return GCA_OK;
+  }
   gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
   if (GCA_LIKELY(b != NULL && !b->cached)) {
     /* a thread cache may take it, or the statistics count their headroom */

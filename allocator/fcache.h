@@ -172,38 +172,29 @@ static inline void gca__fc_lazy_peaks(gca__devalloc_t *d, int t, int64_t blocks,
 
 /* Note [Lazy puts]: b, put by the owed put, is taken for `requested` bytes:
  * the put and the take together leave every current as it was but
- * requested_bytes, and count one allocation and one free of each. */
+ * requested_bytes, and count one allocation and one free of each, which
+ * wait in the record's pair count for the next settle. */
 static inline __attribute__((always_inline)) void
 gca__fc_lazy_cancel(gca__devalloc_t *d, gca__block_t *b, size_t requested) {
-  int t = d->fc_lazy.t;
-  int64_t size = d->fc_lazy.size, old = d->fc_lazy.requested, req = (int64_t)requested;
-  int64_t ab = d->fc_lazy.blocks < 0 ? -d->fc_lazy.blocks : d->fc_lazy.blocks;
-  int64_t aby = d->fc_lazy.bytes < 0 ? -d->fc_lazy.bytes : d->fc_lazy.bytes;
+  int64_t old = d->fc_lazy.requested, req = (int64_t)requested;
   d->fc_lazy.b = NULL;
-  d->stats.allocation[t].allocated++;
-  d->stats.allocation[t].freed++;
-  d->stats.allocated_bytes[t].allocated += size;
-  d->stats.allocated_bytes[t].freed += size;
-  d->stats.inactive_split[t].allocated += ab;
-  d->stats.inactive_split[t].freed += ab;
-  d->stats.inactive_split_bytes[t].allocated += aby;
-  d->stats.inactive_split_bytes[t].freed += aby;
-  gca_stat_t *r = &d->stats.requested_bytes[t], *ra = &d->stats.requested_bytes[GCA_STAT_ALL];
-  r->current += req - old;
-  ra->current += req - old;
-  r->allocated += req;
-  r->freed += old;
-  if (r->current > r->peak)
-    r->peak = r->current;
-  if (ra->current > ra->peak)
-    ra->peak = ra->current;
+  d->fc_lazy.hot = b;
+  d->fc_lazy.pairs++;
+  d->fc_lazy.req_in += req;
+  d->fc_lazy.req_out += old;
+  if (GCA_UNLIKELY(req != old)) {
+    int t = d->fc_lazy.t;
+    gca_stat_t *r = &d->stats.requested_bytes[t], *ra = &d->stats.requested_bytes[GCA_STAT_ALL];
+    r->current += req - old;
+    ra->current += req - old;
+    if (r->current > r->peak)
+      r->peak = r->current;
+    if (ra->current > ra->peak)
+      ra->peak = ra->current;
+  }
   b->allocated = true;
   b->requested = requested;
   b->oversize = d->fc_lazy.oversize;
-  if (b->oversize) {
-    d->stats.oversize_allocations.allocated++;
-    d->stats.oversize_allocations.freed++;
-  }
 }
 
 /* Frees the allocated block b into `slot` (gca__fc_fits said yes) with the
@@ -216,8 +207,10 @@ gca__fc_put(gca__devalloc_t *d, gca__block_t **slot, gca__block_t *b, bool plain
   b->fc_epoch = ++d->epoch;
   b->allocated = false;
   gca__fc_settled(d);
+  d->fc_lazy.hot = NULL;
   if (plain) { /* owed (Note [Lazy puts]); a rise in inactive_split may set its peak now */
     d->fc_lazy.b = b;
+    d->fc_lazy.slot = slot;
     d->fc_lazy.t = t;
     d->fc_lazy.oversize = b->oversize;
     d->fc_lazy.size = (int64_t)b->size;
@@ -237,6 +230,32 @@ gca__fc_put(gca__devalloc_t *d, gca__block_t **slot, gca__block_t *b, bool plain
   b->cached = true;
   *slot = b;
   d->fc_count++;
+}
+
+/* Note [Lazy puts]: the free of `addr` puts back the block the last cancel
+ * made active, when no put and no change of block state came since (its
+ * epoch is current): then the record still describes it and its slot, its
+ * facts hold and the slot is empty, so the put is owed again with the record
+ * as it is but for the requested bytes, and no pointer map, slot or
+ * neighbour is read. The caller holds d->lock and has no thread cache to
+ * count (!d->tc_on). False: the usual path. */
+static inline __attribute__((always_inline)) bool gca__fc_reput(gca__devalloc_t *d,
+                                                                gca_devptr_t addr) {
+  gca__block_t *b = d->fc_lazy.hot;
+  if (b == NULL || b->addr != addr || !b->allocated || b->fc_epoch != d->epoch || b->nuses != 0 ||
+      !d->fc_on || d->ncaptures != 0 || GCA_UNLIKELY(gca__fc_wasteful(d)) || !gca__fc_quiet(d))
+    return false;
+  b->fc_epoch = ++d->epoch;
+  b->allocated = false;
+  d->fc_lazy.b = b;
+  d->fc_lazy.hot = NULL;
+  d->fc_lazy.requested = (int64_t)b->requested;
+  b->oversize = false;
+  b->requested = 0;
+  b->cached = true;
+  *d->fc_lazy.slot = b;
+  d->fc_count++;
+  return true;
 }
 
 /* Whether a request for b's (stream, size) would receive b (cached, or
@@ -262,10 +281,16 @@ static inline bool gca__fc_exact(const gca__devalloc_t *d, gca__block_t *b) {
 static inline __attribute__((always_inline)) gca__block_t *
 gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t rounded,
              size_t requested, bool quiet) {
-  gca__block_t **slot = gca__fc_slot(d, stream, pool);
-  gca__block_t *b = *slot;
-  if (b == NULL || b->stream != stream || b->size != rounded || b->pool != pool ||
-      !gca__fc_exact(d, b))
+  gca__block_t **slot, *b = d->fc_lazy.b;
+  if (quiet && b != NULL && b->size == rounded && b->stream == stream && b->pool == pool) {
+    slot = d->fc_lazy.slot; /* the owed put's block: no hash */
+  } else {
+    slot = gca__fc_slot(d, stream, pool);
+    b = *slot;
+    if (b == NULL || b->stream != stream || b->size != rounded || b->pool != pool)
+      return NULL;
+  }
+  if (!gca__fc_exact(d, b))
     return NULL;
   *slot = NULL;
   if (GCA_UNLIKELY(d->fc_waste != 0))

@@ -157,6 +157,68 @@ static void lazy_puts_keep_every_statistic_exact(void **state) {
                    3 * 4096 + 100 * 3000 + 99 * 100 / 2);
 }
 
+/* Note [Lazy puts]: a streak of pairs of one block (the requested size
+ * varying within its 4 KiB) counts its pairs once, at the next read; each
+ * free after the first puts the block back without the pointer map. The
+ * streak is broken every 500 pairs by a statistics read, by another block's
+ * pair and by empty_cache, and picked up again. At each break and at the end,
+ * every statistic equals the uncached run's. */
+static void a_streak_of_pairs_is_counted_at_the_next_read(void **state) {
+  (void)state;
+  enum { PAIRS = 3000, BREAK = 500 };
+  gca_stats_t out[2][PAIRS / BREAK + 1];
+  for (int pass = 0; pass < 2; pass++) {
+    assert_nothing_leaked();
+    gca__allocator_reset();
+    assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
+    void *a, *b, *c;
+    assert_ok(gca_malloc(&a, 4096, NULL));
+    assert_ok(gca_malloc(&b, 4096, NULL));
+    assert_ok(gca_malloc(&c, 4096, NULL));
+    void *first_b = b;
+    gca__devalloc_t *d = gca__devalloc_peek(0);
+    gca__block_t *rec = gca__ptrmap_find(&d->ptrs, (uintptr_t)b);
+    (void)rec;
+    int k = 0;
+    for (int i = 1; i <= PAIRS; i++) {
+      assert_ok(gca_free(b));
+      assert_ok(gca_malloc(&b, 4096 - 100 * (size_t)(i % 3), NULL));
+      assert_ptr_equal(b, first_b);
+#ifndef GCA_DEBUG_CHECKS /* there the walker after every mutation settles at once */
+      if (pass == 0) {
+        assert_ptr_equal(d->fc_lazy.hot, rec); /* its next free puts it back as it is */
+        assert_null(d->fc_lazy.b);
+        assert_int_equal(d->fc_lazy.pairs, i % BREAK == 0 ? BREAK : i % BREAK);
+      }
+#endif
+      if (i % BREAK != 0)
+        continue;
+      out[pass][k++] = stats(); /* settles the streak */
+      assert_int_equal(d->fc_lazy.pairs, 0);
+      if (i % (2 * BREAK) == 0) { /* another block's pair: the streak moves there and back */
+        assert_ok(gca_free(a));
+        assert_ok(gca_malloc(&a, 4096, NULL));
+      } else {
+        assert_ok(gca_empty_cache());
+      }
+      check();
+    }
+    assert_ok(gca_free(b));
+    assert_ok(gca_free(a));
+    assert_ok(gca_free(c));
+    out[pass][k++] = stats();
+    assert_int_equal(k, PAIRS / BREAK + 1);
+    check();
+  }
+  assert_ok(gca_set_config("free_cache:True"));
+  for (int i = 0; i < PAIRS / BREAK + 1; i++)
+    assert_all_stats_equal(&out[0][i], &out[1][i]);
+  assert_int_equal(out[0][0].allocation[GCA_STAT_SMALL].allocated, 3 + BREAK);
+  assert_int_equal(out[0][0].requested_bytes[GCA_STAT_SMALL].allocated,
+                   3 * 4096 + BREAK * 4096 -
+                       100 * (167 * 1 + 167 * 2)); /* i % 3: 167 ones, 167 twos */
+}
+
 /* Random scripts on two streams, run with and without the cache: after every
  * step the usage statistics (every field) are equal and the walker, which
  * recomputes inactive_split from the layout, passes; at the end everything
@@ -599,6 +661,8 @@ static void free_cache_key_parses(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(pair_reuses_block_with_exact_statistics, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(a_streak_of_pairs_is_counted_at_the_next_read, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(lazy_puts_keep_every_statistic_exact, alloc_setup,
                                       alloc_teardown),
