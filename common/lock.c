@@ -53,11 +53,17 @@ bool gca__membarrier_ok(void) {
   return g_asym;
 }
 
+/* The fence on every thread. A process whose registration did not survive
+ * (a child of fork() may not inherit it) registers again and fences; if that
+ * fails too, no lock-free hold can be made safe, and it stops. Fail points
+ * let tests take both ways: "membarrier" fails the fence once,
+ * "membarrier_lost" the fence and the second try. */
 void gca__membarrier(void) {
-  if (GCA_LIKELY(syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0))
+  bool lost = GCA_FAILPOINT("membarrier_lost");
+  if (GCA_LIKELY(!lost && !GCA_FAILPOINT("membarrier") &&
+                 syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0))
     return;
-  /* a child of fork() may not inherit the registration: register it again */
-  if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0 ||
+  if (lost || syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0 ||
       syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
     GCA_ASSERT(!"membarrier failed after the process registered for it");
 }

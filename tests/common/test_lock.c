@@ -7,7 +7,9 @@
  * a build or on a kernel without membarrier no lock is ever biased, and the
  * tests check that instead. GCA_TEST_SEED repeats a run of the last test. */
 #include <pthread.h>
+#include <signal.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -171,6 +173,47 @@ static void a_child_of_fork_revokes_the_bias(void **state) {
   assert_int_equal(atomic_load(&mu.bias), gca__lock_tid); /* the parent's is untouched */
 }
 
+/* A revocation whose fence fails (fail point "membarrier": as in a process
+ * whose registration was lost) registers again, fences, and the lock goes
+ * on; when the second try fails too ("membarrier_lost"), the process
+ * stops rather than trust a hold it cannot fence: a child that tries dies of
+ * SIGABRT with the reason on stderr. */
+static void a_failed_fence_registers_again_or_stops(void **state) {
+  (void)state;
+  gca__mutex_init(&mu);
+  if (!biasing())
+    skip();
+  bias_to_me();
+  assert_ok(gca__failpoint_arm("membarrier", 1));
+  other_t o = {0};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, other_main, &o), 0);
+  pthread_join(t, NULL);
+  assert_true(o.got);
+  assert_false(gca__failpoint_hit("membarrier")); /* spent by the revocation */
+  assert_true(atomic_load(&mu.bias) == GCA__MUTEX_NO_BIAS);
+  assert_int_equal(mu.revocations, 1);
+  gca__failpoint_clear();
+  gca__mutex_lock(&mu);
+  assert_int_equal(atomic_load(&mu.locked), 1);
+  gca__mutex_unlock(&mu);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (freopen("/dev/null", "w", stderr) == NULL)
+      _exit(2);
+    if (gca__failpoint_arm("membarrier_lost", 1) != GCA_OK)
+      _exit(3);
+    gca__membarrier();
+    _exit(0); /* not reached */
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(WTERMSIG(status), SIGABRT);
+}
+
 /* Mutual exclusion under load: three threads add to a plain counter under
  * the lock in bursts of random length, so the lock is biased (after 8 in a
  * row here), revoked, and taken by trylock and lock in every order; no
@@ -236,6 +279,7 @@ int main(void) {
       cmocka_unit_test(another_thread_revokes_the_bias_after_the_holder_lets_go),
       cmocka_unit_test(a_trylock_gives_a_revocation_up_while_the_holder_is_inside),
       cmocka_unit_test(a_child_of_fork_revokes_the_bias),
+      cmocka_unit_test(a_failed_fence_registers_again_or_stops),
       cmocka_unit_test(biased_and_plain_holds_exclude_each_other),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
