@@ -162,6 +162,22 @@
  * membarrier (an old kernel), or in a build that a thread sanitizer checks
  * (it cannot see the fence, and would report the sections as races), no
  * cache turns quiet and every path uses the lock.
+ *
+ * Note [Thread cache streaks]. A thread that repeats a pair of one size on
+ * its stream takes and puts back the same block each time, and each take
+ * and put checks and moves five rooms and rises (about eighty instructions
+ * of the pair). The two cancel out but for the rises, which only count. So a
+ * fast put that succeeds leaves its block as the cache's `hot` one; the next
+ * fast take that finds it on top of its bin, for the same requested size,
+ * hands it out with no check and no move (hot_out), and the fast put of it
+ * then puts it back and counts one pair (hot_pairs). Skipping the checks is
+ * sound: while a streak lasts nothing else moves the rooms (every other fast
+ * path, and every visitor through gca__tc_lock, gca__tc_lock_all or a fold,
+ * first settles it: gca__tc_settle_hot adds the pairs' rises and the owed
+ * take, and ends it), so the rooms are what they were after the put that
+ * started it, which passed the same checks the other way. The pair of one
+ * 4 KiB block on each of two threads fell from about 330 to 250
+ * instructions.
  */
 #include <linux/futex.h>
 #include <sys/syscall.h>

@@ -94,6 +94,15 @@ struct gca__tcache {
    * that left): a free whose bit is clear is none of tc's, found without its
    * lock. Set by the owner only; cleared when the domain empties. */
   atomic_uint_fast64_t filter;
+  /* Note [Thread cache streaks]: the block whose pairs the owner repeats
+   * (NULL: none), its address, the requested size of the streak, whether it
+   * is out now (its take's moves owed), and the pairs whose rises are owed to
+   * up. Written by the owner's fast paths, or under `lock` (gca__tc_settle_hot). */
+  gca__block_t *hot;
+  gca_devptr_t hot_addr;
+  size_t hot_req;
+  int64_t hot_pairs;
+  bool hot_out;
   gca_devptr_t keys[GCA__TC_SLOTS]; /* its domain by address; 0 = empty */
   gca__block_t *vals[GCA__TC_SLOTS];
   size_t req[GCA__TC_SLOTS];
@@ -137,6 +146,45 @@ static inline void gca__tc_lock_raw(gca__tcache_t *tc) {
     gca__tc_lock_slow(tc);
 }
 
+/* n if it is a rise, else 0, without a branch. */
+static inline int64_t gca__tc_rise(int64_t n) {
+  return n & ~(n >> 63);
+}
+
+/* Note [Thread cache streaks]: applies what the streak owes tc's counters
+ * (its pairs' rises, and the take of a block that is out) and ends it. The
+ * owner's fast paths call it before any other move; every other reader
+ * holds tc's lock (gca__tc_lock, gca__tc_lock_all, gca__tc_fold_one). */
+static inline void gca__tc_settle_hot(gca__tcache_t *tc) {
+  gca__block_t *b = tc->hot;
+  if (b == NULL)
+    return;
+  int64_t k = tc->hot_pairs, bytes = (int64_t)b->size, req = (int64_t)tc->hot_req;
+  int64_t split = b->fc_blocks, split_bytes = b->fc_bytes;
+  int64_t *room = tc->room[b->tc_ti], *up = tc->up[b->tc_ti];
+  up[GCA__TQ_BLOCKS] += k;
+  up[GCA__TQ_BYTES] += k * bytes;
+  up[GCA__TQ_REQUESTED] += k * req;
+  up[GCA__TQ_SPLIT] += k * (gca__tc_rise(split) + gca__tc_rise(-split));
+  up[GCA__TQ_SPLIT_BYTES] += k * (gca__tc_rise(split_bytes) + gca__tc_rise(-split_bytes));
+  if (tc->hot_out) { /* the moves of gca__tc_take */
+    room[GCA__TQ_BLOCKS] -= 1;
+    up[GCA__TQ_BLOCKS] += 1;
+    room[GCA__TQ_BYTES] -= bytes;
+    up[GCA__TQ_BYTES] += bytes;
+    room[GCA__TQ_REQUESTED] -= req;
+    up[GCA__TQ_REQUESTED] += req;
+    room[GCA__TQ_SPLIT] += split;
+    up[GCA__TQ_SPLIT] += gca__tc_rise(-split);
+    room[GCA__TQ_SPLIT_BYTES] += split_bytes;
+    up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(-split_bytes);
+  }
+  tc->hot = NULL;
+  tc->hot_addr = 0;
+  tc->hot_out = false;
+  tc->hot_pairs = 0;
+}
+
 /* The lock of a thread cache (Note [Thread cache lock]): the owner tries it
  * for each fast path of a cache that is not quiet (gca__tc_enter: its own
  * cache line, so uncontended it costs one atomic instruction and a plain
@@ -147,6 +195,7 @@ static inline void gca__tc_lock(gca__tcache_t *tc) {
   gca__tc_lock_raw(tc);
   if (GCA_UNLIKELY(atomic_load_explicit(&tc->quiet, memory_order_relaxed)))
     gca__tc_block(tc);
+  gca__tc_settle_hot(tc);
 }
 /* Note [Thread cache sections]: whether sections may be used at all (the
  * process registered for membarrier, and the build is not one a thread
@@ -248,11 +297,6 @@ static inline void gca__tc_ncached_add(gca__tcache_t *tc, int n) {
                         memory_order_relaxed);
 }
 
-/* n if it is a rise, else 0, without a branch. */
-static inline int64_t gca__tc_rise(int64_t n) {
-  return n & ~(n >> 63);
-}
-
 /* Whether the thread caches' fast paths may run on d now: on, nothing
  * pending, no request routed to a private pool, no history recorded. */
 static inline bool gca__tc_open(gca__devalloc_t *d) {
@@ -282,6 +326,18 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   if (GCA_UNLIKELY(tc->d != d || n == 0 || bin->stream != stream || bin->size != rounded ||
                    (b = bin->blk[n - 1])->tc_ti != ti))
     goto miss;
+  if (b == tc->hot && size == tc->hot_req) { /* the streak's take: its moves owed */
+    bin->n = n - 1;
+    tc->req[b->tc_slot] = size;
+    gca__tc_ncached_add(tc, -1);
+    tc->cached_bytes -= rounded;
+    tc->hot_out = true;
+    if (GCA_UNLIKELY(tc->waste != 0))
+      tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
+    gca__tc_exit(tc, how);
+    return b;
+  }
+  gca__tc_settle_hot(tc);
   /* the moves: one allocated block of `bytes` for `size`, and the run's
    * change in inactive_split undone; any room going below zero misses */
   int64_t split = b->fc_blocks, split_bytes = b->fc_bytes, bytes = (int64_t)rounded;
@@ -326,6 +382,20 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
   int how = gca__tc_enter(tc);
   if (GCA_UNLIKELY(how == GCA__TC_OUT))
     return false; /* a visitor's: the locked path waits for it */
+  if (addr == tc->hot_addr && tc->hot_out && GCA_LIKELY(tc->d == d)) {
+    /* the streak's put: back on top of its bin, as the take left it */
+    gca__block_t *h = tc->hot;
+    gca__tcbin_t *hbin = &tc->bins[h->tc_bin];
+    tc->req[h->tc_slot] = 0;
+    hbin->blk[hbin->n++] = h;
+    gca__tc_ncached_add(tc, 1);
+    tc->cached_bytes += h->size;
+    tc->hot_out = false;
+    tc->hot_pairs++;
+    gca__tc_exit(tc, how);
+    return true;
+  }
+  gca__tc_settle_hot(tc);
   int slot = gca__tc_find(tc, addr);
   if (GCA_UNLIKELY(tc->d != d || slot < 0))
     goto miss;
@@ -359,6 +429,9 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
   bin->n = n + 1;
   gca__tc_ncached_add(tc, 1);
   tc->cached_bytes += (size_t)bytes;
+  tc->hot = b; /* a streak may start: its take and put owe their moves */
+  tc->hot_addr = addr;
+  tc->hot_req = (size_t)req;
   gca__tc_exit(tc, how);
   return true;
 miss:

@@ -49,13 +49,15 @@ void gca__tc_lock_all(gca__devalloc_t *d) {
     gca__tc_lock_raw(tc);
     fence |= gca__tc_blocks(tc);
   }
-  if (!fence)
-    return;
-  gca__tc_fence_all();
-  d->stats.num_cache_fences++;
+  if (fence) {
+    gca__tc_fence_all();
+    d->stats.num_cache_fences++;
+    for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next)
+      if (atomic_load_explicit(&tc->blocked, memory_order_relaxed))
+        gca__tc_wait_out(tc);
+  }
   for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next)
-    if (atomic_load_explicit(&tc->blocked, memory_order_relaxed))
-      gca__tc_wait_out(tc);
+    gca__tc_settle_hot(tc); /* Note [Thread cache streaks] */
 }
 
 void gca__tc_unlock_all(gca__devalloc_t *d) {
@@ -64,6 +66,7 @@ void gca__tc_unlock_all(gca__devalloc_t *d) {
 }
 
 void gca__tc_fold_one(gca__devalloc_t *d, gca__tcache_t *tc, unsigned revoke) {
+  gca__tc_settle_hot(tc);
   for (int ti = 0; ti < 2; ti++) {
     int t = ti + 1;
     for (int q = 0; q < GCA__TQ; q++) {

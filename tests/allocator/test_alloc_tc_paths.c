@@ -247,6 +247,73 @@ static void folds_against_sections_read_one_instant(void **state) {
   assert_ok(gca_stream_destroy(b.stream));
 }
 
+/* ---- streaks (Note [Thread cache streaks]) ---- */
+
+/* Checks the usage statistics against an eager count: `live` blocks of 4 KiB
+ * (requested 4096 each) out, `allocs` allocations since `base`. */
+static void expect_usage(const gca_stats_t *base, int64_t live, int64_t allocs) {
+  gca_stats_t s = stats();
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, live);
+  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 4096 * live);
+  assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 4096 * live);
+  assert_int_equal(s.allocation[GCA_STAT_ALL].allocated - base->allocation[GCA_STAT_ALL].allocated,
+                   allocs);
+  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].allocated -
+                       base->allocated_bytes[GCA_STAT_ALL].allocated,
+                   4096 * allocs);
+  assert_int_equal(s.requested_bytes[GCA_STAT_ALL].freed -
+                       base->requested_bytes[GCA_STAT_ALL].freed,
+                   4096 * (allocs - live));
+  for (int k = 0; k < GCA_STAT_TYPES; k++)
+    assert_int_equal(s.allocation[k].allocated - s.allocation[k].freed, s.allocation[k].current);
+}
+
+/* An owner repeating pairs of one block owes their moves: the pairs' rises
+ * wait in the cache, and a block it took is out with its take owed. A read
+ * settles both (the cache is visited), as does a free that goes the locked
+ * way while the block is out (history recording closes the fast paths), and
+ * an eviction. Each time the statistics equal an eager count. */
+static void a_streak_owes_its_moves_until_a_visit(void **state) {
+  (void)state;
+  worker_t a, b;
+  worker_start(&a);
+  worker_start(&b);
+  engage(&a, &b);
+  gca__tcache_t *tc = cache_of_worker(&a);
+  gca_stats_t base = stats();
+  w_pairs(&a, 4096, 100);
+  assert_non_null(tc->hot);
+  assert_false(tc->hot_out);
+  assert_int_equal(tc->hot_pairs, 99); /* the first pair's put started the streak */
+  expect_usage(&base, 0, 100);         /* a visit: settled */
+  assert_null(tc->hot);
+  w_pairs(&a, 4096, 10);
+  void *x = w_alloc(&a, 4096, a.stream); /* out, its take owed */
+  assert_true(tc->hot_out);
+  assert_int_equal(tc->hot_pairs, 9);
+  expect_usage(&base, 1, 111);
+  assert_null(tc->hot);
+  w_free(&a, x); /* a plain put, which starts a streak again */
+  w_pairs(&a, 4096, 5);
+  x = w_alloc(&a, 4096, a.stream);
+  assert_true(tc->hot_out);
+  assert_ok(gca_record_history(true, 64, false)); /* the fast paths close */
+  w_free(&a, x);                                  /* the locked way: it settles first */
+  assert_ok(gca_record_history(false, 0, false));
+  assert_null(tc->hot);
+  expect_usage(&base, 0, 117);
+  w_pairs(&a, 4096, 5);
+  assert_non_null(tc->hot);
+  assert_ok(gca_empty_cache()); /* evicts every cached block: settled first */
+  assert_null(tc->hot);
+  expect_usage(&base, 0, 122);
+  check();
+  worker_exit(&a);
+  worker_exit(&b);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
 /* Note [Biased device lock]: the test's thread, using the device alone,
  * gets its lock biased to it; a worker's first request revokes the bias
  * (counted in num_lock_revocations), and both threads' pairs go on with the
@@ -282,6 +349,7 @@ int main(void) {
       T(a_cache_that_wastes_its_blocks_is_parked),
       T(a_calm_owner_enters_without_the_lock_until_a_visit),
       T(a_visitor_waits_for_a_quiet_owners_section),
+      T(a_streak_owes_its_moves_until_a_visit),
       T(folds_against_sections_read_one_instant),
       T(a_second_thread_revokes_the_device_locks_bias),
   };
