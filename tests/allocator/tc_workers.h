@@ -148,6 +148,21 @@ static inline void engage(worker_t *a, worker_t *b) {
   assert_true(d->tc_on);
 }
 
+/* Two workers started and engaged. */
+static inline void engaged_workers(worker_t *a, worker_t *b) {
+  worker_start(a);
+  worker_start(b);
+  engage(a, b);
+}
+
+/* Both workers' threads and streams gone. */
+static inline void workers_done(worker_t *a, worker_t *b) {
+  worker_exit(a);
+  worker_exit(b);
+  assert_ok(gca_stream_destroy(a->stream));
+  assert_ok(gca_stream_destroy(b->stream));
+}
+
 /* The thread cache whose domain holds p. */
 static inline gca__tcache_t *tcache_of(void *p) {
   gca__devalloc_t *d = gca__devalloc_peek(0);

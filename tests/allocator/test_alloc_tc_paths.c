@@ -33,9 +33,7 @@ static bool linked(const gca__tcache_t *tc) {
 static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
   (void)state;
   worker_t a, b;
-  worker_start(&a);
-  worker_start(&b);
-  engage(&a, &b);
+  engaged_workers(&a, &b);
   gca__tcache_t *tc = cache_of_worker(&a);
   gca__devalloc_t *d = gca__devalloc_peek(0);
   assert_int_equal(d->ntcs, 2);
@@ -98,9 +96,7 @@ static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
 static void a_calm_owner_enters_without_the_lock_until_a_visit(void **state) {
   (void)state;
   worker_t a, b;
-  worker_start(&a);
-  worker_start(&b);
-  engage(&a, &b);
+  engaged_workers(&a, &b);
   gca__tcache_t *tc = cache_of_worker(&a);
   int64_t before = stats().allocation[GCA_STAT_ALL].allocated;
   w_pairs(&a, 4096, GCA__TC_CALM + 8);
@@ -132,10 +128,7 @@ static void a_calm_owner_enters_without_the_lock_until_a_visit(void **state) {
   w_pairs(&a, 4096, 10);
   assert_int_equal(tc->calm, (sections ? 0 : calm) + 20); /* on the lock again */
   check();
-  worker_exit(&a);
-  worker_exit(&b);
-  assert_ok(gca_stream_destroy(a.stream));
-  assert_ok(gca_stream_destroy(b.stream));
+  workers_done(&a, &b);
 }
 
 typedef struct visit {
@@ -162,9 +155,7 @@ static void a_visitor_waits_for_a_quiet_owners_section(void **state) {
     skip();
   }
   worker_t a, b;
-  worker_start(&a);
-  worker_start(&b);
-  engage(&a, &b);
+  engaged_workers(&a, &b);
   gca__tcache_t *tc = cache_of_worker(&a);
   w_pairs(&a, 4096, GCA__TC_CALM);
   assert_int_equal(atomic_load(&tc->quiet), 1);
@@ -192,10 +183,7 @@ static void a_visitor_waits_for_a_quiet_owners_section(void **state) {
   assert_int_equal(tc->calm, 1);
   assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
   check();
-  worker_exit(&a);
-  worker_exit(&b);
-  assert_ok(gca_stream_destroy(a.stream));
-  assert_ok(gca_stream_destroy(b.stream));
+  workers_done(&a, &b);
 }
 
 /* Folds while an owner runs pairs in and out of quiet sections (the calm
@@ -209,9 +197,7 @@ static void folds_against_sections_read_one_instant(void **state) {
   if (saved != UINT32_MAX)
     gca__tc_calm_limit = 16;
   worker_t a, b;
-  worker_start(&a);
-  worker_start(&b);
-  engage(&a, &b);
+  engaged_workers(&a, &b);
   int64_t before = stats().allocation[GCA_STAT_ALL].allocated;
   a.size = 4096;
   a.on = a.stream;
@@ -241,10 +227,7 @@ static void folds_against_sections_read_one_instant(void **state) {
   assert_int_equal(s.allocation[GCA_STAT_ALL].allocated - before, atomic_load(&a.pairs_done));
   assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
   check();
-  worker_exit(&a);
-  worker_exit(&b);
-  assert_ok(gca_stream_destroy(a.stream));
-  assert_ok(gca_stream_destroy(b.stream));
+  workers_done(&a, &b);
 }
 
 /* ---- streaks (Note [Thread cache streaks]) ---- */
@@ -276,9 +259,7 @@ static void expect_usage(const gca_stats_t *base, int64_t live, int64_t allocs) 
 static void a_streak_owes_its_moves_until_a_visit(void **state) {
   (void)state;
   worker_t a, b;
-  worker_start(&a);
-  worker_start(&b);
-  engage(&a, &b);
+  engaged_workers(&a, &b);
   gca__tcache_t *tc = cache_of_worker(&a);
   gca_stats_t base = stats();
   w_pairs(&a, 4096, 100);
@@ -308,10 +289,7 @@ static void a_streak_owes_its_moves_until_a_visit(void **state) {
   assert_null(tc->hot);
   expect_usage(&base, 0, 122);
   check();
-  worker_exit(&a);
-  worker_exit(&b);
-  assert_ok(gca_stream_destroy(a.stream));
-  assert_ok(gca_stream_destroy(b.stream));
+  workers_done(&a, &b);
 }
 
 /* Note [Biased device lock]: the test's thread, using the device alone,

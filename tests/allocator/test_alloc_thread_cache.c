@@ -624,10 +624,7 @@ static void empty_cache_takes_the_thread_caches_blocks(void **state) {
   assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
   assert_int_equal(tcaches_cached(), 0);
   assert_int_equal(gca_sim_used_bytes(0), 0);
-  worker_exit(&a);
-  worker_exit(&b);
-  assert_ok(gca_stream_destroy(a.stream));
-  assert_ok(gca_stream_destroy(b.stream));
+  workers_done(&a, &b);
   free(m);
 }
 
@@ -639,9 +636,7 @@ static void empty_cache_takes_the_thread_caches_blocks(void **state) {
 static void out_of_memory_takes_another_threads_cache(void **state) {
   (void)state;
   worker_t a, b;
-  worker_start(&a);
-  worker_start(&b);
-  engage(&a, &b);
+  engaged_workers(&a, &b);
   assert_ok(gca_empty_cache());
   assert_ok(gca_sim_set_capacity(0, 4 * MiB));
   void *x = w_alloc(&a, MiB, a.stream);
@@ -671,10 +666,7 @@ static void out_of_memory_takes_another_threads_cache(void **state) {
   w_free(&b, y2);
   w_free(&b, y3);
   assert_ok(gca_sim_set_capacity(0, 16 * GiB));
-  worker_exit(&a);
-  worker_exit(&b);
-  assert_ok(gca_stream_destroy(a.stream));
-  assert_ok(gca_stream_destroy(b.stream));
+  workers_done(&a, &b);
   assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
 }
 
@@ -699,10 +691,7 @@ static void thread_cache_false_turns_them_off(void **state) {
   assert_int_equal(tcaches_cached(), 1);
   assert_ok(gca_get_config(buf, sizeof(buf)));
   assert_non_null(strstr(buf, "thread_cache:True"));
-  worker_exit(&a);
-  worker_exit(&b);
-  assert_ok(gca_stream_destroy(a.stream));
-  assert_ok(gca_stream_destroy(b.stream));
+  workers_done(&a, &b);
 }
 
 /* Waits until a thread sleeps on tc's lock (it counts itself first). */
@@ -730,9 +719,7 @@ static void *read_stats(void *arg) {
 static void waiters_sleep_on_a_held_cache_lock(void **state) {
   (void)state;
   worker_t a, b;
-  worker_start(&a);
-  worker_start(&b);
-  engage(&a, &b);
+  engaged_workers(&a, &b);
   w_free(&a, w_alloc(&a, 4096, a.stream)); /* into a's cache */
   void *x = w_alloc(&a, 4096, a.stream);
   gca__tcache_t *tc = tcache_of(x);
@@ -758,10 +745,7 @@ static void waiters_sleep_on_a_held_cache_lock(void **state) {
   assert_int_equal(tcaches_cached(), 2);
   assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
   assert_int_equal(atomic_load(&tc->sleepers), 0);
-  worker_exit(&a);
-  worker_exit(&b);
-  assert_ok(gca_stream_destroy(a.stream));
-  assert_ok(gca_stream_destroy(b.stream));
+  workers_done(&a, &b);
 }
 
 int main(void) {

@@ -38,24 +38,28 @@ static char *write_trace(const char *body) {
   return path;
 }
 
-/* Runs gca-replay on `body` with extra arguments; output captured. */
-static run_out_t run_replay(const char *body, const char *args) {
-  char *path = write_trace(body);
-  char cmd[1024];
-  snprintf(cmd, sizeof(cmd), "'%s' %s --no-progress --repeat 1 %s 2>&1", replay_exe, path, args);
+/* Runs `cmd` (its stderr joined to stdout), then removes `path`: the exit
+ * code and the output (64 KiB at most). */
+static run_out_t run_captured(const char *cmd, const char *path) {
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
-  size_t cap = 1 << 16, len = 0;
+  size_t cap = 1 << 16, len = 0, n;
   char *text = malloc(cap);
   assert_non_null(text);
-  size_t n;
   while ((n = fread(text + len, 1, cap - 1 - len, p)) > 0)
     len += n;
   text[len] = '\0';
   int status = pclose(p);
   unlink(path);
-  run_out_t out = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
-  return out;
+  return (run_out_t){WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+}
+
+/* Runs gca-replay on `body` with extra arguments; output captured. */
+static run_out_t run_replay(const char *body, const char *args) {
+  char *path = write_trace(body);
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "'%s' %s --no-progress --repeat 1 %s 2>&1", replay_exe, path, args);
+  return run_captured(cmd, path);
 }
 
 static json_t *parse_json(const run_out_t *o) {
@@ -342,19 +346,9 @@ static json_t *replay_generated(const char *kind, int seed, const char *configs)
   assert_int_equal(system(cmd), 0);
   snprintf(cmd, sizeof(cmd), "'%s' %s --no-progress --repeat 0 --json %s 2>&1", replay_exe, path,
            configs);
-  FILE *p = popen(cmd, "r");
-  assert_non_null(p);
-  size_t cap = 1 << 16, len = 0, n;
-  char *text = malloc(cap);
-  assert_non_null(text);
-  while ((n = fread(text + len, 1, cap - 1 - len, p)) > 0)
-    len += n;
-  text[len] = '\0';
-  int status = pclose(p);
-  unlink(path);
-  run_out_t o = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+  run_out_t o = run_captured(cmd, path);
   json_t *v = parse_json(&o);
-  free(text);
+  free(o.text);
   const json_t *runs = json_object_get(v, "runs");
   for (size_t i = 0; i < jcount(runs); i++)
     if (u64_at(json_array_get(runs, i), "ooms") != 0)
