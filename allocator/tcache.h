@@ -97,8 +97,10 @@ struct gca__tcache {
   /* Note [Thread cache streaks]: the block whose pairs the owner repeats
    * (NULL: none), its address, the requested size of the streak, whether it
    * is out now (its take's moves owed), and the pairs whose rises are owed to
-   * up. Written by the owner's fast paths, or under `lock` (gca__tc_settle_hot). */
-  gca__block_t *hot;
+   * up. Written by the owner's fast paths, or under `lock` (gca__tc_settle_hot);
+   * `hot` is atomic (relaxed) so that the owner may look at it before it
+   * enters the cache. */
+  _Atomic(gca__block_t *) hot;
   gca_devptr_t hot_addr;
   size_t hot_req;
   int64_t hot_pairs;
@@ -156,7 +158,7 @@ static inline int64_t gca__tc_rise(int64_t n) {
  * owner's fast paths call it before any other move; every other reader
  * holds tc's lock (gca__tc_lock, gca__tc_lock_all, gca__tc_fold_one). */
 static inline void gca__tc_settle_hot(gca__tcache_t *tc) {
-  gca__block_t *b = tc->hot;
+  gca__block_t *b = atomic_load_explicit(&tc->hot, memory_order_relaxed);
   if (b == NULL)
     return;
   int64_t k = tc->hot_pairs, bytes = (int64_t)b->size, req = (int64_t)tc->hot_req;
@@ -179,7 +181,7 @@ static inline void gca__tc_settle_hot(gca__tcache_t *tc) {
     room[GCA__TQ_SPLIT_BYTES] += split_bytes;
     up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(-split_bytes);
   }
-  tc->hot = NULL;
+  atomic_store_explicit(&tc->hot, NULL, memory_order_relaxed);
   tc->hot_addr = 0;
   tc->hot_out = false;
   tc->hot_pairs = 0;
@@ -305,6 +307,36 @@ static inline bool gca__tc_open(gca__devalloc_t *d) {
           atomic_load_explicit(&gca__history_recorders, memory_order_relaxed)) == 0;
 }
 
+/* Note [Thread cache streaks]: the streak's take of its block h, on top of
+ * its bin (n blocks), for `size` bytes: its moves owed. tc entered. */
+static inline __attribute__((always_inline)) void
+gca__tc_take_hot(gca__tcache_t *tc, gca__block_t *h, gca__tcbin_t *bin, uint32_t n, size_t size) {
+  bin->n = n - 1;
+  tc->req[h->tc_slot] = size;
+  gca__tc_ncached_add(tc, -1);
+  tc->cached_bytes -= h->size;
+  tc->hot_out = true;
+  if (GCA_UNLIKELY(tc->waste != 0))
+    tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
+}
+
+/* The streak's put of the block at addr, when it is the one out: back on
+ * top of its bin, as the take left it; false otherwise. tc entered. */
+static inline __attribute__((always_inline)) bool
+gca__tc_put_hot(gca__devalloc_t *d, gca__tcache_t *tc, gca_devptr_t addr) {
+  if (addr != tc->hot_addr || !tc->hot_out || GCA_UNLIKELY(tc->d != d))
+    return false;
+  gca__block_t *h = atomic_load_explicit(&tc->hot, memory_order_relaxed);
+  gca__tcbin_t *bin = &tc->bins[h->tc_bin];
+  tc->req[h->tc_slot] = 0;
+  bin->blk[bin->n++] = h;
+  gca__tc_ncached_add(tc, 1);
+  tc->cached_bytes += h->size;
+  tc->hot_out = false;
+  tc->hot_pairs++;
+  return true;
+}
+
 /* The fast take: the newest cached block of exactly (stream, rounded size)
  * in tc, handed out for `size` bytes, or NULL (nothing there, or the
  * statistics it moves need more headroom than tc has). The gate is open, so
@@ -326,14 +358,9 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   if (GCA_UNLIKELY(tc->d != d || n == 0 || bin->stream != stream || bin->size != rounded ||
                    (b = bin->blk[n - 1])->tc_ti != ti))
     goto miss;
-  if (b == tc->hot && size == tc->hot_req) { /* the streak's take: its moves owed */
-    bin->n = n - 1;
-    tc->req[b->tc_slot] = size;
-    gca__tc_ncached_add(tc, -1);
-    tc->cached_bytes -= rounded;
-    tc->hot_out = true;
-    if (GCA_UNLIKELY(tc->waste != 0))
-      tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
+  if (b == atomic_load_explicit(&tc->hot, memory_order_relaxed) &&
+      size == tc->hot_req) { /* the streak's take: its moves owed */
+    gca__tc_take_hot(tc, b, bin, n, size);
     gca__tc_exit(tc, how);
     return b;
   }
@@ -382,16 +409,7 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
   int how = gca__tc_enter(tc);
   if (GCA_UNLIKELY(how == GCA__TC_OUT))
     return false; /* a visitor's: the locked path waits for it */
-  if (addr == tc->hot_addr && tc->hot_out && GCA_LIKELY(tc->d == d)) {
-    /* the streak's put: back on top of its bin, as the take left it */
-    gca__block_t *h = tc->hot;
-    gca__tcbin_t *hbin = &tc->bins[h->tc_bin];
-    tc->req[h->tc_slot] = 0;
-    hbin->blk[hbin->n++] = h;
-    gca__tc_ncached_add(tc, 1);
-    tc->cached_bytes += h->size;
-    tc->hot_out = false;
-    tc->hot_pairs++;
+  if (gca__tc_put_hot(d, tc, addr)) {
     gca__tc_exit(tc, how);
     return true;
   }
@@ -429,7 +447,7 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
   bin->n = n + 1;
   gca__tc_ncached_add(tc, 1);
   tc->cached_bytes += (size_t)bytes;
-  tc->hot = b; /* a streak may start: its take and put owe their moves */
+  atomic_store_explicit(&tc->hot, b, memory_order_relaxed); /* a streak may start */
   tc->hot_addr = addr;
   tc->hot_req = (size_t)req;
   gca__tc_exit(tc, how);

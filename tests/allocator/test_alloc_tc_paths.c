@@ -263,17 +263,17 @@ static void a_streak_owes_its_moves_until_a_visit(void **state) {
   gca__tcache_t *tc = cache_of_worker(&a);
   gca_stats_t base = stats();
   w_pairs(&a, 4096, 100);
-  assert_non_null(tc->hot);
+  assert_non_null(atomic_load(&tc->hot));
   assert_false(tc->hot_out);
   assert_int_equal(tc->hot_pairs, 99); /* the first pair's put started the streak */
   expect_usage(&base, 0, 100);         /* a visit: settled */
-  assert_null(tc->hot);
+  assert_null(atomic_load(&tc->hot));
   w_pairs(&a, 4096, 10);
   void *x = w_alloc(&a, 4096, a.stream); /* out, its take owed */
   assert_true(tc->hot_out);
   assert_int_equal(tc->hot_pairs, 9);
   expect_usage(&base, 1, 111);
-  assert_null(tc->hot);
+  assert_null(atomic_load(&tc->hot));
   w_free(&a, x); /* a plain put, which starts a streak again */
   w_pairs(&a, 4096, 5);
   x = w_alloc(&a, 4096, a.stream);
@@ -281,12 +281,12 @@ static void a_streak_owes_its_moves_until_a_visit(void **state) {
   assert_ok(gca_record_history(true, 64, false)); /* the fast paths close */
   w_free(&a, x);                                  /* the locked way: it settles first */
   assert_ok(gca_record_history(false, 0, false));
-  assert_null(tc->hot);
+  assert_null(atomic_load(&tc->hot));
   expect_usage(&base, 0, 117);
   w_pairs(&a, 4096, 5);
-  assert_non_null(tc->hot);
+  assert_non_null(atomic_load(&tc->hot));
   assert_ok(gca_empty_cache()); /* evicts every cached block: settled first */
-  assert_null(tc->hot);
+  assert_null(atomic_load(&tc->hot));
   expect_usage(&base, 0, 122);
   check();
   workers_done(&a, &b);
