@@ -437,35 +437,23 @@ static __attribute__((noinline)) gca_status_t malloc_fc_try(gca__devalloc_t *d, 
   return dev_malloc_locked(d, ptr, size, key, stream);
 }
 
-/* Note [Leaf hits]: the free cache's hit for a thread that holds the
- * device lock by its bias (Note [Biased device lock]), the one-thread pair's
- * path. It calls nothing: everything it cannot finish (a lock held any other
- * way, a block other than the owed put's, a memo not known, a device with
- * thread caches or something to give back) lets the bias go and tail-calls
- * the full path, so it saves no register. A debug_checks build, which counts
- * the locks held and walks after every mutation, always takes the full path. */
+/* Note [Leaf hits]: the one-thread pair's path, for a thread that holds
+ * the device lock by its bias (Note [Biased device lock]): the free cache's
+ * hit of the owed put's block (gca__fc_leaf_take), and the thread cache's
+ * streak (malloc_tc, the frees alike). A leaf calls nothing: what it cannot
+ * finish it leaves as it found it and tail-calls the full path, so it saves
+ * no register. A debug_checks build, which counts the locks held and walks
+ * after every mutation, always takes the full path. */
 static __attribute__((noinline)) gca_status_t malloc_fc(gca__devalloc_t *d, void **ptr, size_t size,
                                                         gca_stream_t stream) {
 #ifndef GCA_DEBUG_CHECKS
   if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
-    gca__block_t *b = d->fc_lazy.b;
-    size_t rounded = size < GCA__MIN_BLOCK_SIZE
-                         ? GCA__MIN_BLOCK_SIZE
-                         : (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
-    if (GCA_LIKELY(b != NULL && b->size == rounded && b->stream == gca__stream_key_nocall(stream) &&
-                   b->pool == (rounded <= GCA__SMALL_SIZE ? &d->small : &d->large) &&
-                   (d->tcs == NULL) & !d->reap & !d->has_divisions & (d->fc_waste == 0) &&
-                   gca__fc_quiet(d) && b->fc_gen == b->pool->gen &&
-                   b->fc_exact == GCA__FC_EXACT_YES)) {
-      *d->fc_lazy.slot = NULL; /* gca__fc_take's hit of the owed put's block */
-      d->fc_count--;
-      b->cached = false;
-      gca__fc_lazy_cancel(d, b, size);
+    gca__block_t *b = gca__fc_leaf_take(d, size, stream);
+    gca__mutex_exit_biased(&d->lock);
+    if (GCA_LIKELY(b != NULL)) {
       *ptr = (void *)(uintptr_t)b->addr;
-      atomic_store_explicit(&d->lock.active, 0, memory_order_release);
       return GCA_OK;
     }
-    atomic_store_explicit(&d->lock.active, 0, memory_order_release);
   }
 #endif
   return malloc_fc_try(d, ptr, size, stream);
@@ -487,29 +475,13 @@ static __attribute__((noinline)) gca_status_t malloc_tc_take(gca__devalloc_t *d,
   return malloc_tc_miss(d, ptr, size, stream);
 }
 
-/* Note [Leaf hits]: the thread cache's streak (Note [Thread cache streaks])
- * first, in a leaf that calls nothing and holds few values, so it saves no
- * register; anything else is malloc_tc_take's, by a tail call. */
+/* Note [Leaf hits]: the streak (Note [Thread cache streaks]) first. */
 static __attribute__((noinline)) gca_status_t
 malloc_tc(gca__devalloc_t *d, gca__tcache_t *tc, void **ptr, size_t size, gca_stream_t stream) {
-  /* a look at `hot` first: without a streak the cache is entered once, there */
-  if (GCA_LIKELY(atomic_load_explicit(&tc->hot, memory_order_relaxed) != NULL && gca__tc_open(d))) {
-    int how = gca__tc_enter(tc);
-    if (GCA_LIKELY(how != GCA__TC_OUT)) {
-      gca__block_t *h = atomic_load_explicit(&tc->hot, memory_order_relaxed);
-      if (GCA_LIKELY(h != NULL && !tc->hot_out && size == tc->hot_req &&
-                     h->stream == gca__stream_key_nocall(stream) && tc->d == d)) {
-        gca__tcbin_t *bin = &tc->bins[h->tc_bin];
-        uint32_t n = bin->n;
-        if (GCA_LIKELY(n != 0 && bin->blk[n - 1] == h)) {
-          gca__tc_take_hot(tc, h, bin, n, size);
-          gca__tc_exit(tc, how);
-          *ptr = (void *)(uintptr_t)h->addr;
-          return GCA_OK;
-        }
-      }
-      gca__tc_exit(tc, how);
-    }
+  gca__block_t *b = gca__tc_leaf_take(d, tc, size, stream);
+  if (GCA_LIKELY(b != NULL)) {
+    *ptr = (void *)(uintptr_t)b->addr;
+    return GCA_OK;
   }
   return malloc_tc_take(d, tc, ptr, size, stream);
 }
@@ -871,18 +843,14 @@ static __attribute__((noinline)) gca_status_t free_fc_try(gca__devalloc_t *d, vo
   return free_impl(ptr, -1);
 }
 
-/* Note [Leaf hits]: the free of the block of the pair before, put back
- * (gca__fc_reput) by a thread that holds the device lock by its bias; a
- * leaf as malloc_fc is. */
+/* Note [Leaf hits]: the put of the pair's block back (gca__fc_leaf_put). */
 static __attribute__((noinline)) gca_status_t free_fc(gca__devalloc_t *d, void *ptr) {
 #ifndef GCA_DEBUG_CHECKS
   if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
-    if (GCA_LIKELY((d->tcs == NULL) & !d->reap & !d->tc_on &&
-                   gca__fc_reput(d, (gca_devptr_t)(uintptr_t)ptr))) {
-      atomic_store_explicit(&d->lock.active, 0, memory_order_release);
+    bool done = gca__fc_leaf_put(d, (gca_devptr_t)(uintptr_t)ptr);
+    gca__mutex_exit_biased(&d->lock);
+    if (GCA_LIKELY(done))
       return GCA_OK;
-    }
-    atomic_store_explicit(&d->lock.active, 0, memory_order_release);
   }
 #endif
   return free_fc_try(d, ptr);
@@ -897,18 +865,11 @@ static __attribute__((noinline)) gca_status_t free_tc_put(gca__devalloc_t *d, gc
   return free_tc_miss(d, ptr);
 }
 
-/* Note [Leaf hits]: the streak's put first, as malloc_tc's take. */
+/* Note [Leaf hits]: the streak's put first. */
 static __attribute__((noinline)) gca_status_t free_tc(gca__devalloc_t *d, gca__tcache_t *tc,
                                                       void *ptr) {
-  if (GCA_LIKELY(atomic_load_explicit(&tc->hot, memory_order_relaxed) != NULL && gca__tc_open(d))) {
-    int how = gca__tc_enter(tc);
-    if (GCA_LIKELY(how != GCA__TC_OUT)) {
-      bool done = gca__tc_put_hot(d, tc, (gca_devptr_t)(uintptr_t)ptr);
-      gca__tc_exit(tc, how);
-      if (GCA_LIKELY(done))
-        return GCA_OK;
-    }
-  }
+  if (GCA_LIKELY(gca__tc_leaf_put(d, tc, (gca_devptr_t)(uintptr_t)ptr)))
+    return GCA_OK;
   return free_tc_put(d, tc, ptr);
 }
 

@@ -325,6 +325,37 @@ gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t 
   return b;
 }
 
+/* Note [Leaf hits] (allocator.c): with d->lock held by the calling
+ * thread's bias, the owed put's block taken for `size` bytes on `stream`
+ * when it is gca__fc_take's hit and nothing on the way calls a function (no
+ * thread caches, nothing to give back, the plain rounding, no waste to pay
+ * back, the exact-fit memo known); else NULL, nothing done. */
+static inline __attribute__((always_inline)) gca__block_t *
+gca__fc_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
+  gca__block_t *b = d->fc_lazy.b;
+  size_t rounded = size < GCA__MIN_BLOCK_SIZE
+                       ? GCA__MIN_BLOCK_SIZE
+                       : (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
+  if (b == NULL || b->size != rounded || b->stream != gca__stream_key_nocall(stream) ||
+      b->pool != (rounded <= GCA__SMALL_SIZE ? &d->small : &d->large) ||
+      ((d->tcs != NULL) | d->reap | d->has_divisions | (d->fc_waste != 0)) || !gca__fc_quiet(d) ||
+      b->fc_gen != b->pool->gen || b->fc_exact != GCA__FC_EXACT_YES)
+    return NULL;
+  *d->fc_lazy.slot = NULL;
+  d->fc_count--;
+  b->cached = false;
+  gca__fc_lazy_cancel(d, b, size);
+  return b;
+}
+
+/* Note [Leaf hits]: with d->lock held by the calling thread's bias, the
+ * free of `addr` as gca__fc_reput, when nothing on the way calls a function
+ * (no thread caches, nothing to give back); false, nothing done, else. */
+static inline __attribute__((always_inline)) bool gca__fc_leaf_put(gca__devalloc_t *d,
+                                                                   gca_devptr_t addr) {
+  return ((d->tcs == NULL) & !d->reap & !d->tc_on) && gca__fc_reput(d, addr);
+}
+
 /* ---- fcache.c ---- */
 
 /* Returns every block of the free cache to its pool's free tree, coalesced;

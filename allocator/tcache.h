@@ -337,6 +337,46 @@ gca__tc_put_hot(gca__devalloc_t *d, gca__tcache_t *tc, gca_devptr_t addr) {
   return true;
 }
 
+/* Note [Leaf hits] (allocator.c): the streak's take for `size` bytes on
+ * `stream`, entering tc only when a streak may be there; the block, or NULL
+ * with nothing done. Calls nothing. */
+static inline __attribute__((always_inline)) gca__block_t *
+gca__tc_leaf_take(gca__devalloc_t *d, gca__tcache_t *tc, size_t size, gca_stream_t stream) {
+  /* a look at `hot` first: without a streak the cache is entered once, later */
+  if (atomic_load_explicit(&tc->hot, memory_order_relaxed) == NULL || !gca__tc_open(d))
+    return NULL;
+  int how = gca__tc_enter(tc);
+  if (how == GCA__TC_OUT)
+    return NULL;
+  gca__block_t *h = atomic_load_explicit(&tc->hot, memory_order_relaxed);
+  if (h != NULL && !tc->hot_out && size == tc->hot_req &&
+      h->stream == gca__stream_key_nocall(stream) && tc->d == d) {
+    gca__tcbin_t *bin = &tc->bins[h->tc_bin];
+    uint32_t n = bin->n;
+    if (n != 0 && bin->blk[n - 1] == h) {
+      gca__tc_take_hot(tc, h, bin, n, size);
+      gca__tc_exit(tc, how);
+      return h;
+    }
+  }
+  gca__tc_exit(tc, how);
+  return NULL;
+}
+
+/* Note [Leaf hits]: the streak's put of the block at addr, as
+ * gca__tc_leaf_take; false with nothing done when it is not the streak's. */
+static inline __attribute__((always_inline)) bool
+gca__tc_leaf_put(gca__devalloc_t *d, gca__tcache_t *tc, gca_devptr_t addr) {
+  if (atomic_load_explicit(&tc->hot, memory_order_relaxed) == NULL || !gca__tc_open(d))
+    return false;
+  int how = gca__tc_enter(tc);
+  if (how == GCA__TC_OUT)
+    return false;
+  bool done = gca__tc_put_hot(d, tc, addr);
+  gca__tc_exit(tc, how);
+  return done;
+}
+
 /* The fast take: the newest cached block of exactly (stream, rounded size)
  * in tc, handed out for `size` bytes, or NULL (nothing there, or the
  * statistics it moves need more headroom than tc has). The gate is open, so

@@ -181,12 +181,17 @@ static inline bool gca__mutex_trylock(gca__mutex_t *m) {
   return true;
 }
 
+/* Lets go a hold made by gca__mutex_enter_biased (a release store). */
+static inline void gca__mutex_exit_biased(gca__mutex_t *m) {
+  atomic_store_explicit(&m->active, 0, memory_order_release);
+}
+
 static inline void gca__mutex_unlock(gca__mutex_t *m) {
   GCA__LOCK_DEPTH_ADD(-1);
   /* active is set only by the bias holder, inside its hold */
   if (atomic_load_explicit(&m->active, memory_order_relaxed) &&
       atomic_load_explicit(&m->bias, memory_order_relaxed) == gca__lock_tid) {
-    atomic_store_explicit(&m->active, 0, memory_order_release);
+    gca__mutex_exit_biased(m);
     return;
   }
   atomic_store_explicit(&m->locked, 0, memory_order_release);
