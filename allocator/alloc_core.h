@@ -190,27 +190,38 @@ typedef struct gca__tcache gca__tcache_t;
  *   stream == seg->stream, pool == seg->pool.
  */
 struct gca__block {
-  gca_devptr_t addr;
+  /* first cache line: what a free-tree descent and a neighbour's merge check
+   * read (records are aligned to it, see slab.c) */
+  _Alignas(64) gca_devptr_t addr;
   size_t size;
-  size_t requested;    /* the caller's size while active, else 0 */
-  gca_stream_t stream; /* the allocation stream (the segment's) */
-  gca__pool_t *pool;
-  gca__segment_t *seg;
-  gca__block_t *prev, *next;  /* address neighbours within the segment */
+  gca_stream_t stream;        /* the allocation stream (the segment's) */
   gca__block_t *left, *right; /* free tree links */
   gca__block_t *parent;       /* free tree: NULL at a root (Note [Free bins]) */
   uint64_t prio;              /* free tree heap priority */
-  uint64_t gc_base;           /* pool->free_calls when it became free (GC age) */
-  gca__use_t *uses;           /* other streams recorded with gca_record_stream */
-  uint32_t nuses, cap_uses;
+  bool allocated;
+  bool in_tree;
+  bool cached;               /* in the free cache (Note [Free cache]); bin link: left */
+  bool releasing;            /* free, but taken out of the tree by a release batch that is waiting
+                               with the lock let go (Note [No waits under the device lock]) */
+  bool unmapped;             /* expandable segments only: address space with no memory behind it;
+                                never allocated, never in the tree, never next to another unmapped
+                                block, both ends on the granularity (Note [Expandable segments]) */
+  bool oversize;             /* counted in oversize_allocations at allocation */
+  gca__block_t *prev, *next; /* address neighbours within the segment */
+  size_t requested;          /* the caller's size while active, else 0 */
+  gca__pool_t *pool;
+  gca__segment_t *seg;
   uint32_t event_count; /* pending events before the block is free */
   int32_t fc_blocks;    /* cached: its (inactive_split, _bytes) change when cached */
   int64_t fc_bytes;
   uint64_t fc_epoch; /* == the device's epoch: fc_blocks/fc_bytes hold for a free now and no
                         cached block is near (Note [Free cache epochs]) */
   uint64_t fc_gen;   /* the pool's gen when fc_exact was found (Note [Exact hits]) */
-  uint8_t fc_exact;  /* GCA__FC_EXACT_*: whether a hit on it is PyTorch's best fit, while
-                        its pool's gen is fc_gen */
+  uint64_t gc_base;  /* pool->free_calls when it became free (GC age) */
+  gca__use_t *uses;  /* other streams recorded with gca_record_stream */
+  uint32_t nuses, cap_uses;
+  uint8_t fc_exact; /* GCA__FC_EXACT_*: whether a hit on it is PyTorch's best fit, while
+                       its pool's gen is fc_gen */
   /* while tc is set (written with d->lock and tc's lock held): its slot in
    * tc's table (keys[tc_slot] == addr), its bin (gca__tc_bin of its stream
    * and size) and its type index (0 small, 1 large), so that the fast paths
@@ -220,15 +231,6 @@ struct gca__block {
                         caches]); set and cleared with d->lock and tc's lock held. While
                         set, whether b is cached there and its requested size are the
                         cache's (gca__tc_cached, gca__tc_requested), not b's */
-  bool allocated;
-  bool in_tree;
-  bool oversize;  /* counted in oversize_allocations at allocation */
-  bool cached;    /* in the free cache (Note [Free cache]); bin link: left */
-  bool releasing; /* free, but taken out of the tree by a release batch that is waiting
-                    with the lock let go (Note [No waits under the device lock]) */
-  bool unmapped;  /* expandable segments only: address space with no memory behind it;
-                     never allocated, never in the tree, never next to another unmapped
-                     block, both ends on the granularity (Note [Expandable segments]) */
 };
 
 /* One physical allocation mapped into an expandable segment: the handle
@@ -389,7 +391,7 @@ struct gca__devalloc {
   size_t npending, cap_pending;
   gca__evpool_t events[GCA__MAX_DEVICES]; /* by the device of the stream recorded on */
   gca__block_t *block_free;               /* slab free list (linked through ->next) */
-  void **slabs;
+  struct gca__slab *slabs;                /* slab.c: every slab, for teardown */
   size_t nslabs, cap_slabs;
   size_t live_blocks;          /* block structs in use */
   size_t granularity;          /* expandable segments: mem_granularity, queried on first use */
@@ -634,6 +636,13 @@ bool gca__alloc_block_fits(const gca_alloc_config_t *cfg, size_t block_size, siz
 gca_status_t gca__limit_check(const gca__devalloc_t *d, size_t bytes, const char *what);
 
 /* ---- slab.c ---- */
+
+/* Zeroed host memory for a large table of the allocator's own (block
+ * records, the pointer map), on transparent huge pages where it spans any
+ * (Note [Records on huge pages]); NULL when the host has none. Given back
+ * with gca__table_free and the same size. */
+void *gca__table_alloc(size_t bytes);
+void gca__table_free(void *p, size_t bytes);
 
 /* Grows the slabs by one (GCA_ERR_OUT_OF_MEMORY with the detail set when the
  * host has no memory left). */

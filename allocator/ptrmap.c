@@ -22,7 +22,9 @@
 
 static gca_status_t grow(gca__ptrmap_t *m) {
   uint32_t ncap = m->cap ? m->cap * 2 : INITIAL_CAP;
-  gca__ptrslot_t *ns = calloc(ncap, sizeof(*ns));
+  /* on huge pages once it is large (Note [Records on huge pages], slab.c) */
+  gca__ptrslot_t *ns =
+      GCA_FAILPOINT("ptrmap_grow") ? NULL : gca__table_alloc((size_t)ncap * sizeof(*ns));
   if (ns == NULL)
     return gca__error(GCA_ERR_OUT_OF_MEMORY,
                       "malloc: host out of memory growing the pointer map to %u entries", ncap);
@@ -32,7 +34,7 @@ static gca_status_t grow(gca__ptrmap_t *m) {
   for (uint32_t i = 0; i < old.cap; i++)
     if (old.slots[i].key != 0)
       m->slots[gca__ptrmap_probe(m, old.slots[i].key)] = old.slots[i];
-  free(old.slots);
+  gca__table_free(old.slots, (size_t)old.cap * sizeof(*old.slots));
   return GCA_OK;
 }
 
@@ -72,7 +74,7 @@ gca__block_t *gca__ptrmap_take(gca__ptrmap_t *m, gca_devptr_t addr) {
 }
 
 void gca__ptrmap_destroy(gca__ptrmap_t *m) {
-  free(m->slots);
+  gca__table_free(m->slots, (size_t)m->cap * sizeof(*m->slots));
   memset(m, 0, sizeof(*m));
 }
 

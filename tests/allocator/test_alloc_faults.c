@@ -48,6 +48,66 @@ static void free_with_caching_off_without_host_memory_keeps_the_block(void **sta
   drain_and_expect_empty(NULL, 0);
 }
 
+/* Allocates k 512-byte blocks, each of which must succeed, then expects the
+ * next one to fail for want of host memory with a detail naming `what`. */
+static void alloc_then_fail(void **live, int k, const char *what) {
+  for (int i = 0; i < k; i++)
+    live[i] = alloc_on(512, NULL);
+  void *p = NULL;
+  assert_status(gca_malloc(&p, 512, NULL), GCA_ERR_OUT_OF_MEMORY, what);
+  assert_null(p);
+  gca__failpoint_clear();
+}
+
+/* After a host allocation failed at the k-th block: the walker passes, the
+ * k blocks are live and counted, the next allocation succeeds (the fail point
+ * fired once), and freeing everything leaves nothing behind. */
+static void after_host_failure(void **live, int k) {
+  check();
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, k);
+  for (int i = 0; i < k; i++) {
+    size_t bs = 0;
+    int dev = -1;
+    assert_ok(gca_pointer_info(live[i], &bs, &dev));
+    assert_int_equal(bs, 512);
+  }
+  live[k] = alloc_on(512, NULL);
+  check();
+  drain_and_expect_empty(live, k + 1);
+}
+
+/* Note [Records on huge pages]: the block records' second slab cannot be had;
+ * the allocation that needed it fails with a clear status and changes
+ * nothing. The first slab holds 256 records: the first allocation takes two
+ * (the block and the segment's rest), each later one a third. */
+static void host_oom_for_block_records_fails_the_allocation_cleanly(void **state) {
+  (void)state;
+  void *live[256];
+  assert_ok(gca__failpoint_arm("block_slab", 2));
+  alloc_then_fail(live, 255, "host out of memory for 512 more block records");
+  after_host_failure(live, 255);
+}
+
+/* The list of slabs cannot grow (the first allocation makes it). */
+static void host_oom_for_the_slab_list_fails_the_allocation_cleanly(void **state) {
+  (void)state;
+  void *live[1];
+  assert_ok(gca__failpoint_arm("block_slab_index", 1));
+  alloc_then_fail(live, 0, "host out of memory for block records");
+  after_host_failure(live, 0);
+}
+
+/* The pointer map cannot grow past its first 64 slots (kept at most half
+ * full): the 33rd allocation fails cleanly, and the 32 before it still find
+ * their blocks. */
+static void host_oom_growing_the_pointer_map_fails_the_allocation_cleanly(void **state) {
+  (void)state;
+  void *live[33];
+  assert_ok(gca__failpoint_arm("ptrmap_grow", 2));
+  alloc_then_fail(live, 32, "growing the pointer map to 128 entries");
+  after_host_failure(live, 32);
+}
+
 static void mem_alloc_fault_once_is_retried(void **state) {
   (void)state;
   assert_ok(gca_sim_fault_set("mem_alloc:nth=1"));
@@ -255,6 +315,12 @@ static void sweep_every_call_of_every_op(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(mem_alloc_fault_once_is_retried, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(host_oom_for_block_records_fails_the_allocation_cleanly,
+                                      alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(host_oom_for_the_slab_list_fails_the_allocation_cleanly,
+                                      alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(host_oom_growing_the_pointer_map_fails_the_allocation_cleanly,
+                                      alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(free_with_caching_off_without_host_memory_keeps_the_block,
                                       alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(mem_alloc_failing_always_is_an_oom, alloc_setup,
