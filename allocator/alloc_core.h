@@ -143,6 +143,7 @@
 #include "config.h"
 #include "lock.h"
 #include "device.h"
+#include "history.h"
 #include "gca/allocator.h"
 #include "gca/pool.h"
 
@@ -420,6 +421,9 @@ struct gca__devalloc {
    * (Note [Free cache waste]). */
   bool fc_on;
   uint8_t fc_waste, fc_skips;
+  /* Note [Leaf gate] (fcache.h): 0 while the free cache's leaf hits may run;
+   * brought up to date under the lock by every holder as it lets it go. */
+  uint8_t fc_gate;
   size_t fc_count;
   /* Note [Lazy puts]: the free cache's last plain put (of a block in `slot`),
    * whose statistics are owed until the next take of that block cancels them
@@ -435,6 +439,8 @@ struct gca__devalloc {
     bool oversize;
     int64_t size, requested, blocks, bytes;
     int64_t pairs, req_in, req_out;
+    size_t leaf_size; /* b's size when b is in the default pool of its size, else 0:
+                         the one test of size and pool a leaf take makes (Note [Leaf hits]) */
   } fc_lazy;
   /* Something waits to be given back at the end of the entry point that holds
    * the lock (gca__dev_unlock -> gca__release_reap): a dying idle private pool,
@@ -486,6 +492,26 @@ static inline void gca__tc_gate_sync(gca__devalloc_t *d) {
     atomic_store_explicit(&d->tc_gate, g, memory_order_relaxed);
 }
 
+/* Note [Leaf gate] (fcache.h): whether anything the free cache's leaf hits
+ * cannot handle is under way, computed as a holder lets d->lock go. */
+static inline void gca__fc_gate_sync(gca__devalloc_t *d) {
+  d->fc_gate = (d->tcs != NULL) | d->reap | d->has_divisions | d->tc_on | !d->fc_on |
+               (d->fc_waste != 0) | (d->ncaptures != 0) | ((d->npending | d->ndeferred) != 0) |
+               (atomic_load_explicit(&d->routing, memory_order_relaxed) != 0) |
+               (atomic_load_explicit(&gca__history_recorders, memory_order_relaxed) != 0);
+}
+/* allocator.c: takes and lets go every device's lock, so that their gates
+ * say a history recorder is on (history.c calls it after turning one on,
+ * with none of its own locks held). */
+void gca__fc_gates_shut(void);
+
+/* Lets d->lock go, the leaf gate first: every holder that does not end an
+ * entry point with gca__dev_unlock lets go with this. */
+static inline void gca__dev_let_go(gca__devalloc_t *d) {
+  gca__fc_gate_sync(d);
+  gca__mutex_unlock(&d->lock);
+}
+
 void gca__release_reap(gca__devalloc_t *d); /* release.c, below */
 /* Lets d->lock go at the end of an entry point (allocator.c, pool.c,
  * checkpoint.c: nothing of d is held in locals), first giving back what frees
@@ -495,7 +521,7 @@ static inline void gca__dev_unlock(gca__devalloc_t *d) {
     gca__release_reap(d);
   if (d->tcs != NULL) /* without thread caches no fast path reads it */
     gca__tc_gate_sync(d);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_let_go(d);
 }
 
 #include "alloc_stats.h"

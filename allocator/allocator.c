@@ -104,6 +104,16 @@ gca__devalloc_t *gca__devalloc_peek(int device) {
   return atomic_load_explicit(&g_devs[device], memory_order_acquire);
 }
 
+void gca__fc_gates_shut(void) {
+  for (int i = 0; i < GCA__MAX_DEVICES; i++) {
+    gca__devalloc_t *d = gca__devalloc_peek(i);
+    if (d != NULL) {
+      gca__mutex_lock(&d->lock);
+      gca__dev_let_go(d); /* the gate reads the recorders' word (Note [Leaf gate]) */
+    }
+  }
+}
+
 static gca_status_t check_device_index(const char *op, int device, const gca_device_ops_t **ops) {
   gca_status_t st;
   const gca_device_ops_t *o = gca__device_get(&st);
@@ -132,7 +142,8 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
   gca__mutex_init(&d->lock);
   pthread_mutex_init(&d->rel_mu, NULL);
   pthread_cond_init(&d->rel_cv, NULL);
-  d->epoch = 1; /* a new block's fc_epoch (0) is never current */
+  d->epoch = 1;   /* a new block's fc_epoch (0) is never current */
+  d->fc_gate = 1; /* shut until a holder lets the lock go (Note [Leaf gate]) */
   d->device = device;
   d->ops = ops;
   set_config_locked(d, &g_cfg);
@@ -407,7 +418,7 @@ static __attribute__((noinline)) gca_status_t malloc_tc_miss(gca__devalloc_t *d,
     if ((b = gca__fc_take(d, pool, key, rounded, size, false)) != NULL) {
       DEBUG_CHECK(d);
       *ptr = (void *)(uintptr_t)b->addr;
-      gca__mutex_unlock(&d->lock);
+      gca__dev_let_go(d);
       return GCA_OK;
     }
   }
@@ -429,7 +440,7 @@ static __attribute__((noinline)) gca_status_t malloc_fc_try(gca__devalloc_t *d, 
     if (GCA_LIKELY(b != NULL)) {
       DEBUG_CHECK(d);
       *ptr = (void *)(uintptr_t)b->addr;
-      gca__mutex_unlock(&d->lock);
+      gca__dev_let_go(d);
       return GCA_OK;
     }
   }
@@ -598,7 +609,7 @@ static gca_status_t free_wait_foreign(gca__devalloc_t **dp, gca__block_t **bp, g
                                       uint64_t mask) {
   gca__devalloc_t *d = *dp;
   const gca_device_ops_t *ops = d->ops;
-  gca__mutex_unlock(&d->lock);
+  gca__dev_let_go(d);
   for (int dev = 0; dev < GCA__MAX_DEVICES; dev++) {
     gca_status_t st = mask & ((uint64_t)1 << dev) ? ops->ctx_synchronize(dev) : GCA_OK;
     if (st != GCA_OK)
@@ -636,7 +647,7 @@ static gca_status_t free_wait_uses(gca__devalloc_t **dp, gca__block_t **bp, gca_
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "free: 0x%" PRIx64 ": host out of memory", addr);
   }
   memcpy(uses, b->uses, n * sizeof(*uses));
-  gca__mutex_unlock(&d->lock);
+  gca__dev_let_go(d);
   gca_status_t st = GCA_OK;
   for (uint32_t i = 0; i < n && st == GCA_OK; i++)
     st = gca__use_wait(d, &uses[i]);
@@ -716,7 +727,7 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
        round++) {
     st2 = gca__ptrmap_insert(&d->ptrs, addr, b);
     GCA_ASSERT(st2 == GCA_OK);
-    gca__mutex_unlock(&d->lock);
+    gca__dev_let_go(d);
     st = d->ops->ctx_synchronize(gone);
     gca__dev_lock(d);
     if (st != GCA_OK)
@@ -1158,7 +1169,7 @@ int gca__allocator_device_count(void) {
  * under the device lock]). */
 static void devalloc_destroy(gca__devalloc_t *d) {
   gca__dev_lock(d);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_let_go(d);
   gca__tc_destroy_all(d); /* their blocks go with the segments below */
   gca__pending_destroy(d);
   gca__ptrmap_destroy(&d->ptrs);

@@ -406,7 +406,7 @@ gca_status_t gca__allocator_check(void) {
       continue;
     gca__mutex_lock(&d->lock); /* read only: the epoch stays (Note [Free cache epochs]) */
     gca_status_t st = gca__devalloc_check_locked(d);
-    gca__mutex_unlock(&d->lock);
+    gca__dev_let_go(d);
     GCA_CHECK(st);
   }
   return GCA_OK;
@@ -497,7 +497,7 @@ gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx) {
   }
 out:
   gca__tc_unlock_all(d);
-  gca__mutex_unlock(&d->lock);
+  gca__dev_let_go(d);
   free(blocks);
   free(segs);
   return st;

@@ -214,6 +214,8 @@ gca__fc_put(gca__devalloc_t *d, gca__block_t **slot, gca__block_t *b, bool plain
     d->fc_lazy.t = t;
     d->fc_lazy.oversize = b->oversize;
     d->fc_lazy.size = (int64_t)b->size;
+    d->fc_lazy.leaf_size =
+        b->pool == (b->size <= GCA__SMALL_SIZE ? &d->small : &d->large) ? b->size : 0;
     d->fc_lazy.requested = (int64_t)b->requested;
     d->fc_lazy.blocks = blocks;
     d->fc_lazy.bytes = bytes;
@@ -232,6 +234,21 @@ gca__fc_put(gca__devalloc_t *d, gca__block_t **slot, gca__block_t *b, bool plain
   d->fc_count++;
 }
 
+/* gca__fc_reput past its checks. */
+static inline __attribute__((always_inline)) void gca__fc_reput_now(gca__devalloc_t *d,
+                                                                    gca__block_t *b) {
+  b->fc_epoch = ++d->epoch;
+  b->allocated = false;
+  d->fc_lazy.b = b;
+  d->fc_lazy.hot = NULL;
+  d->fc_lazy.requested = (int64_t)b->requested;
+  b->oversize = false;
+  b->requested = 0;
+  b->cached = true;
+  *d->fc_lazy.slot = b;
+  d->fc_count++;
+}
+
 /* Note [Lazy puts]: the free of `addr` puts back the block the last cancel
  * made active, when no put and no change of block state came since (its
  * epoch is current): then the record still describes it and its slot, its
@@ -245,16 +262,7 @@ static inline __attribute__((always_inline)) bool gca__fc_reput(gca__devalloc_t 
   if (b == NULL || b->addr != addr || !b->allocated || b->fc_epoch != d->epoch || b->nuses != 0 ||
       !d->fc_on || d->ncaptures != 0 || GCA_UNLIKELY(gca__fc_wasteful(d)) || !gca__fc_quiet(d))
     return false;
-  b->fc_epoch = ++d->epoch;
-  b->allocated = false;
-  d->fc_lazy.b = b;
-  d->fc_lazy.hot = NULL;
-  d->fc_lazy.requested = (int64_t)b->requested;
-  b->oversize = false;
-  b->requested = 0;
-  b->cached = true;
-  *d->fc_lazy.slot = b;
-  d->fc_count++;
+  gca__fc_reput_now(d, b);
   return true;
 }
 
@@ -325,6 +333,22 @@ gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t 
   return b;
 }
 
+/* Note [Leaf gate]: the leaf hits below ask, on every call, whether anything
+ * they cannot handle is under way: thread caches, something to give back,
+ * divisions of the rounding, the free cache off or wasting its puts, a
+ * capture, pending or deferred frees, a route to a private pool. Each is a
+ * field written under d->lock, so instead of a dozen loads and tests a leaf
+ * reads one byte, d->fc_gate, which every holder recomputes as it lets the
+ * lock go (gca__dev_let_go, also the end of gca__dev_unlock): a leaf holds
+ * the lock, so the gate it reads is the one the last holder left, with every
+ * change that holder made in it. A new device starts shut. The history
+ * recorders (a trace, the history ring, trace observers) are process-wide and
+ * turn on without any device lock: whoever turns one on then takes and lets
+ * go every device's lock (gca__fc_gates_shut), after its own locks, which a
+ * holder of a device lock may take to record. A leaf running meanwhile
+ * overlaps the call that turns recording on; none runs after it returns.
+ * Turning them off needs nothing: the gates open at the next let-go. The
+ * full paths keep their own tests. */
 /* Note [Leaf hits] (allocator.c): with d->lock held by the calling
  * thread's bias, the owed put's block taken for `size` bytes on `stream`
  * when it is gca__fc_take's hit and nothing on the way calls a function (no
@@ -336,10 +360,9 @@ gca__fc_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
   size_t rounded = size < GCA__MIN_BLOCK_SIZE
                        ? GCA__MIN_BLOCK_SIZE
                        : (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
-  if (b == NULL || b->size != rounded || b->stream != gca__stream_key_nocall(stream) ||
-      b->pool != (rounded <= GCA__SMALL_SIZE ? &d->small : &d->large) ||
-      ((d->tcs != NULL) | d->reap | d->has_divisions | (d->fc_waste != 0)) || !gca__fc_quiet(d) ||
-      b->fc_gen != b->pool->gen || b->fc_exact != GCA__FC_EXACT_YES)
+  /* the put's leaf_size: b->size, with b in the default pool of that size */
+  if (b == NULL || d->fc_lazy.leaf_size != rounded || b->stream != gca__stream_key_nocall(stream) ||
+      d->fc_gate != 0 || b->fc_gen != b->pool->gen || b->fc_exact != GCA__FC_EXACT_YES)
     return NULL;
   *d->fc_lazy.slot = NULL;
   d->fc_count--;
@@ -353,7 +376,12 @@ gca__fc_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
  * (no thread caches, nothing to give back); false, nothing done, else. */
 static inline __attribute__((always_inline)) bool gca__fc_leaf_put(gca__devalloc_t *d,
                                                                    gca_devptr_t addr) {
-  return ((d->tcs == NULL) & !d->reap & !d->tc_on) && gca__fc_reput(d, addr);
+  gca__block_t *b = d->fc_lazy.hot;
+  if (b == NULL || b->addr != addr || !b->allocated || b->fc_epoch != d->epoch || b->nuses != 0 ||
+      d->fc_gate != 0)
+    return false;
+  gca__fc_reput_now(d, b);
+  return true;
 }
 
 /* ---- fcache.c ---- */

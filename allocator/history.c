@@ -214,6 +214,7 @@ GCA_API gca_status_t gca_trace_observer_add(gca_trace_observer_fn fn, void *ctx,
     return gca__error(GCA_ERR_INVALID_STATE,
                       "trace_observer_add: called from inside a trace observer");
   gca_status_t st = GCA_OK;
+  bool first = false;
   pthread_rwlock_wrlock(&observers.lock);
   int free_slot = -1;
   for (int i = 0; i < GCA_TRACE_OBSERVERS_MAX && free_slot < 0; i++)
@@ -228,10 +229,13 @@ GCA_API gca_status_t gca_trace_observer_add(gca_trace_observer_fn fn, void *ctx,
   observers.slot[free_slot].ctx = ctx;
   observers.slot[free_slot].id = observers.next_id++;
   *handle = observers.slot[free_slot].id;
-  if (observers.nobservers++ == 0)
+  first = observers.nobservers++ == 0;
+  if (first)
     atomic_fetch_or(&gca__history_recorders, ON_OBSERVERS);
 out:
   pthread_rwlock_unlock(&observers.lock);
+  if (first)
+    gca__fc_gates_shut(); /* the leaf hits stop before this returns (Note [Leaf gate]) */
   return st;
 }
 
@@ -375,6 +379,8 @@ gca_status_t gca__history_configure(bool enabled, size_t max_entries, bool stack
     atomic_fetch_or(&gca__history_recorders, ON_HISTORY);
   }
   pthread_mutex_unlock(&config_lock);
+  if (enabled && st == GCA_OK)
+    gca__fc_gates_shut(); /* Note [Leaf gate] */
   return st;
 }
 
@@ -438,6 +444,7 @@ gca_status_t gca__trace_open_from_env(void) {
     trace.atexit_registered = atexit(trace_atexit) == 0;
   atomic_fetch_or(&gca__history_recorders, ON_TRACE);
   pthread_mutex_unlock(&trace.lock);
+  gca__fc_gates_shut(); /* Note [Leaf gate] */
   return GCA_OK;
 }
 

@@ -283,7 +283,7 @@ GCA_API gca_status_t gca_ipc_export_ex(void *ptr, unsigned flags, gca_ipc_handle
   }
   *out = h;
 out:
-  gca__mutex_unlock(&d->lock);
+  gca__dev_let_go(d);
   return st;
 }
 

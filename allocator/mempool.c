@@ -170,7 +170,7 @@ gca_status_t gca__mempool_settled(const char *op, const gca__mempool_t *m) {
 static void transition_begin(gca__devalloc_t *d, gca__mempool_t *m, const char *what) {
   m->transition = what;
   m->use_count++;
-  gca__mutex_unlock(&d->lock);
+  gca__dev_let_go(d);
 }
 
 /* Retakes the lock, writes the records' handles back and ends the busy mark;

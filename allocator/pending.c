@@ -240,7 +240,7 @@ gca_status_t gca__pending_sync(gca__devalloc_t *d) {
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "host out of memory waiting for %zu events", n);
   for (size_t i = 0; i < n; i++)
     evs[i] = d->pending[i].event;
-  gca__mutex_unlock(&d->lock);
+  gca__dev_let_go(d);
   for (size_t i = 0; i < n && st == GCA_OK; i++)
     st = d->ops->event_synchronize(evs[i]);
   gca__dev_lock(d);

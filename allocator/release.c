@@ -44,7 +44,7 @@ gca_status_t gca__relbatch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *
   d->releasing += bt->bytes;
   d->nreleases++;
   bt->captures = d->ncaptures != 0;
-  gca__mutex_unlock(&d->lock);
+  gca__dev_let_go(d);
   gca__relbatch_wait(d, bt);
   gca__dev_lock(d);
   /* no cached block may sit near a block going back to the tree */
@@ -192,7 +192,7 @@ void gca__release_reap(gca__devalloc_t *d) {
   if (d->deferred_need != 0 && d->ncaptures == 0) { /* Note [Gone streams of deferred frees] */
     int dev = d->deferred_need - 1;
     d->deferred_need = 0;
-    gca__mutex_unlock(&d->lock);
+    gca__dev_let_go(d);
     gca_status_t st = d->ops->ctx_synchronize(dev);
     gca__dev_lock(d);
     if (st == GCA_OK) {
@@ -229,7 +229,7 @@ static bool wait_release(gca__devalloc_t *d) {
   if (d->nreleases == 0)
     return false;
   uint64_t gen = d->release_gen;
-  gca__mutex_unlock(&d->lock);
+  gca__dev_let_go(d);
   pthread_mutex_lock(&d->rel_mu);
   while (d->release_gen == gen)
     pthread_cond_wait(&d->rel_cv, &d->rel_mu);

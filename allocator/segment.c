@@ -108,7 +108,7 @@ static gca_status_t classic_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_str
      * the driver allocates; the bytes count against the limit meanwhile. The
      * new segment is this thread's alone until it is linked in below. */
     d->reserving += size;
-    gca__mutex_unlock(&d->lock);
+    gca__dev_let_go(d);
     st = d->ops->mem_alloc(d->device, size, &ptr);
     gca__dev_lock(d);
     d->reserving -= size;
@@ -155,7 +155,7 @@ fail_mem:
    * lock]); the new segment is this thread's alone, so the lock can go, as
    * for release_lock_on_cudamalloc, except while a capture is under way */
   if (d->ncaptures == 0) {
-    gca__mutex_unlock(&d->lock);
+    gca__dev_let_go(d);
     GCA_CHECK_IGNORE(gca__segment_memory_free(d, seg, false));
     gca__dev_lock(d);
   } else {

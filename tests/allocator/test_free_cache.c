@@ -263,6 +263,74 @@ static void pairs_held_by_the_bias_take_the_leaf_hits(void **state) {
                    2 * 4096 + PAIRS * 4096 - 100 * (PAIRS / 2));
 }
 
+/* Counts the allocations and free requests of one address (ctx: counts_t). */
+typedef struct counts {
+  uint64_t addr;
+  int allocs, frees;
+} counts_t;
+static void count_events(const gca_trace_event_t *e, void *ctx) {
+  counts_t *c = ctx;
+  if (e->address == c->addr && e->action == GCA_TRACE_ALLOC)
+    c->allocs++;
+  if (e->address == c->addr && e->action == GCA_TRACE_FREE_REQUESTED)
+    c->frees++;
+}
+
+/* Note [Leaf gate]: a recorder turned on while this thread's pairs take the
+ * leaf hits (the lock biased to it, the gate open) shuts the gate before the
+ * call returns, so every pair after it is recorded: by a trace observer, then
+ * by the history ring. Without gca__fc_gates_shut the leaves would keep
+ * running until some full path let the lock go, and record nothing. */
+static void a_recorder_turned_on_stops_the_leaf_hits(void **state) {
+  (void)state;
+  enum { PAIRS = 10 };
+  void *a, *b;
+  assert_ok(gca_malloc(&a, 4096, NULL));
+  assert_ok(gca_malloc(&b, 4096, NULL));
+  void *first_b = b;
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < 1000; i++) {
+      assert_ok(gca_free(b));
+      assert_ok(gca_malloc(&b, 4096, NULL));
+    }
+#ifndef GCA_DEBUG_CHECKS /* there no leaf runs */
+    assert_int_equal(d->fc_gate, 0);
+    assert_true(d->fc_lazy.pairs > 0); /* the leaves took the last pairs */
+#endif
+    counts_t c = {(uint64_t)(uintptr_t)first_b, 0, 0};
+    gca_trace_observer_handle_t h = 0;
+    if (round == 0)
+      assert_ok(gca_trace_observer_add(count_events, &c, &h));
+    else
+      assert_ok(gca_record_history(true, 1000, false));
+    assert_int_not_equal(d->fc_gate, 0);
+    for (int i = 0; i < PAIRS; i++) {
+      assert_ok(gca_free(b));
+      assert_ok(gca_malloc(&b, 4096, NULL));
+      assert_ptr_equal(b, first_b);
+    }
+    if (round == 0) {
+      assert_ok(gca_trace_observer_remove(h));
+    } else {
+      gca_history_entry_t *e;
+      size_t n;
+      assert_ok(gca__history_copy(0, &e, &n));
+      for (size_t i = 0; i < n; i++) {
+        c.allocs += e[i].addr == c.addr && e[i].action == GCA_HA_ALLOC;
+        c.frees += e[i].addr == c.addr && e[i].action == GCA_HA_FREE_REQUESTED;
+      }
+      free(e);
+      assert_ok(gca_record_history(false, 0, false));
+    }
+    assert_int_equal(c.allocs, PAIRS);
+    assert_int_equal(c.frees, PAIRS);
+  }
+  assert_ok(gca_free(b));
+  assert_ok(gca_free(a));
+  check();
+}
+
 /* Random scripts on two streams, run with and without the cache: after every
  * step the usage statistics (every field) are equal and the walker, which
  * recomputes inactive_split from the layout, passes; at the end everything
@@ -709,6 +777,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_streak_of_pairs_is_counted_at_the_next_read, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(pairs_held_by_the_bias_take_the_leaf_hits, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(a_recorder_turned_on_stops_the_leaf_hits, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(lazy_puts_keep_every_statistic_exact, alloc_setup,
                                       alloc_teardown),
