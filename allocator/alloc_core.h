@@ -360,10 +360,13 @@ typedef struct gca__pend_stat {
 #define GCA__TC_NSTATS (9 * GCA_STAT_TYPES)
 
 /* Bits of d->tc_gate: the thread caches are off (or not engaged yet), frees
- * wait for events or a capture, rounding needs the settings. */
-#define GCA__TC_GATE_OFF     1u
-#define GCA__TC_GATE_PENDING 2u
-#define GCA__TC_GATE_ROUND   4u
+ * wait for events or a capture, rounding needs the settings, a request may be
+ * routed to a private pool, a history recorder is on (Note [Leaf gate]). */
+#define GCA__TC_GATE_OFF       1u
+#define GCA__TC_GATE_PENDING   2u
+#define GCA__TC_GATE_ROUND     4u
+#define GCA__TC_GATE_ROUTED    8u
+#define GCA__TC_GATE_RECORDING 16u
 
 /* The allocator of one device. Everything below `lock` is guarded by it. */
 struct gca__devalloc {
@@ -486,8 +489,13 @@ static inline void gca__dev_lock(gca__devalloc_t *d) {
 /* Note [Thread caches]: the gate the thread caches' fast paths read without
  * the lock, brought up to date by each entry point as it lets the lock go. */
 static inline void gca__tc_gate_sync(gca__devalloc_t *d) {
-  unsigned g = (d->tc_on ? 0u : GCA__TC_GATE_OFF) |
-               ((d->npending | d->ndeferred) != 0 ? GCA__TC_GATE_PENDING : 0u);
+  unsigned g =
+      (d->tc_on ? 0u : GCA__TC_GATE_OFF) |
+      ((d->npending | d->ndeferred) != 0 ? GCA__TC_GATE_PENDING : 0u) |
+      (atomic_load_explicit(&d->routing, memory_order_relaxed) != 0 ? GCA__TC_GATE_ROUTED : 0u) |
+      (atomic_load_explicit(&gca__history_recorders, memory_order_relaxed) != 0
+           ? GCA__TC_GATE_RECORDING
+           : 0u);
   if (GCA_UNLIKELY(g != atomic_load_explicit(&d->tc_gate, memory_order_relaxed)))
     atomic_store_explicit(&d->tc_gate, g, memory_order_relaxed);
 }
@@ -509,6 +517,8 @@ void gca__fc_gates_shut(void);
  * entry point with gca__dev_unlock lets go with this. */
 static inline void gca__dev_let_go(gca__devalloc_t *d) {
   gca__fc_gate_sync(d);
+  if (d->tcs != NULL) /* without thread caches no fast path reads it */
+    gca__tc_gate_sync(d);
   gca__mutex_unlock(&d->lock);
 }
 
@@ -519,8 +529,6 @@ void gca__release_reap(gca__devalloc_t *d); /* release.c, below */
 static inline void gca__dev_unlock(gca__devalloc_t *d) {
   if (GCA_UNLIKELY(d->reap))
     gca__release_reap(d);
-  if (d->tcs != NULL) /* without thread caches no fast path reads it */
-    gca__tc_gate_sync(d);
   gca__dev_let_go(d);
 }
 

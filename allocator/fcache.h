@@ -348,7 +348,9 @@ gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t 
  * holder of a device lock may take to record. A leaf running meanwhile
  * overlaps the call that turns recording on; none runs after it returns.
  * Turning them off needs nothing: the gates open at the next let-go. The
- * full paths keep their own tests. */
+ * full paths keep their own tests. The thread caches' gate (d->tc_gate,
+ * which their fast paths read without the lock) is kept at the same moments
+ * and carries the routes and the recorders the same way. */
 /* Note [Leaf hits] (allocator.c): with d->lock held by the calling
  * thread's bias, the owed put's block taken for `size` bytes on `stream`
  * when it is gca__fc_take's hit and nothing on the way calls a function (no

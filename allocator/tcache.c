@@ -53,9 +53,10 @@
  * The fast paths run only while the device's gate is open: the caches are on
  * (engaged, thread_cache and the free cache on, no rounding divisions), no
  * free waits for events or a capture, no request is routed to a private pool
- * (d->routing: captures, scopes, filters) and no history is recorded; else
- * everything goes the locked way, where routing, pending frees and history
- * are handled as before.
+ * (d->routing: captures, scopes, filters) and no history is recorded, all
+ * of it one word, d->tc_gate, that every holder of the device lock brings up
+ * to date as it lets go (Note [Leaf gate], fcache.h); else everything goes the
+ * locked way, where routing, pending frees and history are handled as before.
  *
  * Statistics stay exact (tcstats.c). A cache keeps what its fast paths move,
  * per type and quantity (blocks, bytes, requested bytes, inactive_split and

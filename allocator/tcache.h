@@ -300,11 +300,10 @@ static inline void gca__tc_ncached_add(gca__tcache_t *tc, int n) {
 }
 
 /* Whether the thread caches' fast paths may run on d now: on, nothing
- * pending, no request routed to a private pool, no history recorded. */
+ * pending, no request routed to a private pool, no history recorded (all in
+ * the gate, Note [Leaf gate]). */
 static inline bool gca__tc_open(gca__devalloc_t *d) {
-  return (atomic_load_explicit(&d->tc_gate, memory_order_relaxed) |
-          atomic_load_explicit(&d->routing, memory_order_relaxed) |
-          atomic_load_explicit(&gca__history_recorders, memory_order_relaxed)) == 0;
+  return atomic_load_explicit(&d->tc_gate, memory_order_relaxed) == 0;
 }
 
 /* Note [Thread cache streaks]: the streak's take of its block h, on top of

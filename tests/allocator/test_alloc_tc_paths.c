@@ -292,6 +292,43 @@ static void a_streak_owes_its_moves_until_a_visit(void **state) {
   workers_done(&a, &b);
 }
 
+static bool accept_every_stream(gca_stream_t stream, void *ctx) {
+  (void)stream;
+  (void)ctx;
+  return true;
+}
+
+/* Note [Leaf gate]: a route to a private pool, begun by another thread while
+ * a worker's pairs run a streak in its cache, closes the thread caches' gate
+ * before gca_pool_begin_allocate returns: the worker's next allocation comes
+ * from the pool, not from its streak. When the route ends the streak's block
+ * is served again. */
+static void a_route_begun_elsewhere_closes_the_streak(void **state) {
+  (void)state;
+  worker_t a, b;
+  engaged_workers(&a, &b);
+  gca__tcache_t *tc = cache_of_worker(&a);
+  w_pairs(&a, 4096, 50);
+  assert_non_null(atomic_load(&tc->hot));
+  void *streak = (void *)(uintptr_t)atomic_load(&tc->hot)->addr;
+  gca_pool_t *pool;
+  assert_ok(gca_pool_create(0, NULL, &pool));
+  assert_ok(gca_pool_begin_allocate(pool, accept_every_stream, NULL));
+  assert_int_not_equal(atomic_load(&gca__devalloc_peek(0)->tc_gate), 0);
+  void *x = w_alloc(&a, 4096, a.stream);
+  assert_ptr_not_equal(x, streak);
+  size_t reserved = 0, allocated = 0;
+  assert_ok(gca_pool_memory(pool, &reserved, &allocated));
+  assert_int_equal(allocated, 4096);
+  w_free(&a, x);
+  assert_ok(gca_pool_end_allocate(pool));
+  assert_ok(gca_pool_release(pool));
+  assert_ptr_equal(x = w_alloc(&a, 4096, a.stream), streak);
+  w_free(&a, x);
+  check();
+  workers_done(&a, &b);
+}
+
 /* Note [Biased device lock]: the test's thread, using the device alone,
  * gets its lock biased to it; a worker's first request revokes the bias
  * (counted in num_lock_revocations), and both threads' pairs go on with the
@@ -328,6 +365,7 @@ int main(void) {
       T(a_calm_owner_enters_without_the_lock_until_a_visit),
       T(a_visitor_waits_for_a_quiet_owners_section),
       T(a_streak_owes_its_moves_until_a_visit),
+      T(a_route_begun_elsewhere_closes_the_streak),
       T(folds_against_sections_read_one_instant),
       T(a_second_thread_revokes_the_device_locks_bias),
   };
