@@ -61,7 +61,9 @@ typedef struct gca__tcbin {
  *     (what it gave back before, and may take again)
  *   up: the sum of its rises since the last fold (allocated), its falls
  *     (freed) being up - delta; a fall is counted in room alone
- * Invariants: ncached == blocks in the bins, cached_bytes their bytes;
+ * Invariants: ncached == blocks in the bins, cached_bytes their bytes, but
+ * for a streak's block that is out, which both still count until the streak
+ * is settled (Note [Thread cache streaks]: only too high, never too low);
  * ndomain == entries of the table == blocks whose ->tc is this cache; a
  * block of the domain is cached exactly when its req is 0 (a request is
  * never of 0 bytes). */
@@ -169,7 +171,11 @@ static inline void gca__tc_settle_hot(gca__tcache_t *tc) {
   up[GCA__TQ_REQUESTED] += k * req;
   up[GCA__TQ_SPLIT] += k * (gca__tc_rise(split) + gca__tc_rise(-split));
   up[GCA__TQ_SPLIT_BYTES] += k * (gca__tc_rise(split_bytes) + gca__tc_rise(-split_bytes));
-  if (tc->hot_out) { /* the moves of gca__tc_take */
+  if (tc->hot_out) { /* the moves of gca__tc_take, and its counts */
+    atomic_store_explicit(&tc->ncached,
+                          atomic_load_explicit(&tc->ncached, memory_order_relaxed) - 1,
+                          memory_order_relaxed);
+    tc->cached_bytes -= b->size;
     room[GCA__TQ_BLOCKS] -= 1;
     up[GCA__TQ_BLOCKS] += 1;
     room[GCA__TQ_BYTES] -= bytes;
@@ -312,9 +318,7 @@ static inline __attribute__((always_inline)) void
 gca__tc_take_hot(gca__tcache_t *tc, gca__block_t *h, gca__tcbin_t *bin, uint32_t n, size_t size) {
   bin->n = n - 1;
   tc->req[h->tc_slot] = size;
-  gca__tc_ncached_add(tc, -1);
-  tc->cached_bytes -= h->size;
-  tc->hot_out = true;
+  tc->hot_out = true; /* ncached and cached_bytes still count h: owed */
   if (GCA_UNLIKELY(tc->waste != 0))
     tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
 }
@@ -328,9 +332,10 @@ gca__tc_put_hot(gca__devalloc_t *d, gca__tcache_t *tc, gca_devptr_t addr) {
   gca__block_t *h = atomic_load_explicit(&tc->hot, memory_order_relaxed);
   gca__tcbin_t *bin = &tc->bins[h->tc_bin];
   tc->req[h->tc_slot] = 0;
-  bin->blk[bin->n++] = h;
-  gca__tc_ncached_add(tc, 1);
-  tc->cached_bytes += h->size;
+  /* the take only lowered n, and nothing moved the bin since: h is still in
+   * the slot above the top */
+  GCA_ASSERT_DEBUG(bin->n < GCA__TC_BIN_MAX && bin->blk[bin->n] == h);
+  bin->n++;
   tc->hot_out = false;
   tc->hot_pairs++;
   return true;
@@ -350,13 +355,14 @@ gca__tc_leaf_take(gca__devalloc_t *d, gca__tcache_t *tc, size_t size, gca_stream
   gca__block_t *h = atomic_load_explicit(&tc->hot, memory_order_relaxed);
   if (h != NULL && !tc->hot_out && size == tc->hot_req &&
       h->stream == gca__stream_key_nocall(stream) && tc->d == d) {
+    /* while a streak lasts its block is on top of its bin: whatever else
+     * moves a bin settles the streak first (Note [Thread cache streaks]) */
     gca__tcbin_t *bin = &tc->bins[h->tc_bin];
     uint32_t n = bin->n;
-    if (n != 0 && bin->blk[n - 1] == h) {
-      gca__tc_take_hot(tc, h, bin, n, size);
-      gca__tc_exit(tc, how);
-      return h;
-    }
+    GCA_ASSERT_DEBUG(n != 0 && bin->blk[n - 1] == h);
+    gca__tc_take_hot(tc, h, bin, n, size);
+    gca__tc_exit(tc, how);
+    return h;
   }
   gca__tc_exit(tc, how);
   return NULL;

@@ -135,7 +135,7 @@ static inline size_t tcaches_cached(void) {
   gca__devalloc_t *d = gca__devalloc_peek(0);
   size_t n = 0;
   for (gca__tcache_t *tc = d != NULL ? d->tcs : NULL; tc != NULL; tc = tc->next)
-    n += tc->ncached;
+    n += tc->ncached - tc->hot_out; /* a streak's block that is out still counts */
   return n;
 }
 

@@ -252,7 +252,8 @@ static void expect_usage(const gca_stats_t *base, int64_t live, int64_t allocs) 
 }
 
 /* An owner repeating pairs of one block owes their moves: the pairs' rises
- * wait in the cache, and a block it took is out with its take owed. A read
+ * wait in the cache, and a block it took is out with its take owed (and its
+ * place in the cache's counts of blocks and bytes). A read
  * settles both (the cache is visited), as does a free that goes the locked
  * way while the block is out (history recording closes the fast paths), and
  * an eviction. Each time the statistics equal an eager count. */
@@ -269,11 +270,16 @@ static void a_streak_owes_its_moves_until_a_visit(void **state) {
   expect_usage(&base, 0, 100);         /* a visit: settled */
   assert_null(atomic_load(&tc->hot));
   w_pairs(&a, 4096, 10);
+  size_t ncached = tc->ncached, cached_bytes = tc->cached_bytes;
   void *x = w_alloc(&a, 4096, a.stream); /* out, its take owed */
   assert_true(tc->hot_out);
   assert_int_equal(tc->hot_pairs, 9);
+  assert_int_equal(tc->ncached, ncached); /* still counted while out: owed */
+  assert_int_equal(tc->cached_bytes, cached_bytes);
   expect_usage(&base, 1, 111);
   assert_null(atomic_load(&tc->hot));
+  assert_int_equal(tc->ncached, ncached - 1); /* the visit settled the counts */
+  assert_int_equal(tc->cached_bytes, cached_bytes - 4096);
   w_free(&a, x); /* a plain put, which starts a streak again */
   w_pairs(&a, 4096, 5);
   x = w_alloc(&a, 4096, a.stream);
