@@ -508,7 +508,7 @@ static inline void gca__fc_gate_sync(gca__devalloc_t *d) {
                (atomic_load_explicit(&d->routing, memory_order_relaxed) != 0) |
                (atomic_load_explicit(&gca__history_recorders, memory_order_relaxed) != 0);
 }
-/* allocator.c: takes and lets go every device's lock, so that their gates
+/* fcache.c: takes and lets go every device's lock, so that their gates
  * say a history recorder is on (history.c calls it after turning one on,
  * with none of its own locks held). */
 void gca__fc_gates_shut(void);

@@ -104,16 +104,6 @@ gca__devalloc_t *gca__devalloc_peek(int device) {
   return atomic_load_explicit(&g_devs[device], memory_order_acquire);
 }
 
-void gca__fc_gates_shut(void) {
-  for (int i = 0; i < GCA__MAX_DEVICES; i++) {
-    gca__devalloc_t *d = gca__devalloc_peek(i);
-    if (d != NULL) {
-      gca__mutex_lock(&d->lock);
-      gca__dev_let_go(d); /* the gate reads the recorders' word (Note [Leaf gate]) */
-    }
-  }
-}
-
 static gca_status_t check_device_index(const char *op, int device, const gca_device_ops_t **ops) {
   gca_status_t st;
   const gca_device_ops_t *o = gca__device_get(&st);
@@ -719,10 +709,9 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
   gca__ptrmap_take(&d->ptrs, addr);
   int gone = -1;
   st = gca__free_request(d, b, &gone);
-  /* A stream the block was recorded on was destroyed: its work still runs,
-   * so wait for that device, with the lock let go (Note [No waits under the
-   * device lock]), and free again without that use. The block stays live
-   * meanwhile. */
+  /* A stream the block was recorded on was destroyed: its work still runs, so wait
+   * for that device, with the lock let go (Note [No waits under the device lock]),
+   * and free again without that use. The block stays live meanwhile. */
   for (int round = 0; st == GCA_ERR_INVALID_HANDLE && gone >= 0 && round < GCA__MAX_DEVICES;
        round++) {
     st2 = gca__ptrmap_insert(&d->ptrs, addr, b);

@@ -265,3 +265,13 @@ void gca__fc_settle(gca__devalloc_t *d) {
   gca__stat_add_t(d, d->stats.inactive_split_bytes, t, d->fc_lazy.bytes);
   gca__stat_dec_t(d, d->stats.requested_bytes, t, d->fc_lazy.requested);
 }
+
+void gca__fc_gates_shut(void) {
+  for (int i = 0; i < GCA__MAX_DEVICES; i++) {
+    gca__devalloc_t *d = gca__devalloc_peek(i);
+    if (d != NULL) {
+      gca__mutex_lock(&d->lock);
+      gca__dev_let_go(d); /* the gate reads the recorders' word (Note [Leaf gate]) */
+    }
+  }
+}
