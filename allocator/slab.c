@@ -23,6 +23,7 @@
  * aligned to a cache line, so that what a descent reads of one (its first
  * line, see struct gca__block) costs one miss.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -32,6 +33,13 @@
 #define SLAB_FIRST 256
 #define SLAB_MAX   16384
 #define HUGE_PAGE  ((size_t)2 << 20)
+
+/* what a descent and a merge check read shares the record's first line */
+_Static_assert(_Alignof(gca__block_t) == 64 && sizeof(gca__block_t) % 64 == 0,
+               "block records are whole cache lines");
+_Static_assert(offsetof(gca__block_t, prio) + sizeof(uint64_t) <= 64 &&
+                   offsetof(gca__block_t, oversize) < 64,
+               "a descent's and a merge check's fields lie in the first line");
 
 struct gca__slab {
   gca__block_t *records;

@@ -76,6 +76,28 @@ static void after_host_failure(void **live, int k) {
   drain_and_expect_empty(live, k + 1);
 }
 
+/* Note [Records on huge pages]: a table below 2 MiB is plain host memory
+ * aligned to a cache line; one of 2 MiB or more is its own mapping aligned to
+ * 2 MiB (so that huge pages can back it); both read as zero and take writes
+ * to their last byte. */
+static void tables_are_zeroed_and_aligned_for_huge_pages(void **state) {
+  (void)state;
+  static const size_t sizes[] = {1000, (size_t)2 << 20, ((size_t)3 << 20) + 4096};
+  for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+    size_t n = sizes[k];
+    unsigned char *p = gca__table_alloc(n);
+    assert_non_null(p);
+    uintptr_t align = n < ((size_t)2 << 20) ? 64 : (uintptr_t)2 << 20;
+    assert_int_equal((uintptr_t)p % align, 0);
+    assert_int_equal(p[0], 0);
+    assert_int_equal(p[n / 2], 0);
+    assert_int_equal(p[n - 1], 0);
+    p[0] = p[n - 1] = 0xa5;
+    gca__table_free(p, n);
+  }
+  gca__table_free(NULL, 4096); /* nothing to give back */
+}
+
 /* Note [Records on huge pages]: the block records' second slab cannot be had;
  * the allocation that needed it fails with a clear status and changes
  * nothing. The first slab holds 256 records: the first allocation takes two
@@ -315,6 +337,8 @@ static void sweep_every_call_of_every_op(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(mem_alloc_fault_once_is_retried, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(tables_are_zeroed_and_aligned_for_huge_pages, alloc_setup,
+                                      alloc_teardown),
       cmocka_unit_test_setup_teardown(host_oom_for_block_records_fails_the_allocation_cleanly,
                                       alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(host_oom_for_the_slab_list_fails_the_allocation_cleanly,
