@@ -359,14 +359,12 @@ typedef struct gca__pend_stat {
  * (array * GCA_STAT_TYPES + type): what thread caches hold headroom for. */
 #define GCA__TC_NSTATS (9 * GCA_STAT_TYPES)
 
-/* Bits of d->tc_gate: the thread caches are off (or not engaged yet), frees
- * wait for events or a capture, rounding needs the settings, a request may be
- * routed to a private pool, a history recorder is on (Note [Leaf gate]). */
-#define GCA__TC_GATE_OFF       1u
-#define GCA__TC_GATE_PENDING   2u
-#define GCA__TC_GATE_ROUND     4u
-#define GCA__TC_GATE_ROUTED    8u
-#define GCA__TC_GATE_RECORDING 16u
+/* Bits of d->tc_gate: the thread caches are off (or not engaged yet); the
+ * device is not quiet (gca__fc_quiet: frees wait for events or a capture, a
+ * request may be routed to a private pool, a history recorder is on; Note
+ * [Leaf gate]). */
+#define GCA__TC_GATE_OFF  1u
+#define GCA__TC_GATE_BUSY 2u
 
 /* The allocator of one device. Everything below `lock` is guarded by it. */
 struct gca__devalloc {
@@ -486,27 +484,27 @@ static inline void gca__dev_lock(gca__devalloc_t *d) {
   gca__fc_settled(d);
 }
 
+/* Whether the free cache's fast paths may run on device d now (d->lock held):
+ * nothing is pending, no request is routed to a private pool and no history
+ * is recorded, so a hit or a put is the whole operation. */
+static inline bool gca__fc_quiet(const gca__devalloc_t *d) {
+  return (d->npending | d->ndeferred | atomic_load_explicit(&d->routing, memory_order_relaxed) |
+          atomic_load_explicit(&gca__history_recorders, memory_order_relaxed)) == 0;
+}
+
 /* Note [Thread caches]: the gate the thread caches' fast paths read without
  * the lock, brought up to date by each entry point as it lets the lock go. */
-static inline void gca__tc_gate_sync(gca__devalloc_t *d) {
-  unsigned g =
-      (d->tc_on ? 0u : GCA__TC_GATE_OFF) |
-      ((d->npending | d->ndeferred) != 0 ? GCA__TC_GATE_PENDING : 0u) |
-      (atomic_load_explicit(&d->routing, memory_order_relaxed) != 0 ? GCA__TC_GATE_ROUTED : 0u) |
-      (atomic_load_explicit(&gca__history_recorders, memory_order_relaxed) != 0
-           ? GCA__TC_GATE_RECORDING
-           : 0u);
+static inline void gca__tc_gate_sync(gca__devalloc_t *d, bool quiet) {
+  unsigned g = (d->tc_on ? 0u : GCA__TC_GATE_OFF) | (quiet ? 0u : GCA__TC_GATE_BUSY);
   if (GCA_UNLIKELY(g != atomic_load_explicit(&d->tc_gate, memory_order_relaxed)))
     atomic_store_explicit(&d->tc_gate, g, memory_order_relaxed);
 }
 
 /* Note [Leaf gate] (fcache.h): whether anything the free cache's leaf hits
  * cannot handle is under way, computed as a holder lets d->lock go. */
-static inline void gca__fc_gate_sync(gca__devalloc_t *d) {
+static inline void gca__fc_gate_sync(gca__devalloc_t *d, bool quiet) {
   d->fc_gate = (d->tcs != NULL) | d->reap | d->has_divisions | d->tc_on | !d->fc_on |
-               (d->fc_waste != 0) | (d->ncaptures != 0) | ((d->npending | d->ndeferred) != 0) |
-               (atomic_load_explicit(&d->routing, memory_order_relaxed) != 0) |
-               (atomic_load_explicit(&gca__history_recorders, memory_order_relaxed) != 0);
+               (d->fc_waste != 0) | (d->ncaptures != 0) | !quiet;
 }
 /* fcache.c: takes and lets go every device's lock, so that their gates
  * say a history recorder is on (history.c calls it after turning one on,
@@ -516,9 +514,10 @@ void gca__fc_gates_shut(void);
 /* Lets d->lock go, the leaf gate first: every holder that does not end an
  * entry point with gca__dev_unlock lets go with this. */
 static inline void gca__dev_let_go(gca__devalloc_t *d) {
-  gca__fc_gate_sync(d);
+  bool quiet = gca__fc_quiet(d);
+  gca__fc_gate_sync(d, quiet);
   if (d->tcs != NULL) /* without thread caches no fast path reads it */
-    gca__tc_gate_sync(d);
+    gca__tc_gate_sync(d, quiet);
   gca__mutex_unlock(&d->lock);
 }
 
@@ -646,13 +645,17 @@ gca_status_t gca__stream_op(gca__devalloc_t *d, int dev, gca_stream_t s, gca_eve
 /* PyTorch's round_size: 512-byte minimum and multiple, or the next
  * roundup_power2_divisions step when one applies. size <= GCA__MAX_REQUEST. */
 size_t gca__alloc_round_size(const gca_alloc_config_t *cfg, size_t size);
+/* The rounding without roundup_power2_divisions: 512-byte minimum and
+ * multiple. */
+static inline size_t gca__round_plain(size_t size) {
+  return size < GCA__MIN_BLOCK_SIZE ? GCA__MIN_BLOCK_SIZE
+                                    : (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
+}
 /* The same with d's settings; inline for the entry points. */
 static inline size_t gca__round_request(const gca__devalloc_t *d, size_t size) {
   if (GCA_UNLIKELY(d->has_divisions))
     return gca__alloc_round_size(&d->cfg, size);
-  if (size < GCA__MIN_BLOCK_SIZE)
-    return GCA__MIN_BLOCK_SIZE;
-  return (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
+  return gca__round_plain(size);
 }
 /* Segment size for a rounded request: 2 MiB (small), 20 MiB (< 10 MiB), else
  * rounded up to 2 MiB. */

@@ -102,15 +102,6 @@ static inline bool gca__fc_cacheable(const gca__devalloc_t *d, const gca__block_
          b->pool->owner == NULL && b->tc == NULL;
 }
 
-/* Whether the free cache's fast paths may run on device d now (d->lock held):
- * nothing is pending, no request is routed to a private pool and no history
- * is recorded, so a hit or a put is the whole operation. */
-static inline bool gca__fc_quiet(const gca__devalloc_t *d) {
-  return (d->npending | d->ndeferred) == 0 &&
-         atomic_load_explicit(&d->routing, memory_order_relaxed) == 0 &&
-         atomic_load_explicit(&gca__history_recorders, memory_order_relaxed) == 0;
-}
-
 /* Adds n to statistic array `arr` for type t as gca__stat_add_t does, on a
  * device whose thread caches count nothing (!d->tc_count, checked under the lock): no
  * headroom to count, so no call on the path, and the fast paths of
@@ -234,6 +225,16 @@ gca__fc_put(gca__devalloc_t *d, gca__block_t **slot, gca__block_t *b, bool plain
   d->fc_count++;
 }
 
+/* The block the last cancel made active, when the free of addr is its own
+ * and nothing changed its state since (its epoch is current, no stream was
+ * recorded on it): the block half of gca__fc_reput's test; else NULL. */
+static inline gca__block_t *gca__fc_hot_block(const gca__devalloc_t *d, gca_devptr_t addr) {
+  gca__block_t *b = d->fc_lazy.hot;
+  return b != NULL && b->addr == addr && b->allocated && b->fc_epoch == d->epoch && b->nuses == 0
+             ? b
+             : NULL;
+}
+
 /* gca__fc_reput past its checks. */
 static inline __attribute__((always_inline)) void gca__fc_reput_now(gca__devalloc_t *d,
                                                                     gca__block_t *b) {
@@ -258,9 +259,9 @@ static inline __attribute__((always_inline)) void gca__fc_reput_now(gca__devallo
  * count (!d->tc_on). False: the usual path. */
 static inline __attribute__((always_inline)) bool gca__fc_reput(gca__devalloc_t *d,
                                                                 gca_devptr_t addr) {
-  gca__block_t *b = d->fc_lazy.hot;
-  if (b == NULL || b->addr != addr || !b->allocated || b->fc_epoch != d->epoch || b->nuses != 0 ||
-      !d->fc_on || d->ncaptures != 0 || GCA_UNLIKELY(gca__fc_wasteful(d)) || !gca__fc_quiet(d))
+  gca__block_t *b = gca__fc_hot_block(d, addr);
+  if (b == NULL || !d->fc_on || d->ncaptures != 0 || GCA_UNLIKELY(gca__fc_wasteful(d)) ||
+      !gca__fc_quiet(d))
     return false;
   gca__fc_reput_now(d, b);
   return true;
@@ -359,12 +360,10 @@ gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t 
 static inline __attribute__((always_inline)) gca__block_t *
 gca__fc_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
   gca__block_t *b = d->fc_lazy.b;
-  size_t rounded = size < GCA__MIN_BLOCK_SIZE
-                       ? GCA__MIN_BLOCK_SIZE
-                       : (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
   /* the put's leaf_size: b->size, with b in the default pool of that size */
-  if (b == NULL || d->fc_lazy.leaf_size != rounded || b->stream != gca__stream_key_nocall(stream) ||
-      d->fc_gate != 0 || b->fc_gen != b->pool->gen || b->fc_exact != GCA__FC_EXACT_YES)
+  if (b == NULL || d->fc_lazy.leaf_size != gca__round_plain(size) ||
+      b->stream != gca__stream_key_nocall(stream) || d->fc_gate != 0 || b->fc_gen != b->pool->gen ||
+      b->fc_exact != GCA__FC_EXACT_YES)
     return NULL;
   *d->fc_lazy.slot = NULL;
   d->fc_count--;
@@ -378,9 +377,8 @@ gca__fc_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
  * (no thread caches, nothing to give back); false, nothing done, else. */
 static inline __attribute__((always_inline)) bool gca__fc_leaf_put(gca__devalloc_t *d,
                                                                    gca_devptr_t addr) {
-  gca__block_t *b = d->fc_lazy.hot;
-  if (b == NULL || b->addr != addr || !b->allocated || b->fc_epoch != d->epoch || b->nuses != 0 ||
-      d->fc_gate != 0)
+  gca__block_t *b = gca__fc_hot_block(d, addr);
+  if (b == NULL || d->fc_gate != 0)
     return false;
   gca__fc_reput_now(d, b);
   return true;

@@ -478,7 +478,7 @@ static gca__tcache_t *tc_get(gca__devalloc_t *d) {
   d->ntcs++;
   t->dev[d->device] = tc;
   d->tc_count = d->tc_on;
-  gca__tc_gate_sync(d); /* kept only while thread caches exist */
+  gca__tc_gate_sync(d, gca__fc_quiet(d)); /* kept only while thread caches exist */
   return tc;
 }
 
@@ -521,7 +521,7 @@ void gca__tc_update(gca__devalloc_t *d, bool reset) {
     gca__tc_flush_all(d, true);
   }
   d->tc_count = d->tc_on && d->tcs != NULL;
-  gca__tc_gate_sync(d);
+  gca__tc_gate_sync(d, gca__fc_quiet(d));
 }
 
 /* ---- entering and the locked take ---- */

@@ -150,9 +150,37 @@ static inline void gca__tc_lock_raw(gca__tcache_t *tc) {
     gca__tc_lock_slow(tc);
 }
 
+/* Adds n to tc->ncached (tc's lock held, or the caller its owner under d->lock). */
+static inline void gca__tc_ncached_add(gca__tcache_t *tc, int n) {
+  atomic_store_explicit(&tc->ncached,
+                        atomic_load_explicit(&tc->ncached, memory_order_relaxed) + (size_t)n,
+                        memory_order_relaxed);
+}
+
 /* n if it is a rise, else 0, without a branch. */
 static inline int64_t gca__tc_rise(int64_t n) {
   return n & ~(n >> 63);
+}
+
+/* The moves of a fast take of a block of `bytes` for `req` whose run's
+ * inactive_split changes by (split, split_bytes) when it is cached: one
+ * allocated block, and that change undone. Each room next to its rises:
+ * stores of neighbouring counters in one line of code are paired into vector
+ * instructions that cost more. */
+static inline __attribute__((always_inline)) void gca__tc_take_moves(int64_t *room, int64_t *up,
+                                                                     int64_t bytes, int64_t req,
+                                                                     int64_t split,
+                                                                     int64_t split_bytes) {
+  room[GCA__TQ_BLOCKS] -= 1;
+  up[GCA__TQ_BLOCKS] += 1;
+  room[GCA__TQ_BYTES] -= bytes;
+  up[GCA__TQ_BYTES] += bytes;
+  room[GCA__TQ_REQUESTED] -= req;
+  up[GCA__TQ_REQUESTED] += req;
+  room[GCA__TQ_SPLIT] += split;
+  up[GCA__TQ_SPLIT] += gca__tc_rise(-split);
+  room[GCA__TQ_SPLIT_BYTES] += split_bytes;
+  up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(-split_bytes);
 }
 
 /* Note [Thread cache streaks]: applies what the streak owes tc's counters
@@ -172,20 +200,9 @@ static inline void gca__tc_settle_hot(gca__tcache_t *tc) {
   up[GCA__TQ_SPLIT] += k * (gca__tc_rise(split) + gca__tc_rise(-split));
   up[GCA__TQ_SPLIT_BYTES] += k * (gca__tc_rise(split_bytes) + gca__tc_rise(-split_bytes));
   if (tc->hot_out) { /* the moves of gca__tc_take, and its counts */
-    atomic_store_explicit(&tc->ncached,
-                          atomic_load_explicit(&tc->ncached, memory_order_relaxed) - 1,
-                          memory_order_relaxed);
+    gca__tc_ncached_add(tc, -1);
     tc->cached_bytes -= b->size;
-    room[GCA__TQ_BLOCKS] -= 1;
-    up[GCA__TQ_BLOCKS] += 1;
-    room[GCA__TQ_BYTES] -= bytes;
-    up[GCA__TQ_BYTES] += bytes;
-    room[GCA__TQ_REQUESTED] -= req;
-    up[GCA__TQ_REQUESTED] += req;
-    room[GCA__TQ_SPLIT] += split;
-    up[GCA__TQ_SPLIT] += gca__tc_rise(-split);
-    room[GCA__TQ_SPLIT_BYTES] += split_bytes;
-    up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(-split_bytes);
+    gca__tc_take_moves(room, up, bytes, req, split, split_bytes);
   }
   atomic_store_explicit(&tc->hot, NULL, memory_order_relaxed);
   tc->hot_addr = 0;
@@ -298,13 +315,6 @@ static inline bool gca__tc_in_bin(const gca__tcbin_t *bin, const gca__block_t *b
   return false;
 }
 
-/* Adds n to tc->ncached (tc's lock held, or the caller its owner under d->lock). */
-static inline void gca__tc_ncached_add(gca__tcache_t *tc, int n) {
-  atomic_store_explicit(&tc->ncached,
-                        atomic_load_explicit(&tc->ncached, memory_order_relaxed) + (size_t)n,
-                        memory_order_relaxed);
-}
-
 /* Whether the thread caches' fast paths may run on d now: on, nothing
  * pending, no request routed to a private pool, no history recorded (all in
  * the gate, Note [Leaf gate]). */
@@ -388,9 +398,7 @@ gca__tc_leaf_put(gca__devalloc_t *d, gca__tcache_t *tc, gca_devptr_t addr) {
  * rounding needs no setting. */
 static inline __attribute__((always_inline)) gca__block_t *
 gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t size) {
-  size_t rounded = size < GCA__MIN_BLOCK_SIZE
-                       ? GCA__MIN_BLOCK_SIZE
-                       : (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
+  size_t rounded = gca__round_plain(size);
   unsigned ti = rounded > GCA__SMALL_SIZE; /* the default pool's type index */
   gca__tcbin_t *bin = gca__tc_bin(tc, stream, rounded);
   if (atomic_load_explicit(&tc->ncached, memory_order_relaxed) == 0)
@@ -424,18 +432,7 @@ gca__tc_take(gca__devalloc_t *d, gca__tcache_t *tc, gca_stream_t stream, size_t 
   tc->cached_bytes -= rounded;
   if (GCA_UNLIKELY(tc->waste != 0))
     tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
-  /* each room next to its rises: stores of neighbouring counters in one
-   * line of code are paired into vector instructions that cost more */
-  room[GCA__TQ_BLOCKS] -= 1;
-  up[GCA__TQ_BLOCKS] += 1;
-  room[GCA__TQ_BYTES] -= bytes;
-  up[GCA__TQ_BYTES] += bytes;
-  room[GCA__TQ_REQUESTED] -= (int64_t)size;
-  up[GCA__TQ_REQUESTED] += (int64_t)size;
-  room[GCA__TQ_SPLIT] += split;
-  up[GCA__TQ_SPLIT] += gca__tc_rise(-split);
-  room[GCA__TQ_SPLIT_BYTES] += split_bytes;
-  up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(-split_bytes);
+  gca__tc_take_moves(room, up, bytes, (int64_t)size, split, split_bytes);
   gca__tc_exit(tc, how);
   return b;
 miss:
@@ -482,7 +479,7 @@ static inline __attribute__((always_inline)) bool gca__tc_put(gca__devalloc_t *d
   room[GCA__TQ_BYTES] += bytes;
   room[GCA__TQ_REQUESTED] += req;
   room[GCA__TQ_SPLIT] = r_split;
-  up[GCA__TQ_SPLIT] += gca__tc_rise(split); /* apart: see gca__tc_take */
+  up[GCA__TQ_SPLIT] += gca__tc_rise(split); /* apart: see gca__tc_take_moves */
   room[GCA__TQ_SPLIT_BYTES] = r_split_bytes;
   tc->req[slot] = 0;
   up[GCA__TQ_SPLIT_BYTES] += gca__tc_rise(split_bytes);
