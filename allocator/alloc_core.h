@@ -191,36 +191,39 @@ typedef struct gca__tcache gca__tcache_t;
  *   stream == seg->stream, pool == seg->pool.
  */
 struct gca__block {
-  /* first cache line: what a free-tree descent and a neighbour's merge check
-   * read (records are aligned to it, see slab.c) */
+  /* first cache line: what a free-tree descent reads, and all that the merge
+   * reads and writes of a free neighbour (records are aligned to it, see
+   * slab.c; Note [Record lines]) */
   _Alignas(64) gca_devptr_t addr;
   size_t size;
-  gca_stream_t stream;        /* the allocation stream (the segment's) */
   gca__block_t *left, *right; /* free tree links */
   gca__block_t *parent;       /* free tree: NULL at a root (Note [Free bins]) */
-  uint64_t prio;              /* free tree heap priority */
+  gca__block_t *prev, *next;  /* address neighbours within the segment */
+  uint32_t prio;              /* free tree heap priority */
   bool allocated;
   bool in_tree;
-  bool cached;               /* in the free cache (Note [Free cache]); bin link: left */
-  bool releasing;            /* free, but taken out of the tree by a release batch that is waiting
-                               with the lock let go (Note [No waits under the device lock]) */
-  bool unmapped;             /* expandable segments only: address space with no memory behind it;
-                                never allocated, never in the tree, never next to another unmapped
-                                block, both ends on the granularity (Note [Expandable segments]) */
-  bool oversize;             /* counted in oversize_allocations at allocation */
-  gca__block_t *prev, *next; /* address neighbours within the segment */
-  size_t requested;          /* the caller's size while active, else 0 */
+  bool cached;   /* in the free cache (Note [Free cache]); bin link: left */
+  bool unmapped; /* expandable segments only: address space with no memory behind it;
+                    never allocated, never in the tree, never next to another unmapped
+                    block, both ends on the granularity (Note [Expandable segments]) */
+  /* second line: what a free or an allocation of the block itself reads */
+  gca_stream_t stream; /* the allocation stream (the segment's) */
+  size_t requested;    /* the caller's size while active, else 0 */
   gca__pool_t *pool;
   gca__segment_t *seg;
+  gca__use_t *uses; /* other streams recorded with gca_record_stream; NULL while the block
+                       is free (Note [Record lines]) */
+  uint32_t nuses, cap_uses;
   uint32_t event_count; /* pending events before the block is free */
   int32_t fc_blocks;    /* cached: its (inactive_split, _bytes) change when cached */
+  uint64_t gc_base;     /* pool->free_calls when it became free (GC age) */
   int64_t fc_bytes;
   uint64_t fc_epoch; /* == the device's epoch: fc_blocks/fc_bytes hold for a free now and no
                         cached block is near (Note [Free cache epochs]) */
   uint64_t fc_gen;   /* the pool's gen when fc_exact was found (Note [Exact hits]) */
-  uint64_t gc_base;  /* pool->free_calls when it became free (GC age) */
-  gca__use_t *uses;  /* other streams recorded with gca_record_stream */
-  uint32_t nuses, cap_uses;
+  bool releasing;    /* free, but taken out of the tree by a release batch that is waiting
+                        with the lock let go (Note [No waits under the device lock]) */
+  bool oversize;     /* counted in oversize_allocations at allocation */
   uint8_t fc_exact; /* GCA__FC_EXACT_*: whether a hit on it is PyTorch's best fit, while
                        its pool's gen is fc_gen */
   /* while tc is set (written with d->lock and tc's lock held): its slot in
@@ -709,6 +712,29 @@ static inline gca__block_t *gca__block_take(gca__devalloc_t *d) {
   d->live_blocks++;
   return b;
 }
+/* Note [Record lines]: at 10^6 blocks nearly every record a free touches is
+ * a cache miss, so what the merge touches of a free neighbour lies in the
+ * record's first line: its key and tree links, its address neighbours (the
+ * merge unlinks it) and its state. Its stream is not read (a segment's
+ * blocks share one, so the caller passes its own, gca__tree_erase_of), and
+ * neither is its uses array: a free block has none, since the block entering
+ * the free tree drops its array (gca__block_coalesce), and the merged record
+ * goes back unchecked (gca__block_free_merged). The walker checks that no
+ * block of the tree holds one. The second line holds what a free or an
+ * allocation of the block itself reads. */
+
+/* Frees b's uses array (Note [Record lines]). */
+void gca__block_drop_uses(gca__block_t *b);
+
+/* Gives back the record of a free block merged into its neighbour: it holds
+ * no uses array (Note [Record lines]). */
+static inline void gca__block_free_merged(gca__devalloc_t *d, gca__block_t *b) {
+  GCA_ASSERT_DEBUG(b->uses == NULL);
+  b->next = d->block_free;
+  d->block_free = b;
+  d->live_blocks--;
+}
+
 /* gca__block_reserve then gca__block_take. */
 gca_status_t gca__block_new(gca__devalloc_t *d, gca__block_t **out);
 /* Gives a record back (and its uses array). */
@@ -1085,11 +1111,15 @@ int gca__fb_class(size_t size);
 
 void gca__tree_insert(gca__pool_t *p, gca__block_t *b);
 void gca__tree_erase(gca__pool_t *p, gca__block_t *b);
+/* gca__tree_erase of b, whose stream the caller knows: a neighbour of a block
+ * of `stream` (Note [Record lines]). */
+void gca__tree_erase_of(gca__pool_t *p, gca__block_t *b, gca_stream_t stream);
 /* Replaces old (in the tree) by nb (not in it): nb takes old's place when its
  * key still lies between old's in-order neighbours, so no rebalancing is
  * needed; otherwise old is taken out and nb inserted. One descent either way.
  * For a split remainder replacing its block, or a merged block replacing its
- * free neighbour (Note [Tree places]). */
+ * free neighbour (Note [Tree places]): old and nb lie in one segment, so
+ * they share a stream, and old's is not read (Note [Record lines]). */
 void gca__tree_swap(gca__pool_t *p, gca__block_t *old, gca__block_t *nb);
 /* Smallest block with key >= (stream, size, 0), or NULL. */
 gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size);

@@ -25,9 +25,11 @@ void gca__block_coalesce(gca__devalloc_t *d, gca__block_t *b, int64_t *blocks, i
   bool pfree = p != NULL && p->in_tree, nfree = n != NULL && n->in_tree;
   /* with exactly one free neighbour, b may take its tree place (Note [Tree places]) */
   gca__block_t *slot = pfree != nfree ? (pfree ? p : n) : NULL;
+  if (GCA_UNLIKELY(b->uses != NULL))
+    gca__block_drop_uses(b); /* a free block holds none (Note [Record lines]) */
   if (pfree) {
     if (p != slot)
-      gca__tree_erase(pool, p);
+      gca__tree_erase_of(pool, p, b->stream);
     b->addr = p->addr;
     b->size += p->size;
     b->prev = p->prev;
@@ -40,7 +42,7 @@ void gca__block_coalesce(gca__devalloc_t *d, gca__block_t *b, int64_t *blocks, i
   }
   if (nfree) {
     if (n != slot)
-      gca__tree_erase(pool, n);
+      gca__tree_erase_of(pool, n, b->stream);
     b->size += n->size;
     b->next = n->next;
     if (b->next != NULL)
@@ -54,9 +56,9 @@ void gca__block_coalesce(gca__devalloc_t *d, gca__block_t *b, int64_t *blocks, i
   else
     gca__tree_insert(pool, b);
   if (pfree)
-    gca__block_free(d, p);
+    gca__block_free_merged(d, p);
   if (nfree)
-    gca__block_free(d, n);
+    gca__block_free_merged(d, n);
   if (!gca__block_whole(b)) {
     net_blocks++;
     net_bytes += (int64_t)b->size;

@@ -187,6 +187,8 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
       if (is_free && !gca__tree_contains(p, b))
         return BROKEN("block 0x%" PRIx64 ": marked in the tree but not reachable by its key",
                       b->addr);
+      if (b->in_tree && b->uses != NULL)
+        return BROKEN("block 0x%" PRIx64 ": in the free tree with a uses array", b->addr);
       if (is_free && b->next && b->next->in_tree)
         return BROKEN("blocks 0x%" PRIx64 " and 0x%" PRIx64 ": adjacent free blocks not coalesced",
                       b->addr, b->next->addr);

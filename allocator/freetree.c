@@ -37,6 +37,7 @@ typedef struct gca__fbin_set {
   uint64_t summary; /* bit w: words[w] != 0 */
   uint64_t words[FB_WORDS];
   gca__block_t *root[GCA__FB_CLASSES];
+  gca__block_t *min[GCA__FB_CLASSES]; /* each class's smallest key (Note [Class minima]) */
 } fbin_set_t;
 
 struct gca__fbins {
@@ -54,33 +55,50 @@ static inline uint64_t mix(uint64_t x) {
   return x;
 }
 
+/* How much of the key a treap's blocks share, a constant at each call (Note
+ * [Class minima]): nothing (the overflow treap), the stream (a set's class
+ * of a size range), or the stream and the size (a set's class of one size),
+ * which then is not compared. */
+enum { KEY_ALL, KEY_SIZE_ADDR, KEY_ADDR };
+
 /* Whether a's key is below (stream, size, addr). */
-static inline bool key_less(const gca__block_t *a, uintptr_t stream, size_t size,
-                            gca_devptr_t addr) {
+static inline __attribute__((always_inline)) bool
+key_less_in(const gca__block_t *a, uintptr_t stream, size_t size, gca_devptr_t addr, int shared) {
   uintptr_t as = (uintptr_t)a->stream;
-  if (as != stream)
+  if (shared == KEY_ALL && as != stream)
     return as < stream;
-  if (a->size != size)
+  if (shared != KEY_ADDR && a->size != size)
     return a->size < size;
   return a->addr < addr;
+}
+
+static inline bool key_less(const gca__block_t *a, uintptr_t stream, size_t size,
+                            gca_devptr_t addr) {
+  return key_less_in(a, stream, size, addr, KEY_ALL);
 }
 
 static inline bool block_less(const gca__block_t *a, const gca__block_t *b) {
   return key_less(a, (uintptr_t)b->stream, b->size, b->addr);
 }
 
-static void t_insert(gca__block_t **root, gca__block_t *b) {
-  b->prio = mix(b->addr ^ 0x9e3779b97f4a7c15ull);
+static inline __attribute__((always_inline)) bool
+block_less_in(const gca__block_t *a, const gca__block_t *b, int shared) {
+  return key_less_in(a, (uintptr_t)b->stream, b->size, b->addr, shared);
+}
+
+static inline __attribute__((always_inline)) void t_insert_in(gca__block_t **root, gca__block_t *b,
+                                                              int shared) {
+  b->prio = (uint32_t)mix(b->addr ^ 0x9e3779b97f4a7c15ull);
   gca__block_t **link = root, *owner = NULL;
   while (*link != NULL && (*link)->prio >= b->prio) {
     owner = *link;
-    link = block_less(b, *link) ? &(*link)->left : &(*link)->right;
+    link = block_less_in(b, *link, shared) ? &(*link)->left : &(*link)->right;
   }
   /* split the subtree at *link around b's key */
   gca__block_t *t = *link;
   gca__block_t **l = &b->left, **r = &b->right, *lo = b, *ro = b;
   while (t != NULL) {
-    if (block_less(t, b)) {
+    if (block_less_in(t, b, shared)) {
       *l = t;
       t->parent = lo;
       lo = t;
@@ -99,6 +117,10 @@ static void t_insert(gca__block_t **root, gca__block_t *b) {
   *link = b;
   b->parent = owner;
   b->in_tree = true;
+}
+
+static void t_insert(gca__block_t **root, gca__block_t *b) {
+  t_insert_in(root, b, KEY_ALL);
 }
 
 /* Takes b out, *link being the link that points at it. */
@@ -133,8 +155,6 @@ static gca__block_t **t_find(gca__block_t **root, const gca__block_t *b) {
   return p == NULL ? root : p->left == b ? &p->left : &p->right;
 }
 
-/* Replaces old by nb in place when nb's key still lies between old's
- * in-order neighbours (no rebalancing), else erases old and inserts nb. */
 /* b's in-order neighbour below (dir 0) or above (dir 1), through the
  * parent links. */
 static const gca__block_t *t_neighbour(const gca__block_t *b, int dir) {
@@ -152,17 +172,22 @@ static const gca__block_t *t_neighbour(const gca__block_t *b, int dir) {
   return p;
 }
 
-static void t_swap(gca__block_t **root, gca__block_t *old, gca__block_t *nb) {
-  gca__block_t **link = t_find(root, old);
-  /* nb's key moves away from old's on one side only: check that neighbour */
-  bool below = block_less(nb, old);
+/* Whether nb may take old's place: its key still lies between old's in-order
+ * neighbours (nb's key moves away from old's on one side only). */
+static inline __attribute__((always_inline)) bool t_fits_in(const gca__block_t *old,
+                                                            const gca__block_t *nb, int shared) {
+  bool below = block_less_in(nb, old, shared);
   const gca__block_t *n = t_neighbour(old, below ? 0 : 1);
-  bool fits = n == NULL || (below ? block_less(n, nb) : block_less(nb, n));
-  if (!fits) {
-    t_erase_at(link, old);
-    t_insert(root, nb);
-    return;
-  }
+  return n == NULL || (below ? block_less_in(n, nb, shared) : block_less_in(nb, n, shared));
+}
+
+static bool t_fits(const gca__block_t *old, const gca__block_t *nb) {
+  return t_fits_in(old, nb, KEY_ALL);
+}
+
+/* Puts nb in old's place, which t_fits allows. */
+static void t_replace(gca__block_t **root, gca__block_t *old, gca__block_t *nb) {
+  gca__block_t **link = t_find(root, old);
   *link = nb;
   nb->left = old->left;
   nb->right = old->right;
@@ -177,11 +202,23 @@ static void t_swap(gca__block_t **root, gca__block_t *old, gca__block_t *nb) {
   old->in_tree = false;
 }
 
+/* Replaces old by nb in place when nb's key still lies between old's
+ * in-order neighbours (no rebalancing), else erases old and inserts nb. */
+static void t_swap(gca__block_t **root, gca__block_t *old, gca__block_t *nb) {
+  if (t_fits(old, nb)) {
+    t_replace(root, old, nb);
+  } else {
+    t_erase_at(t_find(root, old), old);
+    t_insert(root, nb);
+  }
+}
+
 /* Smallest key >= (stream, size, addr). */
-static gca__block_t *t_lower(gca__block_t *t, uintptr_t stream, size_t size, gca_devptr_t addr) {
+static inline __attribute__((always_inline)) gca__block_t *
+t_lower_in(gca__block_t *t, uintptr_t stream, size_t size, gca_devptr_t addr, int shared) {
   gca__block_t *best = NULL;
   while (t != NULL) {
-    if (key_less(t, stream, size, addr)) {
+    if (key_less_in(t, stream, size, addr, shared)) {
       t = t->right;
     } else {
       best = t;
@@ -189,6 +226,10 @@ static gca__block_t *t_lower(gca__block_t *t, uintptr_t stream, size_t size, gca
     }
   }
   return best;
+}
+
+static gca__block_t *t_lower(gca__block_t *t, uintptr_t stream, size_t size, gca_devptr_t addr) {
+  return t_lower_in(t, stream, size, addr, KEY_ALL);
 }
 
 /* Largest key < (stream, size, addr). */
@@ -298,6 +339,45 @@ static int prev_class(const fbin_set_t *s, int c) {
   return (w << 6) + 63 - __builtin_clzll(s->words[w]);
 }
 
+/* ---- a set's classes, with their minima ---- */
+
+/* Note [Class minima]: each class of a set keeps its smallest block beside
+ * its root. The best fit in a class of one size (below 32 KiB) is that
+ * block, and in a class of a size range it is that block whenever it is
+ * large enough; the smallest block of the next non-empty class is always
+ * it. So the request's lower bound reads one pointer instead of descending
+ * the treap's left spine, a dozen levels at 10^5 blocks. An insert compares
+ * with the minimum; an erase of the minimum moves it to its in-order
+ * successor through the parent links, which for a leftmost block is its
+ * right subtree's leftmost or its parent. Every block of a set has the
+ * set's stream, so its class treaps compare size and address only, and a
+ * class of one size the address alone (at 10^5 blocks an insert descends
+ * some twenty levels, and this is most of each level's work). The walker
+ * checks each minimum against the treap's. */
+
+/* Whether class c holds blocks of one size (gca__fb_class). */
+static inline bool cls_one_size(int c) {
+  return c < 64;
+}
+
+static void cls_insert(fbin_set_t *s, int c, gca__block_t *b) {
+  if (cls_one_size(c))
+    t_insert_in(&s->root[c], b, KEY_ADDR);
+  else
+    t_insert_in(&s->root[c], b, KEY_SIZE_ADDR);
+  if (s->min[c] == NULL || block_less_in(b, s->min[c], KEY_SIZE_ADDR))
+    s->min[c] = b;
+  bit_set(s, c);
+}
+
+static void cls_erase(fbin_set_t *s, int c, gca__block_t *b) {
+  if (s->min[c] == b)
+    s->min[c] = (gca__block_t *)t_neighbour(b, 1);
+  t_erase_at(t_find(&s->root[c], b), b);
+  if (s->root[c] == NULL)
+    bit_clear(s, c);
+}
+
 /* ---- sets ---- */
 
 static fbin_set_t *set_of(const gca__pool_t *p, uintptr_t stream) {
@@ -338,13 +418,11 @@ static fbin_set_t *set_for_insert(gca__pool_t *p, uintptr_t stream) {
 /* ---- the pool's free structure ---- */
 
 void gca__tree_insert(gca__pool_t *p, gca__block_t *b) {
-  GCA_ASSERT_DEBUG(!b->in_tree);
+  GCA_ASSERT_DEBUG(!b->in_tree && b->uses == NULL); /* Note [Record lines] */
   p->gen++;
   fbin_set_t *s = set_for_insert(p, (uintptr_t)b->stream);
   if (s != NULL) {
-    int c = gca__fb_class(b->size);
-    t_insert(&s->root[c], b);
-    bit_set(s, c);
+    cls_insert(s, gca__fb_class(b->size), b);
     s->n++;
   } else {
     t_insert(&p->root, b);
@@ -352,15 +430,12 @@ void gca__tree_insert(gca__pool_t *p, gca__block_t *b) {
   p->nfree++;
 }
 
-void gca__tree_erase(gca__pool_t *p, gca__block_t *b) {
-  GCA_ASSERT_DEBUG(b->in_tree);
+void gca__tree_erase_of(gca__pool_t *p, gca__block_t *b, gca_stream_t stream) {
+  GCA_ASSERT_DEBUG(b->in_tree && b->stream == stream);
   p->gen++;
-  fbin_set_t *s = set_of(p, (uintptr_t)b->stream);
+  fbin_set_t *s = set_of(p, (uintptr_t)stream);
   if (s != NULL) {
-    int c = gca__fb_class(b->size);
-    t_erase_at(t_find(&s->root[c], b), b);
-    if (s->root[c] == NULL)
-      bit_clear(s, c);
+    cls_erase(s, gca__fb_class(b->size), b);
     s->n--;
   } else {
     t_erase_at(t_find(&p->root, b), b);
@@ -368,29 +443,30 @@ void gca__tree_erase(gca__pool_t *p, gca__block_t *b) {
   p->nfree--;
 }
 
+void gca__tree_erase(gca__pool_t *p, gca__block_t *b) {
+  gca__tree_erase_of(p, b, b->stream);
+}
+
 void gca__tree_swap(gca__pool_t *p, gca__block_t *old, gca__block_t *nb) {
-  GCA_ASSERT_DEBUG(old->in_tree && !nb->in_tree);
+  /* old is nb's neighbour or nb's split-off part: one segment, one stream
+   * (whose old need not read, Note [Record lines]) */
+  GCA_ASSERT_DEBUG(old->in_tree && !nb->in_tree && old->stream == nb->stream);
+  GCA_ASSERT_DEBUG(nb->uses == NULL);
   p->gen++;
-  fbin_set_t *s = set_of(p, (uintptr_t)old->stream);
-  if (old->stream != nb->stream) {
-    gca__tree_erase(p, old);
-    gca__tree_insert(p, nb);
-    return;
-  }
+  fbin_set_t *s = set_of(p, (uintptr_t)nb->stream);
   if (s == NULL) {
     t_swap(&p->root, old, nb);
     return;
   }
   int c = gca__fb_class(old->size), nc = gca__fb_class(nb->size);
-  if (c == nc) {
-    t_swap(&s->root[c], old, nb);
+  if (c == nc && t_fits_in(old, nb, KEY_SIZE_ADDR)) {
+    t_replace(&s->root[c], old, nb);
+    if (s->min[c] == old)
+      s->min[c] = nb;
     return;
   }
-  t_erase_at(t_find(&s->root[c], old), old);
-  if (s->root[c] == NULL)
-    bit_clear(s, c);
-  t_insert(&s->root[nc], nb);
-  bit_set(s, nc);
+  cls_erase(s, c, old);
+  cls_insert(s, nc, nb);
 }
 
 /* Smallest block of `stream` with key >= (stream, size, addr). */
@@ -402,11 +478,14 @@ static gca__block_t *lower_key(const gca__pool_t *p, gca_stream_t stream, size_t
     return b != NULL && b->stream == stream ? b : NULL;
   }
   int c = gca__fb_class(size);
-  gca__block_t *b = t_lower(s->root[c], (uintptr_t)stream, size, addr);
+  gca__block_t *m = s->min[c];
+  if (m != NULL && !key_less_in(m, (uintptr_t)stream, size, addr, KEY_SIZE_ADDR))
+    return m; /* Note [Class minima] */
+  gca__block_t *b = t_lower_in(s->root[c], (uintptr_t)stream, size, addr, KEY_SIZE_ADDR);
   if (b != NULL)
     return b;
   c = next_class(s, c + 1);
-  return c < 0 ? NULL : t_min(s->root[c]);
+  return c < 0 ? NULL : s->min[c];
 }
 
 gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size) {
@@ -467,6 +546,8 @@ long gca__tree_validate(const gca__pool_t *p) {
         return -1;
       if (s->root[c] != NULL && s->root[c]->parent != NULL)
         return -1;
+      if (s->min[c] != t_min(s->root[c]))
+        return -1; /* Note [Class minima] */
       long k = t_validate(s->root[c], NULL, NULL, c);
       if (k < 0 || (s->root[c] != NULL && (uintptr_t)s->root[c]->stream != s->stream))
         return -1;

@@ -37,9 +37,13 @@
 /* what a descent and a merge check read shares the record's first line */
 _Static_assert(_Alignof(gca__block_t) == 64 && sizeof(gca__block_t) % 64 == 0,
                "block records are whole cache lines");
-_Static_assert(offsetof(gca__block_t, prio) + sizeof(uint64_t) <= 64 &&
-                   offsetof(gca__block_t, oversize) < 64,
-               "a descent's and a merge check's fields lie in the first line");
+_Static_assert(offsetof(gca__block_t, prio) + sizeof(uint32_t) <= 64 &&
+                   offsetof(gca__block_t, next) + sizeof(gca__block_t *) <= 64 &&
+                   offsetof(gca__block_t, unmapped) < 64 && offsetof(gca__block_t, in_tree) < 64,
+               "a descent's and a merge's fields lie in the first line (Note [Record lines])");
+_Static_assert(offsetof(gca__block_t, stream) == 64 &&
+                   offsetof(gca__block_t, gc_base) + sizeof(uint64_t) <= 128,
+               "a free's and an allocation's fields lie in the second line");
 
 struct gca__slab {
   gca__block_t *records;
@@ -118,6 +122,12 @@ void gca__block_free(gca__devalloc_t *d, gca__block_t *b) {
   b->next = d->block_free;
   d->block_free = b;
   d->live_blocks--;
+}
+
+void gca__block_drop_uses(gca__block_t *b) {
+  free(b->uses);
+  b->uses = NULL;
+  b->nuses = b->cap_uses = 0;
 }
 
 void gca__slabs_destroy(gca__devalloc_t *d) {

@@ -2,11 +2,12 @@
 /* test_free_bins.c - a pool's free structure (Note [Free bins]) against a
  * reference model: a sorted array of (stream, size, address) keys. A seeded
  * random sequence of inserts, erases, swaps (a split remainder or a merged
- * block taking a block's place) and queries runs on both, over more streams
+ * block of the same stream taking a block's place) and queries runs on both, over more streams
  * than have bins (so the overflow treap, the hand-over of an emptied set and
  * the rule that a stream never has blocks in both places are exercised) and
- * sizes across every class; every best fit (lower bound), below and prev must
- * name the very block the model names, and the structure must validate.
+ * sizes across every class; every best fit (lower bound), below, prev and
+ * next must name the very block the model names, and the structure must
+ * validate (each class's cached minimum included, Note [Class minima]).
  * GCA_TEST_SEED sets the seed (printed) and GCA_TEST_OPS the operation count
  * (default 2,000,000). */
 #include <stdio.h>
@@ -123,15 +124,18 @@ static void free_structure_matches_the_sorted_model(void **state) {
         gca__tree_insert(&pool, b);
         m_insert(b);
       }
-    } else if (what < 60) { /* allocate it: erase */
+    } else if (what < 60) { /* allocate it (or merge it away): erase */
       if (b->in_tree) {
-        gca__tree_erase(&pool, b);
+        if (what & 1)
+          gca__tree_erase(&pool, b);
+        else
+          gca__tree_erase_of(&pool, b, b->stream);
         m_erase(b);
       }
     } else if (what < 70) { /* a block takes a free block's place (split or merge) */
       gca__block_t *nb = &blocks[next() % MAXB];
       if (b->in_tree && !nb->in_tree) {
-        nb->stream = next() % 8 ? b->stream : some_stream();
+        nb->stream = b->stream; /* one segment: one stream */
         nb->size = next() % 2 ? b->size - (b->size > 512 ? 512 : 0) : some_size();
         gca__tree_swap(&pool, b, nb);
         m_erase(b);
@@ -158,6 +162,11 @@ static void free_structure_matches_the_sorted_model(void **state) {
           fail_msg("op %ld: prev of a block differs from the model; seed %llu", op,
                    (unsigned long long)seed);
         assert_true(gca__tree_contains(&pool, b));
+        size_t i = m_lower((uintptr_t)b->stream, b->size, b->addr + 1);
+        want = i < nmodel && model[i]->stream == b->stream ? model[i] : NULL;
+        if (gca__tree_next(&pool, b) != want)
+          fail_msg("op %ld: next of a block differs from the model; seed %llu", op,
+                   (unsigned long long)seed);
       }
       checked++;
     }
