@@ -211,19 +211,24 @@ struct gca__block {
   size_t requested;    /* the caller's size while active, else 0 */
   gca__pool_t *pool;
   gca__segment_t *seg;
+  gca__tcache_t *tc; /* the thread cache whose domain holds b, else NULL (Note [Thread
+                        caches]); set and cleared with d->lock and tc's lock held. While
+                        set, whether b is cached there and its requested size are the
+                        cache's (gca__tc_cached, gca__tc_requested), not b's */
+  uint32_t nuses, cap_uses; /* uses recorded, and the room in `uses` (0 when NULL) */
+  uint32_t event_count; /* pending events before the block is free */
+  bool releasing;       /* free, but taken out of the tree by a release batch that is waiting
+                           with the lock let go (Note [No waits under the device lock]) */
+  bool oversize;        /* counted in oversize_allocations at allocation */
+  uint64_t gc_base;     /* pool->free_calls when it became free (GC age) */
+  /* the rest: stream uses, the free cache's and the thread caches' */
   gca__use_t *uses; /* other streams recorded with gca_record_stream; NULL while the block
                        is free (Note [Record lines]) */
-  uint32_t nuses, cap_uses;
-  uint32_t event_count; /* pending events before the block is free */
-  int32_t fc_blocks;    /* cached: its (inactive_split, _bytes) change when cached */
-  uint64_t gc_base;     /* pool->free_calls when it became free (GC age) */
+  int32_t fc_blocks; /* cached: its (inactive_split, _bytes) change when cached */
   int64_t fc_bytes;
   uint64_t fc_epoch; /* == the device's epoch: fc_blocks/fc_bytes hold for a free now and no
                         cached block is near (Note [Free cache epochs]) */
   uint64_t fc_gen;   /* the pool's gen when fc_exact was found (Note [Exact hits]) */
-  bool releasing;    /* free, but taken out of the tree by a release batch that is waiting
-                        with the lock let go (Note [No waits under the device lock]) */
-  bool oversize;     /* counted in oversize_allocations at allocation */
   uint8_t fc_exact; /* GCA__FC_EXACT_*: whether a hit on it is PyTorch's best fit, while
                        its pool's gen is fc_gen */
   /* while tc is set (written with d->lock and tc's lock held): its slot in
@@ -231,10 +236,6 @@ struct gca__block {
    * and size) and its type index (0 small, 1 large), so that the fast paths
    * find them without hashing */
   uint8_t tc_slot, tc_bin, tc_ti;
-  gca__tcache_t *tc; /* the thread cache whose domain holds b, else NULL (Note [Thread
-                        caches]); set and cleared with d->lock and tc's lock held. While
-                        set, whether b is cached there and its requested size are the
-                        cache's (gca__tc_cached, gca__tc_requested), not b's */
 };
 
 /* One physical allocation mapped into an expandable segment: the handle
@@ -721,7 +722,9 @@ static inline gca__block_t *gca__block_take(gca__devalloc_t *d) {
  * the free tree drops its array (gca__block_coalesce), and the merged record
  * goes back unchecked (gca__block_free_merged). The walker checks that no
  * block of the tree holds one. The second line holds what a free or an
- * allocation of the block itself reads. */
+ * allocation of the block itself reads: its stream, pool, requested size,
+ * thread cache and the count of its uses (the array itself, and the free
+ * cache's facts, lie in the third). */
 
 /* Frees b's uses array (Note [Record lines]). */
 void gca__block_drop_uses(gca__block_t *b);
@@ -1121,7 +1124,8 @@ void gca__tree_erase_of(gca__pool_t *p, gca__block_t *b, gca_stream_t stream);
  * free neighbour (Note [Tree places]): old and nb lie in one segment, so
  * they share a stream, and old's is not read (Note [Record lines]). */
 void gca__tree_swap(gca__pool_t *p, gca__block_t *old, gca__block_t *nb);
-/* Smallest block with key >= (stream, size, 0), or NULL. */
+/* Smallest block with key >= (stream, size, 0), or NULL: always a block of
+ * `stream`. */
 gca__block_t *gca__tree_lower_bound(const gca__pool_t *p, gca_stream_t stream, size_t size);
 /* Smallest block with key > b's key (b in the tree), or NULL. */
 gca__block_t *gca__tree_next(const gca__pool_t *p, const gca__block_t *b);

@@ -25,7 +25,7 @@ void gca__block_coalesce(gca__devalloc_t *d, gca__block_t *b, int64_t *blocks, i
   bool pfree = p != NULL && p->in_tree, nfree = n != NULL && n->in_tree;
   /* with exactly one free neighbour, b may take its tree place (Note [Tree places]) */
   gca__block_t *slot = pfree != nfree ? (pfree ? p : n) : NULL;
-  if (GCA_UNLIKELY(b->uses != NULL))
+  if (GCA_UNLIKELY(b->cap_uses != 0))
     gca__block_drop_uses(b); /* a free block holds none (Note [Record lines]) */
   if (pfree) {
     if (p != slot)
@@ -105,7 +105,8 @@ gca__block_t *gca__pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stre
    * near b; a thread cache's may be (take_fit clears those, Note [Thread
    * caches]) */
   GCA_ASSERT_DEBUG(b == NULL || d->fc_count == 0 || !fc_cached_near(b));
-  if (b == NULL || b->stream != stream || !gca__alloc_block_fits(&d->cfg, b->size, rounded))
+  GCA_ASSERT_DEBUG(b == NULL || b->stream == stream); /* the lower bound keeps to its stream */
+  if (b == NULL || !gca__alloc_block_fits(&d->cfg, b->size, rounded))
     return NULL;
   return b; /* still in the tree: gca__block_activate takes it out (Note [Tree places]) */
 }

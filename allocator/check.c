@@ -189,6 +189,9 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
                       b->addr);
       if (b->in_tree && b->uses != NULL)
         return BROKEN("block 0x%" PRIx64 ": in the free tree with a uses array", b->addr);
+      if ((b->uses == NULL) != (b->cap_uses == 0) || b->nuses > b->cap_uses)
+        return BROKEN("block 0x%" PRIx64 ": %u of %u uses in the array at %p", b->addr, b->nuses,
+                      b->cap_uses, (void *)b->uses);
       if (is_free && b->next && b->next->in_tree)
         return BROKEN("blocks 0x%" PRIx64 " and 0x%" PRIx64 ": adjacent free blocks not coalesced",
                       b->addr, b->next->addr);

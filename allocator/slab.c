@@ -42,7 +42,8 @@ _Static_assert(offsetof(gca__block_t, prio) + sizeof(uint32_t) <= 64 &&
                    offsetof(gca__block_t, unmapped) < 64 && offsetof(gca__block_t, in_tree) < 64,
                "a descent's and a merge's fields lie in the first line (Note [Record lines])");
 _Static_assert(offsetof(gca__block_t, stream) == 64 &&
-                   offsetof(gca__block_t, gc_base) + sizeof(uint64_t) <= 128,
+                   offsetof(gca__block_t, gc_base) + sizeof(uint64_t) <= 128 &&
+                   offsetof(gca__block_t, oversize) < 128 && offsetof(gca__block_t, tc) < 128,
                "a free's and an allocation's fields lie in the second line");
 
 struct gca__slab {
