@@ -370,7 +370,7 @@ static void cls_insert(fbin_set_t *s, int c, gca__block_t *b) {
   bit_set(s, c);
 }
 
-static void cls_erase(fbin_set_t *s, int c, gca__block_t *b) {
+static inline __attribute__((always_inline)) void cls_erase(fbin_set_t *s, int c, gca__block_t *b) {
   if (s->min[c] == b)
     s->min[c] = (gca__block_t *)t_neighbour(b, 1);
   t_erase_at(t_find(&s->root[c], b), b);
