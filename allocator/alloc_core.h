@@ -182,7 +182,9 @@ typedef struct gca__tcache gca__tcache_t;
  *                                     the pointer map and a cache slot, in no tree
  *                                     (Note [Free cache], fcache.c)
  *   !allocated && event_count == 0 -> in its pool's free tree (in_tree), and
- *     && !cached                      neither neighbour is also in it (coalesced)
+ *     && !cached                      neither neighbour is also in it (coalesced);
+ *                                     no uses array (Note [Record lines])
+ *   uses == NULL <-> cap_uses == 0, and nuses <= cap_uses
  *   tc != NULL                     -> allocated, no uses, in a classic segment of a default
  *                                     pool, in the pointer map and tc's table; free for the
  *                                     statistics while cached there; no other cached block or
@@ -211,26 +213,26 @@ struct gca__block {
   size_t requested;    /* the caller's size while active, else 0 */
   gca__pool_t *pool;
   gca__segment_t *seg;
-  gca__tcache_t *tc; /* the thread cache whose domain holds b, else NULL (Note [Thread
-                        caches]); set and cleared with d->lock and tc's lock held. While
-                        set, whether b is cached there and its requested size are the
-                        cache's (gca__tc_cached, gca__tc_requested), not b's */
+  gca__tcache_t *tc;        /* the thread cache whose domain holds b, else NULL (Note [Thread
+                               caches]); set and cleared with d->lock and tc's lock held. While
+                               set, whether b is cached there and its requested size are the
+                               cache's (gca__tc_cached, gca__tc_requested), not b's */
   uint32_t nuses, cap_uses; /* uses recorded, and the room in `uses` (0 when NULL) */
-  uint32_t event_count; /* pending events before the block is free */
-  bool releasing;       /* free, but taken out of the tree by a release batch that is waiting
-                           with the lock let go (Note [No waits under the device lock]) */
-  bool oversize;        /* counted in oversize_allocations at allocation */
-  uint64_t gc_base;     /* pool->free_calls when it became free (GC age) */
+  uint32_t event_count;     /* pending events before the block is free */
+  bool releasing;           /* free, but taken out of the tree by a release batch that is waiting
+                               with the lock let go (Note [No waits under the device lock]) */
+  bool oversize;            /* counted in oversize_allocations at allocation */
+  uint64_t gc_base;         /* pool->free_calls when it became free (GC age) */
   /* the rest: stream uses, the free cache's and the thread caches' */
-  gca__use_t *uses; /* other streams recorded with gca_record_stream; NULL while the block
-                       is free (Note [Record lines]) */
+  gca__use_t *uses;  /* other streams recorded with gca_record_stream; NULL while the block
+                        is free (Note [Record lines]) */
   int32_t fc_blocks; /* cached: its (inactive_split, _bytes) change when cached */
   int64_t fc_bytes;
   uint64_t fc_epoch; /* == the device's epoch: fc_blocks/fc_bytes hold for a free now and no
                         cached block is near (Note [Free cache epochs]) */
   uint64_t fc_gen;   /* the pool's gen when fc_exact was found (Note [Exact hits]) */
-  uint8_t fc_exact; /* GCA__FC_EXACT_*: whether a hit on it is PyTorch's best fit, while
-                       its pool's gen is fc_gen */
+  uint8_t fc_exact;  /* GCA__FC_EXACT_*: whether a hit on it is PyTorch's best fit, while
+                        its pool's gen is fc_gen */
   /* while tc is set (written with d->lock and tc's lock held): its slot in
    * tc's table (keys[tc_slot] == addr), its bin (gca__tc_bin of its stream
    * and size) and its type index (0 small, 1 large), so that the fast paths

@@ -81,8 +81,8 @@ static inline bool block_less(const gca__block_t *a, const gca__block_t *b) {
   return key_less(a, (uintptr_t)b->stream, b->size, b->addr);
 }
 
-static inline __attribute__((always_inline)) bool
-block_less_in(const gca__block_t *a, const gca__block_t *b, int shared) {
+static inline __attribute__((always_inline)) bool block_less_in(const gca__block_t *a,
+                                                                const gca__block_t *b, int shared) {
   return key_less_in(a, (uintptr_t)b->stream, b->size, b->addr, shared);
 }
 

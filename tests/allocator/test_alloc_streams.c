@@ -71,6 +71,68 @@ static void block_waits_for_recorded_stream_before_reuse(void **state) {
   assert_ok(gca_stream_destroy(b));
 }
 
+/* The free block at addr of the default small pool, from the records (the
+ * test is single-threaded here), or NULL. */
+static gca__block_t *free_block_at(void *addr) {
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  assert_non_null(d);
+  for (gca__segment_t *seg = d->small.segments; seg != NULL; seg = seg->next)
+    for (gca__block_t *b = seg->head; b != NULL; b = b->next)
+      if (b->in_tree && b->addr <= (gca_devptr_t)(uintptr_t)addr &&
+          (gca_devptr_t)(uintptr_t)addr < b->addr + b->size)
+        return b;
+  return NULL;
+}
+
+/* Note [Record lines]: a block whose free waited for its recorded streams
+ * holds no uses array once free (a merge gives a free neighbour's record
+ * back without looking at one), and the walker reports one left there. */
+static void a_free_block_holds_no_uses_array(void **state) {
+  (void)state;
+  gca_stream_t a = mk_stream(), b = mk_stream(), c = mk_stream();
+  void *keep = alloc_on(4096, a); /* the segment stays split: p's block is a part */
+  void *p = alloc_on(4096, a);
+  assert_ok(gca_record_stream(p, b));
+  assert_ok(gca_record_stream(p, c));
+  free_ok(p); /* pending on both streams' events */
+  assert_ok(gca_stream_synchronize(b));
+  assert_ok(gca_stream_synchronize(c));
+  void *q = alloc_on(2 * MiB, a); /* the large pool; processing completes the free */
+  check();
+  gca__block_t *fb = free_block_at(p);
+  assert_non_null(fb);
+  assert_null(fb->uses);
+  assert_int_equal(fb->cap_uses, 0);
+  fb->uses = calloc(1, sizeof(*fb->uses)); /* planted: the walker must say so */
+  assert_non_null(fb->uses);
+  fb->cap_uses = 1;
+  assert_int_equal(gca__allocator_check(), GCA_ERR_INTERNAL);
+  assert_non_null(strstr(gca_last_error(), "in the free tree with a uses array"));
+  free(fb->uses);
+  fb->uses = NULL;
+  fb->cap_uses = 0;
+  check();
+  /* a live block's array and its room must agree as well */
+  void *r = alloc_on(4096, a);
+  assert_ok(gca_record_stream(r, b));
+  gca__block_t *rb = gca__ptrmap_find(&gca__devalloc_peek(0)->ptrs, (gca_devptr_t)(uintptr_t)r);
+  assert_non_null(rb);
+  assert_non_null(rb->uses);
+  uint32_t cap = rb->cap_uses;
+  rb->cap_uses = 0;
+  assert_int_equal(gca__allocator_check(), GCA_ERR_INTERNAL);
+  assert_non_null(strstr(gca_last_error(), "uses in the array"));
+  rb->cap_uses = cap;
+  check();
+  free_ok(r);
+  assert_ok(gca_stream_synchronize(b));
+  free_ok(q);
+  free_ok(keep);
+  assert_ok(gca_stream_destroy(a));
+  assert_ok(gca_stream_destroy(b));
+  assert_ok(gca_stream_destroy(c));
+}
+
 static void pending_block_shows_as_pending_free(void **state) {
   (void)state;
   gca_stream_t b = mk_stream();
@@ -582,6 +644,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(
           free_of_a_block_used_on_another_threads_per_thread_stream_waits, alloc_setup,
           streams_teardown),
+      cmocka_unit_test_setup_teardown(a_free_block_holds_no_uses_array, alloc_setup,
+                                      streams_teardown),
       cmocka_unit_test_setup_teardown(no_caching_env_frees_to_the_driver, alloc_setup,
                                       alloc_teardown),
   };
