@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* bench_alloc.c - gca-bench: the cost of a cached allocation, next to glibc.
  *
- *   gca-bench [--seconds S] [--json] [--help]
+ *   gca-bench [--seconds S] [--rounds R] [--json] [--help]
  *
  * For each size (512 B to 64 MiB) it times gca_malloc+gca_free pairs served
  * from a warm cache, on one thread and on two threads at once (each thread on
@@ -16,7 +16,11 @@
  * window of S seconds (default 0.08), from the first thread's start to the
  * moment the threads stop together; a figure is the pairs all threads did
  * in it over the window's wall time (ns per pair: per thread, the window
- * times the threads over the pairs). A thread the scheduler leaves without a
+ * times the threads over the pairs). Each figure of the size, thread and
+ * pattern tables is the median of R such windows (default 3); in each round
+ * every allocator of the row is measured once, one after another, so a load
+ * that comes and goes reaches them all alike and one slow window moves no
+ * figure. A thread the scheduler leaves without a
  * core lowers the total as it should, and cannot make it collapse (a mean
  * of each thread's own time per pair did).
  * "shared lock" is the floor under any allocator that keeps one locked state
@@ -55,7 +59,8 @@
 #include "peer_jemalloc.h"
 #include "util.h"
 
-#define NTHREADS_MAX 8 /* the thread-scaling table; the size table uses 1 and 2 */
+#define NTHREADS_MAX 8  /* the thread-scaling table; the size table uses 1 and 2 */
+#define ROUNDS_MAX   15 /* windows per figure, at most */
 #define BATCH        256
 
 static const size_t sizes[] = {512, 4u << 10, 64u << 10, 1u << 20, 8u << 20, 64u << 20};
@@ -279,6 +284,18 @@ static double ratio(double a, double b) {
   return b > 0 ? a / b : 0;
 }
 
+/* The median of v[0..n) (n >= 1; sorts v). A window that measured nothing
+ * (0: a peer that is not there) makes the figure 0 as well. */
+static double median(double *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int k = i; k > 0 && v[k - 1] > v[k]; k--) {
+      double t = v[k];
+      v[k] = v[k - 1];
+      v[k - 1] = t;
+    }
+  return v[0] <= 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* The thread-scaling table's thread counts and allocators. */
 static const int thread_counts[] = {1, 2, 4, 8};
 #define NTC TOOL_ARRAY_SIZE(thread_counts)
@@ -294,6 +311,7 @@ typedef struct report {
   double mpairs[NTC][3];       /* total Mpairs/s: [thread count][gca, malloc, jemalloc] */
   double pattern_ns[NPATS][4]; /* ns per pair, 1 thread: [pattern][gca, exact, malloc, je] */
   gca_stats_t stats;           /* device 0's at the end: what the lock-free paths cost */
+  int rounds;                  /* windows per figure (the median of them) */
 } report_t;
 
 static void print_cell(double v, const char *fmt) {
@@ -305,7 +323,8 @@ static void print_cell(double v, const char *fmt) {
 
 static void print_table(const report_t *rep) {
   printf("ns per alloc+free pair, warm cache (2 threads: per thread, window x threads / pairs, "
-         "each on its own stream)\n");
+         "each on its own stream); each figure the median of %d windows\n",
+         rep->rounds);
   printf("%-8s %10s %10s %10s %8s %8s %10s %10s %10s %10s %8s\n", "size", "gca 1T", "malloc 1T",
          "jemal 1T", "/malloc", "/jemal", "exact 1T", "gca 2T", "malloc 2T", "jemal 2T", "/jemal");
   for (size_t i = 0; i < NSIZES; i++) {
@@ -390,6 +409,7 @@ static gca_status_t print_json(const report_t *rep, double seconds, json_t *host
   }
   j_set(root, "backend", backend ? json_string(backend) : json_null(), &ok);
   j_set(root, "seconds_per_measurement", json_real(seconds), &ok);
+  j_set(root, "rounds", json_integer(rep->rounds), &ok);
   j_set(root, "lock_ns_1t", json_real(rep->lock_ns[0]), &ok);
   j_set(root, "lock_ns_2t", json_real(rep->lock_ns[1]), &ok);
   j_set(root, "jemalloc", jem.malloc ? json_true() : json_string(jem.why), &ok);
@@ -476,7 +496,7 @@ static gca_status_t measure_in(int kind, int pattern, size_t size, int nthreads,
   return mst;
 }
 
-static gca_status_t run(double seconds, bool json) {
+static gca_status_t run(double seconds, int rounds, bool json) {
   gca_status_t st;
   gca_stream_t streams[NTHREADS_MAX] = {NULL};
   int nstreams = 0;
@@ -508,33 +528,50 @@ static gca_status_t run(double seconds, bool json) {
   }
   for (int nt = 1; nt <= 2; nt++) {
     for (size_t i = 0; i < NSIZES; i++) {
+      double w[KINDS][ROUNDS_MAX] = {{0}};
+      for (int r = 0; r < rounds; r++) {
+        for (size_t k = 0; k < TOOL_ARRAY_SIZE(size_kinds); k++)
+          TOOL_CHECK_GOTO(measure_in(size_kinds[k], PAT_SAME, sizes[i], nt, seconds, streams, saved,
+                                     &w[size_kinds[k]][r]),
+                          st, out);
+        if (nt == 1)
+          TOOL_CHECK_GOTO(measure_in(KIND_EXACT, PAT_SAME, sizes[i], 1, seconds, streams, saved,
+                                     &w[KIND_EXACT][r]),
+                          st, out);
+      }
       for (size_t k = 0; k < TOOL_ARRAY_SIZE(size_kinds); k++)
-        TOOL_CHECK_GOTO(measure_in(size_kinds[k], PAT_SAME, sizes[i], nt, seconds, streams, saved,
-                                   &rep->rows[i].ns[size_kinds[k]][nt - 1]),
-                        st, out);
+        rep->rows[i].ns[size_kinds[k]][nt - 1] = median(w[size_kinds[k]], rounds);
       if (nt == 1)
-        TOOL_CHECK_GOTO(measure_in(KIND_EXACT, PAT_SAME, sizes[i], 1, seconds, streams, saved,
-                                   &rep->rows[i].ns[KIND_EXACT][0]),
-                        st, out);
+        rep->rows[i].ns[KIND_EXACT][0] = median(w[KIND_EXACT], rounds);
     }
   }
   for (int nt = 1; nt <= 2; nt++)
     TOOL_CHECK_GOTO(measure(KIND_LOCK, 512, nt, seconds, streams, &rep->lock_ns[nt - 1]), st, out);
-  for (size_t t = 0; t < NTC; t++)
+  for (size_t t = 0; t < NTC; t++) {
+    double w[3][ROUNDS_MAX] = {{0}};
+    for (int r = 0; r < rounds; r++)
+      for (size_t k = 0; k < 3; k++)
+        TOOL_CHECK_GOTO(measure_in(scale_kinds[k], PAT_SAME, 4u << 10, thread_counts[t], seconds,
+                                   streams, saved, &w[k][r]),
+                        st, out);
     for (size_t k = 0; k < 3; k++) {
-      double ns = 0;
-      TOOL_CHECK_GOTO(measure_in(scale_kinds[k], PAT_SAME, 4u << 10, thread_counts[t], seconds,
-                                 streams, saved, &ns),
-                      st, out);
+      double ns = median(w[k], rounds);
       rep->mpairs[t][k] = ns > 0 ? thread_counts[t] * 1e3 / ns : 0;
     }
-  for (int pt = PAT_ALTERNATE; pt < NPATS; pt++)
+  }
+  for (int pt = PAT_ALTERNATE; pt < NPATS; pt++) {
+    double w[4][ROUNDS_MAX] = {{0}};
+    for (int r = 0; r < rounds; r++)
+      for (size_t k = 0; k < 4; k++)
+        TOOL_CHECK_GOTO(
+            measure_in(pattern_kinds[k], pt, 4u << 10, 1, seconds, streams, saved, &w[k][r]), st,
+            out);
     for (size_t k = 0; k < 4; k++)
-      TOOL_CHECK_GOTO(measure_in(pattern_kinds[k], pt, 4u << 10, 1, seconds, streams, saved,
-                                 &rep->pattern_ns[pt][k]),
-                      st, out);
+      rep->pattern_ns[pt][k] = median(w[k], rounds);
+  }
   TOOL_CHECK_GOTO(gca_get_stats(0, &rep->stats), st, out);
   json_t *host = NULL;
+  rep->rounds = rounds;
   if (!json)
     print_table(rep);
   TOOL_CHECK_GOTO(gca__bench_host(seconds, json, json ? &host : NULL), st, out);
@@ -552,17 +589,22 @@ out:
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: gca-bench [--seconds S] [--json] [--help]\n"
-             "  --seconds S   time per figure, in (0, 60] (default 0.08)\n"
-             "  --json        one JSON object instead of the table\n");
+  fprintf(f,
+          "usage: gca-bench [--seconds S] [--rounds R] [--json] [--help]\n"
+          "  --seconds S   time per window, in (0, 60] (default 0.08)\n"
+          "  --rounds R    windows per figure, its median, in [1, %d] (default 3)\n"
+          "  --json        one JSON object instead of the table\n",
+          ROUNDS_MAX);
 }
 
 int main(int argc, char **argv) {
   tool_jemalloc_load(&jem, argv); /* first: it may run the program again with room for its TLS */
   double seconds = 0.08;
+  int rounds = 3;
   bool json = false;
   static const struct option longopts[] = {{"json", no_argument, NULL, 'j'},
                                            {"seconds", required_argument, NULL, 's'},
+                                           {"rounds", required_argument, NULL, 'r'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) {
@@ -575,6 +617,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gca-bench: --seconds '%s' is not in (0, 60]\n", optarg);
         return 2;
       }
+    } else if (c == 'r') {
+      char *end = NULL;
+      long r = strtol(optarg, &end, 10);
+      if (!end || end == optarg || *end || r < 1 || r > ROUNDS_MAX) {
+        fprintf(stderr, "gca-bench: --rounds '%s' is not a whole number in [1, %d]\n", optarg,
+                ROUNDS_MAX);
+        return 2;
+      }
+      rounds = (int)r;
     } else {
       usage(c == 'h' ? stdout : stderr);
       return c == 'h' ? 0 : 2;
@@ -584,7 +635,7 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  gca_status_t st = run(seconds, json);
+  gca_status_t st = run(seconds, rounds, json);
   if (st != GCA_OK) {
     fprintf(stderr, "gca-bench: %s\n", tool_last_error());
     return 1;
