@@ -64,9 +64,8 @@ enum { KEY_ALL, KEY_SIZE_ADDR, KEY_ADDR };
 /* Whether a's key is below (stream, size, addr). */
 static inline __attribute__((always_inline)) bool
 key_less_in(const gca__block_t *a, uintptr_t stream, size_t size, gca_devptr_t addr, int shared) {
-  uintptr_t as = (uintptr_t)a->stream;
-  if (shared == KEY_ALL && as != stream)
-    return as < stream;
+  if (shared == KEY_ALL && (uintptr_t)a->stream != stream) /* else not read at all */
+    return (uintptr_t)a->stream < stream;
   if (shared != KEY_ADDR && a->size != size)
     return a->size < size;
   return a->addr < addr;
