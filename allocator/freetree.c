@@ -76,13 +76,13 @@ static inline bool key_less(const gca__block_t *a, uintptr_t stream, size_t size
   return key_less_in(a, stream, size, addr, KEY_ALL);
 }
 
-static inline bool block_less(const gca__block_t *a, const gca__block_t *b) {
-  return key_less(a, (uintptr_t)b->stream, b->size, b->addr);
-}
-
 static inline __attribute__((always_inline)) bool block_less_in(const gca__block_t *a,
                                                                 const gca__block_t *b, int shared) {
   return key_less_in(a, (uintptr_t)b->stream, b->size, b->addr, shared);
+}
+
+static inline bool block_less(const gca__block_t *a, const gca__block_t *b) {
+  return block_less_in(a, b, KEY_ALL);
 }
 
 static inline __attribute__((always_inline)) void t_insert_in(gca__block_t **root, gca__block_t *b,

@@ -116,13 +116,9 @@ gca_status_t gca__block_new(gca__devalloc_t *d, gca__block_t **out) {
 }
 
 void gca__block_free(gca__devalloc_t *d, gca__block_t *b) {
-  if (GCA_UNLIKELY(b->uses != NULL)) {
-    free(b->uses);
-    b->uses = NULL;
-  }
-  b->next = d->block_free;
-  d->block_free = b;
-  d->live_blocks--;
+  if (GCA_UNLIKELY(b->uses != NULL))
+    gca__block_drop_uses(b);
+  gca__block_free_merged(d, b);
 }
 
 void gca__block_drop_uses(gca__block_t *b) {
