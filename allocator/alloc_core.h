@@ -19,8 +19,9 @@
  *   free_blocks.c gca_get_free_blocks: free bytes and the largest free block
  *   check.c      the invariant walker and the read-only walk for snapshots
  *   allocator.c  the device registry and the public entry points (malloc, free,
- *                record_stream, settings, empty_cache, limits, OOM observers,
+ *                settings, empty_cache, limits, OOM observers,
  *                teardown); the cache-hit fast paths, inline
+ *   uses.c       record_stream and pointer_info: the calls on one live block
  *   stats.c      the statistics read (made whole) and reset
  *   route.c      routes to private pools: stream filters, thread scopes,
  *                captures; the choice of pool for a request
@@ -29,6 +30,8 @@
  *                release batches run; the reap (dying pools, caching off)
  *   pending.c    frees that wait for events of other streams or for a
  *                capture's end, and the per-device event pools
+ *   recycle.c    the recycle bins: small plain frees kept by (stream, size),
+ *                off PyTorch's placement (recycle_bins:True); flushing every cache
  *   fcache.c     the free cache (fcache.h: its hit and put, inline)
  *   tcache.c     the thread caches: each thread's frees cached without the device
  *                lock (tcache.h: the take and the put, inline); blocks entering and
@@ -63,15 +66,17 @@
  *   snapshot.c   -> check.c, allocator.c
  *   free_blocks.c -> check.c (the walk)
  *   check.c      -> allocator.c, stats.c, pool.c (the pools' own checks), fcache.h,
- *                   tcache.c, tcstats.c, expandable.c, freetree.c, ptrmap.c
+ *                   recycle.c, tcache.c, tcstats.c, expandable.c, freetree.c, ptrmap.c
  *   stats.c      -> allocator.c (registry), tcstats.c (folds)
- *   allocator.c  -> route.c, release.c, pending.c, fcache.c, tcache.c, blocks.c,
- *                   mempool.c (OOM report, teardown), segment.c (teardown),
+ *   uses.c       -> allocator.c (gca__lock_live, gca__bad_pointer), streamkey.c
+ *   allocator.c  -> route.c, release.c, pending.c, recycle.c, fcache.c, tcache.c,
+ *                   blocks.c, mempool.c (OOM report, teardown), segment.c (teardown),
  *                   expandable.c (peer access), slab.c, sizes.c, ptrmap.c
  *   route.c      -> pending.c (a capture's end), mempool.c
- *   release.c    -> pending.c, fcache.c, tcache.c, blocks.c, mempool.c, segment.c,
- *                   expandable.c
+ *   release.c    -> pending.c, recycle.c, fcache.c, tcache.c, blocks.c, mempool.c,
+ *                   segment.c, expandable.c
  *   pending.c    -> fcache.c, blocks.c
+ *   recycle.c    -> fcache.c (evictions, its flush), blocks.c, ptrmap.c
  *   fcache.c     -> tcache.c (evictions), blocks.c, freetree.c (exact hits), ptrmap.c
  *   tcache.c     -> tcstats.c, blocks.c, ptrmap.c
  *   blocks.c     -> mempool.c, segment.c, freetree.c, slab.c, sizes.c
@@ -93,6 +98,7 @@
  *   Statistics, Active statistics  alloc_core.h
  *   Free cache, Exact hits, Free cache epochs, Free cache waste  fcache.c
  *   Thread caches                  tcache.c
+ *   Recycle bins                   recycle.c
  *   Stream-ordered reuse           pending.c
  *   Tree places                    blocks.c
  *   VMM-backed classic segments    segment.c
@@ -181,8 +187,10 @@ typedef struct gca__tcache gca__tcache_t;
  *   cached                         -> freed into the free cache: not allocated, in
  *                                     the pointer map and a cache slot, in no tree
  *                                     (Note [Free cache], fcache.c)
+ *   binned                         -> in a recycle bin (Note [Recycle bins]): not
+ *                                     allocated, in the pointer map, in no tree, no uses
  *   !allocated && event_count == 0 -> in its pool's free tree (in_tree), and
- *     && !cached                      neither neighbour is also in it (coalesced);
+ *     && !cached && !binned           neither neighbour is also in it (coalesced);
  *                                     no uses array (Note [Record lines])
  *   uses == NULL <-> cap_uses == 0, and nuses <= cap_uses
  *   tc != NULL                     -> allocated, no uses, in a classic segment of a default
@@ -222,6 +230,7 @@ struct gca__block {
   bool releasing;           /* free, but taken out of the tree by a release batch that is waiting
                                with the lock let go (Note [No waits under the device lock]) */
   bool oversize;            /* counted in oversize_allocations at allocation */
+  bool binned;              /* in a recycle bin (Note [Recycle bins]); bin link: left */
   uint64_t gc_base;         /* pool->free_calls when it became free (GC age) */
   /* the rest: stream uses, the free cache's and the thread caches' */
   gca__use_t *uses;  /* other streams recorded with gca_record_stream; NULL while the block
@@ -455,7 +464,9 @@ struct gca__devalloc {
    * free, where the lock cannot be let go (Note [No waits under the device lock]). */
   bool reap;
   gca__block_t *fc_slots[GCA__FC_SLOTS];
-  uint64_t epoch; /* Note [Free cache epochs] */
+  struct gca__rbins *rb; /* Note [Recycle bins]: NULL until the first put */
+  size_t rb_count;       /* blocks in them */
+  uint64_t epoch;        /* Note [Free cache epochs] */
   /* Note [Thread caches]: the thread caches of this device (their list and
    * count), whether frees may enter them (tc_on), the first thread seen and
    * whether a second one has been (they engage then), and tc_esc[i], the sum
@@ -709,6 +720,7 @@ static inline gca__block_t *gca__block_take(gca__devalloc_t *d) {
   b->nuses = b->cap_uses = 0;
   b->event_count = 0;
   b->allocated = b->in_tree = b->oversize = b->unmapped = b->cached = b->releasing = false;
+  b->binned = false;
   b->fc_epoch = 0;
   b->fc_exact = 0;
   b->tc = NULL;
@@ -972,10 +984,12 @@ gca_status_t gca__devalloc_get(const char *op, int device, gca__devalloc_t **out
  * [Statistics]) and active derived (Note [Active statistics]). The caller
  * holds d->lock. */
 void gca__stats_read(const gca__devalloc_t *d, gca_stats_t *out);
-/* Finds the live block at addr (a cached block is not live) and returns with
- * its device's lock held, or NULL with no lock held. One device: one map to
- * look in; else the owner map names the device. */
+/* Finds the live block at addr (a cached or binned block is not live) and
+ * returns with its device's lock held, or NULL with no lock held. One device:
+ * one map to look in; else the owner map names the device. Else the error of
+ * `op` on addr says why (gca__bad_pointer, which takes each device's lock). */
 gca__block_t *gca__lock_live(gca_devptr_t addr, gca__devalloc_t **out);
+gca_status_t gca__bad_pointer(const char *op, gca_devptr_t addr);
 
 /* ---- check.c ---- */
 

@@ -23,6 +23,7 @@
 #include "fcache.h"
 #include "history.h"
 #include "introspect.h"
+#include "recycle.h"
 #include "tcache.h"
 
 #define MAX_OBSERVERS 32
@@ -66,7 +67,7 @@ static void set_config_locked(gca__devalloc_t *d, const gca_alloc_config_t *cfg)
       cfg->max_split_size >= (uint64_t)INT64_MAX ? -1 : (int64_t)cfg->max_split_size;
   d->small.gen++; /* the fit and split rules may have changed (Note [Exact hits]) */
   d->large.gen++;
-  gca__fcache_update(d);
+  gca__caches_update(d);
 }
 
 /* ---- the device allocators ---- */
@@ -141,7 +142,7 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
   d->small.dev = d->large.dev = d;
   d->small.is_small = true;
   apply_limit_from_config(d);
-  gca__fcache_update(d);
+  gca__caches_update(d);
   bool first = true;
   for (int i = 0; i < GCA__MAX_DEVICES && first; i++)
     first = gca__devalloc_peek(i) == NULL;
@@ -317,18 +318,23 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   if (d->tc_on && pool->owner == NULL && gca__tc_mine(d->device) != NULL &&
       (b = gca__tc_take_locked(d, pool, stream, rounded, size)) != NULL)
     goto out;
-  if (d->fc_count != 0 && pool->owner == NULL) {
-    b = gca__fc_take(d, pool, stream, rounded, size, false);
-    if (b != NULL)
-      goto out;
-    /* a miss searches what PyTorch's rules would: its stream's frees merged */
+  if (d->fc_count != 0 && pool->owner == NULL &&
+      (b = gca__fc_take(d, pool, stream, rounded, size, false)) != NULL)
+    goto out;
+  if (d->rb_count != 0 && pool == &d->small && (b = gca__rb_take(d, stream, rounded, size)) != NULL)
+    goto out; /* Note [Recycle bins] */
+  /* a miss searches what PyTorch's rules would: its stream's frees merged */
+  if (d->fc_count != 0 && pool->owner == NULL)
     gca__fcache_evict_slot(d, pool, stream);
-  }
   size_t seg_size = d->caching ? gca__alloc_segment_size(rounded) : rounded;
   if (GCA_UNLIKELY(pool->no_split))
     seg_size = gca__alloc_no_split_segment_size(rounded);
   if (GCA_LIKELY(d->caching))
     b = take_fit(d, pool, stream, rounded);
+  if (b == NULL && d->rb_count != 0 && pool == &d->small) { /* bins never cost a segment */
+    gca__rb_flush_stream(d, stream);
+    b = take_fit(d, pool, stream, rounded);
+  }
   if (b == NULL) {
     GCA_CHECK_GOTO(stream_check(d, handle), st, fail);
     st = gca__release_new_block(d, pool, stream, seg_size, rounded, &b);
@@ -434,6 +440,16 @@ static __attribute__((noinline)) gca_status_t malloc_fc_try(gca__devalloc_t *d, 
       return GCA_OK;
     }
   }
+  /* a recycle bin's block (Note [Recycle bins]): no search, no split, no record */
+  if (d->rb_count != 0 && gca__fc_quiet(d)) {
+    gca__block_t *b = gca__rb_take(d, key, gca__round_request(d, size), size);
+    if (b != NULL) {
+      DEBUG_CHECK(d);
+      *ptr = (void *)(uintptr_t)b->addr;
+      gca__dev_let_go(d);
+      return GCA_OK;
+    }
+  }
   *ptr = NULL;
   return dev_malloc_locked(d, ptr, size, key, stream);
 }
@@ -507,9 +523,7 @@ GCA_API gca_status_t gca_malloc(void **ptr, size_t size, gca_stream_t stream) {
 
 /* ---- free, record_stream, pointer_info ---- */
 
-/* Explains why `addr` is not a live allocation: interior, already freed, or
- * not from gca at all. */
-static gca_status_t bad_pointer(const char *op, gca_devptr_t addr) {
+gca_status_t gca__bad_pointer(const char *op, gca_devptr_t addr) {
   int n = atomic_load(&g_ndevs);
   for (int i = 0; i < n; i++) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
@@ -572,7 +586,8 @@ gca__block_t *gca__lock_live(gca_devptr_t addr, gca__devalloc_t **out) {
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
     /* a block of a thread cache's domain is looked at under the device lock
      * from here on: it leaves the domain, unless cached there (not live) */
-    if (GCA_LIKELY(b != NULL && !b->cached && (b->tc == NULL || gca__tc_claim(d, b)))) {
+    if (GCA_LIKELY(b != NULL && !b->cached && !b->binned &&
+                   (b->tc == NULL || gca__tc_claim(d, b)))) {
       *out = d;
       return b;
     }
@@ -610,7 +625,7 @@ static gca_status_t free_wait_foreign(gca__devalloc_t **dp, gca__block_t **bp, g
   }
   gca__block_t *b = gca__lock_live(addr, dp);
   if (b == NULL)
-    return bad_pointer("free", addr);
+    return gca__bad_pointer("free", addr);
   uint32_t w = 0;
   for (uint32_t i = 0; i < b->nuses; i++)
     if (!(gca__stream_is_ptds(b->uses[i].stream) && b->uses[i].stream != gca__t_ptds_key))
@@ -648,7 +663,7 @@ static gca_status_t free_wait_uses(gca__devalloc_t **dp, gca__block_t **bp, gca_
   b = gca__lock_live(addr, dp);
   if (b == NULL) {
     free(uses);
-    return bad_pointer("free", addr);
+    return gca__bad_pointer("free", addr);
   }
   uint32_t w = 0;
   for (uint32_t i = 0; i < b->nuses; i++) {
@@ -684,7 +699,7 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
   if (GCA_UNLIKELY(b->tc != NULL) && !gca__tc_claim(d, b)) { /* cached in a thread cache */
     DEBUG_CHECK(d);
     gca__dev_unlock(d);
-    return bad_pointer("free", addr);
+    return gca__bad_pointer("free", addr);
   }
   if (GCA_UNLIKELY(b->nuses != 0)) {
     uint64_t mask = foreign_ptds_devices(b);
@@ -701,7 +716,7 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
       return st;
     }
   }
-  if (cache && (gca__tc_try_enter(d, b) || gca__fcache_try_put(d, b))) {
+  if ((cache && (gca__tc_try_enter(d, b) || gca__fcache_try_put(d, b))) || gca__rb_try_put(d, b)) {
     DEBUG_CHECK(d);
     gca__dev_unlock(d);
     return GCA_OK;
@@ -724,7 +739,7 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
     if (gca__ptrmap_find(&d->ptrs, addr) != b) { /* freed by another thread meanwhile */
       DEBUG_CHECK(d);
       gca__dev_unlock(d);
-      return bad_pointer("free", addr);
+      return gca__bad_pointer("free", addr);
     }
     gca__ptrmap_take(&d->ptrs, addr);
     st = gca__free_request(d, b, &gone);
@@ -755,14 +770,14 @@ static __attribute__((noinline)) gca_status_t free_plain(gca__devalloc_t *d, gca
 }
 
 /* Frees `ptr`; expected_dev >= 0 also requires it to belong to that device. */
-static gca_status_t free_impl(void *ptr, int expected_dev) {
+static __attribute__((noinline)) gca_status_t free_impl(void *ptr, int expected_dev) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   if (ptr == NULL)
     return GCA_OK;
   gca__devalloc_t *d;
   gca__block_t *b = gca__lock_live(addr, &d);
   if (GCA_UNLIKELY(b == NULL))
-    return bad_pointer("free", addr);
+    return gca__bad_pointer("free", addr);
   return free_locked(d, b, addr, expected_dev);
 }
 
@@ -800,7 +815,7 @@ static __attribute__((noinline)) gca_status_t free_tc_miss(gca__devalloc_t *d, v
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   if (gca__mutex_trylock(&d->lock)) {
     gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
-    if (GCA_LIKELY(b != NULL && !b->cached))
+    if (GCA_LIKELY(b != NULL && !b->cached && !b->binned))
       return free_fc_counted(d, b, addr);
     gca__dev_unlock(d);
   }
@@ -820,24 +835,32 @@ static __attribute__((noinline)) gca_status_t free_fc_try(gca__devalloc_t *d, vo
     return GCA_OK;
   }
   gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
-  if (GCA_LIKELY(b != NULL && !b->cached)) {
+  if (GCA_LIKELY(b != NULL && !b->cached && !b->binned)) {
     /* a thread cache may take it, or the statistics count their headroom */
     if (GCA_UNLIKELY(d->tc_on))           /* then also tc_count, when caches exist */
       return free_fc_counted(d, b, addr); /* a tail call */
     /* the free cache's put: a plain free into its slot (Note [Free cache]) */
+    bool plain = !d->fc_on;
     if (GCA_LIKELY(d->fc_on)) {
       /* a device that wastes its puts: the plain free, but for a probe (Note [Free cache waste]) */
-      if (GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d))
-        return free_plain(d, b, addr);
+      plain = GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d);
       gca__block_t **slot = gca__fc_slot(d, b->stream, b->pool);
-      if (GCA_LIKELY(gca__fc_cacheable(d, b) && gca__fc_quiet(d) && gca__fc_fits(d, slot, b))) {
+      if (GCA_LIKELY(!plain && gca__fc_cacheable(d, b) && gca__fc_quiet(d) &&
+                     gca__fc_fits(d, slot, b))) {
         gca__fc_put(d, slot, b, true);
         DEBUG_CHECK(d);
         gca__dev_unlock(d);
         return GCA_OK;
       }
     }
-    return free_locked(d, b, addr, -1);
+    /* else a recycle bin (Note [Recycle bins]), as the locked path would; the
+     * locked path makes the bins' table */
+    if (d->rb != NULL && gca__fc_quiet(d) && gca__rb_try_put(d, b)) {
+      DEBUG_CHECK(d);
+      gca__dev_unlock(d);
+      return GCA_OK;
+    }
+    return plain ? free_plain(d, b, addr) : free_locked(d, b, addr, -1);
   }
   gca__dev_unlock(d);
   return free_impl(ptr, -1);
@@ -889,68 +912,6 @@ GCA_API gca_status_t gca_free(void *ptr) {
   return free_impl(ptr, -1);
 }
 
-/* The device is resolved now: a stream of another device gets its event
- * there at free time, and NULL means the legacy stream of the caller's
- * current device, wherever the free happens. */
-GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
-  gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
-  gca_status_t st = GCA_OK;
-  gca__devalloc_t *d;
-  gca_stream_t handle = stream;
-  stream = gca__stream_key(handle); /* Note [Per-thread stream keys] */
-  gca__block_t *b = gca__lock_live(addr, &d);
-  if (b == NULL)
-    return bad_pointer("record_stream", addr);
-  /* a non-NULL key names one stream: known ones need no device query */
-  if (stream != NULL && stream == b->stream)
-    goto out;
-  for (uint32_t i = 0; i < b->nuses; i++)
-    if (stream != NULL && b->uses[i].stream == stream)
-      goto out;
-  int sdev;
-  st = d->ops->stream_get_device(handle, &sdev);
-  if (st != GCA_OK) {
-    st = gca__error_prefix(st, "record_stream: 0x%" PRIx64 " on stream %p", addr, (void *)handle);
-    goto out;
-  }
-  if (stream == NULL && b->stream == NULL && sdev == d->device)
-    goto out;
-  for (uint32_t i = 0; i < b->nuses; i++)
-    if (b->uses[i].stream == stream && b->uses[i].dev == sdev)
-      goto out;
-  if (b->nuses == b->cap_uses) {
-    uint32_t ncap = b->cap_uses ? b->cap_uses * 2 : 4;
-    gca__use_t *n = realloc(b->uses, ncap * sizeof(*n));
-    if (n == NULL) {
-      st = gca__error(GCA_ERR_OUT_OF_MEMORY,
-                      "record_stream: host out of memory recording a stream for 0x%" PRIx64, addr);
-      goto out;
-    }
-    b->uses = n;
-    b->cap_uses = ncap;
-  }
-  b->uses[b->nuses++] = (gca__use_t){stream, sdev};
-out:
-  gca__dev_unlock(d);
-  return st;
-}
-
-GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *device) {
-  gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
-  gca__devalloc_t *d;
-  gca__block_t *b = gca__lock_live(addr, &d);
-  if (b == NULL)
-    return bad_pointer("pointer_info", addr);
-  size_t size = b->size;
-  int dev = d->device;
-  gca__dev_unlock(d);
-  if (block_size != NULL)
-    *block_size = size;
-  if (device != NULL)
-    *device = dev;
-  return GCA_OK;
-}
-
 /* ---- devices, cache, limits ---- */
 
 GCA_API gca_status_t gca_set_device(int device) {
@@ -998,7 +959,7 @@ GCA_API gca_status_t gca_set_memory_fraction(int device, double fraction) {
   gca__dev_lock(d);
   d->set_fraction = true;
   d->allowed_max = (size_t)(fraction * (double)d->total_memory);
-  gca__fcache_update(d);
+  gca__caches_update(d);
   gca__dev_unlock(d);
   return GCA_OK;
 }
@@ -1026,7 +987,7 @@ GCA_API gca_status_t gca_set_memory_limit(int device, uint64_t bytes) {
   gca__dev_lock(d);
   d->set_fraction = bytes != 0;
   d->allowed_max = bytes;
-  gca__fcache_update(d);
+  gca__caches_update(d);
   gca__dev_unlock(d);
   return GCA_OK;
 }
@@ -1054,7 +1015,7 @@ GCA_API gca_status_t gca_set_config(const char *conf) {
     gca__dev_lock(d);
     set_config_locked(d, &cfg);
     apply_limit_from_config(d);
-    gca__fcache_update(d);
+    gca__caches_update(d);
     gca__dev_unlock(d);
   }
 out:
@@ -1097,7 +1058,7 @@ GCA_API gca_status_t gca_set_caching(bool enabled) {
       continue;
     gca__dev_lock(d);
     d->caching = enabled;
-    gca__fcache_update(d);
+    gca__caches_update(d);
     if (!enabled)
       st = gca__release_cached(d);
     gca__dev_unlock(d);
@@ -1171,6 +1132,7 @@ static void devalloc_destroy(gca__devalloc_t *d) {
     }
     gca__tree_fini(pools[k]);
   }
+  gca__rb_destroy(d);
   gca__slabs_destroy(d);
   pthread_cond_destroy(&d->rel_cv);
   pthread_mutex_destroy(&d->rel_mu);

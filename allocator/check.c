@@ -14,6 +14,7 @@
 
 #include "fcache.h"
 #include "introspect.h"
+#include "recycle.h"
 #include "tcache.h"
 
 typedef struct sums {
@@ -23,8 +24,9 @@ typedef struct sums {
 
 #define BROKEN(...) gca__error(GCA_ERR_INTERNAL, "allocator_check: " __VA_ARGS__)
 
-/* Free in the statistics' sense: in the tree, in the free cache, or cached
- * in a thread cache (Note [Thread caches]). */
+/* Free and merged in the statistics' sense: in the tree, in the free cache,
+ * or cached in a thread cache (Note [Thread caches]); a binned block is free
+ * but a run of its own (Note [Recycle bins]). */
 static inline bool free_or_cached(const gca__block_t *b) {
   return b->in_tree || b->cached || (b->tc != NULL && gca__tc_cached(b));
 }
@@ -48,6 +50,16 @@ static gca_status_t check_cached(gca__devalloc_t *d, const gca__pool_t *p, const
     return BROKEN("block 0x%" PRIx64 ": another cached block shares its free run", b->addr);
   if (b->prev != NULL && b->prev->in_tree)
     return BROKEN("block 0x%" PRIx64 ": cached above a free block (Note [Exact hits])", b->addr);
+  return GCA_OK;
+}
+
+static gca_status_t check_binned(gca__devalloc_t *d, const gca__pool_t *p, const gca__block_t *b) {
+  if (gca__ptrmap_find(&d->ptrs, b->addr) != b)
+    return BROKEN("block 0x%" PRIx64 ": binned but not in the pointer map", b->addr);
+  if (b->allocated || b->in_tree || b->cached || b->tc != NULL || b->event_count != 0 ||
+      b->requested != 0 || b->nuses != 0 || b->uses != NULL || b->releasing || p != &d->small ||
+      b->seg->expandable || b->size > GCA__RB_MAX_SIZE)
+    return BROKEN("block 0x%" PRIx64 ": binned in a state that may not be binned", b->addr);
   return GCA_OK;
 }
 
@@ -110,7 +122,8 @@ static gca_status_t check_fc_exact(const gca__devalloc_t *d, const gca__block_t 
 
 static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
                                int64_t *oversize_alloc, int64_t *oversize_seg, size_t *live,
-                               size_t *ncached, size_t *ndomain, size_t *ntcached) {
+                               size_t *ncached, size_t *nbinned, size_t *ndomain,
+                               size_t *ntcached) {
   size_t nfree = 0, nseg = 0;
   long tree_count = gca__tree_validate(p);
   if (tree_count < 0)
@@ -166,6 +179,10 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
         GCA_CHECK(check_cached(d, p, b));
         (*ncached)++;
       }
+      if (b->binned) {
+        GCA_CHECK(check_binned(d, p, b));
+        (*nbinned)++;
+      }
       bool tfree = b->tc != NULL && gca__tc_cached(b); /* allocated, free for the statistics */
       size_t requested = b->tc != NULL ? gca__tc_requested(b) : b->requested;
       if (b->tc != NULL) {
@@ -180,7 +197,8 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
       if (b->releasing && (b->allocated || b->event_count != 0 || b->cached || b->in_tree))
         return BROKEN("block 0x%" PRIx64 ": releasing but not a free block out of the tree",
                       b->addr);
-      bool is_free = !b->allocated && b->event_count == 0 && !b->cached && !b->releasing;
+      bool is_free =
+          !b->allocated && b->event_count == 0 && !b->cached && !b->binned && !b->releasing;
       if (b->in_tree != is_free)
         return BROKEN("block 0x%" PRIx64 ": %s but %sin the free tree", b->addr,
                       is_free ? "free" : "in use", b->in_tree ? "" : "not ");
@@ -212,13 +230,14 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
         sum->active_bytes += (int64_t)b->size;
         sum->requested_bytes += (int64_t)requested;
       } else {
-        nfree += !b->cached && !b->releasing && !tfree;
+        nfree += !b->cached && !b->binned && !b->releasing && !tfree;
         if (requested != 0)
           return BROKEN("block 0x%" PRIx64 ": free with a requested size", b->addr);
         if (split) {
           /* one inactive split block per free run: a cached block and its free
-           * neighbours count once (Note [Free cache]) */
-          if (b->releasing || b->prev == NULL || !free_or_cached(b->prev))
+           * neighbours count once (Note [Free cache]), a binned block alone
+           * (Note [Recycle bins]) */
+          if (b->releasing || b->binned || b->prev == NULL || !free_or_cached(b->prev))
             sum->inactive_split++;
           sum->inactive_split_bytes += (int64_t)b->size;
         }
@@ -303,17 +322,17 @@ static gca_status_t check_tcaches(gca__devalloc_t *d, size_t ndomain, size_t ntc
 static gca_status_t check_device(gca__devalloc_t *d) {
   sums_t sums[GCA_STAT_TYPES];
   int64_t oversize_alloc = 0, oversize_seg = 0;
-  size_t live = 0, ncached = 0, ndomain = 0, ntcached = 0;
+  size_t live = 0, ncached = 0, nbinned = 0, ndomain = 0, ntcached = 0;
   memset(sums, 0, sizeof(sums));
   GCA_CHECK(check_pool(d, &d->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live,
-                       &ncached, &ndomain, &ntcached));
+                       &ncached, &nbinned, &ndomain, &ntcached));
   GCA_CHECK(check_pool(d, &d->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live,
-                       &ncached, &ndomain, &ntcached));
+                       &ncached, &nbinned, &ndomain, &ntcached));
   for (gca__mempool_t *m = d->mempools; m != NULL; m = m->next) {
     GCA_CHECK(check_pool(d, &m->small, &sums[GCA_STAT_SMALL], &oversize_alloc, &oversize_seg, &live,
-                         &ncached, &ndomain, &ntcached));
+                         &ncached, &nbinned, &ndomain, &ntcached));
     GCA_CHECK(check_pool(d, &m->large, &sums[GCA_STAT_LARGE], &oversize_alloc, &oversize_seg, &live,
-                         &ncached, &ndomain, &ntcached));
+                         &ncached, &nbinned, &ndomain, &ntcached));
     GCA_CHECK(gca__mempool_check_locked(d, m));
   }
   GCA_CHECK(check_tcaches(d, ndomain, ntcached));
@@ -326,10 +345,11 @@ static gca_status_t check_device(gca__devalloc_t *d) {
   for (size_t i = 0; i < sizeof(sums_t) / sizeof(int64_t); i++)
     a[i] = sm[i] + lg[i];
   size_t in_map = d->ptrs.count;
-  if ((int64_t)in_map != sums[GCA_STAT_ALL].allocation + (int64_t)(ncached + ntcached))
+  if ((int64_t)in_map != sums[GCA_STAT_ALL].allocation + (int64_t)(ncached + ntcached + nbinned))
     return BROKEN("device %d: pointer map holds %zu entries for %" PRId64
                   " allocated and %zu cached blocks",
-                  d->device, in_map, sums[GCA_STAT_ALL].allocation, ncached + ntcached);
+                  d->device, in_map, sums[GCA_STAT_ALL].allocation, ncached + ntcached + nbinned);
+  GCA_CHECK(gca__rb_check(d, nbinned));
   size_t in_slots = 0;
   for (size_t i = 0; i < GCA__FC_SLOTS; i++) {
     const gca__block_t *b = d->fc_slots[i];
@@ -434,7 +454,7 @@ gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx) {
   if (d == NULL || fn == NULL)
     return GCA_OK;
   gca__dev_lock(d);
-  gca__fcache_flush(d); /* the layout as PyTorch's rules leave it (Note [Free cache]) */
+  gca__flush_caches(d); /* the layout as PyTorch's rules leave it (Note [Free cache]) */
   gca__tc_flush_all(d, false);
   gca__tc_lock_all(d); /* what they hand out holds still (Note [Thread caches]) */
   size_t nseg = 0, k = 0, maxb = 0;

@@ -48,6 +48,7 @@ void gca__config_defaults(gca_alloc_config_t *cfg) {
   cfg->free_cache = true;
   cfg->expandable_moves = false;
   cfg->thread_cache = true;
+  cfg->recycle_bins = false;
   snprintf(cfg->backend, sizeof(cfg->backend), "native");
 }
 
@@ -275,6 +276,7 @@ const char *const gca__config_keys[GCA__CONFIG_NKEYS] = {
     "free_cache",
     "expandable_moves",
     "thread_cache",
+    "recycle_bins",
 };
 
 bool gca__config_equal(const gca_alloc_config_t *a, const gca_alloc_config_t *b) {
@@ -292,7 +294,7 @@ bool gca__config_equal(const gca_alloc_config_t *a, const gca_alloc_config_t *b)
          a->graph_capture_record_stream_reuse == b->graph_capture_record_stream_reuse &&
          a->ipc_handles == b->ipc_handles && a->free_cache == b->free_cache &&
          a->expandable_moves == b->expandable_moves && a->thread_cache == b->thread_cache &&
-         strcmp(a->backend, b->backend) == 0;
+         a->recycle_bins == b->recycle_bins && strcmp(a->backend, b->backend) == 0;
 }
 
 static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t *cfg) {
@@ -310,7 +312,7 @@ static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t
                       "pinned_use_cuda_host_register, pinned_num_register_threads, "
                       "pinned_use_background_threads, per_process_memory_fraction, "
                       "graph_capture_record_stream_reuse, backend, ipc_handles, free_cache, "
-                      "expandable_moves, thread_cache)",
+                      "expandable_moves, thread_cache, recycle_bins)",
                       key);
   if (strcmp(tok_at(t, i + 1), ":") != 0)
     return gca__error(GCA_ERR_CONFIG, "%s%s: expected ':' and a value after '%s'", key,
@@ -381,6 +383,9 @@ static gca_status_t parse_item(const tokens_t *t, size_t *ip, gca_alloc_config_t
     break;
   case 15:
     GCA_CHECK(read_bool(key, val, &cfg->thread_cache));
+    break;
+  case 16:
+    GCA_CHECK(read_bool(key, val, &cfg->recycle_bins));
     break;
   default:
     if (strcmp(val, "cudaMallocAsync") == 0)
@@ -512,6 +517,8 @@ gca_status_t gca__config_format(const gca_alloc_config_t *cfg, char *buf, size_t
   emit(&o, "free_cache:%s,", cfg->free_cache ? "True" : "False");
   emit(&o, "expandable_moves:%s,", cfg->expandable_moves ? "True" : "False");
   emit(&o, "thread_cache:%s,", cfg->thread_cache ? "True" : "False");
+  if (cfg->recycle_bins) /* off by default: formatted only when on */
+    emit(&o, "recycle_bins:True,");
   emit(&o, "backend:%s", cfg->backend[0] ? cfg->backend : "native");
   if (o.overflow)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,

@@ -21,7 +21,10 @@
  * formatted, so that a formatted string restores them when parsed on top of
  * other settings. thread_cache (default True) lets each thread, once a
  * second one uses a device, cache its frees without the device lock (Note
- * [Thread caches], tcache.c); it is formatted only when False.
+ * [Thread caches], tcache.c). recycle_bins (default False) keeps plain frees
+ * of small blocks, by stream and size, for the next requests of their size,
+ * leaving PyTorch's placement for those blocks (Note [Recycle bins],
+ * recycle.c); it is formatted only when True.
  */
 #ifndef GCA_ALLOC_CONFIG_H
 #define GCA_ALLOC_CONFIG_H
@@ -55,6 +58,8 @@ typedef struct gca_alloc_config {
   bool expandable_moves;
   /* gca's own key: Note [Thread caches] (default true) */
   bool thread_cache;
+  /* gca's own key: Note [Recycle bins] (default false) */
+  bool recycle_bins;
   char backend[16]; /* "native" (default) or "cudaMallocAsync" (rejected
                        with a message: gca is the allocator) */
 } gca_alloc_config_t;
@@ -66,7 +71,7 @@ void gca__config_defaults(gca_alloc_config_t *cfg);
 /* Parses `text` on top of *cfg (keys not named keep their values). */
 gca_status_t gca__config_parse(const char *text, gca_alloc_config_t *cfg);
 /* The keys the parser knows, PyTorch's then gca's, in parse order. */
-#define GCA__CONFIG_NKEYS 16
+#define GCA__CONFIG_NKEYS 17
 extern const char *const gca__config_keys[GCA__CONFIG_NKEYS];
 /* Whether two settings are the same, field by field (padding is not a setting). */
 bool gca__config_equal(const gca_alloc_config_t *a, const gca_alloc_config_t *b);

@@ -387,7 +387,8 @@ static inline __attribute__((always_inline)) bool gca__fc_leaf_put(gca__devalloc
 /* ---- fcache.c ---- */
 
 /* Returns every block of the free cache to its pool's free tree, coalesced;
- * statistics do not change. */
+ * statistics do not change (gca__flush_caches also empties the recycle
+ * bins). */
 void gca__fcache_flush(gca__devalloc_t *d);
 /* Returns the block of `stream`'s slot in `pool`, if it is that stream's, to
  * the free tree: what a miss of that (stream, pool) does before its search. */

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "fcache.h"
+#include "recycle.h"
 #include "tcache.h"
 
 /* Puts an expandable segment's releasing block back in the tree, merging it
@@ -49,7 +50,7 @@ gca_status_t gca__relbatch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *
   gca__dev_lock(d);
   /* no cached block may sit near a block going back to the tree */
   if (d->fc_count != 0)
-    gca__fcache_flush(d);
+    gca__flush_caches(d);
   for (size_t i = 0; i < bt->n; i++) {
     gca__relent_t *e = &bt->v[i];
     gca_status_t est = GCA_OK;
@@ -101,10 +102,10 @@ static gca_status_t reap_dead_pools(gca__devalloc_t *d);
 gca_status_t gca__release_cached(gca__devalloc_t *d) {
   gca__relbatch_t bt = {0};
   gca_status_t st;
-  gca__fcache_flush(d);
+  gca__flush_caches(d);
   gca__tc_flush_all(d, false);
   GCA_CHECK(gca__pending_sync(d));
-  gca__fcache_flush(d); /* others may have cached frees while the lock was let go */
+  gca__flush_caches(d); /* others may have cached frees while the lock was let go */
   gca__tc_flush_all(d, false);
   st = pool_take_all(d, &d->large, &bt);
   if (st == GCA_OK)

@@ -1,0 +1,255 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* recycle.c - the recycle bins: with recycle_bins:True a plain free of a
+ * small block (up to GCA__RB_MAX_SIZE) waits, uncoalesced and out of the
+ * free tree, in a bin of its (stream, size), and a later request of exactly
+ * that rounded size on that stream takes it back.
+ *
+ * Note [Recycle bins]. With many live blocks and random frees, PyTorch's
+ * rules cost a free its neighbours' records, the merge, two removals from
+ * the free tree and an insert, and an allocation a search, a split and
+ * another insert: at 10^6 live blocks about a dozen cache misses per free
+ * and allocation (README, gca-bench-churn). The free cache (Note [Free
+ * cache]) saves that work only where PyTorch's best fit would return the
+ * cached block, which random churn almost never gives. A bin gives up that
+ * placement for small blocks: a free pushes the block on the stack of its
+ * (stream, rounded size) and leaves it in the pointer map, touching only its
+ * own record; a request of that rounded size pops the last one freed, with
+ * no search and no split. Larger blocks, private pools, expandable segments,
+ * blocks with recorded streams, and everything while a thread cache, a
+ * pending or deferred free or a capture is on the device take PyTorch's
+ * paths as before.
+ *
+ * Memory. A binned block is free but out of reach of every other size and
+ * stream, so bins never cost a segment: a request whose stream's tree has
+ * nothing that fits returns that stream's bins to the tree and searches
+ * again before it asks for memory (dev_malloc_locked), and every path that
+ * releases memory (empty_cache, the out-of-memory remedies, garbage
+ * collection, turning caching or the key off) and every walk (snapshots)
+ * returns all of them first (gca__flush_caches). A bin holds at most
+ * GCA__RB_BIN_MAX blocks; a free that finds it full takes the tree's path.
+ * The layout differs from PyTorch's (the bins choose which block of a size a
+ * request gets, and leave free neighbours unmerged until they go back), so
+ * the key is off by default; gca-replay reports what it does to peak
+ * reserved memory on a trace.
+ *
+ * Statistics follow the layout as it is. A binned block counts as freed when
+ * it enters the bin (allocation, allocated_bytes, requested_bytes, active),
+ * and as one inactive split block of its own size unless it is its
+ * segment's only block: it is not merged, so no neighbour changes that, and
+ * nothing can make it whole while it waits (its neighbours do not merge into
+ * it). Going back to the tree, it stops counting so and merges as a free
+ * completing then would, which can only lower inactive_split, so no peak
+ * moves. Its way out of a bin is an allocation counted as any other. The
+ * walker counts a binned block as a free run of its own.
+ *
+ * The free cache and the thread caches count their blocks as merged with
+ * their free neighbours (Note [Free cache]); for them a binned block is an
+ * allocated one: it is never in the tree, so entering or leaving a bin
+ * changes no run of theirs, and its return to the tree is a free completing
+ * beside them, which evicts them first (gca__fcache_evict_near), as any
+ * other does. A binned block is not live: a second free, record_stream,
+ * pointer_info and IPC export fail on it as on any freed pointer.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "fcache.h"
+#include "history.h"
+#include "recycle.h"
+
+static inline unsigned rb_group(gca_stream_t stream) {
+  uint64_t h = (uint64_t)(uintptr_t)stream * 0x9e3779b97f4a7c15ull;
+  return (unsigned)(h >> 61);
+}
+_Static_assert(GCA__RB_GROUPS == 8, "rb_group takes 3 bits of the hash");
+_Static_assert(GCA__RB_CLASSES == 64, "a group's nonempty bins are one 64-bit mask");
+
+static inline unsigned rb_class(size_t size) {
+  return (unsigned)(size / GCA__MIN_BLOCK_SIZE) - 1;
+}
+
+/* b's share of inactive_split while binned: one block of its size, unless it
+ * is its segment's only block. */
+static inline void rb_split_stat(gca__devalloc_t *d, const gca__block_t *b, int sign) {
+  if (gca__block_whole(b))
+    return;
+  gca__stat_pool(d, d->stats.inactive_split, b->pool, sign);
+  gca__stat_pool(d, d->stats.inactive_split_bytes, b->pool, sign * (int64_t)b->size);
+}
+
+/* Takes binned block b out of its bin (group g) and returns it to the free
+ * tree: out of the pointer map, merged with its free neighbours. */
+static void rb_return(gca__devalloc_t *d, unsigned g, gca__block_t *b) {
+  int64_t blocks, bytes;
+  d->epoch++; /* a change of block state (Note [Free cache epochs]) */
+  if (d->fc_count != 0 || d->tc_held != 0)
+    gca__fcache_evict_near(d, b); /* their runs grow by b: they go first */
+  rb_split_stat(d, b, -1);
+  d->rb->count[g]--;
+  d->rb->bytes -= b->size;
+  d->rb->flushed++;
+  d->rb_count--;
+  b->binned = false;
+  b->left = NULL;
+  gca__block_t *taken = gca__ptrmap_take(&d->ptrs, b->addr);
+  GCA_ASSERT(taken == b);
+  gca__block_coalesce(d, b, &blocks, &bytes);
+  gca__stat_pool(d, d->stats.inactive_split, b->pool, blocks);
+  gca__stat_pool(d, d->stats.inactive_split_bytes, b->pool, bytes);
+  if (!d->caching && gca__block_whole(b))
+    d->reap = true; /* the segment goes back at the entry point's end (release.c) */
+}
+
+static void rb_flush_group(gca__devalloc_t *d, unsigned g) {
+  gca__rbins_t *rb = d->rb;
+  gca__fc_settled(d); /* Note [Lazy puts]: the owed put's statistics come first */
+  while (rb->nonempty[g] != 0) {
+    unsigned c = (unsigned)__builtin_ctzll(rb->nonempty[g]);
+    gca__block_t *b = rb->head[g][c];
+    rb->head[g][c] = b->left;
+    if (--rb->n[g][c] == 0)
+      rb->nonempty[g] &= ~((uint64_t)1 << c);
+    rb_return(d, g, b);
+  }
+  GCA_ASSERT(rb->count[g] == 0);
+}
+
+bool gca__rb_put(gca__devalloc_t *d, gca__block_t *b) {
+  gca__pool_t *pool = b->pool;
+  if (pool != &d->small || b->seg->expandable || b->nuses != 0 || b->event_count != 0 ||
+      b->tc != NULL || !b->allocated)
+    return false;
+  gca__rbins_t *rb = d->rb;
+  if (GCA_UNLIKELY(rb == NULL)) {
+    rb = d->rb = GCA_FAILPOINT("recycle_bins") ? NULL : calloc(1, sizeof(*rb));
+    if (rb == NULL)
+      return false; /* host memory: the plain free */
+  }
+  unsigned g = rb_group(b->stream), c = rb_class(b->size);
+  if (rb->stream[g] != b->stream) {
+    if (rb->count[g] != 0)
+      rb_flush_group(d, g); /* another stream's: the newer stream takes the group */
+    rb->stream[g] = b->stream;
+  }
+  if (rb->n[g][c] >= GCA__RB_BIN_MAX)
+    return false;
+  gca__fc_settled(d);
+  d->epoch++;
+  int t = gca__stat_type(pool);
+  gca_devptr_t addr = b->addr;
+  size_t requested = b->requested;
+  b->allocated = false;
+  gca__stat_block_free(d, b, t);
+  gca__stat_dec_t(d, d->stats.requested_bytes, t, (int64_t)requested);
+  rb_split_stat(d, b, 1);
+  b->requested = 0;
+  b->binned = true;
+  b->left = rb->head[g][c];
+  rb->head[g][c] = b;
+  rb->n[g][c]++;
+  rb->nonempty[g] |= (uint64_t)1 << c;
+  rb->count[g]++;
+  rb->bytes += b->size;
+  rb->puts++;
+  d->rb_count++;
+  gca__history_event(GCA_HA_FREE_REQUESTED, d->device, addr, requested, b->stream);
+  gca__history_event(GCA_HA_FREE_COMPLETED, d->device, addr, requested, b->stream);
+  return true;
+}
+
+gca__block_t *gca__rb_take(gca__devalloc_t *d, gca_stream_t stream, size_t rounded,
+                           size_t requested) {
+  gca__rbins_t *rb = d->rb;
+  if (rounded > GCA__RB_MAX_SIZE)
+    return NULL;
+  unsigned g = rb_group(stream), c = rb_class(rounded);
+  gca__block_t *b = rb->head[g][c];
+  if (b == NULL || rb->stream[g] != stream)
+    return NULL;
+  gca__fc_settled(d);
+  d->epoch++;
+  rb->head[g][c] = b->left;
+  if (--rb->n[g][c] == 0)
+    rb->nonempty[g] &= ~((uint64_t)1 << c);
+  rb->count[g]--;
+  rb->bytes -= b->size;
+  rb->hits++;
+  d->rb_count--;
+  b->left = NULL;
+  b->binned = false;
+  rb_split_stat(d, b, -1);
+  b->allocated = true;
+  b->requested = requested;
+  gca__stat_block_alloc(d, b, gca__stat_type(b->pool), false);
+  return b;
+}
+
+void gca__rb_flush_stream(gca__devalloc_t *d, gca_stream_t stream) {
+  unsigned g = rb_group(stream);
+  if (d->rb != NULL && d->rb->count[g] != 0 && d->rb->stream[g] == stream)
+    rb_flush_group(d, g);
+}
+
+void gca__rb_flush(gca__devalloc_t *d) {
+  for (unsigned g = 0; g < GCA__RB_GROUPS && d->rb_count != 0; g++)
+    if (d->rb->count[g] != 0)
+      rb_flush_group(d, g);
+}
+
+void gca__flush_caches(gca__devalloc_t *d) {
+  gca__fcache_flush(d);
+  if (d->rb_count != 0)
+    gca__rb_flush(d);
+}
+
+void gca__caches_update(gca__devalloc_t *d) {
+  gca__fcache_update(d);
+  if (!gca__rb_allowed(d) && d->rb_count != 0)
+    gca__rb_flush(d);
+}
+
+#define BROKEN(...) gca__error(GCA_ERR_INTERNAL, "allocator_check: " __VA_ARGS__)
+
+gca_status_t gca__rb_check(const gca__devalloc_t *d, size_t nbinned) {
+  const gca__rbins_t *rb = d->rb;
+  size_t total = 0, bytes = 0;
+  if (rb == NULL)
+    return nbinned == 0 && d->rb_count == 0
+               ? GCA_OK
+               : BROKEN("%zu binned blocks (count %zu) and no recycle bins", nbinned, d->rb_count);
+  for (unsigned g = 0; g < GCA__RB_GROUPS; g++) {
+    size_t in_group = 0;
+    for (unsigned c = 0; c < GCA__RB_CLASSES; c++) {
+      size_t n = 0;
+      for (const gca__block_t *b = rb->head[g][c]; b != NULL; b = b->left) {
+        if (!b->binned || b->size != (size_t)(c + 1) * GCA__MIN_BLOCK_SIZE ||
+            b->stream != rb->stream[g] || rb_group(b->stream) != g)
+          return BROKEN("block 0x%" PRIx64 " (%zu bytes) in the recycle bin of %zu bytes of "
+                        "stream group %u, where it does not belong",
+                        b->addr, b->size, (size_t)(c + 1) * GCA__MIN_BLOCK_SIZE, g);
+        if (++n > GCA__RB_BIN_MAX)
+          return BROKEN("a recycle bin holds more than %d blocks", GCA__RB_BIN_MAX);
+        bytes += b->size;
+      }
+      if (n != rb->n[g][c] || (n != 0) != ((rb->nonempty[g] >> c) & 1))
+        return BROKEN("recycle bin of %zu bytes, stream group %u: %zu blocks, count says %u",
+                      (size_t)(c + 1) * GCA__MIN_BLOCK_SIZE, g, n, (unsigned)rb->n[g][c]);
+      in_group += n;
+    }
+    if (in_group != rb->count[g])
+      return BROKEN("recycle bins of stream group %u: %zu blocks, count says %u", g, in_group,
+                    rb->count[g]);
+    total += in_group;
+  }
+  if (total != d->rb_count || total != nbinned || bytes != rb->bytes)
+    return BROKEN("recycle bins hold %zu blocks (%zu bytes); counts say %zu (%zu bytes), the "
+                  "segments hold %zu binned",
+                  total, bytes, d->rb_count, rb->bytes, nbinned);
+  return GCA_OK;
+}
+
+void gca__rb_destroy(gca__devalloc_t *d) {
+  free(d->rb);
+  d->rb = NULL;
+  d->rb_count = 0;
+}

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* uses.c - the public calls on one live block: record_stream (a use on
+ * another stream, waited for by the block's free, Note [Stream-ordered
+ * reuse]) and pointer_info. */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "alloc_core.h"
+
+/* The device is resolved now: a stream of another device gets its event
+ * there at free time, and NULL means the legacy stream of the caller's
+ * current device, wherever the free happens. */
+GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
+  gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
+  gca_status_t st = GCA_OK;
+  gca__devalloc_t *d;
+  gca_stream_t handle = stream;
+  stream = gca__stream_key(handle); /* Note [Per-thread stream keys] */
+  gca__block_t *b = gca__lock_live(addr, &d);
+  if (b == NULL)
+    return gca__bad_pointer("record_stream", addr);
+  /* a non-NULL key names one stream: known ones need no device query */
+  if (stream != NULL && stream == b->stream)
+    goto out;
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (stream != NULL && b->uses[i].stream == stream)
+      goto out;
+  int sdev;
+  st = d->ops->stream_get_device(handle, &sdev);
+  if (st != GCA_OK) {
+    st = gca__error_prefix(st, "record_stream: 0x%" PRIx64 " on stream %p", addr, (void *)handle);
+    goto out;
+  }
+  if (stream == NULL && b->stream == NULL && sdev == d->device)
+    goto out;
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (b->uses[i].stream == stream && b->uses[i].dev == sdev)
+      goto out;
+  if (b->nuses == b->cap_uses) {
+    uint32_t ncap = b->cap_uses ? b->cap_uses * 2 : 4;
+    gca__use_t *n = realloc(b->uses, ncap * sizeof(*n));
+    if (n == NULL) {
+      st = gca__error(GCA_ERR_OUT_OF_MEMORY,
+                      "record_stream: host out of memory recording a stream for 0x%" PRIx64, addr);
+      goto out;
+    }
+    b->uses = n;
+    b->cap_uses = ncap;
+  }
+  b->uses[b->nuses++] = (gca__use_t){stream, sdev};
+out:
+  gca__dev_unlock(d);
+  return st;
+}
+
+GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *device) {
+  gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
+  gca__devalloc_t *d;
+  gca__block_t *b = gca__lock_live(addr, &d);
+  if (b == NULL)
+    return gca__bad_pointer("pointer_info", addr);
+  size_t size = b->size;
+  int dev = d->device;
+  gca__dev_unlock(d);
+  if (block_size != NULL)
+    *block_size = size;
+  if (device != NULL)
+    *device = dev;
+  return GCA_OK;
+}

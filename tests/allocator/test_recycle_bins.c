@@ -1,0 +1,415 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_recycle_bins.c - the recycle bins (Note [Recycle bins], recycle.c):
+ * with recycle_bins:True a plain free of a small block waits in the bin of
+ * its (stream, size) and the next request of that size takes it back; the
+ * statistics follow the layout at every step (checked against an eager
+ * model and by the walker), bins never cost a segment, a binned pointer is
+ * not live, and every release path, walk and change of setting returns them
+ * to the free tree. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "alloc_fixture.h"
+#include "recycle.h"
+
+static size_t rb_count(void) {
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  return d != NULL ? d->rb_count : 0;
+}
+
+/* The bins alone: the free cache's slot off, so that every plain free of a
+ * small block meets the bins (the churn test runs with both). */
+static void bins_on(void) {
+  assert_ok(gca_set_config("free_cache:False,recycle_bins:True"));
+}
+
+/* A segment's worth of 1 KiB blocks on stream s: n of them, addresses in
+ * order. */
+static void fill(void **v, size_t n, gca_stream_t s) {
+  for (size_t i = 0; i < n; i++) {
+    assert_ok(gca_malloc(&v[i], 1 * KiB, s));
+    if (i > 0)
+      assert_ptr_equal((char *)v[i - 1] + KiB, v[i]);
+  }
+  check();
+}
+
+/* A free enters its bin: it stops counting as allocated and counts as an
+ * inactive split block of its own; the next request of its rounded size
+ * gets that very block back, with every statistic as before but the counts
+ * of allocations and frees. Its free neighbour stays unmerged meanwhile. */
+static void a_binned_block_is_reused_with_the_statistics_of_the_layout(void **state) {
+  (void)state;
+  bins_on();
+  void *a = alloc_on(1 * KiB, NULL), *b = alloc_on(1000, NULL), *c = alloc_on(1 * KiB, NULL);
+  gca_stats_t s0 = stats();
+  free_ok(b);
+  assert_int_equal(rb_count(), 1);
+  gca_stats_t s1 = stats();
+  assert_int_equal(s1.allocation[GCA_STAT_ALL].current, s0.allocation[GCA_STAT_ALL].current - 1);
+  assert_int_equal(s1.allocated_bytes[GCA_STAT_SMALL].current,
+                   s0.allocated_bytes[GCA_STAT_SMALL].current - (int64_t)KiB);
+  assert_int_equal(s1.requested_bytes[GCA_STAT_ALL].current,
+                   s0.requested_bytes[GCA_STAT_ALL].current - 1000);
+  assert_int_equal(s1.active[GCA_STAT_ALL].current, s0.active[GCA_STAT_ALL].current - 1);
+  assert_int_equal(s1.inactive_split[GCA_STAT_ALL].current,
+                   s0.inactive_split[GCA_STAT_ALL].current + 1);
+  assert_int_equal(s1.inactive_split_bytes[GCA_STAT_SMALL].current,
+                   s0.inactive_split_bytes[GCA_STAT_SMALL].current + (int64_t)KiB);
+  /* c's free lands beside the binned b: c is binned too, neither merges */
+  free_ok(c);
+  assert_int_equal(rb_count(), 2);
+  assert_int_equal(stats().inactive_split[GCA_STAT_ALL].current,
+                   s0.inactive_split[GCA_STAT_ALL].current + 2);
+  void *b2 = alloc_on(600, NULL); /* rounds to 1 KiB: the last one freed, c */
+  assert_ptr_equal(b2, c);
+  void *c2 = alloc_on(1 * KiB, NULL);
+  assert_ptr_equal(c2, b);
+  assert_int_equal(rb_count(), 0);
+  gca_stats_t s2 = stats();
+  assert_int_equal(s2.allocation[GCA_STAT_ALL].current, s0.allocation[GCA_STAT_ALL].current);
+  assert_int_equal(s2.allocation[GCA_STAT_ALL].allocated,
+                   s0.allocation[GCA_STAT_ALL].allocated + 2);
+  assert_int_equal(s2.allocation[GCA_STAT_ALL].freed, s0.allocation[GCA_STAT_ALL].freed + 2);
+  assert_int_equal(s2.inactive_split[GCA_STAT_ALL].current,
+                   s0.inactive_split[GCA_STAT_ALL].current);
+  assert_int_equal(s2.inactive_split[GCA_STAT_ALL].peak, s0.inactive_split[GCA_STAT_ALL].peak + 2);
+  assert_int_equal(s2.requested_bytes[GCA_STAT_ALL].current,
+                   s0.requested_bytes[GCA_STAT_ALL].current - 1000 + 600);
+  assert_int_equal(s2.num_device_alloc, s0.num_device_alloc);
+  free_ok(a);
+  free_ok(b2);
+  free_ok(c2);
+}
+
+/* A bin holds GCA__RB_BIN_MAX blocks; the next free of its size merges into
+ * the tree as PyTorch's would. A request that the tree cannot serve takes
+ * the bins of its stream back first, merged, and is served from them: no
+ * new segment. */
+static void bins_never_cost_a_segment(void **state) {
+  (void)state;
+  bins_on();
+  enum { N = 2048 }; /* one 2 MiB segment of 1 KiB blocks */
+  static void *v[N];
+  fill(v, N, NULL);
+  assert_int_equal(stats().segment[GCA_STAT_ALL].current, 1);
+  for (size_t i = 100; i < 100 + GCA__RB_BIN_MAX + 1; i++)
+    free_ok(v[i]);
+  assert_int_equal(rb_count(), GCA__RB_BIN_MAX); /* the last free went to the tree */
+  gca_stats_t s0 = stats();
+  assert_int_equal(s0.inactive_split[GCA_STAT_ALL].current, GCA__RB_BIN_MAX + 1);
+  void *big = alloc_on(64 * KiB, NULL);
+  assert_ptr_equal(big, v[100]);
+  gca_stats_t s1 = stats();
+  assert_int_equal(rb_count(), 0);
+  assert_int_equal(s1.num_device_alloc, s0.num_device_alloc);
+  assert_int_equal(s1.segment[GCA_STAT_ALL].current, 1);
+  /* the rest of the run (one block) is free and split */
+  assert_int_equal(s1.inactive_split[GCA_STAT_ALL].current, 1);
+  assert_int_equal(s1.inactive_split_bytes[GCA_STAT_ALL].current, (int64_t)KiB);
+  assert_int_equal(s1.inactive_split[GCA_STAT_ALL].peak, GCA__RB_BIN_MAX + 1);
+  free_ok(big);
+  for (size_t i = 0; i < N; i++)
+    if (i < 100 || i >= 100 + GCA__RB_BIN_MAX + 1)
+      free_ok(v[i]);
+}
+
+/* A binned pointer is not live: a second free, record_stream and
+ * pointer_info fail on it with the message of any freed pointer, and
+ * change nothing. */
+static void a_binned_pointer_is_not_live(void **state) {
+  (void)state;
+  bins_on();
+  gca_stream_t s2;
+  assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+  void *keep = alloc_on(2 * KiB, NULL), *p = alloc_on(2 * KiB, NULL);
+  free_ok(p);
+  assert_int_equal(rb_count(), 1);
+  gca_stats_t s0 = stats();
+  assert_status(gca_free(p), GCA_ERR_INVALID_POINTER, "already freed (double free?)");
+  assert_status(gca_record_stream(p, s2), GCA_ERR_INVALID_POINTER, "already freed");
+  size_t size = 0;
+  int dev = -1;
+  assert_status(gca_pointer_info(p, &size, &dev), GCA_ERR_INVALID_POINTER, "already freed");
+  check();
+  gca_stats_t s1 = stats();
+  assert_memory_equal(&s0, &s1, sizeof(s0));
+  assert_int_equal(rb_count(), 1);
+  free_ok(keep);
+  assert_ok(gca_stream_destroy(s2));
+}
+
+/* Walks (snapshots), empty_cache, turning the key or caching off and
+ * garbage collection each return every binned block to the tree first. */
+static void walks_releases_and_settings_flush_the_bins(void **state) {
+  (void)state;
+  static const char *const flushers[] = {"walk", "empty_cache", "recycle_bins:False",
+                                         "garbage_collection_threshold:0.5", "caching off"};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(flushers); k++) {
+    assert_nothing_leaked();
+    gca__allocator_reset();
+    bins_on();
+    void *keep = alloc_on(512, NULL), *p = alloc_on(3 * KiB, NULL), *q = alloc_on(8 * KiB, NULL);
+    void *edge = alloc_on(512, NULL);
+    free_ok(p);
+    free_ok(q);
+    assert_int_equal(rb_count(), 2);
+    if (strcmp(flushers[k], "walk") == 0) {
+      layout_t l = layout();
+      assert_int_equal(l.nsegs, 1);
+      assert_int_equal(l.nfree[0], 2); /* p and q merged into one, and the rest */
+    } else if (strcmp(flushers[k], "empty_cache") == 0) {
+      assert_ok(gca_empty_cache());
+    } else if (strcmp(flushers[k], "caching off") == 0) {
+      assert_ok(gca_set_caching(false));
+    } else if (strncmp(flushers[k], "garbage", 7) == 0) {
+      assert_ok(gca_set_memory_fraction(0, 0.9)); /* collection needs a fraction set */
+      assert_ok(gca_set_config(flushers[k]));
+    } else {
+      assert_ok(gca_set_config(flushers[k]));
+    }
+    if (rb_count() != 0)
+      fail_msg("%s left %zu blocks in the bins", flushers[k], rb_count());
+    check();
+    assert_int_equal(stats().inactive_split[GCA_STAT_ALL].current, 2);
+    assert_int_equal(stats().inactive_split_bytes[GCA_STAT_ALL].current,
+                     (int64_t)(2 * MiB - 1 * KiB));
+    free_ok(keep);
+    free_ok(edge);
+    assert_ok(gca_set_caching(true));
+  }
+}
+
+/* The out-of-memory remedies return every stream's bins: a request on
+ * another stream, with the device full, gets the memory a binned block held
+ * its segment on. */
+static void out_of_memory_flushes_every_streams_bins(void **state) {
+  (void)state;
+  bins_on();
+  assert_ok(gca_sim_set_capacity(0, 2 * MiB));
+  gca_stream_t s2;
+  assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+  void *p = alloc_on(32 * KiB, NULL);
+  free_ok(p);
+  assert_int_equal(rb_count(), 1);
+  void *q = alloc_on(1 * KiB, s2); /* needs a segment: the first must go */
+  assert_int_equal(rb_count(), 0);
+  gca_stats_t s = stats();
+  assert_int_equal(s.num_device_free, 1);
+  assert_int_equal(s.segment[GCA_STAT_ALL].current, 1);
+  free_ok(q);
+  assert_ok(gca_stream_destroy(s2));
+}
+
+/* Two streams whose bins share a group: the second stream's free returns
+ * the first's blocks to the tree, merged. */
+static void a_stream_taking_a_group_flushes_the_other_streams_bins(void **state) {
+  (void)state;
+  bins_on();
+  gca_stream_t first, other = NULL, made[64];
+  size_t nmade = 0;
+  assert_ok(gca_stream_create(&first, GCA_STREAM_NON_BLOCKING));
+  uint64_t g = ((uint64_t)(uintptr_t)first * 0x9e3779b97f4a7c15ull) >> 61;
+  while (other == NULL && nmade < GCA_ARRAY_SIZE(made)) {
+    assert_ok(gca_stream_create(&made[nmade], GCA_STREAM_NON_BLOCKING));
+    if ((((uint64_t)(uintptr_t)made[nmade] * 0x9e3779b97f4a7c15ull) >> 61) == g)
+      other = made[nmade];
+    nmade++;
+  }
+  assert_non_null(other);
+  void *a = alloc_on(4 * KiB, first), *a2 = alloc_on(4 * KiB, first);
+  void *b = alloc_on(4 * KiB, other), *b2 = alloc_on(4 * KiB, other);
+  free_ok(a);
+  assert_int_equal(rb_count(), 1);
+  int64_t split = stats().inactive_split[GCA_STAT_ALL].current;
+  free_ok(b);
+  /* b is binned, and a went back to first's tree: alone there, between the
+   * segment's start and a2 (live), so inactive_split is what it was plus b */
+  assert_int_equal(rb_count(), 1);
+  assert_int_equal(stats().inactive_split[GCA_STAT_ALL].current, split + 1);
+  void *a3 = alloc_on(4 * KiB, first); /* first's tree: a, by PyTorch's best fit */
+  assert_ptr_equal(a3, a);
+  for (void **p = (void *[]){a2, a3, b2, NULL}; *p != NULL; p++)
+    free_ok(*p);
+  for (size_t i = 0; i < nmade; i++)
+    assert_ok(gca_stream_destroy(made[i]));
+  assert_ok(gca_stream_destroy(first));
+}
+
+/* The bins' table cannot be had (host memory): the free takes the tree's
+ * path, the allocator stays valid, and the next free makes the table. */
+static void host_oom_for_the_bins_takes_the_plain_free(void **state) {
+  (void)state;
+  bins_on();
+  void *keep = alloc_on(512, NULL), *p = alloc_on(1 * KiB, NULL), *q = alloc_on(1 * KiB, NULL);
+  void *edge = alloc_on(512, NULL);
+  assert_ok(gca__failpoint_arm("recycle_bins", 1));
+  free_ok(p);
+  assert_int_equal(rb_count(), 0);
+  assert_null(gca__devalloc_peek(0)->rb);
+  free_ok(q); /* the table is made now: q is binned, p stays alone in the tree */
+  gca__failpoint_clear();
+  assert_int_equal(rb_count(), 1);
+  assert_int_equal(stats().inactive_split[GCA_STAT_ALL].current, 3);
+  void *again = alloc_on(1 * KiB, NULL);
+  assert_ptr_equal(again, q);
+  free_ok(again);
+  free_ok(keep);
+  free_ok(edge);
+}
+
+/* Blocks the bins do not take: larger than GCA__RB_MAX_SIZE, with recorded
+ * streams, or on an expandable segment; and nothing is binned with the key
+ * off (the default). */
+static void what_the_bins_do_not_take(void **state) {
+  (void)state;
+  gca_stream_t s2;
+  assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_set_config("free_cache:False"));
+  void *keep = alloc_on(512, NULL);
+  void *p = alloc_on(1 * KiB, NULL), *edge = alloc_on(512, NULL);
+  free_ok(p); /* the key is off */
+  assert_int_equal(rb_count(), 0);
+  bins_on();
+  void *big = alloc_on(GCA__RB_MAX_SIZE + 512, NULL), *edge2 = alloc_on(512, NULL);
+  free_ok(big);
+  assert_int_equal(rb_count(), 0);
+  void *used = alloc_on(2 * KiB, NULL), *edge3 = alloc_on(512, NULL);
+  assert_ok(gca_record_stream(used, s2));
+  free_ok(used);
+  assert_int_equal(rb_count(), 0);
+  assert_ok(gca_stream_synchronize(s2));
+  void *plain = alloc_on(2 * KiB, NULL); /* a plain one is binned */
+  free_ok(plain);
+  assert_int_equal(rb_count(), 1);
+  assert_ok(gca_empty_cache());
+  for (void **q = (void *[]){keep, edge, edge2, edge3, NULL}; *q != NULL; q++)
+    free_ok(*q);
+  assert_nothing_leaked();
+  assert_ok(gca_set_config("expandable_segments:True"));
+  void *e = alloc_on(2 * KiB, NULL), *e2 = alloc_on(2 * KiB, NULL);
+  free_ok(e);
+  assert_int_equal(rb_count(), 0);
+  free_ok(e2);
+  assert_nothing_leaked();
+  assert_ok(gca_set_config("expandable_segments:False"));
+  assert_ok(gca_stream_destroy(s2));
+}
+
+/* Seeded churn over two streams with the bins on, every statistic that the
+ * layout does not decide checked after each step against an eager model of
+ * PyTorch's counting (allocation, allocated_bytes, requested_bytes, active:
+ * current, peak, allocated and freed), and the walker after each step,
+ * which recounts inactive_split from the blocks. GCA_TEST_SEED repeats a
+ * run. */
+typedef struct model {
+  int64_t cur[4], peak[4], in[4], out[4];
+} model_t;
+
+static void model_add(model_t *m, int k, int64_t n) {
+  m->cur[k] += n;
+  if (n > 0)
+    m->in[k] += n;
+  else
+    m->out[k] -= n;
+  if (m->cur[k] > m->peak[k])
+    m->peak[k] = m->cur[k];
+}
+
+static void model_check(const model_t *m, long step) {
+  gca_stats_t s = stats();
+  const gca_stat_t *x[4] = {&s.allocation[GCA_STAT_ALL], &s.allocated_bytes[GCA_STAT_ALL],
+                            &s.requested_bytes[GCA_STAT_ALL], &s.active[GCA_STAT_ALL]};
+  for (int k = 0; k < 4; k++)
+    if (x[k]->current != m->cur[k] || x[k]->peak != m->peak[k] || x[k]->allocated != m->in[k] ||
+        x[k]->freed != m->out[k])
+      fail_msg("step %ld, statistic %d: %lld/%lld/%lld/%lld, model %lld/%lld/%lld/%lld", step, k,
+               (long long)x[k]->current, (long long)x[k]->peak, (long long)x[k]->allocated,
+               (long long)x[k]->freed, (long long)m->cur[k], (long long)m->peak[k],
+               (long long)m->in[k], (long long)m->out[k]);
+}
+
+static uint64_t rb_hits(void) {
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  return d != NULL && d->rb != NULL ? d->rb->hits : 0;
+}
+
+static void churn_keeps_statistics_exact_against_a_model(void **state) {
+  (void)state;
+  const char *env = getenv("GCA_TEST_SEED");
+  uint64_t seed = env != NULL ? strtoull(env, NULL, 0) : 20261126;
+  printf("churn seed %llu (GCA_TEST_SEED)\n", (unsigned long long)seed);
+  srand((unsigned)seed);
+  enum { LIVE = 300, STEPS = 6000 };
+  static void *v[LIVE];
+  static size_t req[LIVE], rounded[LIVE];
+  /* the bins alone, then beside the free cache's slot */
+  for (int pass = 0; pass < 2; pass++) {
+    assert_nothing_leaked();
+    gca__allocator_reset();
+    assert_ok(gca_set_config(pass == 0 ? "free_cache:False,recycle_bins:True"
+                                       : "free_cache:True,recycle_bins:True"));
+    gca_stream_t s2;
+    assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+    model_t m = {0};
+    for (long step = 0; step < STEPS; step++) {
+      size_t i = (size_t)rand() % LIVE;
+      if (v[i] != NULL) {
+        free_ok(v[i]);
+        v[i] = NULL;
+        model_add(&m, 0, -1);
+        model_add(&m, 1, -(int64_t)rounded[i]);
+        model_add(&m, 2, -(int64_t)req[i]);
+        model_add(&m, 3, -1);
+      } else {
+        /* mostly sizes the bins take, some they do not; two streams */
+        size_t size =
+            (size_t)(rand() % 8 == 0 ? 40 * KiB + rand() % (200 * KiB) : 1 + rand() % (12 * KiB));
+        v[i] = alloc_on(size, i % 3 == 0 ? s2 : NULL);
+        req[i] = size;
+        rounded[i] = block_size_of(v[i]);
+        model_add(&m, 0, 1);
+        model_add(&m, 1, (int64_t)rounded[i]);
+        model_add(&m, 2, (int64_t)size);
+        model_add(&m, 3, 1);
+      }
+      model_check(&m, step);
+      if (step % 1500 == 1499) { /* a release path now and then */
+        assert_ok(gca_empty_cache());
+        assert_int_equal(rb_count(), 0);
+        model_check(&m, step);
+      }
+    }
+    uint64_t hits = rb_hits();
+    printf("churn pass %d: %llu allocations served from the bins\n", pass,
+           (unsigned long long)hits);
+    assert_true(hits > STEPS / 8);
+    for (size_t i = 0; i < LIVE; i++)
+      if (v[i] != NULL) {
+        free_ok(v[i]);
+        v[i] = NULL;
+      }
+    assert_ok(gca_stream_destroy(s2));
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(a_binned_block_is_reused_with_the_statistics_of_the_layout,
+                                      alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(bins_never_cost_a_segment, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(a_binned_pointer_is_not_live, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(walks_releases_and_settings_flush_the_bins, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(out_of_memory_flushes_every_streams_bins, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(a_stream_taking_a_group_flushes_the_other_streams_bins,
+                                      alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(host_oom_for_the_bins_takes_the_plain_free, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(what_the_bins_do_not_take, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(churn_keeps_statistics_exact_against_a_model, alloc_setup,
+                                      alloc_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
