@@ -315,6 +315,8 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
       goto fail;
     }
   }
+  if (GCA_UNLIKELY(d->rb_count != 0 && d->tc_on))
+    gca__rb_flush(d); /* the thread caches take over (Note [Recycle bins]) */
   if (d->tc_on && pool->owner == NULL && gca__tc_mine(d->device) != NULL &&
       (b = gca__tc_take_locked(d, pool, stream, rounded, size)) != NULL)
     goto out;
@@ -360,6 +362,8 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   if (GCA_UNLIKELY(pool->owner != NULL))
     pool->owner->nactive++;
 out:
+  if (d->rb != NULL)
+    d->rb->last = b; /* Note [Recycle bins] */
   gca__history_event(GCA_HA_ALLOC, d->device, b->addr, size, stream);
   DEBUG_CHECK(d);
   gca__dev_unlock(d);
@@ -716,7 +720,8 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
       return st;
     }
   }
-  if ((cache && (gca__tc_try_enter(d, b) || gca__fcache_try_put(d, b))) || gca__rb_try_put(d, b)) {
+  if ((d->rb != NULL && (b != d->rb->last || gca__fc_wasteful(d)) && gca__rb_try_put(d, b)) ||
+      (cache && (gca__tc_try_enter(d, b) || gca__fcache_try_put(d, b))) || gca__rb_try_put(d, b)) {
     DEBUG_CHECK(d);
     gca__dev_unlock(d);
     return GCA_OK;
@@ -839,6 +844,15 @@ static __attribute__((noinline)) gca_status_t free_fc_try(gca__devalloc_t *d, vo
     /* a thread cache may take it, or the statistics count their headroom */
     if (GCA_UNLIKELY(d->tc_on))           /* then also tc_count, when caches exist */
       return free_fc_counted(d, b, addr); /* a tail call */
+    /* a recycle bin first when they are on, but for the block the last
+     * request got, which the free cache's pair path serves (Note [Recycle
+     * bins]) */
+    if (d->rb != NULL && (b != d->rb->last || gca__fc_wasteful(d)) && gca__fc_quiet(d) &&
+        gca__rb_try_put(d, b)) {
+      DEBUG_CHECK(d);
+      gca__dev_unlock(d);
+      return GCA_OK;
+    }
     /* the free cache's put: a plain free into its slot (Note [Free cache]) */
     bool plain = !d->fc_on;
     if (GCA_LIKELY(d->fc_on)) {
@@ -852,13 +866,6 @@ static __attribute__((noinline)) gca_status_t free_fc_try(gca__devalloc_t *d, vo
         gca__dev_unlock(d);
         return GCA_OK;
       }
-    }
-    /* else a recycle bin (Note [Recycle bins]), as the locked path would; the
-     * locked path makes the bins' table */
-    if (d->rb != NULL && gca__fc_quiet(d) && gca__rb_try_put(d, b)) {
-      DEBUG_CHECK(d);
-      gca__dev_unlock(d);
-      return GCA_OK;
     }
     return plain ? free_plain(d, b, addr) : free_locked(d, b, addr, -1);
   }

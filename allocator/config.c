@@ -48,7 +48,7 @@ void gca__config_defaults(gca_alloc_config_t *cfg) {
   cfg->free_cache = true;
   cfg->expandable_moves = false;
   cfg->thread_cache = true;
-  cfg->recycle_bins = false;
+  cfg->recycle_bins = true;
   snprintf(cfg->backend, sizeof(cfg->backend), "native");
 }
 
@@ -517,8 +517,8 @@ gca_status_t gca__config_format(const gca_alloc_config_t *cfg, char *buf, size_t
   emit(&o, "free_cache:%s,", cfg->free_cache ? "True" : "False");
   emit(&o, "expandable_moves:%s,", cfg->expandable_moves ? "True" : "False");
   emit(&o, "thread_cache:%s,", cfg->thread_cache ? "True" : "False");
-  if (cfg->recycle_bins) /* off by default: formatted only when on */
-    emit(&o, "recycle_bins:True,");
+  if (!cfg->recycle_bins) /* on by default: formatted only when off */
+    emit(&o, "recycle_bins:False,");
   emit(&o, "backend:%s", cfg->backend[0] ? cfg->backend : "native");
   if (o.overflow)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,

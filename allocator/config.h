@@ -21,10 +21,12 @@
  * formatted, so that a formatted string restores them when parsed on top of
  * other settings. thread_cache (default True) lets each thread, once a
  * second one uses a device, cache its frees without the device lock (Note
- * [Thread caches], tcache.c). recycle_bins (default False) keeps plain frees
- * of small blocks, by stream and size, for the next requests of their size,
- * leaving PyTorch's placement for those blocks (Note [Recycle bins],
- * recycle.c); it is formatted only when True.
+ * [Thread caches], tcache.c). recycle_bins (default True) lets the free
+ * cache keep plain frees of small blocks by stream and size for the next
+ * requests of their size, leaving PyTorch's placement for those blocks (Note
+ * [Recycle bins], recycle.c); free_cache:False turns them off with the rest
+ * of the free cache, so that placement is PyTorch's. It is formatted only
+ * when False.
  */
 #ifndef GCA_ALLOC_CONFIG_H
 #define GCA_ALLOC_CONFIG_H
@@ -58,7 +60,7 @@ typedef struct gca_alloc_config {
   bool expandable_moves;
   /* gca's own key: Note [Thread caches] (default true) */
   bool thread_cache;
-  /* gca's own key: Note [Recycle bins] (default false) */
+  /* gca's own key: Note [Recycle bins] (default true) */
   bool recycle_bins;
   char backend[16]; /* "native" (default) or "cudaMallocAsync" (rejected
                        with a message: gca is the allocator) */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* recycle.c - the recycle bins: with recycle_bins:True a plain free of a
- * small block (up to GCA__RB_MAX_SIZE) waits, uncoalesced and out of the
- * free tree, in a bin of its (stream, size), and a later request of exactly
- * that rounded size on that stream takes it back.
+/* recycle.c - the recycle bins: a plain free of a small block (up to
+ * GCA__RB_MAX_SIZE) waits, uncoalesced and out of the free tree, in a bin of
+ * its (stream, size), and a later request of exactly that rounded size on
+ * that stream takes it back. On by default; recycle_bins:False turns them
+ * off, and free_cache:False turns them off with the rest of the free cache.
  *
  * Note [Recycle bins]. With many live blocks and random frees, PyTorch's
  * rules cost a free its neighbours' records, the merge, two removals from
@@ -24,13 +25,15 @@
  * nothing that fits returns that stream's bins to the tree and searches
  * again before it asks for memory (dev_malloc_locked), and every path that
  * releases memory (empty_cache, the out-of-memory remedies, garbage
- * collection, turning caching or the key off) and every walk (snapshots)
+ * collection, turning caching, the free cache or the key off) and every
+ * walk (snapshots)
  * returns all of them first (gca__flush_caches). A bin holds at most
  * GCA__RB_BIN_MAX blocks; a free that finds it full takes the tree's path.
  * The layout differs from PyTorch's (the bins choose which block of a size a
- * request gets, and leave free neighbours unmerged until they go back), so
- * the key is off by default; gca-replay reports what it does to peak
- * reserved memory on a trace.
+ * request gets, and leave free neighbours unmerged until they go back);
+ * free_cache:False keeps PyTorch's placement exactly. On every trace
+ * measured (README) peak reserved memory is the same with the bins as
+ * without; gca-replay reports it for any trace.
  *
  * Statistics follow the layout as it is. A binned block counts as freed when
  * it enters the bin (allocation, allocated_bytes, requested_bytes, active),
@@ -41,6 +44,14 @@
  * completing then would, which can only lower inactive_split, so no peak
  * moves. Its way out of a bin is an allocation counted as any other. The
  * walker counts a binned block as a free run of its own.
+ *
+ * Order. The free of the block the last request got tries the free cache's
+ * slot first (rb->last): that is a same-size pair, whose leaf path (Note
+ * [Leaf hits]) costs a fraction of a bin's put and take; any other free, and
+ * that one once the free cache wastes its puts, tries the bins first. Thread
+ * caches serve several threads without the device lock, which the bins
+ * need: once they are engaged (tc_on) the bins take nothing, and the next
+ * locked request returns what they hold.
  *
  * The free cache and the thread caches count their blocks as merged with
  * their free neighbours (Note [Free cache]); for them a binned block is an
@@ -120,11 +131,8 @@ bool gca__rb_put(gca__devalloc_t *d, gca__block_t *b) {
       b->tc != NULL || !b->allocated)
     return false;
   gca__rbins_t *rb = d->rb;
-  if (GCA_UNLIKELY(rb == NULL)) {
-    rb = d->rb = GCA_FAILPOINT("recycle_bins") ? NULL : calloc(1, sizeof(*rb));
-    if (rb == NULL)
-      return false; /* host memory: the plain free */
-  }
+  if (GCA_UNLIKELY(rb == NULL))
+    return false; /* no table (host memory): the plain free */
   unsigned g = rb_group(b->stream), c = rb_class(b->size);
   if (rb->stream[g] != b->stream) {
     if (rb->count[g] != 0)
@@ -139,9 +147,18 @@ bool gca__rb_put(gca__devalloc_t *d, gca__block_t *b) {
   gca_devptr_t addr = b->addr;
   size_t requested = b->requested;
   b->allocated = false;
-  gca__stat_block_free(d, b, t);
-  gca__stat_dec_t(d, d->stats.requested_bytes, t, (int64_t)requested);
-  rb_split_stat(d, b, 1);
+  if (GCA_LIKELY(!d->tc_count && !b->oversize && !gca__block_whole(b))) {
+    /* no headroom to count: the plain updates (gca__fc_stat_plain) */
+    gca__fc_stat_plain(d->stats.allocation, t, -1);
+    gca__fc_stat_plain(d->stats.allocated_bytes, t, -(int64_t)b->size);
+    gca__fc_stat_plain(d->stats.requested_bytes, t, -(int64_t)requested);
+    gca__fc_stat_rise(d->stats.inactive_split, t, 1);
+    gca__fc_stat_rise(d->stats.inactive_split_bytes, t, (int64_t)b->size);
+  } else {
+    gca__stat_block_free(d, b, t);
+    gca__stat_dec_t(d, d->stats.requested_bytes, t, (int64_t)requested);
+    rb_split_stat(d, b, 1);
+  }
   b->requested = 0;
   b->binned = true;
   b->left = rb->head[g][c];
@@ -174,13 +191,27 @@ gca__block_t *gca__rb_take(gca__devalloc_t *d, gca_stream_t stream, size_t round
   rb->count[g]--;
   rb->bytes -= b->size;
   rb->hits++;
+  rb->last = b;
   d->rb_count--;
   b->left = NULL;
   b->binned = false;
-  rb_split_stat(d, b, -1);
   b->allocated = true;
   b->requested = requested;
-  gca__stat_block_alloc(d, b, gca__stat_type(b->pool), false);
+  int t = gca__stat_type(b->pool);
+  if (GCA_LIKELY(!d->tc_count && d->pend[GCA_STAT_ALL].current == 0 &&
+                 b->size < d->cfg.max_split_size && !gca__block_whole(b))) {
+    /* no headroom to count, nothing pending (active's peak is allocation's,
+     * Note [Active statistics]), not oversize: the plain updates */
+    gca__fc_stat_plain(d->stats.inactive_split, t, -1);
+    gca__fc_stat_plain(d->stats.inactive_split_bytes, t, -(int64_t)b->size);
+    gca__fc_stat_rise(d->stats.allocation, t, 1);
+    gca__fc_stat_rise(d->stats.allocated_bytes, t, (int64_t)b->size);
+    gca__fc_stat_rise(d->stats.requested_bytes, t, (int64_t)requested);
+    b->oversize = false;
+  } else {
+    rb_split_stat(d, b, -1);
+    gca__stat_block_alloc(d, b, t, false);
+  }
   return b;
 }
 
@@ -206,6 +237,15 @@ void gca__caches_update(gca__devalloc_t *d) {
   gca__fcache_update(d);
   if (!gca__rb_allowed(d) && d->rb_count != 0)
     gca__rb_flush(d);
+  if (gca__rb_allowed(d) && d->rb == NULL) {
+    /* the table, once: without it (host memory) frees take the tree's path
+     * until the next change of setting tries again */
+    d->rb = GCA_FAILPOINT("recycle_bins") ? NULL : calloc(1, sizeof(*d->rb));
+    if (d->rb == NULL)
+      GCA_LOG_WARN("device %d: host out of memory for the recycle bins; frees take the tree's "
+                   "path",
+                   d->device);
+  }
 }
 
 #define BROKEN(...) gca__error(GCA_ERR_INTERNAL, "allocator_check: " __VA_ARGS__)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* recycle.h - the recycle bins (Note [Recycle bins], recycle.c): plain frees
  * of small blocks kept by (stream, size), uncoalesced, for the next requests
- * of their size; on with the recycle_bins key.
+ * of their size; on by default (recycle_bins and free_cache).
  */
 #ifndef GCA_RECYCLE_H
 #define GCA_RECYCLE_H
@@ -24,15 +24,19 @@ typedef struct gca__rbins {
   uint16_t n[GCA__RB_GROUPS][GCA__RB_CLASSES];
   gca__block_t *head[GCA__RB_GROUPS][GCA__RB_CLASSES];
   size_t bytes; /* of the blocks in them */
+  /* the block the last request got (from a bin or the locked path): its free
+   * tries the free cache's slot before the bins, as a same-size pair's does */
+  const gca__block_t *last;
   /* counters only: puts, hits, and blocks flushed back to the free tree */
   uint64_t puts, hits, flushed;
 } gca__rbins_t;
 
-/* Whether the bins may hold blocks: the key, caching on, no garbage
- * collection (which needs block ages). Else they are flushed
- * (gca__fcache_update). */
+/* Whether the bins may hold blocks: the key and the free cache on (fc_on:
+ * its key, caching on, no garbage collection, which needs block ages), so
+ * that free_cache:False is PyTorch's placement. Else they are flushed
+ * (gca__caches_update). */
 static inline bool gca__rb_allowed(const gca__devalloc_t *d) {
-  return d->cfg.recycle_bins && d->caching && !gca__gc_enabled(d);
+  return d->cfg.recycle_bins && d->fc_on;
 }
 /* Whether frees of small plain blocks may enter the bins now: allowed, no
  * thread cache, and nothing pending, deferred or capturing on the device. */

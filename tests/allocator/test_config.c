@@ -32,6 +32,12 @@ static void defaults_are_pytorchs(void **state) {
   assert_true(c.per_process_memory_fraction == 0.0);
   assert_false(c.graph_capture_record_stream_reuse);
   assert_string_equal(c.backend, "native");
+  /* gca's own keys */
+  assert_false(c.ipc_handles);
+  assert_true(c.free_cache);
+  assert_false(c.expandable_moves);
+  assert_true(c.thread_cache);
+  assert_true(c.recycle_bins);
 }
 
 static void every_key_is_read(void **state) {
@@ -165,6 +171,7 @@ static void bad_strings_are_quoted_and_change_nothing(void **state) {
       {"pinned_use_cuda_host_register:on", "'on'"},
       {"pinned_use_background_threads:T", "'T'"},
       {"graph_capture_record_stream_reuse:maybe", "'maybe'"},
+      {"recycle_bins:on", "recycle_bins:on: 'on' is not True or False"},
       {"pinned_num_register_threads:3", "'3' is not a power of two"},
       {"pinned_num_register_threads:256", "'256' is out of range, must be <= 128"},
       {"pinned_num_register_threads:0", "'0' is not a power of two"},
@@ -405,6 +412,17 @@ static void format_round_trips(void **state) {
   assert_ok(gca__config_format(&c, buf, sizeof(buf)));
   assert_non_null(strstr(buf, "garbage_collection_threshold:0.8,"));
   assert_non_null(strstr(buf, "roundup_power2_divisions:4,"));
+
+  /* recycle_bins is on by default and formatted only when off */
+  c = parsed("recycle_bins:False");
+  assert_false(c.recycle_bins);
+  round_trip(&c);
+  assert_ok(gca__config_format(&c, buf, sizeof(buf)));
+  assert_non_null(strstr(buf, ",recycle_bins:False,backend:native"));
+  c = parsed("recycle_bins:False,recycle_bins:True");
+  assert_true(c.recycle_bins);
+  assert_ok(gca__config_format(&c, buf, sizeof(buf)));
+  assert_null(strstr(buf, "recycle_bins"));
 
   c = parsed("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");
   round_trip(&c);

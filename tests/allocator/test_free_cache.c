@@ -4,11 +4,20 @@
  * its size, which takes it only where PyTorch's best fit would (Note [Exact
  * hits]); placement and statistics stay exactly those of PyTorch's rules at
  * every step, misses and release paths see every free merged, and a slot
- * whose puts go unused stops caching (Note [Free cache waste]). */
+ * whose puts go unused stops caching (Note [Free cache waste]). The slot is
+ * tested alone here (recycle_bins:False): the recycle bins, on by default,
+ * leave PyTorch's placement for small blocks (test_recycle_bins.c). */
 #include <stdlib.h>
 
 #include "alloc_fixture.h"
 #include "fcache.h"
+
+/* The fixture's, with the slot alone (recycle_bins:False). */
+static int fc_setup(void **state) {
+  alloc_setup(state);
+  assert_ok(gca_set_config("recycle_bins:False"));
+  return 0;
+}
 
 static size_t fc_count(void) {
   gca__devalloc_t *d = gca__devalloc_peek(0);
@@ -68,7 +77,8 @@ static void pair_reuses_block_with_exact_statistics(void **state) {
   for (int pass = 0; pass < 2; pass++) {
     assert_nothing_leaked();
     gca__allocator_reset();
-    assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
+    assert_ok(
+        gca_set_config(pass == 0 ? "free_cache:True,recycle_bins:False" : "free_cache:False"));
     gca_stats_t *out = pass == 0 ? with : without;
     void *p = alloc_on(600, NULL);
     free_ok(p);
@@ -85,7 +95,7 @@ static void pair_reuses_block_with_exact_statistics(void **state) {
     assert_int_equal(total_device_calls(), 0);
     out[2] = stats();
   }
-  assert_ok(gca_set_config("free_cache:True"));
+  assert_ok(gca_set_config("free_cache:True,recycle_bins:False"));
   for (int i = 0; i < 3; i++)
     assert_all_stats_equal(&with[i], &without[i]);
   /* a freed block merged back into its 2 MiB segment: nothing inactive split */
@@ -108,7 +118,7 @@ static void lazy_puts_keep_every_statistic_exact(void **state) {
   for (int pass = 0; pass < 2; pass++) {
     assert_nothing_leaked();
     gca__allocator_reset();
-    assert_ok(gca_set_config(pass == 0 ? "free_cache:True,max_split_size_mb:21"
+    assert_ok(gca_set_config(pass == 0 ? "free_cache:True,recycle_bins:False,max_split_size_mb:21"
                                        : "free_cache:False,max_split_size_mb:21"));
     void *a, *b, *c, *big;
     assert_ok(gca_malloc(&a, 4096, NULL));
@@ -148,7 +158,7 @@ static void lazy_puts_keep_every_statistic_exact(void **state) {
     out[pass][3] = stats();
     check();
   }
-  assert_ok(gca_set_config("free_cache:True"));
+  assert_ok(gca_set_config("free_cache:True,recycle_bins:False"));
   for (int i = 0; i < 4; i++)
     assert_all_stats_equal(&out[0][i], &out[1][i]);
   assert_int_equal(out[0][0].inactive_split[GCA_STAT_SMALL].peak, 2); /* b's hole, the tail */
@@ -170,7 +180,8 @@ static void a_streak_of_pairs_is_counted_at_the_next_read(void **state) {
   for (int pass = 0; pass < 2; pass++) {
     assert_nothing_leaked();
     gca__allocator_reset();
-    assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
+    assert_ok(
+        gca_set_config(pass == 0 ? "free_cache:True,recycle_bins:False" : "free_cache:False"));
     void *a, *b, *c;
     assert_ok(gca_malloc(&a, 4096, NULL));
     assert_ok(gca_malloc(&b, 4096, NULL));
@@ -210,7 +221,7 @@ static void a_streak_of_pairs_is_counted_at_the_next_read(void **state) {
     assert_int_equal(k, PAIRS / BREAK + 1);
     check();
   }
-  assert_ok(gca_set_config("free_cache:True"));
+  assert_ok(gca_set_config("free_cache:True,recycle_bins:False"));
   for (int i = 0; i < PAIRS / BREAK + 1; i++)
     assert_all_stats_equal(&out[0][i], &out[1][i]);
   assert_int_equal(out[0][0].allocation[GCA_STAT_SMALL].allocated, 3 + BREAK);
@@ -232,7 +243,8 @@ static void pairs_held_by_the_bias_take_the_leaf_hits(void **state) {
   for (int pass = 0; pass < 2; pass++) {
     assert_nothing_leaked();
     gca__allocator_reset();
-    assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
+    assert_ok(
+        gca_set_config(pass == 0 ? "free_cache:True,recycle_bins:False" : "free_cache:False"));
     void *a, *b;
     assert_ok(gca_malloc(&a, 4096, NULL));
     assert_ok(gca_malloc(&b, 4096, NULL));
@@ -256,7 +268,7 @@ static void pairs_held_by_the_bias_take_the_leaf_hits(void **state) {
     assert_ok(gca_free(a));
     check();
   }
-  assert_ok(gca_set_config("free_cache:True"));
+  assert_ok(gca_set_config("free_cache:True,recycle_bins:False"));
   assert_all_stats_equal(&out[0], &out[1]);
   assert_int_equal(out[0].allocation[GCA_STAT_SMALL].allocated, 2 + PAIRS);
   assert_int_equal(out[0].requested_bytes[GCA_STAT_SMALL].allocated,
@@ -347,7 +359,8 @@ static void random_scripts_keep_statistics_exact(void **state) {
     for (int pass = 0; pass < 2; pass++) {
       assert_nothing_leaked();
       gca__allocator_reset();
-      assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
+      assert_ok(
+          gca_set_config(pass == 0 ? "free_cache:True,recycle_bins:False" : "free_cache:False"));
       trace[pass] = calloc(STEPS, sizeof(gca_stats_t));
       assert_non_null(trace[pass]);
       void *live[LIVE] = {0};
@@ -397,7 +410,7 @@ static void random_scripts_keep_statistics_exact(void **state) {
     free(trace[0]);
     free(trace[1]);
   }
-  assert_ok(gca_set_config("free_cache:True"));
+  assert_ok(gca_set_config("free_cache:True,recycle_bins:False"));
   assert_ok(gca_stream_destroy(streams[1]));
 }
 
@@ -466,7 +479,8 @@ static void the_cache_keeps_pytorch_placement(void **state) {
   for (int pass = 0; pass < 2; pass++) {
     assert_nothing_leaked();
     gca__allocator_reset();
-    assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
+    assert_ok(
+        gca_set_config(pass == 0 ? "free_cache:True,recycle_bins:False" : "free_cache:False"));
     char *y = alloc_on(512 * KiB, NULL);
     char *g1 = alloc_on(512 * KiB, NULL);
     char *x = alloc_on(512 * KiB, NULL);
@@ -486,7 +500,7 @@ static void the_cache_keeps_pytorch_placement(void **state) {
     free_ok(g2);
   }
   assert_all_stats_equal(&st[0], &st[1]);
-  assert_ok(gca_set_config("free_cache:True"));
+  assert_ok(gca_set_config("free_cache:True,recycle_bins:False"));
   assert_ok(gca_stream_destroy(s2));
 }
 
@@ -499,7 +513,8 @@ static void a_hit_needs_the_cached_run_to_be_the_best_fit(void **state) {
   for (int pass = 0; pass < 2; pass++) {
     assert_nothing_leaked();
     gca__allocator_reset();
-    assert_ok(gca_set_config(pass == 0 ? "free_cache:True" : "free_cache:False"));
+    assert_ok(
+        gca_set_config(pass == 0 ? "free_cache:True,recycle_bins:False" : "free_cache:False"));
     /* [a 8K][g 4K][x 4K][rest free]: free a (8K, fits a 4K request), then x */
     char *a = alloc_on(8 * KiB, NULL);
     char *g = alloc_on(4 * KiB, NULL);
@@ -517,7 +532,7 @@ static void a_hit_needs_the_cached_run_to_be_the_best_fit(void **state) {
     free_ok(r);
     free_ok(g);
   }
-  assert_ok(gca_set_config("free_cache:True"));
+  assert_ok(gca_set_config("free_cache:True,recycle_bins:False"));
 }
 
 typedef struct script_step {
@@ -595,7 +610,8 @@ static void random_scripts_place_every_block_as_pytorch(void **state) {
   for (size_t c = 0; c < GCA_ARRAY_SIZE(confs); c++) {
     for (unsigned seed = 1; seed <= 4; seed++) {
       char on[128], off[128];
-      snprintf(on, sizeof(on), "%s%sfree_cache:True", confs[c], *confs[c] ? "," : "");
+      snprintf(on, sizeof(on), "%s%sfree_cache:True,recycle_bins:False", confs[c],
+               *confs[c] ? "," : "");
       snprintf(off, sizeof(off), "%s%sfree_cache:False", confs[c], *confs[c] ? "," : "");
       size_t hits = run_script(seed, on, s2, with, STEPS);
       run_script(seed, off, s2, without, STEPS);
@@ -761,9 +777,9 @@ static void free_cache_key_parses(void **state) {
   assert_non_null(strstr(buf, "free_cache:False"));
   char off[1024];
   memcpy(off, buf, sizeof(off));
-  assert_ok(gca_set_config("free_cache:True"));
+  assert_ok(gca_set_config("free_cache:True,recycle_bins:False"));
   assert_ok(gca_get_config(buf, sizeof(buf)));
-  assert_non_null(strstr(buf, "free_cache:True"));
+  assert_non_null(strstr(buf, "free_cache:True,"));
   assert_ok(gca_set_config(off)); /* a formatted string restores the key */
   assert_ok(gca_get_config(buf, sizeof(buf)));
   assert_string_equal(buf, off);
@@ -772,35 +788,32 @@ static void free_cache_key_parses(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(pair_reuses_block_with_exact_statistics, alloc_setup,
+      cmocka_unit_test_setup_teardown(pair_reuses_block_with_exact_statistics, fc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(a_streak_of_pairs_is_counted_at_the_next_read, alloc_setup,
+      cmocka_unit_test_setup_teardown(a_streak_of_pairs_is_counted_at_the_next_read, fc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(pairs_held_by_the_bias_take_the_leaf_hits, alloc_setup,
+      cmocka_unit_test_setup_teardown(pairs_held_by_the_bias_take_the_leaf_hits, fc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(a_recorder_turned_on_stops_the_leaf_hits, alloc_setup,
+      cmocka_unit_test_setup_teardown(a_recorder_turned_on_stops_the_leaf_hits, fc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(lazy_puts_keep_every_statistic_exact, alloc_setup,
+      cmocka_unit_test_setup_teardown(lazy_puts_keep_every_statistic_exact, fc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(random_scripts_keep_statistics_exact, alloc_setup,
+      cmocka_unit_test_setup_teardown(random_scripts_keep_statistics_exact, fc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(freeing_a_neighbour_merges_the_cached_block, alloc_setup,
+      cmocka_unit_test_setup_teardown(freeing_a_neighbour_merges_the_cached_block, fc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(a_miss_sees_cached_blocks_merged, alloc_setup,
+      cmocka_unit_test_setup_teardown(a_miss_sees_cached_blocks_merged, fc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(the_cache_keeps_pytorch_placement, fc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(a_hit_needs_the_cached_run_to_be_the_best_fit, fc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(the_cache_keeps_pytorch_placement, alloc_setup,
+      cmocka_unit_test_setup_teardown(random_scripts_place_every_block_as_pytorch, fc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(a_hit_needs_the_cached_run_to_be_the_best_fit, alloc_setup,
+      cmocka_unit_test_setup_teardown(a_device_whose_puts_go_unused_stops_caching, fc_setup,
                                       alloc_teardown),
-      cmocka_unit_test_setup_teardown(random_scripts_place_every_block_as_pytorch, alloc_setup,
-                                      alloc_teardown),
-      cmocka_unit_test_setup_teardown(a_device_whose_puts_go_unused_stops_caching, alloc_setup,
-                                      alloc_teardown),
-      cmocka_unit_test_setup_teardown(cached_pointer_is_not_live, alloc_setup, alloc_teardown),
-      cmocka_unit_test_setup_teardown(only_plain_frees_are_cached, alloc_setup, alloc_teardown),
-      cmocka_unit_test_setup_teardown(snapshot_walk_shows_merged_layout, alloc_setup,
-                                      alloc_teardown),
-      cmocka_unit_test_setup_teardown(free_cache_key_parses, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(cached_pointer_is_not_live, fc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(only_plain_frees_are_cached, fc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(snapshot_walk_shows_merged_layout, fc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(free_cache_key_parses, fc_setup, alloc_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,8 +6,10 @@
  * model and by the walker), bins never cost a segment, a binned pointer is
  * not live, and every release path, walk and change of setting returns them
  * to the free tree. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "alloc_fixture.h"
 #include "recycle.h"
@@ -17,10 +19,11 @@ static size_t rb_count(void) {
   return d != NULL ? d->rb_count : 0;
 }
 
-/* The bins alone: the free cache's slot off, so that every plain free of a
- * small block meets the bins (the churn test runs with both). */
+/* The default settings, spelt out: the free cache with its bins. A free of
+ * the block the last request got tries the free cache's slot first, so the
+ * tests below allocate one more block after those they free. */
 static void bins_on(void) {
-  assert_ok(gca_set_config("free_cache:False,recycle_bins:True"));
+  assert_ok(gca_set_config("free_cache:True,recycle_bins:True"));
 }
 
 /* A segment's worth of 1 KiB blocks on stream s: n of them, addresses in
@@ -42,6 +45,7 @@ static void a_binned_block_is_reused_with_the_statistics_of_the_layout(void **st
   (void)state;
   bins_on();
   void *a = alloc_on(1 * KiB, NULL), *b = alloc_on(1000, NULL), *c = alloc_on(1 * KiB, NULL);
+  void *edge = alloc_on(512, NULL);
   gca_stats_t s0 = stats();
   free_ok(b);
   assert_int_equal(rb_count(), 1);
@@ -80,6 +84,7 @@ static void a_binned_block_is_reused_with_the_statistics_of_the_layout(void **st
   free_ok(a);
   free_ok(b2);
   free_ok(c2);
+  free_ok(edge);
 }
 
 /* A bin holds GCA__RB_BIN_MAX blocks; the next free of its size merges into
@@ -122,7 +127,7 @@ static void a_binned_pointer_is_not_live(void **state) {
   bins_on();
   gca_stream_t s2;
   assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
-  void *keep = alloc_on(2 * KiB, NULL), *p = alloc_on(2 * KiB, NULL);
+  void *keep = alloc_on(2 * KiB, NULL), *p = alloc_on(2 * KiB, NULL), *edge = alloc_on(512, NULL);
   free_ok(p);
   assert_int_equal(rb_count(), 1);
   gca_stats_t s0 = stats();
@@ -136,6 +141,7 @@ static void a_binned_pointer_is_not_live(void **state) {
   assert_memory_equal(&s0, &s1, sizeof(s0));
   assert_int_equal(rb_count(), 1);
   free_ok(keep);
+  free_ok(edge);
   assert_ok(gca_stream_destroy(s2));
 }
 
@@ -143,8 +149,12 @@ static void a_binned_pointer_is_not_live(void **state) {
  * garbage collection each return every binned block to the tree first. */
 static void walks_releases_and_settings_flush_the_bins(void **state) {
   (void)state;
-  static const char *const flushers[] = {"walk", "empty_cache", "recycle_bins:False",
-                                         "garbage_collection_threshold:0.5", "caching off"};
+  static const char *const flushers[] = {"walk",
+                                         "empty_cache",
+                                         "recycle_bins:False",
+                                         "free_cache:False",
+                                         "garbage_collection_threshold:0.5",
+                                         "caching off"};
   for (size_t k = 0; k < GCA_ARRAY_SIZE(flushers); k++) {
     assert_nothing_leaked();
     gca__allocator_reset();
@@ -189,9 +199,10 @@ static void out_of_memory_flushes_every_streams_bins(void **state) {
   assert_ok(gca_sim_set_capacity(0, 2 * MiB));
   gca_stream_t s2;
   assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
-  void *p = alloc_on(32 * KiB, NULL);
+  void *p = alloc_on(32 * KiB, NULL), *e = alloc_on(512, NULL);
   free_ok(p);
   assert_int_equal(rb_count(), 1);
+  free_ok(e);                      /* the last request's block: into the free cache's slot */
   void *q = alloc_on(1 * KiB, s2); /* needs a segment: the first must go */
   assert_int_equal(rb_count(), 0);
   gca_stats_t s = stats();
@@ -236,23 +247,53 @@ static void a_stream_taking_a_group_flushes_the_other_streams_bins(void **state)
   assert_ok(gca_stream_destroy(first));
 }
 
-/* The bins' table cannot be had (host memory): the free takes the tree's
- * path, the allocator stays valid, and the next free makes the table. */
+/* The bins' table cannot be had (host memory) when the key is turned on:
+ * frees take the tree's path, the allocator stays valid, and the next change
+ * of setting makes the table. */
 static void host_oom_for_the_bins_takes_the_plain_free(void **state) {
   (void)state;
-  bins_on();
-  void *keep = alloc_on(512, NULL), *p = alloc_on(1 * KiB, NULL), *q = alloc_on(1 * KiB, NULL);
-  void *edge = alloc_on(512, NULL);
-  assert_ok(gca__failpoint_arm("recycle_bins", 1));
-  free_ok(p);
-  assert_int_equal(rb_count(), 0);
+  assert_ok(gca_set_config("recycle_bins:False"));
+  void *keep = alloc_on(512, NULL); /* the device, with no bins' table */
+  assert_ok(gca_set_caching(false));
+  bins_on(); /* not allowed with caching off: no table yet */
   assert_null(gca__devalloc_peek(0)->rb);
-  free_ok(q); /* the table is made now: q is binned, p stays alone in the tree */
+  assert_ok(gca__failpoint_arm("recycle_bins", 1));
+  char errpath[] = "/tmp/gca-test-rb-XXXXXX";
+  int fd = mkstemp(errpath);
+  assert_true(fd >= 0);
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(fd, 2);
+  gca_log_level_t level = gca_get_log_level();
+  gca_set_log_level(GCA_LOG_WARN);
+  gca_status_t st = gca_set_caching(true); /* allowed now, but no table */
+  gca_set_log_level(level);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
   gca__failpoint_clear();
+  assert_ok(st);
+  char text[512] = {0};
+  ssize_t got = pread(fd, text, sizeof(text) - 1, 0);
+  close(fd);
+  unlink(errpath);
+  assert_true(got > 0);
+  assert_non_null(strstr(text, "device 0: host out of memory for the recycle bins; frees take "
+                               "the tree's path"));
+  assert_null(gca__devalloc_peek(0)->rb);
+  void *p = alloc_on(1 * KiB, NULL), *q = alloc_on(1 * KiB, NULL), *edge = alloc_on(512, NULL);
+  free_ok(p); /* into the free cache or the tree, alone between keep and q */
+  assert_int_equal(rb_count(), 0);
+  assert_int_equal(stats().inactive_split[GCA_STAT_ALL].current, 2);
+  assert_ok(gca_set_caching(true)); /* the next change of setting makes it */
+  assert_non_null(gca__devalloc_peek(0)->rb);
+  free_ok(q); /* binned: p stays where it went */
   assert_int_equal(rb_count(), 1);
   assert_int_equal(stats().inactive_split[GCA_STAT_ALL].current, 3);
-  void *again = alloc_on(1 * KiB, NULL);
-  assert_ptr_equal(again, q);
+  void *again = alloc_on(1 * KiB, NULL), *again2 = alloc_on(1 * KiB, NULL);
+  assert_true((again == p && again2 == q) || (again == q && again2 == p));
+  assert_int_equal(rb_count(), 0);
+  free_ok(again2);
   free_ok(again);
   free_ok(keep);
   free_ok(edge);
@@ -260,12 +301,12 @@ static void host_oom_for_the_bins_takes_the_plain_free(void **state) {
 
 /* Blocks the bins do not take: larger than GCA__RB_MAX_SIZE, with recorded
  * streams, or on an expandable segment; and nothing is binned with the key
- * off (the default). */
+ * off. */
 static void what_the_bins_do_not_take(void **state) {
   (void)state;
   gca_stream_t s2;
   assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
-  assert_ok(gca_set_config("free_cache:False"));
+  assert_ok(gca_set_config("recycle_bins:False"));
   void *keep = alloc_on(512, NULL);
   void *p = alloc_on(1 * KiB, NULL), *edge = alloc_on(512, NULL);
   free_ok(p); /* the key is off */
@@ -279,11 +320,11 @@ static void what_the_bins_do_not_take(void **state) {
   free_ok(used);
   assert_int_equal(rb_count(), 0);
   assert_ok(gca_stream_synchronize(s2));
-  void *plain = alloc_on(2 * KiB, NULL); /* a plain one is binned */
-  free_ok(plain);
+  void *plain = alloc_on(2 * KiB, NULL), *edge4 = alloc_on(512, NULL);
+  free_ok(plain); /* a plain one is binned */
   assert_int_equal(rb_count(), 1);
   assert_ok(gca_empty_cache());
-  for (void **q = (void *[]){keep, edge, edge2, edge3, NULL}; *q != NULL; q++)
+  for (void **q = (void *[]){keep, edge, edge2, edge3, edge4, NULL}; *q != NULL; q++)
     free_ok(*q);
   assert_nothing_leaked();
   assert_ok(gca_set_config("expandable_segments:True"));
@@ -294,6 +335,60 @@ static void what_the_bins_do_not_take(void **state) {
   assert_nothing_leaked();
   assert_ok(gca_set_config("expandable_segments:False"));
   assert_ok(gca_stream_destroy(s2));
+}
+
+/* With the free cache on too, the free of the block the last request got
+ * tries the free cache's slot first, as a same-size pair's does (its leaf
+ * path is the cheaper one); any other free goes to the bins first. */
+static void the_last_requests_block_goes_to_the_free_cache_first(void **state) {
+  (void)state;
+  assert_ok(gca_set_config("free_cache:True,recycle_bins:True"));
+  gca__devalloc_t *d = NULL;
+  void *keep = alloc_on(512, NULL), *a = alloc_on(2 * KiB, NULL), *b = alloc_on(2 * KiB, NULL);
+  void *edge = alloc_on(512, NULL);
+  d = gca__devalloc_peek(0);
+  free_ok(a); /* the last request got edge: a is binned */
+  assert_int_equal(rb_count(), 1);
+  void *a2 = alloc_on(2 * KiB, NULL);
+  assert_ptr_equal(a2, a);
+  assert_int_equal(rb_count(), 0);
+  void *c = alloc_on(4 * KiB, NULL); /* the last request's block */
+  free_ok(b);                        /* not it: the bins */
+  assert_int_equal(rb_count(), 1);
+  free_ok(c); /* it: the free cache's slot */
+  assert_int_equal(rb_count(), 1);
+  assert_int_equal(d->fc_count, 1);
+  for (void **p = (void *[]){keep, a2, edge, NULL}; *p != NULL; p++)
+    free_ok(*p);
+}
+
+static void *use_the_device(void *arg) {
+  void *p = NULL;
+  if (gca_malloc(&p, 3 * MiB, NULL) == GCA_OK)
+    gca_free(p);
+  return arg;
+}
+
+/* Once a second thread has used the device its thread caches take the
+ * frees: the bins take no more, and the next request returns theirs to the
+ * tree. */
+static void thread_caches_take_over_from_the_bins(void **state) {
+  (void)state;
+  assert_ok(gca_set_config("free_cache:True,recycle_bins:True")); /* thread caches need it */
+  void *keep = alloc_on(512, NULL), *p = alloc_on(2 * KiB, NULL), *edge = alloc_on(512, NULL);
+  free_ok(p);
+  assert_int_equal(rb_count(), 1);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, use_the_device, NULL), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  check();
+  void *q = alloc_on(8 * KiB, NULL);
+  assert_int_equal(rb_count(), 0);
+  free_ok(q);
+  assert_int_equal(rb_count(), 0);
+  free_ok(keep);
+  free_ok(edge);
+  assert_int_equal(rb_count(), 0);
 }
 
 /* Seeded churn over two streams with the bins on, every statistic that the
@@ -343,12 +438,12 @@ static void churn_keeps_statistics_exact_against_a_model(void **state) {
   enum { LIVE = 300, STEPS = 6000 };
   static void *v[LIVE];
   static size_t req[LIVE], rounded[LIVE];
-  /* the bins alone, then beside the free cache's slot */
+  /* the default settings, then with a rounding of their own */
   for (int pass = 0; pass < 2; pass++) {
     assert_nothing_leaked();
     gca__allocator_reset();
-    assert_ok(gca_set_config(pass == 0 ? "free_cache:False,recycle_bins:True"
-                                       : "free_cache:True,recycle_bins:True"));
+    assert_ok(gca_set_config(pass == 0 ? "free_cache:True,recycle_bins:True"
+                                       : "recycle_bins:True,roundup_power2_divisions:4"));
     gca_stream_t s2;
     assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
     model_t m = {0};
@@ -408,6 +503,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(host_oom_for_the_bins_takes_the_plain_free, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(what_the_bins_do_not_take, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(the_last_requests_block_goes_to_the_free_cache_first,
+                                      alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(thread_caches_take_over_from_the_bins, alloc_setup,
+                                      alloc_teardown),
       cmocka_unit_test_setup_teardown(churn_keeps_statistics_exact_against_a_model, alloc_setup,
                                       alloc_teardown),
   };
