@@ -2,21 +2,28 @@
 /* bench_churn.c - gca-bench-churn: random allocation churn over a live set,
  * gca beside glibc malloc and jemalloc in the same run.
  *
- *   gca-bench-churn [--ops N] [--max-live N] [--seed S] [--json] [--help]
+ *   gca-bench-churn [--ops N] [--max-live N] [--live N] [--holes yes|no]
+ *                   [--peers LIST] [--seed S] [--json] [--help]
  *
  * For each live-set size (10, 1,000, 100,000, 1,000,000 blocks; --max-live
- * caps it) it allocates the live set, optionally with as many free holes
- * between the live blocks (allocate twice as many, free every other one),
- * then times N churn operations: free a random live block and allocate a new
- * one of a random size in its place. Sizes are log-uniform in 512 B .. 4 KiB
- * (gca's small pool: 2 MiB segments, split and merged). One operation is a
- * free and an allocation; figures are nanoseconds per operation. gca runs on
- * one stream with its default settings and with free_cache:False (PyTorch's
- * placement); jemalloc is loaded as a peer (peer_jemalloc.h) and left out
- * when absent. Nothing is
- * asserted; the seed is printed.
+ * caps it, --live measures one size of any value instead) it allocates the
+ * live set, optionally with as many free holes between the live blocks
+ * (allocate twice as many, free every other one), then times N churn
+ * operations: free a random live block and allocate a new one of a random
+ * size in its place. Sizes are log-uniform in 512 B .. 4 KiB (gca's small
+ * pool: 2 MiB segments, split and merged). One operation is a free and an
+ * allocation; figures are nanoseconds per operation. gca runs on one stream
+ * with its default settings (the free cache's slot and recycle bins: Note
+ * [Recycle bins]), with free_cache:False (PyTorch's placement) and with
+ * recycle_bins:False (the slot alone, which keeps PyTorch's placement); jemalloc is loaded as a
+ * peer (peer_jemalloc.h) and left out when absent. --holes and --peers (a comma-separated subset of
+ * gca, gca-exact, gca-slot, glibc, jemalloc) narrow the run to one case, so
+ * that a profiler (cachegrind, perf) sees that case alone; a peer left out
+ * is null in --json. Nothing is asserted; the seed is printed.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,29 +140,106 @@ out:
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: gca-bench-churn [--ops N] [--max-live N] [--seed S] [--json] [--help]\n");
+  fprintf(f, "usage: gca-bench-churn [--ops N] [--max-live N] [--live N] [--holes yes|no]\n"
+             "                       [--peers LIST] [--seed S] [--json] [--help]\n"
+             "  --ops N        churn operations per case (default 1000000)\n"
+             "  --max-live N   largest of the live sizes 10, 1000, 100000, 1000000 to run\n"
+             "  --live N       run this one live size instead\n"
+             "  --holes yes|no only the cases with (yes) or without (no) free holes\n"
+             "  --peers LIST   comma-separated subset of gca,gca-exact,gca-slot,glibc,jemalloc\n");
+}
+
+/* A whole number in [min, max] from the whole of text (decimal, or hex with
+ * 0x), else false. */
+static bool parse_count(const char *text, unsigned long long min, unsigned long long max,
+                        unsigned long long *out) {
+  char *end = NULL;
+  if (text[0] < '0' || text[0] > '9')
+    return false; /* no sign, no space: strtoull would take "-1" */
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 0);
+  if (errno != 0 || *end != '\0' || v < min || v > max)
+    return false;
+  *out = v;
+  return true;
+}
+
+static const char *const peer_names[5] = {"gca", "gca-exact", "gca-slot", "glibc", "jemalloc"};
+
+/* The peers named in list as a mask of peer_names' bits, or 0 for a name
+ * that is not one of them (*bad points at it). */
+static unsigned parse_peers(const char *list, char *bad, size_t bad_len) {
+  unsigned mask = 0;
+  const char *p = list;
+  for (;;) {
+    size_t n = strcspn(p, ",");
+    int k = 0;
+    while (k < 5 && !(strlen(peer_names[k]) == n && strncmp(peer_names[k], p, n) == 0))
+      k++;
+    if (k == 5) {
+      snprintf(bad, bad_len, "%.*s", (int)n, p);
+      return 0;
+    }
+    mask |= 1u << k;
+    if (p[n] == '\0')
+      return mask;
+    p += n + 1;
+  }
 }
 
 int main(int argc, char **argv) {
-  long ops = 1000000;
-  size_t max_live = 1000000;
-  uint64_t seed = 20261125;
+  unsigned long long ops = 1000000, max_live = 1000000, one_live = 0, seed = 20261125;
+  int holes_from = 0, holes_to = 1; /* the cases: without holes (0), with (1) */
+  unsigned peer_mask = 0x1f;
   bool json = false;
-  static const struct option longopts[] = {
-      {"ops", required_argument, NULL, 'o'},  {"max-live", required_argument, NULL, 'm'},
-      {"seed", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
-      {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0}};
+  static const struct option longopts[] = {{"ops", required_argument, NULL, 'o'},
+                                           {"max-live", required_argument, NULL, 'm'},
+                                           {"live", required_argument, NULL, 'l'},
+                                           {"holes", required_argument, NULL, 'H'},
+                                           {"peers", required_argument, NULL, 'p'},
+                                           {"seed", required_argument, NULL, 's'},
+                                           {"json", no_argument, NULL, 'j'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
   int c;
+  char bad[64];
   while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
     switch (c) {
     case 'o':
-      ops = atol(optarg);
+      if (!parse_count(optarg, 1, 1ull << 40, &ops)) {
+        fprintf(stderr, "gca-bench-churn: --ops '%s' is not a whole number in [1, 2^40]\n", optarg);
+        return 2;
+      }
       break;
     case 'm':
-      max_live = (size_t)strtoull(optarg, NULL, 0);
+    case 'l':
+      if (!parse_count(optarg, 1, 100000000, c == 'm' ? &max_live : &one_live)) {
+        fprintf(stderr, "gca-bench-churn: --%s '%s' is not a whole number in [1, 100000000]\n",
+                c == 'm' ? "max-live" : "live", optarg);
+        return 2;
+      }
+      break;
+    case 'H':
+      if (strcmp(optarg, "yes") != 0 && strcmp(optarg, "no") != 0) {
+        fprintf(stderr, "gca-bench-churn: --holes '%s' is neither yes nor no\n", optarg);
+        return 2;
+      }
+      holes_from = holes_to = strcmp(optarg, "yes") == 0;
+      break;
+    case 'p':
+      if ((peer_mask = parse_peers(optarg, bad, sizeof bad)) == 0) {
+        fprintf(stderr,
+                "gca-bench-churn: --peers names '%s', not one of gca, gca-exact, gca-slot, "
+                "glibc, jemalloc\n",
+                bad);
+        return 2;
+      }
       break;
     case 's':
-      seed = strtoull(optarg, NULL, 0);
+      if (!parse_count(optarg, 0, ULLONG_MAX, &seed)) {
+        fprintf(stderr, "gca-bench-churn: --seed '%s' is not a whole number\n", optarg);
+        return 2;
+      }
       break;
     case 'j':
       json = true;
@@ -168,12 +252,13 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (optind != argc || ops <= 0 || max_live == 0) {
+  if (optind != argc) {
+    fprintf(stderr, "gca-bench-churn: unexpected argument '%s'\n", argv[optind]);
     usage(stderr);
     return 2;
   }
   tool_jemalloc_t jem;
-  bool have_je = tool_jemalloc_load(&jem, argv); /* first: it may run the program again */
+  bool have_je = (peer_mask & 16) && tool_jemalloc_load(&jem, argv); /* first: it may rerun us */
   gca_stream_t s = NULL;
   if (gca_stream_create(&s, GCA_STREAM_NON_BLOCKING) != GCA_OK) {
     fprintf(stderr, "gca-bench-churn: %s\n", gca_last_error());
@@ -183,50 +268,74 @@ int main(int argc, char **argv) {
     je_malloc = jem.malloc;
     je_free = jem.free;
   }
-  peer_t peers[4] = {{"gca", gca_alloc, gca_release, s},
+  peer_t peers[5] = {{"gca", gca_alloc, gca_release, s},
                      {"gca exact", gca_alloc, gca_release, s},
+                     {"gca slot", gca_alloc, gca_release, s},
                      {"glibc", libc_alloc, libc_release, NULL},
                      {"jemalloc", je_alloc, je_release, NULL}};
-  int npeers = je_malloc && je_free ? 4 : 3;
-  static const size_t lives[] = {10, 1000, 100000, 1000000};
-  if (!json)
-    printf("gca-bench-churn: seed %llu, %ld operations (a free and an allocation, 512 B .. 4 KiB "
-           "log-uniform), ns per operation%s\n",
-           (unsigned long long)seed, ops, npeers < 4 ? "; jemalloc not found" : "");
+  bool je_missing = (peer_mask & 16) && !(je_malloc && je_free);
+  if (je_missing)
+    peer_mask &= ~16u;
+  static const size_t all_lives[] = {10, 1000, 100000, 1000000};
+  size_t lives[4], nlives = 0;
+  if (one_live)
+    lives[nlives++] = (size_t)one_live;
   else
-    printf("{\"seed\": %llu, \"ops\": %ld, \"rows\": [", (unsigned long long)seed, ops);
+    for (size_t li = 0; li < TOOL_ARRAY_SIZE(all_lives); li++)
+      if (all_lives[li] <= max_live)
+        lives[nlives++] = all_lives[li];
   if (!json)
-    printf("  %10s %6s %10s %10s %10s %10s\n", "live", "holes", "gca", "gca exact", "glibc",
-           "jemalloc");
+    printf("gca-bench-churn: seed %llu, %llu operations (a free and an allocation, 512 B .. 4 KiB "
+           "log-uniform), ns per operation%s\n",
+           seed, ops, je_missing ? "; jemalloc not found" : "");
+  else
+    printf("{\"seed\": %llu, \"ops\": %llu, \"rows\": [", seed, ops);
+  if (!json)
+    printf("  %10s %6s %10s %10s %10s %10s %10s\n", "live", "holes", "gca", "gca exact", "gca slot",
+           "glibc", "jemalloc");
   bool first = true;
-  for (size_t li = 0; li < TOOL_ARRAY_SIZE(lives); li++) {
-    if (lives[li] > max_live)
-      continue;
-    for (int holes = 0; holes < 2; holes++) {
-      double ns[4] = {-1, -1, -1, -1};
-      for (int k = 0; k < npeers; k++) {
-        if (k <= 1 && gca_set_config(k == 0 ? "free_cache:True" : "free_cache:False") != GCA_OK)
+  for (size_t li = 0; li < nlives; li++) {
+    for (int holes = holes_from; holes <= holes_to; holes++) {
+      static const char *const confs[3] = {"free_cache:True,recycle_bins:True", "free_cache:False",
+                                           "free_cache:True,recycle_bins:False"};
+      double ns[5] = {-1, -1, -1, -1, -1};
+      for (int k = 0; k < 5; k++) {
+        if (!(peer_mask & (1u << k)))
           continue;
-        ns[k] = run(&peers[k], lives[li], holes, ops, seed);
-        if (k <= 1)
+        if (k <= 2 && gca_set_config(confs[k]) != GCA_OK)
+          continue;
+        ns[k] = run(&peers[k], lives[li], holes, (long)ops, seed);
+        if (k <= 2)
           gca_empty_cache();
       }
       if (json) {
-        printf("%s{\"live_blocks\": %zu, \"holes\": %s, \"gca_ns_per_op\": %.1f, "
-               "\"gca_exact_ns_per_op\": %.1f, \"glibc_ns_per_op\": %.1f, "
-               "\"jemalloc_ns_per_op\": %.1f}",
-               first ? "" : ", ", lives[li], holes ? "true" : "false", ns[0], ns[1], ns[2], ns[3]);
+        static const char *const keys[5] = {"gca_ns_per_op", "gca_exact_ns_per_op",
+                                            "gca_slot_ns_per_op", "glibc_ns_per_op",
+                                            "jemalloc_ns_per_op"};
+        printf("%s{\"live_blocks\": %zu, \"holes\": %s", first ? "" : ", ", lives[li],
+               holes ? "true" : "false");
+        for (int k = 0; k < 5; k++)
+          if (peer_mask & (1u << k))
+            printf(", \"%s\": %.1f", keys[k], ns[k]);
+          else
+            printf(", \"%s\": null", keys[k]);
+        printf("}");
         first = false;
       } else {
-        printf("  %10zu %6s %10.0f %10.0f %10.0f %10.0f\n", lives[li], holes ? "yes" : "no", ns[0],
-               ns[1], ns[2], ns[3]);
+        printf("  %10zu %6s", lives[li], holes ? "yes" : "no");
+        for (int k = 0; k < 5; k++)
+          if (peer_mask & (1u << k))
+            printf(" %10.0f", ns[k]);
+          else
+            printf(" %10s", "-");
+        printf("\n");
       }
       fflush(stdout);
     }
   }
   if (json)
     printf("]}\n");
-  gca_set_config("free_cache:True");
+  gca_set_config("free_cache:True,recycle_bins:True");
   gca_stream_destroy(s);
   return 0;
 }
