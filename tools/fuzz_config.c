@@ -88,6 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   base.pinned_num_register_threads = 4;
   base.per_process_memory_fraction = 0.75;
   base.free_cache = false;
+  base.recycle_bins = false;
   parse_and_check(text, &base);
   free(text);
   return 0;
@@ -100,6 +101,7 @@ static const char *const builtin_seeds[] = {
     "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
     "roundup_power2_divisions:4,per_process_memory_fraction:0.5,backend:native",
     "pinned_num_register_threads:8,pinned_use_cuda_host_register:True,free_cache:False",
+    "recycle_bins:False,thread_cache:False",
 };
 
 /* Pieces the grammar is made of, inserted whole (the keys come from the
