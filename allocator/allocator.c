@@ -694,6 +694,8 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
   d->epoch++;         /* Note [Free cache epochs] */
   gca__fc_settled(d); /* Note [Lazy puts] */
   gca__tc_note_thread(d);
+  if (GCA_UNLIKELY(d->rb_count != 0 && d->tc_on))
+    gca__rb_flush(d); /* the thread caches take over (Note [Recycle bins]) */
   if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
     gca__dev_unlock(d);
     return gca__error(GCA_ERR_INVALID_POINTER,
@@ -803,6 +805,12 @@ static __attribute__((noinline)) gca_status_t free_fc_counted(gca__devalloc_t *d
     /* a device that wastes its puts: the plain free, but for a probe (Note [Free cache waste]) */
     if (GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d))
       return free_plain(d, b, addr);
+    /* a recycle bin first, as free_fc_try (none while thread caches are on) */
+    if (d->rb != NULL && b != d->rb->last && gca__fc_quiet(d) && gca__rb_try_put(d, b)) {
+      DEBUG_CHECK(d);
+      gca__dev_unlock(d);
+      return GCA_OK;
+    }
     gca__block_t **slot = gca__fc_slot(d, b->stream, b->pool);
     if (gca__fc_cacheable(d, b) && gca__fc_quiet(d) && gca__fc_fits(d, slot, b)) {
       gca__fc_put(d, slot, b, false);

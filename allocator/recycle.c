@@ -50,8 +50,9 @@
  * [Leaf hits]) costs a fraction of a bin's put and take; any other free, and
  * that one once the free cache wastes its puts, tries the bins first. Thread
  * caches serve several threads without the device lock, which the bins
- * need: once they are engaged (tc_on) the bins take nothing, and the next
- * locked request returns what they hold.
+ * need: the locked request or free that engages them (tc_on) returns what
+ * the bins hold, and from then on they take nothing, so the bins are empty
+ * whenever thread caches are on (the walker checks).
  *
  * The free cache and the thread caches count their blocks as merged with
  * their free neighbours (Note [Free cache]); for them a binned block is an
@@ -235,8 +236,8 @@ void gca__flush_caches(gca__devalloc_t *d) {
 
 void gca__caches_update(gca__devalloc_t *d) {
   gca__fcache_update(d);
-  if (!gca__rb_allowed(d) && d->rb_count != 0)
-    gca__rb_flush(d);
+  if ((!gca__rb_allowed(d) || d->tc_on) && d->rb_count != 0)
+    gca__rb_flush(d); /* with thread caches on the bins hold nothing */
   if (gca__rb_allowed(d) && d->rb == NULL) {
     /* the table, once: without it (host memory) frees take the tree's path
      * until the next change of setting tries again */
@@ -281,6 +282,8 @@ gca_status_t gca__rb_check(const gca__devalloc_t *d, size_t nbinned) {
                     rb->count[g]);
     total += in_group;
   }
+  if (total != 0 && d->tc_on)
+    return BROKEN("recycle bins hold %zu blocks while thread caches are on", total);
   if (total != d->rb_count || total != nbinned || bytes != rb->bytes)
     return BROKEN("recycle bins hold %zu blocks (%zu bytes); counts say %zu (%zu bytes), the "
                   "segments hold %zu binned",

@@ -62,8 +62,9 @@ void gca__rb_flush(gca__devalloc_t *d);
 /* Every held free to the tree: the free cache's slots (gca__fcache_flush)
  * and the bins, what every release path and walk does first. */
 void gca__flush_caches(gca__devalloc_t *d);
-/* gca__fcache_update, then the bins flushed unless they are still allowed:
- * after any change of setting, caching or garbage collection. */
+/* gca__fcache_update, then the bins flushed unless they are still allowed
+ * and no thread cache is on: after any change of setting, caching or
+ * garbage collection. */
 void gca__caches_update(gca__devalloc_t *d);
 /* Checks the bins against the blocks (the walker, gca__allocator_check):
  * `nbinned` is the number of binned blocks it found in the segments. */

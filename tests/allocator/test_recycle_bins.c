@@ -369,26 +369,67 @@ static void *use_the_device(void *arg) {
   return arg;
 }
 
+/* A second thread's first call: the free of arg. */
+static void *free_on_another_thread(void *arg) {
+  gca_free(arg);
+  return NULL;
+}
+
 /* Once a second thread has used the device its thread caches take the
- * frees: the bins take no more, and the next request returns theirs to the
- * tree. */
+ * frees: the locked operation that engages them returns the bins' blocks to
+ * the tree, the bins take nothing from then on, and the walker rejects a
+ * block binned while they are on. Both ways in: a request, and a free. */
 static void thread_caches_take_over_from_the_bins(void **state) {
   (void)state;
-  assert_ok(gca_set_config("free_cache:True,recycle_bins:True")); /* thread caches need it */
-  void *keep = alloc_on(512, NULL), *p = alloc_on(2 * KiB, NULL), *edge = alloc_on(512, NULL);
-  free_ok(p);
-  assert_int_equal(rb_count(), 1);
-  pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, use_the_device, NULL), 0);
-  assert_int_equal(pthread_join(t, NULL), 0);
-  check();
-  void *q = alloc_on(8 * KiB, NULL);
-  assert_int_equal(rb_count(), 0);
-  free_ok(q);
-  assert_int_equal(rb_count(), 0);
-  free_ok(keep);
-  free_ok(edge);
-  assert_int_equal(rb_count(), 0);
+  for (int way = 0; way < 2; way++) {
+    assert_nothing_leaked();
+    gca__allocator_reset();
+    bins_on();
+    void *keep = alloc_on(512, NULL), *p = alloc_on(2 * KiB, NULL), *mine = alloc_on(1 * KiB, NULL);
+    void *edge = alloc_on(512, NULL);
+    free_ok(p);
+    assert_int_equal(rb_count(), 1);
+    pthread_t t;
+    gca_stream_t s2 = NULL;
+    if (way == 0) {
+      assert_int_equal(pthread_create(&t, NULL, use_the_device, NULL), 0);
+    } else {
+      /* used on another stream, its free takes the locked path */
+      assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+      assert_ok(gca_record_stream(mine, s2));
+      assert_int_equal(pthread_create(&t, NULL, free_on_another_thread, mine), 0);
+      mine = NULL;
+    }
+    assert_int_equal(pthread_join(t, NULL), 0);
+    if (s2 != NULL) {
+      assert_ok(gca_stream_synchronize(s2));
+      assert_ok(gca_stream_destroy(s2));
+    }
+    assert_true(gca__devalloc_peek(0)->tc_on);
+    assert_int_equal(rb_count(), 0);
+    check();
+    void *q = alloc_on(8 * KiB, NULL), *q2 = alloc_on(512, NULL);
+    free_ok(q);
+    assert_int_equal(rb_count(), 0);
+    /* a block planted in a bin while thread caches are on */
+    gca__devalloc_t *d = gca__devalloc_peek(0);
+    gca__block_t *b = gca__ptrmap_find(&d->ptrs, (gca_devptr_t)(uintptr_t)q2);
+    assert_non_null(b);
+    d->tc_on = false;
+    assert_true(gca__rb_put(d, b));
+    d->tc_on = true;
+    assert_status(gca__allocator_check(), GCA_ERR_INTERNAL,
+                  "recycle bins hold 1 blocks while thread caches are on");
+    d->tc_on = false;
+    gca__rb_flush(d);
+    d->tc_on = true;
+    check();
+    if (mine != NULL)
+      free_ok(mine);
+    free_ok(keep);
+    free_ok(edge);
+    assert_int_equal(rb_count(), 0);
+  }
 }
 
 /* Seeded churn over two streams with the bins on, every statistic that the
