@@ -282,6 +282,15 @@ static gca__block_t *take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_
   return b;
 }
 
+/* The locked paths' note of the calling thread (Note [Thread caches]): the
+ * request or free that engages the thread caches returns the recycle bins'
+ * blocks, which stay empty while they are on (Note [Recycle bins]). */
+static inline void note_thread(gca__devalloc_t *d) {
+  gca__tc_note_thread(d);
+  if (GCA_UNLIKELY(d->rb_count != 0 && d->tc_on))
+    gca__rb_flush(d);
+}
+
 /* malloc with d->lock held; returns with it released. `stream` is the key
  * (Note [Per-thread stream keys]), `handle` the caller's stream. */
 static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t *d, void **out,
@@ -291,7 +300,7 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   gca__block_t *b = NULL;
   d->epoch++;         /* Note [Free cache epochs] */
   gca__fc_settled(d); /* Note [Lazy puts]: a fast entry point's lock ends here */
-  gca__tc_note_thread(d);
+  note_thread(d);
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0))
     GCA_CHECK_GOTO(gca__pending_process(d), st, fail);
   GCA_CHECK_GOTO(gca__block_reserve(d), st, fail);
@@ -315,8 +324,6 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
       goto fail;
     }
   }
-  if (GCA_UNLIKELY(d->rb_count != 0 && d->tc_on))
-    gca__rb_flush(d); /* the thread caches take over (Note [Recycle bins]) */
   if (d->tc_on && pool->owner == NULL && gca__tc_mine(d->device) != NULL &&
       (b = gca__tc_take_locked(d, pool, stream, rounded, size)) != NULL)
     goto out;
@@ -693,9 +700,7 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
   gca_status_t st, st2;
   d->epoch++;         /* Note [Free cache epochs] */
   gca__fc_settled(d); /* Note [Lazy puts] */
-  gca__tc_note_thread(d);
-  if (GCA_UNLIKELY(d->rb_count != 0 && d->tc_on))
-    gca__rb_flush(d); /* the thread caches take over (Note [Recycle bins]) */
+  note_thread(d);
   if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
     gca__dev_unlock(d);
     return gca__error(GCA_ERR_INVALID_POINTER,
@@ -722,8 +727,12 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
       return st;
     }
   }
-  if ((d->rb != NULL && (b != d->rb->last || gca__fc_wasteful(d)) && gca__rb_try_put(d, b)) ||
-      (cache && (gca__tc_try_enter(d, b) || gca__fcache_try_put(d, b))) || gca__rb_try_put(d, b)) {
+  /* a recycle bin before the caches, or after them for the last request's
+   * block (Note [Recycle bins]) */
+  bool bins_first = gca__rb_first(d, b);
+  if ((bins_first && gca__rb_try_put(d, b)) ||
+      (cache && (gca__tc_try_enter(d, b) || gca__fcache_try_put(d, b))) ||
+      (!bins_first && gca__rb_try_put(d, b))) {
     DEBUG_CHECK(d);
     gca__dev_unlock(d);
     return GCA_OK;
@@ -806,7 +815,7 @@ static __attribute__((noinline)) gca_status_t free_fc_counted(gca__devalloc_t *d
     if (GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d))
       return free_plain(d, b, addr);
     /* a recycle bin first, as free_fc_try (none while thread caches are on) */
-    if (d->rb != NULL && b != d->rb->last && gca__fc_quiet(d) && gca__rb_try_put(d, b)) {
+    if (gca__rb_first(d, b) && gca__fc_quiet(d) && gca__rb_try_put(d, b)) {
       DEBUG_CHECK(d);
       gca__dev_unlock(d);
       return GCA_OK;
@@ -855,8 +864,7 @@ static __attribute__((noinline)) gca_status_t free_fc_try(gca__devalloc_t *d, vo
     /* a recycle bin first when they are on, but for the block the last
      * request got, which the free cache's pair path serves (Note [Recycle
      * bins]) */
-    if (d->rb != NULL && (b != d->rb->last || gca__fc_wasteful(d)) && gca__fc_quiet(d) &&
-        gca__rb_try_put(d, b)) {
+    if (gca__rb_first(d, b) && gca__fc_quiet(d) && gca__rb_try_put(d, b)) {
       DEBUG_CHECK(d);
       gca__dev_unlock(d);
       return GCA_OK;

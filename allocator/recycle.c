@@ -69,11 +69,6 @@
 #include "history.h"
 #include "recycle.h"
 
-static inline unsigned rb_group(gca_stream_t stream) {
-  uint64_t h = (uint64_t)(uintptr_t)stream * 0x9e3779b97f4a7c15ull;
-  return (unsigned)(h >> 61);
-}
-_Static_assert(GCA__RB_GROUPS == 8, "rb_group takes 3 bits of the hash");
 _Static_assert(GCA__RB_CLASSES == 64, "a group's nonempty bins are one 64-bit mask");
 
 static inline unsigned rb_class(size_t size) {
@@ -89,17 +84,15 @@ static inline void rb_split_stat(gca__devalloc_t *d, const gca__block_t *b, int 
   gca__stat_pool(d, d->stats.inactive_split_bytes, b->pool, sign * (int64_t)b->size);
 }
 
-/* Takes binned block b out of its bin (group g) and returns it to the free
- * tree: out of the pointer map, merged with its free neighbours. */
-static void rb_return(gca__devalloc_t *d, unsigned g, gca__block_t *b) {
+/* Returns binned block b, out of its bin, to the free tree: out of the
+ * pointer map, merged with its free neighbours. (Caching turned off releases
+ * what that frees right after: gca_set_caching.) */
+static void rb_return(gca__devalloc_t *d, gca__block_t *b) {
   int64_t blocks, bytes;
   d->epoch++; /* a change of block state (Note [Free cache epochs]) */
   if (d->fc_count != 0 || d->tc_held != 0)
     gca__fcache_evict_near(d, b); /* their runs grow by b: they go first */
   rb_split_stat(d, b, -1);
-  d->rb->count[g]--;
-  d->rb->bytes -= b->size;
-  d->rb->flushed++;
   d->rb_count--;
   b->binned = false;
   b->left = NULL;
@@ -108,8 +101,6 @@ static void rb_return(gca__devalloc_t *d, unsigned g, gca__block_t *b) {
   gca__block_coalesce(d, b, &blocks, &bytes);
   gca__stat_pool(d, d->stats.inactive_split, b->pool, blocks);
   gca__stat_pool(d, d->stats.inactive_split_bytes, b->pool, bytes);
-  if (!d->caching && gca__block_whole(b))
-    d->reap = true; /* the segment goes back at the entry point's end (release.c) */
 }
 
 static void rb_flush_group(gca__devalloc_t *d, unsigned g) {
@@ -121,9 +112,8 @@ static void rb_flush_group(gca__devalloc_t *d, unsigned g) {
     rb->head[g][c] = b->left;
     if (--rb->n[g][c] == 0)
       rb->nonempty[g] &= ~((uint64_t)1 << c);
-    rb_return(d, g, b);
+    rb_return(d, b);
   }
-  GCA_ASSERT(rb->count[g] == 0);
 }
 
 bool gca__rb_put(gca__devalloc_t *d, gca__block_t *b) {
@@ -134,9 +124,9 @@ bool gca__rb_put(gca__devalloc_t *d, gca__block_t *b) {
   gca__rbins_t *rb = d->rb;
   if (GCA_UNLIKELY(rb == NULL))
     return false; /* no table (host memory): the plain free */
-  unsigned g = rb_group(b->stream), c = rb_class(b->size);
+  unsigned g = gca__rb_group(b->stream), c = rb_class(b->size);
   if (rb->stream[g] != b->stream) {
-    if (rb->count[g] != 0)
+    if (rb->nonempty[g] != 0)
       rb_flush_group(d, g); /* another stream's: the newer stream takes the group */
     rb->stream[g] = b->stream;
   }
@@ -166,9 +156,6 @@ bool gca__rb_put(gca__devalloc_t *d, gca__block_t *b) {
   rb->head[g][c] = b;
   rb->n[g][c]++;
   rb->nonempty[g] |= (uint64_t)1 << c;
-  rb->count[g]++;
-  rb->bytes += b->size;
-  rb->puts++;
   d->rb_count++;
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, addr, requested, b->stream);
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, addr, requested, b->stream);
@@ -180,7 +167,7 @@ gca__block_t *gca__rb_take(gca__devalloc_t *d, gca_stream_t stream, size_t round
   gca__rbins_t *rb = d->rb;
   if (rounded > GCA__RB_MAX_SIZE)
     return NULL;
-  unsigned g = rb_group(stream), c = rb_class(rounded);
+  unsigned g = gca__rb_group(stream), c = rb_class(rounded);
   gca__block_t *b = rb->head[g][c];
   if (b == NULL || rb->stream[g] != stream)
     return NULL;
@@ -189,8 +176,6 @@ gca__block_t *gca__rb_take(gca__devalloc_t *d, gca_stream_t stream, size_t round
   rb->head[g][c] = b->left;
   if (--rb->n[g][c] == 0)
     rb->nonempty[g] &= ~((uint64_t)1 << c);
-  rb->count[g]--;
-  rb->bytes -= b->size;
   rb->hits++;
   rb->last = b;
   d->rb_count--;
@@ -217,14 +202,14 @@ gca__block_t *gca__rb_take(gca__devalloc_t *d, gca_stream_t stream, size_t round
 }
 
 void gca__rb_flush_stream(gca__devalloc_t *d, gca_stream_t stream) {
-  unsigned g = rb_group(stream);
-  if (d->rb != NULL && d->rb->count[g] != 0 && d->rb->stream[g] == stream)
+  unsigned g = gca__rb_group(stream);
+  if (d->rb != NULL && d->rb->nonempty[g] != 0 && d->rb->stream[g] == stream)
     rb_flush_group(d, g);
 }
 
 void gca__rb_flush(gca__devalloc_t *d) {
   for (unsigned g = 0; g < GCA__RB_GROUPS && d->rb_count != 0; g++)
-    if (d->rb->count[g] != 0)
+    if (d->rb->nonempty[g] != 0)
       rb_flush_group(d, g);
 }
 
@@ -253,41 +238,34 @@ void gca__caches_update(gca__devalloc_t *d) {
 
 gca_status_t gca__rb_check(const gca__devalloc_t *d, size_t nbinned) {
   const gca__rbins_t *rb = d->rb;
-  size_t total = 0, bytes = 0;
+  size_t total = 0;
   if (rb == NULL)
     return nbinned == 0 && d->rb_count == 0
                ? GCA_OK
                : BROKEN("%zu binned blocks (count %zu) and no recycle bins", nbinned, d->rb_count);
   for (unsigned g = 0; g < GCA__RB_GROUPS; g++) {
-    size_t in_group = 0;
     for (unsigned c = 0; c < GCA__RB_CLASSES; c++) {
       size_t n = 0;
       for (const gca__block_t *b = rb->head[g][c]; b != NULL; b = b->left) {
         if (!b->binned || b->size != (size_t)(c + 1) * GCA__MIN_BLOCK_SIZE ||
-            b->stream != rb->stream[g] || rb_group(b->stream) != g)
+            b->stream != rb->stream[g] || gca__rb_group(b->stream) != g)
           return BROKEN("block 0x%" PRIx64 " (%zu bytes) in the recycle bin of %zu bytes of "
                         "stream group %u, where it does not belong",
                         b->addr, b->size, (size_t)(c + 1) * GCA__MIN_BLOCK_SIZE, g);
         if (++n > GCA__RB_BIN_MAX)
           return BROKEN("a recycle bin holds more than %d blocks", GCA__RB_BIN_MAX);
-        bytes += b->size;
       }
       if (n != rb->n[g][c] || (n != 0) != ((rb->nonempty[g] >> c) & 1))
         return BROKEN("recycle bin of %zu bytes, stream group %u: %zu blocks, count says %u",
                       (size_t)(c + 1) * GCA__MIN_BLOCK_SIZE, g, n, (unsigned)rb->n[g][c]);
-      in_group += n;
+      total += n;
     }
-    if (in_group != rb->count[g])
-      return BROKEN("recycle bins of stream group %u: %zu blocks, count says %u", g, in_group,
-                    rb->count[g]);
-    total += in_group;
   }
   if (total != 0 && d->tc_on)
     return BROKEN("recycle bins hold %zu blocks while thread caches are on", total);
-  if (total != d->rb_count || total != nbinned || bytes != rb->bytes)
-    return BROKEN("recycle bins hold %zu blocks (%zu bytes); counts say %zu (%zu bytes), the "
-                  "segments hold %zu binned",
-                  total, bytes, d->rb_count, rb->bytes, nbinned);
+  if (total != d->rb_count || total != nbinned)
+    return BROKEN("recycle bins hold %zu blocks; the count says %zu, the segments hold %zu binned",
+                  total, d->rb_count, nbinned);
   return GCA_OK;
 }
 

@@ -7,6 +7,7 @@
 #define GCA_RECYCLE_H
 
 #include "alloc_core.h"
+#include "fcache.h"
 
 #define GCA__RB_CLASSES  64 /* rounded sizes 512 B .. 32 KiB, a bin each */
 #define GCA__RB_MAX_SIZE ((size_t)GCA__RB_CLASSES * GCA__MIN_BLOCK_SIZE)
@@ -14,22 +15,26 @@
 #define GCA__RB_BIN_MAX  64 /* blocks a bin holds */
 
 /* The bins of one device (d->rb). Group g holds the bins of stream[g] while
- * count[g] != 0; head[g][c] is the bin of blocks of (c + 1) * 512 bytes, a
+ * nonempty[g] != 0; head[g][c] is the bin of blocks of (c + 1) * 512 bytes, a
  * stack linked through the blocks' `left`, n[g][c] blocks long; bit c of
- * nonempty[g] is set while it holds any. */
+ * nonempty[g] is set while it holds any. d->rb_count counts them all. */
 typedef struct gca__rbins {
   gca_stream_t stream[GCA__RB_GROUPS];
-  uint32_t count[GCA__RB_GROUPS];
   uint64_t nonempty[GCA__RB_GROUPS];
   uint16_t n[GCA__RB_GROUPS][GCA__RB_CLASSES];
   gca__block_t *head[GCA__RB_GROUPS][GCA__RB_CLASSES];
-  size_t bytes; /* of the blocks in them */
-  /* the block the last request got (from a bin or the locked path): its free
-   * tries the free cache's slot before the bins, as a same-size pair's does */
+  /* the block the last request got (from a bin or the locked path), only
+   * compared: its free tries the free cache's slot before the bins, as a
+   * same-size pair's does */
   const gca__block_t *last;
-  /* counters only: puts, hits, and blocks flushed back to the free tree */
-  uint64_t puts, hits, flushed;
+  uint64_t hits; /* requests served from a bin (a counter only) */
 } gca__rbins_t;
+
+/* The group of stream's bins. */
+static inline unsigned gca__rb_group(gca_stream_t stream) {
+  return (unsigned)(((uint64_t)(uintptr_t)stream * 0x9e3779b97f4a7c15ull) >> 61);
+}
+_Static_assert(GCA__RB_GROUPS == 8, "gca__rb_group takes 3 bits of the hash");
 
 /* Whether the bins may hold blocks: the key and the free cache on (fc_on:
  * its key, caching on, no garbage collection, which needs block ages), so
@@ -50,6 +55,12 @@ static inline bool gca__rb_on(const gca__devalloc_t *d) {
 bool gca__rb_put(gca__devalloc_t *d, gca__block_t *b);
 static inline bool gca__rb_try_put(gca__devalloc_t *d, gca__block_t *b) {
   return gca__rb_on(d) && b->size <= GCA__RB_MAX_SIZE && gca__rb_put(d, b);
+}
+/* Whether the free of b tries the bins before the free cache's slot: all
+ * but the free of the block the last request got, which is a same-size
+ * pair's while the slot serves (Note [Recycle bins]). */
+static inline bool gca__rb_first(const gca__devalloc_t *d, const gca__block_t *b) {
+  return d->rb != NULL && (b != d->rb->last || gca__fc_wasteful(d));
 }
 /* A block of exactly `rounded` bytes of the default small pool for `stream`
  * from its bin, made active for `requested` bytes, or NULL. */

@@ -26,6 +26,14 @@ static void bins_on(void) {
   assert_ok(gca_set_config("free_cache:True,recycle_bins:True"));
 }
 
+/* A fresh allocator with settings conf, once nothing is left of the last
+ * one (a test that runs several rounds). */
+static void fresh(const char *conf) {
+  assert_nothing_leaked();
+  gca__allocator_reset();
+  assert_ok(gca_set_config(conf));
+}
+
 /* A segment's worth of 1 KiB blocks on stream s: n of them, addresses in
  * order. */
 static void fill(void **v, size_t n, gca_stream_t s) {
@@ -156,9 +164,7 @@ static void walks_releases_and_settings_flush_the_bins(void **state) {
                                          "garbage_collection_threshold:0.5",
                                          "caching off"};
   for (size_t k = 0; k < GCA_ARRAY_SIZE(flushers); k++) {
-    assert_nothing_leaked();
-    gca__allocator_reset();
-    bins_on();
+    fresh("free_cache:True,recycle_bins:True");
     void *keep = alloc_on(512, NULL), *p = alloc_on(3 * KiB, NULL), *q = alloc_on(8 * KiB, NULL);
     void *edge = alloc_on(512, NULL);
     free_ok(p);
@@ -220,10 +226,9 @@ static void a_stream_taking_a_group_flushes_the_other_streams_bins(void **state)
   gca_stream_t first, other = NULL, made[64];
   size_t nmade = 0;
   assert_ok(gca_stream_create(&first, GCA_STREAM_NON_BLOCKING));
-  uint64_t g = ((uint64_t)(uintptr_t)first * 0x9e3779b97f4a7c15ull) >> 61;
   while (other == NULL && nmade < GCA_ARRAY_SIZE(made)) {
     assert_ok(gca_stream_create(&made[nmade], GCA_STREAM_NON_BLOCKING));
-    if ((((uint64_t)(uintptr_t)made[nmade] * 0x9e3779b97f4a7c15ull) >> 61) == g)
+    if (gca__rb_group(made[nmade]) == gca__rb_group(first))
       other = made[nmade];
     nmade++;
   }
@@ -382,9 +387,7 @@ static void *free_on_another_thread(void *arg) {
 static void thread_caches_take_over_from_the_bins(void **state) {
   (void)state;
   for (int way = 0; way < 2; way++) {
-    assert_nothing_leaked();
-    gca__allocator_reset();
-    bins_on();
+    fresh("free_cache:True,recycle_bins:True");
     void *keep = alloc_on(512, NULL), *p = alloc_on(2 * KiB, NULL), *mine = alloc_on(1 * KiB, NULL);
     void *edge = alloc_on(512, NULL);
     free_ok(p);
@@ -430,6 +433,52 @@ static void thread_caches_take_over_from_the_bins(void **state) {
     free_ok(edge);
     assert_int_equal(rb_count(), 0);
   }
+}
+
+/* The walker checks the bins against the blocks: a binned block in a state
+ * that may not be binned, a bin whose count is off, a block in the bin of
+ * another size, and a device count that is off each fail it with their
+ * message; put back, it passes. */
+static void the_walker_checks_the_bins(void **state) {
+  (void)state;
+  bins_on();
+  void *keep = alloc_on(512, NULL), *p = alloc_on(2 * KiB, NULL), *edge = alloc_on(512, NULL);
+  free_ok(p);
+  assert_int_equal(rb_count(), 1);
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  gca__rbins_t *rb = d->rb;
+  unsigned g = gca__rb_group(NULL), c = 2 * KiB / 512 - 1;
+  gca__block_t *b = rb->head[g][c];
+  assert_non_null(b);
+  assert_ptr_equal((void *)(uintptr_t)b->addr, p);
+
+  b->requested = 1;
+  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL,
+                "binned in a state that may not be binned");
+  b->requested = 0;
+  check();
+
+  rb->n[g][c]++;
+  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL,
+                "recycle bin of 2048 bytes, stream group");
+  rb->n[g][c]--;
+  check();
+
+  rb->head[g][c] = NULL; /* into the bin of 1 KiB */
+  rb->head[g][c - 2] = b;
+  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL,
+                "in the recycle bin of 1024 bytes of stream group");
+  rb->head[g][c - 2] = NULL;
+  rb->head[g][c] = b;
+  check();
+
+  d->rb_count++;
+  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL,
+                "recycle bins hold 1 blocks; the count says 2, the segments hold 1 binned");
+  d->rb_count--;
+  check();
+  free_ok(keep);
+  free_ok(edge);
 }
 
 /* Seeded churn over two streams with the bins on, every statistic that the
@@ -481,10 +530,8 @@ static void churn_keeps_statistics_exact_against_a_model(void **state) {
   static size_t req[LIVE], rounded[LIVE];
   /* the default settings, then with a rounding of their own */
   for (int pass = 0; pass < 2; pass++) {
-    assert_nothing_leaked();
-    gca__allocator_reset();
-    assert_ok(gca_set_config(pass == 0 ? "free_cache:True,recycle_bins:True"
-                                       : "recycle_bins:True,roundup_power2_divisions:4"));
+    fresh(pass == 0 ? "free_cache:True,recycle_bins:True"
+                    : "recycle_bins:True,roundup_power2_divisions:4");
     gca_stream_t s2;
     assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
     model_t m = {0};
@@ -548,6 +595,7 @@ int main(void) {
                                       alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(thread_caches_take_over_from_the_bins, alloc_setup,
                                       alloc_teardown),
+      cmocka_unit_test_setup_teardown(the_walker_checks_the_bins, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(churn_keeps_statistics_exact_against_a_model, alloc_setup,
                                       alloc_teardown),
   };
