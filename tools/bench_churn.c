@@ -165,7 +165,8 @@ static bool parse_count(const char *text, unsigned long long min, unsigned long 
   if (text[0] < '0' || text[0] > '9')
     return false; /* no sign, no space: strtoull would take "-1" */
   errno = 0;
-  unsigned long long v = strtoull(text, &end, 0);
+  bool hex = text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  unsigned long long v = strtoull(text, &end, hex ? 16 : 10); /* "010" is ten, not octal */
   if (errno != 0 || *end != '\0' || v < min || v > max)
     return false;
   *out = v;

@@ -63,7 +63,7 @@ for x in rep["rows"]:
         assert x[k] > 0, (x, k)
     assert x["jemalloc_ns_per_op"] is None or x["jemalloc_ns_per_op"] > 0, x
 
-r = run("--live", "50", "--holes", "no", "--peers", "gca-exact,gca-slot", "--ops", "500")
+r = run("--live", "50", "--holes", "no", "--peers", "gca-exact,gca-slot", "--ops", "0500")
 assert r.returncode == 0, r.stderr
 lines = r.stdout.splitlines()
 assert lines[0].startswith("gca-bench-churn: seed 20261125, 500 operations"), lines
