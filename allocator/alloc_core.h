@@ -331,12 +331,17 @@ struct gca__pool {
 };
 
 /* A device's pointer -> block map of its allocated blocks: a slot holds
- * the address and its block side by side, so a lookup of a map too large
- * for the caches misses once, not once for the key and again for the value.
- * Invariant: count == allocated blocks of the device; count * 2 <= cap. */
+ * the address, its block and what a free into a recycle bin needs to know of
+ * it side by side (Note [Free facts], recycle.c), so a lookup of a map too
+ * large for the caches misses once, not once for the key, again for the value
+ * and again for the block. Invariant: count == allocated blocks of the
+ * device; count * 2 <= cap. */
 typedef struct gca__ptrslot {
-  gca_devptr_t key; /* 0 = empty slot */
+  _Alignas(32) gca_devptr_t key; /* 0 = empty slot */
   struct gca__block *val;
+  gca_stream_t stream; /* val's stream while facts hold */
+  uint32_t facts;      /* GCA__PF_*, 0 = none (recycle.h) */
+  uint32_t epoch;      /* the facts hold while == the device's pf_epoch */
 } gca__ptrslot_t;
 typedef struct gca__ptrmap {
   gca__ptrslot_t *slots;
@@ -437,8 +442,9 @@ struct gca__devalloc {
    * (Note [Free cache waste]). */
   bool fc_on;
   uint8_t fc_waste, fc_skips;
-  /* Note [Leaf gate] (fcache.h): 0 while the free cache's leaf hits may run;
-   * brought up to date under the lock by every holder as it lets it go. */
+  /* Note [Leaf gate] (fcache.h): GCA__GATE_FC clear while the free cache's
+   * leaf hits may run, GCA__GATE_RB while the recycle bins' may; brought up
+   * to date under the lock by every holder as it lets it go. */
   uint8_t fc_gate;
   size_t fc_count;
   /* Note [Lazy puts]: the free cache's last plain put (of a block in `slot`),
@@ -466,6 +472,7 @@ struct gca__devalloc {
   gca__block_t *fc_slots[GCA__FC_SLOTS];
   struct gca__rbins *rb; /* Note [Recycle bins]: NULL until the first put */
   size_t rb_count;       /* blocks in them */
+  uint32_t pf_epoch;     /* Note [Free facts]: bumped when thread caches may have changed them */
   uint64_t epoch;        /* Note [Free cache epochs] */
   /* Note [Thread caches]: the thread caches of this device (their list and
    * count), whether frees may enter them (tc_on), the first thread seen and
@@ -518,10 +525,15 @@ static inline void gca__tc_gate_sync(gca__devalloc_t *d, bool quiet) {
 }
 
 /* Note [Leaf gate] (fcache.h): whether anything the free cache's leaf hits
- * cannot handle is under way, computed as a holder lets d->lock go. */
+ * (bit GCA__GATE_FC) or the recycle bins' (GCA__GATE_RB) cannot handle is
+ * under way, computed as a holder lets d->lock go. */
+#define GCA__GATE_FC 1u
+#define GCA__GATE_RB 2u
 static inline void gca__fc_gate_sync(gca__devalloc_t *d, bool quiet) {
-  d->fc_gate = (d->tcs != NULL) | d->reap | d->has_divisions | d->tc_on | !d->fc_on |
-               (d->fc_waste != 0) | (d->ncaptures != 0) | !quiet;
+  bool both = (d->tcs != NULL) | d->reap | d->has_divisions | d->tc_on | !d->fc_on |
+              (d->ncaptures != 0) | !quiet;
+  d->fc_gate = (uint8_t)((both | (d->fc_waste != 0)) * GCA__GATE_FC |
+                         (both | !d->cfg.recycle_bins) * GCA__GATE_RB);
 }
 /* fcache.c: takes and lets go every device's lock, so that their gates
  * say a history recorder is on (history.c calls it after turning one on,
@@ -1158,43 +1170,6 @@ long gca__tree_validate(const gca__pool_t *p);
  * is being destroyed whole). */
 void gca__tree_fini(gca__pool_t *p);
 
-/* ---- ptrmap.c ---- */
-
-/* Maps a live block's address to the block (the device's pointer map; the
- * caller holds the device lock). Insert fails only when the host is out of
- * memory (GCA_ERR_OUT_OF_MEMORY, detail set) and never right after a take. */
-gca_status_t gca__ptrmap_insert(gca__ptrmap_t *m, gca_devptr_t addr, gca__block_t *b);
-static inline uint64_t gca__ptrmap_hash(gca_devptr_t a) {
-  uint64_t x = a * 0x9e3779b97f4a7c15ull;
-  return x ^ (x >> 29);
-}
-
-/* Slot holding addr, or the empty slot where it would go (cap > 0). */
-static inline uint32_t gca__ptrmap_probe(const gca__ptrmap_t *m, gca_devptr_t addr) {
-  uint32_t mask = m->cap - 1, i = (uint32_t)gca__ptrmap_hash(addr) & mask;
-  while (m->slots[i].key != 0 && m->slots[i].key != addr)
-    i = (i + 1) & mask;
-  return i;
-}
-
-/* The block at addr, or NULL (inline: free looks every pointer up). */
-static inline gca__block_t *gca__ptrmap_find(const gca__ptrmap_t *m, gca_devptr_t addr) {
-  if (m->cap == 0 || addr == 0)
-    return NULL;
-  const gca__ptrslot_t *e = &m->slots[gca__ptrmap_probe(m, addr)];
-  return e->key == addr ? e->val : NULL;
-}
-/* Removes addr and returns its block, or NULL when absent. */
-gca__block_t *gca__ptrmap_take(gca__ptrmap_t *m, gca_devptr_t addr);
-void gca__ptrmap_destroy(gca__ptrmap_t *m);
-
-/* Notes that device `device` has a segment at [base, base+size); GCA_ERR_OUT_OF_MEMORY
- * when the host cannot grow the map (nothing noted then). */
-gca_status_t gca__owner_add(gca_devptr_t base, size_t size, int device);
-void gca__owner_remove(gca_devptr_t base, size_t size, int device);
-/* The device whose segment covers addr, -1 when none, GCA__OWNER_ANY when the
- * map cannot tell (ask every device). Lock-free. */
-#define GCA__OWNER_ANY (-2)
-int gca__owner_device(gca_devptr_t addr);
+#include "ptrmap.h" /* the pointer map's lookups, inline */
 
 #endif

@@ -134,7 +134,7 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
   pthread_mutex_init(&d->rel_mu, NULL);
   pthread_cond_init(&d->rel_cv, NULL);
   d->epoch = 1;   /* a new block's fc_epoch (0) is never current */
-  d->fc_gate = 1; /* shut until a holder lets the lock go (Note [Leaf gate]) */
+  d->fc_gate = GCA__GATE_FC | GCA__GATE_RB; /* shut until a holder lets the lock go (Note [Leaf gate]) */
   d->device = device;
   d->ops = ops;
   set_config_locked(d, &g_cfg);
@@ -366,6 +366,7 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   }
   GCA_CHECK_GOTO(gca__block_reserve(d), st, fail_unmap);
   gca__block_activate(d, b, rounded, size);
+  gca__pf_note(d, b); /* Note [Free facts] */
   if (GCA_UNLIKELY(pool->owner != NULL))
     pool->owner->nactive++;
 out:
@@ -477,6 +478,8 @@ static __attribute__((noinline)) gca_status_t malloc_fc(gca__devalloc_t *d, void
 #ifndef GCA_DEBUG_CHECKS
   if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
     gca__block_t *b = gca__fc_leaf_take(d, size, stream);
+    if (b == NULL)
+      b = gca__rb_leaf_take(d, size, stream); /* Note [Recycle bins] */
     gca__mutex_exit_biased(&d->lock);
     if (GCA_LIKELY(b != NULL)) {
       *ptr = (void *)(uintptr_t)b->addr;
@@ -836,7 +839,13 @@ static __attribute__((noinline)) gca_status_t free_fc_counted(gca__devalloc_t *d
 static __attribute__((noinline)) gca_status_t free_tc_miss(gca__devalloc_t *d, void *ptr) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   if (gca__mutex_trylock(&d->lock)) {
-    gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
+    gca__ptrslot_t *e = gca__ptrmap_slot(&d->ptrs, addr);
+    if (e != NULL && gca__pf_hold(d, e) && gca__rb_put_fast(d, e)) { /* thread caches off */
+      DEBUG_CHECK(d);
+      gca__dev_unlock(d);
+      return GCA_OK;
+    }
+    gca__block_t *b = e != NULL ? e->val : NULL;
     if (GCA_LIKELY(b != NULL && !b->cached && !b->binned))
       return free_fc_counted(d, b, addr);
     gca__dev_unlock(d);
@@ -856,7 +865,14 @@ static __attribute__((noinline)) gca_status_t free_fc_try(gca__devalloc_t *d, vo
     gca__dev_unlock(d);
     return GCA_OK;
   }
-  gca__block_t *b = gca__ptrmap_find(&d->ptrs, addr);
+  gca__ptrslot_t *e = gca__ptrmap_slot(&d->ptrs, addr);
+  /* a recycle bin's put from the slot's facts alone (Note [Free facts]) */
+  if (GCA_LIKELY(e != NULL && gca__pf_hold(d, e)) && gca__rb_put_fast(d, e)) {
+    DEBUG_CHECK(d);
+    gca__dev_unlock(d);
+    return GCA_OK;
+  }
+  gca__block_t *b = e != NULL ? e->val : NULL;
   if (GCA_LIKELY(b != NULL && !b->cached && !b->binned)) {
     /* a thread cache may take it, or the statistics count their headroom */
     if (GCA_UNLIKELY(d->tc_on))           /* then also tc_count, when caches exist */
@@ -893,7 +909,8 @@ static __attribute__((noinline)) gca_status_t free_fc_try(gca__devalloc_t *d, vo
 static __attribute__((noinline)) gca_status_t free_fc(gca__devalloc_t *d, void *ptr) {
 #ifndef GCA_DEBUG_CHECKS
   if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
-    bool done = gca__fc_leaf_put(d, (gca_devptr_t)(uintptr_t)ptr);
+    gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
+    bool done = gca__fc_leaf_put(d, addr) || gca__rb_leaf_put(d, addr); /* Note [Free facts] */
     gca__mutex_exit_biased(&d->lock);
     if (GCA_LIKELY(done))
       return GCA_OK;

@@ -350,6 +350,7 @@ static gca_status_t check_device(gca__devalloc_t *d) {
                   " allocated and %zu cached blocks",
                   d->device, in_map, sums[GCA_STAT_ALL].allocation, ncached + ntcached + nbinned);
   GCA_CHECK(gca__rb_check(d, nbinned));
+  GCA_CHECK(gca__pf_check(d));
   size_t in_slots = 0;
   for (size_t i = 0; i < GCA__FC_SLOTS; i++) {
     const gca__block_t *b = d->fc_slots[i];

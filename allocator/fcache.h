@@ -221,6 +221,7 @@ gca__fc_put(gca__devalloc_t *d, gca__block_t **slot, gca__block_t *b, bool plain
   }
   b->requested = 0;
   b->cached = true;
+  gca__pf_forget(d, b->addr); /* Note [Free facts] */
   *slot = b;
   d->fc_count++;
 }
@@ -362,7 +363,8 @@ gca__fc_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
   gca__block_t *b = d->fc_lazy.b;
   /* the put's leaf_size: b->size, with b in the default pool of that size */
   if (b == NULL || d->fc_lazy.leaf_size != gca__round_plain(size) ||
-      b->stream != gca__stream_key_nocall(stream) || d->fc_gate != 0 || b->fc_gen != b->pool->gen ||
+      b->stream != gca__stream_key_nocall(stream) || (d->fc_gate & GCA__GATE_FC) ||
+      b->fc_gen != b->pool->gen ||
       b->fc_exact != GCA__FC_EXACT_YES)
     return NULL;
   *d->fc_lazy.slot = NULL;
@@ -378,7 +380,7 @@ gca__fc_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
 static inline __attribute__((always_inline)) bool gca__fc_leaf_put(gca__devalloc_t *d,
                                                                    gca_devptr_t addr) {
   gca__block_t *b = gca__fc_hot_block(d, addr);
-  if (b == NULL || d->fc_gate != 0)
+  if (b == NULL || (d->fc_gate & GCA__GATE_FC))
     return false;
   gca__fc_reput_now(d, b);
   return true;

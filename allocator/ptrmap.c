@@ -43,8 +43,7 @@ gca_status_t gca__ptrmap_insert(gca__ptrmap_t *m, gca_devptr_t addr, gca__block_
     GCA_CHECK(grow(m));
   gca__ptrslot_t *e = &m->slots[gca__ptrmap_probe(m, addr)];
   GCA_ASSERT(e->key == 0);
-  e->key = addr;
-  e->val = b;
+  *e = (gca__ptrslot_t){.key = addr, .val = b}; /* no facts (Note [Free facts]) */
   m->count++;
   return GCA_OK;
 }
@@ -68,7 +67,7 @@ gca__block_t *gca__ptrmap_take(gca__ptrmap_t *m, gca_devptr_t addr) {
       i = j;
     }
   }
-  m->slots[i] = (gca__ptrslot_t){0, NULL};
+  m->slots[i] = (gca__ptrslot_t){0};
   m->count--;
   return b;
 }

@@ -61,6 +61,27 @@
  * beside them, which evicts them first (gca__fcache_evict_near), as any
  * other does. A binned block is not live: a second free, record_stream,
  * pointer_info and IPC export fail on it as on any freed pointer.
+ *
+ * Note [Free facts]. With a million live blocks a free misses in the pointer
+ * map and then again in the block's record, one after the other, before it
+ * knows whether a bin may take the block: about as long again as the rest
+ * of the free and the allocation together. So the slot keeps what that
+ * decision reads of the record (gca__pf_of): that the block is a live plain
+ * block of the default small pool in a classic segment, not whole, with no
+ * recorded stream, no thread cache and no oversize count, its stream, its
+ * bin's class and its requested bytes. gca__rb_put_fast decides from the
+ * slot alone and writes the record without reading it; the next request of
+ * that size takes the block back soon, while the lines those writes brought
+ * in are still near. Facts are written where such a block becomes live
+ * (gca__pf_note: an allocation from the tree or from a bin) and are zero
+ * where anything else put it in the map (gca__ptrmap_insert). They hold only
+ * while nothing changed what they say: everything that makes a live block
+ * stop being one and keeps it in the map clears them (the free cache's put,
+ * a bin's put: gca__pf_forget), as does a recorded stream; and since a thread
+ * cache may hand a block out again with no map in sight, a change of the
+ * thread caches or of any cache setting bumps the device's pf_epoch, which
+ * voids every fact at once. A free whose slot has no facts reads the record
+ * as before. The walker checks every fact that holds against its record.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -152,6 +173,7 @@ bool gca__rb_put(gca__devalloc_t *d, gca__block_t *b) {
   }
   b->requested = 0;
   b->binned = true;
+  gca__pf_forget(d, addr);
   b->left = rb->head[g][c];
   rb->head[g][c] = b;
   rb->n[g][c]++;
@@ -159,6 +181,20 @@ bool gca__rb_put(gca__devalloc_t *d, gca__block_t *b) {
   d->rb_count++;
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, addr, requested, b->stream);
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, addr, requested, b->stream);
+  return true;
+}
+
+bool gca__rb_put_fast(gca__devalloc_t *d, gca__ptrslot_t *e) {
+  unsigned g, c;
+  /* gca__rb_on, without thread caches to count; a group to hand over or a
+   * full bin take the full path */
+  if (d->rb == NULL || !gca__rb_on(d) || d->tc_count || !gca__rb_takes(d, e, &g, &c))
+    return false;
+  gca__fc_settled(d);
+  size_t requested = e->facts >> 16;
+  gca__rb_put_facts(d, e, g, c);
+  gca__history_event(GCA_HA_FREE_REQUESTED, d->device, e->key, (size_t)requested, e->stream);
+  gca__history_event(GCA_HA_FREE_COMPLETED, d->device, e->key, (size_t)requested, e->stream);
   return true;
 }
 
@@ -198,6 +234,7 @@ gca__block_t *gca__rb_take(gca__devalloc_t *d, gca_stream_t stream, size_t round
     rb_split_stat(d, b, -1);
     gca__stat_block_alloc(d, b, t, false);
   }
+  gca__pf_note(d, b);
   return b;
 }
 
@@ -220,6 +257,7 @@ void gca__flush_caches(gca__devalloc_t *d) {
 }
 
 void gca__caches_update(gca__devalloc_t *d) {
+  d->pf_epoch++; /* Note [Free facts] */
   gca__fcache_update(d);
   if ((!gca__rb_allowed(d) || d->tc_on) && d->rb_count != 0)
     gca__rb_flush(d); /* with thread caches on the bins hold nothing */
@@ -266,6 +304,18 @@ gca_status_t gca__rb_check(const gca__devalloc_t *d, size_t nbinned) {
   if (total != d->rb_count || total != nbinned)
     return BROKEN("recycle bins hold %zu blocks; the count says %zu, the segments hold %zu binned",
                   total, d->rb_count, nbinned);
+  return GCA_OK;
+}
+
+gca_status_t gca__pf_check(const gca__devalloc_t *d) {
+  for (uint32_t i = 0; i < d->ptrs.cap; i++) {
+    const gca__ptrslot_t *e = &d->ptrs.slots[i];
+    if (e->key != 0 && e->val != NULL && gca__pf_hold(d, e) &&
+        (e->facts != gca__pf_of(d, e->val) || e->stream != e->val->stream))
+      return BROKEN("the pointer map's facts of block 0x%" PRIx64 " (%#x) say what its record "
+                    "does not (%#x)",
+                    e->key, e->facts, gca__pf_of(d, e->val));
+  }
   return GCA_OK;
 }
 

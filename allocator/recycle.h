@@ -28,6 +28,7 @@ typedef struct gca__rbins {
    * same-size pair's does */
   const gca__block_t *last;
   uint64_t hits; /* requests served from a bin (a counter only) */
+  uint64_t fast; /* frees put from the pointer map's facts alone (a counter only) */
 } gca__rbins_t;
 
 /* The group of stream's bins. */
@@ -47,6 +48,140 @@ static inline bool gca__rb_allowed(const gca__devalloc_t *d) {
  * thread cache, and nothing pending, deferred or capturing on the device. */
 static inline bool gca__rb_on(const gca__devalloc_t *d) {
   return gca__rb_allowed(d) && !d->tc_on && (d->npending | d->ndeferred | d->ncaptures) == 0;
+}
+
+/* Note [Free facts]: a pointer-map slot's facts, when nonzero, say that its
+ * block is a live plain block a bin may take: GCA__PF_BIN, its bin's class
+ * (bits 1-6) and its requested bytes (bits 16-31). */
+#define GCA__PF_BIN 1u
+_Static_assert(GCA__RB_MAX_SIZE <= 0xffff, "a binnable block's requested bytes fit 16 bits");
+static inline uint32_t gca__pf_of(const gca__devalloc_t *d, const gca__block_t *b) {
+  if (b->pool != &d->small || b->size > GCA__RB_MAX_SIZE || b->seg->expandable ||
+      b->nuses != 0 || b->tc != NULL || !b->allocated || b->cached || b->binned || b->oversize ||
+      gca__block_whole(b))
+    return 0;
+  return GCA__PF_BIN | (uint32_t)(b->size / GCA__MIN_BLOCK_SIZE - 1) << 1 |
+         (uint32_t)b->requested << 16;
+}
+/* Writes live block b's facts into its slot (d->lock held): what every
+ * allocation of a block a bin may take does. None while thread caches are
+ * on: they may take it into their domain. */
+static inline void gca__pf_note(gca__devalloc_t *d, const gca__block_t *b) {
+  gca__ptrslot_t *e;
+  if (b->pool == &d->small && b->size <= GCA__RB_MAX_SIZE && !d->tc_on &&
+      (e = gca__ptrmap_slot(&d->ptrs, b->addr)) != NULL) {
+    e->facts = gca__pf_of(d, b);
+    e->stream = b->stream;
+    e->epoch = d->pf_epoch;
+  }
+}
+/* Whether slot e's facts hold now. */
+static inline bool gca__pf_hold(const gca__devalloc_t *d, const gca__ptrslot_t *e) {
+  return e->facts != 0 && e->epoch == d->pf_epoch;
+}
+/* The free of the block of slot e, whose facts hold (d->lock held, nothing
+ * pending), into its bin from the facts alone: its record is written, not
+ * read, so a free misses once, in the pointer map. False (nothing changed)
+ * when the bins take no free of it now; the caller then reads the record. */
+bool gca__rb_put_fast(gca__devalloc_t *d, gca__ptrslot_t *e);
+
+/* The bins of group g and the stack of class c in them, when they take the
+ * free of slot e's block (its facts hold) now: the group is its stream's,
+ * the stack not full, and it is not the block the last request got (whose
+ * free tries the free cache first unless that wastes its puts). */
+static inline __attribute__((always_inline)) bool
+gca__rb_takes(const gca__devalloc_t *d, const gca__ptrslot_t *e, unsigned *g, unsigned *c) {
+  const gca__rbins_t *rb = d->rb;
+  *g = gca__rb_group(e->stream);
+  *c = (e->facts >> 1) & (GCA__RB_CLASSES - 1);
+  return rb->stream[*g] == e->stream && rb->n[*g][*c] < GCA__RB_BIN_MAX &&
+         (e->val != rb->last || gca__fc_wasteful(d));
+}
+/* The put of gca__rb_put_fast past its tests (settled, plain statistics: no
+ * thread cache to count; history is the caller's). */
+static inline __attribute__((always_inline)) void gca__rb_put_facts(gca__devalloc_t *d,
+                                                                    gca__ptrslot_t *e, unsigned g,
+                                                                    unsigned c) {
+  gca__rbins_t *rb = d->rb;
+  gca__block_t *b = e->val;
+  int64_t size = (int64_t)(c + 1) * GCA__MIN_BLOCK_SIZE, requested = e->facts >> 16;
+  d->epoch++; /* Note [Free cache epochs] */
+  e->facts = 0;
+  /* gca__rb_put's plain updates: the facts say not oversize, not whole */
+  gca__fc_stat_plain(d->stats.allocation, GCA_STAT_SMALL, -1);
+  gca__fc_stat_plain(d->stats.allocated_bytes, GCA_STAT_SMALL, -size);
+  gca__fc_stat_plain(d->stats.requested_bytes, GCA_STAT_SMALL, -requested);
+  gca__fc_stat_rise(d->stats.inactive_split, GCA_STAT_SMALL, 1);
+  gca__fc_stat_rise(d->stats.inactive_split_bytes, GCA_STAT_SMALL, size);
+  b->allocated = false;
+  b->requested = 0;
+  b->binned = true;
+  b->left = rb->head[g][c];
+  rb->head[g][c] = b;
+  rb->n[g][c]++;
+  rb->nonempty[g] |= (uint64_t)1 << c;
+  d->rb_count++;
+  rb->fast++;
+}
+
+/* Note [Leaf hits] (allocator.c): with d->lock held by the calling thread's
+ * bias, the free of addr into its bin from its slot's facts as
+ * gca__rb_put_fast, when nothing on the way calls a function (the bins'
+ * gate open: no thread caches, nothing pending, no capture, no history; the
+ * free cache's put settled); false, nothing done, else. */
+static inline __attribute__((always_inline)) bool gca__rb_leaf_put(gca__devalloc_t *d,
+                                                                   gca_devptr_t addr) {
+  gca__ptrslot_t *e;
+  unsigned g, c;
+  if ((d->fc_gate & GCA__GATE_RB) || d->rb == NULL || d->fc_lazy.b != NULL ||
+      d->fc_lazy.pairs != 0 || (e = gca__ptrmap_slot(&d->ptrs, addr)) == NULL ||
+      !gca__pf_hold(d, e) || !gca__rb_takes(d, e, &g, &c))
+    return false;
+  gca__rb_put_facts(d, e, g, c);
+  return true;
+}
+
+/* Note [Leaf hits]: with d->lock held by the calling thread's bias, the
+ * block of its bin for a request of `size` bytes on `stream` as
+ * gca__rb_take, when nothing on the way calls a function (the bins' gate
+ * open, the plain rounding, the statistics plain: nothing settled, pending
+ * or oversize, not whole); else NULL, nothing done. */
+static inline __attribute__((always_inline)) gca__block_t *
+gca__rb_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
+  gca__rbins_t *rb = d->rb;
+  size_t rounded = gca__round_plain(size);
+  if ((d->fc_gate & GCA__GATE_RB) || rb == NULL || rounded > GCA__RB_MAX_SIZE ||
+      d->fc_lazy.b != NULL || d->fc_lazy.pairs != 0 || d->pend[GCA_STAT_ALL].current != 0)
+    return NULL;
+  gca_stream_t key = gca__stream_key_nocall(stream);
+  unsigned g = gca__rb_group(key), c = (unsigned)(rounded / GCA__MIN_BLOCK_SIZE) - 1;
+  gca__block_t *b = rb->head[g][c];
+  gca__ptrslot_t *e;
+  if (b == NULL || rb->stream[g] != key || gca__block_whole(b) ||
+      b->size >= d->cfg.max_split_size || (e = gca__ptrmap_slot(&d->ptrs, b->addr)) == NULL)
+    return NULL;
+  d->epoch++; /* Note [Free cache epochs] */
+  rb->head[g][c] = b->left;
+  if (--rb->n[g][c] == 0)
+    rb->nonempty[g] &= ~((uint64_t)1 << c);
+  rb->hits++;
+  rb->last = b;
+  d->rb_count--;
+  b->left = NULL;
+  b->binned = false;
+  b->allocated = true;
+  b->requested = size;
+  b->oversize = false;
+  gca__fc_stat_plain(d->stats.inactive_split, GCA_STAT_SMALL, -1);
+  gca__fc_stat_plain(d->stats.inactive_split_bytes, GCA_STAT_SMALL, -(int64_t)rounded);
+  gca__fc_stat_rise(d->stats.allocation, GCA_STAT_SMALL, 1);
+  gca__fc_stat_rise(d->stats.allocated_bytes, GCA_STAT_SMALL, (int64_t)rounded);
+  gca__fc_stat_rise(d->stats.requested_bytes, GCA_STAT_SMALL, (int64_t)size);
+  /* its facts (gca__pf_of): a bin holds plain blocks of the default small pool */
+  e->facts = GCA__PF_BIN | c << 1 | (uint32_t)size << 16;
+  e->stream = key;
+  e->epoch = d->pf_epoch;
+  return b;
 }
 
 /* The free of live block b (d->lock held, in the pointer map, pending frees
@@ -80,6 +215,9 @@ void gca__caches_update(gca__devalloc_t *d);
 /* Checks the bins against the blocks (the walker, gca__allocator_check):
  * `nbinned` is the number of binned blocks it found in the segments. */
 gca_status_t gca__rb_check(const gca__devalloc_t *d, size_t nbinned);
+/* Checks every fact of the pointer map that holds against its block's
+ * record (the walker; Note [Free facts]). */
+gca_status_t gca__pf_check(const gca__devalloc_t *d);
 /* Frees the bins' table (allocator teardown; the blocks go with their segments). */
 void gca__rb_destroy(gca__devalloc_t *d);
 

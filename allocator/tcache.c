@@ -513,6 +513,7 @@ void gca__tc_note_thread_slow(gca__devalloc_t *d) {
 }
 
 void gca__tc_update(gca__devalloc_t *d, bool reset) {
+  d->pf_epoch++; /* Note [Free facts]: a thread cache may hand a block out unseen */
   d->tc_on = d->tc_engaged && d->cfg.thread_cache && d->fc_on && !d->has_divisions;
   if (reset || !d->tc_on) {
     /* every delta in and all headroom back: with the caches off and empty

@@ -48,6 +48,7 @@ GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
     b->cap_uses = ncap;
   }
   b->uses[b->nuses++] = (gca__use_t){stream, sdev};
+  gca__pf_forget(d, addr); /* a bin takes no block with uses (Note [Free facts]) */
 out:
   gca__dev_unlock(d);
   return st;

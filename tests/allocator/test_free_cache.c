@@ -307,7 +307,7 @@ static void a_recorder_turned_on_stops_the_leaf_hits(void **state) {
       assert_ok(gca_malloc(&b, 4096, NULL));
     }
 #ifndef GCA_DEBUG_CHECKS /* there no leaf runs */
-    assert_int_equal(d->fc_gate, 0);
+    assert_int_equal(d->fc_gate & GCA__GATE_FC, 0);
     assert_true(d->fc_lazy.pairs > 0); /* the leaves took the last pairs */
 #endif
     counts_t c = {(uint64_t)(uintptr_t)first_b, 0, 0};
@@ -316,7 +316,7 @@ static void a_recorder_turned_on_stops_the_leaf_hits(void **state) {
       assert_ok(gca_trace_observer_add(count_events, &c, &h));
     else
       assert_ok(gca_record_history(true, 1000, false));
-    assert_int_not_equal(d->fc_gate, 0);
+    assert_int_equal(d->fc_gate, GCA__GATE_FC | GCA__GATE_RB); /* both leaves shut */
     for (int i = 0; i < PAIRS; i++) {
       assert_ok(gca_free(b));
       assert_ok(gca_malloc(&b, 4096, NULL));

@@ -13,6 +13,7 @@
 
 #include "alloc_fixture.h"
 #include "recycle.h"
+#include "tcache.h"
 
 static size_t rb_count(void) {
   gca__devalloc_t *d = gca__devalloc_peek(0);
@@ -481,6 +482,175 @@ static void the_walker_checks_the_bins(void **state) {
   free_ok(edge);
 }
 
+/* Note [Free facts]: p's pointer-map slot, and whether its facts hold. */
+static gca__ptrslot_t *slot_of(const void *p) {
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  gca__ptrslot_t *e = gca__ptrmap_slot(&d->ptrs, (gca_devptr_t)(uintptr_t)p);
+  assert_non_null(e);
+  return e;
+}
+static bool facts_hold(const void *p) {
+  return gca__pf_hold(gca__devalloc_peek(0), slot_of(p));
+}
+static uint64_t rb_fast(void) {
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  return d != NULL && d->rb != NULL ? d->rb->fast : 0;
+}
+
+/* An allocation of a block the bins may take writes its facts into its
+ * pointer-map slot (its class, requested bytes and stream); its free is
+ * decided from them and binned as any other, the slot's facts cleared; a
+ * second free then reads the record and fails as a double free, changing
+ * nothing; the block's next allocation writes its facts again. */
+static void a_free_decides_from_the_pointer_maps_facts(void **state) {
+  (void)state;
+  bins_on();
+  void *keep = alloc_on(512, NULL), *p = alloc_on(1500, NULL), *edge = alloc_on(512, NULL);
+  gca__ptrslot_t *e = slot_of(p);
+  gca__block_t *b = e->val;
+  assert_true(facts_hold(p));
+  size_t size = block_size_of(p); /* 1536 */
+  assert_int_equal(e->facts, GCA__PF_BIN | (uint32_t)(size / 512 - 1) << 1 | 1500u << 16);
+  assert_ptr_equal(e->stream, b->stream);
+  uint64_t fast = rb_fast();
+  gca_stats_t s0 = stats();
+  free_ok(p);
+  assert_int_equal(rb_fast(), fast + 1);
+  assert_int_equal(rb_count(), 1);
+  assert_true(b->binned && !b->allocated && b->requested == 0);
+  assert_int_equal(slot_of(p)->facts, 0);
+  gca_stats_t s1 = stats();
+  assert_int_equal(s1.requested_bytes[GCA_STAT_ALL].current,
+                   s0.requested_bytes[GCA_STAT_ALL].current - 1500);
+  assert_int_equal(s1.allocated_bytes[GCA_STAT_SMALL].current,
+                   s0.allocated_bytes[GCA_STAT_SMALL].current - (int64_t)size);
+  assert_int_equal(s1.inactive_split[GCA_STAT_ALL].current,
+                   s0.inactive_split[GCA_STAT_ALL].current + 1);
+  assert_status(gca_free(p), GCA_ERR_INVALID_POINTER, "already freed (double free?)");
+  gca_stats_t s2 = stats();
+  assert_memory_equal(&s1, &s2, sizeof(s1));
+  assert_int_equal(rb_count(), 1);
+  check();
+  void *again = alloc_on(1100, NULL); /* 1536 again */
+  assert_ptr_equal(again, p);
+  assert_true(facts_hold(again));
+  assert_int_equal(slot_of(again)->facts >> 16, 1100);
+  for (void **q = (void *[]){keep, again, edge, NULL}; *q != NULL; q++)
+    free_ok(*q);
+}
+
+/* What voids a block's facts, so that its free reads the record: a
+ * recorded stream (the block is then not binned), the free cache's put (a
+ * second free fails as a double free), and a change of any setting (the
+ * free still bins the block, by the full path). */
+static void what_voids_the_facts(void **state) {
+  (void)state;
+  bins_on();
+  gca_stream_t s2;
+  assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+  void *keep = alloc_on(512, NULL), *used = alloc_on(2 * KiB, NULL), *edge = alloc_on(512, NULL);
+  assert_true(facts_hold(used));
+  assert_ok(gca_record_stream(used, s2));
+  assert_false(facts_hold(used));
+  free_ok(used);
+  assert_int_equal(rb_count(), 0);
+  assert_ok(gca_stream_synchronize(s2));
+
+  void *last = alloc_on(4 * KiB, NULL); /* the last request's block: the free cache's slot */
+  assert_true(facts_hold(last));
+  free_ok(last);
+  assert_int_equal(gca__devalloc_peek(0)->fc_count, 1);
+  assert_false(facts_hold(last));
+  assert_status(gca_free(last), GCA_ERR_INVALID_POINTER, "already freed (double free?)");
+  check();
+
+  void *p = alloc_on(3 * KiB, NULL), *edge2 = alloc_on(512, NULL);
+  assert_true(facts_hold(p));
+  assert_ok(gca_set_config("max_split_size_mb:1024")); /* any setting */
+  assert_false(facts_hold(p));
+  uint64_t fast = rb_fast();
+  free_ok(p);
+  assert_int_equal(rb_fast(), fast);
+  assert_int_equal(rb_count(), 1);
+  check();
+  for (void **q = (void *[]){keep, edge, edge2, NULL}; *q != NULL; q++)
+    free_ok(*q);
+  assert_ok(gca_stream_destroy(s2));
+}
+
+/* The allocations and free requests of one address (ctx: counts_t). */
+typedef struct counts {
+  uint64_t addr;
+  int allocs, frees;
+} counts_t;
+static void count_events(const gca_trace_event_t *ev, void *ctx) {
+  counts_t *c = ctx;
+  c->allocs += ev->address == c->addr && ev->action == GCA_TRACE_ALLOC;
+  c->frees += ev->address == c->addr && ev->action == GCA_TRACE_FREE_REQUESTED;
+}
+
+/* Note [Leaf gate]: the bins' leaf paths (a put from the facts, a take) run
+ * while this thread holds the lock by its bias and the gate is open; a
+ * trace observer turned on shuts it before the call returns, so the next
+ * put and take are recorded, by the full paths, and still use the bins. */
+static void a_recorder_turned_on_stops_the_bins_leaf_paths(void **state) {
+  (void)state;
+  bins_on();
+  void *keep = alloc_on(512, NULL), *v[4], *edge;
+  for (int i = 0; i < 4; i++)
+    v[i] = alloc_on(2 * KiB, NULL);
+  edge = alloc_on(512, NULL);
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  uint64_t fast = rb_fast();
+  free_ok(v[1]);
+  assert_int_equal(rb_fast(), fast + 1);
+  void *again = alloc_on(2 * KiB, NULL);
+  assert_ptr_equal(again, v[1]);
+  void *last = alloc_on(512, NULL); /* again is not the last request's block */
+#ifndef GCA_DEBUG_CHECKS /* there no leaf runs */
+  assert_int_equal(d->fc_gate & GCA__GATE_RB, 0);
+#endif
+  counts_t c = {(uint64_t)(uintptr_t)v[1], 0, 0};
+  gca_trace_observer_handle_t h = 0;
+  assert_ok(gca_trace_observer_add(count_events, &c, &h));
+  assert_true(d->fc_gate & GCA__GATE_RB);
+  free_ok(again);
+  assert_int_equal(rb_fast(), fast + 2);
+  again = alloc_on(2 * KiB, NULL);
+  assert_ptr_equal(again, v[1]);
+  assert_int_equal(c.frees, 1);
+  assert_int_equal(c.allocs, 1);
+  assert_ok(gca_trace_observer_remove(h));
+  v[1] = again;
+  for (int i = 0; i < 4; i++)
+    free_ok(v[i]);
+  free_ok(keep);
+  free_ok(edge);
+  free_ok(last);
+}
+
+/* The walker checks every fact that holds against its block's record. */
+static void the_walker_checks_the_facts(void **state) {
+  (void)state;
+  bins_on();
+  void *keep = alloc_on(512, NULL), *p = alloc_on(1 * KiB, NULL), *edge = alloc_on(512, NULL);
+  gca__ptrslot_t *e = slot_of(p);
+  uint32_t facts = e->facts;
+  e->facts = facts + (1u << 16); /* a requested byte more than the record says */
+  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL,
+                "the pointer map's facts of block");
+  e->facts = facts;
+  check();
+  gca_stream_t other = e->stream;
+  e->stream = (gca_stream_t)(uintptr_t)0x1000;
+  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL,
+                "say what its record does not");
+  e->stream = other;
+  check();
+  for (void **q = (void *[]){keep, p, edge, NULL}; *q != NULL; q++)
+    free_ok(*q);
+}
+
 /* Seeded churn over two streams with the bins on, every statistic that the
  * layout does not decide checked after each step against an eager model of
  * PyTorch's counting (allocation, allocated_bytes, requested_bytes, active:
@@ -534,6 +704,7 @@ static void churn_keeps_statistics_exact_against_a_model(void **state) {
                     : "recycle_bins:True,roundup_power2_divisions:4");
     gca_stream_t s2;
     assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+    assert_null(gca__tc_mine(0)); /* the leaf paths (Note [Leaf hits]) serve this thread */
     model_t m = {0};
     for (long step = 0; step < STEPS; step++) {
       size_t i = (size_t)rand() % LIVE;
@@ -557,16 +728,19 @@ static void churn_keeps_statistics_exact_against_a_model(void **state) {
         model_add(&m, 3, 1);
       }
       model_check(&m, step);
+      check(); /* the leaf paths too, which a debug_checks build does not take */
       if (step % 1500 == 1499) { /* a release path now and then */
         assert_ok(gca_empty_cache());
         assert_int_equal(rb_count(), 0);
         model_check(&m, step);
       }
     }
-    uint64_t hits = rb_hits();
-    printf("churn pass %d: %llu allocations served from the bins\n", pass,
-           (unsigned long long)hits);
+    uint64_t hits = rb_hits(), fast = rb_fast();
+    printf("churn pass %d: %llu allocations served from the bins, %llu frees put from the "
+           "pointer map's facts\n",
+           pass, (unsigned long long)hits, (unsigned long long)fast);
     assert_true(hits > STEPS / 8);
+    assert_true(fast > STEPS / 8);
     for (size_t i = 0; i < LIVE; i++)
       if (v[i] != NULL) {
         free_ok(v[i]);
@@ -593,11 +767,18 @@ int main(void) {
       cmocka_unit_test_setup_teardown(what_the_bins_do_not_take, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(the_last_requests_block_goes_to_the_free_cache_first,
                                       alloc_setup, alloc_teardown),
+      /* before any thread cache is made: this thread takes the leaf paths */
+      cmocka_unit_test_setup_teardown(a_recorder_turned_on_stops_the_bins_leaf_paths, alloc_setup,
+                                      alloc_teardown),
+      cmocka_unit_test_setup_teardown(churn_keeps_statistics_exact_against_a_model, alloc_setup,
+                                      alloc_teardown),
       cmocka_unit_test_setup_teardown(thread_caches_take_over_from_the_bins, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(the_walker_checks_the_bins, alloc_setup, alloc_teardown),
-      cmocka_unit_test_setup_teardown(churn_keeps_statistics_exact_against_a_model, alloc_setup,
+      cmocka_unit_test_setup_teardown(a_free_decides_from_the_pointer_maps_facts, alloc_setup,
                                       alloc_teardown),
+      cmocka_unit_test_setup_teardown(what_voids_the_facts, alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(the_walker_checks_the_facts, alloc_setup, alloc_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
