@@ -282,13 +282,9 @@ static gca__block_t *take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_
   return b;
 }
 
-/* The locked paths' note of the calling thread (Note [Thread caches]): the
- * request or free that engages the thread caches returns the recycle bins'
- * blocks, which stay empty while they are on (Note [Recycle bins]). */
+/* The locked paths' note of the calling thread (Note [Thread caches]). */
 static inline void note_thread(gca__devalloc_t *d) {
   gca__tc_note_thread(d);
-  if (GCA_UNLIKELY(d->rb_count != 0 && d->tc_on))
-    gca__rb_flush(d);
 }
 
 /* malloc with d->lock held; returns with it released. `stream` is the key
@@ -730,12 +726,11 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
       return st;
     }
   }
-  /* a recycle bin before the caches, or after them for the last request's
-   * block (Note [Recycle bins]) */
+  /* the calling thread's cache first, then a recycle bin before the free
+   * cache, or after it for the last request's block (Note [Recycle bins]) */
   bool bins_first = gca__rb_first(d, b);
-  if ((bins_first && gca__rb_try_put(d, b)) ||
-      (cache && (gca__tc_try_enter(d, b) || gca__fcache_try_put(d, b))) ||
-      (!bins_first && gca__rb_try_put(d, b))) {
+  if ((cache && gca__tc_try_enter(d, b)) || (bins_first && gca__rb_try_put(d, b)) ||
+      (cache && gca__fcache_try_put(d, b)) || (!bins_first && gca__rb_try_put(d, b))) {
     DEBUG_CHECK(d);
     gca__dev_unlock(d);
     return GCA_OK;
@@ -817,7 +812,7 @@ static __attribute__((noinline)) gca_status_t free_fc_counted(gca__devalloc_t *d
     /* a device that wastes its puts: the plain free, but for a probe (Note [Free cache waste]) */
     if (GCA_UNLIKELY(gca__fc_wasteful(d)) && !gca__fc_probe(d))
       return free_plain(d, b, addr);
-    /* a recycle bin first, as free_fc_try (none while thread caches are on) */
+    /* a recycle bin first, as free_fc_try: the thread cache did not want it */
     if (gca__rb_first(d, b) && gca__fc_quiet(d) && gca__rb_try_put(d, b)) {
       DEBUG_CHECK(d);
       gca__dev_unlock(d);

@@ -49,10 +49,13 @@
  * slot first (rb->last): that is a same-size pair, whose leaf path (Note
  * [Leaf hits]) costs a fraction of a bin's put and take; any other free, and
  * that one once the free cache wastes its puts, tries the bins first. Thread
- * caches serve several threads without the device lock, which the bins
- * need: the locked request or free that engages them (tc_on) returns what
- * the bins hold, and from then on they take nothing, so the bins are empty
- * whenever thread caches are on (the walker checks).
+ * caches, once a second thread has engaged them, come before both: they
+ * serve their thread without the device lock, which the bins need. A free
+ * that reaches the locked path because its thread's cache did not take it
+ * (a size it does not take, a full or parked cache) goes to the bins, and a
+ * request its thread's cache misses takes from them on the locked path. The
+ * fast paths of Note [Free facts] and the bins' leaf paths are for a device
+ * without thread caches: there the statistics are plain.
  *
  * The free cache and the thread caches count their blocks as merged with
  * their free neighbours (Note [Free cache]); for them a binned block is an
@@ -259,8 +262,8 @@ void gca__flush_caches(gca__devalloc_t *d) {
 void gca__caches_update(gca__devalloc_t *d) {
   d->pf_epoch++; /* Note [Free facts] */
   gca__fcache_update(d);
-  if ((!gca__rb_allowed(d) || d->tc_on) && d->rb_count != 0)
-    gca__rb_flush(d); /* with thread caches on the bins hold nothing */
+  if (!gca__rb_allowed(d) && d->rb_count != 0)
+    gca__rb_flush(d);
   if (gca__rb_allowed(d) && d->rb == NULL) {
     /* the table, once: without it (host memory) frees take the tree's path
      * until the next change of setting tries again */
@@ -299,8 +302,6 @@ gca_status_t gca__rb_check(const gca__devalloc_t *d, size_t nbinned) {
       total += n;
     }
   }
-  if (total != 0 && d->tc_on)
-    return BROKEN("recycle bins hold %zu blocks while thread caches are on", total);
   if (total != d->rb_count || total != nbinned)
     return BROKEN("recycle bins hold %zu blocks; the count says %zu, the segments hold %zu binned",
                   total, d->rb_count, nbinned);

@@ -44,10 +44,10 @@ _Static_assert(GCA__RB_GROUPS == 8, "gca__rb_group takes 3 bits of the hash");
 static inline bool gca__rb_allowed(const gca__devalloc_t *d) {
   return d->cfg.recycle_bins && d->fc_on;
 }
-/* Whether frees of small plain blocks may enter the bins now: allowed, no
- * thread cache, and nothing pending, deferred or capturing on the device. */
+/* Whether frees of small plain blocks may enter the bins now: allowed, and
+ * nothing pending, deferred or capturing on the device. */
 static inline bool gca__rb_on(const gca__devalloc_t *d) {
-  return gca__rb_allowed(d) && !d->tc_on && (d->npending | d->ndeferred | d->ncaptures) == 0;
+  return gca__rb_allowed(d) && (d->npending | d->ndeferred | d->ncaptures) == 0;
 }
 
 /* Note [Free facts]: a pointer-map slot's facts, when nonzero, say that its

@@ -13,6 +13,15 @@
 #include "alloc_fixture.h"
 #include "tcache.h"
 
+/* The fixture's, with the thread caches alone in front of PyTorch's free
+ * tree (recycle_bins:False), whose merges these tests' models follow; the
+ * recycle bins behind the thread caches are tested in test_recycle_bins.c. */
+__attribute__((unused)) static int tc_setup(void **state) {
+  alloc_setup(state);
+  assert_ok(gca_set_config("recycle_bins:False"));
+  return 0;
+}
+
 enum { CMD_NONE, CMD_ALLOC, CMD_FREE, CMD_RECORD, CMD_PAIRS, CMD_EXIT };
 
 typedef struct worker {

@@ -365,7 +365,7 @@ static void a_second_thread_revokes_the_device_locks_bias(void **state) {
 }
 
 int main(void) {
-#define T(f) cmocka_unit_test_setup_teardown(f, alloc_setup, alloc_teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, tc_setup, alloc_teardown)
   const struct CMUnitTest tests[] = {
       T(a_cache_that_wastes_its_blocks_is_parked),
       T(a_calm_owner_enters_without_the_lock_until_a_visit),

@@ -316,6 +316,7 @@ static void scripted_runs_match_the_model(void **state) {
   for (unsigned run = 0; run < 3; run++) {
     unsigned r = seed + run;
     gca__allocator_reset();
+    assert_ok(gca_set_config("recycle_bins:False")); /* as tc_setup */
     model_t *m = calloc(1, sizeof(*m));
     assert_non_null(m);
     worker_t w[NW];
@@ -749,7 +750,7 @@ static void waiters_sleep_on_a_held_cache_lock(void **state) {
 }
 
 int main(void) {
-#define T(f) cmocka_unit_test_setup_teardown(f, alloc_setup, alloc_teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, tc_setup, alloc_teardown)
   const struct CMUnitTest tests[] = {
       T(scripted_runs_match_the_model),
       T(free_running_threads_keep_currents_exact),
