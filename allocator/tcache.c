@@ -567,9 +567,14 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
     return false;
   if (parked(d))
     return false;
+  /* a full domain refuses before the neighbours' records are read (with a
+   * million live blocks, misses each) */
+  gca__tcache_t *tc = gca__tc_mine(d->device);
+  if (tc != NULL && tc->d == d && tc->ndomain >= GCA__TC_DOMAIN)
+    return false;
   if (gca__fc_near(b))
     return false;
-  gca__tcache_t *tc = tc_get(d);
+  tc = tc_get(d);
   if (tc == NULL || tc->ndomain >= GCA__TC_DOMAIN)
     return false;
   gca__tcbin_t *bin = gca__tc_bin(tc, b->stream, b->size);
