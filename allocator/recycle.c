@@ -54,8 +54,10 @@
  * that reaches the locked path because its thread's cache did not take it
  * (a size it does not take, a full or parked cache) goes to the bins, and a
  * request its thread's cache misses takes from them on the locked path. The
- * fast paths of Note [Free facts] and the bins' leaf paths are for a device
- * without thread caches: there the statistics are plain.
+ * bins' leaf paths are for a device without thread caches, whose statistics
+ * are plain; the put from a slot's facts (Note [Free facts]) also serves a
+ * thread whose cache declines the free unread (parked, or its domain full),
+ * counting the caches' headroom.
  *
  * The free cache and the thread caches count their blocks as merged with
  * their free neighbours (Note [Free cache]); for them a binned block is an
@@ -80,10 +82,10 @@
  * where anything else put it in the map (gca__ptrmap_insert). They hold only
  * while nothing changed what they say: everything that makes a live block
  * stop being one and keeps it in the map clears them (the free cache's put,
- * a bin's put: gca__pf_forget), as does a recorded stream; and since a thread
- * cache may hand a block out again with no map in sight, a change of the
- * thread caches or of any cache setting bumps the device's pf_epoch, which
- * voids every fact at once. A free whose slot has no facts reads the record
+ * a bin's put, a thread cache's domain taking it in: gca__pf_forget), as does
+ * a recorded stream; a thread cache hands its blocks out with no map in
+ * sight, so they stay without; and a change of the thread caches or of any
+ * cache setting bumps the device's pf_epoch, which voids every fact at once. A free whose slot has no facts reads the record
  * as before. The walker checks every fact that holds against its record.
  */
 #include <inttypes.h>
@@ -92,6 +94,7 @@
 #include "fcache.h"
 #include "history.h"
 #include "recycle.h"
+#include "tcache.h"
 
 _Static_assert(GCA__RB_CLASSES == 64, "a group's nonempty bins are one 64-bit mask");
 
@@ -189,13 +192,14 @@ bool gca__rb_put(gca__devalloc_t *d, gca__block_t *b) {
 
 bool gca__rb_put_fast(gca__devalloc_t *d, gca__ptrslot_t *e) {
   unsigned g, c;
-  /* gca__rb_on, without thread caches to count; a group to hand over or a
-   * full bin take the full path */
-  if (d->rb == NULL || !gca__rb_on(d) || d->tc_count || !gca__rb_takes(d, e, &g, &c))
+  /* gca__rb_on; a group to hand over or a full bin take the full path, as
+   * does a free the calling thread's cache may take (it comes first) */
+  if (d->rb == NULL || !gca__rb_on(d) || !gca__rb_takes(d, e, &g, &c) ||
+      (d->tc_on && !gca__tc_declines(d)))
     return false;
   gca__fc_settled(d);
   size_t requested = e->facts >> 16;
-  gca__rb_put_facts(d, e, g, c);
+  gca__rb_put_facts(d, e, g, c, !d->tc_count);
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, e->key, (size_t)requested, e->stream);
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, e->key, (size_t)requested, e->stream);
   return true;

@@ -64,11 +64,11 @@ static inline uint32_t gca__pf_of(const gca__devalloc_t *d, const gca__block_t *
          (uint32_t)b->requested << 16;
 }
 /* Writes live block b's facts into its slot (d->lock held): what every
- * allocation of a block a bin may take does. None while thread caches are
- * on: they may take it into their domain. */
+ * allocation of a block a bin may take does (a thread cache's take does
+ * not: its blocks have none). */
 static inline void gca__pf_note(gca__devalloc_t *d, const gca__block_t *b) {
   gca__ptrslot_t *e;
-  if (b->pool == &d->small && b->size <= GCA__RB_MAX_SIZE && !d->tc_on &&
+  if (b->pool == &d->small && b->size <= GCA__RB_MAX_SIZE &&
       (e = gca__ptrmap_slot(&d->ptrs, b->addr)) != NULL) {
     e->facts = gca__pf_of(d, b);
     e->stream = b->stream;
@@ -97,22 +97,21 @@ gca__rb_takes(const gca__devalloc_t *d, const gca__ptrslot_t *e, unsigned *g, un
   return rb->stream[*g] == e->stream && rb->n[*g][*c] < GCA__RB_BIN_MAX &&
          (e->val != rb->last || gca__fc_wasteful(d));
 }
-/* The put of gca__rb_put_fast past its tests (settled, plain statistics: no
- * thread cache to count; history is the caller's). */
-static inline __attribute__((always_inline)) void gca__rb_put_facts(gca__devalloc_t *d,
-                                                                    gca__ptrslot_t *e, unsigned g,
-                                                                    unsigned c) {
+/* The put of gca__rb_put_fast past its tests (settled; history is the
+ * caller's). `plain`: no thread cache's headroom to count (gca__fc_stat). */
+static inline __attribute__((always_inline)) void
+gca__rb_put_facts(gca__devalloc_t *d, gca__ptrslot_t *e, unsigned g, unsigned c, bool plain) {
   gca__rbins_t *rb = d->rb;
   gca__block_t *b = e->val;
   int64_t size = (int64_t)(c + 1) * GCA__MIN_BLOCK_SIZE, requested = e->facts >> 16;
   d->epoch++; /* Note [Free cache epochs] */
   e->facts = 0;
-  /* gca__rb_put's plain updates: the facts say not oversize, not whole */
-  gca__fc_stat_plain(d->stats.allocation, GCA_STAT_SMALL, -1);
-  gca__fc_stat_plain(d->stats.allocated_bytes, GCA_STAT_SMALL, -size);
-  gca__fc_stat_plain(d->stats.requested_bytes, GCA_STAT_SMALL, -requested);
-  gca__fc_stat_rise(d->stats.inactive_split, GCA_STAT_SMALL, 1);
-  gca__fc_stat_rise(d->stats.inactive_split_bytes, GCA_STAT_SMALL, size);
+  /* gca__rb_put's updates: the facts say not oversize, not whole */
+  gca__fc_stat(d, d->stats.allocation, GCA_STAT_SMALL, -1, plain);
+  gca__fc_stat(d, d->stats.allocated_bytes, GCA_STAT_SMALL, -size, plain);
+  gca__fc_stat(d, d->stats.requested_bytes, GCA_STAT_SMALL, -requested, plain);
+  gca__fc_stat(d, d->stats.inactive_split, GCA_STAT_SMALL, 1, plain);
+  gca__fc_stat(d, d->stats.inactive_split_bytes, GCA_STAT_SMALL, size, plain);
   b->allocated = false;
   b->requested = 0;
   b->binned = true;
@@ -137,7 +136,7 @@ static inline __attribute__((always_inline)) bool gca__rb_leaf_put(gca__devalloc
       d->fc_lazy.pairs != 0 || (e = gca__ptrmap_slot(&d->ptrs, addr)) == NULL ||
       !gca__pf_hold(d, e) || !gca__rb_takes(d, e, &g, &c))
     return false;
-  gca__rb_put_facts(d, e, g, c);
+  gca__rb_put_facts(d, e, g, c, true);
   return true;
 }
 

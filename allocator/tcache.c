@@ -289,6 +289,7 @@ static void dom_insert(gca__tcache_t *tc, gca__block_t *b) {
   atomic_fetch_or_explicit(&tc->filter, UINT64_C(1) << (gca__tc_slot(b->addr) >> 1),
                            memory_order_relaxed);
   b->tc = tc;
+  gca__pf_forget(tc->d, b->addr); /* Note [Free facts]: a domain's blocks have none */
 }
 
 /* Removes b, shifting back the entries that probed past its slot; a
@@ -549,10 +550,6 @@ void gca__tc_park_mine(gca__devalloc_t *d) {
   park(d, gca__tc_mine(d->device));
 }
 
-static bool parked(gca__devalloc_t *d) {
-  return gca__tc_skips(d);
-}
-
 /* A cached block of tc left unused (d->lock and tc's lock held); at
  * GCA__TC_WASTE_OFF the owner's next free parks tc. */
 static void wasted(gca__tcache_t *tc) {
@@ -565,16 +562,11 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
   if (!d->tc_on || b->nuses != 0 || b->pool->owner != NULL || b->seg->expandable ||
       b->size > GCA__TC_MAX_SIZE || b->oversize || (d->npending | d->ndeferred | d->ncaptures) != 0)
     return false;
-  if (parked(d))
-    return false;
-  /* a full domain refuses before the neighbours' records are read (with a
+  /* parked or full: refused before the neighbours' records are read (with a
    * million live blocks, misses each) */
-  gca__tcache_t *tc = gca__tc_mine(d->device);
-  if (tc != NULL && tc->d == d && tc->ndomain >= GCA__TC_DOMAIN)
+  if (gca__tc_declines(d) || gca__fc_near(b))
     return false;
-  if (gca__fc_near(b))
-    return false;
-  tc = tc_get(d);
+  gca__tcache_t *tc = tc_get(d);
   if (tc == NULL || tc->ndomain >= GCA__TC_DOMAIN)
     return false;
   gca__tcbin_t *bin = gca__tc_bin(tc, b->stream, b->size);

@@ -546,6 +546,15 @@ static inline bool gca__tc_skips(gca__devalloc_t *d) {
   t->probe[d->device]--;
   return true;
 }
+/* Whether the calling thread's cache takes no free now, known without
+ * reading the block: parked (gca__tc_skips, which counts the free), or its
+ * domain full. */
+static inline bool gca__tc_declines(gca__devalloc_t *d) {
+  if (gca__tc_skips(d))
+    return true;
+  gca__tcache_t *tc = gca__tc_mine(d->device);
+  return tc != NULL && tc->d == d && tc->ndomain >= GCA__TC_DOMAIN;
+}
 /* A take from the calling thread's cache under the lock, with the
  * statistics counted here; NULL when it holds no such block. */
 gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
