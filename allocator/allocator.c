@@ -133,8 +133,9 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
   gca__mutex_init(&d->lock);
   pthread_mutex_init(&d->rel_mu, NULL);
   pthread_cond_init(&d->rel_cv, NULL);
-  d->epoch = 1;   /* a new block's fc_epoch (0) is never current */
-  d->fc_gate = GCA__GATE_FC | GCA__GATE_RB; /* shut until a holder lets the lock go (Note [Leaf gate]) */
+  d->epoch = 1; /* a new block's fc_epoch (0) is never current */
+  d->fc_gate =
+      GCA__GATE_FC | GCA__GATE_RB; /* shut until a holder lets the lock go (Note [Leaf gate]) */
   d->device = device;
   d->ops = ops;
   set_config_locked(d, &g_cfg);

@@ -364,8 +364,7 @@ gca__fc_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
   /* the put's leaf_size: b->size, with b in the default pool of that size */
   if (b == NULL || d->fc_lazy.leaf_size != gca__round_plain(size) ||
       b->stream != gca__stream_key_nocall(stream) || (d->fc_gate & GCA__GATE_FC) ||
-      b->fc_gen != b->pool->gen ||
-      b->fc_exact != GCA__FC_EXACT_YES)
+      b->fc_gen != b->pool->gen || b->fc_exact != GCA__FC_EXACT_YES)
     return NULL;
   *d->fc_lazy.slot = NULL;
   d->fc_count--;

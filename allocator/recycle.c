@@ -85,8 +85,8 @@
  * a bin's put, a thread cache's domain taking it in: gca__pf_forget), as does
  * a recorded stream; a thread cache hands its blocks out with no map in
  * sight, so they stay without; and a change of the thread caches or of any
- * cache setting bumps the device's pf_epoch, which voids every fact at once. A free whose slot has no facts reads the record
- * as before. The walker checks every fact that holds against its record.
+ * cache setting bumps the device's pf_epoch, which voids every fact at once. A free whose slot has
+ * no facts reads the record as before. The walker checks every fact that holds against its record.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -192,12 +192,17 @@ bool gca__rb_put(gca__devalloc_t *d, gca__block_t *b) {
 
 bool gca__rb_put_fast(gca__devalloc_t *d, gca__ptrslot_t *e) {
   unsigned g, c;
+  gca_devptr_t key = e->key;
   /* gca__rb_on; a group to hand over or a full bin take the full path, as
    * does a free the calling thread's cache may take (it comes first) */
   if (d->rb == NULL || !gca__rb_on(d) || !gca__rb_takes(d, e, &g, &c) ||
       (d->tc_on && !gca__tc_declines(d)))
     return false;
   gca__fc_settled(d);
+  /* a cache parked just now (gca__tc_declines) returned its blocks to the
+   * tree and took them out of the map, whose deletions move slots: e again */
+  e = gca__ptrmap_slot(&d->ptrs, key);
+  GCA_ASSERT(e != NULL && gca__pf_hold(d, e));
   size_t requested = e->facts >> 16;
   gca__rb_put_facts(d, e, g, c, !d->tc_count);
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, e->key, (size_t)requested, e->stream);

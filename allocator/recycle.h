@@ -56,8 +56,8 @@ static inline bool gca__rb_on(const gca__devalloc_t *d) {
 #define GCA__PF_BIN 1u
 _Static_assert(GCA__RB_MAX_SIZE <= 0xffff, "a binnable block's requested bytes fit 16 bits");
 static inline uint32_t gca__pf_of(const gca__devalloc_t *d, const gca__block_t *b) {
-  if (b->pool != &d->small || b->size > GCA__RB_MAX_SIZE || b->seg->expandable ||
-      b->nuses != 0 || b->tc != NULL || !b->allocated || b->cached || b->binned || b->oversize ||
+  if (b->pool != &d->small || b->size > GCA__RB_MAX_SIZE || b->seg->expandable || b->nuses != 0 ||
+      b->tc != NULL || !b->allocated || b->cached || b->binned || b->oversize ||
       gca__block_whole(b))
     return 0;
   return GCA__PF_BIN | (uint32_t)(b->size / GCA__MIN_BLOCK_SIZE - 1) << 1 |

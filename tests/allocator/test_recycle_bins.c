@@ -446,7 +446,7 @@ static void the_bins_work_behind_thread_caches(void **state) {
     check();
     void *w0 = alloc_on(4 * KiB, NULL); /* the thread cache's */
     assert_ptr_equal(w0, v[0]);
-    assert_false(facts_hold(w0)); /* handed out by the cache: still none */
+    assert_false(facts_hold(w0));       /* handed out by the cache: still none */
     void *w1 = alloc_on(4 * KiB, NULL); /* it misses: the bin's */
     assert_ptr_equal(w1, v[1]);
     void *p2 = alloc_on(2 * KiB, NULL);
@@ -617,7 +617,7 @@ static void a_recorder_turned_on_stops_the_bins_leaf_paths(void **state) {
   void *again = alloc_on(2 * KiB, NULL);
   assert_ptr_equal(again, v[1]);
   void *last = alloc_on(512, NULL); /* again is not the last request's block */
-#ifndef GCA_DEBUG_CHECKS /* there no leaf runs */
+#ifndef GCA_DEBUG_CHECKS            /* there no leaf runs */
   assert_int_equal(d->fc_gate & GCA__GATE_RB, 0);
 #endif
   counts_t c = {(uint64_t)(uintptr_t)v[1], 0, 0};
@@ -647,14 +647,12 @@ static void the_walker_checks_the_facts(void **state) {
   gca__ptrslot_t *e = slot_of(p);
   uint32_t facts = e->facts;
   e->facts = facts + (1u << 16); /* a requested byte more than the record says */
-  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL,
-                "the pointer map's facts of block");
+  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL, "the pointer map's facts of block");
   e->facts = facts;
   check();
   gca_stream_t other = e->stream;
   e->stream = (gca_stream_t)(uintptr_t)0x1000;
-  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL,
-                "say what its record does not");
+  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL, "say what its record does not");
   e->stream = other;
   check();
   for (void **q = (void *[]){keep, p, edge, NULL}; *q != NULL; q++)
@@ -744,7 +742,7 @@ static void churn_round(int pass, uint64_t seed) {
       model_add(&m, 3, 1);
     }
     model_check(&m, step);
-    check(); /* the leaf paths too, which a debug_checks build does not take */
+    check();                   /* the leaf paths too, which a debug_checks build does not take */
     if (step % 1500 == 1499) { /* a release path now and then */
       assert_ok(gca_empty_cache());
       assert_int_equal(rb_count(), 0);
