@@ -21,7 +21,7 @@
  *   allocator.c  the device registry and the public entry points (malloc, free,
  *                settings, empty_cache, limits, OOM observers,
  *                teardown); the cache-hit fast paths, inline
- *   uses.c       record_stream and pointer_info: the calls on one live block
+ *   uses.c       record_stream and pointer_info: the calls on one live block; bad pointers
  *   stats.c      the statistics read (made whole) and reset
  *   route.c      routes to private pools: stream filters, thread scopes,
  *                captures; the choice of pool for a request
@@ -68,7 +68,7 @@
  *   check.c      -> allocator.c, stats.c, pool.c (the pools' own checks), fcache.h,
  *                   recycle.c, tcache.c, tcstats.c, expandable.c, freetree.c, ptrmap.c
  *   stats.c      -> allocator.c (registry), tcstats.c (folds)
- *   uses.c       -> allocator.c (gca__lock_live, gca__bad_pointer), streamkey.c
+ *   uses.c       -> allocator.c (gca__lock_live), tcache.c, streamkey.c
  *   allocator.c  -> route.c, release.c, pending.c, recycle.c, fcache.c, tcache.c,
  *                   blocks.c, mempool.c (OOM report, teardown), segment.c (teardown),
  *                   expandable.c (peer access), slab.c, sizes.c, ptrmap.c

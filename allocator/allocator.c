@@ -470,13 +470,13 @@ static __attribute__((noinline)) gca_status_t malloc_fc_try(gca__devalloc_t *d, 
  * finish it leaves as it found it and tail-calls the full path, so it saves
  * no register. A debug_checks build, which counts the locks held and walks
  * after every mutation, always takes the full path. */
-static __attribute__((noinline)) gca_status_t malloc_fc(gca__devalloc_t *d, void **ptr, size_t size,
+/* The recycle bins' leaf take (Note [Recycle bins]), apart from the free
+ * cache's so that the pair's leaf keeps its few registers. */
+static __attribute__((noinline)) gca_status_t malloc_rb(gca__devalloc_t *d, void **ptr, size_t size,
                                                         gca_stream_t stream) {
 #ifndef GCA_DEBUG_CHECKS
   if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
-    gca__block_t *b = gca__fc_leaf_take(d, size, stream);
-    if (b == NULL)
-      b = gca__rb_leaf_take(d, size, stream); /* Note [Recycle bins] */
+    gca__block_t *b = gca__rb_leaf_take(d, size, stream);
     gca__mutex_exit_biased(&d->lock);
     if (GCA_LIKELY(b != NULL)) {
       *ptr = (void *)(uintptr_t)b->addr;
@@ -485,6 +485,21 @@ static __attribute__((noinline)) gca_status_t malloc_fc(gca__devalloc_t *d, void
   }
 #endif
   return malloc_fc_try(d, ptr, size, stream);
+}
+
+static __attribute__((noinline)) gca_status_t malloc_fc(gca__devalloc_t *d, void **ptr, size_t size,
+                                                        gca_stream_t stream) {
+#ifndef GCA_DEBUG_CHECKS
+  if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
+    gca__block_t *b = gca__fc_leaf_take(d, size, stream);
+    gca__mutex_exit_biased(&d->lock);
+    if (GCA_LIKELY(b != NULL)) {
+      *ptr = (void *)(uintptr_t)b->addr;
+      return GCA_OK;
+    }
+  }
+#endif
+  return malloc_rb(d, ptr, size, stream);
 }
 
 /* The calling thread's cache first, without the device lock (Note [Thread
@@ -533,48 +548,6 @@ GCA_API gca_status_t gca_malloc(void **ptr, size_t size, gca_stream_t stream) {
 }
 
 /* ---- free, record_stream, pointer_info ---- */
-
-gca_status_t gca__bad_pointer(const char *op, gca_devptr_t addr) {
-  int n = atomic_load(&g_ndevs);
-  for (int i = 0; i < n; i++) {
-    gca__devalloc_t *d = gca__devalloc_peek(i);
-    if (d == NULL)
-      continue;
-    gca__dev_lock(d);
-    for (gca__pool_t *pool = &d->small; pool != NULL; pool = gca__pool_next(d, pool)) {
-      for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
-        if (addr < s->base || addr >= s->base + (s->expandable ? s->reserved_size : s->size))
-          continue;
-        gca__block_t *b = s->head;
-        while (b->next != NULL && b->next->addr <= addr)
-          b = b->next;
-        gca_devptr_t start = b->addr;
-        size_t size = b->size;
-        bool live = b->allocated && (b->tc == NULL || gca__tc_live(b));
-        gca__dev_unlock(d);
-        if (live)
-          return gca__error(GCA_ERR_INVALID_POINTER,
-                            "%s: pointer 0x%" PRIx64 " is inside the live block at 0x%" PRIx64
-                            " (%zu bytes) on device %d, not its start",
-                            op, addr, start, size, i);
-        if (start == addr)
-          return gca__error(GCA_ERR_INVALID_POINTER,
-                            "%s: pointer 0x%" PRIx64 " (device %d) is not live: already freed "
-                            "(double free?)",
-                            op, addr, i);
-        return gca__error(GCA_ERR_INVALID_POINTER,
-                          "%s: pointer 0x%" PRIx64 " (device %d) is not live: it lies inside "
-                          "free memory at 0x%" PRIx64 " (already freed?)",
-                          op, addr, i, start);
-      }
-    }
-    gca__dev_unlock(d);
-  }
-  return gca__error(GCA_ERR_INVALID_POINTER,
-                    "%s: pointer 0x%" PRIx64 " was not allocated by gca (or was already freed "
-                    "and its memory returned)",
-                    op, addr);
-}
 
 gca__block_t *gca__lock_live(gca_devptr_t addr, gca__devalloc_t **out) {
   int dev = atomic_load_explicit(&g_single_dev, memory_order_relaxed);
@@ -902,17 +875,30 @@ static __attribute__((noinline)) gca_status_t free_fc_try(gca__devalloc_t *d, vo
 }
 
 /* Note [Leaf hits]: the put of the pair's block back (gca__fc_leaf_put). */
-static __attribute__((noinline)) gca_status_t free_fc(gca__devalloc_t *d, void *ptr) {
+/* The recycle bins' leaf put from the slot's facts (Note [Free facts]),
+ * apart from the free cache's as malloc_rb. */
+static __attribute__((noinline)) gca_status_t free_rb(gca__devalloc_t *d, void *ptr) {
 #ifndef GCA_DEBUG_CHECKS
   if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
-    gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
-    bool done = gca__fc_leaf_put(d, addr) || gca__rb_leaf_put(d, addr); /* Note [Free facts] */
+    bool done = gca__rb_leaf_put(d, (gca_devptr_t)(uintptr_t)ptr);
     gca__mutex_exit_biased(&d->lock);
     if (GCA_LIKELY(done))
       return GCA_OK;
   }
 #endif
   return free_fc_try(d, ptr);
+}
+
+static __attribute__((noinline)) gca_status_t free_fc(gca__devalloc_t *d, void *ptr) {
+#ifndef GCA_DEBUG_CHECKS
+  if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
+    bool done = gca__fc_leaf_put(d, (gca_devptr_t)(uintptr_t)ptr);
+    gca__mutex_exit_biased(&d->lock);
+    if (GCA_LIKELY(done))
+      return GCA_OK;
+  }
+#endif
+  return free_rb(d, ptr);
 }
 
 /* A block the calling thread's cache handed out goes back to it (Note
