@@ -15,9 +15,12 @@
  * allocation; figures are nanoseconds per operation. gca runs on one stream
  * with its default settings (the free cache's slot and recycle bins: Note
  * [Recycle bins]), with free_cache:False (PyTorch's placement) and with
- * recycle_bins:False (the slot alone, which keeps PyTorch's placement); jemalloc is loaded as a
+ * recycle_bins:False (the slot alone, which keeps PyTorch's placement), and
+ * with its defaults on device 1 after a second thread has used that device
+ * (gca tc: its thread caches engaged, as in any program with a second
+ * allocating thread; Note [Thread caches]; left out with one device); jemalloc is loaded as a
  * peer (peer_jemalloc.h) and left out when absent. --holes and --peers (a comma-separated subset of
- * gca, gca-exact, gca-slot, glibc, jemalloc) narrow the run to one case, so
+ * gca, gca-exact, gca-slot, glibc, jemalloc, gca-tc) narrow the run to one case, so
  * that a profiler (cachegrind, perf) sees that case alone; a peer left out
  * is null in --json. Nothing is asserted; the seed is printed.
  */
@@ -25,6 +28,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +74,36 @@ static void *gca_alloc(size_t size, void *ctx) {
 static void gca_release(void *p, void *ctx) {
   (void)ctx;
   gca_free(p);
+}
+/* gca tc: device 1, whose thread caches a second thread engaged */
+#define TC_DEVICE 1
+static void *gca_tc_alloc(size_t size, void *ctx) {
+  void *p = NULL;
+  return gca_malloc_device(TC_DEVICE, &p, size, (gca_stream_t)ctx) == GCA_OK ? p : NULL;
+}
+static void *engage_thread(void *ctx) {
+  void *p = gca_tc_alloc(512, ctx);
+  gca_free(p);
+  return p;
+}
+/* A stream of TC_DEVICE used by this thread and then by another, which
+ * engages that device's thread caches; false when there is no such device. */
+static bool engage_tc_device(gca_stream_t *out) {
+  int n = 0;
+  pthread_t t;
+  if (gca_device_count(&n) != GCA_OK || n <= TC_DEVICE || gca_set_device(TC_DEVICE) != GCA_OK)
+    return false;
+  bool ok = gca_stream_create(out, GCA_STREAM_NON_BLOCKING) == GCA_OK;
+  gca_set_device(0);
+  if (!ok)
+    return false;
+  void *p = gca_tc_alloc(512, *out);
+  gca_free(p);
+  if (p == NULL || pthread_create(&t, NULL, engage_thread, *out) != 0)
+    return false;
+  void *q = NULL;
+  pthread_join(t, &q);
+  return q != NULL;
 }
 static void *libc_alloc(size_t size, void *ctx) {
   (void)ctx;
@@ -148,13 +182,15 @@ out:
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: gca-bench-churn [--ops N] [--max-live N] [--live N] [--holes yes|no]\n"
-             "                       [--peers LIST] [--seed S] [--json] [--help]\n"
-             "  --ops N        churn operations per case (default 1000000)\n"
-             "  --max-live N   largest of the live sizes 10, 1000, 100000, 1000000 to run\n"
-             "  --live N       run this one live size instead\n"
-             "  --holes yes|no only the cases with (yes) or without (no) free holes\n"
-             "  --peers LIST   comma-separated subset of gca,gca-exact,gca-slot,glibc,jemalloc\n");
+  fprintf(
+      f,
+      "usage: gca-bench-churn [--ops N] [--max-live N] [--live N] [--holes yes|no]\n"
+      "                       [--peers LIST] [--seed S] [--json] [--help]\n"
+      "  --ops N        churn operations per case (default 1000000)\n"
+      "  --max-live N   largest of the live sizes 10, 1000, 100000, 1000000 to run\n"
+      "  --live N       run this one live size instead\n"
+      "  --holes yes|no only the cases with (yes) or without (no) free holes\n"
+      "  --peers LIST   comma-separated subset of gca,gca-exact,gca-slot,glibc,jemalloc,gca-tc\n");
 }
 
 /* A whole number in [min, max] from the whole of text (decimal, or hex with
@@ -173,7 +209,9 @@ static bool parse_count(const char *text, unsigned long long min, unsigned long 
   return true;
 }
 
-static const char *const peer_names[5] = {"gca", "gca-exact", "gca-slot", "glibc", "jemalloc"};
+#define NPEERS 6
+static const char *const peer_names[NPEERS] = {"gca",   "gca-exact", "gca-slot",
+                                               "glibc", "jemalloc",  "gca-tc"};
 
 /* The peers named in list as a mask of peer_names' bits, or 0 for a name
  * that is not one of them (*bad points at it). */
@@ -183,9 +221,9 @@ static unsigned parse_peers(const char *list, char *bad, size_t bad_len) {
   for (;;) {
     size_t n = strcspn(p, ",");
     int k = 0;
-    while (k < 5 && !(strlen(peer_names[k]) == n && strncmp(peer_names[k], p, n) == 0))
+    while (k < NPEERS && !(strlen(peer_names[k]) == n && strncmp(peer_names[k], p, n) == 0))
       k++;
-    if (k == 5) {
+    if (k == NPEERS) {
       snprintf(bad, bad_len, "%.*s", (int)n, p);
       return 0;
     }
@@ -199,7 +237,7 @@ static unsigned parse_peers(const char *list, char *bad, size_t bad_len) {
 int main(int argc, char **argv) {
   unsigned long long ops = 1000000, max_live = 1000000, one_live = 0, seed = 20261125;
   int holes_from = 0, holes_to = 1; /* the cases: without holes (0), with (1) */
-  unsigned peer_mask = 0x1f;
+  unsigned peer_mask = (1u << NPEERS) - 1;
   bool json = false;
   static const struct option longopts[] = {{"ops", required_argument, NULL, 'o'},
                                            {"max-live", required_argument, NULL, 'm'},
@@ -239,7 +277,7 @@ int main(int argc, char **argv) {
       if ((peer_mask = parse_peers(optarg, bad, sizeof bad)) == 0) {
         fprintf(stderr,
                 "gca-bench-churn: --peers names '%s', not one of gca, gca-exact, gca-slot, "
-                "glibc, jemalloc\n",
+                "glibc, jemalloc, gca-tc\n",
                 bad);
         return 2;
       }
@@ -266,6 +304,8 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  if (!getenv("GCA_SIM_DEVICES")) /* on the sim, a second device for gca tc */
+    setenv("GCA_SIM_DEVICES", "2", 1);
   tool_jemalloc_t jem;
   bool have_je = (peer_mask & 16) && tool_jemalloc_load(&jem, argv); /* first: it may rerun us */
   gca_stream_t s = NULL;
@@ -277,11 +317,14 @@ int main(int argc, char **argv) {
     je_malloc = jem.malloc;
     je_free = jem.free;
   }
-  peer_t peers[5] = {{"gca", gca_alloc, gca_release, s},
-                     {"gca exact", gca_alloc, gca_release, s},
-                     {"gca slot", gca_alloc, gca_release, s},
-                     {"glibc", libc_alloc, libc_release, NULL},
-                     {"jemalloc", je_alloc, je_release, NULL}};
+  gca_stream_t s1 = NULL;
+  bool tc_missing = (peer_mask & 32) && !engage_tc_device(&s1);
+  if (tc_missing)
+    peer_mask &= ~32u;
+  peer_t peers[NPEERS] = {
+      {"gca", gca_alloc, gca_release, s},       {"gca exact", gca_alloc, gca_release, s},
+      {"gca slot", gca_alloc, gca_release, s},  {"glibc", libc_alloc, libc_release, NULL},
+      {"jemalloc", je_alloc, je_release, NULL}, {"gca tc", gca_tc_alloc, gca_release, s1}};
   bool je_missing = (peer_mask & 16) && !(je_malloc && je_free);
   if (je_missing)
     peer_mask &= ~16u;
@@ -295,35 +338,37 @@ int main(int argc, char **argv) {
         lives[nlives++] = all_lives[li];
   if (!json)
     printf("gca-bench-churn: seed %llu, %llu operations (a free and an allocation, 512 B .. 4 KiB "
-           "log-uniform), ns per operation%s\n",
-           seed, ops, je_missing ? "; jemalloc not found" : "");
+           "log-uniform), ns per operation%s%s\n",
+           seed, ops, je_missing ? "; jemalloc not found" : "",
+           tc_missing ? "; gca tc left out (no device 1)" : "");
   else
     printf("{\"seed\": %llu, \"ops\": %llu, \"rows\": [", seed, ops);
   if (!json)
-    printf("  %10s %6s %10s %10s %10s %10s %10s\n", "live", "holes", "gca", "gca exact", "gca slot",
-           "glibc", "jemalloc");
+    printf("  %10s %6s %10s %10s %10s %10s %10s %10s\n", "live", "holes", "gca", "gca exact",
+           "gca slot", "glibc", "jemalloc", "gca tc");
   bool first = true;
   for (size_t li = 0; li < nlives; li++) {
     for (int holes = holes_from; holes <= holes_to; holes++) {
       static const char *const confs[3] = {"free_cache:True,recycle_bins:True", "free_cache:False",
                                            "free_cache:True,recycle_bins:False"};
-      double ns[5] = {-1, -1, -1, -1, -1};
-      for (int k = 0; k < 5; k++) {
+      double ns[NPEERS] = {-1, -1, -1, -1, -1, -1};
+      for (int k = 0; k < NPEERS; k++) {
+        bool is_gca = k <= 2 || k == 5;
         if (!(peer_mask & (1u << k)))
           continue;
-        if (k <= 2 && gca_set_config(confs[k]) != GCA_OK)
+        if (is_gca && gca_set_config(confs[k == 5 ? 0 : k]) != GCA_OK)
           continue;
         ns[k] = run(&peers[k], lives[li], holes, (long)ops, seed);
-        if (k <= 2)
+        if (is_gca)
           gca_empty_cache();
       }
       if (json) {
-        static const char *const keys[5] = {"gca_ns_per_op", "gca_exact_ns_per_op",
-                                            "gca_slot_ns_per_op", "glibc_ns_per_op",
-                                            "jemalloc_ns_per_op"};
+        static const char *const keys[NPEERS] = {"gca_ns_per_op",      "gca_exact_ns_per_op",
+                                                 "gca_slot_ns_per_op", "glibc_ns_per_op",
+                                                 "jemalloc_ns_per_op", "gca_tc_ns_per_op"};
         printf("%s{\"live_blocks\": %zu, \"holes\": %s", first ? "" : ", ", lives[li],
                holes ? "true" : "false");
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < NPEERS; k++)
           if (peer_mask & (1u << k))
             printf(", \"%s\": %.1f", keys[k], ns[k]);
           else
@@ -332,7 +377,7 @@ int main(int argc, char **argv) {
         first = false;
       } else {
         printf("  %10zu %6s", lives[li], holes ? "yes" : "no");
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < NPEERS; k++)
           if (peer_mask & (1u << k))
             printf(" %10.0f", ns[k]);
           else
@@ -346,5 +391,7 @@ int main(int argc, char **argv) {
     printf("]}\n");
   gca_set_config("free_cache:True,recycle_bins:True");
   gca_stream_destroy(s);
+  if (s1 != NULL)
+    gca_stream_destroy(s1);
   return 0;
 }

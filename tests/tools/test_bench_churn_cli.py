@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """gca-bench-churn's command line: each bad value exits 2 naming it, and the
 filters (--live, --holes, --peers) run exactly the cases they name, the peers
-left out null in --json (gca-slot: recycle_bins:False). Usage: test_bench_churn_cli.py GCA_BENCH_CHURN."""
+left out null in --json (gca-slot: recycle_bins:False; gca-tc: a second sim
+device whose thread caches a second thread engaged, left out with one
+device). Usage: test_bench_churn_cli.py GCA_BENCH_CHURN."""
 import json
 import os
 import subprocess
@@ -12,8 +14,9 @@ bench = sys.argv[1]
 env = {k: v for k, v in os.environ.items() if k != "MALLOC_PERTURB_"}
 
 
-def run(*args):
-    return subprocess.run([bench, *args], capture_output=True, text=True, timeout=100, env=env)
+def run(*args, extra_env=None):
+    return subprocess.run([bench, *args], capture_output=True, text=True, timeout=100,
+                          env={**env, **(extra_env or {})})
 
 
 bad_cases = [
@@ -36,7 +39,7 @@ for args, message in bad_cases:
     assert r.stdout == "", (args, r.stdout)
 
 keys = ["gca_ns_per_op", "gca_exact_ns_per_op", "gca_slot_ns_per_op", "glibc_ns_per_op",
-        "jemalloc_ns_per_op"]
+        "jemalloc_ns_per_op", "gca_tc_ns_per_op"]
 
 # One case: 300 live blocks with holes, gca and glibc only.
 r = run("--live", "300", "--holes", "yes", "--peers", "glibc,gca", "--ops", "3000", "--seed",
@@ -48,7 +51,7 @@ assert len(rep["rows"]) == 1, rep["rows"]
 row = rep["rows"][0]
 assert row["live_blocks"] == 300 and row["holes"] is True, row
 assert row["gca_ns_per_op"] > 0 and row["glibc_ns_per_op"] > 0, row
-for k in ("gca_exact_ns_per_op", "gca_slot_ns_per_op", "jemalloc_ns_per_op"):
+for k in ("gca_exact_ns_per_op", "gca_slot_ns_per_op", "jemalloc_ns_per_op", "gca_tc_ns_per_op"):
     assert row[k] is None, (k, row)
 
 # The live sizes up to --max-live, each without and with holes; every peer
@@ -59,7 +62,7 @@ rep = json.loads(r.stdout)
 assert [(x["live_blocks"], x["holes"]) for x in rep["rows"]] == [
     (10, False), (10, True), (1000, False), (1000, True)], rep["rows"]
 for x in rep["rows"]:
-    for k in keys[:4]:
+    for k in keys[:4] + keys[5:]:
         assert x[k] > 0, (x, k)
     assert x["jemalloc_ns_per_op"] is None or x["jemalloc_ns_per_op"] > 0, x
 
@@ -68,6 +71,18 @@ assert r.returncode == 0, r.stderr
 lines = r.stdout.splitlines()
 assert lines[0].startswith("gca-bench-churn: seed 20261125, 500 operations"), lines
 cells = lines[2].split()
-assert cells[:3] == ["50", "no", "-"] and cells[5:] == ["-", "-"], lines
+assert cells[:3] == ["50", "no", "-"] and cells[5:] == ["-", "-", "-"], lines
 assert float(cells[3]) > 0 and float(cells[4]) > 0, lines
+
+# gca-tc alone; with one sim device it is left out, and the header says so.
+r = run("--live", "40", "--holes", "no", "--peers", "gca-tc", "--ops", "400", "--json")
+assert r.returncode == 0, r.stderr
+row = json.loads(r.stdout)["rows"][0]
+assert row["gca_tc_ns_per_op"] > 0 and row["gca_ns_per_op"] is None, row
+r = run("--live", "40", "--holes", "no", "--peers", "gca,gca-tc", "--ops", "400",
+        extra_env={"GCA_SIM_DEVICES": "1"})
+assert r.returncode == 0, r.stderr
+lines = r.stdout.splitlines()
+assert lines[0].endswith("; gca tc left out (no device 1)"), lines
+assert lines[2].split()[-1] == "-", lines
 print("gca-bench-churn command line: ok")
