@@ -503,6 +503,17 @@ static void the_walker_checks_the_bins(void **state) {
                 "recycle bins hold 1 blocks; the count says 2, the segments hold 1 binned");
   d->rb_count--;
   check();
+
+  b->left = b; /* a bin's stack that loops */
+  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL, "a recycle bin holds more than 64 blocks");
+  b->left = NULL;
+  check();
+
+  d->rb = NULL; /* a binned block and no table */
+  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL,
+                "1 binned blocks (count 1) and no recycle bins");
+  d->rb = rb;
+  check();
   free_ok(keep);
   free_ok(edge);
 }
