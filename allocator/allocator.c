@@ -427,6 +427,22 @@ static __attribute__((noinline)) gca_status_t malloc_tc_miss(gca__devalloc_t *d,
       return GCA_OK;
     }
   }
+  /* the locked request's first steps alone: the thread's own cache (its
+   * lock-free take may not have looked), then a bin (Note [Recycle bins]) */
+  if (d->rb_count != 0 && gca__fc_quiet(d)) {
+    size_t rounded = gca__round_request(d, size);
+    d->epoch++;         /* Note [Free cache epochs] */
+    gca__fc_settled(d); /* Note [Lazy puts] */
+    if ((d->tc_on && rounded <= GCA__SMALL_SIZE &&
+         (b = gca__tc_take_locked(d, &d->small, key, rounded, size)) != NULL) ||
+        (b = gca__rb_take(d, key, rounded, size)) != NULL) {
+      d->rb->last = b; /* as dev_malloc_locked's */
+      DEBUG_CHECK(d);
+      *ptr = (void *)(uintptr_t)b->addr;
+      gca__dev_let_go(d);
+      return GCA_OK;
+    }
+  }
   *ptr = NULL;
   return dev_malloc_locked(d, ptr, size, key, stream);
 }
