@@ -220,17 +220,7 @@ gca__block_t *gca__rb_take(gca__devalloc_t *d, gca_stream_t stream, size_t round
   if (b == NULL || rb->stream[g] != stream)
     return NULL;
   gca__fc_settled(d);
-  d->epoch++;
-  rb->head[g][c] = b->left;
-  if (--rb->n[g][c] == 0)
-    rb->nonempty[g] &= ~((uint64_t)1 << c);
-  rb->hits++;
-  rb->last = b;
-  d->rb_count--;
-  b->left = NULL;
-  b->binned = false;
-  b->allocated = true;
-  b->requested = requested;
+  gca__rb_pop(d, g, c, requested);
   int t = gca__stat_type(b->pool);
   if (GCA_LIKELY(!d->tc_count && d->pend[GCA_STAT_ALL].current == 0 &&
                  b->size < d->cfg.max_split_size && !gca__block_whole(b))) {

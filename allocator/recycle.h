@@ -123,6 +123,26 @@ gca__rb_put_facts(gca__devalloc_t *d, gca__ptrslot_t *e, unsigned g, unsigned c,
   rb->fast++;
 }
 
+/* Pops the block of bin (g, c), which holds one, made active for
+ * `requested` bytes (statistics and facts are the caller's). */
+static inline __attribute__((always_inline)) gca__block_t *
+gca__rb_pop(gca__devalloc_t *d, unsigned g, unsigned c, size_t requested) {
+  gca__rbins_t *rb = d->rb;
+  gca__block_t *b = rb->head[g][c];
+  d->epoch++; /* Note [Free cache epochs] */
+  rb->head[g][c] = b->left;
+  if (--rb->n[g][c] == 0)
+    rb->nonempty[g] &= ~((uint64_t)1 << c);
+  rb->hits++;
+  rb->last = b;
+  d->rb_count--;
+  b->left = NULL;
+  b->binned = false;
+  b->allocated = true;
+  b->requested = requested;
+  return b;
+}
+
 /* Note [Leaf hits] (allocator.c): with d->lock held by the calling thread's
  * bias, the free of addr into its bin from its slot's facts as
  * gca__rb_put_fast, when nothing on the way calls a function (the bins'
@@ -159,17 +179,7 @@ gca__rb_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
   if (b == NULL || rb->stream[g] != key || gca__block_whole(b) ||
       b->size >= d->cfg.max_split_size || (e = gca__ptrmap_slot(&d->ptrs, b->addr)) == NULL)
     return NULL;
-  d->epoch++; /* Note [Free cache epochs] */
-  rb->head[g][c] = b->left;
-  if (--rb->n[g][c] == 0)
-    rb->nonempty[g] &= ~((uint64_t)1 << c);
-  rb->hits++;
-  rb->last = b;
-  d->rb_count--;
-  b->left = NULL;
-  b->binned = false;
-  b->allocated = true;
-  b->requested = size;
+  gca__rb_pop(d, g, c, size);
   b->oversize = false;
   gca__fc_stat_plain(d->stats.inactive_split, GCA_STAT_SMALL, -1);
   gca__fc_stat_plain(d->stats.inactive_split_bytes, GCA_STAT_SMALL, -(int64_t)rounded);

@@ -56,6 +56,18 @@ __attribute__((unused)) static int alloc_teardown(void **state) {
   return 0;
 }
 
+/* A trace observer (gca_trace_observer_add) counting the allocations and
+ * free requests of one address (ctx: counts_t). */
+typedef struct counts {
+  uint64_t addr;
+  int allocs, frees;
+} counts_t;
+__attribute__((unused)) static void count_events(const gca_trace_event_t *e, void *ctx) {
+  counts_t *c = ctx;
+  c->allocs += e->address == c->addr && e->action == GCA_TRACE_ALLOC;
+  c->frees += e->address == c->addr && e->action == GCA_TRACE_FREE_REQUESTED;
+}
+
 /* Runs the invariant walker; every test calls it after each step. */
 #define check() assert_ok(gca__allocator_check())
 

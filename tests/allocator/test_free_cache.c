@@ -275,19 +275,6 @@ static void pairs_held_by_the_bias_take_the_leaf_hits(void **state) {
                    2 * 4096 + PAIRS * 4096 - 100 * (PAIRS / 2));
 }
 
-/* Counts the allocations and free requests of one address (ctx: counts_t). */
-typedef struct counts {
-  uint64_t addr;
-  int allocs, frees;
-} counts_t;
-static void count_events(const gca_trace_event_t *e, void *ctx) {
-  counts_t *c = ctx;
-  if (e->address == c->addr && e->action == GCA_TRACE_ALLOC)
-    c->allocs++;
-  if (e->address == c->addr && e->action == GCA_TRACE_FREE_REQUESTED)
-    c->frees++;
-}
-
 /* Note [Leaf gate]: a recorder turned on while this thread's pairs take the
  * leaf hits (the lock biased to it, the gate open) shuts the gate before the
  * call returns, so every pair after it is recorded: by a trace observer, then

@@ -505,7 +505,8 @@ static void the_walker_checks_the_bins(void **state) {
   check();
 
   b->left = b; /* a bin's stack that loops */
-  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL, "a recycle bin holds more than 64 blocks");
+  assert_status(gca__allocator_check(), GCA_ERR_INTERNAL,
+                "a recycle bin holds more than 64 blocks");
   b->left = NULL;
   check();
 
@@ -597,17 +598,6 @@ static void what_voids_the_facts(void **state) {
   for (void **q = (void *[]){keep, edge, edge2, NULL}; *q != NULL; q++)
     free_ok(*q);
   assert_ok(gca_stream_destroy(s2));
-}
-
-/* The allocations and free requests of one address (ctx: counts_t). */
-typedef struct counts {
-  uint64_t addr;
-  int allocs, frees;
-} counts_t;
-static void count_events(const gca_trace_event_t *ev, void *ctx) {
-  counts_t *c = ctx;
-  c->allocs += ev->address == c->addr && ev->action == GCA_TRACE_ALLOC;
-  c->frees += ev->address == c->addr && ev->action == GCA_TRACE_FREE_REQUESTED;
 }
 
 /* Note [Leaf gate]: the bins' leaf paths (a put from the facts, a take) run
