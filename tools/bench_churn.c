@@ -16,9 +16,10 @@
  * with its default settings (the free cache's slot and recycle bins: Note
  * [Recycle bins]), with free_cache:False (PyTorch's placement) and with
  * recycle_bins:False (the slot alone, which keeps PyTorch's placement), and
- * with its defaults on device 1 after a second thread has used that device
- * (gca tc: its thread caches engaged, as in any program with a second
- * allocating thread; Note [Thread caches]; left out with one device); jemalloc is loaded as a
+ * with its defaults once a second thread has used the device (gca tc: its
+ * thread caches engaged, as in any program with a second allocating thread;
+ * Note [Thread caches]; measured for every case after all the others, since
+ * that lasts); jemalloc is loaded as a
  * peer (peer_jemalloc.h) and left out when absent. --holes and --peers (a comma-separated subset of
  * gca, gca-exact, gca-slot, glibc, jemalloc, gca-tc) narrow the run to one case, so
  * that a profiler (cachegrind, perf) sees that case alone; a peer left out
@@ -75,36 +76,24 @@ static void gca_release(void *p, void *ctx) {
   (void)ctx;
   gca_free(p);
 }
-/* gca tc: device 1, whose thread caches a second thread engaged */
-#define TC_DEVICE 1
-static void *gca_tc_alloc(size_t size, void *ctx) {
-  void *p = NULL;
-  return gca_malloc_device(TC_DEVICE, &p, size, (gca_stream_t)ctx) == GCA_OK ? p : NULL;
-}
+/* gca tc: a second thread allocates and frees once on the stream's device
+ * after this one has, which engages that device's thread caches for good
+ * (Note [Thread caches]); so gca tc runs after every other gca peer. */
 static void *engage_thread(void *ctx) {
-  void *p = gca_tc_alloc(512, ctx);
+  void *p = gca_alloc(512, ctx);
   gca_free(p);
   return p;
 }
-/* A stream of TC_DEVICE used by this thread and then by another, which
- * engages that device's thread caches; false when there is no such device. */
-static bool engage_tc_device(gca_stream_t *out) {
-  int n = 0;
+static bool engage_thread_caches(gca_stream_t s) {
   pthread_t t;
-  if (gca_device_count(&n) != GCA_OK || n <= TC_DEVICE || gca_set_device(TC_DEVICE) != GCA_OK)
-    return false;
-  bool ok = gca_stream_create(out, GCA_STREAM_NON_BLOCKING) == GCA_OK;
-  gca_set_device(0);
-  if (!ok)
-    return false;
-  void *p = gca_tc_alloc(512, *out);
+  void *p = gca_alloc(512, s), *q = NULL;
   gca_free(p);
-  if (p == NULL || pthread_create(&t, NULL, engage_thread, *out) != 0)
+  if (p == NULL || pthread_create(&t, NULL, engage_thread, s) != 0)
     return false;
-  void *q = NULL;
   pthread_join(t, &q);
   return q != NULL;
 }
+
 static void *libc_alloc(size_t size, void *ctx) {
   (void)ctx;
   void *p = malloc(size);
@@ -304,8 +293,6 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (!getenv("GCA_SIM_DEVICES")) /* on the sim, a second device for gca tc */
-    setenv("GCA_SIM_DEVICES", "2", 1);
   tool_jemalloc_t jem;
   bool have_je = (peer_mask & 16) && tool_jemalloc_load(&jem, argv); /* first: it may rerun us */
   gca_stream_t s = NULL;
@@ -317,14 +304,10 @@ int main(int argc, char **argv) {
     je_malloc = jem.malloc;
     je_free = jem.free;
   }
-  gca_stream_t s1 = NULL;
-  bool tc_missing = (peer_mask & 32) && !engage_tc_device(&s1);
-  if (tc_missing)
-    peer_mask &= ~32u;
   peer_t peers[NPEERS] = {
       {"gca", gca_alloc, gca_release, s},       {"gca exact", gca_alloc, gca_release, s},
       {"gca slot", gca_alloc, gca_release, s},  {"glibc", libc_alloc, libc_release, NULL},
-      {"jemalloc", je_alloc, je_release, NULL}, {"gca tc", gca_tc_alloc, gca_release, s1}};
+      {"jemalloc", je_alloc, je_release, NULL}, {"gca tc", gca_alloc, gca_release, s}};
   bool je_missing = (peer_mask & 16) && !(je_malloc && je_free);
   if (je_missing)
     peer_mask &= ~16u;
@@ -336,62 +319,75 @@ int main(int argc, char **argv) {
     for (size_t li = 0; li < TOOL_ARRAY_SIZE(all_lives); li++)
       if (all_lives[li] <= max_live)
         lives[nlives++] = all_lives[li];
+  /* every case for the peers but gca tc, then gca tc for every case */
+  enum { MAX_CASES = 8 };
+  static const char *const confs[3] = {"free_cache:True,recycle_bins:True", "free_cache:False",
+                                       "free_cache:True,recycle_bins:False"};
+  double ns[MAX_CASES][NPEERS];
+  size_t ncases = 0;
+  for (size_t li = 0; li < nlives; li++)
+    for (int holes = holes_from; holes <= holes_to; holes++, ncases++)
+      for (int k = 0; k < NPEERS; k++)
+        ns[ncases][k] = -1;
+  bool tc_missing = false;
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1 && (peer_mask & 32) && !(tc_missing = !engage_thread_caches(s)))
+      gca_empty_cache();
+    for (size_t ci = 0; ci < ncases; ci++) {
+      size_t live = lives[ci / (size_t)(holes_to - holes_from + 1)];
+      int holes = holes_from + (int)(ci % (size_t)(holes_to - holes_from + 1));
+      for (int k = pass == 0 ? 0 : 5; k < (pass == 0 ? 5 : NPEERS); k++) {
+        bool is_gca = k <= 2 || k == 5;
+        if (!(peer_mask & (1u << k)) || (k == 5 && tc_missing))
+          continue;
+        if (is_gca && gca_set_config(confs[k == 5 ? 0 : k]) != GCA_OK)
+          continue;
+        ns[ci][k] = run(&peers[k], live, holes, (long)ops, seed);
+        if (is_gca)
+          gca_empty_cache();
+      }
+    }
+  }
+  if (tc_missing)
+    peer_mask &= ~32u;
   if (!json)
     printf("gca-bench-churn: seed %llu, %llu operations (a free and an allocation, 512 B .. 4 KiB "
            "log-uniform), ns per operation%s%s\n",
            seed, ops, je_missing ? "; jemalloc not found" : "",
-           tc_missing ? "; gca tc left out (no device 1)" : "");
+           tc_missing ? "; gca tc left out (its thread caches could not be engaged)" : "");
   else
     printf("{\"seed\": %llu, \"ops\": %llu, \"rows\": [", seed, ops);
   if (!json)
     printf("  %10s %6s %10s %10s %10s %10s %10s %10s\n", "live", "holes", "gca", "gca exact",
            "gca slot", "glibc", "jemalloc", "gca tc");
-  bool first = true;
-  for (size_t li = 0; li < nlives; li++) {
-    for (int holes = holes_from; holes <= holes_to; holes++) {
-      static const char *const confs[3] = {"free_cache:True,recycle_bins:True", "free_cache:False",
-                                           "free_cache:True,recycle_bins:False"};
-      double ns[NPEERS] = {-1, -1, -1, -1, -1, -1};
-      for (int k = 0; k < NPEERS; k++) {
-        bool is_gca = k <= 2 || k == 5;
-        if (!(peer_mask & (1u << k)))
-          continue;
-        if (is_gca && gca_set_config(confs[k == 5 ? 0 : k]) != GCA_OK)
-          continue;
-        ns[k] = run(&peers[k], lives[li], holes, (long)ops, seed);
-        if (is_gca)
-          gca_empty_cache();
-      }
-      if (json) {
-        static const char *const keys[NPEERS] = {"gca_ns_per_op",      "gca_exact_ns_per_op",
-                                                 "gca_slot_ns_per_op", "glibc_ns_per_op",
-                                                 "jemalloc_ns_per_op", "gca_tc_ns_per_op"};
-        printf("%s{\"live_blocks\": %zu, \"holes\": %s", first ? "" : ", ", lives[li],
-               holes ? "true" : "false");
-        for (int k = 0; k < NPEERS; k++)
-          if (peer_mask & (1u << k))
-            printf(", \"%s\": %.1f", keys[k], ns[k]);
-          else
-            printf(", \"%s\": null", keys[k]);
-        printf("}");
-        first = false;
-      } else {
-        printf("  %10zu %6s", lives[li], holes ? "yes" : "no");
-        for (int k = 0; k < NPEERS; k++)
-          if (peer_mask & (1u << k))
-            printf(" %10.0f", ns[k]);
-          else
-            printf(" %10s", "-");
-        printf("\n");
-      }
-      fflush(stdout);
+  for (size_t ci = 0; ci < ncases; ci++) {
+    size_t live = lives[ci / (size_t)(holes_to - holes_from + 1)];
+    int holes = holes_from + (int)(ci % (size_t)(holes_to - holes_from + 1));
+    if (json) {
+      static const char *const keys[NPEERS] = {"gca_ns_per_op",      "gca_exact_ns_per_op",
+                                               "gca_slot_ns_per_op", "glibc_ns_per_op",
+                                               "jemalloc_ns_per_op", "gca_tc_ns_per_op"};
+      printf("%s{\"live_blocks\": %zu, \"holes\": %s", ci == 0 ? "" : ", ", live,
+             holes ? "true" : "false");
+      for (int k = 0; k < NPEERS; k++)
+        if (peer_mask & (1u << k))
+          printf(", \"%s\": %.1f", keys[k], ns[ci][k]);
+        else
+          printf(", \"%s\": null", keys[k]);
+      printf("}");
+    } else {
+      printf("  %10zu %6s", live, holes ? "yes" : "no");
+      for (int k = 0; k < NPEERS; k++)
+        if (peer_mask & (1u << k))
+          printf(" %10.0f", ns[ci][k]);
+        else
+          printf(" %10s", "-");
+      printf("\n");
     }
   }
   if (json)
     printf("]}\n");
   gca_set_config("free_cache:True,recycle_bins:True");
   gca_stream_destroy(s);
-  if (s1 != NULL)
-    gca_stream_destroy(s1);
   return 0;
 }
