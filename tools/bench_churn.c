@@ -78,9 +78,11 @@ static void gca_release(void *p, void *ctx) {
 }
 /* gca tc: a second thread allocates and frees once on the stream's device
  * after this one has, which engages that device's thread caches for good
- * (Note [Thread caches]); so gca tc runs after every other gca peer. */
+ * (Note [Thread caches]); so gca tc runs after every other gca peer. Its
+ * size is one no cache holds, so that the request takes the locked path,
+ * where threads are noted. */
 static void *engage_thread(void *ctx) {
-  void *p = gca_alloc(512, ctx);
+  void *p = gca_alloc((1 << 20) + 512, ctx);
   gca_free(p);
   return p;
 }
