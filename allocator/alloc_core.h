@@ -76,7 +76,7 @@
  *   release.c    -> pending.c, recycle.c, fcache.c, tcache.c, blocks.c, mempool.c,
  *                   segment.c, expandable.c
  *   pending.c    -> fcache.c, blocks.c
- *   recycle.c    -> fcache.c (evictions, its flush), blocks.c, ptrmap.c
+ *   recycle.c    -> fcache.c (evictions, its flush), tcache.c (declines), blocks.c, ptrmap.c
  *   fcache.c     -> tcache.c (evictions), blocks.c, freetree.c (exact hits), ptrmap.c
  *   tcache.c     -> tcstats.c, blocks.c, ptrmap.c
  *   blocks.c     -> mempool.c, segment.c, freetree.c, slab.c, sizes.c
