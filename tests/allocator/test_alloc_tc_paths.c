@@ -411,33 +411,33 @@ static void a_free_from_the_facts_parks_its_threads_cache(void **state) {
   /* x: a block whose home slot holds a cached block's entry. Taken out of
    * the map and put back, it lands past that entry, so the park's taking
    * that entry out moves x's. Candidates of sizes the cache does not hold,
-   * of irregular sizes: the hash spreads evenly spaced addresses so well
-   * that their homes seldom meet (with 200 of them and the cached entries a
-   * sixteenth of the map or more, the odds that none meets one are about one
-   * in 400,000). The workers wait at their gates meanwhile. */
-  enum { NC = 200 };
+   * of irregular sizes, until one does: the hash spreads evenly spaced
+   * addresses so well that their homes seldom meet (the cached entries fill
+   * a sixteenth of the map or more, so a candidate meets one about one time
+   * in sixteen; a thousand without one is beyond any odds). The workers
+   * wait at their gates meanwhile. */
+  enum { NC = 1000 };
   static void *cand[NC];
   uint32_t r = 20261126;
-  for (int k = 0; k < NC; k++) {
-    r = r * 1103515245u + 12345u;
-    cand[k] = w_alloc(&a, 512 * (size_t)(9 + (r >> 16) % 8), a.stream);
-  }
+  int ncand = 0;
   void *x = NULL;
   const gca__ptrmap_t *m = &d->ptrs;
-  for (int k = 0; k < NC && x == NULL; k++) {
-    uint32_t home = (uint32_t)gca__ptrmap_hash((gca_devptr_t)(uintptr_t)cand[k]) & (m->cap - 1);
-    gca__ptrslot_t *at = &m->slots[home];
+  while (x == NULL && ncand < NC) { /* until one meets a cached entry */
+    r = r * 1103515245u + 12345u;
+    void *p = cand[ncand++] = w_alloc(&a, 512 * (size_t)(9 + (r >> 16) % 8), a.stream);
+    gca__ptrslot_t *at =
+        &m->slots[(uint32_t)gca__ptrmap_hash((gca_devptr_t)(uintptr_t)p) & (m->cap - 1)];
     if (at->key != 0 && at->val->tc != NULL)
-      x = cand[k];
+      x = p;
   }
   assert_non_null(x);
   gca__dev_lock(d);
   gca__block_t *xb = gca__ptrmap_take(&d->ptrs, (gca_devptr_t)(uintptr_t)x);
   assert_ok(gca__ptrmap_insert(&d->ptrs, xb->addr, xb));
   gca__pf_note(d, xb);
+  d->rb->last = NULL; /* x was the last request's block: its free would try the free cache */
   gca__dev_unlock(d);
   assert_true(probes_past_a_cached_one(d, x, c, N));
-  void *after = w_alloc(&a, 512, a.stream); /* x is not the last request's block */
   gca__ptrslot_t *e = gca__ptrmap_slot(&d->ptrs, (gca_devptr_t)(uintptr_t)x);
   assert_non_null(e);
   assert_true(gca__pf_hold(d, e));
@@ -451,10 +451,9 @@ static void a_free_from_the_facts_parks_its_threads_cache(void **state) {
   check();
   for (int i = 1; i < 2 * N; i++)
     w_free(&a, sp[i]);
-  for (int k = 0; k < NC; k++)
+  for (int k = 0; k < ncand; k++)
     if (cand[k] != x)
       w_free(&a, cand[k]);
-  w_free(&a, after);
   workers_done(&a, &b);
 }
 
