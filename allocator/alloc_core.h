@@ -472,7 +472,7 @@ struct gca__devalloc {
   gca__block_t *fc_slots[GCA__FC_SLOTS];
   struct gca__rbins *rb; /* Note [Recycle bins]: NULL until the first put */
   size_t rb_count;       /* blocks in them */
-  uint32_t pf_epoch;     /* Note [Free facts]: bumped when thread caches may have changed them */
+  uint32_t pf_epoch;     /* Note [Free facts]: bumped by any change of the caches' settings */
   uint64_t epoch;        /* Note [Free cache epochs] */
   /* Note [Thread caches]: the thread caches of this device (their list and
    * count), whether frees may enter them (tc_on), the first thread seen and

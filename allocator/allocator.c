@@ -283,11 +283,6 @@ static gca__block_t *take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_
   return b;
 }
 
-/* The locked paths' note of the calling thread (Note [Thread caches]). */
-static inline void note_thread(gca__devalloc_t *d) {
-  gca__tc_note_thread(d);
-}
-
 /* malloc with d->lock held; returns with it released. `stream` is the key
  * (Note [Per-thread stream keys]), `handle` the caller's stream. */
 static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t *d, void **out,
@@ -297,7 +292,7 @@ static __attribute__((noinline)) gca_status_t dev_malloc_locked(gca__devalloc_t 
   gca__block_t *b = NULL;
   d->epoch++;         /* Note [Free cache epochs] */
   gca__fc_settled(d); /* Note [Lazy puts]: a fast entry point's lock ends here */
-  note_thread(d);
+  gca__tc_note_thread(d);
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0))
     GCA_CHECK_GOTO(gca__pending_process(d), st, fail);
   GCA_CHECK_GOTO(gca__block_reserve(d), st, fail);
@@ -479,15 +474,9 @@ static __attribute__((noinline)) gca_status_t malloc_fc_try(gca__devalloc_t *d, 
   return dev_malloc_locked(d, ptr, size, key, stream);
 }
 
-/* Note [Leaf hits]: the one-thread pair's path, for a thread that holds
- * the device lock by its bias (Note [Biased device lock]): the free cache's
- * hit of the owed put's block (gca__fc_leaf_take), and the thread cache's
- * streak (malloc_tc, the frees alike). A leaf calls nothing: what it cannot
- * finish it leaves as it found it and tail-calls the full path, so it saves
- * no register. A debug_checks build, which counts the locks held and walks
- * after every mutation, always takes the full path. */
-/* The recycle bins' leaf take (Note [Recycle bins]), apart from the free
- * cache's so that the pair's leaf keeps its few registers. */
+/* The recycle bins' leaf take (Note [Recycle bins]), tail-called by the
+ * pair's leaf when it misses: apart from it, so that it keeps its few
+ * registers. */
 static __attribute__((noinline)) gca_status_t malloc_rb(gca__devalloc_t *d, void **ptr, size_t size,
                                                         gca_stream_t stream) {
 #ifndef GCA_DEBUG_CHECKS
@@ -503,6 +492,14 @@ static __attribute__((noinline)) gca_status_t malloc_rb(gca__devalloc_t *d, void
   return malloc_fc_try(d, ptr, size, stream);
 }
 
+/* Note [Leaf hits]: the one-thread pair's path, for a thread that holds
+ * the device lock by its bias (Note [Biased device lock]): the free cache's
+ * hit of the owed put's block (gca__fc_leaf_take), and the thread cache's
+ * streak (malloc_tc, the frees alike); the recycle bins' put and take
+ * (malloc_rb, free_rb) behind the pair's. A leaf calls nothing: what it cannot
+ * finish it leaves as it found it and tail-calls the full path, so it saves
+ * no register. A debug_checks build, which counts the locks held and walks
+ * after every mutation, always takes the full path. */
 static __attribute__((noinline)) gca_status_t malloc_fc(gca__devalloc_t *d, void **ptr, size_t size,
                                                         gca_stream_t stream) {
 #ifndef GCA_DEBUG_CHECKS
@@ -689,7 +686,7 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
   gca_status_t st, st2;
   d->epoch++;         /* Note [Free cache epochs] */
   gca__fc_settled(d); /* Note [Lazy puts] */
-  note_thread(d);
+  gca__tc_note_thread(d);
   if (GCA_UNLIKELY(expected_dev >= 0 && expected_dev != d->device)) {
     gca__dev_unlock(d);
     return gca__error(GCA_ERR_INVALID_POINTER,
@@ -825,7 +822,8 @@ static __attribute__((noinline)) gca_status_t free_tc_miss(gca__devalloc_t *d, v
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
   if (gca__mutex_trylock(&d->lock)) {
     gca__ptrslot_t *e = gca__ptrmap_slot(&d->ptrs, addr);
-    if (e != NULL && gca__pf_hold(d, e) && gca__rb_put_fast(d, e)) { /* thread caches off */
+    /* from the slot's facts when this thread's cache declines it unread */
+    if (e != NULL && gca__pf_hold(d, e) && gca__rb_put_fast(d, e)) {
       DEBUG_CHECK(d);
       gca__dev_unlock(d);
       return GCA_OK;
@@ -890,9 +888,8 @@ static __attribute__((noinline)) gca_status_t free_fc_try(gca__devalloc_t *d, vo
   return free_impl(ptr, -1);
 }
 
-/* Note [Leaf hits]: the put of the pair's block back (gca__fc_leaf_put). */
 /* The recycle bins' leaf put from the slot's facts (Note [Free facts]),
- * apart from the free cache's as malloc_rb. */
+ * apart from the pair's as malloc_rb. */
 static __attribute__((noinline)) gca_status_t free_rb(gca__devalloc_t *d, void *ptr) {
 #ifndef GCA_DEBUG_CHECKS
   if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
@@ -905,6 +902,7 @@ static __attribute__((noinline)) gca_status_t free_rb(gca__devalloc_t *d, void *
   return free_fc_try(d, ptr);
 }
 
+/* Note [Leaf hits]: the put of the pair's block back (gca__fc_leaf_put). */
 static __attribute__((noinline)) gca_status_t free_fc(gca__devalloc_t *d, void *ptr) {
 #ifndef GCA_DEBUG_CHECKS
   if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {

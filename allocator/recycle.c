@@ -85,8 +85,9 @@
  * a bin's put, a thread cache's domain taking it in: gca__pf_forget), as does
  * a recorded stream; a thread cache hands its blocks out with no map in
  * sight, so they stay without; and a change of the thread caches or of any
- * cache setting bumps the device's pf_epoch, which voids every fact at once. A free whose slot has
- * no facts reads the record as before. The walker checks every fact that holds against its record.
+ * cache setting bumps the device's pf_epoch, which voids every fact at once.
+ * A free whose slot has no facts reads the record as before. The walker
+ * checks every fact that holds against its record.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -97,10 +98,6 @@
 #include "tcache.h"
 
 _Static_assert(GCA__RB_CLASSES == 64, "a group's nonempty bins are one 64-bit mask");
-
-static inline unsigned rb_class(size_t size) {
-  return (unsigned)(size / GCA__MIN_BLOCK_SIZE) - 1;
-}
 
 /* b's share of inactive_split while binned: one block of its size, unless it
  * is its segment's only block. */
@@ -151,7 +148,7 @@ bool gca__rb_put(gca__devalloc_t *d, gca__block_t *b) {
   gca__rbins_t *rb = d->rb;
   if (GCA_UNLIKELY(rb == NULL))
     return false; /* no table (host memory): the plain free */
-  unsigned g = gca__rb_group(b->stream), c = rb_class(b->size);
+  unsigned g = gca__rb_group(b->stream), c = gca__rb_class(b->size);
   if (rb->stream[g] != b->stream) {
     if (rb->nonempty[g] != 0)
       rb_flush_group(d, g); /* another stream's: the newer stream takes the group */
@@ -203,7 +200,7 @@ bool gca__rb_put_fast(gca__devalloc_t *d, gca__ptrslot_t *e) {
    * tree and took them out of the map, whose deletions move slots: e again */
   e = gca__ptrmap_slot(&d->ptrs, key);
   GCA_ASSERT(e != NULL && gca__pf_hold(d, e));
-  size_t requested = e->facts >> 16;
+  size_t requested = gca__pf_requested(e->facts);
   gca__rb_put_facts(d, e, g, c, !d->tc_count);
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, e->key, (size_t)requested, e->stream);
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, e->key, (size_t)requested, e->stream);
@@ -215,7 +212,7 @@ gca__block_t *gca__rb_take(gca__devalloc_t *d, gca_stream_t stream, size_t round
   gca__rbins_t *rb = d->rb;
   if (rounded > GCA__RB_MAX_SIZE)
     return NULL;
-  unsigned g = gca__rb_group(stream), c = rb_class(rounded);
+  unsigned g = gca__rb_group(stream), c = gca__rb_class(rounded);
   gca__block_t *b = rb->head[g][c];
   if (b == NULL || rb->stream[g] != stream)
     return NULL;

@@ -31,6 +31,10 @@ typedef struct gca__rbins {
   uint64_t fast; /* frees put from the pointer map's facts alone (a counter only) */
 } gca__rbins_t;
 
+/* The bin of a block of `size` bytes (a multiple of GCA__MIN_BLOCK_SIZE). */
+static inline unsigned gca__rb_class(size_t size) {
+  return (unsigned)(size / GCA__MIN_BLOCK_SIZE) - 1;
+}
 /* The group of stream's bins. */
 static inline unsigned gca__rb_group(gca_stream_t stream) {
   return (unsigned)(((uint64_t)(uintptr_t)stream * 0x9e3779b97f4a7c15ull) >> 61);
@@ -55,20 +59,30 @@ static inline bool gca__rb_on(const gca__devalloc_t *d) {
  * (bits 1-6) and its requested bytes (bits 16-31). */
 #define GCA__PF_BIN 1u
 _Static_assert(GCA__RB_MAX_SIZE <= 0xffff, "a binnable block's requested bytes fit 16 bits");
+static inline uint32_t gca__pf_make(unsigned c, size_t requested) {
+  return GCA__PF_BIN | c << 1 | (uint32_t)requested << 16;
+}
+static inline unsigned gca__pf_class(uint32_t facts) {
+  return (facts >> 1) & (GCA__RB_CLASSES - 1);
+}
+static inline size_t gca__pf_requested(uint32_t facts) {
+  return facts >> 16;
+}
+/* b's facts: what gca__pf_make says of a live plain block, else 0. */
 static inline uint32_t gca__pf_of(const gca__devalloc_t *d, const gca__block_t *b) {
   if (b->pool != &d->small || b->size > GCA__RB_MAX_SIZE || b->seg->expandable || b->nuses != 0 ||
       b->tc != NULL || !b->allocated || b->cached || b->binned || b->oversize ||
       gca__block_whole(b))
     return 0;
-  return GCA__PF_BIN | (uint32_t)(b->size / GCA__MIN_BLOCK_SIZE - 1) << 1 |
-         (uint32_t)b->requested << 16;
+  return gca__pf_make(gca__rb_class(b->size), b->requested);
 }
 /* Writes live block b's facts into its slot (d->lock held): what every
  * allocation of a block a bin may take does (a thread cache's take does
- * not: its blocks have none). */
+ * not: its blocks have none). Nothing while the bins are not allowed: the
+ * change of setting that allows them bumps pf_epoch. */
 static inline void gca__pf_note(gca__devalloc_t *d, const gca__block_t *b) {
   gca__ptrslot_t *e;
-  if (b->pool == &d->small && b->size <= GCA__RB_MAX_SIZE &&
+  if (b->pool == &d->small && b->size <= GCA__RB_MAX_SIZE && gca__rb_allowed(d) &&
       (e = gca__ptrmap_slot(&d->ptrs, b->addr)) != NULL) {
     e->facts = gca__pf_of(d, b);
     e->stream = b->stream;
@@ -93,7 +107,7 @@ static inline __attribute__((always_inline)) bool
 gca__rb_takes(const gca__devalloc_t *d, const gca__ptrslot_t *e, unsigned *g, unsigned *c) {
   const gca__rbins_t *rb = d->rb;
   *g = gca__rb_group(e->stream);
-  *c = (e->facts >> 1) & (GCA__RB_CLASSES - 1);
+  *c = gca__pf_class(e->facts);
   return rb->stream[*g] == e->stream && rb->n[*g][*c] < GCA__RB_BIN_MAX &&
          (e->val != rb->last || gca__fc_wasteful(d));
 }
@@ -103,7 +117,8 @@ static inline __attribute__((always_inline)) void
 gca__rb_put_facts(gca__devalloc_t *d, gca__ptrslot_t *e, unsigned g, unsigned c, bool plain) {
   gca__rbins_t *rb = d->rb;
   gca__block_t *b = e->val;
-  int64_t size = (int64_t)(c + 1) * GCA__MIN_BLOCK_SIZE, requested = e->facts >> 16;
+  int64_t size = (int64_t)(c + 1) * GCA__MIN_BLOCK_SIZE;
+  int64_t requested = (int64_t)gca__pf_requested(e->facts);
   d->epoch++; /* Note [Free cache epochs] */
   e->facts = 0;
   /* gca__rb_put's updates: the facts say not oversize, not whole */
@@ -173,7 +188,7 @@ gca__rb_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
       d->fc_lazy.b != NULL || d->fc_lazy.pairs != 0 || d->pend[GCA_STAT_ALL].current != 0)
     return NULL;
   gca_stream_t key = gca__stream_key_nocall(stream);
-  unsigned g = gca__rb_group(key), c = (unsigned)(rounded / GCA__MIN_BLOCK_SIZE) - 1;
+  unsigned g = gca__rb_group(key), c = gca__rb_class(rounded);
   gca__block_t *b = rb->head[g][c];
   gca__ptrslot_t *e;
   if (b == NULL || rb->stream[g] != key || gca__block_whole(b) ||
@@ -187,7 +202,7 @@ gca__rb_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
   gca__fc_stat_rise(d->stats.allocated_bytes, GCA_STAT_SMALL, (int64_t)rounded);
   gca__fc_stat_rise(d->stats.requested_bytes, GCA_STAT_SMALL, (int64_t)size);
   /* its facts (gca__pf_of): a bin holds plain blocks of the default small pool */
-  e->facts = GCA__PF_BIN | c << 1 | (uint32_t)size << 16;
+  e->facts = gca__pf_make(c, size);
   e->stream = key;
   e->epoch = d->pf_epoch;
   return b;

@@ -566,8 +566,8 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
    * million live blocks, misses each) */
   if (gca__tc_declines(d) || gca__fc_near(b))
     return false;
-  gca__tcache_t *tc = tc_get(d);
-  if (tc == NULL || tc->ndomain >= GCA__TC_DOMAIN)
+  gca__tcache_t *tc = tc_get(d); /* a full domain declined above */
+  if (tc == NULL)
     return false;
   gca__tcbin_t *bin = gca__tc_bin(tc, b->stream, b->size);
   if (bin->n != 0 && (bin->stream != b->stream || bin->size != b->size)) {

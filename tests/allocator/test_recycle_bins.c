@@ -330,7 +330,8 @@ static void what_the_bins_do_not_take(void **state) {
   assert_ok(gca_set_config("recycle_bins:False"));
   void *keep = alloc_on(512, NULL);
   void *p = alloc_on(1 * KiB, NULL), *edge = alloc_on(512, NULL);
-  free_ok(p); /* the key is off */
+  assert_false(facts_hold(p)); /* none written while the bins are off */
+  free_ok(p);                  /* the key is off */
   assert_int_equal(rb_count(), 0);
   bins_on();
   void *big = alloc_on(GCA__RB_MAX_SIZE + 512, NULL), *edge2 = alloc_on(512, NULL);
