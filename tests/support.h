@@ -69,6 +69,14 @@
 
 /* The backend named by GCA_TEST_BACKEND (default sim), initialized. For cuda
  * without a usable GPU the process exits 77 (meson: skipped) with a message. */
+/* GCA_TEST_FILTER=pattern runs only the tests whose names match (cmocka's
+ * wildcards): one contract at a time on a real device. */
+static inline void test_filter_from_env(void) {
+  const char *f = getenv("GCA_TEST_FILTER");
+  if (f && *f)
+    cmocka_set_test_filter(f);
+}
+
 static inline const gca_device_ops_t *test_backend(void) {
   const char *b = getenv("GCA_TEST_BACKEND");
   const gca_device_ops_t *ops = (b && strcmp(b, "cuda") == 0) ? gca__cuda_ops() : gca__sim_ops();

@@ -777,6 +777,7 @@ static void a_captured_copy_needs_pinned_host_memory(void **state) {
 }
 
 int main(void) {
+  test_filter_from_env();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(capture_records_work_and_replay_runs_it),
       cmocka_unit_test(captured_host_func_memset_and_memcpy_run_per_launch),

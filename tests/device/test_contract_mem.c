@@ -722,6 +722,7 @@ static void unmap_clears_access_grants(void **state) {
 }
 
 int main(void) {
+  test_filter_from_env();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vmm_round_trip_returns_used_bytes_to_zero),
       cmocka_unit_test(released_handle_lives_until_its_mapping_is_gone),

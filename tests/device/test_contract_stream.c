@@ -826,6 +826,7 @@ static void pinned_copies_are_asynchronous_pageable_ones_are_staged(void **state
 }
 
 int main(void) {
+  test_filter_from_env();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(stream_order_holds_under_heavy_async_load),
       cmocka_unit_test(host_to_host_async_copy_is_complete_at_return),

@@ -324,6 +324,7 @@ static void bad_shapes_are_refused_with_the_reason(void **state) {
 }
 
 int main(void) {
+  test_filter_from_env();
   setenv("GCA_SIM_DEVICES", "4", 0);
   setenv("GCA_SIM_CLOCK", "virtual", 0);
   setenv("GCA_ALLOC_CONF", "expandable_segments:True", 0);
