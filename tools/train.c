@@ -23,7 +23,9 @@ static void usage(FILE *f) {
              "                 [--seed S] [--change STEP:BATCH] [--time-scale X]\n"
              "                 [--budget-ratio R] [--fault SPEC@STEP] [--timeout SECONDS]\n"
              "                 [--capture-fallback] [--json] [--snapshot FILE] [--quiet]\n"
-             "Trains on sim ranks (threads, or processes with --processes); on the sim the\n"
+             "Trains on sim ranks (threads, or processes with --processes), or on the GPUs\n"
+             "of the cuda backend, a thread rank per device (--ranks defaults to 4, or to\n"
+             "the devices there are when fewer); on the sim the\n"
              "clock is virtual unless GCA_SIM_CLOCK says otherwise, so times are the cost\n"
              "model's. --change 5:16 runs steps from 5 on with a batch of 16 rows (the\n"
              "step at a new shape: a re-record of its own branch of the graph tree, then\n"
@@ -97,7 +99,7 @@ static void set_int_option(train_cfg_t *c, int i, long v) {
 
 typedef struct opts {
   train_cfg_t cfg;
-  bool all, json, quiet;
+  bool all, json, quiet, ranks_given;
   char fault[256];
 } opts_t;
 
@@ -148,6 +150,7 @@ static int parse(int argc, char **argv, opts_t *o) {
     } else if ((io = int_option(a)) >= 0) {
       NEED_VALUE();
       val = parse_int(v, int_opts[io].lo, int_opts[io].hi, &n);
+      o->ranks_given |= io == 0;
       set_int_option(&o->cfg, io, n);
     } else if (strcmp(a, "--change") == 0) {
       NEED_VALUE();
@@ -312,6 +315,36 @@ static bool same_bits(const train_results_t *a, const train_results_t *b, char *
   return true;
 }
 
+/* Thread ranks each drive a device of their own. On a real backend the
+ * default rank count shrinks to the devices there are; asking for more is
+ * refused here, before NCCL refuses a device index that does not exist.
+ * (Process ranks are left alone: the parent must not start the driver before
+ * it forks them.) 0, or the exit status. */
+static int fit_devices(opts_t *o) {
+  gca_status_t st = gca_device_init();
+  if (st != GCA_OK) {
+    fprintf(stderr, "gca-train: no device: %s\n", gca_last_error());
+    return 1;
+  }
+  if (strcmp(gca_device_backend_name(), "sim") == 0)
+    return 0;
+  int n = 0;
+  if ((st = gca_device_count(&n)) != GCA_OK || n < 1) {
+    fprintf(stderr, "gca-train: no device on %s: %s\n", gca_device_backend_name(),
+            st != GCA_OK ? gca_last_error() : "none found");
+    return 1;
+  }
+  if (o->cfg.shape.ranks <= n)
+    return 0;
+  if (o->ranks_given) {
+    fprintf(stderr, "gca-train: --ranks %d needs %d devices on %s (found %d)\n", o->cfg.shape.ranks,
+            o->cfg.shape.ranks, gca_device_backend_name(), n);
+    return 2;
+  }
+  o->cfg.shape.ranks = n;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   /* the pinned host allocator's jemalloc needs static TLS room: this runs the
    * program again with it when a late load would fail (before any thread) */
@@ -330,6 +363,8 @@ int main(int argc, char **argv) {
   setenv("GCA_SIM_CLOCK", "virtual", 0);
   if (!getenv("PYTORCH_CUDA_ALLOC_CONF") && !getenv("GCA_ALLOC_CONF"))
     setenv("GCA_ALLOC_CONF", "expandable_segments:True", 0);
+  if (!o.cfg.processes && (pr = fit_devices(&o)) != 0)
+    return pr;
   train_mode_t modes[3] = {TRAIN_EAGER, TRAIN_SCHEDULED, TRAIN_GRAPH};
   int nmodes = o.all ? 3 : 1;
   if (!o.all)

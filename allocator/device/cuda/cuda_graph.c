@@ -26,27 +26,47 @@ static gca_status_t cuda_stream_begin_capture(gca_stream_t stream, gca_capture_m
   return GCA_OK;
 }
 
+/* Note [Invalidated captures]: the driver refuses cuStreamGetCtx on a stream
+ * whose capture was invalidated (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, seen
+ * on an H200 with driver 580), while cuStreamGetCaptureInfo still reports the
+ * status and cuStreamEndCapture still ends the sequence. A stream names its
+ * own context, so those two are made without making it current; refusing
+ * them would leave the capture open for good, and every later unsafe call of
+ * a global-mode capture refused. */
+static gca_status_t enter_capturing(const char *op, gca_stream_t stream) {
+  gca_status_t st = gca__cuda_enter_stream(op, stream, NULL);
+  return st == GCA_ERR_CAPTURE_INVALIDATED ? GCA_OK : st;
+}
+
 static gca_status_t cuda_stream_capture_info(gca_stream_t stream, gca_capture_status_t *status,
                                              uint64_t *id);
 
 static gca_status_t cuda_stream_end_capture(gca_stream_t stream, gca_graph_t *graph) {
-  GCA_CHECK(gca__cuda_enter_stream("stream_end_capture", stream, NULL));
+  if (!graph)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_end_capture: graph is NULL");
+  GCA_CHECK(enter_capturing("stream_end_capture", stream));
   gca_capture_status_t before = GCA_CAPTURE_STATUS_NONE, after = GCA_CAPTURE_STATUS_NONE;
   bool known = cuda_stream_capture_info(stream, &before, NULL) == GCA_OK;
   CUgraph g = NULL;
   CUresult r = gca__cuda_drv.StreamEndCapture(stream, &g);
+  *graph = g; /* NULL when it failed, as the driver leaves it */
   /* the sequence is over once the stream no longer captures, whatever the result */
   if (known && before != GCA_CAPTURE_STATUS_NONE &&
       cuda_stream_capture_info(stream, &after, NULL) == GCA_OK && after == GCA_CAPTURE_STATUS_NONE)
     atomic_fetch_sub(&gca__device_captures, 1);
+  /* the driver's answer for a stream that is not capturing (cuda.h lists
+   * CUDA_ERROR_STREAM_CAPTURE_UNMATCHED for a mismatched end) */
+  if (r == CUDA_ERROR_ILLEGAL_STATE && known && before == GCA_CAPTURE_STATUS_NONE)
+    return gca__error(GCA_ERR_CAPTURE_UNMATCHED,
+                      "stream_end_capture: stream %p is not capturing (CUDA_ERROR_ILLEGAL_STATE)",
+                      (void *)stream);
   CU_CHECK("stream_end_capture", r);
-  *graph = g;
   return GCA_OK;
 }
 
 static gca_status_t cuda_stream_capture_info(gca_stream_t stream, gca_capture_status_t *status,
                                              uint64_t *id) {
-  GCA_CHECK(gca__cuda_enter_stream("stream_capture_info", stream, NULL));
+  GCA_CHECK(enter_capturing("stream_capture_info", stream));
   if (!status)
     return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_capture_info: status is NULL");
   CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -76,6 +96,8 @@ static gca_status_t cuda_thread_exchange_capture_mode(gca_capture_mode_t *mode) 
 /* ---- graphs ---- */
 
 static gca_status_t cuda_graph_node_count(gca_graph_t graph, size_t *count) {
+  if (!count)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "graph_node_count: count is NULL");
   GCA_CHECK(gca__cuda_enter_any("graph_node_count"));
   size_t n = 0;
   CU_CHECK("graph_node_count", gca__cuda_drv.GraphGetNodes(graph, NULL, &n));
@@ -84,6 +106,8 @@ static gca_status_t cuda_graph_node_count(gca_graph_t graph, size_t *count) {
 }
 
 static gca_status_t cuda_graph_instantiate(gca_graph_t graph, gca_graph_exec_t *out) {
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "graph_instantiate: out is NULL");
   GCA_CHECK(gca__cuda_enter_any("graph_instantiate"));
   CUgraphExec e = NULL;
   CU_CHECK("graph_instantiate", gca__cuda_drv.GraphInstantiateWithFlags(&e, graph, 0));

@@ -13,6 +13,8 @@
 /* ---- streams and events ---- */
 
 static gca_status_t cuda_stream_create(int dev, unsigned flags, int priority, gca_stream_t *out) {
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "stream_create: out is NULL");
   GCA_CHECK(gca__cuda_enter_dev("stream_create", dev));
   CUstream s = NULL;
   CU_CHECK("stream_create", gca__cuda_drv.StreamCreateWithPriority(&s, flags, priority));
@@ -50,6 +52,8 @@ static gca_status_t cuda_stream_wait_event(gca_stream_t stream, gca_event_t even
 }
 
 static gca_status_t cuda_event_create(int dev, unsigned flags, gca_event_t *out) {
+  if (!out)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "event_create: out is NULL");
   GCA_CHECK(gca__cuda_enter_dev("event_create", dev));
   CUevent e = NULL;
   CU_CHECK("event_create", gca__cuda_drv.EventCreate(&e, flags));
@@ -82,6 +86,9 @@ static gca_status_t cuda_event_synchronize(gca_event_t event) {
 }
 
 static gca_status_t cuda_event_elapsed(gca_event_t start, gca_event_t end, float *ms) {
+  /* the driver answers a NULL ms with CUDA_ERROR_INVALID_HANDLE (H200, driver 580) */
+  if (!ms)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "event_elapsed: ms is NULL");
   GCA_CHECK(gca__cuda_enter_any("event_elapsed"));
   if (gca__cuda_drv.EventElapsedTime_v2)
     CU_CHECK("event_elapsed", gca__cuda_drv.EventElapsedTime_v2(ms, start, end));

@@ -100,12 +100,12 @@ typedef struct cap_event {
   idxs_t nodes;
 } cap_event_t;
 
-/* Note [Captured events]: an event whose last record was captured stays
- * "captured" after its capture ends, until it is recorded again outside a
- * capture: querying or synchronizing it fails with CUDA_ERROR_CAPTURED_EVENT
- * (what the driver is believed to do: programs that query an event recorded
- * during a finished capture meet that error; contract test
- * event_recorded_in_a_finished_capture_stays_captured asks a GPU). */
+/* Note [Captured events]: an event whose last record was captured is
+ * "captured". While its capture goes on, querying or synchronizing it fails
+ * with CUDA_ERROR_CAPTURED_EVENT and invalidates the capture. Once the capture
+ * has ended, the driver refuses the event with CUDA_ERROR_INVALID_VALUE
+ * (query, synchronize, and a stream's wait on it; seen on an H200 with driver
+ * 580), until it is recorded again outside a capture. */
 
 static pthread_mutex_t cap_mu = PTHREAD_MUTEX_INITIALIZER;
 static capture_t *captures;
@@ -141,12 +141,6 @@ static cap_event_t **find_event(gca_event_t e) {
 /* Whether cap_mu must be taken to learn about events and captures. */
 static bool capture_state_empty(void) {
   return atomic_load(&ncaptures) == 0 && atomic_load(&norphans) == 0;
-}
-
-/* The event's entry while its capture is ongoing, else NULL. */
-static cap_event_t **find_live_event(gca_event_t e) {
-  cap_event_t **p = find_event(e);
-  return p && (*p)->cap ? p : NULL;
 }
 
 static void event_drop(cap_event_t **p) {
@@ -269,6 +263,13 @@ out:
   return st;
 }
 
+static gca_status_t orphan_error(const char *op, gca_event_t e) {
+  return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                    "%s: event %p was last recorded in a capture that has ended "
+                    "(CUDA_ERROR_INVALID_VALUE); record it again outside a capture first",
+                    op, (void *)e);
+}
+
 gca_status_t gca__sim_capture_check_event(const char *op, gca_event_t e) {
   if (capture_state_empty())
     return GCA_OK;
@@ -276,10 +277,7 @@ gca_status_t gca__sim_capture_check_event(const char *op, gca_event_t e) {
   pthread_mutex_lock(&cap_mu);
   cap_event_t **p = find_event(e);
   if (p && !(*p)->cap) {
-    st = gca__error(GCA_ERR_DRIVER,
-                    "%s: event %p was last recorded in a capturing stream whose capture has "
-                    "ended (CUDA_ERROR_CAPTURED_EVENT); record it again outside a capture first",
-                    op, (void *)e);
+    st = orphan_error(op, e);
   } else if (p) {
     (*p)->cap->invalidated = true;
     st = gca__error(GCA_ERR_DRIVER,
@@ -335,15 +333,6 @@ gca_status_t gca__sim_capture_submit(const char *op, gca_stream_t s, int dev, bo
   *captured = true;
   if (c->invalidated) {
     st = invalidated_error(op, c);
-    goto out;
-  }
-  if (w->kind == GCA__SIM_WORK_MEMCPY && w->pageable) {
-    c->invalidated = true;
-    st = gca__error(GCA_ERR_CAPTURE_UNSUPPORTED,
-                    "%s: a copy from or to pageable host memory cannot be captured (pin it with "
-                    "host_alloc or host_register) (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); the "
-                    "capture is invalidated",
-                    op);
     goto out;
   }
   if (c->n == c->cap) {
@@ -434,7 +423,7 @@ gca_status_t gca__sim_capture_wait(const char *op, gca_stream_t s, int dev, bool
                                    bool legacy, gca_event_t e, bool event_recorded,
                                    bool *captured) {
   *captured = false;
-  if (atomic_load(&ncaptures) == 0)
+  if (capture_state_empty())
     return GCA_OK;
   gca_status_t st = GCA_OK;
   capture_t *c = NULL, *lc;
@@ -443,9 +432,11 @@ gca_status_t gca__sim_capture_wait(const char *op, gca_stream_t s, int dev, bool
     st = implicit_error(op, dev, lc);
     goto out;
   }
-  cap_event_t **p = find_live_event(e);
+  cap_event_t **p = find_event(e);
   cap_stream_t *cs = find_stream(s, &c);
-  if (p) {
+  if (p && !(*p)->cap) { /* Note [Captured events] */
+    st = orphan_error(op, e);
+  } else if (p) {
     cap_event_t *ce = *p;
     *captured = true;
     if (cs && c != ce->cap) {

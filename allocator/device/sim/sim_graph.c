@@ -238,11 +238,16 @@ static operand_t operand_of(gca_devptr_t p, size_t len) {
   return o;
 }
 
-/* Whether an operand may change from a to b: same memory type, same device. */
+/* Whether an operand may change from a to b: same memory type (unless
+ * `unified`), same device. A copy captured from memcpy_async names both sides
+ * by unified address (CU_MEMORYTYPE_UNIFIED), so its memory type never
+ * changes in the driver's eyes: an update that turns a device destination
+ * into pinned host memory succeeds (H200, driver 580). */
 static bool operand_same(const char *prefix, size_t i, const char *what, gca_devptr_t a,
-                         gca_devptr_t b, size_t alen, size_t blen, gca_graph_update_info_t *info) {
+                         gca_devptr_t b, size_t alen, size_t blen, bool unified,
+                         gca_graph_update_info_t *info) {
   operand_t x = operand_of(a, alen), y = operand_of(b, blen);
-  if (x.device != y.device) {
+  if (x.device != y.device && !unified) {
     info->result = GCA_GRAPH_UPDATE_PARAMETERS_CHANGED;
     snprintf(info->reason, sizeof(info->reason),
              "%snode %zu: the %s memory type changed (%s to %s)", prefix, i, what,
@@ -263,8 +268,9 @@ static bool operand_same(const char *prefix, size_t i, const char *what, gca_dev
  * TOPOLOGY_CHANGED with no error node), dependencies and node types; a kernel
  * may change its function (the sim's kernels are ordinary functions of one
  * context: no CDP, device-side launch or cooperative launch to differ in);
- * memcpy operands keep their memory type and device, memset targets their
- * device (PARAMETERS_CHANGED). Fills info on refusal. */
+ * memcpy operands keep their device (their memory type may change: they are
+ * unified addresses), memset targets their memory type and device
+ * (PARAMETERS_CHANGED). Fills info on refusal. */
 static bool image_compatible(const gca__sim_image_t *from, const gca__sim_image_t *to,
                              gca_graph_update_info_t *info, const char *prefix) {
   if (from->n != to->n) {
@@ -292,14 +298,14 @@ static bool image_compatible(const gca__sim_image_t *from, const gca__sim_image_
     }
     if (node_type(&a->work) == NODE_MEMCPY &&
         (!operand_same(prefix, i, "memcpy destination", a->work.dst, b->work.dst, a->work.count,
-                       b->work.count, info) ||
+                       b->work.count, true, info) ||
          !operand_same(prefix, i, "memcpy source", a->work.a, b->work.a, a->work.count,
-                       b->work.count, info)))
+                       b->work.count, true, info)))
       return false;
     if (node_type(&a->work) == NODE_MEMSET) {
       size_t an = a->work.kind == GCA__SIM_WORK_MEMSET32 ? a->work.count * 4 : a->work.count;
       size_t bn = b->work.kind == GCA__SIM_WORK_MEMSET32 ? b->work.count * 4 : b->work.count;
-      if (!operand_same(prefix, i, "memset target", a->work.dst, b->work.dst, an, bn, info))
+      if (!operand_same(prefix, i, "memset target", a->work.dst, b->work.dst, an, bn, false, info))
         return false;
     }
     if (node_type(&a->work) == NODE_GRAPH) {

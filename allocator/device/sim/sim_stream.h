@@ -71,7 +71,6 @@ typedef struct gca__sim_work {
   uint32_t m, n, k;
   float scale;
   void *staged;  /* memcpy from pageable host memory: the bytes read at the call (owned) */
-  bool pageable; /* memcpy with a side in pageable host memory: not capturable */
 } gca__sim_work_t;
 
 /* Note [Sim memory faults]: work that touches memory that is not mapped

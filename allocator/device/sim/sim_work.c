@@ -221,10 +221,10 @@ static gca_status_t sim_launch_host_func(gca_stream_t stream, gca_host_fn_t fn, 
  *   - every other copy (pinned host memory on either side, device to device)
  *     is stream-ordered and truly asynchronous: a pinned source is read when
  *     the stream reaches the copy, not at the call.
- * Capturing a copy with a side in pageable host memory fails with
- * GCA_ERR_CAPTURE_UNSUPPORTED and invalidates the capture, as the driver's
- * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: a graph can only replay copies of
- * pinned or device memory. */
+ * A copy with a side in pageable host memory is captured like any other and
+ * its node reads (or writes) the host memory when a launch reaches it, not at
+ * the capture: so the driver does (H200, driver 580, CUDA 13.0; cuda.h does
+ * not say). */
 static gca_status_t sim_memcpy_async(gca_devptr_t dst, gca_devptr_t src, size_t bytes,
                                      gca_stream_t stream) {
   GCA_SIM_ENTER(memcpy_async, 0);
@@ -245,11 +245,7 @@ static gca_status_t sim_memcpy_async(gca_devptr_t dst, gca_devptr_t src, size_t 
   }
   bool src_pageable = src_host && !gca__sim_host_is_pinned(src, bytes);
   bool dst_pageable = dst_host && !gca__sim_host_is_pinned(dst, bytes);
-  gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMCPY,
-                       .dst = dst,
-                       .a = src,
-                       .count = bytes,
-                       .pageable = src_pageable || dst_pageable};
+  gca__sim_work_t w = {.kind = GCA__SIM_WORK_MEMCPY, .dst = dst, .a = src, .count = bytes};
   bool stage = src_pageable && dst_dev;
   bool sync = (src_host && dst_host) || (src_dev && dst_pageable);
   return gca__sim_stream_submit_copy("memcpy_async", stream, &w, stage, sync);
