@@ -273,6 +273,7 @@ struct gca__segment {
   bool expandable;             /* an expandable segment (expandable.c) */
   bool suspended;              /* pool.c: memory released by gca_pool_suspend; maps[]
                                   keep their places, reserved counts none of it */
+  bool stream_gone;            /* its stream was destroyed (Note [Destroyed streams]) */
   size_t reserved_size;        /* expandable: bytes of address space reserved */
   gca__mapping_t *maps;        /* expandable: the mappings, by offset; classic: NULL, or the
                                   one handle of a VMM-backed segment (Note [VMM-backed
@@ -656,6 +657,10 @@ static inline gca_stream_t gca__stream_key(gca_stream_t s) {
  * handle (a kind in the top byte) has. */
 #define GCA__PTDS_TAG ((uintptr_t)0xfffe000000000000ull)
 /* Whether key s is some thread's per-thread key. */
+/* A key no thread is given (serials start at 1): a recorded use of a stream
+ * that was destroyed becomes this, a wait for the whole device (Note
+ * [Destroyed streams], streamkey.c). */
+#define GCA__STREAM_GONE ((gca_stream_t)GCA__PTDS_TAG)
 static inline bool gca__stream_is_ptds(gca_stream_t s) {
   return ((uintptr_t)s >> 48) == (GCA__PTDS_TAG >> 48);
 }
@@ -863,6 +868,8 @@ gca_status_t gca__segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_strea
  * unmap (after its stream is done when `sync`), release and unreserve; once
  * unmapped the memory is gone, so later failures are only logged. The caller
  * keeps the record and its owner entry. */
+/* Waits for seg's stream, or its device when the stream is gone (Note [Destroyed streams]). */
+gca_status_t gca__segment_stream_sync(gca__devalloc_t *d, const gca__segment_t *seg);
 gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg, bool sync);
 /* Tells the segment observer of pool's private pool, if any, of [base, +
  * bytes) (Note [Segment observers], pool.h). A CREATED or MAPPED failure is
@@ -987,6 +994,7 @@ void gca__release_reap(gca__devalloc_t *d);
 
 /* The allocator of `device` if it was created, else NULL. */
 gca__devalloc_t *gca__devalloc_peek(int device);
+void gca__streams_retire(gca_stream_t s); /* streamkey.c, Note [Destroyed streams] */
 /* The allocator of `device`, created on first use; `op` names the caller in
  * the error of a device out of range. */
 gca_status_t gca__devalloc_get(const char *op, int device, gca__devalloc_t **out);

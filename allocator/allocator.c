@@ -151,6 +151,7 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
   if (device + 1 > atomic_load(&g_ndevs))
     atomic_store(&g_ndevs, device + 1);
   atomic_store_explicit(&g_devs[device], d, memory_order_release);
+  atomic_store(&gca__stream_retire_hook, gca__streams_retire);
   *out = d;
   return GCA_OK;
 

@@ -223,7 +223,7 @@ fail_unmap:
 static gca_status_t sync_copies(gca__devalloc_t *d, gca__mempool_t *m) {
   for (size_t i = 0; i < m->nsusp; i++)
     if (i == 0 || m->susp[i].seg->stream != m->susp[i - 1].seg->stream)
-      GCA_CHECK(gca__stream_synchronize(d, m->susp[i].seg->stream));
+      GCA_CHECK(gca__segment_stream_sync(d, m->susp[i].seg));
   return GCA_OK;
 }
 

@@ -48,12 +48,18 @@ fail_rec:
   return st;
 }
 
+gca_status_t gca__segment_stream_sync(gca__devalloc_t *d, const gca__segment_t *seg) {
+  if (seg->stream_gone) /* Note [Destroyed streams] */
+    return d->ops->ctx_synchronize(d->device);
+  return gca__stream_synchronize(d, seg->stream);
+}
+
 gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg, bool sync) {
   bool unmapped;
   if (seg->maps == NULL)
     return d->ops->mem_free(d->device, seg->base);
   if (sync)
-    GCA_CHECK(gca__stream_synchronize(d, seg->stream));
+    GCA_CHECK(gca__segment_stream_sync(d, seg));
   gca_status_t st = gca__vmm_unmap(d, seg->base, seg->size, seg->maps[0].handle, &unmapped);
   if (!unmapped)
     return st;
@@ -235,23 +241,27 @@ void gca__relbatch_add(gca__relbatch_t *bt, gca__segment_t *seg, gca__block_t *b
   batch_add(bt, seg, b, bytes);
 }
 
-/* Waits for s's work; when s is gone (destroyed: its work still runs, as with
- * the driver) for the whole device instead, once (*dev_synced).
+/* Waits for s's work; when s is gone (destroyed: `gone`, Note [Destroyed
+ * streams]; or a handle the sim calls stale) for the whole device instead,
+ * once (*dev_synced).
  * Note [Releases during a capture]: a stream that is capturing (on any thread,
  * possibly before the allocator was told of the capture) may not be
  * synchronized, and synchronizing it would invalidate the capture; its
  * segments are kept cached instead (GCA_ERR_NOT_READY: kept, not a failure). */
 static gca_status_t stream_wait(gca__devalloc_t *d, const gca__relbatch_t *bt, gca_stream_t s,
-                                bool *dev_synced) {
+                                bool gone, bool *dev_synced) {
   if (*dev_synced)
     return GCA_OK;
-  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
-  if (s != NULL && !gca__stream_is_ptds(s) && d->ops->stream_capture_info(s, &cs, NULL) == GCA_OK &&
-      cs != GCA_CAPTURE_STATUS_NONE)
-    return GCA_ERR_NOT_READY;
-  gca_status_t st = gca__stream_synchronize(d, s); /* Note [Per-thread stream keys] */
-  if (st != GCA_ERR_INVALID_HANDLE)
-    return st;
+  gca_status_t st;
+  if (!gone) {
+    gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+    if (s != NULL && !gca__stream_is_ptds(s) &&
+        d->ops->stream_capture_info(s, &cs, NULL) == GCA_OK && cs != GCA_CAPTURE_STATUS_NONE)
+      return GCA_ERR_NOT_READY;
+    st = gca__stream_synchronize(d, s); /* Note [Per-thread stream keys] */
+    if (st != GCA_ERR_INVALID_HANDLE)
+      return st;
+  }
   /* synchronizing the device while one of its streams captures would fail
    * and invalidate that capture: keep the segment until none does. The
    * allocator hears of a capture only once it is routed to a pool, after the
@@ -278,7 +288,7 @@ void gca__relbatch_wait(gca__devalloc_t *d, gca__relbatch_t *bt) {
     for (size_t k = 0; k < i && !seen; k++)
       seen = bt->v[k].seg->stream == seg->stream && bt->v[k].st == GCA_OK &&
              (bt->v[k].seg->expandable || bt->v[k].seg->maps != NULL);
-    e->st = seen ? GCA_OK : stream_wait(d, bt, seg->stream, &dev_synced);
+    e->st = seen ? GCA_OK : stream_wait(d, bt, seg->stream, seg->stream_gone, &dev_synced);
     if (e->st != GCA_OK || seg->expandable)
       continue;
     GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_RELEASING, seg->base, seg->size));

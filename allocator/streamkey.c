@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* streamkey.c - the allocator's key for a stream handle, and the way back
- * from a key to the device (Note [Per-thread stream keys]).
+/* streamkey.c - the allocator's key for a stream handle, the way back
+ * from a key to the device (Note [Per-thread stream keys]), and what the
+ * allocator lets go of a stream that is destroyed (Note [Destroyed streams]).
  *
  * Note [Per-thread stream keys]. Blocks, segments, free-cache slots and
  * recorded uses are keyed by stream (Note [Stream-ordered reuse]). A handle
@@ -59,4 +60,76 @@ gca_status_t gca__stream_op(gca__devalloc_t *d, int dev, gca_stream_t s, gca_eve
 
 gca_status_t gca__stream_synchronize(gca__devalloc_t *d, gca_stream_t s) {
   return gca__stream_op(d, d->device, s, NULL);
+}
+
+/* Note [Destroyed streams]. The driver's behaviour on a destroyed stream is
+ * undefined; on an H200 (driver 580) cuStreamGetCtx on one dies with SIGSEGV.
+ * The allocator keeps stream handles long after the calls that gave them: a
+ * segment's stream, waited for before the segment's memory is unmapped or
+ * released (segment.c), and the streams recorded on a block
+ * (gca_record_stream), on which its free records events. So every stream gca
+ * destroys (gca_stream_destroy, the graph trees, the preload shim on cuda)
+ * is first retired here, through gca__stream_retire_hook:
+ *   - if segments were made on it (so blocks are keyed by it, cached or
+ *     live), its work is waited for, unless it is capturing: the driver may
+ *     hand the same handle to a new stream at once, which would then reuse
+ *     those blocks;
+ *   - each such segment is marked stream_gone: a release of it waits for its
+ *     device instead of the stream (a new stream with the same handle may be
+ *     using it, so the wait cannot be skipped either);
+ *   - a block's recorded use of it becomes GCA__STREAM_GONE, a key no thread
+ *     has: the block's free waits for the device instead of recording an
+ *     event on the stream, as for another thread's per-thread stream (Note
+ *     [Per-thread stream keys]). That needs no wait here.
+ * A stream destroyed behind gca's back (straight through the driver) must
+ * outlive the memory allocated or recorded on it, as PyTorch's allocator
+ * requires of external streams. The sim holds the tests to that: a use of a
+ * destroyed stream aborts it (Note [Strict handles], sim_stream.c). */
+
+/* Whether d made segments on s; with `scrub`, lets go of s as above. */
+static bool retire_on(gca__devalloc_t *d, gca_stream_t s, bool scrub) {
+  bool held = false;
+  for (gca__pool_t *p = &d->small; p != NULL; p = gca__pool_next(d, p)) {
+    for (gca__segment_t *seg = p->segments; seg != NULL; seg = seg->next) {
+      if (seg->stream == s) {
+        held = true;
+        seg->stream_gone |= scrub;
+      }
+      if (!scrub)
+        continue;
+      for (gca__block_t *b = seg->head; b != NULL; b = b->next)
+        for (uint32_t i = 0; i < b->nuses; i++)
+          if (b->uses[i].stream == s)
+            b->uses[i].stream = GCA__STREAM_GONE;
+    }
+  }
+  return held;
+}
+
+void gca__streams_retire(gca_stream_t s) {
+  if (s == NULL || GCA_STREAM_IS_SPECIAL(s) || gca__stream_is_ptds(s))
+    return;
+  gca__devalloc_t *held = NULL;
+  for (int i = 0; i < GCA__MAX_DEVICES && held == NULL; i++) {
+    gca__devalloc_t *d = gca__devalloc_peek(i);
+    if (d == NULL)
+      continue;
+    gca__dev_lock(d);
+    if (retire_on(d, s, false))
+      held = d;
+    gca__dev_let_go(d);
+  }
+  /* the stream is still alive: its work is waited for with no lock held */
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  if (held != NULL && held->ops->stream_capture_info(s, &cs, NULL) == GCA_OK &&
+      cs == GCA_CAPTURE_STATUS_NONE && held->ops->stream_synchronize(s) != GCA_OK)
+    GCA_LOG_WARN("retiring stream %p: waiting for its work: %s", (void *)s, gca_last_error());
+  for (int i = 0; i < GCA__MAX_DEVICES; i++) {
+    gca__devalloc_t *d = gca__devalloc_peek(i);
+    if (d == NULL)
+      continue;
+    gca__dev_lock(d);
+    (void)retire_on(d, s, true);
+    gca__dev_let_go(d);
+  }
 }

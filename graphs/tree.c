@@ -853,7 +853,7 @@ GCA_API gca_status_t gca_graph_tree_create(int device, const gca_graph_tree_opti
 fail_ckpt:
   GCA_CHECK_IGNORE(gca_pool_release(t->pool));
 fail_pool:
-  GCA_CHECK_IGNORE(ops->stream_destroy(t->stream));
+  GCA_CHECK_IGNORE(gca__stream_destroy_retired(ops, t->stream));
 fail_stream:
   free(t);
   return gca__error_prefix(st, "graph_tree_create");
@@ -881,7 +881,7 @@ GCA_API gca_status_t gca_graph_tree_destroy(gca_graph_tree_t *t) {
   gca_pool_state_free(t->root_ckpt);
   gca__graph_rng_free_all(t);
   GCA_CHECK_IGNORE(gca_pool_release(t->pool));
-  GCA_CHECK_IGNORE(t->ops->stream_destroy(t->stream));
+  GCA_CHECK_IGNORE(gca__stream_destroy_retired(t->ops, t->stream));
   for (gca_graph_fn_t *f = t->fns; f;) {
     gca_graph_fn_t *next = f->next;
     for (gca__shape_t *sh = f->shapes; sh;) {

@@ -50,6 +50,11 @@
  * any thread forbids (Note [Releases during a capture], segment.c). */
 extern _Atomic int gca__device_captures;
 
+/* Note [Destroyed streams] (allocator/streamkey.c): run before a stream is
+ * destroyed through gca, so that the allocator never gives the driver that
+ * handle again; set once an allocator exists, else NULL. */
+extern void (*_Atomic gca__stream_retire_hook)(gca_stream_t stream);
+
 /* X(name): one entry per operation, in table order. */
 #define GCA_DEVICE_OP_MAP(X)      \
   X(init)                         \
@@ -343,6 +348,10 @@ typedef struct gca_device_ops {
   gca_status_t (*kernel_dot_f32)(gca_devptr_t dst, gca_devptr_t a, gca_devptr_t b, size_t count,
                                  float s, gca_stream_t stream);
 } gca_device_ops_t;
+
+/* Retires `stream` (the hook), then destroys it through `ops`: the way every
+ * part of gca destroys a stream. */
+gca_status_t gca__stream_destroy_retired(const gca_device_ops_t *ops, gca_stream_t stream);
 
 /* ---- compute.c ----
  *

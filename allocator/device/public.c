@@ -68,7 +68,7 @@ GCA_API gca_status_t gca_stream_destroy(gca_stream_t stream) {
     return gca__error(GCA_ERR_INVALID_HANDLE, "%s: the legacy (NULL) stream cannot be destroyed",
                       fn);
   ACTIVE(fn);
-  return fwd(fn, ops->stream_destroy(stream));
+  return fwd(fn, gca__stream_destroy_retired(ops, stream));
 }
 
 GCA_API gca_status_t gca_stream_synchronize(gca_stream_t stream) {

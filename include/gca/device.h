@@ -95,7 +95,11 @@ typedef void (*gca_host_fn_t)(void *user_data);
 
 /* cuStreamCreate on the current device; flags GCA_STREAM_*. */
 GCA_API gca_status_t gca_stream_create(gca_stream_t *stream, unsigned flags);
-/* cuStreamDestroy: work already queued still runs. */
+/* cuStreamDestroy: work already queued still runs. When gca's allocator
+ * holds memory allocated or recorded on the stream, this first waits for the
+ * stream's work, so that the allocator never names the destroyed handle to
+ * the driver again (a stream destroyed straight through the driver must
+ * outlive the memory allocated or recorded on it). */
 GCA_API gca_status_t gca_stream_destroy(gca_stream_t stream);
 /* cuStreamSynchronize. */
 GCA_API gca_status_t gca_stream_synchronize(gca_stream_t stream);

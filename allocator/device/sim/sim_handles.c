@@ -86,6 +86,17 @@ gca__sim_obj_t *gca__sim_handle_get(gca__sim_kind_t kind, uint64_t h) {
   return obj;
 }
 
+/* Whether h is a handle of `kind` that was live once and is no longer. */
+bool gca__sim_handle_was_live(gca__sim_kind_t kind, uint64_t h) {
+  uint32_t slot = (uint32_t)(h & HANDLE_SLOT_MASK);
+  uint32_t gen = (uint32_t)(h >> HANDLE_GEN_SHIFT); /* bits 24..55 */
+  pthread_mutex_lock(&reg.mu);
+  bool was = (h >> HANDLE_KIND_SHIFT) == (uint64_t)kind && slot < reg.len && gen >= 1 &&
+             (gen < reg.gens[slot] || reg.objs[slot] == NULL);
+  pthread_mutex_unlock(&reg.mu);
+  return was;
+}
+
 bool gca__sim_handle_remove(gca__sim_kind_t kind, uint64_t h) {
   uint32_t slot;
   pthread_mutex_lock(&reg.mu);

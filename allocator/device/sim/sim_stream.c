@@ -17,6 +17,7 @@
  * given to the legacy stream. Non-blocking streams take no part.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -327,12 +328,39 @@ static gca_status_t legacy_stream(const char *op, int dev, sim_stream_t **out) {
 static _Thread_local int t_current_dev;
 
 /* The stream behind a handle (NULL: the current device's legacy stream), referenced. */
+/* Note [Strict handles]: the driver's behaviour on a destroyed stream is
+ * undefined (cuStreamGetCtx on one dies with SIGSEGV on an H200, driver 580).
+ * The sim aborts with a message naming the call, so that nothing in gca (or
+ * a program tested on the sim) comes to depend on an answer the driver does
+ * not give (Note [Destroyed streams], allocator/streamkey.c).
+ * GCA_SIM_STRICT_HANDLES=0 answers GCA_ERR_INVALID_HANDLE instead: the tests
+ * of what gca says to such bad input set it. A handle that never named a
+ * stream is always GCA_ERR_INVALID_HANDLE. */
+static bool strict_handles(void) {
+  static atomic_int strict = -1;
+  int v = atomic_load_explicit(&strict, memory_order_relaxed);
+  if (v < 0) {
+    const char *e = getenv("GCA_SIM_STRICT_HANDLES");
+    v = !(e != NULL && strcmp(e, "0") == 0);
+    atomic_store_explicit(&strict, v, memory_order_relaxed);
+  }
+  return v != 0;
+}
+
 static gca_status_t stream_get(const char *op, gca_stream_t h, sim_stream_t **out) {
   if (!h)
     return legacy_stream(op, t_current_dev, out);
   gca__sim_obj_t *obj = gca__sim_handle_get(GCA__SIM_STREAM, (uint64_t)(uintptr_t)h);
-  if (!obj)
+  if (!obj) {
+    if (strict_handles() && gca__sim_handle_was_live(GCA__SIM_STREAM, (uint64_t)(uintptr_t)h)) {
+      fprintf(stderr,
+              "gca: sim: %s: stream %p was destroyed; the driver's behaviour is undefined (it "
+              "may crash), so the sim aborts (GCA_SIM_STRICT_HANDLES=0: an error instead)\n",
+              op, (void *)h);
+      abort();
+    }
     return gca__error(GCA_ERR_INVALID_HANDLE, "%s: stream %p is not a live stream", op, (void *)h);
+  }
   *out = (sim_stream_t *)obj;
   return GCA_OK;
 }

@@ -93,6 +93,7 @@ typedef struct gca__sim_fault {
 uint64_t gca__sim_handle_add(gca__sim_obj_t *obj);
 /* The live object of `kind` behind handle h with a reference taken, else NULL. */
 gca__sim_obj_t *gca__sim_handle_get(gca__sim_kind_t kind, uint64_t h);
+bool gca__sim_handle_was_live(gca__sim_kind_t kind, uint64_t h);
 /* Unregisters h (the registry's reference is the caller's to drop). False when not live. */
 bool gca__sim_handle_remove(gca__sim_kind_t kind, uint64_t h);
 void gca__sim_obj_ref(gca__sim_obj_t *obj);
