@@ -37,6 +37,7 @@
 
 #include "device.h"
 #include "host_internal.h"
+#include "introspect.h"
 
 #define PARALLEL_TOUCH_MIN (16u << 20)
 #define MAX_TOUCH_THREADS  128u
@@ -474,4 +475,8 @@ bool gca__host_extent_contains(const void *p, size_t len) {
   bool in = i < ext.n && (uintptr_t)p + len <= ext.v[i].base + ext.v[i].size;
   pthread_mutex_unlock(&ext.mu);
   return in;
+}
+
+bool gca__host_owns(const void *ptr) {
+  return ptr != NULL && gca__host_extent_contains(ptr, 1);
 }

@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* introspect.h - a read-only walk over an allocator's segments and blocks, the
- * one view that snapshots, the invariant walker's tests and tools share.
+ * one view that snapshots, the invariant walker's tests and tools share; and
+ * whether an address lies in memory gca holds at all (device segments, the
+ * pinned host arena), which the preload shim asks before it hands a free gca
+ * refused to the CUDA library.
  *
  * gca__allocator_walk() holds the device allocator's lock while it calls `fn`
  * once per segment, in address order, with the segment's blocks in address
@@ -52,6 +55,21 @@ gca_status_t gca__allocator_walk(int device, gca_walk_fn fn, void *ctx);
 /* Validates every pool, segment and block of every device; on failure returns
  * GCA_ERR_INTERNAL with the first broken invariant in the detail. */
 gca_status_t gca__allocator_check(void);
+
+/* ---- uses.c ---- */
+
+/* Whether addr lies in a segment of any device's allocator: live, cached or
+ * free memory of any pool, a classic segment's range or an expandable one's
+ * whole reservation; *device (when not NULL) is its device. Takes each
+ * device's lock in turn and walks its segments: for error paths (a free gca
+ * refused), not for every call. */
+bool gca__allocator_owns(gca_devptr_t addr, int *device);
+
+/* ---- host_extent.c (host_none.c without jemalloc) ---- */
+
+/* Whether ptr lies in an extent of the pinned host allocator's arena (a live
+ * block, a cached one or free memory); false while it holds none. */
+bool gca__host_owns(const void *ptr);
 
 /* ---- allocator.c ---- */
 

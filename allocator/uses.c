@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* uses.c - the public calls on one live block: record_stream (a use on
  * another stream, waited for by the block's free, Note [Stream-ordered
- * reuse]) and pointer_info; and the error of a pointer that is not one
- * (gca__bad_pointer). */
+ * reuse]) and pointer_info; and for a pointer that is not one, its error
+ * (gca__bad_pointer) and whether it lies in gca's memory all the same
+ * (gca__allocator_owns). */
 #include <inttypes.h>
 #include <stdlib.h>
 
@@ -73,6 +74,34 @@ GCA_API gca_status_t gca_pointer_info(const void *ptr, size_t *block_size, int *
   return GCA_OK;
 }
 
+/* The segment of d whose address range holds addr (an expandable segment's
+ * whole reservation, mapped or not), or NULL; the caller holds d->lock. */
+static gca__segment_t *segment_holding(gca__devalloc_t *d, gca_devptr_t addr) {
+  for (gca__pool_t *pool = &d->small; pool != NULL; pool = gca__pool_next(d, pool))
+    for (gca__segment_t *s = pool->segments; s != NULL; s = s->next)
+      if (addr >= s->base && addr < s->base + (s->expandable ? s->reserved_size : s->size))
+        return s;
+  return NULL;
+}
+
+bool gca__allocator_owns(gca_devptr_t addr, int *device) {
+  int n = gca__allocator_device_count();
+  for (int i = 0; i < n; i++) {
+    gca__devalloc_t *d = gca__devalloc_peek(i);
+    if (d == NULL)
+      continue;
+    gca__dev_lock(d);
+    bool in = segment_holding(d, addr) != NULL;
+    gca__dev_unlock(d);
+    if (in) {
+      if (device != NULL)
+        *device = i;
+      return true;
+    }
+  }
+  return false;
+}
+
 /* Why addr is not a live block's start, for op's error: it lies inside a
  * live block, is a freed block's start, lies in free memory, or in no
  * segment of gca's (each device's lock taken in turn). */
@@ -83,34 +112,32 @@ gca_status_t gca__bad_pointer(const char *op, gca_devptr_t addr) {
     if (d == NULL)
       continue;
     gca__dev_lock(d);
-    for (gca__pool_t *pool = &d->small; pool != NULL; pool = gca__pool_next(d, pool)) {
-      for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
-        if (addr < s->base || addr >= s->base + (s->expandable ? s->reserved_size : s->size))
-          continue;
-        gca__block_t *b = s->head;
-        while (b->next != NULL && b->next->addr <= addr)
-          b = b->next;
-        gca_devptr_t start = b->addr;
-        size_t size = b->size;
-        bool live = b->allocated && (b->tc == NULL || gca__tc_live(b));
-        gca__dev_unlock(d);
-        if (live)
-          return gca__error(GCA_ERR_INVALID_POINTER,
-                            "%s: pointer 0x%" PRIx64 " is inside the live block at 0x%" PRIx64
-                            " (%zu bytes) on device %d, not its start",
-                            op, addr, start, size, i);
-        if (start == addr)
-          return gca__error(GCA_ERR_INVALID_POINTER,
-                            "%s: pointer 0x%" PRIx64 " (device %d) is not live: already freed "
-                            "(double free?)",
-                            op, addr, i);
-        return gca__error(GCA_ERR_INVALID_POINTER,
-                          "%s: pointer 0x%" PRIx64 " (device %d) is not live: it lies inside "
-                          "free memory at 0x%" PRIx64 " (already freed?)",
-                          op, addr, i, start);
-      }
+    gca__segment_t *s = segment_holding(d, addr);
+    if (s == NULL) {
+      gca__dev_unlock(d);
+      continue;
     }
+    gca__block_t *b = s->head;
+    while (b->next != NULL && b->next->addr <= addr)
+      b = b->next;
+    gca_devptr_t start = b->addr;
+    size_t size = b->size;
+    bool live = b->allocated && (b->tc == NULL || gca__tc_live(b));
     gca__dev_unlock(d);
+    if (live)
+      return gca__error(GCA_ERR_INVALID_POINTER,
+                        "%s: pointer 0x%" PRIx64 " is inside the live block at 0x%" PRIx64
+                        " (%zu bytes) on device %d, not its start",
+                        op, addr, start, size, i);
+    if (start == addr)
+      return gca__error(GCA_ERR_INVALID_POINTER,
+                        "%s: pointer 0x%" PRIx64 " (device %d) is not live: already freed "
+                        "(double free?)",
+                        op, addr, i);
+    return gca__error(GCA_ERR_INVALID_POINTER,
+                      "%s: pointer 0x%" PRIx64 " (device %d) is not live: it lies inside "
+                      "free memory at 0x%" PRIx64 " (already freed?)",
+                      op, addr, i, start);
   }
   return gca__error(GCA_ERR_INVALID_POINTER,
                     "%s: pointer 0x%" PRIx64 " was not allocated by gca (or was already freed "

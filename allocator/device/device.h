@@ -408,6 +408,11 @@ void gca__device_override(const gca_device_ops_t *ops);
  * at build time its init fails with GCA_ERR_NOT_SUPPORTED saying so. */
 const gca_device_ops_t *gca__sim_ops(void);
 const gca_device_ops_t *gca__cuda_ops(void);
+/* The definition of `name` in the driver library the cuda backend loaded
+ * (dlsym on its handle, so never a preloaded library's); NULL when the backend
+ * has not initialized successfully (it does not start init) or when the
+ * library has no such symbol. */
+void *gca__cuda_driver_symbol(const char *name);
 
 /* Note [Sim virtual time] (sim/sim_stream.c): where the sim backend keeps
  * virtual time (GCA_SIM_CLOCK=virtual), the clock (ns) of the stream whose

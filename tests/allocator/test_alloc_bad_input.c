@@ -3,7 +3,9 @@
  * interior pointers, the wrong device, record_stream or pointer_info on a
  * freed pointer, sizes near SIZE_MAX or beyond the device, bad devices and
  * settings. Each is a status plus a detail naming the pointer or size, and
- * the allocator's state is unchanged afterwards. */
+ * the allocator's state is unchanged afterwards. And whether such a pointer
+ * lies in gca's memory all the same (gca__allocator_owns), which the preload
+ * shim asks before it hands a refused free to the CUDA library. */
 #include <inttypes.h>
 
 #include "alloc_fixture.h"
@@ -256,6 +258,109 @@ static void bad_streams_are_refused_before_an_expandable_segment(void **state) {
   bad_streams_are_refused_before_any_segment(true);
 }
 
+/* ---- gca__allocator_owns ---- */
+
+static bool owned(const void *p, int *dev) {
+  return gca__allocator_owns((gca_devptr_t)(uintptr_t)p, dev);
+}
+
+typedef struct seg_range {
+  gca_devptr_t base;
+  size_t extent; /* an expandable segment's whole reservation */
+} seg_range_t;
+
+/* The address ranges of device 0's segments, read under its lock. */
+static size_t segment_ranges(seg_range_t *out, size_t max) {
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  size_t n = 0;
+  if (d == NULL)
+    return 0;
+  gca__dev_lock(d);
+  for (gca__pool_t *p = &d->small; p != NULL; p = gca__pool_next(d, p))
+    for (gca__segment_t *s = p->segments; s != NULL; s = s->next)
+      if (n < max)
+        out[n++] = (seg_range_t){s->base, s->expandable ? s->reserved_size : s->size};
+  gca__dev_unlock(d);
+  return n;
+}
+
+/* Each segment's first and last byte is device 0's memory of gca; the byte
+ * past its end is not, unless another segment starts there. */
+static void expect_segments_owned(size_t at_least) {
+  seg_range_t r[16];
+  size_t n = segment_ranges(r, GCA_ARRAY_SIZE(r));
+  assert_true(n >= at_least && n < GCA_ARRAY_SIZE(r));
+  for (size_t i = 0; i < n; i++) {
+    int dev = -1;
+    assert_true(gca__allocator_owns(r[i].base, &dev));
+    assert_int_equal(dev, 0);
+    assert_true(gca__allocator_owns(r[i].base + r[i].extent - 1, NULL));
+    bool next = false;
+    for (size_t j = 0; j < n; j++)
+      next = next || r[j].base == r[i].base + r[i].extent;
+    assert_int_equal(gca__allocator_owns(r[i].base + r[i].extent, NULL), next);
+  }
+}
+
+static bool only_stream(gca_stream_t stream, void *ctx) {
+  return stream == (gca_stream_t)ctx;
+}
+
+/* Live, cached and private-pool memory, small and large segments, are gca's
+ * from their first byte to their last; foreign memory is not; memory given
+ * back to the device is not any more. */
+static void ownership_covers_every_segment_whatever_its_blocks_hold(void **state) {
+  (void)state;
+  gca_pool_options_t o = GCA_POOL_OPTIONS_INIT;
+  gca_pool_t *pool = NULL;
+  gca_stream_t s;
+  assert_ok(gca_pool_create(0, &o, &pool));
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_pool_begin_allocate(pool, only_stream, s));
+  char *pooled = alloc_on(4096, s);
+  assert_ok(gca_pool_end_allocate(pool));
+  char *small = alloc_on(4096, NULL), *large = alloc_on(8 * MiB, NULL);
+  int dev = -1;
+  assert_true(owned(small, &dev));
+  assert_int_equal(dev, 0);
+  assert_true(owned(small + 4095, NULL) && owned(large + 8 * MiB - 1, NULL));
+  assert_true(owned(pooled + 100, NULL));
+  expect_segments_owned(3);
+  free_ok(small);
+  free_ok(large);
+  free_ok(pooled);
+  assert_true(owned(small, NULL) && owned(large, NULL) && owned(pooled, NULL)); /* cached */
+  expect_segments_owned(3);
+  int local;
+  assert_false(owned(&local, NULL));
+  assert_false(owned((void *)(uintptr_t)0x1000, NULL));
+  assert_false(owned(NULL, NULL));
+  check();
+  assert_ok(gca_pool_release(pool));
+  assert_ok(gca_empty_cache());
+  assert_false(owned(small, NULL) || owned(large, NULL) || owned(pooled, NULL));
+  assert_ok(gca_stream_destroy(s));
+}
+
+/* An expandable segment's whole reservation is gca's, mapped or not. */
+static void ownership_covers_an_expandable_reservation_mapped_or_not(void **state) {
+  (void)state;
+  assert_ok(gca_set_config("expandable_segments:True"));
+  char *p = alloc_on(4096, NULL);
+  seg_range_t r[2];
+  assert_int_equal(segment_ranges(r, GCA_ARRAY_SIZE(r)), 1);
+  assert_true(stats().reserved_bytes[GCA_STAT_ALL].current < (int64_t)r[0].extent);
+  assert_true(owned(p, NULL));
+  assert_true(gca__allocator_owns(r[0].base + r[0].extent - 1, NULL)); /* reserved, unmapped */
+  expect_segments_owned(1);
+  free_ok(p);
+  assert_true(owned(p, NULL));
+  assert_ok(gca_empty_cache());
+  assert_false(owned(p, NULL));
+  assert_false(gca__allocator_owns(r[0].base + r[0].extent - 1, NULL));
+  assert_ok(gca_set_config(""));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(double_free_is_reported_and_harmless, alloc_setup,
@@ -274,6 +379,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(bad_streams_are_refused_on_a_miss, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(bad_streams_are_refused_before_an_expandable_segment,
+                                      alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(ownership_covers_every_segment_whatever_its_blocks_hold,
+                                      alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(ownership_covers_an_expandable_reservation_mapped_or_not,
                                       alloc_setup, alloc_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

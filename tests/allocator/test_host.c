@@ -646,6 +646,30 @@ static void the_front_cache_keeps_at_most_its_bound(void **state) {
 
 /* GCA_TEST_NO_JEMALLOC: the library cannot be loaded (or, =symbols, is not
  * jemalloc); every call says why. */
+/* Every byte of the arena's extents is gca's memory (gca__host_owns, which
+ * the preload shim asks before it hands a refused cudaFreeHost on), live or
+ * freed; foreign memory is not; once empty_cache gave the extents back,
+ * nothing is. */
+static void the_arena_is_gcas_memory_until_given_back(void **state) {
+  (void)state;
+  uint8_t *a = NULL, *b = NULL;
+  assert_ok(gca_host_alloc((void **)&a, 100));
+  assert_ok(gca_host_alloc((void **)&b, 3 * MIB));
+  assert_true(gca__host_owns(a) && gca__host_owns(a + 99));
+  assert_true(gca__host_owns(b) && gca__host_owns(b + 3 * MIB - 1));
+  assert_ok(gca_host_free(a));
+  assert_true(gca__host_owns(a)); /* cached: still pinned by gca */
+  assert_status(gca_host_free(a), GCA_ERR_INVALID_POINTER, "not a live block");
+  int local;
+  uint8_t *heap = malloc(64);
+  assert_non_null(heap);
+  assert_false(gca__host_owns(&local) || gca__host_owns(heap) || gca__host_owns(NULL));
+  free(heap);
+  assert_ok(gca_host_free(b));
+  expect_empty_after_empty_cache();
+  assert_false(gca__host_owns(a) || gca__host_owns(b));
+}
+
 static void without_jemalloc_every_call_says_why(void **state) {
   (void)state;
   void *p = (void *)1;
@@ -658,6 +682,7 @@ static void without_jemalloc_every_call_says_why(void **state) {
   assert_null(p);
   assert_status(gca_host_free((void *)8), GCA_ERR_NOT_SUPPORTED, "libjemalloc.so.2");
   assert_status(gca_host_empty_cache(), GCA_ERR_NOT_SUPPORTED, "GCA_JEMALLOC_LIBRARY");
+  assert_false(gca__host_owns((void *)8));
 }
 
 int main(void) {
@@ -679,6 +704,7 @@ int main(void) {
       cmocka_unit_test(a_free_on_another_thread_is_checked_and_a_second_refused),
       cmocka_unit_test(a_thread_front_cache_goes_back_when_it_exits),
       cmocka_unit_test(the_front_cache_keeps_at_most_its_bound),
+      cmocka_unit_test(the_arena_is_gcas_memory_until_given_back),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -21,6 +21,14 @@
  *   FAKE_CUDA_PEERLESS=<dev>       a device that cannot access any peer nor
  *                                  be accessed by one (cuDeviceCanAccessPeer)
  * and inspected through the fake_cuda_* functions at the bottom.
+ *
+ * A few entry points are exported by name as well, as the real library
+ * exports all of them: those libgca_preload.so forwards to when a program
+ * frees memory gca does not hold (cuMemFree_v2, cuMemFreeAsync,
+ * cuMemFreeHost) and asks for the current device (cuCtxGetDevice). The
+ * backend never calls them (it resolves every entry through
+ * cuGetProcAddress), so what they record is what reached the driver from the
+ * program through the shim.
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -248,7 +256,13 @@ static CUresult f_host_alloc(void **pp, size_t size, unsigned flags) {
   last_host_flags = flags;
   if (size > MEM_LIMIT)
     return CUDA_ERROR_OUT_OF_MEMORY;
-  *pp = calloc(1, size ? size : 1);
+  /* page-aligned, and from 2 MiB on 2 MiB-aligned as large anonymous mappings
+   * are: jemalloc asks that of the pinned host allocator's extents */
+  size_t align = size >= (2u << 20) ? (2u << 20) : 4096;
+  size_t len = size ? (size + align - 1) / align * align : align;
+  *pp = aligned_alloc(align, len);
+  if (*pp)
+    memset(*pp, 0, len);
   return *pp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 static CUresult f_free_host(void *p) {
@@ -732,6 +746,36 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
   return CUDA_SUCCESS;
 }
 
+/* ---- entry points by name (a program's, through the shim) ---- */
+
+/* Calls of the named frees, and the last pointer one was given. They free
+ * nothing: what a program hands them is not memory the fake gave out. */
+static int named_frees, named_host_frees;
+static uint64_t last_named_free;
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  named_frees++;
+  last_named_free = dptr;
+  return dptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  (void)hStream;
+  return cuMemFree_v2(dptr);
+}
+EXPORT CUresult cuMemFreeHost(void *p) {
+  named_host_frees++;
+  last_named_free = (uint64_t)(uintptr_t)p;
+  return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+/* A program's CUdevice is the device's ordinal, as the real driver's is; the
+ * fake's own handles (100 + ordinal) are for catching the backend mixing
+ * the two up, and the backend never calls this by name. */
+EXPORT CUresult cuCtxGetDevice(CUdevice *device) {
+  NEED_CTX();
+  *device = ctx_device(current);
+  return CUDA_SUCCESS;
+}
+
 /* ---- inspection ---- */
 
 EXPORT int fake_cuda_max_version_asked(void);
@@ -751,6 +795,9 @@ EXPORT uint64_t fake_cuda_last_fabric_import(void);
 EXPORT const char *fake_cuda_last_kernel(unsigned *grid, unsigned *block, uint64_t args[4]);
 EXPORT const char *fake_cuda_last_launch(unsigned grid[3], unsigned block[3], uint64_t args[8]);
 EXPORT int fake_cuda_peer_enabled(int dev, int peer);
+EXPORT int fake_cuda_named_frees(void);
+EXPORT int fake_cuda_named_host_frees(void);
+EXPORT uint64_t fake_cuda_last_named_free(void);
 
 EXPORT int fake_cuda_last_host_flags(void);
 EXPORT int fake_cuda_last_host_flags(void) {
@@ -815,4 +862,15 @@ EXPORT const char *fake_cuda_last_launch(unsigned grid[3], unsigned block[3], ui
 /* 1 when dev's context has enabled peer access to peer's, else 0. */
 EXPORT int fake_cuda_peer_enabled(int dev, int peer) {
   return dev >= 0 && dev < 64 && peer >= 0 && peer < 64 ? (int)((peer_on[dev] >> peer) & 1u) : 0;
+}
+/* Calls of the named cuMemFree_v2 / cuMemFreeAsync, of the named
+ * cuMemFreeHost, and the pointer the last of them was given. */
+EXPORT int fake_cuda_named_frees(void) {
+  return named_frees;
+}
+EXPORT int fake_cuda_named_host_frees(void) {
+  return named_host_frees;
+}
+EXPORT uint64_t fake_cuda_last_named_free(void) {
+  return last_named_free;
 }

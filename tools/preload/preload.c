@@ -10,22 +10,25 @@
  * gca_malloc_device / gca_free; streams pass straight through
  * (cudaStream_t == gca_stream_t). Everything else the program calls reaches
  * the real library: symbols the shim does not define resolve there by
- * themselves, and those it does define forward with dlsym(RTLD_NEXT, ...).
+ * themselves, and those it does define forward with dlsym(RTLD_NEXT, ...), or
+ * for driver names to the driver library itself (Note [Finding the driver]).
  *
  * On the cuda backend the shim serves nothing but allocation; a free of a
- * pointer gca does not own goes to the real cudaFree / cuMemFree. On the sim
- * backend there is no real device behind libcudart, so the shim also serves
- * the runtime calls allocation-heavy programs make (device selection, streams,
- * events, copies, memsets, synchronization, errors), keeping a per-thread last
- * error as cudart does; a free of a foreign pointer is cudaErrorInvalidValue
- * and a logged message.
+ * pointer outside gca's memory goes to the real cudaFree / cuMemFree, one
+ * inside it never does (Note [Refused frees]). On the sim backend there is no
+ * real device behind libcudart, so the shim also serves the runtime calls
+ * allocation-heavy programs make (device selection, streams, events, copies,
+ * memsets, synchronization, errors), keeping a per-thread last error as
+ * cudart does; a free of a foreign pointer is cudaErrorInvalidValue and a
+ * logged message.
  *
  * Note [Preload initialization]: nothing runs at load time. The first call of
  * any entry point initializes gca under pthread_once (the device backend per
  * GCA_DEVICE; the allocator itself on its first use), so a constructor of
  * another library may allocate before this library's own initializers would
- * have run. GCA_PRINT_STATS=1 prints gca's statistics on stderr at exit;
- * GCA_TRACE records the allocation trace as the allocator always does.
+ * have run. GCA_PRINT_STATS=1 prints gca's statistics (and the pinned host
+ * allocator's, once used) and runs the allocator's invariant check on stderr
+ * at exit; GCA_TRACE records the allocation trace as the allocator always does.
  *
  * Pinned host memory is served on both backends by gca's caching host
  * allocator (gca/host.h): cudaHostAlloc, cudaMallocHost, cudaFreeHost,
@@ -33,10 +36,11 @@
  * cudaHostUnregister through gca_host_register. Flags are not needed: every
  * pinned block is portable and mapped as the driver's defaults on unified
  * addressing make it. A cudaFreeHost of memory gca did not pin goes to the
- * real library on cuda and is refused on sim. The shim lists libjemalloc.so.2
- * as a dependency, so jemalloc is loaded at program start (where its static
- * TLS fits) and after libc in the search order: the program's malloc stays
- * glibc's (Note [Loading jemalloc], allocator/host_je.c).
+ * real library on cuda and is refused on sim; one inside gca's pinned arena
+ * is refused on both. The shim lists libjemalloc.so.2 as a dependency, so
+ * jemalloc is loaded at program start (where its static TLS fits) and after
+ * libc in the search order: the program's malloc stays glibc's (Note [Loading
+ * jemalloc], allocator/host_je.c).
  *
  * cudaFree is stream-ordered on the legacy stream, as every caching
  * allocator's free is: it does not wait for the device as the real cudaFree
@@ -154,6 +158,18 @@ static void print_stats(void) {
             gca__format_size((uint64_t)s.reserved_bytes[GCA_STAT_ALL].current, c, sizeof(c)),
             s.num_alloc_retries, s.num_ooms);
   }
+  int64_t host_calls =
+      atomic_load_explicit(&call_counts[CALL_cudaHostAlloc], memory_order_relaxed) +
+      atomic_load_explicit(&call_counts[CALL_cuMemHostAlloc], memory_order_relaxed);
+  gca_host_stats_t h;
+  if (host_calls > 0 && gca_host_get_stats(&h) == GCA_OK)
+    fprintf(stderr,
+            "gca-preload: pinned host: allocations %" PRId64 ", frees %" PRId64 ", live %" PRId64
+            ", pending frees %" PRId64 ", reserved %s\n",
+            h.allocation.allocated, h.allocation.freed, h.allocation.current, h.pending_frees,
+            gca__format_size((uint64_t)h.reserved_bytes.current, a, sizeof(a)));
+  gca_status_t st = gca_allocator_check();
+  fprintf(stderr, "gca-preload: allocator check: %s\n", st == GCA_OK ? "ok" : gca_last_error());
 }
 
 /* ---- initialization (Note [Preload initialization]) ---- */
@@ -193,19 +209,72 @@ static bool shim_on_sim(void) {
 
 /* ---- the real libraries ---- */
 
-/* The next definition of `name` after this library (libcudart, libcuda), looked
- * up once into *slot; NULL when the program has not loaded one. */
+/* Note [Finding the driver]: the runtime's entry points (cuda*) follow the
+ * shim in the global lookup scope, since the program links libcudart, so
+ * dlsym(RTLD_NEXT) finds them. The driver's (cu*) usually do not: libcudart
+ * dlopen()s libcuda.so.1 RTLD_LOCAL, and unless the program links libcuda
+ * itself RTLD_NEXT finds nothing. A driver name RTLD_NEXT misses is looked up
+ * in the driver library itself: libcuda.so.1 when the process has loaded it
+ * (the program's runtime uses that one), else the library gca's cuda backend
+ * loaded (GCA_CUDA_LIBRARY), else libcuda.so.1 loaded now. A lookup through a
+ * library's handle searches that library and its dependencies only, so it
+ * never finds the shim's own definition. */
+
+#define DRIVER_SONAME "libcuda.so.1"
+
+/* libcuda.so.1's handle once one was had (kept open for the process). */
+static void *_Atomic driver_lib;
+
+static bool is_driver_name(const char *name) {
+  return strncmp(name, "cu", 2) == 0 && strncmp(name, "cuda", 4) != 0;
+}
+
+/* Stores h as driver_lib unless another thread stored one first; returns the
+ * one stored. */
+static void *keep_driver_lib(void *h) {
+  void *had = NULL;
+  if (atomic_compare_exchange_strong(&driver_lib, &had, h))
+    return h;
+  dlclose(h);
+  return had;
+}
+
+/* `name` in the driver library (Note [Finding the driver]); NULL if none has it. */
+static void *driver_symbol(const char *name) {
+  void *h = atomic_load_explicit(&driver_lib, memory_order_acquire);
+  if (h == NULL) {
+    h = dlopen(DRIVER_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (h != NULL)
+      h = keep_driver_lib(h);
+  }
+  void *f = h != NULL ? dlsym(h, name) : NULL;
+  if (f == NULL)
+    f = gca__cuda_driver_symbol(name);
+  if (f == NULL && h == NULL) {
+    h = dlopen(DRIVER_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (h != NULL)
+      f = dlsym(keep_driver_lib(h), name);
+  }
+  return f;
+}
+
+/* The next definition of `name` after this library (libcudart, libcuda; for
+ * a driver name, the driver library's, Note [Finding the driver]), looked up
+ * once into *slot; NULL when the process has none. */
 static void *real_symbol(const char *name, void **slot) {
   void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
   if (GCA_LIKELY(f != NULL))
     return f;
+  bool driver = is_driver_name(name);
   f = dlsym(RTLD_NEXT, name);
+  if (f == NULL && driver)
+    f = driver_symbol(name);
   if (f)
     __atomic_store_n(slot, f, __ATOMIC_RELEASE);
   else
-    GCA_LOG_ERR("%s: no definition after libgca_preload.so to forward to (is the CUDA library "
+    GCA_LOG_ERR("%s: no definition after libgca_preload.so%s to forward to (is the CUDA library "
                 "loaded?)",
-                name);
+                name, driver ? " nor in the CUDA driver library" : "");
   return f;
 }
 
@@ -408,18 +477,49 @@ static gca_status_t shim_free(void *ptr, cudaStream_t stream, bool async, bool p
   return gca_free(ptr);
 }
 
-/* A free of a pointer gca does not own (or no longer owns): logged and refused
- * on sim, with gca's own detail (foreign, interior or double free). */
-static gca_status_t foreign_free(const char *api, const void *ptr) {
+/* Note [Refused frees]: a free gca refuses (GCA_ERR_INVALID_POINTER: not the
+ * start of a live gca allocation) goes on to the CUDA library only on the cuda
+ * backend and only for a pointer outside all memory gca holds: its device
+ * segments (cached or live, any pool, classic or expandable) and its pinned
+ * host arena. A double free or an interior pointer of gca's memory may be the
+ * very address of a segment gca got from cuMemAlloc, or lie inside one it
+ * mapped or pinned, and the real cudaFree / cuMemFree / cudaFreeHost would
+ * free that memory under gca's cache. Everything not forwarded is refused as
+ * on sim: cudaErrorInvalidValue (the thread's last error) or
+ * CUDA_ERROR_INVALID_VALUE, and a logged message naming the pointer. */
+
+/* For a free gca refused, its detail set: true when the free goes on to the
+ * CUDA library; else *st is the refusal's status, logged, with gca's own
+ * detail (foreign, interior or double free). */
+static bool refused_goes_on(const char *api, const void *ptr, gca_status_t *st) {
+  int dev = -1;
+  bool device = false;
+  if (!on_sim) {
+    device = gca__allocator_owns((gca_devptr_t)(uintptr_t)ptr, &dev);
+    if (!device && !gca__host_owns(ptr))
+      return true;
+  }
   count_call(CALL_foreign_free);
-  char why[256];
+  char why[256], where[32];
   snprintf(why, sizeof(why), "%s", gca_last_error());
-  gca_status_t st = gca__error(GCA_ERR_INVALID_POINTER,
-                               "%s: %p is not a live gca allocation and the sim backend has no "
-                               "other allocator to hand it to (%s)",
-                               api, ptr, why);
+  if (on_sim) {
+    *st = gca__error(GCA_ERR_INVALID_POINTER,
+                     "%s: %p is not a live gca allocation and the sim backend has no other "
+                     "allocator to hand it to (%s)",
+                     api, ptr, why);
+  } else {
+    if (device)
+      snprintf(where, sizeof(where), "device %d", dev);
+    else
+      snprintf(where, sizeof(where), "pinned host");
+    *st = gca__error(GCA_ERR_INVALID_POINTER,
+                     "%s: %p lies inside gca's memory (%s) but is not a live allocation's "
+                     "start: freed already, or inside an allocation; not handed to the CUDA "
+                     "library, which would free gca's memory under it (%s)",
+                     api, ptr, where, why);
+  }
   GCA_LOG_ERR("%s", gca_last_error());
-  return st;
+  return false;
 }
 
 static cudaError_t rt_malloc_async(const char *api, void **ptr, size_t size, cudaStream_t s,
@@ -433,13 +533,11 @@ static cudaError_t rt_free_async(void *ptr, cudaStream_t s, bool per_thread) {
   if (ptr == NULL)
     return cudaSuccess;
   gca_status_t st = shim_free(ptr, s, true, per_thread);
-  if (st == GCA_ERR_INVALID_POINTER) {
-    if (!on_sim) {
-      if (per_thread)
-        FORWARD_RT(cudaFreeAsync_ptsz, ptr, s);
-      FORWARD_RT(cudaFreeAsync, ptr, s);
-    }
-    st = foreign_free(per_thread ? "cudaFreeAsync_ptsz" : "cudaFreeAsync", ptr);
+  if (st == GCA_ERR_INVALID_POINTER &&
+      refused_goes_on(per_thread ? "cudaFreeAsync_ptsz" : "cudaFreeAsync", ptr, &st)) {
+    if (per_thread)
+      FORWARD_RT(cudaFreeAsync_ptsz, ptr, s);
+    FORWARD_RT(cudaFreeAsync, ptr, s);
   }
   return rt_status(st);
 }
@@ -458,11 +556,8 @@ SHIM_API cudaError_t cudaFree(void *devPtr) {
     return cudaSuccess;
   }
   gca_status_t st = shim_free(devPtr, NULL, false, false);
-  if (st == GCA_ERR_INVALID_POINTER) {
-    if (!on_sim)
-      FORWARD_RT(cudaFree, devPtr);
-    st = foreign_free("cudaFree", devPtr);
-  }
+  if (st == GCA_ERR_INVALID_POINTER && refused_goes_on("cudaFree", devPtr, &st))
+    FORWARD_RT(cudaFree, devPtr);
   return rt_status(st);
 }
 
@@ -517,11 +612,8 @@ SHIM_API cudaError_t cudaFreeHost(void *ptr) {
   gca_status_t st = shim_ready();
   if (st == GCA_OK)
     st = gca_host_free(ptr);
-  if (st == GCA_ERR_INVALID_POINTER) {
-    if (!on_sim)
-      FORWARD_RT(cudaFreeHost, ptr);
-    st = foreign_free("cudaFreeHost", ptr);
-  }
+  if (st == GCA_ERR_INVALID_POINTER && refused_goes_on("cudaFreeHost", ptr, &st))
+    FORWARD_RT(cudaFreeHost, ptr);
   return rt_status(st);
 }
 
@@ -551,11 +643,8 @@ SHIM_API CUresult cuMemFreeHost(void *p) {
   gca_status_t st = shim_ready();
   if (st == GCA_OK)
     st = gca_host_free(p);
-  if (st == GCA_ERR_INVALID_POINTER) {
-    if (!on_sim)
-      FORWARD_DRV(cuMemFreeHost, p);
-    st = foreign_free("cuMemFreeHost", p);
-  }
+  if (st == GCA_ERR_INVALID_POINTER && refused_goes_on("cuMemFreeHost", p, &st))
+    FORWARD_DRV(cuMemFreeHost, p);
   return drv_status(st);
 }
 
@@ -607,15 +696,12 @@ static CUresult drv_free(const char *api, CUdeviceptr dptr, CUstream s, bool asy
     return CUDA_ERROR_INVALID_VALUE;
   }
   gca_status_t st = shim_free(p, s, async, per_thread);
-  if (st == GCA_ERR_INVALID_POINTER) {
-    if (!on_sim) {
-      if (async && per_thread)
-        FORWARD_DRV(cuMemFreeAsync_ptsz, dptr, s);
-      if (async)
-        FORWARD_DRV(cuMemFreeAsync, dptr, s);
-      FORWARD_DRV(cuMemFree_v2, dptr);
-    }
-    st = foreign_free(api, p);
+  if (st == GCA_ERR_INVALID_POINTER && refused_goes_on(api, p, &st)) {
+    if (async && per_thread)
+      FORWARD_DRV(cuMemFreeAsync_ptsz, dptr, s);
+    if (async)
+      FORWARD_DRV(cuMemFreeAsync, dptr, s);
+    FORWARD_DRV(cuMemFree_v2, dptr);
   }
   return drv_status(st);
 }

@@ -122,6 +122,11 @@ const gca_device_ops_t *gca__cuda_ops(void) {
   return &cuda_ops;
 }
 
+void *gca__cuda_driver_symbol(const char *name) {
+  (void)name;
+  return NULL;
+}
+
 #else /* GCA_CUDA_FULL */
 
 #define DEFAULT_LIBRARY    "libcuda.so.1"
@@ -456,10 +461,16 @@ static gca_status_t load_driver(void) {
   return load_devices();
 }
 
+/* The library once init succeeded, for gca__cuda_driver_symbol (which must
+ * not start init itself); NULL before that and after a failed init. */
+static void *_Atomic loaded_lib;
+
 static void run_init(void) {
   gca__cuda_lib.status = load_driver();
-  if (gca__cuda_lib.status == GCA_OK)
+  if (gca__cuda_lib.status == GCA_OK) {
+    atomic_store_explicit(&loaded_lib, gca__cuda_lib.lib, memory_order_release);
     return;
+  }
   snprintf(gca__cuda_lib.detail, sizeof(gca__cuda_lib.detail), "%s", gca_last_error());
   free(gca__cuda_lib.dev);
   gca__cuda_lib.dev = NULL;
@@ -476,6 +487,11 @@ gca_status_t gca__cuda_ready(const char *op) {
     return gca__error(gca__cuda_lib.status, "%s: cuda backend unavailable: %s", op,
                       gca__cuda_lib.detail);
   return GCA_OK;
+}
+
+void *gca__cuda_driver_symbol(const char *name) {
+  void *lib = atomic_load_explicit(&loaded_lib, memory_order_acquire);
+  return lib ? dlsym(lib, name) : NULL;
 }
 
 static gca_status_t cuda_init(void) {

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_preload.c - libgca_preload.so seen from outside: runs cudart_user (an
- * ordinary libcudart program) under LD_PRELOAD on the sim backend and reads
- * its exit status, stdout and stderr, and opens the shim to check what it
- * exports.
+ * ordinary libcudart program) under LD_PRELOAD on the sim backend, and
+ * fake_user on the cuda backend over the fake driver, and reads their exit
+ * status, stdout and stderr; and opens the shim to check what it exports.
  *
- * Paths come from the environment meson sets: GCA_PRELOAD_LIB (the shim) and
+ * Paths come from the environment meson sets: GCA_PRELOAD_LIB (the shim),
  * CUDART_USER (the program; empty when the CUDA runtime was not found, and
- * the tests that need it are skipped).
+ * the tests that need it are skipped), FAKE_USER and GCA_TEST_FAKE_CUDA (the
+ * fake driver).
  */
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -60,10 +61,10 @@ static const char *program_path(void) {
   return (p && *p) ? p : NULL;
 }
 
-/* Runs cudart_user under the shim on sim with the extra NAME=VALUE settings
- * in `env` (NULL-terminated) and the given mode arguments. */
-static run_result_t run_program(const char *const *env, const char *const *args) {
-  const char *prog = program_path();
+/* Runs prog under the shim on sim with the extra NAME=VALUE settings in `env`
+ * (NULL-terminated; GCA_DEVICE among them changes the backend) and the given
+ * mode arguments. */
+static run_result_t run_at(const char *prog, const char *const *env, const char *const *args) {
   const char *shim = getenv("GCA_PRELOAD_LIB");
   assert_non_null(prog);
   assert_non_null(shim);
@@ -112,6 +113,10 @@ static run_result_t run_program(const char *const *env, const char *const *args)
   if (r.exit_code != 0)
     print_message("exit %d\n--- stdout\n%s--- stderr\n%s", r.exit_code, r.out, r.err);
   return r;
+}
+
+static run_result_t run_program(const char *const *env, const char *const *args) {
+  return run_at(program_path(), env, args);
 }
 
 /* The integer after "key" (followed by ' ' or '=') in `text`; -1 when absent. */
@@ -310,6 +315,85 @@ static void trace_records_the_program_allocations(void **state) {
   unlink(trace);
 }
 
+/* ---- the cuda backend, on the fake driver ---- */
+
+#ifdef GCA_TEST_HAVE_JEMALLOC
+#define FAKE_HOST NULL
+#else
+#define FAKE_HOST "nohost" /* no pinned host allocator to refuse frees of */
+#endif
+
+/* Runs fake_user in `mode` under the shim on cuda over the fake driver. */
+static run_result_t run_fake_user(const char *mode) {
+  const char *prog = getenv("FAKE_USER"), *fake = getenv("GCA_TEST_FAKE_CUDA");
+  if (!prog || !*prog || !fake || !*fake) {
+    print_message("SKIP: FAKE_USER or GCA_TEST_FAKE_CUDA is not set\n");
+    skip();
+  }
+  static char library[512];
+  snprintf(library, sizeof(library), "GCA_CUDA_LIBRARY=%s", fake);
+  const char *env[] = {"GCA_DEVICE=cuda", library, NULL};
+  const char *args[] = {mode, FAKE_HOST, NULL};
+  return run_at(prog, env, args);
+}
+
+/* The end of a fake_user run: gca's statistics balance and its invariants hold. */
+static void expect_fake_run_clean(const run_result_t *r, int64_t refused) {
+  char calls[768], dev[768], check[256];
+  assert_null(strstr(r->err, "no definition after libgca_preload.so"));
+  assert_non_null(line_of(r->err, "gca-preload: calls:", calls, sizeof(calls)));
+  assert_int_equal(field(calls, "foreign_free"), refused);
+  assert_non_null(line_of(r->err, "gca-preload: allocator check:", check, sizeof(check)));
+  assert_string_equal(check, "gca-preload: allocator check: ok");
+  if (line_of(r->err, "gca-preload: device 0 (cuda):", dev, sizeof(dev))) {
+    assert_int_equal(field(dev, "live"), 0);
+    assert_int_equal(field(dev, "allocations"), field(dev, "frees"));
+  }
+  if (line_of(r->err, "gca-preload: pinned host:", dev, sizeof(dev)))
+    assert_int_equal(field(dev, "live"), 0);
+}
+
+/* libcudart loads libcuda.so.1 RTLD_LOCAL, so RTLD_NEXT finds no driver entry
+ * point: cuMemFree_v2, cuMemFreeAsync and cuMemFreeHost of memory gca does not
+ * hold reach the fake driver's own (fake_user counts them), found in the
+ * library gca's backend loaded (Note [Finding the driver]); the runtime's
+ * reach fake_cudart through RTLD_NEXT as before. */
+static void cuda_driver_frees_reach_the_driver_loaded_rtld_local(void **state) {
+  (void)state;
+  run_result_t r = run_fake_user("forward");
+  assert_int_equal(r.exit_code, 0);
+  assert_non_null(strstr(r.out, "fake_user: forward ok"));
+  expect_fake_run_clean(&r, 0);
+}
+
+/* A second free of a gca allocation, device or pinned, or a free of a pointer
+ * inside a live one, is invalid value and reaches neither the runtime nor the
+ * driver, which would free gca's memory under it (Note [Refused frees]); the
+ * logged message names the pointer; gca serves allocations afterwards, with
+ * nothing live at exit and its invariants intact. */
+static void cuda_frees_inside_gca_memory_are_refused_not_forwarded(void **state) {
+  (void)state;
+  run_result_t r = run_fake_user("refuse");
+  assert_int_equal(r.exit_code, 0);
+  assert_non_null(strstr(r.out, "fake_user: refuse ok"));
+  char line[256], want[320];
+  assert_non_null(line_of(r.out, "fake_user: device pointer ", line, sizeof(line)));
+  const char *ptr = line + strlen("fake_user: device pointer ");
+  snprintf(want, sizeof(want), "cuMemFree_v2: %s lies inside gca's memory (device 0)", ptr);
+  assert_non_null(strstr(r.err, want));
+  assert_non_null(strstr(r.err, "already freed (double free?)"));
+  assert_non_null(strstr(r.err, "cudaFree: "));
+  assert_non_null(strstr(r.err, "cudaFreeAsync: "));
+  int64_t refused = 8; /* 2 each of cuMemFree_v2, cuMemFreeAsync, cudaFree, cudaFreeAsync */
+  if (line_of(r.out, "fake_user: host pointer ", line, sizeof(line))) {
+    ptr = line + strlen("fake_user: host pointer ");
+    snprintf(want, sizeof(want), "cuMemFreeHost: %s lies inside gca's memory (pinned host)", ptr);
+    assert_non_null(strstr(r.err, want));
+    refused += 4; /* 2 each of cuMemFreeHost, cudaFreeHost */
+  }
+  expect_fake_run_clean(&r, refused);
+}
+
 static void shim_exports_cuda_entry_points_only(void **state) {
   (void)state;
   const char *shim = getenv("GCA_PRELOAD_LIB");
@@ -362,6 +446,10 @@ int main(void) {
       cmocka_unit_test_teardown(allocation_in_another_library_constructor_is_served,
                                 release_last_run),
       cmocka_unit_test_teardown(trace_records_the_program_allocations, release_last_run),
+      cmocka_unit_test_teardown(cuda_driver_frees_reach_the_driver_loaded_rtld_local,
+                                release_last_run),
+      cmocka_unit_test_teardown(cuda_frees_inside_gca_memory_are_refused_not_forwarded,
+                                release_last_run),
       cmocka_unit_test_teardown(shim_exports_cuda_entry_points_only, release_last_run),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* fake_user.c - a CUDA program on the fake driver (tests/device/fake_libcuda.c)
+ * that the preload tests run under LD_PRELOAD=libgca_preload.so with
+ * GCA_DEVICE=cuda and GCA_CUDA_LIBRARY at the fake. Where a real program
+ * links libcudart it links fake_cudart, and it opens the driver library
+ * RTLD_LOCAL, as libcudart opens libcuda.so.1: so the driver's entry points
+ * are in no global scope, as on a real machine. The shim's entry points are
+ * looked up by name (dlsym(RTLD_DEFAULT)); the fakes count what reaches them.
+ *
+ * It checks the two paths a real GPU showed wrong:
+ *   forwarded  frees of memory gca does not hold reach the driver's own
+ *              cuMemFree_v2 / cuMemFreeAsync / cuMemFreeHost (found in the
+ *              driver library itself, Note [Finding the driver] in
+ *              tools/preload/preload.c) and the runtime's cudaFree /
+ *              cudaFreeAsync / cudaFreeHost;
+ *   refused    a second free of a gca allocation, device or pinned, and an
+ *              interior pointer of a live one are invalid value (the
+ *              runtime's last error set) and reach neither library (Note
+ *              [Refused frees]); gca serves allocations afterwards.
+ * Modes (argv[1]): forward, refuse; argv[2] == "nohost" leaves pinned host
+ * memory out (built without jemalloc). Exit status 0 when everything held, 1
+ * at the first that did not (printed), 2 for an unknown mode.
+ */
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+/* fake_cudart.c */
+int fake_cudart_frees(void);
+int fake_cudart_host_frees(void);
+void *fake_cudart_last_free(void);
+
+#define EXPECT(cond, ...)                                                            \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      fprintf(stderr, "fake_user: %s:%d: expected %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                                  \
+      fprintf(stderr, "\n");                                                         \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+
+/* The shim's definition of `name`, checked to be the shim's. */
+static void *shim_fn(const char *name) {
+  void *f = dlsym(RTLD_DEFAULT, name);
+  Dl_info info;
+  EXPECT(f != NULL && dladdr(f, &info) && info.dli_fname && strstr(info.dli_fname, "gca_preload"),
+         "%s resolves to libgca_preload.so (found in %s)", name,
+         f && dladdr(f, &info) && info.dli_fname ? info.dli_fname : "nothing");
+  return f;
+}
+
+#define SHIM_FN(name) ((__typeof__(&name))shim_fn(#name))
+
+/* The fake driver's inspection functions, through its handle. */
+static void *driver;
+static int drv_count(const char *name) {
+  int (*fn)(void) = (int (*)(void))(uintptr_t)dlsym(driver, name);
+  EXPECT(fn != NULL, "the fake driver has %s", name);
+  return fn();
+}
+static uint64_t drv_last_free(void) {
+  uint64_t (*fn)(void) = (uint64_t(*)(void))(uintptr_t)dlsym(driver, "fake_cuda_last_named_free");
+  EXPECT(fn != NULL, "the fake driver has fake_cuda_last_named_free");
+  return fn();
+}
+
+/* Memory no allocator handed out. */
+static uint64_t not_gca[8];
+
+static void frees_outside_gca_are_forwarded(bool host) {
+  __typeof__(&cuMemFree_v2) mem_free = SHIM_FN(cuMemFree_v2);
+  __typeof__(&cuMemFreeAsync) free_async = SHIM_FN(cuMemFreeAsync);
+  __typeof__(&cuMemFreeHost) free_host = SHIM_FN(cuMemFreeHost);
+  CUdeviceptr foreign = (CUdeviceptr)(uintptr_t)&not_gca[1];
+  CUresult r = mem_free(foreign);
+  EXPECT(r == CUDA_SUCCESS, "cuMemFree_v2 of a foreign pointer reached the driver (result %d)",
+         (int)r);
+  EXPECT(drv_count("fake_cuda_named_frees") == 1 && drv_last_free() == foreign,
+         "the driver's cuMemFree_v2 was given %#llx", (unsigned long long)foreign);
+  r = free_async(foreign + 8, NULL);
+  EXPECT(r == CUDA_SUCCESS, "cuMemFreeAsync of a foreign pointer reached the driver (result %d)",
+         (int)r);
+  EXPECT(drv_count("fake_cuda_named_frees") == 2 && drv_last_free() == foreign + 8,
+         "the driver's cuMemFreeAsync was given the pointer");
+  EXPECT(cudaFree(&not_gca[3]) == cudaSuccess && fake_cudart_frees() == 1 &&
+             fake_cudart_last_free() == &not_gca[3],
+         "cudaFree of a foreign pointer reached the runtime");
+  EXPECT(cudaFreeAsync(&not_gca[4], NULL) == cudaSuccess && fake_cudart_frees() == 2,
+         "cudaFreeAsync of a foreign pointer reached the runtime");
+  if (!host)
+    return;
+  r = free_host(&not_gca[5]);
+  EXPECT(r == CUDA_SUCCESS && drv_count("fake_cuda_named_host_frees") == 1 &&
+             drv_last_free() == (uint64_t)(uintptr_t)&not_gca[5],
+         "cuMemFreeHost of a foreign pointer reached the driver (result %d)", (int)r);
+  EXPECT(cudaFreeHost(&not_gca[6]) == cudaSuccess && fake_cudart_host_frees() == 1 &&
+             fake_cudart_last_free() == &not_gca[6],
+         "cudaFreeHost of a foreign pointer reached the runtime");
+}
+
+/* Frees are answered as the runtime does: invalid value and the last error. */
+static void expect_refused_rt(cudaError_t e, const char *what) {
+  EXPECT(e == cudaErrorInvalidValue, "%s is cudaErrorInvalidValue, not %d", what, (int)e);
+  EXPECT(cudaGetLastError() == cudaErrorInvalidValue, "%s set the last error", what);
+  EXPECT(cudaGetLastError() == cudaSuccess, "and getting it reset it");
+}
+
+static void device_frees_inside_gca_are_refused(void) {
+  __typeof__(&cuMemAlloc_v2) mem_alloc = SHIM_FN(cuMemAlloc_v2);
+  __typeof__(&cuMemFree_v2) mem_free = SHIM_FN(cuMemFree_v2);
+  __typeof__(&cuMemAllocAsync) alloc_async = SHIM_FN(cuMemAllocAsync);
+  __typeof__(&cuMemFreeAsync) free_async = SHIM_FN(cuMemFreeAsync);
+  __typeof__(&cudaMalloc) rt_malloc = SHIM_FN(cudaMalloc);
+  __typeof__(&cudaMallocAsync) rt_malloc_async = SHIM_FN(cudaMallocAsync);
+  int named = drv_count("fake_cuda_named_frees"), rt = fake_cudart_frees();
+
+  /* the first allocation of 3 MiB is the start of its segment: what the driver
+   * would free under gca's cache */
+  CUdeviceptr d = 0;
+  EXPECT(mem_alloc(&d, 3 << 20) == CUDA_SUCCESS && d != 0, "cuMemAlloc_v2 of 3 MiB");
+  printf("fake_user: device pointer %p\n", (void *)(uintptr_t)d);
+  EXPECT(mem_free(d) == CUDA_SUCCESS, "cuMemFree_v2");
+  EXPECT(mem_free(d) == CUDA_ERROR_INVALID_VALUE, "a second cuMemFree_v2 is invalid");
+  EXPECT(free_async(d, NULL) == CUDA_ERROR_INVALID_VALUE, "then a cuMemFreeAsync is invalid");
+  EXPECT(alloc_async(&d, 4096, NULL) == CUDA_SUCCESS && d != 0, "cuMemAllocAsync");
+  EXPECT(mem_free(d + 256) == CUDA_ERROR_INVALID_VALUE, "an interior pointer is invalid");
+  EXPECT(free_async(d, NULL) == CUDA_SUCCESS, "cuMemFreeAsync");
+  EXPECT(free_async(d, NULL) == CUDA_ERROR_INVALID_VALUE, "a second cuMemFreeAsync is invalid");
+  EXPECT(drv_count("fake_cuda_named_frees") == named, "no refused free reached the driver");
+
+  void *p = NULL;
+  EXPECT(rt_malloc(&p, 1 << 20) == cudaSuccess && p != NULL, "cudaMalloc");
+  EXPECT(cudaFree(p) == cudaSuccess, "cudaFree");
+  expect_refused_rt(cudaFree(p), "a second cudaFree");
+  expect_refused_rt(cudaFreeAsync(p, NULL), "then a cudaFreeAsync");
+  EXPECT(rt_malloc_async(&p, 1000, NULL) == cudaSuccess && p != NULL, "cudaMallocAsync");
+  expect_refused_rt(cudaFree((char *)p + 100), "a cudaFree of an interior pointer");
+  EXPECT(cudaFreeAsync(p, NULL) == cudaSuccess, "cudaFreeAsync");
+  expect_refused_rt(cudaFreeAsync(p, NULL), "a second cudaFreeAsync");
+  EXPECT(fake_cudart_frees() == rt, "no refused free reached the runtime");
+
+  /* gca serves allocations as before */
+  EXPECT(mem_alloc(&d, 3 << 20) == CUDA_SUCCESS && d != 0 && mem_free(d) == CUDA_SUCCESS,
+         "cuMemAlloc_v2 and cuMemFree_v2 after the refusals");
+  EXPECT(rt_malloc(&p, 1 << 20) == cudaSuccess && cudaFree(p) == cudaSuccess,
+         "cudaMalloc and cudaFree after the refusals");
+}
+
+static void host_frees_inside_gca_are_refused(void) {
+  __typeof__(&cuMemHostAlloc) host_alloc = SHIM_FN(cuMemHostAlloc);
+  __typeof__(&cuMemFreeHost) free_host = SHIM_FN(cuMemFreeHost);
+  __typeof__(&cudaMallocHost) rt_host_alloc = SHIM_FN(cudaMallocHost);
+  int named = drv_count("fake_cuda_named_host_frees"), rt = fake_cudart_host_frees();
+
+  void *h = NULL;
+  EXPECT(host_alloc(&h, 8192, 0) == CUDA_SUCCESS && h != NULL, "cuMemHostAlloc");
+  printf("fake_user: host pointer %p\n", h);
+  memset(h, 0x5c, 8192);
+  EXPECT(free_host((char *)h + 64) == CUDA_ERROR_INVALID_VALUE, "an interior pointer is invalid");
+  EXPECT(free_host(h) == CUDA_SUCCESS, "cuMemFreeHost");
+  EXPECT(free_host(h) == CUDA_ERROR_INVALID_VALUE, "a second cuMemFreeHost is invalid");
+  expect_refused_rt(cudaFreeHost(h), "then a cudaFreeHost");
+  EXPECT(rt_host_alloc(&h, 4096) == cudaSuccess && h != NULL, "cudaMallocHost");
+  EXPECT(cudaFreeHost(h) == cudaSuccess, "cudaFreeHost");
+  expect_refused_rt(cudaFreeHost(h), "a second cudaFreeHost");
+  EXPECT(drv_count("fake_cuda_named_host_frees") == named, "no refused free reached the driver");
+  EXPECT(fake_cudart_host_frees() == rt, "no refused free reached the runtime");
+
+  EXPECT(host_alloc(&h, 8192, 0) == CUDA_SUCCESS && h != NULL && free_host(h) == CUDA_SUCCESS,
+         "cuMemHostAlloc and cuMemFreeHost after the refusals");
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  bool host = !(argc > 2 && strcmp(argv[2], "nohost") == 0);
+  const char *lib = getenv("GCA_CUDA_LIBRARY");
+  EXPECT(lib != NULL && *lib, "GCA_CUDA_LIBRARY names the fake driver");
+  driver = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  EXPECT(driver != NULL, "dlopen(%s): %s", lib, dlerror());
+  EXPECT(dlsym(RTLD_DEFAULT, "fake_cuda_named_frees") == NULL,
+         "the driver library is in no global scope");
+  if (strcmp(mode, "forward") == 0) {
+    frees_outside_gca_are_forwarded(host);
+  } else if (strcmp(mode, "refuse") == 0) {
+    device_frees_inside_gca_are_refused();
+    if (host)
+      host_frees_inside_gca_are_refused();
+  } else {
+    fprintf(stderr, "fake_user: unknown mode '%s'\n", mode);
+    return 2;
+  }
+  printf("fake_user: %s ok\n", mode);
+  return 0;
+}
