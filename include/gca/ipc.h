@@ -51,7 +51,9 @@
  *   entry the same 32 bytes followed by the handle's u8 fabric[64].
  *   Entry k maps bytes [handle_offset, handle_offset + map_size) of handle k
  *   at (block start + rel); entries are contiguous in rel order and together
- *   cover [0, block_size).
+ *   cover [0, block_size). As cuMemMap maps a handle whole and from its start,
+ *   handle_offset is 0 and map_size == handle_size (gca_ipc_recv refuses
+ *   anything else).
  */
 #ifndef GCA_IPC_H
 #define GCA_IPC_H
