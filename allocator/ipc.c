@@ -43,7 +43,8 @@ _Static_assert(FABRIC_LEN == 64, "ipc.h documents 64-byte fabric handles");
 
 /* One physical handle of an exported block: bytes [handle_offset,
  * handle_offset + map_size) of a handle_size-byte allocation appear at block
- * start + rel. fd is owned by the handle (-1 once closed, and always -1 in a
+ * start + rel (as cuMemMap maps a handle whole, check_layout takes offset 0
+ * and map_size == handle_size only). fd is owned by the handle (-1 once closed, and always -1 in a
  * fabric handle, which names the allocation by `fabric` instead). */
 typedef struct ipc_entry {
   int fd;
@@ -159,6 +160,11 @@ static gca_status_t check_layout(const char *op, const gca_ipc_handle_t *h) {
                         "%s: handle %" PRIu32 ": %" PRIu64 " bytes at offset %" PRIu64
                         " do not fit a %" PRIu64 "-byte handle",
                         op, i, e->map_size, e->handle_offset, e->handle_size);
+    if (e->map_size != e->handle_size) /* nor part of one (Note [Sim whole mappings]) */
+      return gca__error(GCA_ERR_PARSE,
+                        "%s: handle %" PRIu32 " maps %" PRIu64 " of its %" PRIu64
+                        " bytes; only a whole handle can be mapped",
+                        op, i, e->map_size, e->handle_size);
     if (e->rel < -(int64_t)MAX_BYTES || e->rel > (int64_t)MAX_BYTES || e->rel != next)
       return gca__error(GCA_ERR_PARSE,
                         "%s: handle %" PRIu32 " sits at %" PRId64

@@ -135,7 +135,7 @@ typedef enum gca_dev_attr {
   GCA_ATTR_MULTIPROCESSOR_COUNT,
   GCA_ATTR_VMM_SUPPORTED,          /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
   GCA_ATTR_POSIX_FD_SUPPORTED,     /* ..._HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED */
-  GCA_ATTR_FABRIC_SUPPORTED,       /* ..._HANDLE_TYPE_FABRIC_SUPPORTED */
+  GCA_ATTR_FABRIC_SUPPORTED,       /* ..._HANDLE_TYPE_FABRIC_SUPPORTED, if creatable */
   GCA_ATTR_MEMORY_POOLS_SUPPORTED, /* CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED */
   GCA_ATTR_UNIFIED_ADDRESSING,
 } gca_dev_attr_t;
@@ -275,7 +275,10 @@ typedef struct gca_device_ops {
    * CU_MEM_HANDLE_TYPE_FABRIC: GCA_FABRIC_HANDLE_LEN opaque bytes that name the
    * allocation across nodes of one NVLink fabric (where an fd cannot go). Only
    * memory created while the device reports GCA_ATTR_FABRIC_SUPPORTED can be
-   * exported; GCA_ERR_NOT_SUPPORTED on devices (and the sim) without it. */
+   * exported; GCA_ERR_NOT_SUPPORTED on devices (and the sim) without it. On
+   * cuda that attribute is the driver's confirmed by creating memory with
+   * fabric handles: a driver that reports them but refuses to make them (no
+   * IMEX channel) answers 0 (Note [Fabric handles]). */
   gca_status_t (*mem_export_fabric)(gca_memhandle_t handle, uint8_t out[GCA_FABRIC_HANDLE_LEN]);
   gca_status_t (*mem_import_fabric)(int dev, const uint8_t in[GCA_FABRIC_HANDLE_LEN],
                                     gca_memhandle_t *out);

@@ -51,7 +51,9 @@
  *   entry the same 32 bytes followed by the handle's u8 fabric[64].
  *   Entry k maps bytes [handle_offset, handle_offset + map_size) of handle k
  *   at (block start + rel); entries are contiguous in rel order and together
- *   cover [0, block_size).
+ *   cover [0, block_size). As cuMemMap maps a handle whole and from its start,
+ *   handle_offset is 0 and map_size == handle_size (gca_ipc_recv refuses
+ *   anything else).
  */
 #ifndef GCA_IPC_H
 #define GCA_IPC_H
@@ -90,8 +92,9 @@ GCA_API gca_status_t gca_ipc_export(void *ptr, gca_ipc_handle_t **out);
 /* As gca_ipc_export, with `flags` a combination of GCA_IPC_* (0 is
  * gca_ipc_export). With GCA_IPC_FABRIC the handles are fabric handles:
  * GCA_ERR_NOT_SUPPORTED, saying so, when the device does not report fabric
- * support; the driver's refusal (memory created without fabric handles, no
- * IMEX channel) is passed on. Unknown flags are GCA_ERR_INVALID_ARGUMENT. */
+ * support or its driver refuses to create them (no IMEX channel, found out by
+ * creating memory with them); the driver's other refusals are passed on.
+ * Unknown flags are GCA_ERR_INVALID_ARGUMENT. */
 GCA_API gca_status_t gca_ipc_export_ex(void *ptr, unsigned flags, gca_ipc_handle_t **out);
 /* Closes the descriptors the handle owns and frees it; NULL is ignored. */
 GCA_API void gca_ipc_handle_free(gca_ipc_handle_t *h);

@@ -555,6 +555,11 @@ static void malformed_messages_are_parse_errors_and_leak_no_fd(void **state) {
   set_u64(body + 32 + 16, 40 * MiB); /* map_size beyond the handle */
   expect_refused(&w, w.pre, body, 64, 1, false, "do not fit");
   memcpy(body, w.body, 64);
+  uint64_t whole;
+  memcpy(&whole, body + 32 + 16, 8);
+  set_u64(body + 32, whole + 2 * MiB); /* part of a handle: cuMemMap maps one whole */
+  expect_refused(&w, w.pre, body, 64, 1, false, "only a whole handle");
+  memcpy(body, w.body, 64);
   set_u64(body + 32 + 8, UINT64_MAX - MiB); /* handle_offset wraps */
   expect_refused(&w, w.pre, body, 64, 1, false, "only offset 0");
   memcpy(body, w.body, 64);

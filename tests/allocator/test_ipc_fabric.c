@@ -350,7 +350,9 @@ static void malformed_fabric_messages_are_parse_errors_and_leak_no_fd(void **sta
   set_u64(w.body + HEAD_LEN + 16, 0);
   expect_refused(&w, w.body_len, 0, "do not fit");
   w = valid_fwire();
-  set_u64(w.body + HEAD_LEN + 16, 2 * MiB);
+  set_u64(w.body + HEAD_LEN + 16, 2 * MiB); /* part of the handle: cuMemMap maps one whole */
+  expect_refused(&w, w.body_len, 0, "only a whole handle");
+  set_u64(w.body + HEAD_LEN, 2 * MiB);
   expect_refused(&w, w.body_len, 0, "do not cover");
   w = valid_fwire();
   expect_refused(&w, w.body_len - 1, 0, "truncated");

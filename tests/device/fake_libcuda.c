@@ -338,6 +338,15 @@ static CUresult f_set_access(CUdeviceptr p, size_t s, const CUmemAccessDesc *d, 
       return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
+/* What the handle records (f_mem_create): the device and the handle types. */
+static CUresult f_get_props(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h) {
+  memset(prop, 0, sizeof(*prop));
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = (int)((h >> 8) & 0xff);
+  prop->requestedHandleTypes = (CUmemAllocationHandleType)(h & 0xff);
+  return CUDA_SUCCESS;
+}
 /* A fabric handle: "FAKEFAB" then the allocation handle, then a pattern. */
 static const char fabric_magic[8] = "FAKEFAB";
 
@@ -678,6 +687,7 @@ static const entry_t entries[] = {
     E("cuMemSetAccess", 10020, f_set_access),
     E("cuMemExportToShareableHandle", 10020, f_export),
     E("cuMemImportFromShareableHandle", 10020, f_import),
+    E("cuMemGetAllocationPropertiesFromHandle", 10020, f_get_props),
     E("cuStreamCreateWithPriority", 5050, f_stream_create),
     E("cuStreamDestroy", 4000, f_stream_destroy),
     E("cuStreamSynchronize", 2000, f_stream_sync),

@@ -6,6 +6,12 @@
  * devices, classic allocations, fd export/import, and per-device access
  * rights (mem_set_access grants, peer access to classic memory; two devices).
  *
+ * Where cuda.h is silent or says otherwise, the expected answers are the
+ * driver's as measured on an H200 with driver 580 (CUDA 13.0, granularity
+ * 2 MiB), and the comment of each such test says so: reservations take whole
+ * granules, a handle maps whole and from its start (else NOT_SUPPORTED),
+ * access and unmap take whole mappings (Note [Sim whole mappings]).
+ *
  * Host access to device memory goes through dev_write/dev_read: a plain load
  * or store on sim (device memory is host memory there), a copy through the
  * table on cuda. Parts that need host access to unmapped addresses or a
@@ -119,13 +125,17 @@ static void mappings_of_one_handle_alias(void **state) {
   assert_int_equal(used(), 0);
 }
 
-static void map_at_a_nonzero_offset_is_invalid(void **state) {
+/* cuMemMap maps a handle whole and from its start. cuda.h says the offset
+ * "must be zero", which would read as CUDA_ERROR_INVALID_VALUE, but the driver
+ * answers a nonzero offset with CUDA_ERROR_NOT_SUPPORTED (measured on an H200,
+ * driver 580). */
+static void map_at_a_nonzero_offset_is_not_supported(void **state) {
   (void)state;
   gca_devptr_t base;
   gca_memhandle_t h;
   assert_ok(ops->mem_create(0, 2 * gran, &h));
   assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
-  assert_status(ops->mem_map(base, gran, gran, h), GCA_ERR_INVALID_ARGUMENT, "mem_map");
+  assert_status(ops->mem_map(base, gran, gran, h), GCA_ERR_NOT_SUPPORTED, "mem_map");
   assert_ok(ops->mem_map(base, 2 * gran, 0, h)); /* the range is still free to map */
   assert_ok(ops->mem_unmap(base, 2 * gran));
   assert_ok(ops->mem_release(h));
@@ -133,34 +143,66 @@ static void map_at_a_nonzero_offset_is_invalid(void **state) {
   assert_int_equal(used(), 0);
 }
 
-static void reserve_takes_page_multiples_and_power_of_two_alignments(void **state) {
+/* Mapping less than the whole handle, from offset 0, is CUDA_ERROR_NOT_SUPPORTED
+ * too (H200, driver 580; cuda.h does not say). */
+static void map_of_part_of_a_handle_is_not_supported(void **state) {
   (void)state;
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  gca_devptr_t a, b, c;
+  gca_devptr_t base;
   gca_memhandle_t h;
   int dev = 0;
-  assert_ok(ops->mem_address_reserve(0, gran + gran / 2, 0, &a)); /* not a granule multiple */
-  assert_ok(ops->mem_address_reserve(0, 2 * page, page, &b));     /* alignment below a granule */
+  assert_ok(ops->mem_create(0, 4 * gran, &h));
+  assert_ok(ops->mem_address_reserve(0, 4 * gran, 0, &base));
+  assert_status(ops->mem_map(base, 2 * gran, 0, h), GCA_ERR_NOT_SUPPORTED, "mem_map");
+  assert_ok(ops->mem_map(base, 4 * gran, 0, h)); /* nothing was mapped */
+  assert_ok(ops->mem_set_access(base, 4 * gran, &dev, 1));
+  dev_write(base + 4 * gran - 4, 0x404);
+  assert_int_equal(dev_read(base + 4 * gran - 4), 0x404);
+  assert_ok(ops->mem_unmap(base, 4 * gran));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, base, 4 * gran));
+  assert_int_equal(used(), 0);
+}
+
+/* cuMemAddressReserve takes a size that is a nonzero multiple of the
+ * granularity, which cuda.h does not say: a granule and a half, or two host
+ * pages, is CUDA_ERROR_INVALID_VALUE. The alignment may be 0 or any power of
+ * two, also one below the granularity (H200, driver 580). */
+static void reserve_takes_granule_multiples_and_power_of_two_alignments(void **state) {
+  (void)state;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  gca_devptr_t b, c, no = 0;
+  gca_memhandle_t h;
+  int dev = 0;
+  assert_status(ops->mem_address_reserve(0, gran + gran / 2, 0, &no), GCA_ERR_INVALID_ARGUMENT,
+                "mem_address_reserve");
+  assert_status(ops->mem_address_reserve(0, 2 * page, page, &no), GCA_ERR_INVALID_ARGUMENT,
+                "mem_address_reserve");
+  assert_status(ops->mem_address_reserve(0, 0, 0, &no), GCA_ERR_INVALID_ARGUMENT,
+                "mem_address_reserve");
+  assert_status(ops->mem_address_reserve(0, gran, 3 * gran, &no), GCA_ERR_INVALID_ARGUMENT,
+                "mem_address_reserve");
+  assert_int_equal(no, 0);
   assert_ok(ops->mem_address_reserve(0, gran, 8 * gran, &c));
   assert_int_equal(c % (8 * gran), 0);
-  assert_status(ops->mem_address_reserve(0, 0, 0, &b), GCA_ERR_INVALID_ARGUMENT,
-                "mem_address_reserve");
-  assert_status(ops->mem_address_reserve(0, gran, 3 * gran, &b), GCA_ERR_INVALID_ARGUMENT,
-                "mem_address_reserve");
-  /* A granule inside the odd-sized reservation maps as usual. */
+  assert_ok(ops->mem_address_reserve(0, gran, gran / 2, &b)); /* alignment below a granule */
+  assert_int_equal(b % (gran / 2), 0);
+  /* The granule reserved with the large alignment maps as usual. */
   assert_ok(ops->mem_create(0, gran, &h));
-  assert_ok(ops->mem_map(a, gran, 0, h));
-  assert_ok(ops->mem_set_access(a, gran, &dev, 1));
-  dev_write(a + gran - 4, 0x0dd);
-  assert_int_equal(dev_read(a + gran - 4), 0x0dd);
-  assert_ok(ops->mem_unmap(a, gran));
+  assert_ok(ops->mem_map(c, gran, 0, h));
+  assert_ok(ops->mem_set_access(c, gran, &dev, 1));
+  dev_write(c + gran - 4, 0x0dd);
+  assert_int_equal(dev_read(c + gran - 4), 0x0dd);
+  assert_ok(ops->mem_unmap(c, gran));
   assert_ok(ops->mem_release(h));
-  assert_ok(ops->mem_address_free(0, a, gran + gran / 2));
-  assert_ok(ops->mem_address_free(0, b, 2 * page));
+  assert_ok(ops->mem_address_free(0, b, gran));
   assert_ok(ops->mem_address_free(0, c, gran));
   assert_int_equal(used(), 0);
 }
 
+/* cuMemSetAccess and cuMemUnmap may span adjacent mappings of different
+ * handles as long as each is covered whole; afterwards the range is a
+ * reservation again, and unmapping its unmapped parts succeeds (H200, driver
+ * 580; cuda.h does not say). */
 static void unmap_may_span_adjacent_mappings_whole(void **state) {
   (void)state;
   gca_devptr_t base;
@@ -179,16 +221,55 @@ static void unmap_may_span_adjacent_mappings_whole(void **state) {
   assert_ok(ops->mem_release(h2));
   assert_ok(ops->mem_unmap(base, 4 * gran));
   assert_int_equal(used(), 0);
+  assert_ok(ops->mem_unmap(base, 2 * gran)); /* reserved, no longer mapped */
+  assert_ok(ops->mem_unmap(base + 2 * gran, 2 * gran));
   /* The range is a reservation again: it can be mapped anew. */
   assert_ok(ops->mem_create(0, 4 * gran, &h1));
   assert_ok(ops->mem_map(base, 4 * gran, 0, h1));
-  assert_ok(ops->mem_set_access(base + 2 * gran, 2 * gran, &dev, 1));
+  assert_ok(ops->mem_set_access(base, 4 * gran, &dev, 1));
   dev_write(base + 2 * gran, 5);
   assert_int_equal(dev_read(base + 2 * gran), 5);
   assert_ok(ops->mem_unmap(base, 4 * gran));
   assert_ok(ops->mem_release(h1));
   assert_ok(ops->mem_address_free(0, base, 4 * gran));
   assert_int_equal(used(), 0);
+}
+
+/* cuMemSetAccess and cuMemUnmap over part of one mapping are
+ * CUDA_ERROR_INVALID_VALUE and leave it as it was; over all of it they
+ * succeed, and unmapping it again succeeds as well (H200, driver 580). */
+static void access_and_unmap_take_a_mapping_whole(void **state) {
+  (void)state;
+  gca_devptr_t base;
+  gca_memhandle_t h;
+  int dev = 0;
+  assert_ok(ops->mem_address_reserve(0, 4 * gran, 0, &base));
+  assert_ok(ops->mem_create(0, 4 * gran, &h));
+  assert_ok(ops->mem_map(base, 4 * gran, 0, h));
+  assert_status(ops->mem_set_access(base + 2 * gran, 2 * gran, &dev, 1), GCA_ERR_INVALID_ARGUMENT,
+                "mem_set_access");
+  if (is_sim) /* nothing was granted */
+    assert_int_equal(gca__sim_mem_device_of(base + 2 * gran, 4), -1);
+  assert_ok(ops->mem_set_access(base, 4 * gran, &dev, 1));
+  dev_write(base + 2 * gran, 6);
+  assert_status(ops->mem_unmap(base, 2 * gran), GCA_ERR_INVALID_ARGUMENT, "mem_unmap");
+  assert_int_equal(dev_read(base + 2 * gran), 6); /* still mapped */
+  assert_ok(ops->mem_unmap(base, 4 * gran));
+  assert_ok(ops->mem_unmap(base, 4 * gran)); /* a second time: nothing left to unmap */
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, base, 4 * gran));
+  assert_int_equal(used(), 0);
+}
+
+/* cuMemAddressFree of a reservation already freed is CUDA_ERROR_INVALID_VALUE
+ * (H200, driver 580). */
+static void address_free_twice_is_invalid(void **state) {
+  (void)state;
+  gca_devptr_t base;
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
+  assert_ok(ops->mem_address_free(0, base, 2 * gran));
+  assert_status(ops->mem_address_free(0, base, 2 * gran), GCA_ERR_INVALID_ARGUMENT,
+                "mem_address_free");
 }
 
 static void unmapped_and_inaccessible_addresses_fault(void **state) {
@@ -449,11 +530,12 @@ static void exported_fd_imports_as_the_same_memory(void **state) {
   assert_int_equal(used(), 0);
 }
 
-/* Where the device reports fabric handles (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_
- * FABRIC_SUPPORTED; the sim with GCA_SIM_FABRIC=1, as this suite runs it), a
- * handle exported as a fabric handle (cuMemExportToShareableHandle with
- * CU_MEM_HANDLE_TYPE_FABRIC) imports as the same memory, and the imported
- * handle keeps it after the exporter releases its own, as with fds. */
+/* Where fabric handles can be made (GCA_ATTR_FABRIC_SUPPORTED: on cuda the
+ * device attribute confirmed by a probe, Note [Fabric handles], so an H200
+ * without an IMEX channel answers 0 and this skips; the sim with
+ * GCA_SIM_FABRIC=1, as this suite runs it), a handle exported as a fabric handle
+ * (cuMemExportToShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC) imports as the same memory, and the
+ * imported handle keeps it after the exporter releases its own, as with fds. */
 static void exported_fabric_handle_imports_as_the_same_memory(void **state) {
   (void)state;
   int attr = 0;
@@ -578,23 +660,25 @@ static const char *denied(char *buf, size_t len, const char *op, int dev, gca_de
   return buf;
 }
 
-/* A VMM range mapped on device 0 and granted to device 0 only: device 1's
- * copies and kernels that touch it fail at the call (sim; a GPU faults while
- * running them) and nothing is queued; once mem_set_access grants device 1
- * they work. A copy is checked over every byte it touches. */
+/* A VMM range of two one-granule mappings on device 0, granted to device 0
+ * only: device 1's copies and kernels that touch it fail at the call (sim; a
+ * GPU faults while running them) and nothing is queued; once mem_set_access
+ * grants device 1 they work. A copy is checked over every byte it touches. */
 static void vmm_range_is_reachable_only_by_devices_granted_access(void **state) {
   (void)state;
   need_two_peers();
   gca_devptr_t base;
-  gca_memhandle_t h;
+  gca_memhandle_t h[2];
   gca_stream_t s1;
   int dev0 = 0, dev1 = 1;
   char want[160];
   uint32_t host[16] = {0};
   gca_devptr_t hp = (gca_devptr_t)(uintptr_t)host;
   assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
-  assert_ok(ops->mem_create(0, 2 * gran, &h));
-  assert_ok(ops->mem_map(base, 2 * gran, 0, h));
+  for (int i = 0; i < 2; i++) {
+    assert_ok(ops->mem_create(0, gran, &h[i]));
+    assert_ok(ops->mem_map(base + (size_t)i * gran, gran, 0, h[i]));
+  }
   assert_ok(ops->mem_set_access(base, 2 * gran, &dev0, 1));
   dev_write(base + gran, 0xacce55);
   assert_ok(ops->stream_create(1, GCA_STREAM_NON_BLOCKING, 0, &s1));
@@ -606,7 +690,7 @@ static void vmm_range_is_reachable_only_by_devices_granted_access(void **state) 
     assert_status(ops->kernel_fill_u32(base, 1, 1, 16, s1), GCA_ERR_ILLEGAL_ADDRESS,
                   denied(want, sizeof(want), "kernel_fill_u32", 1, base, base, 64));
     assert_ok(ops->stream_query(s1)); /* nothing was queued */
-    /* device 1 granted the first granule only: a copy across the boundary fails at it */
+    /* device 1 granted the first mapping only: a copy across the boundary fails at it */
     assert_ok(ops->mem_set_access(base, gran, &dev1, 1));
     assert_status(ops->memcpy_async(hp, base + gran - 32, 64, s1), GCA_ERR_ILLEGAL_ADDRESS,
                   denied(want, sizeof(want), "memcpy_async", 1, base + gran, base + gran - 32, 64));
@@ -620,7 +704,8 @@ static void vmm_range_is_reachable_only_by_devices_granted_access(void **state) 
   assert_int_equal(dev_read(base + 8), 7);
   assert_ok(ops->stream_destroy(s1));
   assert_ok(ops->mem_unmap(base, 2 * gran));
-  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_release(h[0]));
+  assert_ok(ops->mem_release(h[1]));
   assert_ok(ops->mem_address_free(0, base, 2 * gran));
   assert_int_equal(used(), 0);
 }
@@ -727,9 +812,12 @@ int main(void) {
       cmocka_unit_test(vmm_round_trip_returns_used_bytes_to_zero),
       cmocka_unit_test(released_handle_lives_until_its_mapping_is_gone),
       cmocka_unit_test(mappings_of_one_handle_alias),
-      cmocka_unit_test(map_at_a_nonzero_offset_is_invalid),
-      cmocka_unit_test(reserve_takes_page_multiples_and_power_of_two_alignments),
+      cmocka_unit_test(map_at_a_nonzero_offset_is_not_supported),
+      cmocka_unit_test(map_of_part_of_a_handle_is_not_supported),
+      cmocka_unit_test(reserve_takes_granule_multiples_and_power_of_two_alignments),
       cmocka_unit_test(unmap_may_span_adjacent_mappings_whole),
+      cmocka_unit_test(access_and_unmap_take_a_mapping_whole),
+      cmocka_unit_test(address_free_twice_is_invalid),
       cmocka_unit_test(unmapped_and_inaccessible_addresses_fault),
       cmocka_unit_test(capacity_exhaustion_is_oom_and_leaves_state_intact),
       cmocka_unit_test(large_device_maps_without_touching_pages),

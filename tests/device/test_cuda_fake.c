@@ -548,22 +548,54 @@ static int child_fabric(report_t *r) {
   return CHILD_PASS;
 }
 
+/* As on an H200 with driver 580 and no IMEX channel: the attribute says 1, but
+ * cuMemCreate refuses FABRIC with CUDA_ERROR_NOT_PERMITTED. */
 static int child_fabric_denied(report_t *r) {
   const gca_device_ops_t *ops = gca__cuda_ops();
-  gca_memhandle_t h = 0;
-  EXPECT_OK(r, ops->mem_create(1, 2u << 20, &h));
+  gca_memhandle_t h = 0, h1 = 0;
+  int v = -1;
+  /* Device 1 is asked for the attribute first: a probe settles it. */
+  EXPECT_OK(r, ops->device_attr(1, GCA_ATTR_FABRIC_SUPPORTED, &v));
+  CHECK(r, v == 0);
   CHECK(r, fake_int("fake_cuda_fabric_refusals") == 1);
-  CHECK(r, h == 0x101);
-  EXPECT_OK(r, ops->mem_create(1, 2u << 20, &h));
+  EXPECT_OK(r, ops->mem_create(1, 2u << 20, &h1));
   CHECK(r, fake_int("fake_cuda_fabric_refusals") == 1);
-  CHECK(r, h == 0x101);
-  /* Device 0 still asks once: the refusal is remembered per device. */
+  CHECK(r, h1 == 0x101);
+  /* Device 0 still asks once, at its first mem_create: the refusal is per device. */
   EXPECT_OK(r, ops->mem_create(0, 2u << 20, &h));
   CHECK(r, fake_int("fake_cuda_fabric_refusals") == 2);
   CHECK(r, h == 0x000);
+  EXPECT_OK(r, ops->mem_create(0, 2u << 20, &h));
+  CHECK(r, fake_int("fake_cuda_fabric_refusals") == 2);
+  v = -1;
+  EXPECT_OK(r, ops->device_attr(0, GCA_ATTR_FABRIC_SUPPORTED, &v));
+  CHECK(r, v == 0);
+  CHECK(r, fake_int("fake_cuda_fabric_refusals") == 2); /* settled: no probe */
   uint8_t bytes[GCA_FABRIC_HANDLE_LEN];
-  EXPECT(r, ops->mem_export_fabric(h, bytes), GCA_ERR_INVALID_ARGUMENT, "mem_export_fabric: ");
+  EXPECT(r, ops->mem_export_fabric(h, bytes), GCA_ERR_NOT_SUPPORTED,
+         "mem_export_fabric: handle 0x0 was made without fabric handles: device 0 refused them "
+         "(no IMEX channel for this process; cuMemCreate with fabric handles requested answered "
+         "CUDA_ERROR_NOT_PERMITTED");
+  EXPECT(r, ops->mem_export_fabric(h1, bytes), GCA_ERR_NOT_SUPPORTED, "device 1 refused them");
   CHECK(r, fake_int("fake_cuda_fabric_exports") == 0);
+  int fd = -1;
+  EXPECT_OK(r, ops->mem_export_fd(h1, &fd)); /* fd-exportable all the same */
+  CHECK(r, fd == 42);
+  return CHILD_PASS;
+}
+
+/* Without cuMemGetAllocationPropertiesFromHandle the reason cannot be told: the
+ * driver's own answer stands. */
+static int child_fabric_denied_without_properties(report_t *r) {
+  const gca_device_ops_t *ops = gca__cuda_ops();
+  gca_memhandle_t h = 0;
+  int v = -1;
+  EXPECT_OK(r, ops->device_attr(0, GCA_ATTR_FABRIC_SUPPORTED, &v));
+  CHECK(r, v == 0);
+  EXPECT_OK(r, ops->mem_create(0, 2u << 20, &h));
+  uint8_t bytes[GCA_FABRIC_HANDLE_LEN];
+  EXPECT(r, ops->mem_export_fabric(h, bytes), GCA_ERR_INVALID_ARGUMENT,
+         "mem_export_fabric: CUDA_ERROR_INVALID_VALUE");
   return CHILD_PASS;
 }
 
@@ -576,7 +608,9 @@ static int child_fabric_off(report_t *r) {
   EXPECT_OK(r, ops->mem_create(1, 2u << 20, &h));
   CHECK(r, h == 0x101);
   uint8_t bytes[GCA_FABRIC_HANDLE_LEN];
-  EXPECT(r, ops->mem_export_fabric(h, bytes), GCA_ERR_INVALID_ARGUMENT, "mem_export_fabric: ");
+  EXPECT(r, ops->mem_export_fabric(h, bytes), GCA_ERR_NOT_SUPPORTED,
+         "mem_export_fabric: handle 0x101 was made without fabric handles: device 1 does not "
+         "offer them (GCA_ATTR_FABRIC_SUPPORTED is 0)");
   memset(bytes, 0, sizeof(bytes));
   EXPECT(r, ops->mem_import_fabric(1, bytes, &h), GCA_ERR_NOT_PERMITTED,
          "mem_import_fabric: CUDA_ERROR_NOT_PERMITTED");
@@ -757,7 +791,14 @@ static void fabric_refused_at_create_falls_back_once_per_device(void **state) {
   run_in_child(env, child_fabric_denied);
 }
 
-static void fabric_ops_without_fabric_support_fail_in_the_driver(void **state) {
+static void fabric_refused_without_the_properties_entry_is_the_drivers_error(void **state) {
+  (void)state;
+  const char *env[] = {"FAKE_CUDA_FABRIC", "denied", "FAKE_CUDA_MISSING",
+                       "cuMemGetAllocationPropertiesFromHandle", NULL};
+  run_in_child(env, child_fabric_denied_without_properties);
+}
+
+static void fabric_ops_without_fabric_support_are_refused(void **state) {
   (void)state;
   run_in_child(NULL, child_fabric_off);
 }
@@ -798,7 +839,8 @@ int main(void) {
       cmocka_unit_test(vmm_requests_fd_handles_where_supported),
       cmocka_unit_test(fabric_handles_are_requested_exported_and_imported_as_64_bytes),
       cmocka_unit_test(fabric_refused_at_create_falls_back_once_per_device),
-      cmocka_unit_test(fabric_ops_without_fabric_support_fail_in_the_driver),
+      cmocka_unit_test(fabric_refused_without_the_properties_entry_is_the_drivers_error),
+      cmocka_unit_test(fabric_ops_without_fabric_support_are_refused),
       cmocka_unit_test(fabric_export_without_the_entry_point_is_not_supported),
       cmocka_unit_test(peer_access_is_enabled_once_one_way_and_errors_map),
       cmocka_unit_test(peer_access_the_driver_says_unsupported_is_not_supported),

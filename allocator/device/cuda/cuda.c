@@ -183,6 +183,8 @@ static const symbol_t symbols[] = {
     SYM(MemSetAccess, "cuMemSetAccess", 10020, true),
     SYM(MemExportToShareableHandle, "cuMemExportToShareableHandle", 10020, false),
     SYM(MemImportFromShareableHandle, "cuMemImportFromShareableHandle", 10020, false),
+    SYM(MemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle", 10020,
+        false),
     SYM(StreamCreateWithPriority, "cuStreamCreateWithPriority", 5050, true),
     SYM(StreamDestroy, "cuStreamDestroy", 4000, true), /* _v2 */
     SYM(StreamSynchronize, "cuStreamSynchronize", 2000, true),
@@ -433,7 +435,8 @@ static gca_status_t load_devices(void) {
     if (gca__cuda_drv.DeviceGetAttribute(&fabric, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,
                                          gca__cuda_lib.dev[i].cudev) != CUDA_SUCCESS)
       fabric = 0;
-    atomic_store_explicit(&gca__cuda_lib.dev[i].fabric, fabric != 0, memory_order_relaxed);
+    atomic_store_explicit(&gca__cuda_lib.dev[i].fabric, fabric ? GCA__FABRIC_UNSETTLED : 0,
+                          memory_order_relaxed);
   }
   gca__cuda_lib.ndev = n;
   return GCA_OK;

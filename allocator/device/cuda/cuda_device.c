@@ -141,9 +141,10 @@ static gca_status_t cuda_device_attr(int dev, gca_dev_attr_t attr, int *value) {
   case GCA_ATTR_POSIX_FD_SUPPORTED:
     a = CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED;
     break;
-  case GCA_ATTR_FABRIC_SUPPORTED:
-    a = CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED;
-    break;
+  case GCA_ATTR_FABRIC_SUPPORTED: /* whether they can be made (Note [Fabric handles]) */
+    if (!value)
+      return gca__error(GCA_ERR_INVALID_ARGUMENT, "device_attr: value is NULL");
+    return gca__cuda_fabric_supported(dev, value);
   case GCA_ATTR_MEMORY_POOLS_SUPPORTED:
     a = CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
     break;

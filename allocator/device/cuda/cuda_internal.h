@@ -82,6 +82,8 @@ struct gca__cuda_driver {
                                          CUmemAllocationHandleType type, unsigned long long flags);
   CUresult (*MemImportFromShareableHandle)(CUmemGenericAllocationHandle *handle, void *shareable,
                                            CUmemAllocationHandleType type);
+  CUresult (*MemGetAllocationPropertiesFromHandle)(CUmemAllocationProp *prop,
+                                                   CUmemGenericAllocationHandle handle);
   CUresult (*StreamCreateWithPriority)(CUstream *stream, unsigned int flags, int priority);
   CUresult (*StreamDestroy)(CUstream stream);
   CUresult (*StreamSynchronize)(CUstream stream);
@@ -129,12 +131,16 @@ extern struct gca__cuda_driver gca__cuda_drv;
 
 /* Per device, filled lazily under gca__cuda_dev_lock; once set, ctx, fd_support and
  * module/fns never change (read without the lock after an acquire load).
- * fabric goes from 1 to 0 at most once (Note [Fabric handles]). */
+ * fabric starts at GCA__FABRIC_UNSETTLED when the attribute says yes (else 0)
+ * and is settled once, to 1 or 0; it may still go from 1 to 0, never back
+ * (Note [Fabric handles]). fabric_refusal is stored before fabric becomes 0. */
+#define GCA__FABRIC_UNSETTLED (-1)
 typedef struct gca__cuda_device {
   CUdevice cudev;
-  CUcontext _Atomic ctx; /* retained primary context, NULL until first use */
-  int fd_support;        /* POSIX fd handles: 1 yes, 0 no (read at init) */
-  int _Atomic fabric;    /* request fabric handles in mem_create: 1 yes, 0 no */
+  CUcontext _Atomic ctx;      /* retained primary context, NULL until first use */
+  int fd_support;             /* POSIX fd handles: 1 yes, 0 no (read at init) */
+  int _Atomic fabric;         /* fabric handles: 1 made, 0 not, or GCA__FABRIC_UNSETTLED */
+  int _Atomic fabric_refusal; /* the CUresult cuMemCreate refused them with; 0 when none */
   CUmodule _Atomic module;
   CUfunction fn_fill, fn_add, fn_sleep, fn_philox, fn_copy; /* valid once module != NULL */
   CUfunction fn_gemm, fn_ew, fn_dot;
@@ -207,6 +213,10 @@ void gca__cuda_device_ops(gca_device_ops_t *ops);
 
 /* ---- cuda_mem.c ---- */
 
+/* *out = 1 when memory on `dev` is made with fabric handles, else 0; settles
+ * it first by a probe when not yet known (Note [Fabric handles]). A probe that
+ * fails for another reason than a refusal is its status. */
+gca_status_t gca__cuda_fabric_supported(int dev, int *out);
 /* Installs the memory ops (mem_*, host_*). */
 void gca__cuda_mem_ops(gca_device_ops_t *ops);
 

@@ -10,6 +10,7 @@
  */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,9 +46,17 @@ static gca_status_t cuda_mem_free(int dev, gca_devptr_t ptr) {
  * gets its memory created with POSIX_FD | FABRIC requested, so every handle can
  * later be exported either way. The attribute says what the hardware can do,
  * not whether this process may: without an IMEX channel cuMemCreate refuses
- * the fabric request (CUDA_ERROR_NOT_PERMITTED, or NOT_SUPPORTED). Then the
- * create is retried without it and the device stops asking, so memory stays
- * fd-exportable and a later mem_export_fabric fails in the driver. */
+ * the fabric request with CUDA_ERROR_NOT_PERMITTED (an H200 with driver 580
+ * reports the attribute as 1 and does so), or NOT_SUPPORTED. So whether
+ * fabric handles can be made is settled once per device: by its first
+ * mem_create, or by a probe (one granule created with FABRIC requested, then
+ * released) when GCA_ATTR_FABRIC_SUPPORTED is asked first. After a refusal the
+ * create is retried without FABRIC and the device stops asking: memory stays
+ * fd-exportable, GCA_ATTR_FABRIC_SUPPORTED answers 0, and mem_export_fabric of
+ * memory made without fabric handles is GCA_ERR_NOT_SUPPORTED saying why (the
+ * driver's CUDA_ERROR_INVALID_VALUE names no reason). Through the op table such
+ * a device looks as the sim does without GCA_SIM_FABRIC (Note [Sim fabric
+ * handles]). */
 
 /* Pinned device memory on `dev`, exportable as a POSIX fd where supported and
  * as a fabric handle while `fabric` is set. */
@@ -65,8 +74,57 @@ static CUmemAllocationProp alloc_prop(int dev, bool fabric) {
   return prop;
 }
 
+/* 1, 0 or GCA__FABRIC_UNSETTLED (Note [Fabric handles]). */
+static int fabric_state(int dev) {
+  return atomic_load_explicit(&gca__cuda_lib.dev[dev].fabric, memory_order_acquire);
+}
+
 static bool wants_fabric(int dev) {
-  return atomic_load_explicit(&gca__cuda_lib.dev[dev].fabric, memory_order_relaxed) != 0;
+  return fabric_state(dev) != 0;
+}
+
+/* Whether cuMemCreate's r refuses the fabric request (Note [Fabric handles]). */
+static bool fabric_refused(CUresult r) {
+  return r == CUDA_ERROR_NOT_PERMITTED || r == CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* Settles dev's fabric state from a create that requested fabric handles and
+ * returned r (a success or a refusal). */
+static void fabric_learn(const char *op, int dev, CUresult r) {
+  gca__cuda_device_t *d = &gca__cuda_lib.dev[dev];
+  if (r == CUDA_SUCCESS) {
+    int unsettled = GCA__FABRIC_UNSETTLED;
+    atomic_compare_exchange_strong_explicit(&d->fabric, &unsettled, 1, memory_order_release,
+                                            memory_order_relaxed);
+    return;
+  }
+  char what[256];
+  GCA_LOG_INFO("%s: device %d refused fabric handles (%s); creating memory without them from "
+               "now on (Note [Fabric handles])",
+               op, dev, gca__cuda_describe(r, what, sizeof(what)));
+  atomic_store_explicit(&d->fabric_refusal, (int)r, memory_order_relaxed);
+  atomic_store_explicit(&d->fabric, 0, memory_order_release);
+}
+
+gca_status_t gca__cuda_fabric_supported(int dev, int *out) {
+  GCA_CHECK(gca__cuda_check_dev("device_attr", dev));
+  if (fabric_state(dev) == GCA__FABRIC_UNSETTLED) {
+    char op[96];
+    snprintf(op, sizeof(op), "device_attr: probing device %d for fabric handles", dev);
+    CUmemAllocationProp prop = alloc_prop(dev, true);
+    CUmemGenericAllocationHandle h = 0;
+    size_t g = 0;
+    CU_CHECK(
+        op, gca__cuda_drv.MemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CUresult r = gca__cuda_drv.MemCreate(&h, g, &prop, 0);
+    if (r != CUDA_SUCCESS && !fabric_refused(r))
+      return gca__cuda_error(op, r);
+    fabric_learn(op, dev, r);
+    if (r == CUDA_SUCCESS)
+      CU_CHECK(op, gca__cuda_drv.MemRelease(h));
+  }
+  *out = fabric_state(dev) == 1;
+  return GCA_OK;
 }
 
 static gca_status_t cuda_mem_granularity(int dev, bool recommended, size_t *granularity) {
@@ -96,18 +154,16 @@ static gca_status_t cuda_mem_address_free(int dev, gca_devptr_t ptr, size_t size
 
 static gca_status_t cuda_mem_create(int dev, size_t size, gca_memhandle_t *out) {
   GCA_CHECK(gca__cuda_check_dev("mem_create", dev));
-  bool fabric = wants_fabric(dev);
-  CUmemAllocationProp prop = alloc_prop(dev, fabric);
+  int fabric = fabric_state(dev);
+  CUmemAllocationProp prop = alloc_prop(dev, fabric != 0);
   CUmemGenericAllocationHandle h = 0;
   CUresult r = gca__cuda_drv.MemCreate(&h, size, &prop, 0);
-  if (fabric && (r == CUDA_ERROR_NOT_PERMITTED || r == CUDA_ERROR_NOT_SUPPORTED)) {
-    char what[256];
-    GCA_LOG_INFO("mem_create: device %d refused fabric handles (%s); creating memory without "
-                 "them from now on (Note [Fabric handles])",
-                 dev, gca__cuda_describe(r, what, sizeof(what)));
-    atomic_store_explicit(&gca__cuda_lib.dev[dev].fabric, 0, memory_order_relaxed);
+  if (fabric != 0 && fabric_refused(r)) {
+    fabric_learn("mem_create", dev, r);
     prop = alloc_prop(dev, false);
     r = gca__cuda_drv.MemCreate(&h, size, &prop, 0);
+  } else if (fabric == GCA__FABRIC_UNSETTLED && r == CUDA_SUCCESS) {
+    fabric_learn("mem_create", dev, r);
   }
   CU_CHECK("mem_create", r);
   *out = (gca_memhandle_t)h;
@@ -185,6 +241,36 @@ static gca_status_t cuda_mem_import_fd(int dev, int fd, gca_memhandle_t *out) {
   return GCA_OK;
 }
 
+/* GCA_ERR_NOT_SUPPORTED saying why when `handle` was made without fabric
+ * handles (Note [Fabric handles]); GCA_OK when it was, or that cannot be told. */
+static gca_status_t made_without_fabric(gca_memhandle_t handle) {
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof(prop));
+  if (!gca__cuda_drv.MemGetAllocationPropertiesFromHandle ||
+      gca__cuda_drv.MemGetAllocationPropertiesFromHandle(
+          &prop, (CUmemGenericAllocationHandle)handle) != CUDA_SUCCESS ||
+      (prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC))
+    return GCA_OK;
+  int dev = prop.location.id;
+  if (dev < 0 || dev >= gca__cuda_lib.ndev || fabric_state(dev) != 0)
+    return gca__error(GCA_ERR_NOT_SUPPORTED,
+                      "mem_export_fabric: handle 0x%llx was made without fabric handles",
+                      (unsigned long long)handle);
+  CUresult why =
+      (CUresult)atomic_load_explicit(&gca__cuda_lib.dev[dev].fabric_refusal, memory_order_relaxed);
+  char what[256];
+  if (why != CUDA_SUCCESS)
+    return gca__error(GCA_ERR_NOT_SUPPORTED,
+                      "mem_export_fabric: handle 0x%llx was made without fabric handles: device "
+                      "%d refused them (no IMEX channel for this process; cuMemCreate with "
+                      "fabric handles requested answered %s)",
+                      (unsigned long long)handle, dev, gca__cuda_describe(why, what, sizeof(what)));
+  return gca__error(GCA_ERR_NOT_SUPPORTED,
+                    "mem_export_fabric: handle 0x%llx was made without fabric handles: device %d "
+                    "does not offer them (GCA_ATTR_FABRIC_SUPPORTED is 0)",
+                    (unsigned long long)handle, dev);
+}
+
 static gca_status_t cuda_mem_export_fabric(gca_memhandle_t handle,
                                            uint8_t out[GCA_FABRIC_HANDLE_LEN]) {
   GCA_CHECK(gca__cuda_ready("mem_export_fabric"));
@@ -196,9 +282,11 @@ static gca_status_t cuda_mem_export_fabric(gca_memhandle_t handle,
   CUmemFabricHandle fh;
   _Static_assert(sizeof(fh.data) == GCA_FABRIC_HANDLE_LEN, "CUmemFabricHandle size");
   memset(&fh, 0, sizeof(fh));
-  CU_CHECK("mem_export_fabric",
-           gca__cuda_drv.MemExportToShareableHandle(&fh, (CUmemGenericAllocationHandle)handle,
-                                                    CU_MEM_HANDLE_TYPE_FABRIC, 0));
+  CUresult r = gca__cuda_drv.MemExportToShareableHandle(&fh, (CUmemGenericAllocationHandle)handle,
+                                                        CU_MEM_HANDLE_TYPE_FABRIC, 0);
+  if (r == CUDA_ERROR_INVALID_VALUE)
+    GCA_CHECK(made_without_fabric(handle));
+  CU_CHECK("mem_export_fabric", r);
   memcpy(out, fh.data, GCA_FABRIC_HANDLE_LEN);
   return GCA_OK;
 }

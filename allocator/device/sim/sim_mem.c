@@ -15,20 +15,18 @@
  * the device's queued work first (Note [Sim mem_free synchronizes]).
  *
  * The bookkeeping is three sorted arrays under one mutex: handles by id,
- * reservations by base, and mapping pieces by base, each searched by binary
- * search. A piece is a whole mapping or, after mem_set_access covered only part
- * of one, a part of it; the pieces of one mapping share its map_id and are
- * adjacent, which is how mem_unmap tells "covers each mapping whole" apart from
- * a partial unmap. Handles are ids, never pointers, so a stale or foreign
- * handle is a status, not a crash.
+ * reservations by base, and mappings by base, each searched by binary search.
+ * A mapping is always one whole allocation and stays as mapped until unmapped
+ * (Note [Sim whole mappings]). Handles are ids, never pointers, so a stale or
+ * foreign handle is a status, not a crash.
  *
  * Note [Sim access rights]: as on the driver, access is per device, not per
- * process. A piece records the devices granted access to it (a bitmask set by
- * mem_set_access, which only adds devices, and gone with the piece at
+ * process. A mapping records the devices granted access to it (a bitmask set
+ * by mem_set_access, which only adds devices, and gone with the mapping at
  * mem_unmap, so a re-mapping starts with none). A classic allocation is
  * accessible by its own device and by every device that enabled peer access to
  * its owner (ctx_enable_peer_access, cuCtxEnablePeerAccess), which is why a
- * classic piece's rights are computed from the peer table when asked rather
+ * classic mapping's rights are computed from the peer table when asked rather
  * than stored. The host range is readable and writable as soon as any device
  * has access (a sim device's work is host code), so the rights are enforced
  * where work is submitted: gca__sim_mem_check_access, called for every range
@@ -61,7 +59,7 @@ typedef struct handle_ent {
   phys_t *phys;
 } handle_ent_t;
 
-/* A reservation [base, base+size). mapped == bytes of the pieces inside it.
+/* A reservation [base, base+size). mapped == bytes of the mappings inside it.
  * classic: made by mem_alloc; the VMM ops do not touch it. */
 typedef struct resv {
   uint64_t base;
@@ -71,17 +69,15 @@ typedef struct resv {
   bool classic;
 } resv_t;
 
-/* A mapped piece [base, base+size) showing phys bytes [offset, offset+size).
- * Pieces are disjoint and lie inside one reservation each. */
-typedef struct piece {
+/* A mapping [base, base+size) of all of phys (size == phys->size). Mappings are
+ * disjoint and lie inside one reservation each. */
+typedef struct mapping {
   uint64_t base;
   uint64_t size;
-  uint64_t offset;
-  uint64_t map_id;
   phys_t *phys;
   uint64_t access; /* bit d: device d may touch it (Note [Sim access rights]) */
   bool classic;    /* made by mem_alloc: access is its device's plus peers' */
-} piece_t;
+} mapping_t;
 
 typedef struct vec {
   char *data;
@@ -92,19 +88,17 @@ static struct {
   pthread_mutex_t lock;
   vec_t handles; /* handle_ent_t by id */
   vec_t resvs;   /* resv_t by base */
-  vec_t pieces;  /* piece_t by base */
+  vec_t maps;    /* mapping_t by base */
   phys_t *all;
   uint64_t next_handle;
-  uint64_t next_map_id;
   /* bit p of peers[d]: d enabled access to p's memory (Note [Sim access rights]) */
   uint64_t peers[GCA_SIM_MAX_DEVICES];
 } mem = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .handles = {.esz = sizeof(handle_ent_t)},
     .resvs = {.esz = sizeof(resv_t)},
-    .pieces = {.esz = sizeof(piece_t)},
+    .maps = {.esz = sizeof(mapping_t)},
     .next_handle = 1,
-    .next_map_id = 1,
 };
 
 /* ---- sorted arrays ---- */
@@ -133,7 +127,7 @@ static size_t vec_lower(const vec_t *v, uint64_t key) {
 }
 
 /* Index of the element whose [key, key+size) contains addr, or -1; the element's
- * second field must be its size (resv_t, piece_t). */
+ * second field must be its size (resv_t, mapping_t). */
 static long vec_containing(const vec_t *v, uint64_t addr) {
   size_t i = vec_lower(v, addr + 1);
   if (i == 0)
@@ -424,56 +418,80 @@ static resv_t *resv_of(uint64_t addr) {
   return i < 0 ? NULL : vec_at(&mem.resvs, (size_t)i);
 }
 
-/* ---- mapping pieces (mem.lock held) ---- */
+/* ---- mappings (mem.lock held) ---- */
 
-static piece_t *piece_at(size_t i) {
-  return vec_at(&mem.pieces, i);
+/* Note [Sim whole mappings]: the sim answers as the driver does, measured on an
+ * H200 with driver 580 where cuda.h is silent or says otherwise. mem_map maps a
+ * handle whole and from its start: a nonzero offset, or fewer bytes than the
+ * handle has, is CUDA_ERROR_NOT_SUPPORTED (cuda.h says the offset "must be
+ * zero", which would read as CUDA_ERROR_INVALID_VALUE). So a mapping is one
+ * whole allocation and stays so until unmapped. mem_set_access and mem_unmap
+ * act on whole mappings: a range may span several adjacent mappings, but one
+ * that covers only part of a mapping is CUDA_ERROR_INVALID_VALUE. mem_unmap
+ * also takes reserved bytes that are not mapped (unmapping a range that is
+ * already unmapped succeeds); mem_set_access needs every byte mapped. */
+
+static mapping_t *map_at(size_t i) {
+  return vec_at(&mem.maps, i);
 }
 
-/* Whether [ptr, end) is covered by adjacent pieces without gaps; *first is the
- * index of the piece holding ptr, *past one past the last piece touched, and on
- * false *gap the first address not mapped. */
-static bool cover(uint64_t ptr, uint64_t end, size_t *first, size_t *past, uint64_t *gap) {
-  long i = vec_containing(&mem.pieces, ptr);
-  *gap = ptr;
-  if (i < 0)
-    return false;
-  size_t j = (size_t)i;
-  uint64_t cur = piece_at(j)->base;
-  while (cur < end) {
-    if (j == mem.pieces.len || piece_at(j)->base != cur) {
-      *gap = cur;
-      return false;
-    }
-    cur += piece_at(j)->size;
-    j++;
+/* The mappings [*first, *past) that meet [ptr, end). Returns the first byte of
+ * [ptr, end) that none of them covers, or end when they cover it all. */
+static uint64_t maps_meeting(uint64_t ptr, uint64_t end, size_t *first, size_t *past) {
+  size_t i = vec_lower(&mem.maps, ptr);
+  if (i > 0 && map_at(i - 1)->base + map_at(i - 1)->size > ptr)
+    i--;
+  uint64_t cur = ptr, gap = end;
+  size_t j = i;
+  for (; j < mem.maps.len && map_at(j)->base < end; j++) {
+    if (gap == end && map_at(j)->base > cur)
+      gap = cur;
+    cur = map_at(j)->base + map_at(j)->size;
   }
-  *first = (size_t)i;
+  if (gap == end && cur < end)
+    gap = cur;
+  *first = i;
   *past = j;
-  return true;
+  return gap;
 }
 
-/* cover(), failing with GCA_ERR_INVALID_ARGUMENT naming the first unmapped address. */
-static gca_status_t covered(const char *op, uint64_t ptr, uint64_t end, size_t *first,
-                            size_t *past) {
-  uint64_t gap;
-  if (!cover(ptr, end, first, past, &gap))
-    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: 0x%llx in [0x%llx, 0x%llx) is not mapped", op,
-                      (unsigned long long)gap, (unsigned long long)ptr, (unsigned long long)end);
+/* GCA_OK when every byte of [ptr, end) lies in reservations made by
+ * mem_address_reserve; else GCA_ERR_INVALID_ARGUMENT naming the first that does not. */
+static gca_status_t reserved(const char *op, uint64_t ptr, uint64_t end) {
+  for (uint64_t cur = ptr; cur < end;) {
+    const resv_t *r = resv_of(cur);
+    if (!r)
+      return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: 0x%llx in [0x%llx, 0x%llx) is not reserved",
+                        op, (unsigned long long)cur, (unsigned long long)ptr,
+                        (unsigned long long)end);
+    if (r->classic)
+      return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                        "%s: 0x%llx belongs to a mem_alloc allocation (freed by mem_free), not to "
+                        "a reservation",
+                        op, (unsigned long long)cur);
+    cur = r->base + r->size;
+  }
   return GCA_OK;
 }
 
-/* Splits the piece at index i so that a piece begins at `at` (inside it). */
-static gca_status_t piece_split(const char *op, size_t i, uint64_t at) {
-  piece_t tail = *piece_at(i);
-  uint64_t head = at - tail.base;
-  tail.base = at;
-  tail.size -= head;
-  tail.offset += head;
-  if (!vec_insert(&mem.pieces, i + 1, &tail))
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "%s: no host memory for the mapping table", op);
-  piece_at(i)->size = head;
-  tail.phys->refs++;
+/* The mappings [*first, *past) in [ptr, end), each lying in it whole, and with
+ * `gapless` covering all of it (Note [Sim whole mappings]); else
+ * GCA_ERR_INVALID_ARGUMENT naming the mapping cut or the first byte unmapped. */
+static gca_status_t whole_mappings(const char *op, uint64_t ptr, uint64_t end, bool gapless,
+                                   size_t *first, size_t *past) {
+  uint64_t gap = maps_meeting(ptr, end, first, past);
+  for (size_t k = *first; k < *past; k++) {
+    const mapping_t *mp = map_at(k);
+    if (mp->base < ptr || mp->base + mp->size > end)
+      return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                        "%s: [0x%llx, 0x%llx) covers only part of the mapping [0x%llx, 0x%llx); "
+                        "it takes whole mappings (CUDA_ERROR_INVALID_VALUE)",
+                        op, (unsigned long long)ptr, (unsigned long long)end,
+                        (unsigned long long)mp->base, (unsigned long long)(mp->base + mp->size));
+  }
+  if (gapless && gap < end)
+    return gca__error(GCA_ERR_INVALID_ARGUMENT, "%s: 0x%llx in [0x%llx, 0x%llx) is not mapped", op,
+                      (unsigned long long)gap, (unsigned long long)ptr, (unsigned long long)end);
   return GCA_OK;
 }
 
@@ -557,15 +575,22 @@ static gca_status_t sim_mem_address_reserve(int dev, size_t size, size_t alignme
   GCA_SIM_ENTER(mem_address_reserve, 0);
   GCA_CHECK(gca__sim_check_device("mem_address_reserve", dev));
   GCA_CHECK(gca__sim_check_out("mem_address_reserve", out, "out"));
-  /* As cuMemAddressReserve: size a multiple of the host page size, alignment
-   * 0 (default) or a power of two. The range always starts on a granule, as
-   * the driver's do, since only granule-aligned ranges can be mapped. */
-  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-  if (size == 0 || size % page || (alignment & (alignment - 1)))
+  /* As cuMemAddressReserve on an H200 with driver 580: the size a nonzero
+   * multiple of the granularity (cuda.h does not say so; a granule and a half,
+   * or two 4 KiB pages, is CUDA_ERROR_INVALID_VALUE), the alignment 0 (the
+   * default) or any power of two, also one below the granularity. The range
+   * always starts on a granule, as the driver's do, since only granule-aligned
+   * ranges can be mapped. */
+  if (size == 0 || size % GRAN)
     return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "mem_address_reserve: size %zu is not a positive multiple of the host page "
-                      "size (%llu) or alignment %zu is not 0 or a power of two",
-                      size, (unsigned long long)page, alignment);
+                      "mem_address_reserve: size %zu is not a positive multiple of the "
+                      "granularity (%llu) (CUDA_ERROR_INVALID_VALUE)",
+                      size, (unsigned long long)GRAN);
+  if (alignment & (alignment - 1))
+    return gca__error(GCA_ERR_INVALID_ARGUMENT,
+                      "mem_address_reserve: alignment %zu is not 0 or a power of two "
+                      "(CUDA_ERROR_INVALID_VALUE)",
+                      alignment);
   uint64_t align = alignment > GRAN ? alignment : GRAN;
   uint64_t base;
   GCA_CHECK(reserve_range("mem_address_reserve", size, align, &base));
@@ -607,14 +632,16 @@ static gca_status_t sim_mem_address_free(int dev, gca_devptr_t ptr, size_t size)
   return st;
 }
 
+/* Note [Sim whole mappings] for what is NOT_SUPPORTED rather than invalid. */
 static gca_status_t sim_mem_map(gca_devptr_t ptr, size_t size, size_t offset,
                                 gca_memhandle_t handle) {
   GCA_SIM_ENTER(mem_map, 0);
   GCA_CHECK(check_range("mem_map", ptr, size));
   if (offset != 0)
-    return gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "mem_map: offset %zu into the handle; cuMemMap's offset must be zero",
-                      offset);
+    return gca__error(GCA_ERR_NOT_SUPPORTED,
+                      "mem_map: offset %zu into handle 0x%llx; a handle is mapped from its start "
+                      "only (CUDA_ERROR_NOT_SUPPORTED)",
+                      offset, (unsigned long long)handle);
   gca_status_t st = GCA_OK;
   pthread_mutex_lock(&mem.lock);
   phys_t *p = gca__sim_memhandle_find(handle, NULL);
@@ -623,9 +650,15 @@ static gca_status_t sim_mem_map(gca_devptr_t ptr, size_t size, size_t offset,
                     (unsigned long long)handle);
     goto out;
   }
-  if (offset > p->size || size > p->size - offset) {
-    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
-                    "mem_map: offset %zu + size %zu is beyond the handle's %llu bytes", offset,
+  if (size > p->size) {
+    st = gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_map: size %zu is beyond the handle's %llu bytes",
+                    size, (unsigned long long)p->size);
+    goto out;
+  }
+  if (size < p->size) {
+    st = gca__error(GCA_ERR_NOT_SUPPORTED,
+                    "mem_map: %zu of the handle's %llu bytes; a handle is mapped whole "
+                    "(CUDA_ERROR_NOT_SUPPORTED)",
                     size, (unsigned long long)p->size);
     goto out;
   }
@@ -635,31 +668,29 @@ static gca_status_t sim_mem_map(gca_devptr_t ptr, size_t size, size_t offset,
                     (unsigned long long)ptr, size);
     goto out;
   }
-  size_t j = vec_lower(&mem.pieces, ptr);
-  piece_t *prev = j > 0 ? piece_at(j - 1) : NULL;
-  piece_t *next = j < mem.pieces.len ? piece_at(j) : NULL;
+  size_t j = vec_lower(&mem.maps, ptr);
+  mapping_t *prev = j > 0 ? map_at(j - 1) : NULL;
+  mapping_t *next = j < mem.maps.len ? map_at(j) : NULL;
   if ((prev && prev->base + prev->size > ptr) || (next && next->base < ptr + size)) {
-    piece_t *o = (prev && prev->base + prev->size > ptr) ? prev : next;
+    mapping_t *o = (prev && prev->base + prev->size > ptr) ? prev : next;
     st =
         gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_map: 0x%llx + %zu overlaps the mapping at 0x%llx",
                    (unsigned long long)ptr, size, (unsigned long long)o->base);
     goto out;
   }
-  piece_t np = {.base = ptr, .size = size, .offset = offset, .map_id = mem.next_map_id, .phys = p};
-  if (!vec_insert(&mem.pieces, j, &np)) {
+  mapping_t nm = {.base = ptr, .size = size, .phys = p};
+  if (!vec_insert(&mem.maps, j, &nm)) {
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "mem_map: no host memory for the mapping table");
     goto out;
   }
-  void *m =
-      mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd, (off_t)offset);
+  void *m = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd, 0);
   if (m == MAP_FAILED) {
     st = gca__error(GCA_ERR_DRIVER, "mem_map: mmap at 0x%llx failed: %s", (unsigned long long)ptr,
                     strerror(errno));
-    vec_remove(&mem.pieces, j, 1);
+    vec_remove(&mem.maps, j, 1);
     reset_range("mem_map", ptr, size);
     goto out;
   }
-  mem.next_map_id++;
   p->refs++;
   r->mapped += size;
 out:
@@ -667,6 +698,8 @@ out:
   return st;
 }
 
+/* Unmaps the whole mappings in a reserved range; bytes not mapped are passed
+ * over (Note [Sim whole mappings]). */
 static gca_status_t sim_mem_unmap(gca_devptr_t ptr, size_t size) {
   GCA_SIM_ENTER(mem_unmap, 0);
   GCA_CHECK(check_range("mem_unmap", ptr, size));
@@ -674,41 +707,26 @@ static gca_status_t sim_mem_unmap(gca_devptr_t ptr, size_t size) {
   uint64_t end = ptr + size;
   size_t i = 0, j = 0;
   pthread_mutex_lock(&mem.lock);
-  GCA_CHECK_GOTO(covered("mem_unmap", ptr, end, &i, &j), st, out);
-  piece_t *first = piece_at(i), *last = piece_at(j - 1);
-  bool cut_head = first->base != ptr || (i > 0 && piece_at(i - 1)->map_id == first->map_id);
-  bool cut_tail =
-      last->base + last->size != end || (j < mem.pieces.len && piece_at(j)->map_id == last->map_id);
-  if (cut_head || cut_tail) {
-    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
-                    "mem_unmap: [0x%llx, 0x%llx) covers only part of the mapping at 0x%llx; "
-                    "each mapping must be unmapped whole",
-                    (unsigned long long)ptr, (unsigned long long)end,
-                    (unsigned long long)(cut_head ? first->base : last->base));
+  GCA_CHECK_GOTO(reserved("mem_unmap", ptr, end), st, out);
+  GCA_CHECK_GOTO(whole_mappings("mem_unmap", ptr, end, false, &i, &j), st, out);
+  if (i == j)
     goto out;
-  }
-  for (size_t k = i; k < j; k++) {
-    if (resv_of(piece_at(k)->base)->classic) {
-      st = gca__error(GCA_ERR_INVALID_ARGUMENT,
-                      "mem_unmap: 0x%llx belongs to a mem_alloc allocation; use mem_free",
-                      (unsigned long long)piece_at(k)->base);
-      goto out;
-    }
-  }
   GCA_CHECK_GOTO(reset_range("mem_unmap", ptr, size), st, out);
   for (size_t k = i; k < j; k++) {
-    piece_t *pc = piece_at(k);
-    resv_t *r = resv_of(pc->base);
-    GCA_ASSERT(r != NULL && r->mapped >= pc->size);
-    r->mapped -= pc->size;
-    gca__sim_phys_unref(pc->phys);
+    mapping_t *mp = map_at(k);
+    resv_t *r = resv_of(mp->base);
+    GCA_ASSERT(r != NULL && r->mapped >= mp->size);
+    r->mapped -= mp->size;
+    gca__sim_phys_unref(mp->phys);
   }
-  vec_remove(&mem.pieces, i, j - i);
+  vec_remove(&mem.maps, i, j - i);
 out:
   pthread_mutex_unlock(&mem.lock);
   return st;
 }
 
+/* Grants devs access to the whole mappings that cover [ptr, ptr+size) (Note
+ * [Sim whole mappings]). */
 static gca_status_t sim_mem_set_access(gca_devptr_t ptr, size_t size, const int *devs, int ndevs) {
   GCA_SIM_ENTER(mem_set_access, 0);
   GCA_CHECK(check_range("mem_set_access", ptr, size));
@@ -720,21 +738,8 @@ static gca_status_t sim_mem_set_access(gca_devptr_t ptr, size_t size, const int 
   uint64_t end = ptr + size;
   size_t i = 0, j = 0;
   pthread_mutex_lock(&mem.lock);
-  GCA_CHECK_GOTO(covered("mem_set_access", ptr, end, &i, &j), st, out);
-  if (resv_of(ptr)->classic) {
-    st = gca__error(GCA_ERR_INVALID_ARGUMENT,
-                    "mem_set_access: 0x%llx belongs to a mem_alloc allocation",
-                    (unsigned long long)ptr);
-    goto out;
-  }
-  if (piece_at(i)->base < ptr) {
-    GCA_CHECK_GOTO(piece_split("mem_set_access", i, ptr), st, out);
-    i++;
-    j++;
-  }
-  piece_t *last = piece_at(j - 1);
-  if (last->base + last->size > end)
-    GCA_CHECK_GOTO(piece_split("mem_set_access", j - 1, end), st, out);
+  GCA_CHECK_GOTO(reserved("mem_set_access", ptr, end), st, out);
+  GCA_CHECK_GOTO(whole_mappings("mem_set_access", ptr, end, true, &i, &j), st, out);
   if (mprotect((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) != 0) {
     st = gca__error(GCA_ERR_DRIVER, "mem_set_access: mprotect of 0x%llx + %zu failed: %s",
                     (unsigned long long)ptr, size, strerror(errno));
@@ -744,7 +749,7 @@ static gca_status_t sim_mem_set_access(gca_devptr_t ptr, size_t size, const int 
   for (int k = 0; k < ndevs; k++)
     grant |= (uint64_t)1 << devs[k];
   for (size_t k = i; k < j; k++)
-    piece_at(k)->access |= grant;
+    map_at(k)->access |= grant;
 out:
   pthread_mutex_unlock(&mem.lock);
   return st;
@@ -817,7 +822,7 @@ static uint32_t units_find(const chunk_t *c, uint32_t n) {
 }
 
 /* A classic range of `size` bytes on dev (capacity taken, memfd, reservation
- * mapped read-write, recorded as a classic reservation and one piece). */
+ * mapped read-write, recorded as a classic reservation and one mapping). */
 static gca_status_t classic_range_make(int dev, uint64_t size, uint64_t *out) {
   gca_status_t st;
   phys_t *p;
@@ -833,25 +838,20 @@ static gca_status_t classic_range_make(int dev, uint64_t size, uint64_t *out) {
   }
   resv_t r = {.base = base, .size = size, .mapped = size, .dev = dev, .classic = true};
   pthread_mutex_lock(&mem.lock);
-  piece_t pc = {.base = base,
-                .size = size,
-                .map_id = mem.next_map_id,
-                .phys = p,
-                .access = (uint64_t)1 << dev,
-                .classic = true};
+  mapping_t mp = {
+      .base = base, .size = size, .phys = p, .access = (uint64_t)1 << dev, .classic = true};
   size_t ri = vec_lower(&mem.resvs, base);
   if (!vec_insert(&mem.resvs, ri, &r)) {
     pthread_mutex_unlock(&mem.lock);
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "mem_alloc: no host memory for the reservation table");
     goto fail_resv;
   }
-  if (!vec_insert(&mem.pieces, vec_lower(&mem.pieces, base), &pc)) {
+  if (!vec_insert(&mem.maps, vec_lower(&mem.maps, base), &mp)) {
     vec_remove(&mem.resvs, ri, 1);
     pthread_mutex_unlock(&mem.lock);
     st = gca__error(GCA_ERR_OUT_OF_MEMORY, "mem_alloc: no host memory for the mapping table");
     goto fail_resv;
   }
-  mem.next_map_id++;
   p->refs = 1;
   pthread_mutex_unlock(&mem.lock);
   *out = base;
@@ -870,13 +870,13 @@ fail_phys:
 /* Gives back a range from classic_range_make (mem.lock held). */
 static void classic_range_drop(uint64_t base) {
   size_t ri = vec_lower(&mem.resvs, base);
-  size_t pi = vec_lower(&mem.pieces, base);
-  GCA_ASSERT(ri < mem.resvs.len && pi < mem.pieces.len && piece_at(pi)->base == base);
+  size_t pi = vec_lower(&mem.maps, base);
+  GCA_ASSERT(ri < mem.resvs.len && pi < mem.maps.len && map_at(pi)->base == base);
   resv_t *r = vec_at(&mem.resvs, ri);
   GCA_ASSERT(r->base == base && r->classic);
-  phys_t *p = piece_at(pi)->phys;
+  phys_t *p = map_at(pi)->phys;
   unreserve_range(base, r->size);
-  vec_remove(&mem.pieces, pi, 1);
+  vec_remove(&mem.maps, pi, 1);
   vec_remove(&mem.resvs, ri, 1);
   gca__sim_phys_unref(p);
 }
@@ -1028,11 +1028,10 @@ int gca__sim_mem_device_of(gca_devptr_t ptr, size_t len) {
     return -1;
   pthread_mutex_lock(&mem.lock);
   size_t i, j;
-  uint64_t gap;
-  if (cover(ptr, end, &i, &j, &gap)) {
-    dev = piece_at(i)->phys->dev;
+  if (maps_meeting(ptr, end, &i, &j) == end) {
+    dev = map_at(i)->phys->dev;
     for (size_t k = i; k < j; k++)
-      if (!piece_at(k)->access)
+      if (!map_at(k)->access)
         dev = -1;
   }
   pthread_mutex_unlock(&mem.lock);
@@ -1057,12 +1056,12 @@ bool gca__sim_mem_in_device_space(gca_devptr_t ptr, size_t len) {
 
 _Static_assert(GCA_SIM_MAX_DEVICES <= 64, "access rights are a 64-bit mask of devices");
 
-/* Whether `dev` may touch piece pc (mem.lock held); a copy needs no peer access
+/* Whether `dev` may touch mapping mp (mem.lock held); a copy needs no peer access
  * for classic memory. */
-static bool piece_allows(const piece_t *pc, int dev, bool copy) {
-  if (!pc->classic)
-    return (pc->access >> dev) & 1u;
-  int owner = pc->phys->dev;
+static bool map_allows(const mapping_t *mp, int dev, bool copy) {
+  if (!mp->classic)
+    return (mp->access >> dev) & 1u;
+  int owner = mp->phys->dev;
   return copy || owner == dev || ((mem.peers[dev] >> owner) & 1u);
 }
 
@@ -1084,30 +1083,29 @@ gca_status_t gca__sim_mem_check_access(const char *op, int dev, gca_devptr_t ptr
   uint64_t end = ptr + len < ptr ? UINT64_MAX : ptr + len;
   gca_status_t st = GCA_OK;
   pthread_mutex_lock(&mem.lock);
-  size_t k = vec_lower(&mem.pieces, ptr);
-  if (k > 0 && piece_at(k - 1)->base + piece_at(k - 1)->size > ptr)
-    k--;
-  for (; k < mem.pieces.len && piece_at(k)->base < end; k++) {
-    const piece_t *pc = piece_at(k);
-    if (piece_allows(pc, dev, copy))
+  size_t i, j;
+  maps_meeting(ptr, end, &i, &j);
+  for (size_t k = i; k < j; k++) {
+    const mapping_t *mp = map_at(k);
+    if (map_allows(mp, dev, copy))
       continue;
-    uint64_t at = pc->base > ptr ? pc->base : ptr;
+    uint64_t at = mp->base > ptr ? mp->base : ptr;
     char granted[96];
-    if (pc->classic)
+    if (mp->classic)
       st = gca__error(GCA_ERR_ILLEGAL_ADDRESS,
                       "%s: device %d cannot access 0x%llx in [0x%llx, 0x%llx): it is device %d's "
                       "mem_alloc memory and device %d has not enabled peer access to device %d "
                       "(ctx_enable_peer_access) (CUDA_ERROR_ILLEGAL_ADDRESS)",
                       op, dev, (unsigned long long)at, (unsigned long long)ptr,
-                      (unsigned long long)end, pc->phys->dev, dev, pc->phys->dev);
+                      (unsigned long long)end, mp->phys->dev, dev, mp->phys->dev);
     else
       st = gca__error(GCA_ERR_ILLEGAL_ADDRESS,
                       "%s: device %d cannot access 0x%llx in [0x%llx, 0x%llx): the mapping of "
                       "device %d's memory at 0x%llx grants access to devices %s "
                       "(mem_set_access) (CUDA_ERROR_ILLEGAL_ADDRESS)",
                       op, dev, (unsigned long long)at, (unsigned long long)ptr,
-                      (unsigned long long)end, pc->phys->dev, (unsigned long long)pc->base,
-                      devs_str(pc->access, granted, sizeof(granted)));
+                      (unsigned long long)end, mp->phys->dev, (unsigned long long)mp->base,
+                      devs_str(mp->access, granted, sizeof(granted)));
     break;
   }
   pthread_mutex_unlock(&mem.lock);

@@ -127,7 +127,11 @@ static gca_status_t sim_mem_import_fd(int dev, int fd, gca_memhandle_t *out) {
  * inode; another process opens /proc/PID/fd/FD (the path the kernel offers to
  * a process of the same user) and accepts it only when it is the sim's sealed
  * memfd with the inode and size the handle names, so a forged or stale handle
- * (the exporter gone, the fd number reused) is refused, never mapped. */
+ * (the exporter gone, the fd number reused) is refused, never mapped. A GPU
+ * that reports fabric support but whose driver refuses to create fabric
+ * handles (no IMEX channel) needs no mode of its own: the cuda backend then
+ * answers GCA_ATTR_FABRIC_SUPPORTED = 0 and mem_export_fabric NOT_SUPPORTED
+ * (Note [Fabric handles]), as the sim does by default. */
 #define FABRIC_MAGIC "GCASIMF1"
 
 typedef struct fabric_name {
