@@ -91,6 +91,8 @@ SHIM_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
   X(cudaHostRegister)    \
   X(cuMemHostAlloc)      \
   X(cuMemFreeHost)       \
+  X(cudaStreamDestroy)   \
+  X(cuStreamDestroy)     \
   X(foreign_free)        \
   X(failed_alloc)
 
@@ -807,14 +809,42 @@ SHIM_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigne
   return rt_status(sim_stream_create("cudaStreamCreateWithPriority", pStream, flags, priority));
 }
 
+/* Note [Destroyed streams] (allocator/streamkey.c): gca keeps stream handles
+ * of the memory allocated and recorded on them, and the driver may crash on
+ * a destroyed one, so a stream the program destroys is retired in the
+ * allocator first, on both backends. */
+static void retire_stream(cudaStream_t stream) {
+  void (*retire)(gca_stream_t) = atomic_load(&gca__stream_retire_hook);
+  if (retire != NULL && stream != NULL && !GCA_STREAM_IS_SPECIAL(stream))
+    retire(stream);
+}
+
 SHIM_API cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  if (!shim_on_sim())
+  count_call(CALL_cudaStreamDestroy);
+  if (!shim_on_sim()) {
+    retire_stream(stream);
     FORWARD_RT(cudaStreamDestroy, stream);
+  }
   if (gca_stream_of(stream, false) == NULL)
     return rt_status(gca__error(GCA_ERR_INVALID_HANDLE,
                                 "cudaStreamDestroy: %p is a default stream, not a created one",
                                 (void *)stream));
-  return rt_status(dev_ops()->stream_destroy(stream));
+  return rt_status(gca__stream_destroy_retired(dev_ops(), stream));
+}
+
+/* The driver's cuStreamDestroy (cuda.h names it cuStreamDestroy_v2), retired
+ * as above; on sim the shim serves it as it serves cudaStreamDestroy. */
+SHIM_API CUresult cuStreamDestroy_v2(CUstream hStream) {
+  count_call(CALL_cuStreamDestroy);
+  if (!shim_on_sim()) {
+    retire_stream(hStream);
+    FORWARD_DRV(cuStreamDestroy_v2, hStream);
+  }
+  if (gca_stream_of(hStream, false) == NULL)
+    return drv_status(gca__error(GCA_ERR_INVALID_HANDLE,
+                                 "cuStreamDestroy_v2: %p is a default stream, not a created one",
+                                 (void *)hStream));
+  return drv_status(gca__stream_destroy_retired(dev_ops(), hStream));
 }
 
 SHIM_API cudaError_t cudaStreamSynchronize(cudaStream_t stream) {

@@ -15,6 +15,11 @@
  *   ctor                 checks the allocation made by ctor_lib's constructor.
  *   driver               the driver API's allocation entry points, looked up
  *                        by name (the program does not link libcuda).
+ *   streams              memory allocated on a stream the program then destroys
+ *                        (cudaStreamDestroy, cuStreamDestroy) is released
+ *                        later: 600 MiB on each, freed, the streams destroyed,
+ *                        then 600 MiB on the legacy stream, which on a 1 GiB
+ *                        sim device fits only once those cached segments go.
  *   host                 pinned host memory: cudaHostAlloc / cudaMallocHost /
  *                        cudaFreeHost, cudaHostRegister / Unregister and the
  *                        driver's cuMemHostAlloc / cuMemFreeHost, stamped
@@ -335,6 +340,35 @@ static void round_trip(uint8_t *a, uint8_t *b, size_t n, unsigned key, cudaStrea
   CHECK(cudaFreeAsync(d, s));
 }
 
+static int run_streams(void) {
+  const size_t big = (size_t)600 << 20;
+  CUresult (*stream_destroy)(CUstream) =
+      (CUresult(*)(CUstream))dlsym(RTLD_DEFAULT, "cuStreamDestroy_v2");
+  EXPECT(stream_destroy != NULL, "cuStreamDestroy_v2 is defined (the shim's)");
+  for (int k = 0; k < 2; k++) {
+    cudaStream_t s;
+    void *p = NULL;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudaMallocAsync(&p, big, s));
+    CHECK(cudaMemsetAsync(p, 1, big, s));
+    CHECK(cudaFreeAsync(p, s));
+    if (k == 0)
+      CHECK(cudaStreamDestroy(s));
+    else
+      EXPECT(stream_destroy((CUstream)s) == CUDA_SUCCESS, "cuStreamDestroy_v2");
+  }
+  void *q = NULL;
+  uint8_t back[64];
+  CHECK(cudaMalloc(&q, big));
+  CHECK(cudaMemset(q, 2, big));
+  CHECK(cudaMemcpy(back, q, sizeof(back), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < sizeof(back); i++)
+    EXPECT(back[i] == 2, "byte %zu is 0x%02x", i, back[i]);
+  CHECK(cudaFree(q));
+  printf("cudart_user: streams ok\n");
+  return 0;
+}
+
 static int run_host(void) {
   cudaStream_t s = NULL;
   CHECK(cudaStreamCreate(&s));
@@ -408,6 +442,8 @@ int main(int argc, char **argv) {
     return run_host();
   if (strcmp(mode, "driver") == 0)
     return run_driver();
+  if (strcmp(mode, "streams") == 0)
+    return run_streams();
   if (strcmp(mode, "ctor") == 0) {
     EXPECT(preload_ctor_result() == 1, "the constructor's allocation went well (result %d)",
            preload_ctor_result());

@@ -246,6 +246,30 @@ static void driver_api_allocations_are_served_by_gca(void **state) {
   assert_int_equal(field(dev, "live"), 0);
 }
 
+/* Note [Destroyed streams]: a program destroys streams it allocated on, with
+ * the runtime's cudaStreamDestroy and the driver's cuStreamDestroy; the
+ * cached segments made on them are released later (an allocation that fits
+ * a 1 GiB device only without them) and gca names neither stream to the
+ * device again: the sim would abort (Note [Strict handles]). */
+static void memory_of_destroyed_streams_is_released_without_naming_them(void **state) {
+  (void)state;
+  if (!need_program())
+    skip();
+  const char *env[] = {"GCA_ALLOC_CONF=expandable_segments:True", "GCA_SIM_DEVICE_MEMORY=1GiB",
+                       NULL};
+  const char *args[] = {"streams", NULL};
+  run_result_t r = run_program(env, args);
+  assert_int_equal(r.exit_code, 0);
+  assert_non_null(strstr(r.out, "cudart_user: streams ok"));
+  char calls[768], dev[768];
+  assert_non_null(line_of(r.err, "gca-preload: calls:", calls, sizeof(calls)));
+  assert_int_equal(field(calls, "cudaStreamDestroy"), 1);
+  assert_int_equal(field(calls, "cuStreamDestroy"), 1);
+  assert_non_null(line_of(r.err, "gca-preload: device 0 (sim):", dev, sizeof(dev)));
+  assert_int_equal(field(dev, "live"), 0);
+  assert_true(field(dev, "device frees") >= 2);
+}
+
 /* cudaHostAlloc, cudaMallocHost, cudaFreeHost, cudaHostRegister/Unregister,
  * cuMemHostAlloc and cuMemFreeHost of a cudart program are served by gca's
  * pinned host allocator (stamps round-trip through the device), without any
@@ -441,6 +465,8 @@ int main(void) {
       cmocka_unit_test_teardown(oom_and_injected_faults_become_cuda_errors_and_state_stays_intact,
                                 release_last_run),
       cmocka_unit_test_teardown(driver_api_allocations_are_served_by_gca, release_last_run),
+      cmocka_unit_test_teardown(memory_of_destroyed_streams_is_released_without_naming_them,
+                                release_last_run),
       cmocka_unit_test_teardown(pinned_host_calls_are_served_and_malloc_stays_glibcs,
                                 release_last_run),
       cmocka_unit_test_teardown(allocation_in_another_library_constructor_is_served,
