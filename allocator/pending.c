@@ -95,6 +95,15 @@ static gca_status_t events_reserve(gca__devalloc_t *d, const gca__block_t *b) {
 static gca_status_t use_op(gca__devalloc_t *d, const gca__use_t *u, gca_event_t ev) {
   int cur = u->dev;
   gca_status_t st;
+  if (GCA_UNLIKELY(u->stream == GCA__STREAM_GONE)) { /* Note [Destroyed streams] */
+    if (ev == NULL)
+      return d->ops->ctx_synchronize(u->dev);
+    /* the callers wait for the device with the lock let go, then count it done
+     * (Note [Gone streams of deferred frees], and the free's own loop) */
+    return gca__error(GCA_ERR_INVALID_HANDLE,
+                      "a stream recorded on the block was destroyed; waiting for device %d",
+                      u->dev);
+  }
   if (GCA_UNLIKELY(gca__stream_is_ptds(u->stream))) /* Note [Per-thread stream keys] */
     return gca__stream_op(d, u->dev, u->stream, ev);
   if (u->stream == NULL) {

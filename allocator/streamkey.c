@@ -78,9 +78,9 @@ gca_status_t gca__stream_synchronize(gca__devalloc_t *d, gca_stream_t s) {
  *     device instead of the stream (a new stream with the same handle may be
  *     using it, so the wait cannot be skipped either);
  *   - a block's recorded use of it becomes GCA__STREAM_GONE, a key no thread
- *     has: the block's free waits for the device instead of recording an
- *     event on the stream, as for another thread's per-thread stream (Note
- *     [Per-thread stream keys]). That needs no wait here.
+ *     has: the block's free waits for the device (with the lock let go, as
+ *     the free does for a use whose stream the sim calls stale) instead of
+ *     recording an event on the stream. That needs no wait here.
  * A stream destroyed behind gca's back (straight through the driver) must
  * outlive the memory allocated or recorded on it, as PyTorch's allocator
  * requires of external streams. The sim holds the tests to that: a use of a
