@@ -70,7 +70,7 @@ typedef struct gca__sim_work {
   uint32_t op;     /* gemm: flags; ew: the op */
   uint32_t m, n, k;
   float scale;
-  void *staged;  /* memcpy from pageable host memory: the bytes read at the call (owned) */
+  void *staged; /* memcpy from pageable host memory: the bytes read at the call (owned) */
 } gca__sim_work_t;
 
 /* Note [Sim memory faults]: work that touches memory that is not mapped
