@@ -447,6 +447,106 @@ static void other_threads_are_refused_only_by_a_global_capture(void **state) {
   check_other_thread_alloc(GCA_CAPTURE_MODE_RELAXED, GCA_CAPTURE_MODE_GLOBAL, false);
 }
 
+/* What another thread (in the default global mode) may do while this one
+ * captures on s in `mode`, as an H200 (driver 580) answers: in a global-mode
+ * capture every synchronizing or querying call (streams and events that have
+ * nothing to do with the capture included) is CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * and invalidates the capture; in any mode so is cuCtxSynchronize; work
+ * queued on another stream is always fine. */
+enum {
+  OT_STREAM_SYNC,
+  OT_STREAM_QUERY,
+  OT_EVENT_QUERY,
+  OT_EVENT_SYNC,
+  OT_CTX_SYNC,
+  OT_EVENT_RECORD,
+  OT_WAIT_EVENT,
+  OT_MEMSET,
+  OT_COUNT
+};
+static const char *const ot_names[OT_COUNT] = {
+    "stream_synchronize", "stream_query", "event_query",       "event_synchronize",
+    "ctx_synchronize",    "event_record", "stream_wait_event", "memset_d32_async"};
+
+typedef struct other_call {
+  int op;
+  gca_stream_t b;
+  gca_event_t e;
+  gca_devptr_t p;
+  gca_status_t st;
+} other_call_t;
+
+static void *call_elsewhere(void *v) {
+  other_call_t *c = v;
+  switch (c->op) {
+  case OT_STREAM_SYNC:
+    c->st = ops->stream_synchronize(c->b);
+    break;
+  case OT_STREAM_QUERY:
+    c->st = ops->stream_query(c->b);
+    break;
+  case OT_EVENT_QUERY:
+    c->st = ops->event_query(c->e);
+    break;
+  case OT_EVENT_SYNC:
+    c->st = ops->event_synchronize(c->e);
+    break;
+  case OT_CTX_SYNC:
+    c->st = ops->ctx_synchronize(0);
+    break;
+  case OT_EVENT_RECORD:
+    c->st = ops->event_record(c->e, c->b);
+    break;
+  case OT_WAIT_EVENT:
+    c->st = ops->stream_wait_event(c->b, c->e);
+    break;
+  default:
+    c->st = ops->memset_d32_async(c->p, 3, N, c->b);
+    break;
+  }
+  return NULL;
+}
+
+static void other_threads_calls_follow_the_captures_mode(void **state) {
+  (void)state;
+  const gca_capture_mode_t modes[] = {GCA_CAPTURE_MODE_GLOBAL, GCA_CAPTURE_MODE_THREAD_LOCAL,
+                                      GCA_CAPTURE_MODE_RELAXED};
+  gca_devptr_t a = dalloc(N * 4), p = dalloc(N * 4);
+  gca_stream_t b = mkstream(GCA_STREAM_NON_BLOCKING);
+  gca_event_t e = mkevent();
+  for (size_t m = 0; m < 3; m++) {
+    for (int op = 0; op < OT_COUNT; op++) {
+      gca_stream_t s = mkstream(GCA_STREAM_NON_BLOCKING);
+      gca_graph_t g = NULL;
+      assert_ok(ops->event_record(e, b));
+      assert_ok(ops->stream_synchronize(b));
+      assert_ok(ops->stream_begin_capture(s, modes[m]));
+      assert_ok(ops->kernel_fill_u32(a, 1, 1, N, s));
+      other_call_t c = {.op = op, .b = b, .e = e, .p = p};
+      pthread_t t;
+      assert_int_equal(pthread_create(&t, NULL, call_elsewhere, &c), 0);
+      pthread_join(t, NULL);
+      bool refused = op == OT_CTX_SYNC || (modes[m] == GCA_CAPTURE_MODE_GLOBAL && op < OT_CTX_SYNC);
+      if (refused != (c.st == GCA_ERR_CAPTURE_UNSUPPORTED) || (!refused && c.st != GCA_OK))
+        fail_msg("mode %d, %s from another thread: %s, wanted %s", (int)modes[m], ot_names[op],
+                 gca_status_name(c.st), refused ? "GCA_ERR_CAPTURE_UNSUPPORTED" : "GCA_OK");
+      if (refused) {
+        expect_invalidated_then_usable(s, a);
+      } else {
+        assert_int_equal(capture_status(s), GCA_CAPTURE_STATUS_ACTIVE);
+        assert_ok(ops->stream_end_capture(s, &g));
+        assert_ok(ops->graph_destroy(g));
+      }
+      assert_ok(ops->stream_synchronize(b));
+      assert_ok(ops->stream_destroy(s));
+    }
+  }
+  assert_ok(ops->event_destroy(e));
+  assert_ok(ops->stream_destroy(b));
+  assert_ok(ops->mem_free(0, a));
+  assert_ok(ops->mem_free(0, p));
+}
+
 static void relaxed_thread_mode_permits_unsafe_calls_during_own_capture(void **state) {
   (void)state;
   gca_devptr_t a = dalloc(N * 4), p = 0;
@@ -809,6 +909,7 @@ int main(void) {
       cmocka_unit_test(waiting_on_an_uncaptured_event_invalidates_the_capture),
       cmocka_unit_test(mem_alloc_is_refused_in_global_and_thread_local_capture_only),
       cmocka_unit_test(other_threads_are_refused_only_by_a_global_capture),
+      cmocka_unit_test(other_threads_calls_follow_the_captures_mode),
       cmocka_unit_test(relaxed_thread_mode_permits_unsafe_calls_during_own_capture),
       cmocka_unit_test(ctx_synchronize_during_capture_is_refused),
       cmocka_unit_test(launches_of_one_exec_are_ordered_across_streams),

@@ -143,8 +143,9 @@ static void map_at_a_nonzero_offset_is_not_supported(void **state) {
   assert_int_equal(used(), 0);
 }
 
-/* Mapping less than the whole handle, from offset 0, is CUDA_ERROR_NOT_SUPPORTED
- * too (H200, driver 580; cuda.h does not say). */
+/* Mapping less or more than the whole handle, or from an offset that is not
+ * a granule multiple, is CUDA_ERROR_NOT_SUPPORTED too (H200, driver 580;
+ * cuda.h does not say). */
 static void map_of_part_of_a_handle_is_not_supported(void **state) {
   (void)state;
   gca_devptr_t base;
@@ -153,6 +154,11 @@ static void map_of_part_of_a_handle_is_not_supported(void **state) {
   assert_ok(ops->mem_create(0, 4 * gran, &h));
   assert_ok(ops->mem_address_reserve(0, 4 * gran, 0, &base));
   assert_status(ops->mem_map(base, 2 * gran, 0, h), GCA_ERR_NOT_SUPPORTED, "mem_map");
+  assert_status(ops->mem_map(base, gran, gran / 2, h), GCA_ERR_NOT_SUPPORTED, "mem_map");
+  gca_memhandle_t one;
+  assert_ok(ops->mem_create(0, gran, &one));
+  assert_status(ops->mem_map(base, 2 * gran, 0, one), GCA_ERR_NOT_SUPPORTED, "mem_map");
+  assert_ok(ops->mem_release(one));
   assert_ok(ops->mem_map(base, 4 * gran, 0, h)); /* nothing was mapped */
   assert_ok(ops->mem_set_access(base, 4 * gran, &dev, 1));
   dev_write(base + 4 * gran - 4, 0x404);

@@ -422,14 +422,13 @@ static resv_t *resv_of(uint64_t addr) {
 
 /* Note [Sim whole mappings]: the sim answers as the driver does, measured on an
  * H200 with driver 580 where cuda.h is silent or says otherwise. mem_map maps a
- * handle whole and from its start: a nonzero offset, or fewer bytes than the
- * handle has, is CUDA_ERROR_NOT_SUPPORTED (cuda.h says the offset "must be
- * zero", which would read as CUDA_ERROR_INVALID_VALUE). So a mapping is one
- * whole allocation and stays so until unmapped. mem_set_access and mem_unmap
- * act on whole mappings: a range may span several adjacent mappings, but one
- * that covers only part of a mapping is CUDA_ERROR_INVALID_VALUE. mem_unmap
- * also takes reserved bytes that are not mapped (unmapping a range that is
- * already unmapped succeeds); mem_set_access needs every byte mapped. */
+ * handle whole and from its start: a nonzero offset (granule-aligned or not),
+ * or fewer or more bytes than the handle has, is CUDA_ERROR_NOT_SUPPORTED (cuda.h says the offset
+ * "must be zero", which would read as CUDA_ERROR_INVALID_VALUE). So a mapping is one whole
+ * allocation and stays so until unmapped. mem_set_access and mem_unmap act on whole mappings: a
+ * range may span several adjacent mappings, but one that covers only part of a mapping is
+ * CUDA_ERROR_INVALID_VALUE. mem_unmap also takes reserved bytes that are not mapped (unmapping a
+ * range that is already unmapped succeeds); mem_set_access needs every byte mapped. */
 
 static mapping_t *map_at(size_t i) {
   return vec_at(&mem.maps, i);
@@ -650,14 +649,9 @@ static gca_status_t sim_mem_map(gca_devptr_t ptr, size_t size, size_t offset,
                     (unsigned long long)handle);
     goto out;
   }
-  if (size > p->size) {
-    st = gca__error(GCA_ERR_INVALID_ARGUMENT, "mem_map: size %zu is beyond the handle's %llu bytes",
-                    size, (unsigned long long)p->size);
-    goto out;
-  }
-  if (size < p->size) {
+  if (size != p->size) {
     st = gca__error(GCA_ERR_NOT_SUPPORTED,
-                    "mem_map: %zu of the handle's %llu bytes; a handle is mapped whole "
+                    "mem_map: %zu bytes of a handle of %llu; a handle is mapped whole "
                     "(CUDA_ERROR_NOT_SUPPORTED)",
                     size, (unsigned long long)p->size);
     goto out;
