@@ -552,6 +552,8 @@ static inline void gca__dev_let_go(gca__devalloc_t *d) {
 }
 
 void gca__release_reap(gca__devalloc_t *d); /* release.c, below */
+/* Waits, d->lock held but let go meanwhile, until no release batch is under way. */
+void gca__release_wait_all(gca__devalloc_t *d);
 /* Lets d->lock go at the end of an entry point (allocator.c, pool.c,
  * checkpoint.c: nothing of d is held in locals), first giving back what frees
  * left to give back (d->reap), with the lock let go around the waits. */

@@ -466,7 +466,9 @@ static inline void process_parked(tcache_t *tc) {
 static void process_parked_slow(tcache_t *tc) {
   gca_status_t st;
   const gca_device_ops_t *ops = gca__device_get(&st);
-  if (!ops)
+  /* no event is queried while a capture runs: Note [Queries during another
+   * thread's capture] (pending.c) */
+  if (!ops || atomic_load_explicit(&gca__device_captures, memory_order_relaxed) != 0)
     return;
   parked_t *done = NULL;
   pthread_mutex_lock(&host.mu);

@@ -193,6 +193,20 @@ static void pending_done(gca__devalloc_t *d, const gca__pending_t *e) {
  * the driver permits no call (GCA_ERR_NOT_PERMITTED), it leaves the rest for a
  * later malloc or free and succeeds: completing pending frees is never what
  * the caller asked for. */
+/* Note [Queries during another thread's capture]: while any thread captures
+ * in global mode, the driver refuses every event query or synchronization
+ * from every thread, of events and streams that have nothing to do with the
+ * capture too, and invalidates the capture (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+ * H200, driver 580). The allocator learns of a capture only when it is routed
+ * to a pool (d->ncaptures); the device table counts every capture begun
+ * through it from its start (gca__device_captures). While that count is not
+ * zero pending frees are neither queried nor waited for: they complete once
+ * no capture runs. (Relaxed and thread-local captures are counted too; their
+ * pending frees only wait longer.) */
+static bool device_capturing(void) {
+  return atomic_load_explicit(&gca__device_captures, memory_order_relaxed) != 0;
+}
+
 gca_status_t gca__pending_process(gca__devalloc_t *d) {
   gca__use_t busy[16]; /* (stream, device): NULL names a different stream on each device */
   size_t nbusy = 0, w = 0, i;
@@ -205,6 +219,8 @@ gca_status_t gca__pending_process(gca__devalloc_t *d) {
       return GCA_OK;
     GCA_CHECK(st);
   }
+  if (d->npending != 0 && device_capturing())
+    return GCA_OK;
   for (i = 0; i < d->npending; i++) {
     gca__pending_t e = d->pending[i];
     bool skip = false;
@@ -242,7 +258,7 @@ gca_status_t gca__pending_sync(gca__devalloc_t *d) {
   gca_status_t st = GCA_OK;
   d->stats.num_sync_all_streams++;
   size_t n = d->npending;
-  if (n == 0)
+  if (n == 0 || device_capturing()) /* Note [Queries during another thread's capture] */
     return GCA_OK;
   gca_event_t *evs = malloc(n * sizeof(*evs));
   if (evs == NULL)

@@ -239,6 +239,11 @@ static bool wait_release(gca__devalloc_t *d) {
   return true;
 }
 
+void gca__release_wait_all(gca__devalloc_t *d) {
+  while (wait_release(d))
+    ;
+}
+
 /* PyTorch's release_available_cached_blocks: with max_split_size set, free
  * the smallest oversize block that covers the request, else the largest ones
  * until enough is freed. *released says whether the retry is worth it. */

@@ -129,6 +129,9 @@ void gca__streams_retire(gca_stream_t s) {
     if (d == NULL)
       continue;
     gca__dev_lock(d);
+    /* a release batch under way read stream_gone with no lock held and may
+     * be waiting for s: it finishes first, while s is still alive */
+    gca__release_wait_all(d);
     (void)retire_on(d, s, true);
     gca__dev_let_go(d);
   }

@@ -13,10 +13,14 @@
 _Atomic int gca__device_captures;
 void (*_Atomic gca__stream_retire_hook)(gca_stream_t stream);
 
-gca_status_t gca__stream_destroy_retired(const gca_device_ops_t *ops, gca_stream_t stream) {
+void gca__stream_retire(gca_stream_t stream) {
   void (*retire)(gca_stream_t) = atomic_load(&gca__stream_retire_hook);
   if (retire != NULL && stream != NULL && !GCA_STREAM_IS_SPECIAL(stream))
     retire(stream);
+}
+
+gca_status_t gca__stream_destroy_retired(const gca_device_ops_t *ops, gca_stream_t stream) {
+  gca__stream_retire(stream);
   return ops->stream_destroy(stream);
 }
 

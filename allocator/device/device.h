@@ -54,6 +54,8 @@ extern _Atomic int gca__device_captures;
  * destroyed through gca, so that the allocator never gives the driver that
  * handle again; set once an allocator exists, else NULL. */
 extern void (*_Atomic gca__stream_retire_hook)(gca_stream_t stream);
+/* Runs the hook for a created stream (not NULL or a special handle). */
+void gca__stream_retire(gca_stream_t stream);
 
 /* X(name): one entry per operation, in table order. */
 #define GCA_DEVICE_OP_MAP(X)      \

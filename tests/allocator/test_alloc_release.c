@@ -597,6 +597,56 @@ static void deferred_free_of_a_destroyed_streams_block_completes(void **state) {
   assert_ok(gca_stream_destroy(u));
 }
 
+/* A free and an allocation on another thread while this one captures in
+ * global mode, begun through gca with no pool routed: the block freed was
+ * recorded on a second stream, so its free leaves an event pending. The
+ * allocation must not query that event (nor synchronize anything): the driver
+ * refuses such calls from any thread during a global-mode capture and
+ * invalidates the capture (H200, driver 580; contract test
+ * other_threads_calls_follow_the_captures_mode). */
+static gca_status_t job_free_then_malloc(job_t *j) {
+  gca_status_t st = gca_free(j->out);
+  void *y = NULL;
+  if (st == GCA_OK)
+    st = gca_malloc(&y, j->size, NULL);
+  if (st == GCA_OK)
+    st = gca_free(y);
+  return st;
+}
+
+static void another_threads_frees_leave_a_global_capture_alone(void **state) {
+  (void)state;
+  gca_stream_t s, u;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
+  void *warm = alloc_on(64 * KiB, NULL); /* the segment the other thread reuses */
+  void *x = alloc_on(4096, NULL);
+  free_ok(warm);
+  assert_ok(gca_record_stream(x, u));
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  job_t job = {.fn = job_free_then_malloc, .out = x, .size = 4096};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, run_job, &job), 0);
+  pthread_join(t, NULL);
+  assert_ok(job.st);
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  assert_ok(gca_stream_capture_status(s, &cs));
+  assert_int_equal(cs, GCA_CAPTURE_STATUS_ACTIVE);
+  gca_graph_t g;
+  assert_ok(gca_stream_end_capture(s, &g));
+  assert_ok(gca_graph_destroy(g));
+  void *z = alloc_on(4096, NULL); /* the pending free completes now */
+  free_ok(z);
+  assert_ok(gca_device_synchronize());
+  z = alloc_on(4096, NULL);
+  free_ok(z);
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_empty_cache());
+  check();
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_stream_destroy(u));
+}
+
 typedef struct stamper {
   void *p;
   size_t size;
@@ -703,6 +753,8 @@ int main(void) {
                                       release_teardown),
       cmocka_unit_test_setup_teardown(deferred_free_of_a_destroyed_streams_block_completes,
                                       release_setup, release_teardown),
+      cmocka_unit_test_setup_teardown(another_threads_frees_leave_a_global_capture_alone,
+                                      release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(expandable_segment_of_a_capturing_stream_is_kept,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(vmm_segment_of_a_capturing_stream_is_kept, release_setup,
@@ -717,7 +769,6 @@ int main(void) {
       cmocka_unit_test_setup_teardown(failed_unmap_at_teardown_frees_the_records, release_setup,
                                       lost_memory_teardown),
   };
-  if (getenv("TF") != NULL)
-    cmocka_set_test_filter(getenv("TF"));
+  test_filter_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

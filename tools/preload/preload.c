@@ -812,39 +812,31 @@ SHIM_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigne
 /* Note [Destroyed streams] (allocator/streamkey.c): gca keeps stream handles
  * of the memory allocated and recorded on them, and the driver may crash on
  * a destroyed one, so a stream the program destroys is retired in the
- * allocator first, on both backends. */
-static void retire_stream(cudaStream_t stream) {
-  void (*retire)(gca_stream_t) = atomic_load(&gca__stream_retire_hook);
-  if (retire != NULL && stream != NULL && !GCA_STREAM_IS_SPECIAL(stream))
-    retire(stream);
+ * allocator first, on both backends. The sim's stream destroy, served here: */
+static gca_status_t sim_stream_destroy(const char *api, cudaStream_t stream) {
+  if (gca_stream_of(stream, false) == NULL)
+    return gca__error(GCA_ERR_INVALID_HANDLE, "%s: %p is a default stream, not a created one", api,
+                      (void *)stream);
+  return gca__stream_destroy_retired(dev_ops(), stream);
 }
 
 SHIM_API cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   count_call(CALL_cudaStreamDestroy);
   if (!shim_on_sim()) {
-    retire_stream(stream);
+    gca__stream_retire(stream);
     FORWARD_RT(cudaStreamDestroy, stream);
   }
-  if (gca_stream_of(stream, false) == NULL)
-    return rt_status(gca__error(GCA_ERR_INVALID_HANDLE,
-                                "cudaStreamDestroy: %p is a default stream, not a created one",
-                                (void *)stream));
-  return rt_status(gca__stream_destroy_retired(dev_ops(), stream));
+  return rt_status(sim_stream_destroy("cudaStreamDestroy", stream));
 }
 
-/* The driver's cuStreamDestroy (cuda.h names it cuStreamDestroy_v2), retired
- * as above; on sim the shim serves it as it serves cudaStreamDestroy. */
+/* The driver's cuStreamDestroy (cuda.h names it cuStreamDestroy_v2). */
 SHIM_API CUresult cuStreamDestroy_v2(CUstream hStream) {
   count_call(CALL_cuStreamDestroy);
   if (!shim_on_sim()) {
-    retire_stream(hStream);
+    gca__stream_retire(hStream);
     FORWARD_DRV(cuStreamDestroy_v2, hStream);
   }
-  if (gca_stream_of(hStream, false) == NULL)
-    return drv_status(gca__error(GCA_ERR_INVALID_HANDLE,
-                                 "cuStreamDestroy_v2: %p is a default stream, not a created one",
-                                 (void *)hStream));
-  return drv_status(gca__stream_destroy_retired(dev_ops(), hStream));
+  return drv_status(sim_stream_destroy("cuStreamDestroy_v2", hStream));
 }
 
 SHIM_API cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
