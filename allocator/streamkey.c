@@ -93,7 +93,8 @@ static bool retire_on(gca__devalloc_t *d, gca_stream_t s, bool scrub) {
     for (gca__segment_t *seg = p->segments; seg != NULL; seg = seg->next) {
       if (seg->stream == s) {
         held = true;
-        seg->stream_gone |= scrub;
+        if (scrub)
+          seg->stream_gone = true;
       }
       if (!scrub)
         continue;
