@@ -307,7 +307,9 @@ typedef struct gca__relent {
 typedef struct gca__relbatch {
   gca__relent_t *v;
   size_t n, cap, bytes;
-  bool captures; /* the device had capture routes when the lock was let go */
+  bool captures;       /* the device had capture routes when the lock was let go */
+  gca_stream_t waited; /* a retired stream already waited for (Note [Destroyed streams]);
+                          its segments skip the wait */
 } gca__relbatch_t;
 
 /* A pool: segments and the free tree over their free blocks. The default

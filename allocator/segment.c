@@ -288,7 +288,9 @@ void gca__relbatch_wait(gca__devalloc_t *d, gca__relbatch_t *bt) {
     for (size_t k = 0; k < i && !seen; k++)
       seen = bt->v[k].seg->stream == seg->stream && bt->v[k].st == GCA_OK &&
              (bt->v[k].seg->expandable || bt->v[k].seg->maps != NULL);
-    e->st = seen ? GCA_OK : stream_wait(d, bt, seg->stream, seg->stream_gone, &dev_synced);
+    bool waited = seg->stream_gone && seg->stream == bt->waited && bt->waited != NULL;
+    e->st =
+        seen || waited ? GCA_OK : stream_wait(d, bt, seg->stream, seg->stream_gone, &dev_synced);
     if (e->st != GCA_OK || seg->expandable)
       continue;
     GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_RELEASING, seg->base, seg->size));

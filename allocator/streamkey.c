@@ -21,8 +21,11 @@
  * stream. A thread that exits leaves its key's cached blocks to empty_cache.
  */
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "alloc_core.h"
+#include "recycle.h"
+#include "tcache.h"
 
 _Thread_local gca_stream_t gca__t_ptds_key __attribute__((tls_model("initial-exec")));
 static atomic_uintptr_t next_key = 1;
@@ -71,16 +74,26 @@ gca_status_t gca__stream_synchronize(gca__devalloc_t *d, gca_stream_t s) {
  * destroys (gca_stream_destroy, the graph trees, the preload shim on cuda)
  * is first retired here, through gca__stream_retire_hook:
  *   - if segments were made on it (so blocks are keyed by it, cached or
- *     live), its work is waited for, unless it is capturing: the driver may
- *     hand the same handle to a new stream at once, which would then reuse
- *     those blocks;
+ *     live), its work is waited for, unless a capture runs (the wait would
+ *     invalidate it): the driver may hand the same handle to a new stream at
+ *     once, which would then reuse those blocks (a stream destroyed with work
+ *     queued during a capture leaves that to chance);
  *   - each such segment is marked stream_gone: a release of it waits for its
  *     device instead of the stream (a new stream with the same handle may be
  *     using it, so the wait cannot be skipped either);
  *   - a block's recorded use of it becomes GCA__STREAM_GONE, a key no thread
  *     has: the block's free waits for the device (with the lock let go, as
  *     the free does for a use whose stream the sim calls stale) instead of
- *     recording an event on the stream. That needs no wait here.
+ *     recording an event on the stream. That needs no wait here;
+ *   - the cached memory of its segments is given back at once when it was
+ *     waited for and no capture runs (gca__device_captures): nothing can use
+ *     it again but a new stream that happens to get the same handle, and each
+ *     expandable segment reserves 1.125 times the device's memory of address
+ *     space, of which a GPU has about 128 TiB (an H200 with driver 580 took
+ *     833 such reservations), so a program that creates and destroys streams
+ *     would run out of address space with the segments of its dead streams
+ *     (gca-stress --stream-churn with expandable segments did, in a capture,
+ *     where nothing can be released).
  * A stream destroyed behind gca's back (straight through the driver) must
  * outlive the memory allocated or recorded on it, as PyTorch's allocator
  * requires of external streams. The sim holds the tests to that: a use of a
@@ -107,6 +120,28 @@ static bool retire_on(gca__devalloc_t *d, gca_stream_t s, bool scrub) {
   return held;
 }
 
+/* Gives back the cached memory of s's segments (d->lock held, let go while
+ * the driver is called): s was waited for, so the batch does not wait again. */
+static void release_retired(gca__devalloc_t *d, gca_stream_t s) {
+  gca__relbatch_t bt = {.waited = s};
+  gca_status_t st = GCA_OK;
+  gca__flush_caches(d); /* a cached block keyed by s may sit beside a free one */
+  gca__tc_flush_all(d, false);
+  for (gca__pool_t *p = &d->small; p != NULL && st == GCA_OK; p = gca__pool_next(d, p)) {
+    if (p->owner != NULL) /* private pools keep theirs (Note [Expandable segments]) */
+      continue;
+    for (gca__segment_t *seg = p->segments; seg != NULL && st == GCA_OK; seg = seg->next)
+      if (seg->stream == s)
+        st = gca__relbatch_take(d, &bt, seg);
+  }
+  gca_status_t rst = gca__relbatch_run(d, &bt, NULL);
+  free(bt.v);
+  if (st == GCA_OK)
+    st = rst;
+  if (st != GCA_OK)
+    GCA_LOG_WARN("retiring stream %p: its cached memory stays: %s", (void *)s, gca_last_error());
+}
+
 void gca__streams_retire(gca_stream_t s) {
   if (s == NULL || GCA_STREAM_IS_SPECIAL(s) || gca__stream_is_ptds(s))
     return;
@@ -121,10 +156,18 @@ void gca__streams_retire(gca_stream_t s) {
     gca__dev_let_go(d);
   }
   /* the stream is still alive: its work is waited for with no lock held */
+  /* not while a capture runs: a synchronize by the capturing thread (or by
+   * any thread, in a global-mode capture) would invalidate it (Note [Queries
+   * during another thread's capture], pending.c) */
+  bool capturing = atomic_load_explicit(&gca__device_captures, memory_order_relaxed) != 0;
   gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
-  if (held != NULL && held->ops->stream_capture_info(s, &cs, NULL) == GCA_OK &&
-      cs == GCA_CAPTURE_STATUS_NONE && held->ops->stream_synchronize(s) != GCA_OK)
-    GCA_LOG_WARN("retiring stream %p: waiting for its work: %s", (void *)s, gca_last_error());
+  bool waited = false;
+  if (held != NULL && !capturing && held->ops->stream_capture_info(s, &cs, NULL) == GCA_OK &&
+      cs == GCA_CAPTURE_STATUS_NONE) {
+    waited = held->ops->stream_synchronize(s) == GCA_OK;
+    if (!waited)
+      GCA_LOG_WARN("retiring stream %p: waiting for its work: %s", (void *)s, gca_last_error());
+  }
   for (int i = 0; i < GCA__MAX_DEVICES; i++) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
@@ -134,6 +177,9 @@ void gca__streams_retire(gca_stream_t s) {
      * be waiting for s: it finishes first, while s is still alive */
     gca__release_wait_all(d);
     (void)retire_on(d, s, true);
+    if (waited && d->ncaptures == 0 &&
+        atomic_load_explicit(&gca__device_captures, memory_order_relaxed) == 0)
+      release_retired(d, s);
     gca__dev_let_go(d);
   }
 }

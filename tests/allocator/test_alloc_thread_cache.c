@@ -208,11 +208,13 @@ static void model_complete_pending(model_t *m) {
   model_peaks(m);
 }
 
-/* empty_cache: every segment without a live or pending block goes back. */
-static void model_empty_cache(model_t *m) {
+/* empty_cache (stream NULL: every segment), or the destroy of `stream`
+ * (its segments, Note [Destroyed streams]): a segment without a live or
+ * pending block goes back. */
+static void model_release(model_t *m, gca_stream_t stream) {
   for (int i = 0; i < m->ns;) {
     mseg_t *s = &m->s[i];
-    bool used = false;
+    bool used = stream != NULL && s->stream != stream;
     for (int k = 0; k < m->nb && !used; k++)
       used = m->b[k].addr >= s->base && m->b[k].addr < s->base + s->size;
     if (used) {
@@ -224,6 +226,10 @@ static void model_empty_cache(model_t *m) {
     m->s[i] = m->s[--m->ns];
   }
   model_peaks(m);
+}
+
+static void model_empty_cache(model_t *m) {
+  model_release(m, NULL);
 }
 
 static void model_reset_peaks(model_t *m) {
@@ -395,6 +401,7 @@ static void scripted_runs_match_the_model(void **state) {
     for (int i = 0; i < NW; i++) {
       worker_exit(&w[i]);
       assert_ok(gca_stream_destroy(w[i].stream));
+      model_release(m, w[i].stream);
     }
     expect_model(m, "after the workers exit");
     assert_ok(gca_empty_cache());
