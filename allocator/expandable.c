@@ -286,6 +286,14 @@ static gca_status_t segment_create(gca__devalloc_t *d, gca__pool_t *pool, gca_st
   st = d->ops->mem_address_reserve(d->device, size, 0, &base);
   if (st != GCA_OK) {
     gca__error_prefix(st, "malloc: reserving %zu bytes for an expandable segment", size);
+    /* the out-of-memory report that follows speaks of physical memory: say
+     * what ran out (a GPU has about 128 TiB of address space; each segment of
+     * each stream and pool reserves 1.125x the device's memory) */
+    if (st == GCA_ERR_OUT_OF_MEMORY)
+      GCA_LOG_WARN("device %d: no address space left for another expandable segment (%zu "
+                   "bytes each, one per stream and pool; segments of destroyed streams keep "
+                   "theirs until their memory is released): %s",
+                   d->device, size, gca_last_error());
     goto fail_seg;
   }
   GCA_CHECK_GOTO(gca__owner_add(base, size, d->device), st, fail_reserve);
