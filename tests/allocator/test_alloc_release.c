@@ -474,13 +474,30 @@ static void host_fn_free_completes_during_pool_resume(void **state) {
 
 /* ---- destroyed streams ---- */
 
+/* Note [Destroyed streams]: the cached memory of a stream's segments goes
+ * back to the driver when the stream is destroyed (its work waited for), so
+ * that a program that creates and destroys streams does not pile up the
+ * address space of dead streams' expandable segments; a block still live at
+ * the destroy keeps its segment until it is freed and the cache emptied,
+ * with the device waited for instead of the stream. */
 static void release_of_memory_whose_stream_was_destroyed(const char *conf) {
   assert_ok(gca_set_config(conf));
+  for (int k = 0; k < 3; k++) {
+    gca_stream_t u;
+    assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
+    void *p = alloc_on(4 * MiB, u), *q = alloc_on(4096, u);
+    free_ok(p);
+    free_ok(q);
+    assert_true(stats().reserved_bytes[GCA_STAT_ALL].current >= (int64_t)(4 * MiB));
+    assert_ok(gca_stream_destroy(u));
+    assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  }
   gca_stream_t s;
   assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
-  void *p = alloc_on(4 * MiB, s);
-  free_ok(p);
+  void *live = alloc_on(4 * MiB, s);
   assert_ok(gca_stream_destroy(s));
+  assert_true(stats().reserved_bytes[GCA_STAT_ALL].current >= (int64_t)(4 * MiB));
+  free_ok(live);
   assert_ok(gca_empty_cache());
   check();
   assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
@@ -500,43 +517,9 @@ static void vmm_segment_of_a_destroyed_stream_is_released(void **state) {
   release_of_memory_whose_stream_was_destroyed("ipc_handles:True");
 }
 
-/* Note [Destroyed streams]: the cached memory of a stream's segments goes
- * back to the driver when the stream is destroyed (its work waited for), so
- * that a program that creates and destroys streams does not pile up the
- * address space of dead streams' expandable segments; a block still live at
- * the destroy keeps its segment until it is freed and the cache emptied. */
-static void destroyed_stream_gives_its_cached_memory_back(const char *conf) {
-  assert_ok(gca_set_config(conf));
-  for (int k = 0; k < 3; k++) {
-    gca_stream_t u;
-    assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
-    void *p = alloc_on(4 * MiB, u), *q = alloc_on(4096, u);
-    free_ok(p);
-    free_ok(q);
-    assert_true(stats().reserved_bytes[GCA_STAT_ALL].current >= (int64_t)(4 * MiB));
-    assert_ok(gca_stream_destroy(u));
-    assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
-  }
-  gca_stream_t u;
-  assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
-  void *live = alloc_on(4 * MiB, u);
-  assert_ok(gca_stream_destroy(u));
-  assert_true(stats().reserved_bytes[GCA_STAT_ALL].current >= (int64_t)(4 * MiB));
-  free_ok(live);
-  assert_ok(gca_empty_cache());
-  check();
-  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
-  assert_ok(gca_set_config(""));
-}
-
-static void destroyed_streams_memory_is_given_back_expandable(void **state) {
+static void classic_segment_of_a_destroyed_stream_is_released(void **state) {
   (void)state;
-  destroyed_stream_gives_its_cached_memory_back("expandable_segments:True");
-}
-
-static void destroyed_streams_memory_is_given_back_classic(void **state) {
-  (void)state;
-  destroyed_stream_gives_its_cached_memory_back("");
+  release_of_memory_whose_stream_was_destroyed("");
 }
 
 /* Note [Releases during a capture]: empty_cache on another thread while a
@@ -797,10 +780,8 @@ int main(void) {
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(another_threads_frees_leave_a_global_capture_alone,
                                       release_setup, release_teardown),
-      cmocka_unit_test_setup_teardown(destroyed_streams_memory_is_given_back_expandable,
+      cmocka_unit_test_setup_teardown(classic_segment_of_a_destroyed_stream_is_released,
                                       release_setup, release_teardown),
-      cmocka_unit_test_setup_teardown(destroyed_streams_memory_is_given_back_classic, release_setup,
-                                      release_teardown),
       cmocka_unit_test_setup_teardown(expandable_segment_of_a_capturing_stream_is_kept,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(vmm_segment_of_a_capturing_stream_is_kept, release_setup,
