@@ -183,6 +183,26 @@ static void transition_end(gca__devalloc_t *d, gca__mempool_t *m) {
   gca__mempool_unuse(d, m);
 }
 
+/* Queues a copy for seg's contents on seg's stream, or when that stream was
+ * destroyed (Note [Destroyed streams]) on the legacy stream of seg's device,
+ * which gca__segment_stream_sync then waits for with the device. */
+static gca_status_t copy_for(gca__devalloc_t *d, const gca__segment_t *seg, gca_devptr_t dst,
+                             gca_devptr_t src, size_t bytes) {
+  if (!seg->stream_gone)
+    return d->ops->memcpy_async(dst, src, bytes, seg->stream);
+  int cur = d->device;
+  GCA_CHECK(d->ops->ctx_get_device(&cur));
+  if (cur != d->device)
+    GCA_CHECK(d->ops->ctx_set_device(d->device));
+  gca_status_t st = d->ops->memcpy_async(dst, src, bytes, NULL);
+  if (cur != d->device) {
+    gca_status_t rst = d->ops->ctx_set_device(cur);
+    if (st == GCA_OK)
+      st = rst;
+  }
+  return st;
+}
+
 /* Unmaps and releases the memory of record r (contents already saved). No
  * lock held (Note [Suspend and resume with the lock let go]). */
 static gca_status_t release_one(gca__devalloc_t *d, struct gca__suspended *r) {
@@ -206,9 +226,8 @@ static gca_status_t map_one(gca__devalloc_t *d, struct gca__suspended *r) {
   gca_status_t st;
   GCA_CHECK(gca__vmm_map_new(d, ptr, mp->size, &h));
   if (r->copy != NULL)
-    GCA_CHECK_GOTO(
-        d->ops->memcpy_async(ptr, (gca_devptr_t)(uintptr_t)r->copy, mp->size, r->seg->stream), st,
-        fail_unmap);
+    GCA_CHECK_GOTO(copy_for(d, r->seg, ptr, (gca_devptr_t)(uintptr_t)r->copy, mp->size), st,
+                   fail_unmap);
   r->handle = h;
   return GCA_OK;
 
@@ -307,8 +326,8 @@ static gca_status_t suspend_unlocked(gca__devalloc_t *d, gca__mempool_t *m, void
     if (r->copy == NULL)
       continue;
     const gca__mapping_t *mp = &r->seg->maps[r->map];
-    GCA_CHECK(d->ops->memcpy_async((gca_devptr_t)(uintptr_t)r->copy, r->seg->base + mp->offset,
-                                   mp->size, r->seg->stream));
+    GCA_CHECK(
+        copy_for(d, r->seg, (gca_devptr_t)(uintptr_t)r->copy, r->seg->base + mp->offset, mp->size));
   }
   GCA_CHECK(sync_copies(d, m));
   for (size_t i = 0; i < n; i++) {

@@ -76,6 +76,29 @@ static void saved_contents_survive_and_reserved_drops_to_zero(void **state) {
   assert_ok(gca_pool_release(pool));
 }
 
+/* Note [Destroyed streams]: the stream the pool's memory was allocated on is
+ * destroyed before the suspend; the copies out and back go on the device's
+ * legacy stream instead (the sim aborts on any use of the destroyed one). */
+static void suspend_and_resume_after_the_pools_stream_was_destroyed(void **state) {
+  (void)state;
+  gca_stream_t u;
+  assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
+  gca_pool_t *pool = new_pool();
+  assert_ok(gca_pool_use_begin(pool));
+  void *a = alloc_on(5 * MiB, u);
+  assert_ok(gca_pool_use_end(pool));
+  fill(a, 77, 5 * MiB / 4);
+  assert_ok(gca_stream_destroy(u));
+  assert_ok(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE));
+  check();
+  assert_int_equal(gca_sim_used_bytes(0), 0);
+  assert_ok(gca_pool_resume(pool));
+  check();
+  assert_filled(a, 77, 5 * MiB / 4);
+  free_ok(a);
+  assert_ok(gca_pool_release(pool));
+}
+
 static void graph_recorded_before_suspend_replays_after_resume(void **state) {
   (void)state;
   gca_pool_t *pool = new_pool();
@@ -310,6 +333,8 @@ static void failures_after_copies_were_queued_wait_for_them(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(saved_contents_survive_and_reserved_drops_to_zero,
+                                      suspend_setup, suspend_teardown),
+      cmocka_unit_test_setup_teardown(suspend_and_resume_after_the_pools_stream_was_destroyed,
                                       suspend_setup, suspend_teardown),
       cmocka_unit_test_setup_teardown(graph_recorded_before_suspend_replays_after_resume,
                                       suspend_setup, suspend_teardown),
