@@ -84,39 +84,45 @@ static gca__segment_t *segment_holding(gca__devalloc_t *d, gca_devptr_t addr) {
   return NULL;
 }
 
-bool gca__allocator_owns(gca_devptr_t addr, int *device) {
+/* The device allocator whose segments hold addr, returned locked with the
+ * segment in *seg and the device in *device; NULL when none does (each
+ * device's lock taken in turn). */
+static gca__devalloc_t *lock_holder(gca_devptr_t addr, gca__segment_t **seg, int *device) {
   int n = gca__allocator_device_count();
   for (int i = 0; i < n; i++) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)
       continue;
     gca__dev_lock(d);
-    bool in = segment_holding(d, addr) != NULL;
-    gca__dev_unlock(d);
-    if (in) {
-      if (device != NULL)
-        *device = i;
-      return true;
+    if ((*seg = segment_holding(d, addr)) != NULL) {
+      *device = i;
+      return d;
     }
+    gca__dev_unlock(d);
   }
-  return false;
+  return NULL;
+}
+
+bool gca__allocator_owns(gca_devptr_t addr, int *device) {
+  gca__segment_t *s;
+  int i;
+  gca__devalloc_t *d = lock_holder(addr, &s, &i);
+  if (d == NULL)
+    return false;
+  gca__dev_unlock(d);
+  if (device != NULL)
+    *device = i;
+  return true;
 }
 
 /* Why addr is not a live block's start, for op's error: it lies inside a
  * live block, is a freed block's start, lies in free memory, or in no
- * segment of gca's (each device's lock taken in turn). */
+ * segment of gca's. */
 gca_status_t gca__bad_pointer(const char *op, gca_devptr_t addr) {
-  int n = gca__allocator_device_count();
-  for (int i = 0; i < n; i++) {
-    gca__devalloc_t *d = gca__devalloc_peek(i);
-    if (d == NULL)
-      continue;
-    gca__dev_lock(d);
-    gca__segment_t *s = segment_holding(d, addr);
-    if (s == NULL) {
-      gca__dev_unlock(d);
-      continue;
-    }
+  gca__segment_t *s;
+  int i;
+  gca__devalloc_t *d = lock_holder(addr, &s, &i);
+  if (d != NULL) {
     gca__block_t *b = s->head;
     while (b->next != NULL && b->next->addr <= addr)
       b = b->next;

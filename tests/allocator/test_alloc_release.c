@@ -517,6 +517,40 @@ static void vmm_segment_of_a_destroyed_stream_is_released(void **state) {
   release_of_memory_whose_stream_was_destroyed("ipc_handles:True");
 }
 
+/* The error paths of a retirement (Note [Destroyed streams]): when the wait
+ * for the dying stream fails, its segments are kept (marked gone) and
+ * released later with the device waited for; when the release fails, the
+ * memory stays cached. Either way the destroy succeeds, the allocator stays
+ * valid and empty_cache gives everything back. */
+static void failed_retirement_keeps_the_memory_for_later(const char *fault) {
+  assert_ok(gca_set_config("expandable_segments:True"));
+  gca_stream_t u;
+  assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
+  void *p = alloc_on(4 * MiB, u);
+  free_ok(p);
+  int64_t reserved = stats().reserved_bytes[GCA_STAT_ALL].current;
+  assert_true(reserved >= (int64_t)(4 * MiB));
+  assert_ok(gca_sim_fault_set(fault));
+  assert_ok(gca_stream_destroy(u));
+  gca_sim_fault_clear();
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, reserved);
+  assert_ok(gca_empty_cache());
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_set_config(""));
+}
+
+static void retirement_whose_wait_fails_keeps_the_memory(void **state) {
+  (void)state;
+  failed_retirement_keeps_the_memory_for_later("stream_synchronize:nth=1");
+}
+
+static void retirement_whose_release_fails_keeps_the_memory(void **state) {
+  (void)state;
+  failed_retirement_keeps_the_memory_for_later("mem_unmap:nth=1");
+}
+
 static void classic_segment_of_a_destroyed_stream_is_released(void **state) {
   (void)state;
   release_of_memory_whose_stream_was_destroyed("");
@@ -781,6 +815,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(another_threads_frees_leave_a_global_capture_alone,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(classic_segment_of_a_destroyed_stream_is_released,
+                                      release_setup, release_teardown),
+      cmocka_unit_test_setup_teardown(retirement_whose_wait_fails_keeps_the_memory, release_setup,
+                                      release_teardown),
+      cmocka_unit_test_setup_teardown(retirement_whose_release_fails_keeps_the_memory,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(expandable_segment_of_a_capturing_stream_is_kept,
                                       release_setup, release_teardown),

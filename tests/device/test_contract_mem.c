@@ -209,6 +209,25 @@ static void reserve_takes_granule_multiples_and_power_of_two_alignments(void **s
  * handles as long as each is covered whole; afterwards the range is a
  * reservation again, and unmapping its unmapped parts succeeds (H200, driver
  * 580; cuda.h does not say). */
+/* An unmap may cover unmapped bytes between mappings: two one-granule
+ * mappings with a granule between them go in one call (H200, driver 580). */
+static void unmap_may_span_a_gap_between_mappings(void **state) {
+  (void)state;
+  gca_devptr_t base;
+  gca_memhandle_t h1, h2;
+  assert_ok(ops->mem_address_reserve(0, 4 * gran, 0, &base));
+  assert_ok(ops->mem_create(0, gran, &h1));
+  assert_ok(ops->mem_create(0, gran, &h2));
+  assert_ok(ops->mem_map(base, gran, 0, h1));
+  assert_ok(ops->mem_map(base + 2 * gran, gran, 0, h2));
+  assert_ok(ops->mem_release(h1));
+  assert_ok(ops->mem_release(h2));
+  assert_ok(ops->mem_unmap(base, 3 * gran));
+  assert_int_equal(used(), 0);
+  assert_ok(ops->mem_unmap(base, gran)); /* unmapped already */
+  assert_ok(ops->mem_address_free(0, base, 4 * gran));
+}
+
 static void unmap_may_span_adjacent_mappings_whole(void **state) {
   (void)state;
   gca_devptr_t base;
@@ -822,6 +841,7 @@ int main(void) {
       cmocka_unit_test(map_of_part_of_a_handle_is_not_supported),
       cmocka_unit_test(reserve_takes_granule_multiples_and_power_of_two_alignments),
       cmocka_unit_test(unmap_may_span_adjacent_mappings_whole),
+      cmocka_unit_test(unmap_may_span_a_gap_between_mappings),
       cmocka_unit_test(access_and_unmap_take_a_mapping_whole),
       cmocka_unit_test(address_free_twice_is_invalid),
       cmocka_unit_test(unmapped_and_inaccessible_addresses_fault),

@@ -9,6 +9,8 @@
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -377,19 +379,53 @@ static void child_main(void) {
   printf("%s %s", gca_status_name(st), gca_last_error());
 }
 
-/* Runs this executable as a child with `env` prepended; its output in `out`. */
-static void run_child(const char *env, char *out, size_t len) {
+/* Note [Strict handles]: a destroyed stream handed to the sim; a stale
+ * handle that never named a stream is an error either way. */
+static void child_destroyed_stream(void) {
+  const gca_device_ops_t *o = gca__sim_ops();
+  gca_stream_t st;
+  if (o->init() != GCA_OK || o->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &st) != GCA_OK)
+    return;
+  printf("never %s\n", gca_status_name(o->stream_query((gca_stream_t)(uintptr_t)0x1234)));
+  fflush(stdout);
+  (void)o->stream_destroy(st);
+  printf("destroyed %s\n", gca_status_name(o->stream_query(st)));
+}
+
+/* Runs this executable as a child with `env` prepended; its output (and
+ * with `both`, its stderr) in `out`; the shell's exit status. */
+static int run_child_as(const char *env, const char *mode, bool both, char *out, size_t len) {
   char self[PATH_MAX], cmd[PATH_MAX + 256];
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   assert_true(n > 0);
   self[n] = '\0';
-  snprintf(cmd, sizeof(cmd), "%s '%s' --child", env, self);
+  snprintf(cmd, sizeof(cmd), "%s '%s' %s%s", env, self, mode, both ? " 2>&1" : "");
   fflush(NULL);
   FILE *f = popen(cmd, "r");
   assert_non_null(f);
   size_t got = fread(out, 1, len - 1, f);
   out[got] = '\0';
-  assert_int_equal(pclose(f), 0);
+  return pclose(f);
+}
+
+static void a_destroyed_stream_aborts_unless_lenient(void **state) {
+  (void)state;
+  char out[1024];
+  int st = run_child_as("", "--destroyed-stream", true, out, sizeof(out));
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGABRT);
+  assert_non_null(strstr(out, "never GCA_ERR_INVALID_HANDLE"));
+  assert_non_null(strstr(out, "stream_query: stream"));
+  assert_non_null(strstr(out, "was destroyed; the driver's behaviour is undefined"));
+  assert_null(strstr(out, "destroyed GCA_"));
+  st = run_child_as("GCA_SIM_STRICT_HANDLES=0", "--destroyed-stream", true, out, sizeof(out));
+  assert_int_equal(st, 0);
+  assert_non_null(strstr(out, "never GCA_ERR_INVALID_HANDLE"));
+  assert_non_null(strstr(out, "destroyed GCA_ERR_INVALID_HANDLE"));
+}
+
+/* Runs this executable as a child with `env` prepended; its output in `out`. */
+static void run_child(const char *env, char *out, size_t len) {
+  assert_int_equal(run_child_as(env, "--child", false, out, len), 0);
 }
 
 static void bad_environment_fails_init_quoting_the_text(void **state) {
@@ -419,9 +455,14 @@ int main(int argc, char **argv) {
     child_main();
     return 0;
   }
+  if (argc > 1 && strcmp(argv[1], "--destroyed-stream") == 0) {
+    child_destroyed_stream();
+    return 0;
+  }
 #define T(fn) cmocka_unit_test_teardown(fn, teardown_clean)
   const struct CMUnitTest tests[] = {
       T(unaligned_map_is_rejected),
+      T(a_destroyed_stream_aborts_unless_lenient),
       T(map_outside_one_reservation_or_over_a_mapping_is_rejected),
       T(map_takes_the_handle_whole_from_its_start),
       T(unmap_needs_a_reservation_not_a_mapping),

@@ -3,7 +3,8 @@
 """gca-train on the cuda backend (a fake driver library with a chosen device
 count): thread ranks need a device each, so asking for more ranks than there
 are devices exits 2 naming both counts before any collective is set up, and
-without --ranks the run does not ask for more than there are.
+without --ranks the run does not ask for more than there are; without a
+driver library it exits 1 naming it.
 Usage: test_train_cli.py GCA_TRAIN FAKE_LIBCUDA."""
 import os
 import subprocess
@@ -32,4 +33,8 @@ assert "needs" not in r.stderr, r.stderr
 r = run("--steps", "1", "--mode", "eager")
 assert "needs" not in r.stderr and "Invalid device" not in r.stderr, r.stderr
 assert "4 ranks" not in r.stdout, r.stdout
+# no driver library at all: the backend cannot start, and says why
+r = run("--steps", "1", GCA_CUDA_LIBRARY="/nonexistent/libcuda.so.1")
+assert r.returncode == 1, (r.returncode, r.stderr)
+assert "gca-train: no device:" in r.stderr and "/nonexistent/libcuda.so.1" in r.stderr, r.stderr
 print("ok")
