@@ -274,6 +274,7 @@ struct gca__segment {
   bool suspended;              /* pool.c: memory released by gca_pool_suspend; maps[]
                                   keep their places, reserved counts none of it */
   bool stream_gone;            /* its stream was destroyed (Note [Destroyed streams]) */
+  bool gone_waited;            /* and its work was waited for then: a release need not wait */
   size_t reserved_size;        /* expandable: bytes of address space reserved */
   gca__mapping_t *maps;        /* expandable: the mappings, by offset; classic: NULL, or the
                                   one handle of a VMM-backed segment (Note [VMM-backed
@@ -436,6 +437,8 @@ struct gca__devalloc {
                               frees], pending.c); 0: none */
   int deferred_waited;     /* 1 + the device just waited for, while the reap flushes again */
   unsigned ncaptures;      /* capture routes; while > 0 no event is queried */
+  bool gone_dirty;         /* a block was freed into a segment of a destroyed stream since the
+                              last reclaim (Note [Destroyed streams]) */
   gca__block_t **deferred; /* Note [Frees during capture] */
   size_t ndeferred, cap_deferred;
   /* Note [Free cache]: fc_on says frees may be cached now (free_cache key,
@@ -998,7 +1001,11 @@ void gca__release_reap(gca__devalloc_t *d);
 
 /* The allocator of `device` if it was created, else NULL. */
 gca__devalloc_t *gca__devalloc_peek(int device);
-void gca__streams_retire(gca_stream_t s); /* streamkey.c, Note [Destroyed streams] */
+/* streamkey.c, Note [Destroyed streams]: retires a stream before its destroy; gives
+ * back what the re-keyed segments of destroyed streams hold free (d->lock held, no
+ * capture routed to d) */
+void gca__streams_retire(gca_stream_t s);
+void gca__streams_reclaim(gca__devalloc_t *d);
 /* The allocator of `device`, created on first use; `op` names the caller in
  * the error of a device out of range. */
 gca_status_t gca__devalloc_get(const char *op, int device, gca__devalloc_t **out);

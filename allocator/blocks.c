@@ -83,6 +83,8 @@ void gca__block_free_complete(gca__devalloc_t *d, gca__block_t *b, bool pending)
   gca__stat_dec(d, d->stats.requested_bytes, pool, (int64_t)requested);
   if (!d->caching && gca__block_whole(b))
     d->reap = true; /* the segment goes back at the entry point's end (release.c) */
+  if (GCA_UNLIKELY(b->stream == GCA__STREAM_GONE))
+    d->gone_dirty = true; /* Note [Destroyed streams] */
   if (GCA_UNLIKELY(owner != NULL))
     gca__mempool_block_freed(d, owner); /* may leave the pool for the reap */
 }

@@ -468,7 +468,7 @@ static void process_parked_slow(tcache_t *tc) {
   const gca_device_ops_t *ops = gca__device_get(&st);
   /* no event is queried while a capture runs: Note [Queries during another
    * thread's capture] (pending.c) */
-  if (!ops || atomic_load_explicit(&gca__device_captures, memory_order_relaxed) != 0)
+  if (!ops || !gca__device_wait_enter()) /* Note [Capture gate] (device.c) */
     return;
   parked_t *done = NULL;
   pthread_mutex_lock(&host.mu);
@@ -495,6 +495,7 @@ static void process_parked_slow(tcache_t *tc) {
     atomic_fetch_sub(&host.nparked, 1);
   }
   pthread_mutex_unlock(&host.mu);
+  gca__device_wait_leave();
   while (done) {
     parked_t *next = done->next;
     give_back(tc, done->ptr, done->jsize, done->size);

@@ -202,10 +202,9 @@ static void pending_done(gca__devalloc_t *d, const gca__pending_t *e) {
  * through it from its start (gca__device_captures). While that count is not
  * zero pending frees are neither queried nor waited for: they complete once
  * no capture runs. (Relaxed and thread-local captures are counted too; their
- * pending frees only wait longer.) */
-static bool device_capturing(void) {
-  return atomic_load_explicit(&gca__device_captures, memory_order_relaxed) != 0;
-}
+ * pending frees only wait longer.) The queries and waits are made inside the
+ * capture gate (Note [Capture gate], device.c), so that no capture begins
+ * while they run. */
 
 gca_status_t gca__pending_process(gca__devalloc_t *d) {
   gca__use_t busy[16]; /* (stream, device): NULL names a different stream on each device */
@@ -219,7 +218,7 @@ gca_status_t gca__pending_process(gca__devalloc_t *d) {
       return GCA_OK;
     GCA_CHECK(st);
   }
-  if (d->npending != 0 && device_capturing())
+  if (d->npending == 0 || !gca__device_wait_enter())
     return GCA_OK;
   for (i = 0; i < d->npending; i++) {
     gca__pending_t e = d->pending[i];
@@ -244,6 +243,7 @@ gca_status_t gca__pending_process(gca__devalloc_t *d) {
     }
     d->pending[w++] = e;
   }
+  gca__device_wait_leave();
   for (; i < d->npending; i++)
     d->pending[w++] = d->pending[i];
   d->npending = w;
@@ -258,16 +258,21 @@ gca_status_t gca__pending_sync(gca__devalloc_t *d) {
   gca_status_t st = GCA_OK;
   d->stats.num_sync_all_streams++;
   size_t n = d->npending;
-  if (n == 0 || device_capturing()) /* Note [Queries during another thread's capture] */
+  if (n == 0)
     return GCA_OK;
   gca_event_t *evs = malloc(n * sizeof(*evs));
   if (evs == NULL)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "host out of memory waiting for %zu events", n);
+  if (!gca__device_wait_enter()) { /* Note [Queries during another thread's capture] */
+    free(evs);
+    return GCA_OK;
+  }
   for (size_t i = 0; i < n; i++)
     evs[i] = d->pending[i].event;
   gca__dev_let_go(d);
   for (size_t i = 0; i < n && st == GCA_OK; i++)
     st = d->ops->event_synchronize(evs[i]);
+  gca__device_wait_leave();
   gca__dev_lock(d);
   free(evs);
   if (st != GCA_OK) /* the rest completes on a later query */

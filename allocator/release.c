@@ -190,11 +190,13 @@ static gca_status_t pool_take_whole(gca__devalloc_t *d, gca__pool_t *pool, gca__
 
 void gca__release_reap(gca__devalloc_t *d) {
   d->reap = false;
-  if (d->deferred_need != 0 && d->ncaptures == 0) { /* Note [Gone streams of deferred frees] */
+  /* Note [Gone streams of deferred frees]; Note [Capture gate] (device.c) */
+  if (d->deferred_need != 0 && d->ncaptures == 0 && gca__device_wait_enter()) {
     int dev = d->deferred_need - 1;
     d->deferred_need = 0;
     gca__dev_let_go(d);
     gca_status_t st = d->ops->ctx_synchronize(dev);
+    gca__device_wait_leave();
     gca__dev_lock(d);
     if (st == GCA_OK) {
       d->deferred_waited = dev + 1;
@@ -395,6 +397,8 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
     if (st != GCA_OK)
       goto out;
   }
+  if (GCA_UNLIKELY(d->gone_dirty) && d->ncaptures == 0)
+    gca__streams_reclaim(d);
   if (d->cfg.expandable_segments && d->ncaptures == 0)
     move_handles(d, pool, stream, rounded);
   st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);

@@ -266,9 +266,10 @@ static gca_status_t stream_wait(gca__devalloc_t *d, const gca__relbatch_t *bt, g
    * and invalidate that capture: keep the segment until none does. The
    * allocator hears of a capture only once it is routed to a pool, after the
    * stream began capturing; the device table counts it from its start. */
-  if (bt->captures || atomic_load(&gca__device_captures) != 0)
+  if (bt->captures || !gca__device_wait_enter()) /* Note [Capture gate] (device.c) */
     return GCA_ERR_NOT_READY;
   st = d->ops->ctx_synchronize(d->device);
+  gca__device_wait_leave();
   *dev_synced = st == GCA_OK;
   return st;
 }
@@ -279,16 +280,23 @@ void gca__relbatch_wait(gca__devalloc_t *d, gca__relbatch_t *bt) {
     gca__relent_t *e = &bt->v[i];
     gca__segment_t *seg = e->seg;
     if (!seg->expandable && seg->maps == NULL) {
-      /* the observer's pool is fixed and mem_free synchronizes the device first */
+      /* mem_free synchronizes the device first, which a capture forbids (Note
+       * [Capture gate], device.c); the observer's pool is fixed */
+      if (bt->captures || !gca__device_wait_enter()) {
+        e->st = GCA_ERR_NOT_READY; /* kept: Note [Releases during a capture] */
+        continue;
+      }
       GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_RELEASING, seg->base, seg->size));
       e->st = d->ops->mem_free(d->device, seg->base);
+      gca__device_wait_leave();
       continue;
     }
     bool seen = false; /* one wait per stream */
     for (size_t k = 0; k < i && !seen; k++)
       seen = bt->v[k].seg->stream == seg->stream && bt->v[k].st == GCA_OK &&
              (bt->v[k].seg->expandable || bt->v[k].seg->maps != NULL);
-    bool waited = seg->stream_gone && seg->stream == bt->waited && bt->waited != NULL;
+    bool waited =
+        seg->gone_waited || (seg->stream_gone && seg->stream == bt->waited && bt->waited != NULL);
     e->st =
         seen || waited ? GCA_OK : stream_wait(d, bt, seg->stream, seg->stream_gone, &dev_synced);
     if (e->st != GCA_OK || seg->expandable)

@@ -75,9 +75,7 @@ gca_status_t gca__stream_synchronize(gca__devalloc_t *d, gca_stream_t s) {
  * is first retired here, through gca__stream_retire_hook:
  *   - if segments were made on it (so blocks are keyed by it, cached or
  *     live), its work is waited for, unless a capture runs (the wait would
- *     invalidate it): the driver may hand the same handle to a new stream at
- *     once, which would then reuse those blocks (a stream destroyed with work
- *     queued during a capture leaves that to chance);
+ *     invalidate it);
  *   - each such segment is marked stream_gone: a release of it waits for its
  *     device instead of the stream (a new stream with the same handle may be
  *     using it, so the wait cannot be skipped either);
@@ -93,7 +91,22 @@ gca_status_t gca__stream_synchronize(gca__devalloc_t *d, gca_stream_t s) {
  *     833 such reservations), so a program that creates and destroys streams
  *     would run out of address space with the segments of its dead streams
  *     (gca-stress --stream-churn with expandable segments did, in a capture,
- *     where nothing can be released).
+ *     where nothing can be released);
+ *   - the segments of the default pools are then re-keyed to GCA__STREAM_GONE,
+ *     their blocks too, free or live (rekey): the driver may hand the same
+ *     handle to a new stream at once, and nothing orders that stream after
+ *     the old one's queued work (not waited for when a capture ran), so no
+ *     request on any stream may reuse them. They are given back instead
+ *     (gca__streams_reclaim) the next time a
+ *     request needs a new block and no capture runs, if anything of theirs
+ *     became free since (d->gone_dirty, set by the free of a re-keyed block):
+ *     so the address space of an expandable segment made on a stream
+ *     destroyed during a capture comes back once its blocks are free and the
+ *     captures end. That release waits for the device only for the segments
+ *     of a stream that was not waited for (seg->gone_waited): a block freed
+ *     after the destroy reaches the tree only once the other streams' uses
+ *     recorded on it are done. Private pools keep their keys: what their
+ *     segments hold is the graph's (Note [Expandable segments]).
  * A stream destroyed behind gca's back (straight through the driver) must
  * outlive the memory allocated or recorded on it, as PyTorch's allocator
  * requires of external streams. The sim holds the tests to that: a use of a
@@ -142,6 +155,62 @@ static void release_retired(gca__devalloc_t *d, gca_stream_t s) {
     GCA_LOG_WARN("retiring stream %p: its cached memory stays: %s", (void *)s, gca_last_error());
 }
 
+/* Re-keys the segments of s in d's default pools, and their blocks, to
+ * GCA__STREAM_GONE (d->lock held). The caches hold no block of theirs after
+ * it: the free cache and the recycle bins are flushed, and the thread
+ * caches let go of their domains, whose bins are keyed by stream. */
+static void rekey(gca__devalloc_t *d, gca_stream_t s, bool waited) {
+  bool flushed = false;
+  for (gca__pool_t *p = &d->small; p != NULL; p = gca__pool_next(d, p)) {
+    if (p->owner != NULL)
+      continue;
+    for (gca__segment_t *seg = p->segments; seg != NULL; seg = seg->next) {
+      if (seg->stream != s)
+        continue;
+      if (!flushed) {
+        gca__flush_caches(d);
+        gca__tc_flush_all(d, true);
+        d->pf_epoch++; /* Note [Free facts]: no fast free may take a bin now */
+        flushed = true;
+      }
+      seg->stream = GCA__STREAM_GONE;
+      seg->gone_waited = waited;
+      for (gca__block_t *b = seg->head; b != NULL; b = b->next) {
+        bool in_tree = b->in_tree;
+        if (in_tree)
+          gca__tree_erase(p, b);
+        b->stream = GCA__STREAM_GONE;
+        if (in_tree) {
+          gca__tree_insert(p, b);
+          d->gone_dirty = true;
+        }
+      }
+    }
+  }
+}
+
+void gca__streams_reclaim(gca__devalloc_t *d) {
+  gca__relbatch_t bt = {0};
+  gca_status_t st = GCA_OK;
+  d->gone_dirty = false;
+  gca__flush_caches(d);
+  gca__tc_flush_all(d, false);
+  for (gca__pool_t *p = &d->small; p != NULL && st == GCA_OK; p = gca__pool_next(d, p)) {
+    if (p->owner != NULL)
+      continue;
+    for (gca__segment_t *seg = p->segments; seg != NULL && st == GCA_OK; seg = seg->next)
+      if (seg->stream == GCA__STREAM_GONE)
+        st = gca__relbatch_take(d, &bt, seg);
+  }
+  gca_status_t rst = gca__relbatch_run(d, &bt, NULL);
+  free(bt.v);
+  if (st == GCA_OK)
+    st = rst;
+  if (st != GCA_OK)
+    GCA_LOG_WARN("device %d: giving back the memory of destroyed streams' segments: %s", d->device,
+                 gca_last_error());
+}
+
 void gca__streams_retire(gca_stream_t s) {
   if (s == NULL || GCA_STREAM_IS_SPECIAL(s) || gca__stream_is_ptds(s))
     return;
@@ -159,14 +228,15 @@ void gca__streams_retire(gca_stream_t s) {
   /* not while a capture runs: a synchronize by the capturing thread (or by
    * any thread, in a global-mode capture) would invalidate it (Note [Queries
    * during another thread's capture], pending.c) */
-  bool capturing = atomic_load_explicit(&gca__device_captures, memory_order_relaxed) != 0;
   gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
   bool waited = false;
-  if (held != NULL && !capturing && held->ops->stream_capture_info(s, &cs, NULL) == GCA_OK &&
-      cs == GCA_CAPTURE_STATUS_NONE) {
-    waited = held->ops->stream_synchronize(s) == GCA_OK;
-    if (!waited)
-      GCA_LOG_WARN("retiring stream %p: waiting for its work: %s", (void *)s, gca_last_error());
+  if (held != NULL && gca__device_wait_enter()) { /* Note [Capture gate] (device.c) */
+    if (held->ops->stream_capture_info(s, &cs, NULL) == GCA_OK && cs == GCA_CAPTURE_STATUS_NONE) {
+      waited = held->ops->stream_synchronize(s) == GCA_OK;
+      if (!waited)
+        GCA_LOG_WARN("retiring stream %p: waiting for its work: %s", (void *)s, gca_last_error());
+    }
+    gca__device_wait_leave();
   }
   for (int i = 0; i < GCA__MAX_DEVICES; i++) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
@@ -180,6 +250,8 @@ void gca__streams_retire(gca_stream_t s) {
     if (waited && d->ncaptures == 0 &&
         atomic_load_explicit(&gca__device_captures, memory_order_relaxed) == 0)
       release_retired(d, s);
+    gca__release_wait_all(d); /* a batch let go of the lock: none may hold s's blocks */
+    rekey(d, s, waited);
     gca__dev_let_go(d);
   }
 }

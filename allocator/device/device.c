@@ -3,6 +3,7 @@
  * table once per process; auto tries cuda (a driver and at least one device)
  * and otherwise falls back to sim, saying so once on stderr. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -12,6 +13,49 @@
 
 _Atomic int gca__device_captures;
 void (*_Atomic gca__stream_retire_hook)(gca_stream_t stream);
+
+/* Note [Capture gate]. While a capture runs in global mode the driver refuses
+ * every synchronize and query made by any thread, and invalidates the capture
+ * for it; ctx_synchronize, in any mode (measured on an H200, driver 580). The
+ * allocator makes such calls on its own account from any thread: releases
+ * wait for a segment's stream or the device, pending frees query events, a
+ * destroyed stream's memory waits for the device. It skips them while
+ * gca__device_captures is not zero, but a check followed by a call leaves a
+ * window in which another thread begins a capture, and the call then
+ * invalidates it (gca-stress with stream churn and captures hit it within
+ * seconds). So the two sides meet at a gate, with sequentially consistent
+ * atomics (each writes its own counter, then reads the other's):
+ *   - a call announces itself in `waiters`, then reads the capture count: if
+ *     a capture runs or is beginning, it withdraws and is skipped; otherwise
+ *     it is made and leaves;
+ *   - a capture is counted first, then its thread waits until no call is
+ *     inside the gate before the driver begins it.
+ * At least one side sees the other, so no such call overlaps a capture begun
+ * through gca. Calls inside the gate are short or wait only for queued work,
+ * which never waits for a capture to begin, so the capture's wait ends. */
+static _Atomic int waiters;
+
+bool gca__device_wait_enter(void) {
+  atomic_fetch_add(&waiters, 1);
+  if (atomic_load(&gca__device_captures) == 0)
+    return true;
+  atomic_fetch_sub(&waiters, 1);
+  return false;
+}
+
+void gca__device_wait_leave(void) {
+  atomic_fetch_sub(&waiters, 1);
+}
+
+void gca__capture_enter(void) {
+  atomic_fetch_add(&gca__device_captures, 1);
+  while (atomic_load(&waiters) != 0)
+    sched_yield();
+}
+
+void gca__capture_abandon(void) {
+  atomic_fetch_sub(&gca__device_captures, 1);
+}
 
 void gca__stream_retire(gca_stream_t stream) {
   void (*retire)(gca_stream_t) = atomic_load(&gca__stream_retire_hook);

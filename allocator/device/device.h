@@ -50,6 +50,17 @@
  * any thread forbids (Note [Releases during a capture], segment.c). */
 extern _Atomic int gca__device_captures;
 
+/* Note [Capture gate] (device.c). A call that a capture on another thread
+ * forbids, made on the allocator's own account: gca__device_wait_enter says
+ * whether it may be made now (then gca__device_wait_leave after it), or a
+ * capture runs or is beginning (skip it). The backends count a capture with
+ * gca__capture_enter before the driver begins it (gca__capture_abandon if it
+ * did not begin); that waits for the calls inside the gate. */
+bool gca__device_wait_enter(void);
+void gca__device_wait_leave(void);
+void gca__capture_enter(void);
+void gca__capture_abandon(void);
+
 /* Note [Destroyed streams] (allocator/streamkey.c): run before a stream is
  * destroyed through gca, so that the allocator never gives the driver that
  * handle again; set once an allocator exists, else NULL. */

@@ -12,6 +12,7 @@
  * turns a hang into a failure. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -72,7 +73,9 @@ static gca_status_t w_stream_synchronize(gca_stream_t s) {
   note_wait();
   return real->stream_synchronize(s);
 }
+static atomic_int nctx_syncs;
 static gca_status_t w_ctx_synchronize(int dev) {
+  atomic_fetch_add(&nctx_syncs, 1);
   note_wait();
   return real->ctx_synchronize(dev);
 }
@@ -479,7 +482,7 @@ static void host_fn_free_completes_during_pool_resume(void **state) {
  * that a program that creates and destroys streams does not pile up the
  * address space of dead streams' expandable segments; a block still live at
  * the destroy keeps its segment until it is freed and the cache emptied,
- * with the device waited for instead of the stream. */
+ * with no wait then: the stream's work was waited for at the destroy. */
 static void release_of_memory_whose_stream_was_destroyed(const char *conf) {
   assert_ok(gca_set_config(conf));
   for (int k = 0; k < 3; k++) {
@@ -498,7 +501,9 @@ static void release_of_memory_whose_stream_was_destroyed(const char *conf) {
   assert_ok(gca_stream_destroy(s));
   assert_true(stats().reserved_bytes[GCA_STAT_ALL].current >= (int64_t)(4 * MiB));
   free_ok(live);
+  int syncs = atomic_load(&nctx_syncs);
   assert_ok(gca_empty_cache());
+  assert_int_equal(atomic_load(&nctx_syncs), syncs);
   check();
   assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
   void *q = alloc_on(4 * MiB, NULL); /* later allocations are served */
@@ -559,8 +564,13 @@ static void classic_segment_of_a_destroyed_stream_is_released(void **state) {
 /* Note [Releases during a capture]: empty_cache on another thread while a
  * stream with a cached segment captures (thread-local mode) keeps that
  * segment instead of synchronizing the capturing stream, which would fail
- * and invalidate the capture; the segment goes once the capture has ended. */
+ * and invalidate the capture; the segment goes once the capture has ended.
+ * A classic segment's mem_free waits for the whole device, which a capture
+ * in global mode on any thread forbids (Note [Capture gate]): that case
+ * captures in global mode. */
 static void release_during_a_capture(const char *conf, bool gone) {
+  gca_capture_mode_t mode =
+      strcmp(conf, "") == 0 ? GCA_CAPTURE_MODE_GLOBAL : GCA_CAPTURE_MODE_THREAD_LOCAL;
   assert_ok(gca_set_config(conf));
   gca_stream_t u = NULL, s;
   assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
@@ -570,7 +580,7 @@ static void release_during_a_capture(const char *conf, bool gone) {
   free_ok(p);
   size_t reserved = (size_t)stats().reserved_bytes[GCA_STAT_ALL].current;
   assert_true(reserved >= 4 * MiB);
-  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_THREAD_LOCAL));
+  assert_ok(gca_stream_begin_capture(s, mode));
   /* destroyed while the capture runs: its cached segment cannot be given back
    * then (Note [Destroyed streams]) */
   if (gone)
@@ -595,9 +605,125 @@ static void release_during_a_capture(const char *conf, bool gone) {
   assert_ok(gca_set_config(""));
 }
 
+/* Note [Destroyed streams]: a stream destroyed while a capture runs is not
+ * waited for, and the driver may hand its handle to the next stream it makes
+ * (the sim does with GCA_SIM_RECYCLE_HANDLES=1). The memory cached on the old
+ * stream must not serve the new one, whose work nothing orders after the old
+ * one's: the next request makes new memory, and the old stream's cached
+ * memory goes back then, the capture having ended (a wait for the device). */
+static void recycled_handle_gets_none_of_the_old_streams_memory(const char *conf) {
+  assert_ok(gca_set_config(conf));
+  gca_stream_t s, u, u2;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
+  void *p = alloc_on(4 * MiB, u), *live = alloc_on(4096, u);
+  free_ok(p);
+  gca_stats_t before = stats();
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_THREAD_LOCAL));
+  assert_ok(gca_stream_destroy(u));
+  assert_int_equal(setenv("GCA_SIM_RECYCLE_HANDLES", "1", 1), 0);
+  gca_status_t cst = gca_stream_create(&u2, GCA_STREAM_NON_BLOCKING);
+  assert_int_equal(unsetenv("GCA_SIM_RECYCLE_HANDLES"), 0);
+  assert_ok(cst);
+  assert_ptr_equal(u2, u); /* the handle came back */
+  gca_graph_t g;
+  assert_ok(gca_stream_end_capture(s, &g));
+  assert_ok(gca_graph_destroy(g));
+  /* nothing was waited for or given back while the capture ran */
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current,
+                   before.reserved_bytes[GCA_STAT_ALL].current);
+  int syncs = atomic_load(&nctx_syncs);
+  void *p2 = alloc_on(4 * MiB, u2);
+  gca_stats_t after = stats();
+  /* u was not waited for: the device is (mem_free waits for it by itself) */
+  assert_true(atomic_load(&nctx_syncs) > syncs || strcmp(conf, "") == 0);
+  assert_true(after.num_device_alloc > before.num_device_alloc); /* new memory, not u's */
+  assert_true(after.num_device_free > before.num_device_free);   /* u's cached block went back */
+  check();
+  free_ok(p2);
+  free_ok(live); /* a block of the old stream, freed after its destroy */
+  assert_ok(gca_stream_destroy(u2));
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_empty_cache());
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_set_config(""));
+}
+
+static void recycled_handle_of_an_expandable_segments_stream(void **state) {
+  (void)state;
+  recycled_handle_gets_none_of_the_old_streams_memory("expandable_segments:True");
+}
+
+static void recycled_handle_of_a_classic_segments_stream(void **state) {
+  (void)state;
+  recycled_handle_gets_none_of_the_old_streams_memory("");
+}
+
+/* Note [Capture gate] (device.c): a capture begun on another thread while a
+ * call is inside the gate does not begin before the call has left; while it
+ * runs no call enters; once it has ended, calls enter again. */
+typedef struct gate_capture {
+  gca_stream_t s;
+  gca_status_t st, end_st;
+  atomic_bool begun;
+  test_gate_t began, end; /* the thread has begun; the thread may end */
+} gate_capture_t;
+
+static void *capture_job(void *arg) {
+  gate_capture_t *c = arg;
+  c->st = gca_stream_begin_capture(c->s, GCA_CAPTURE_MODE_GLOBAL);
+  atomic_store(&c->begun, true);
+  test_gate_open(&c->began);
+  test_gate_pass(&c->end);
+  gca_graph_t g = NULL;
+  c->end_st = gca_stream_end_capture(c->s, &g);
+  if (g != NULL)
+    GCA_CHECK_IGNORE(gca_graph_destroy(g));
+  return NULL;
+}
+
+static void a_capture_waits_for_the_calls_inside_the_gate(void **state) {
+  (void)state;
+  gate_capture_t c = {.st = GCA_ERR_INTERNAL, .end_st = GCA_ERR_INTERNAL};
+  test_gate_init(&c.began);
+  test_gate_init(&c.end);
+  assert_ok(gca_stream_create(&c.s, GCA_STREAM_NON_BLOCKING));
+  int c0 = atomic_load(&gca__device_captures);
+  assert_true(gca__device_wait_enter());
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, capture_job, &c), 0);
+  while (atomic_load(&gca__device_captures) == c0) /* counted: the thread is at the gate */
+    sched_yield();
+  assert_false(atomic_load(&c.begun)); /* and cannot begin while this call is inside */
+  gca__device_wait_leave();
+  test_gate_pass(&c.began);
+  assert_ok(c.st);
+  assert_false(gca__device_wait_enter()); /* a capture runs: calls are skipped */
+  test_gate_open(&c.end);
+  pthread_join(t, NULL);
+  assert_ok(c.end_st);
+  assert_int_equal(atomic_load(&gca__device_captures), c0);
+  assert_true(gca__device_wait_enter()); /* none runs: calls enter again */
+  gca__device_wait_leave();
+  assert_ok(gca_stream_destroy(c.s));
+  test_gate_fini(&c.began);
+  test_gate_fini(&c.end);
+}
+
 static void expandable_segment_of_a_capturing_stream_is_kept(void **state) {
   (void)state;
   release_during_a_capture("expandable_segments:True", false);
+}
+
+static void classic_segment_is_kept_while_another_thread_captures(void **state) {
+  (void)state;
+  release_during_a_capture("", false);
+}
+
+static void classic_segment_of_a_gone_stream_is_kept_while_another_captures(void **state) {
+  (void)state;
+  release_during_a_capture("", true);
 }
 
 static void vmm_segment_of_a_capturing_stream_is_kept(void **state) {
@@ -822,8 +948,19 @@ int main(void) {
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(expandable_segment_of_a_capturing_stream_is_kept,
                                       release_setup, release_teardown),
+      cmocka_unit_test_setup_teardown(recycled_handle_of_an_expandable_segments_stream,
+                                      release_setup, release_teardown),
+      cmocka_unit_test_setup_teardown(recycled_handle_of_a_classic_segments_stream, release_setup,
+                                      release_teardown),
+      cmocka_unit_test_setup_teardown(a_capture_waits_for_the_calls_inside_the_gate, release_setup,
+                                      release_teardown),
       cmocka_unit_test_setup_teardown(vmm_segment_of_a_capturing_stream_is_kept, release_setup,
                                       release_teardown),
+      cmocka_unit_test_setup_teardown(classic_segment_is_kept_while_another_thread_captures,
+                                      release_setup, release_teardown),
+      cmocka_unit_test_setup_teardown(
+          classic_segment_of_a_gone_stream_is_kept_while_another_captures, release_setup,
+          release_teardown),
       cmocka_unit_test_setup_teardown(vmm_segment_of_a_gone_stream_is_kept_while_another_captures,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(

@@ -451,30 +451,67 @@ static void other_threads_are_refused_only_by_a_global_capture(void **state) {
  * captures on s in `mode`, as an H200 (driver 580) answers: in a global-mode
  * capture every synchronizing or querying call (streams and events that have
  * nothing to do with the capture included) is CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
- * and invalidates the capture; in any mode so is cuCtxSynchronize; work
- * queued on another stream is always fine. */
+ * and invalidates the capture, and so is cuMemFree (it synchronizes); in any
+ * mode so is cuCtxSynchronize; work queued on another stream is always fine,
+ * and so is every virtual memory call: reserve, create, map, set access,
+ * unmap, release and address free (the calls that expandable segments grow
+ * and shrink with). */
 enum {
   OT_STREAM_SYNC,
   OT_STREAM_QUERY,
   OT_EVENT_QUERY,
   OT_EVENT_SYNC,
+  OT_MEM_FREE,
   OT_CTX_SYNC,
   OT_EVENT_RECORD,
   OT_WAIT_EVENT,
   OT_MEMSET,
+  OT_VMM,
   OT_COUNT
 };
 static const char *const ot_names[OT_COUNT] = {
-    "stream_synchronize", "stream_query", "event_query",       "event_synchronize",
-    "ctx_synchronize",    "event_record", "stream_wait_event", "memset_d32_async"};
+    "stream_synchronize", "stream_query",
+    "event_query",        "event_synchronize",
+    "mem_free",           "ctx_synchronize",
+    "event_record",       "stream_wait_event",
+    "memset_d32_async",   "mem_address_reserve..mem_address_free"};
 
 typedef struct other_call {
   int op;
   gca_stream_t b;
   gca_event_t e;
-  gca_devptr_t p;
+  gca_devptr_t p, own; /* own: an allocation of its own, for mem_free */
   gca_status_t st;
 } other_call_t;
+
+/* Reserve, create, map, set access, unmap, release, free the address range:
+ * the first call that fails, else GCA_OK. */
+static gca_status_t vmm_round_trip(void) {
+  size_t g = 0;
+  gca_devptr_t va = 0;
+  gca_memhandle_t h;
+  int dev = 0;
+  gca_status_t st = ops->mem_granularity(0, false, &g);
+  if (st == GCA_OK)
+    st = ops->mem_address_reserve(0, 2 * g, 0, &va);
+  if (st != GCA_OK)
+    return st;
+  st = ops->mem_create(0, g, &h);
+  if (st == GCA_OK) {
+    st = ops->mem_map(va, g, 0, h);
+    if (st == GCA_OK) {
+      st = ops->mem_set_access(va, g, &dev, 1);
+      gca_status_t ust = ops->mem_unmap(va, g);
+      if (st == GCA_OK)
+        st = ust;
+    }
+    gca_status_t rst = ops->mem_release(h);
+    if (st == GCA_OK)
+      st = rst;
+  }
+  gca_status_t fst = ops->mem_address_free(0, va, 2 * g);
+  return st != GCA_OK ? st : fst;
+}
 
 static void *call_elsewhere(void *v) {
   other_call_t *c = v;
@@ -491,8 +528,14 @@ static void *call_elsewhere(void *v) {
   case OT_EVENT_SYNC:
     c->st = ops->event_synchronize(c->e);
     break;
+  case OT_MEM_FREE:
+    c->st = ops->mem_free(0, c->own);
+    break;
   case OT_CTX_SYNC:
     c->st = ops->ctx_synchronize(0);
+    break;
+  case OT_VMM:
+    c->st = vmm_round_trip();
     break;
   case OT_EVENT_RECORD:
     c->st = ops->event_record(c->e, c->b);
@@ -518,11 +561,12 @@ static void other_threads_calls_follow_the_captures_mode(void **state) {
     for (int op = 0; op < OT_COUNT; op++) {
       gca_stream_t s = mkstream(GCA_STREAM_NON_BLOCKING);
       gca_graph_t g = NULL;
+      gca_devptr_t own = dalloc(4096);
       assert_ok(ops->event_record(e, b));
       assert_ok(ops->stream_synchronize(b));
       assert_ok(ops->stream_begin_capture(s, modes[m]));
       assert_ok(ops->kernel_fill_u32(a, 1, 1, N, s));
-      other_call_t c = {.op = op, .b = b, .e = e, .p = p};
+      other_call_t c = {.op = op, .b = b, .e = e, .p = p, .own = own};
       pthread_t t;
       assert_int_equal(pthread_create(&t, NULL, call_elsewhere, &c), 0);
       pthread_join(t, NULL);
@@ -539,6 +583,8 @@ static void other_threads_calls_follow_the_captures_mode(void **state) {
       }
       assert_ok(ops->stream_synchronize(b));
       assert_ok(ops->stream_destroy(s));
+      if (op != OT_MEM_FREE || refused)
+        assert_ok(ops->mem_free(0, c.own));
     }
   }
   assert_ok(ops->event_destroy(e));

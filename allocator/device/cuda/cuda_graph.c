@@ -20,10 +20,14 @@
 
 static gca_status_t cuda_stream_begin_capture(gca_stream_t stream, gca_capture_mode_t mode) {
   GCA_CHECK(gca__cuda_enter_stream("stream_begin_capture", stream, NULL));
-  CU_CHECK("stream_begin_capture",
-           gca__cuda_drv.StreamBeginCapture(stream, (CUstreamCaptureMode)mode));
-  atomic_fetch_add(&gca__device_captures, 1);
+  gca_status_t st;
+  gca__capture_enter(); /* Note [Capture gate] */
+  CU_CHECK_GOTO("stream_begin_capture",
+                gca__cuda_drv.StreamBeginCapture(stream, (CUstreamCaptureMode)mode), st, fail);
   return GCA_OK;
+fail:
+  gca__capture_abandon();
+  return st;
 }
 
 /* Note [Invalidated captures]: the driver refuses cuStreamGetCtx on a stream

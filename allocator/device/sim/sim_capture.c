@@ -545,6 +545,7 @@ static gca_status_t sim_stream_begin_capture(gca_stream_t stream, gca_capture_mo
     free(v);
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "stream_begin_capture: no host memory for a capture");
   }
+  gca__capture_enter(); /* Note [Capture gate]: before cap_mu, which the gate's calls take */
   pthread_mutex_lock(&cap_mu);
   capture_t *other;
   if (find_stream(stream, &other)) {
@@ -566,9 +567,10 @@ static gca_status_t sim_stream_begin_capture(gca_stream_t stream, gca_capture_mo
   c->next = captures;
   captures = c;
   atomic_fetch_add(&ncaptures, 1);
-  atomic_fetch_add(&gca__device_captures, 1);
 out:
   pthread_mutex_unlock(&cap_mu);
+  if (st != GCA_OK)
+    gca__capture_abandon();
   return st;
 }
 

@@ -7,6 +7,7 @@
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sim_stream.h"
 
@@ -47,15 +48,17 @@ uint64_t gca__sim_handle_add(gca__sim_obj_t *obj) {
   uint64_t h = 0;
   pthread_mutex_lock(&reg.mu);
   uint32_t slot;
+  const char *rc = getenv("GCA_SIM_RECYCLE_HANDLES"); /* Note [Sim handles] */
   if (reg.nfree > 0) {
     slot = reg.free_slots[--reg.nfree];
+    if (rc == NULL || strcmp(rc, "1") != 0)
+      reg.gens[slot]++;
   } else {
     if (reg.len == reg.cap && !reg_grow())
       goto out;
     slot = reg.len++;
-    reg.gens[slot] = 0;
+    reg.gens[slot] = 1;
   }
-  reg.gens[slot]++;
   reg.objs[slot] = obj;
   h = ((uint64_t)obj->kind << HANDLE_KIND_SHIFT) | ((uint64_t)reg.gens[slot] << HANDLE_GEN_SHIFT) |
       slot;

@@ -12,6 +12,11 @@
  * out as (kind, slot, generation) handles from one registry, so a destroyed,
  * stale or foreign handle is detected and refused instead of dereferenced.
  * Objects are reference counted; a registry lookup takes a reference.
+ * GCA_SIM_RECYCLE_HANDLES=1 hands a new object the handle of the last one
+ * destroyed, as the driver may (its handles are pointers to its own freed and
+ * reused objects): what gca keeps keyed by a destroyed stream must then not
+ * serve the new one (Note [Destroyed streams], allocator/streamkey.c). A
+ * use of the old object through the handle then reaches the new one.
  */
 #ifndef GCA_SIM_STREAM_H
 #define GCA_SIM_STREAM_H
