@@ -437,6 +437,8 @@ struct gca__devalloc {
                               frees], pending.c); 0: none */
   int deferred_waited;     /* 1 + the device just waited for, while the reap flushes again */
   unsigned ncaptures;      /* capture routes; while > 0 no event is queried */
+  int64_t nused;           /* blocks with recorded uses (nuses != 0), kept by gca__uses_set:
+                              a stream's retirement walks blocks only when some are */
   bool gone_dirty;         /* a block was freed into a segment of a destroyed stream since the
                               last reclaim (Note [Destroyed streams]) */
   gca__block_t **deferred; /* Note [Frees during capture] */
@@ -765,7 +767,12 @@ static inline gca__block_t *gca__block_take(gca__devalloc_t *d) {
  * cache's facts, lie in the third). */
 
 /* Frees b's uses array (Note [Record lines]). */
-void gca__block_drop_uses(gca__block_t *b);
+void gca__block_drop_uses(gca__devalloc_t *d, gca__block_t *b);
+/* Sets b's count of recorded uses, keeping d->nused. */
+static inline void gca__uses_set(gca__devalloc_t *d, gca__block_t *b, uint32_t n) {
+  d->nused += (int64_t)(n != 0) - (int64_t)(b->nuses != 0);
+  b->nuses = n;
+}
 
 /* Gives back the record of a free block merged into its neighbour: it holds
  * no uses array (Note [Record lines]). */

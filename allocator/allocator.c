@@ -628,7 +628,7 @@ static gca_status_t free_wait_foreign(gca__devalloc_t **dp, gca__block_t **bp, g
   for (uint32_t i = 0; i < b->nuses; i++)
     if (!(gca__stream_is_ptds(b->uses[i].stream) && b->uses[i].stream != gca__t_ptds_key))
       b->uses[w++] = b->uses[i];
-  b->nuses = w;
+  gca__uses_set(d, b, w);
   *bp = b;
   return GCA_OK;
 }
@@ -671,7 +671,7 @@ static gca_status_t free_wait_uses(gca__devalloc_t **dp, gca__block_t **bp, gca_
     if (!waited)
       b->uses[w++] = b->uses[i];
   }
-  b->nuses = w;
+  gca__uses_set(d, b, w);
   free(uses);
   *bp = b;
   return GCA_OK;

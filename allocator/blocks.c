@@ -26,7 +26,7 @@ void gca__block_coalesce(gca__devalloc_t *d, gca__block_t *b, int64_t *blocks, i
   /* with exactly one free neighbour, b may take its tree place (Note [Tree places]) */
   gca__block_t *slot = pfree != nfree ? (pfree ? p : n) : NULL;
   if (GCA_UNLIKELY(b->cap_uses != 0))
-    gca__block_drop_uses(b); /* a free block holds none (Note [Record lines]) */
+    gca__block_drop_uses(d, b); /* a free block holds none (Note [Record lines]) */
   if (pfree) {
     if (p != slot)
       gca__tree_erase_of(pool, p, b->stream);

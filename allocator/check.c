@@ -370,6 +370,14 @@ static gca_status_t check_device(gca__devalloc_t *d) {
   if ((int64_t)d->reserved != sums[GCA_STAT_ALL].reserved_bytes)
     return BROKEN("device %d: reserved counter %zu, segments add up to %" PRId64, d->device,
                   d->reserved, sums[GCA_STAT_ALL].reserved_bytes);
+  int64_t nused = 0;
+  for (gca__pool_t *p = &d->small; p != NULL; p = gca__pool_next(d, p))
+    for (const gca__segment_t *s = p->segments; s != NULL; s = s->next)
+      for (const gca__block_t *b = s->head; b != NULL; b = b->next)
+        nused += b->nuses != 0;
+  if (nused != d->nused)
+    return BROKEN("device %d: %" PRId64 " blocks hold recorded uses, the count says %" PRId64,
+                  d->device, nused, d->nused);
   size_t pending_blocks = 0;
   for (size_t i = 0; i < d->npending; i++) {
     gca__block_t *b = d->pending[i].block;

@@ -430,7 +430,8 @@ static void seg_retile(gca__devalloc_t *d, gca__segment_t *seg, target_t *t, gca
     next = b->next;
     free(b->uses);
     b->uses = NULL;
-    b->nuses = b->cap_uses = 0;
+    gca__uses_set(d, b, 0);
+    b->cap_uses = 0;
     b->unmapped = false;
     gca__block_free(d, b);
   }
@@ -450,7 +451,8 @@ static void seg_retile(gca__devalloc_t *d, gca__segment_t *seg, target_t *t, gca
     b->seg = seg;
     if (t->inh != NULL && t->inh[i].n != 0) {
       b->uses = t->inh[i].uses;
-      b->nuses = b->cap_uses = t->inh[i].n;
+      gca__uses_set(d, b, t->inh[i].n);
+      b->cap_uses = t->inh[i].n;
       t->inh[i] = (inherit_t){0};
     }
     b->prev = prev;

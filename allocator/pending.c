@@ -169,7 +169,7 @@ static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b, int
     d->pending[d->npending++] = (gca__pending_t){ev, u->stream, b, u->dev};
     b->event_count++;
   }
-  b->nuses = 0;
+  gca__uses_set(d, b, 0);
   return GCA_OK;
 }
 

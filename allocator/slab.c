@@ -117,14 +117,15 @@ gca_status_t gca__block_new(gca__devalloc_t *d, gca__block_t **out) {
 
 void gca__block_free(gca__devalloc_t *d, gca__block_t *b) {
   if (GCA_UNLIKELY(b->uses != NULL))
-    gca__block_drop_uses(b);
+    gca__block_drop_uses(d, b);
   gca__block_free_merged(d, b);
 }
 
-void gca__block_drop_uses(gca__block_t *b) {
+void gca__block_drop_uses(gca__devalloc_t *d, gca__block_t *b) {
   free(b->uses);
   b->uses = NULL;
-  b->nuses = b->cap_uses = 0;
+  gca__uses_set(d, b, 0);
+  b->cap_uses = 0;
 }
 
 void gca__slabs_destroy(gca__devalloc_t *d) {

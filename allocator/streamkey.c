@@ -82,7 +82,9 @@ gca_status_t gca__stream_synchronize(gca__devalloc_t *d, gca_stream_t s) {
  *   - a block's recorded use of it becomes GCA__STREAM_GONE, a key no thread
  *     has: the block's free waits for the device (with the lock let go, as
  *     the free does for a use whose stream the sim calls stale) instead of
- *     recording an event on the stream. That needs no wait here;
+ *     recording an event on the stream. That needs no wait here, and walks
+ *     the blocks only when some hold recorded uses (d->nused): with 10^6
+ *     live blocks the walk made every destroy cost 60-90 ms;
  *   - the cached memory of its segments is given back at once when it was
  *     waited for and no capture runs (gca__device_captures): nothing can use
  *     it again but a new stream that happens to get the same handle, and each
@@ -122,7 +124,7 @@ static bool retire_on(gca__devalloc_t *d, gca_stream_t s, bool scrub) {
         if (scrub)
           seg->stream_gone = true;
       }
-      if (!scrub)
+      if (!scrub || d->nused == 0)
         continue;
       for (gca__block_t *b = seg->head; b != NULL; b = b->next)
         for (uint32_t i = 0; i < b->nuses; i++)

@@ -51,7 +51,8 @@ GCA_API gca_status_t gca_record_stream(void *ptr, gca_stream_t stream) {
     b->uses = n;
     b->cap_uses = ncap;
   }
-  b->uses[b->nuses++] = (gca__use_t){stream, sdev};
+  gca__uses_set(d, b, b->nuses + 1);
+  b->uses[b->nuses - 1] = (gca__use_t){stream, sdev};
   gca__pf_forget(d, addr); /* a bin takes no block with uses (Note [Free facts]) */
 out:
   gca__dev_unlock(d);

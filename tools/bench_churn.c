@@ -23,7 +23,10 @@
  * peer (peer_jemalloc.h) and left out when absent. --holes and --peers (a comma-separated subset of
  * gca, gca-exact, gca-slot, glibc, jemalloc, gca-tc) narrow the run to one case, so
  * that a profiler (cachegrind, perf) sees that case alone; a peer left out
- * is null in --json. Nothing is asserted; the seed is printed.
+ * is null in --json. Then, for each live size, what destroying a stream
+ * costs with that live set on another stream (gca's defaults; stream_rows in
+ * --json), beside the destroy of a stream that allocated nothing. Nothing is
+ * asserted; the seed is printed.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -170,6 +173,36 @@ out:
     peer->release(v[i], peer->ctx);
   free(v);
   return -1;
+}
+
+/* Note [Destroyed streams] (allocator/streamkey.c): what a stream's destroy
+ * costs with `live` blocks live on another stream: ns per create + allocate +
+ * free + gca_stream_destroy of a stream, and per create + destroy of one that
+ * allocated nothing (the reference: the device's own stream calls and a
+ * retirement that finds no segment), in *with and *bare; false on a failure. */
+static bool stream_destroy_cost(gca_stream_t s, size_t live, double *with, double *bare) {
+  enum { ROUNDS = 50 };
+  void **v = calloc(live, sizeof(void *));
+  bool ok = v != NULL;
+  for (size_t i = 0; ok && i < live; i++)
+    ok = gca_malloc(&v[i], some_size(), s) == GCA_OK;
+  for (int kind = 0; ok && kind < 2; kind++) {
+    uint64_t t0 = tool_now_ns();
+    for (int r = 0; ok && r < ROUNDS; r++) {
+      gca_stream_t u;
+      void *p = NULL;
+      ok = gca_stream_create(&u, GCA_STREAM_NON_BLOCKING) == GCA_OK;
+      if (ok && kind == 0 && (ok = gca_malloc(&p, 4096, u) == GCA_OK))
+        gca_free(p);
+      if (ok)
+        ok = gca_stream_destroy(u) == GCA_OK;
+    }
+    *(kind == 0 ? with : bare) = (double)(tool_now_ns() - t0) / ROUNDS;
+  }
+  for (size_t i = 0; v != NULL && i < live && v[i] != NULL; i++)
+    gca_free(v[i]);
+  free(v);
+  return ok;
 }
 
 static void usage(FILE *f) {
@@ -387,9 +420,28 @@ int main(int argc, char **argv) {
       printf("\n");
     }
   }
+  /* a stream's destroy against the live set (gca's defaults) */
+  gca_set_config("free_cache:True,recycle_bins:True");
+  if (!json)
+    printf("\nstream destroy with a live set (another stream's blocks), us per stream: create + "
+           "allocate + free + destroy, and create + destroy of a stream that allocated nothing\n"
+           "  %10s %12s %12s\n",
+           "live", "alloc+destroy", "bare");
+  else
+    printf("], \"stream_rows\": [");
+  for (size_t li = 0; li < nlives; li++) {
+    double with = -1, bare = -1;
+    if (!stream_destroy_cost(s, lives[li], &with, &bare))
+      with = bare = -1;
+    gca_empty_cache();
+    if (json)
+      printf("%s{\"live_blocks\": %zu, \"destroy_ns\": %.0f, \"bare_destroy_ns\": %.0f}",
+             li == 0 ? "" : ", ", lives[li], with, bare);
+    else
+      printf("  %10zu %12.1f %12.1f\n", lives[li], with / 1e3, bare / 1e3);
+  }
   if (json)
     printf("]}\n");
-  gca_set_config("free_cache:True,recycle_bins:True");
   gca_stream_destroy(s);
   return 0;
 }

@@ -53,9 +53,13 @@ static void expect_all_returned_after(int64_t failed_creates, int64_t failed_res
   assert_int_equal(layout().nsegs, 0);
 }
 
+/* ... with no fault: every handle was mapped once and unmapped, one unmap
+ * per run of adjacent mappings (Note [Sim whole mappings]), so no more
+ * unmaps than maps. */
 static void expect_all_returned(void) {
   expect_all_returned_after(0, 0);
-  assert_int_equal(gca_sim_call_count("mem_map"), gca_sim_call_count("mem_unmap"));
+  assert_true(gca_sim_call_count("mem_unmap") <= gca_sim_call_count("mem_map"));
+  assert_true(gca_sim_call_count("mem_unmap") > 0 || gca_sim_call_count("mem_map") == 0);
 }
 
 /* Note [Expandable segments]: growth maps what the request lacks, one handle
@@ -157,7 +161,8 @@ static void the_hole_that_maps_least_serves_a_growth(void **state) {
  * 16 MiB request fits neither hole and would grow the tail: instead the
  * handles of 8 free granules (5 of the first hole, 3 of the second) move
  * there (Note [Expandable segments]). Asserted: no handle created, 8 unmapped
- * and mapped again, one synchronize of the segment's stream, mapped memory
+ * (one unmap per hole) and mapped again, one synchronize of the segment's
+ * stream, mapped memory
  * stays 40 MiB (live 36 MiB), E sits right after D, and the holes' address
  * space is reused later. */
 static void holes_move_to_serve_a_larger_request(void **state) {
@@ -177,7 +182,7 @@ static void holes_move_to_serve_a_larger_request(void **state) {
   assert_ptr_equal(e, p[3] + 10 * MiB);
   check();
   gca_stats_t s = stats();
-  static const int64_t want[] = {0, 0, 8, 8, 1, 1, 0};
+  static const int64_t want[] = {0, 0, 2, 8, 1, 1, 0};
   for (size_t i = 0; i < GCA_ARRAY_SIZE(counted); i++)
     if (gca_sim_call_count(counted[i]) - was[i] != want[i])
       fail_msg("%s: %" PRId64 " calls, expected %" PRId64, counted[i],
@@ -421,7 +426,9 @@ static void unmap_syncs_only_the_owning_stream(void **state) {
   assert_ok(gca_empty_cache());
   assert_int_equal(gca_sim_call_count("stream_synchronize"), 1);
   assert_int_equal(gca_sim_call_count("ctx_synchronize"), 0);
-  assert_int_equal(gca_sim_call_count("mem_unmap"), 5); /* 5 granules */
+  /* 5 granules, 5 releases, one unmap of the run (Note [Sim whole mappings]) */
+  assert_int_equal(gca_sim_call_count("mem_unmap"), 1);
+  assert_int_equal(gca_sim_call_count("mem_release"), 5);
   assert_int_equal(gca_event_query(ev), GCA_ERR_NOT_READY);
   check();
   assert_int_equal(gca_sim_used_bytes(0), 0);

@@ -81,8 +81,18 @@ assert row["gca_tc_ns_per_op"] > 0 and row["gca_ns_per_op"] is None, row
 r = run("--live", "40", "--peers", "gca,gca-tc", "--ops", "400")
 assert r.returncode == 0, r.stderr
 lines = r.stdout.splitlines()
-assert len(lines) == 4, lines
-for line in lines[2:]:
+table, streams = lines[: lines.index("")], lines[lines.index("") + 1 :]
+assert len(table) == 4, lines
+for line in table[2:]:
     cells = line.split()
     assert float(cells[2]) > 0 and float(cells[-1]) > 0 and cells[3:7] == ["-"] * 4, lines
+# then a stream's destroy beside the live set: one row per live size
+assert streams[0].startswith("stream destroy with a live set") and len(streams) == 3, lines
+cells = streams[2].split()
+assert cells[0] == "40" and float(cells[1]) > 0 and float(cells[2]) > 0, lines
+r = run("--live", "40", "--holes", "no", "--peers", "gca", "--ops", "400", "--json")
+assert r.returncode == 0, r.stderr
+srow = json.loads(r.stdout)["stream_rows"]
+assert len(srow) == 1 and srow[0]["live_blocks"] == 40, srow
+assert srow[0]["destroy_ns"] > 0 and srow[0]["bare_destroy_ns"] > 0, srow
 print("gca-bench-churn command line: ok")
