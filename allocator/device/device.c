@@ -32,7 +32,14 @@ void (*_Atomic gca__stream_retire_hook)(gca_stream_t stream);
  *     inside the gate before the driver begins it.
  * At least one side sees the other, so no such call overlaps a capture begun
  * through gca. Calls inside the gate are short or wait only for queued work,
- * which never waits for a capture to begin, so the capture's wait ends. */
+ * which never waits for a capture to begin, so the capture's wait ends.
+ * A thread that sets its own capture mode to relaxed may synchronize a
+ * stream, query an event, mem_free and mem_alloc during another thread's
+ * global-mode capture without invalidating it, but never ctx_synchronize
+ * (H200, driver 580; contract_capture's other_threads_calls_follow_the_captures_mode):
+ * so a release's stream wait and a classic segment's mem_free run in relaxed
+ * mode instead (segment.c) and go ahead during captures; ctx_synchronize and
+ * the pending frees' queries keep to the gate. */
 static _Atomic int waiters;
 
 bool gca__device_wait_enter(void) {

@@ -565,25 +565,27 @@ static void classic_segment_of_a_destroyed_stream_is_released(void **state) {
  * stream with a cached segment captures (thread-local mode) keeps that
  * segment instead of synchronizing the capturing stream, which would fail
  * and invalidate the capture; the segment goes once the capture has ended.
- * A classic segment's mem_free waits for the whole device, which a capture
- * in global mode on any thread forbids (Note [Capture gate]): that case
- * captures in global mode. */
-static void release_during_a_capture(const char *conf, bool gone) {
-  gca_capture_mode_t mode =
-      strcmp(conf, "") == 0 ? GCA_CAPTURE_MODE_GLOBAL : GCA_CAPTURE_MODE_THREAD_LOCAL;
+ * A segment of another stream is released during a global-mode capture
+ * without invalidating it: its stream's synchronize, and a classic
+ * segment's mem_free, run in relaxed mode (Note [Capture gate]). `on`: the
+ * segment's stream is the capturing one (ON_CAPTURING), another destroyed
+ * before the capture (ON_GONE) or another alive (ON_OTHER). */
+enum { ON_CAPTURING, ON_GONE, ON_OTHER };
+static void release_during_a_capture(const char *conf, int on, gca_capture_mode_t mode,
+                                     bool released) {
   assert_ok(gca_set_config(conf));
   gca_stream_t u = NULL, s;
   assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
-  if (gone) /* the segment's stream: another one, destroyed before the capture */
+  if (on != ON_CAPTURING)
     assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
-  void *p = alloc_on(4 * MiB, gone ? u : s);
+  void *p = alloc_on(4 * MiB, on != ON_CAPTURING ? u : s);
   free_ok(p);
   size_t reserved = (size_t)stats().reserved_bytes[GCA_STAT_ALL].current;
   assert_true(reserved >= 4 * MiB);
   assert_ok(gca_stream_begin_capture(s, mode));
   /* destroyed while the capture runs: its cached segment cannot be given back
    * then (Note [Destroyed streams]) */
-  if (gone)
+  if (on == ON_GONE)
     assert_ok(gca_stream_destroy(u));
   assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, reserved);
   job_t job = {.fn = job_empty_cache};
@@ -594,7 +596,7 @@ static void release_during_a_capture(const char *conf, bool gone) {
   gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
   assert_ok(gca_stream_capture_status(s, &cs));
   assert_int_equal(cs, GCA_CAPTURE_STATUS_ACTIVE); /* not invalidated */
-  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, reserved);
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, released ? 0 : reserved);
   gca_graph_t g;
   assert_ok(gca_stream_end_capture(s, &g));
   assert_ok(gca_graph_destroy(g));
@@ -602,6 +604,8 @@ static void release_during_a_capture(const char *conf, bool gone) {
   check();
   assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
   assert_ok(gca_stream_destroy(s));
+  if (on == ON_OTHER)
+    assert_ok(gca_stream_destroy(u));
   assert_ok(gca_set_config(""));
 }
 
@@ -713,22 +717,28 @@ static void a_capture_waits_for_the_calls_inside_the_gate(void **state) {
 
 static void expandable_segment_of_a_capturing_stream_is_kept(void **state) {
   (void)state;
-  release_during_a_capture("expandable_segments:True", false);
+  release_during_a_capture("expandable_segments:True", ON_CAPTURING, GCA_CAPTURE_MODE_THREAD_LOCAL,
+                           false);
 }
 
-static void classic_segment_is_kept_while_another_thread_captures(void **state) {
+static void expandable_segment_of_another_stream_goes_during_a_global_capture(void **state) {
   (void)state;
-  release_during_a_capture("", false);
+  release_during_a_capture("expandable_segments:True", ON_OTHER, GCA_CAPTURE_MODE_GLOBAL, true);
 }
 
-static void classic_segment_of_a_gone_stream_is_kept_while_another_captures(void **state) {
+static void classic_segment_goes_while_another_thread_captures(void **state) {
   (void)state;
-  release_during_a_capture("", true);
+  release_during_a_capture("", ON_CAPTURING, GCA_CAPTURE_MODE_GLOBAL, true);
+}
+
+static void classic_segment_of_a_gone_stream_goes_while_another_captures(void **state) {
+  (void)state;
+  release_during_a_capture("", ON_GONE, GCA_CAPTURE_MODE_GLOBAL, true);
 }
 
 static void vmm_segment_of_a_capturing_stream_is_kept(void **state) {
   (void)state;
-  release_during_a_capture("ipc_handles:True", false);
+  release_during_a_capture("ipc_handles:True", ON_CAPTURING, GCA_CAPTURE_MODE_THREAD_LOCAL, false);
 }
 
 /* A segment whose stream is gone is released after a device-wide
@@ -739,12 +749,13 @@ static void vmm_segment_of_a_capturing_stream_is_kept(void **state) {
  * capture]). release_during_a_capture(conf, true) is that case. */
 static void vmm_segment_of_a_gone_stream_is_kept_while_another_captures(void **state) {
   (void)state;
-  release_during_a_capture("ipc_handles:True", true);
+  release_during_a_capture("ipc_handles:True", ON_GONE, GCA_CAPTURE_MODE_THREAD_LOCAL, false);
 }
 
 static void expandable_segment_of_a_gone_stream_is_kept_while_another_captures(void **state) {
   (void)state;
-  release_during_a_capture("expandable_segments:True", true);
+  release_during_a_capture("expandable_segments:True", ON_GONE, GCA_CAPTURE_MODE_THREAD_LOCAL,
+                           false);
 }
 
 /* Note [Gone streams of deferred frees]: a free deferred during a capture,
@@ -956,10 +967,12 @@ int main(void) {
                                       release_teardown),
       cmocka_unit_test_setup_teardown(vmm_segment_of_a_capturing_stream_is_kept, release_setup,
                                       release_teardown),
-      cmocka_unit_test_setup_teardown(classic_segment_is_kept_while_another_thread_captures,
+      cmocka_unit_test_setup_teardown(classic_segment_goes_while_another_thread_captures,
+                                      release_setup, release_teardown),
+      cmocka_unit_test_setup_teardown(classic_segment_of_a_gone_stream_goes_while_another_captures,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(
-          classic_segment_of_a_gone_stream_is_kept_while_another_captures, release_setup,
+          expandable_segment_of_another_stream_goes_during_a_global_capture, release_setup,
           release_teardown),
       cmocka_unit_test_setup_teardown(vmm_segment_of_a_gone_stream_is_kept_while_another_captures,
                                       release_setup, release_teardown),
