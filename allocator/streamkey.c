@@ -135,25 +135,29 @@ static bool retire_on(gca__devalloc_t *d, gca_stream_t s, bool scrub) {
   return held;
 }
 
-/* Gives back the cached memory of s's segments (d->lock held, let go while
- * the driver is called): s was waited for, so the batch does not wait again. */
-static void release_retired(gca__devalloc_t *d, gca_stream_t s) {
-  gca__relbatch_t bt = {.waited = s};
+/* Gives back the cached memory of the default pools' segments keyed by
+ * `key` (d->lock held, let go while the driver is called); `waited`: the
+ * stream whose work was waited for, so the batch does not wait again. */
+static gca_status_t release_keyed(gca__devalloc_t *d, gca_stream_t key, gca_stream_t waited) {
+  gca__relbatch_t bt = {.waited = waited};
   gca_status_t st = GCA_OK;
-  gca__flush_caches(d); /* a cached block keyed by s may sit beside a free one */
+  gca__flush_caches(d); /* a cached block keyed by it may sit beside a free one */
   gca__tc_flush_all(d, false);
   for (gca__pool_t *p = &d->small; p != NULL && st == GCA_OK; p = gca__pool_next(d, p)) {
     if (p->owner != NULL) /* private pools keep theirs (Note [Expandable segments]) */
       continue;
     for (gca__segment_t *seg = p->segments; seg != NULL && st == GCA_OK; seg = seg->next)
-      if (seg->stream == s)
+      if (seg->stream == key)
         st = gca__relbatch_take(d, &bt, seg);
   }
   gca_status_t rst = gca__relbatch_run(d, &bt, NULL);
   free(bt.v);
-  if (st == GCA_OK)
-    st = rst;
-  if (st != GCA_OK)
+  return st != GCA_OK ? st : rst;
+}
+
+/* The cached memory of s's segments, s having been waited for. */
+static void release_retired(gca__devalloc_t *d, gca_stream_t s) {
+  if (release_keyed(d, s, s) != GCA_OK)
     GCA_LOG_WARN("retiring stream %p: its cached memory stays: %s", (void *)s, gca_last_error());
 }
 
@@ -192,23 +196,8 @@ static void rekey(gca__devalloc_t *d, gca_stream_t s, bool waited) {
 }
 
 void gca__streams_reclaim(gca__devalloc_t *d) {
-  gca__relbatch_t bt = {0};
-  gca_status_t st = GCA_OK;
   d->gone_dirty = false;
-  gca__flush_caches(d);
-  gca__tc_flush_all(d, false);
-  for (gca__pool_t *p = &d->small; p != NULL && st == GCA_OK; p = gca__pool_next(d, p)) {
-    if (p->owner != NULL)
-      continue;
-    for (gca__segment_t *seg = p->segments; seg != NULL && st == GCA_OK; seg = seg->next)
-      if (seg->stream == GCA__STREAM_GONE)
-        st = gca__relbatch_take(d, &bt, seg);
-  }
-  gca_status_t rst = gca__relbatch_run(d, &bt, NULL);
-  free(bt.v);
-  if (st == GCA_OK)
-    st = rst;
-  if (st != GCA_OK)
+  if (release_keyed(d, GCA__STREAM_GONE, NULL) != GCA_OK)
     GCA_LOG_WARN("device %d: giving back the memory of destroyed streams' segments: %s", d->device,
                  gca_last_error());
 }
