@@ -195,16 +195,31 @@ static void pending_done(gca__devalloc_t *d, const gca__pending_t *e) {
  * the caller asked for. */
 /* Note [Queries during another thread's capture]: while any thread captures
  * in global mode, the driver refuses every event query or synchronization
- * from every thread, of events and streams that have nothing to do with the
- * capture too, and invalidates the capture (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
- * H200, driver 580). The allocator learns of a capture only when it is routed
- * to a pool (d->ncaptures); the device table counts every capture begun
- * through it from its start (gca__device_captures). While that count is not
- * zero pending frees are neither queried nor waited for: they complete once
- * no capture runs. (Relaxed and thread-local captures are counted too; their
- * pending frees only wait longer.) The queries and waits are made inside the
- * capture gate (Note [Capture gate], device.c), so that no capture begins
- * while they run. */
+ * from every thread whose own mode is not relaxed, of events and streams that have nothing to do
+ * with the capture too, and invalidates the capture (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; H200,
+ * driver 580). The allocator learns of a capture only when it is routed to a pool (d->ncaptures);
+ * the device table counts every capture begun through it from its start (gca__device_captures).
+ * While that count is not zero the queries and waits are made with the thread's capture mode
+ * relaxed, which such a capture permits and is not invalidated by (measured
+ * on the same H200); otherwise inside the capture gate, so that no capture
+ * begins while they run (Note [Capture gate], device.c). A thread whose mode
+ * cannot be relaxed leaves its pending frees for later. */
+typedef struct query_guard {
+  bool gated, relaxed;
+  gca_capture_mode_t mode;
+} query_guard_t;
+
+static bool queries_begin(gca__devalloc_t *d, query_guard_t *g) {
+  g->gated = gca__device_wait_enter();
+  g->relaxed = !g->gated && gca__relax(d->ops, &g->mode);
+  return g->gated || g->relaxed;
+}
+
+static void queries_end(gca__devalloc_t *d, const query_guard_t *g) {
+  if (g->gated)
+    gca__device_wait_leave();
+  gca__unrelax(d->ops, g->relaxed, g->mode);
+}
 
 gca_status_t gca__pending_process(gca__devalloc_t *d) {
   gca__use_t busy[16]; /* (stream, device): NULL names a different stream on each device */
@@ -218,7 +233,8 @@ gca_status_t gca__pending_process(gca__devalloc_t *d) {
       return GCA_OK;
     GCA_CHECK(st);
   }
-  if (d->npending == 0 || !gca__device_wait_enter())
+  query_guard_t guard;
+  if (d->npending == 0 || !queries_begin(d, &guard))
     return GCA_OK;
   for (i = 0; i < d->npending; i++) {
     gca__pending_t e = d->pending[i];
@@ -243,7 +259,7 @@ gca_status_t gca__pending_process(gca__devalloc_t *d) {
     }
     d->pending[w++] = e;
   }
-  gca__device_wait_leave();
+  queries_end(d, &guard);
   for (; i < d->npending; i++)
     d->pending[w++] = d->pending[i];
   d->npending = w;
@@ -263,7 +279,8 @@ gca_status_t gca__pending_sync(gca__devalloc_t *d) {
   gca_event_t *evs = malloc(n * sizeof(*evs));
   if (evs == NULL)
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "host out of memory waiting for %zu events", n);
-  if (!gca__device_wait_enter()) { /* Note [Queries during another thread's capture] */
+  query_guard_t guard;
+  if (!queries_begin(d, &guard)) { /* Note [Queries during another thread's capture] */
     free(evs);
     return GCA_OK;
   }
@@ -272,7 +289,7 @@ gca_status_t gca__pending_sync(gca__devalloc_t *d) {
   gca__dev_let_go(d);
   for (size_t i = 0; i < n && st == GCA_OK; i++)
     st = d->ops->event_synchronize(evs[i]);
-  gca__device_wait_leave();
+  queries_end(d, &guard);
   gca__dev_lock(d);
   free(evs);
   if (st != GCA_OK) /* the rest completes on a later query */

@@ -384,11 +384,12 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
                                     size_t seg_size, size_t rounded, gca__block_t **out) {
   gca_status_t st;
   gca__block_t *b = NULL;
-  /* a capture may be under way: segment calls must not invalidate it (PyTorch's
-   * cudaMallocMaybeCapturing) */
-  gca_capture_mode_t mode = GCA_CAPTURE_MODE_RELAXED;
-  bool relaxed =
-      GCA_UNLIKELY(d->ncaptures != 0) && d->ops->thread_exchange_capture_mode(&mode) == GCA_OK;
+  /* a capture may be under way, here or on another thread, or begin on one
+   * meanwhile: segment calls must not invalidate it (PyTorch's
+   * cudaMallocMaybeCapturing; a global-mode capture on another thread permits
+   * mem_alloc in relaxed mode, Note [Capture gate]) */
+  gca_capture_mode_t mode;
+  bool relaxed = gca__relax(d->ops, &mode);
   gca__mempool_t *owner = pool->owner;
   if (owner != NULL) /* the lock may be let go (release batches): the pool stays */
     owner->use_count++;
@@ -420,8 +421,7 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
   while (st == GCA_ERR_OUT_OF_MEMORY && wait_release(d))
     st = gca__segment_alloc(d, pool, stream, seg_size, rounded, true, &b);
 out:
-  if (GCA_UNLIKELY(relaxed))
-    GCA_CHECK_IGNORE(d->ops->thread_exchange_capture_mode(&mode));
+  gca__unrelax(d->ops, relaxed, mode);
   if (st == GCA_ERR_OUT_OF_MEMORY && pool->owner == NULL && d->mempools != NULL &&
       (b = take_on_oom(d, stream, rounded)) != NULL)
     st = GCA_OK;

@@ -249,20 +249,10 @@ void gca__relbatch_add(gca__relbatch_t *bt, gca__segment_t *seg, gca__block_t *b
  * synchronized, and synchronizing it would invalidate the capture; its
  * segments are kept cached instead (GCA_ERR_NOT_READY: kept, not a failure). */
 /* Note [Capture gate] (device.c): a wait the allocator makes for itself runs
- * with this thread's capture mode relaxed, so that a global-mode capture on
- * another thread neither refuses it nor is invalidated by it (H200, driver
- * 580: stream synchronize, event query and mem_free are then permitted;
- * ctx_synchronize never is, so that one goes through the gate). */
-static bool relax(gca__devalloc_t *d, gca_capture_mode_t *mode) {
-  *mode = GCA_CAPTURE_MODE_RELAXED;
-  return d->ops->thread_exchange_capture_mode(mode) == GCA_OK;
-}
-
-static void unrelax(gca__devalloc_t *d, bool relaxed, gca_capture_mode_t mode) {
-  if (relaxed)
-    GCA_CHECK_IGNORE(d->ops->thread_exchange_capture_mode(&mode));
-}
-
+ * with this thread's capture mode relaxed (gca__relax), so that a global-mode
+ * capture on another thread neither refuses it nor is invalidated by it (H200,
+ * driver 580: stream synchronize, event query and mem_free are then
+ * permitted; ctx_synchronize never is, so that one goes through the gate). */
 static gca_status_t stream_wait(gca__devalloc_t *d, const gca__relbatch_t *bt, gca_stream_t s,
                                 bool gone, bool *dev_synced) {
   if (*dev_synced)
@@ -274,9 +264,9 @@ static gca_status_t stream_wait(gca__devalloc_t *d, const gca__relbatch_t *bt, g
         d->ops->stream_capture_info(s, &cs, NULL) == GCA_OK && cs != GCA_CAPTURE_STATUS_NONE)
       return GCA_ERR_NOT_READY;
     gca_capture_mode_t mode;
-    bool relaxed = relax(d, &mode);
+    bool relaxed = gca__relax(d->ops, &mode);
     st = gca__stream_synchronize(d, s); /* Note [Per-thread stream keys] */
-    unrelax(d, relaxed, mode);
+    gca__unrelax(d->ops, relaxed, mode);
     if (st != GCA_ERR_INVALID_HANDLE)
       return st;
   }
@@ -299,16 +289,16 @@ void gca__relbatch_wait(gca__devalloc_t *d, gca__relbatch_t *bt) {
     gca__segment_t *seg = e->seg;
     if (!seg->expandable && seg->maps == NULL) {
       /* mem_free synchronizes the device first: not while a capture is routed
-       * here, and in relaxed mode (relax); the observer's pool is fixed */
+       * here, and in relaxed mode (gca__relax); the observer's pool is fixed */
       if (bt->captures) {
         e->st = GCA_ERR_NOT_READY; /* kept: Note [Releases during a capture] */
         continue;
       }
       GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_RELEASING, seg->base, seg->size));
       gca_capture_mode_t mode;
-      bool relaxed = relax(d, &mode);
+      bool relaxed = gca__relax(d->ops, &mode);
       e->st = d->ops->mem_free(d->device, seg->base);
-      unrelax(d, relaxed, mode);
+      gca__unrelax(d->ops, relaxed, mode);
       continue;
     }
     bool seen = false; /* one wait per stream */

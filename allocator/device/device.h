@@ -439,4 +439,18 @@ bool gca__device_virtual_clock(void);
 uint64_t gca__device_clock_now(void);
 void gca__device_clock_advance_to(uint64_t vt);
 
+/* Note [Capture gate] (device.c): sets the calling thread's capture mode to
+ * relaxed for a call the allocator makes for itself while a capture may run
+ * on another thread (*mode keeps the old one); false when it could not. */
+static inline bool gca__relax(const gca_device_ops_t *ops, gca_capture_mode_t *mode) {
+  *mode = GCA_CAPTURE_MODE_RELAXED;
+  return ops->thread_exchange_capture_mode(mode) == GCA_OK;
+}
+
+static inline void gca__unrelax(const gca_device_ops_t *ops, bool relaxed,
+                                gca_capture_mode_t mode) {
+  if (relaxed)
+    (void)ops->thread_exchange_capture_mode(&mode);
+}
+
 #endif
