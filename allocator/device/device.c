@@ -37,9 +37,10 @@ void (*_Atomic gca__stream_retire_hook)(gca_stream_t stream);
  * stream, query an event, mem_free and mem_alloc during another thread's
  * global-mode capture without invalidating it, but never ctx_synchronize
  * (H200, driver 580; contract_capture's other_threads_calls_follow_the_captures_mode):
- * so a release's stream wait and a classic segment's mem_free run in relaxed
- * mode instead (segment.c) and go ahead during captures; ctx_synchronize and
- * the pending frees' queries keep to the gate. */
+ * so a release's stream wait, a classic segment's mem_free and the segment
+ * calls of a request run in relaxed mode (segment.c, release.c), and the
+ * pending frees' queries do while a capture runs (pending.c); ctx_synchronize
+ * keeps to the gate. */
 static _Atomic int waiters;
 
 bool gca__device_wait_enter(void) {
