@@ -1008,9 +1008,8 @@ void gca__release_reap(gca__devalloc_t *d);
 
 /* The allocator of `device` if it was created, else NULL. */
 gca__devalloc_t *gca__devalloc_peek(int device);
-/* streamkey.c, Note [Destroyed streams]: retires a stream before its destroy; gives
- * back what the re-keyed segments of destroyed streams hold free (d->lock held, no
- * capture routed to d) */
+/* streamkey.c, Note [Destroyed streams]: retire a stream before its destroy; give back
+ * what destroyed streams' segments hold free (d->lock held, no capture routed to d) */
 void gca__streams_retire(gca_stream_t s);
 void gca__streams_reclaim(gca__devalloc_t *d);
 /* The allocator of `device`, created on first use; `op` names the caller in
