@@ -654,6 +654,37 @@ static void recycled_handle_gets_none_of_the_old_streams_memory(const char *conf
   assert_ok(gca_set_config(""));
 }
 
+/* The reclaim's error path (Note [Destroyed streams]): giving back a dead
+ * stream's segment fails at its unmap; the request that triggered it is
+ * served with new memory, the segment stays (still serving no request), the
+ * allocator stays valid and empty_cache gives everything back. */
+static void failed_reclaim_keeps_the_dead_streams_memory(void **state) {
+  (void)state;
+  assert_ok(gca_set_config("expandable_segments:True"));
+  gca_stream_t s, u;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
+  void *p = alloc_on(4 * MiB, u);
+  free_ok(p);
+  int64_t reserved = stats().reserved_bytes[GCA_STAT_ALL].current;
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_THREAD_LOCAL));
+  assert_ok(gca_stream_destroy(u)); /* not waited for, nothing given back */
+  gca_graph_t g;
+  assert_ok(gca_stream_end_capture(s, &g));
+  assert_ok(gca_graph_destroy(g));
+  assert_ok(gca_sim_fault_set("mem_unmap:nth=1"));
+  void *q = alloc_on(4 * MiB, s); /* the reclaim runs first, and fails */
+  gca_sim_fault_clear();
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, reserved + 4 * MiB);
+  free_ok(q);
+  assert_ok(gca_empty_cache());
+  check();
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_set_config(""));
+}
+
 static void recycled_handle_of_an_expandable_segments_stream(void **state) {
   (void)state;
   recycled_handle_gets_none_of_the_old_streams_memory("expandable_segments:True");
@@ -707,6 +738,16 @@ static void a_capture_waits_for_the_calls_inside_the_gate(void **state) {
   test_gate_open(&c.end);
   pthread_join(t, NULL);
   assert_ok(c.end_st);
+  assert_int_equal(atomic_load(&gca__device_captures), c0);
+  /* a begin the driver refuses (the stream is capturing already) leaves the
+   * count as it was */
+  assert_ok(gca_stream_begin_capture(c.s, GCA_CAPTURE_MODE_THREAD_LOCAL));
+  assert_status(gca_stream_begin_capture(c.s, GCA_CAPTURE_MODE_THREAD_LOCAL), GCA_ERR_DRIVER,
+                "already takes part");
+  assert_int_equal(atomic_load(&gca__device_captures), c0 + 1);
+  gca_graph_t g;
+  assert_ok(gca_stream_end_capture(c.s, &g));
+  assert_ok(gca_graph_destroy(g));
   assert_int_equal(atomic_load(&gca__device_captures), c0);
   assert_true(gca__device_wait_enter()); /* none runs: calls enter again */
   gca__device_wait_leave();
@@ -973,6 +1014,8 @@ int main(void) {
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(expandable_segment_of_a_capturing_stream_is_kept,
                                       release_setup, release_teardown),
+      cmocka_unit_test_setup_teardown(failed_reclaim_keeps_the_dead_streams_memory, release_setup,
+                                      release_teardown),
       cmocka_unit_test_setup_teardown(recycled_handle_of_an_expandable_segments_stream,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(recycled_handle_of_a_classic_segments_stream, release_setup,
