@@ -432,9 +432,8 @@ struct gca__devalloc {
   /* Note [Thread caches] (tcache.c): 0 while the thread caches' fast paths may
    * run; read by them without the lock, written under it (GCA__TC_GATE_*). */
   atomic_uint tc_gate;
-  int deferred_need;       /* 1 + a device whose destroyed stream a deferred free was recorded
-                              on: the reap waits for that device (Note [Gone streams of deferred
-                              frees], pending.c); 0: none */
+  int deferred_need;       /* 1 + a device a deferred free waits for (a destroyed stream's
+                              use): the reap waits for it (Note [Gone streams of deferred frees]) */
   int deferred_waited;     /* 1 + the device just waited for, while the reap flushes again */
   unsigned ncaptures;      /* capture routes; while > 0 no event is queried */
   int64_t nused;           /* blocks with recorded uses (nuses != 0), kept by gca__uses_set:
@@ -665,11 +664,11 @@ static inline gca_stream_t gca__stream_key(gca_stream_t s) {
  * address, which neither a driver's handle (a user-space pointer) nor a sim
  * handle (a kind in the top byte) has. */
 #define GCA__PTDS_TAG ((uintptr_t)0xfffe000000000000ull)
-/* Whether key s is some thread's per-thread key. */
 /* A key no thread is given (serials start at 1): a recorded use of a stream
  * that was destroyed becomes this, a wait for the whole device (Note
  * [Destroyed streams], streamkey.c). */
 #define GCA__STREAM_GONE ((gca_stream_t)GCA__PTDS_TAG)
+/* Whether key s is a per-thread key (some thread's, or GCA__STREAM_GONE). */
 static inline bool gca__stream_is_ptds(gca_stream_t s) {
   return ((uintptr_t)s >> 48) == (GCA__PTDS_TAG >> 48);
 }
@@ -940,20 +939,21 @@ gca__block_t *gca__pool_take_fit(gca__devalloc_t *d, gca__pool_t *pool, gca_stre
 void gca__block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, size_t requested);
 
 /* ---- fcache.c: see fcache.h ---- */
-
 /* ---- pending.c ---- */
 
 /* The free request of live block b (out of the pointer map): with uses on
  * other streams its events are recorded and it becomes pending (during a
  * capture: deferred), else its free completes now. With caching off the
  * caller first waits for b's uses with the lock let go (gca__use_wait) and
- * drops them. On failure nothing
- * changed. A use whose stream is gone (event_record: GCA_ERR_INVALID_HANDLE)
- * fails with *gone_dev set to its device, unless that device is *gone_dev on
- * entry (the caller waited for it: the use is dropped); else *gone_dev is -1. */
+ * drops them. On failure nothing changed. A use whose stream is gone
+ * (event_record: GCA_ERR_INVALID_HANDLE) fails with *gone_dev set to its
+ * device, unless that device is *gone_dev on entry (the caller waited for it:
+ * the use is dropped); else *gone_dev is -1. _deferred: that device cannot be
+ * waited for now (a capture runs): b is deferred and the reap waits for it
+ * (Note [Gone streams of deferred frees]). */
 gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b, int *gone_dev);
-/* Waits, with NO lock held, for the work queued on use u's stream (its device
- * current for a legacy stream): a free with caching off. */
+gca_status_t gca__free_request_deferred(gca__devalloc_t *d, gca__block_t *b, int gone);
+/* Waits, with NO lock held, for use u's stream (caching off's free). */
 gca_status_t gca__use_wait(gca__devalloc_t *d, const gca__use_t *u);
 /* Completes the pending frees whose events are done, without blocking
  * (nothing while a capture is under way). */

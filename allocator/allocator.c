@@ -606,22 +606,35 @@ static uint64_t foreign_ptds_devices(const gca__block_t *b) {
 /* Note [Per-thread stream keys]: no handle reaches another thread's
  * per-thread stream, so a free of a block used on one waits for those
  * devices with d->lock released, then drops those uses (satisfied) under the
- * lock again. Returns with the lock held and *bp the live block at addr, or
- * with no lock held and a status. */
+ * lock again. While a capture runs no device may be waited for (Note [Capture
+ * gate], device.c): those uses are then counted as uses of a destroyed stream
+ * (GCA__STREAM_GONE), whose free is deferred until the device can be waited
+ * for (Note [Gone streams of deferred frees]). Returns with the lock held and
+ * *bp the live block at addr, or with no lock held and a status. */
 static gca_status_t free_wait_foreign(gca__devalloc_t **dp, gca__block_t **bp, gca_devptr_t addr,
                                       uint64_t mask) {
   gca__devalloc_t *d = *dp;
   const gca_device_ops_t *ops = d->ops;
-  gca__dev_let_go(d);
-  for (int dev = 0; dev < GCA__MAX_DEVICES; dev++) {
-    gca_status_t st = mask & ((uint64_t)1 << dev) ? ops->ctx_synchronize(dev) : GCA_OK;
-    if (st != GCA_OK)
-      return gca__error_prefix(st,
-                               "free: 0x%" PRIx64 " waiting for device %d (another thread's "
-                               "per-thread stream used it)",
-                               addr, dev);
+  gca__block_t *b = *bp;
+  if (!gca__device_wait_enter()) {
+    for (uint32_t i = 0; i < b->nuses; i++)
+      if (gca__stream_is_ptds(b->uses[i].stream) && b->uses[i].stream != gca__t_ptds_key)
+        b->uses[i].stream = GCA__STREAM_GONE;
+    return GCA_OK;
   }
-  gca__block_t *b = gca__lock_live(addr, dp);
+  gca__dev_let_go(d);
+  gca_status_t st = GCA_OK;
+  int dev;
+  for (dev = 0; dev < GCA__MAX_DEVICES && st == GCA_OK; dev++)
+    if (mask & ((uint64_t)1 << dev))
+      st = ops->ctx_synchronize(dev);
+  gca__device_wait_leave();
+  if (st != GCA_OK)
+    return gca__error_prefix(st,
+                             "free: 0x%" PRIx64 " waiting for device %d (another thread's "
+                             "per-thread stream used it)",
+                             addr, dev - 1);
+  b = gca__lock_live(addr, dp);
   if (b == NULL)
     return gca__bad_pointer("free", addr);
   uint32_t w = 0;
@@ -652,8 +665,12 @@ static gca_status_t free_wait_uses(gca__devalloc_t **dp, gca__block_t **bp, gca_
   memcpy(uses, b->uses, n * sizeof(*uses));
   gca__dev_let_go(d);
   gca_status_t st = GCA_OK;
+  gca_capture_mode_t mode;
+  bool relaxed = gca__relax(d->ops, &mode); /* Note [Capture gate] (device.c) */
   for (uint32_t i = 0; i < n && st == GCA_OK; i++)
-    st = gca__use_wait(d, &uses[i]);
+    if (uses[i].stream != GCA__STREAM_GONE) /* left to the free's own device wait */
+      st = gca__use_wait(d, &uses[i]);
+  gca__unrelax(d->ops, relaxed, mode);
   if (st != GCA_OK) {
     free(uses);
     return gca__error_prefix(st, "free: 0x%" PRIx64, addr);
@@ -667,7 +684,8 @@ static gca_status_t free_wait_uses(gca__devalloc_t **dp, gca__block_t **bp, gca_
   for (uint32_t i = 0; i < b->nuses; i++) {
     bool waited = false;
     for (uint32_t k = 0; k < n && !waited; k++)
-      waited = b->uses[i].stream == uses[k].stream && b->uses[i].dev == uses[k].dev;
+      waited = b->uses[i].stream == uses[k].stream && b->uses[i].dev == uses[k].dev &&
+               uses[k].stream != GCA__STREAM_GONE;
     if (!waited)
       b->uses[w++] = b->uses[i];
   }
@@ -731,10 +749,15 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
    * and free again without that use. The block stays live meanwhile. */
   for (int round = 0; st == GCA_ERR_INVALID_HANDLE && gone >= 0 && round < GCA__MAX_DEVICES;
        round++) {
+    if (!gca__device_wait_enter()) { /* a capture runs: Note [Capture gate] (device.c) */
+      st = gca__free_request_deferred(d, b, gone);
+      break;
+    }
     st2 = gca__ptrmap_insert(&d->ptrs, addr, b);
     GCA_ASSERT(st2 == GCA_OK);
     gca__dev_let_go(d);
     st = d->ops->ctx_synchronize(gone);
+    gca__device_wait_leave();
     gca__dev_lock(d);
     if (st != GCA_OK)
       goto out;

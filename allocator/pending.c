@@ -141,32 +141,39 @@ static gca_status_t defer_free(gca__devalloc_t *d, gca__block_t *b) {
 /* Records an event on each stream that used b, on that stream's device; b
  * becomes pending. A use whose stream is gone fails with *gone_dev its
  * device, unless the caller already waited for that device (*gone_dev on
- * entry): then the use needs no event. On failure nothing changed. */
+ * entry): then the use needs no event and is dropped for good, so that a
+ * block with gone uses on several devices needs each device waited for once.
+ * On failure nothing else changed. */
 static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b, int *gone_dev) {
   int waited = *gone_dev;
   *gone_dev = -1;
   GCA_CHECK(events_reserve(d, b));
   size_t first = d->npending;
+  uint32_t kept = 0;
   for (uint32_t i = 0; i < b->nuses; i++) {
-    const gca__use_t *u = &b->uses[i];
-    gca_event_t ev = event_take(d, u->dev);
-    gca_status_t st = use_op(d, u, ev);
-    if (st == GCA_ERR_INVALID_HANDLE && u->dev == waited) {
-      event_put(d, u->dev, ev); /* destroyed before the wait: its work is done */
+    const gca__use_t u = b->uses[i];
+    gca_event_t ev = event_take(d, u.dev);
+    gca_status_t st = use_op(d, &u, ev);
+    if (st == GCA_ERR_INVALID_HANDLE && u.dev == waited) {
+      event_put(d, u.dev, ev); /* destroyed before the wait: its work is done */
       continue;
     }
     if (st != GCA_OK) {
       if (st == GCA_ERR_INVALID_HANDLE)
-        *gone_dev = u->dev;
-      event_put(d, u->dev, ev);
+        *gone_dev = u.dev;
+      event_put(d, u.dev, ev);
       while (d->npending > first) {
         d->npending--;
         event_put(d, d->pending[d->npending].dev, d->pending[d->npending].event);
       }
+      for (uint32_t k = i; k < b->nuses; k++) /* the uses left, after those kept */
+        b->uses[kept++] = b->uses[k];
+      gca__uses_set(d, b, kept);
       b->event_count = 0;
       return gca__error_prefix(st, "free: 0x%" PRIx64, b->addr);
     }
-    d->pending[d->npending++] = (gca__pending_t){ev, u->stream, b, u->dev};
+    b->uses[kept++] = u;
+    d->pending[d->npending++] = (gca__pending_t){ev, u.stream, b, u.dev};
     b->event_count++;
   }
   gca__uses_set(d, b, 0);
@@ -297,8 +304,19 @@ gca_status_t gca__pending_sync(gca__devalloc_t *d) {
   return gca__pending_process(d);
 }
 
-gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b, int *gone_dev) {
+/* The free of b is requested: it completes now, or once its events have. */
+static void free_requested(gca__devalloc_t *d, gca__block_t *b) {
   gca__pool_t *pool = b->pool;
+  b->allocated = false;
+  gca__stat_block_free(d, b, gca__stat_type(pool));
+  gca__history_event(GCA_HA_FREE_REQUESTED, d->device, b->addr, b->requested, b->stream);
+  if (b->event_count == 0)
+    complete(d, b, false);
+  else
+    gca__pend_add(d, pool, 1, b->size);
+}
+
+gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b, int *gone_dev) {
   int waited = *gone_dev;
   *gone_dev = -1;
   if (b->nuses != 0) {
@@ -311,13 +329,15 @@ gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b, int *gone_de
       GCA_CHECK(block_insert_events(d, b, gone_dev));
     }
   }
-  b->allocated = false;
-  gca__stat_block_free(d, b, gca__stat_type(pool));
-  gca__history_event(GCA_HA_FREE_REQUESTED, d->device, b->addr, b->requested, b->stream);
-  if (b->event_count == 0)
-    complete(d, b, false);
-  else
-    gca__pend_add(d, pool, 1, b->size);
+  free_requested(d, b);
+  return GCA_OK;
+}
+
+gca_status_t gca__free_request_deferred(gca__devalloc_t *d, gca__block_t *b, int gone) {
+  GCA_CHECK(defer_free(d, b));
+  d->deferred_need = gone + 1;
+  d->reap = true;
+  free_requested(d, b);
   return GCA_OK;
 }
 
@@ -331,7 +351,10 @@ gca_status_t gca__use_wait(gca__devalloc_t *d, const gca__use_t *u) {
  * deferred, the device is named in d->deferred_need and the reap (on the way
  * out of the lock) waits for that device with the lock let go and flushes
  * again with that use counted as done; the caller that ran into it, which
- * asked for something else, is not failed. */
+ * asked for something else, is not failed. A free outside a capture that
+ * meets such a use waits for the device itself, unless a capture runs on any
+ * thread (Note [Capture gate], device.c: the wait would invalidate it); then
+ * it is deferred the same way (gca__free_request_deferred). */
 gca_status_t gca__pending_flush_deferred(gca__devalloc_t *d) {
   while (d->ndeferred > 0) {
     gca__block_t *b = d->deferred[d->ndeferred - 1];

@@ -898,6 +898,41 @@ static void another_threads_frees_leave_a_global_capture_alone(void **state) {
   assert_ok(gca_stream_destroy(u));
 }
 
+/* Caching off: a free waits for the streams the block was used on (PyTorch
+ * synchronizes them). Made on another thread while this one captures in
+ * global mode, that wait runs in relaxed mode (Note [Capture gate],
+ * device.c): it does not invalidate the capture, and the memory goes back. */
+static void caching_off_free_leaves_a_global_capture_alone(void **state) {
+  (void)state;
+  gca_stream_t s, u;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_set_caching(false));
+  void *x = alloc_on(4096, NULL);
+  assert_ok(gca_record_stream(x, u));
+  int64_t syncs = gca_sim_call_count("stream_synchronize");
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  job_t job = {.fn = job_free, .out = x};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, run_job, &job), 0);
+  pthread_join(t, NULL);
+  assert_ok(job.st);
+  assert_true(gca_sim_call_count("stream_synchronize") > syncs); /* u was waited for */
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  assert_ok(gca_stream_capture_status(s, &cs));
+  assert_int_equal(cs, GCA_CAPTURE_STATUS_ACTIVE);
+  assert_int_equal(stats().active[GCA_STAT_ALL].current, 0);
+  gca_graph_t g;
+  assert_ok(gca_stream_end_capture(s, &g));
+  assert_ok(gca_graph_destroy(g));
+  check();
+  assert_ok(gca_set_caching(true));
+  assert_ok(gca_empty_cache());
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_stream_destroy(u));
+}
+
 typedef struct stamper {
   void *p;
   size_t size;
@@ -1006,6 +1041,8 @@ int main(void) {
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(another_threads_frees_leave_a_global_capture_alone,
                                       release_setup, release_teardown),
+      cmocka_unit_test_setup_teardown(caching_off_free_leaves_a_global_capture_alone, release_setup,
+                                      release_teardown),
       cmocka_unit_test_setup_teardown(classic_segment_of_a_destroyed_stream_is_released,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(retirement_whose_wait_fails_keeps_the_memory, release_setup,

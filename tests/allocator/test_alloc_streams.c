@@ -612,6 +612,105 @@ static void free_of_a_block_used_on_another_threads_per_thread_stream_waits(void
   assert_ok(gca_stream_destroy(s));
 }
 
+/* A block used on destroyed streams of two devices, freed during a capture:
+ * deferred, then once the capture is over each device is waited for once (a
+ * use counted done by one wait is dropped, so the flush after the next wait
+ * does not meet it again), and the free completes. */
+static void uses_on_destroyed_streams_of_two_devices_wait_for_each_once(void **state) {
+  (void)state;
+  if (!two_devices())
+    skip();
+  gca_stream_t s = mk_stream(), a = mk_stream(), a2 = mk_stream(), b1;
+  assert_ok(ops->stream_create(1, GCA_STREAM_NON_BLOCKING, 0, &b1));
+  void *p = alloc_on(4096, a);
+  assert_ok(gca_record_stream(p, a2));
+  assert_ok(gca_record_stream(p, b1));
+  assert_ok(gca_stream_destroy(a2));
+  assert_ok(gca_stream_destroy(b1));
+  int64_t before = gca_sim_call_count("ctx_synchronize");
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  free_ok(p); /* deferred */
+  gca_graph_t g;
+  assert_ok(gca_stream_end_capture(s, &g));
+  assert_ok(gca_graph_destroy(g));
+  assert_int_equal(stats().active[GCA_STAT_ALL].current, 1);
+  void *q = alloc_on(4096, a); /* waits for both devices on the way out */
+  free_ok(q);
+  assert_int_equal(gca_sim_call_count("ctx_synchronize"), before + 2);
+  gca_stats_t st = stats();
+  assert_int_equal(st.allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(st.active[GCA_STAT_ALL].current, 0);
+  check();
+  q = alloc_on(4096, a); /* complete: the same stream gets it back */
+  assert_ptr_equal(q, p);
+  free_ok(q);
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_stream_destroy(a));
+}
+
+/* Note [Capture gate] (device.c): while a capture runs in global mode, a
+ * device wait invalidates it. A free that needs one (a use on a destroyed
+ * stream, or on another thread's per-thread stream) is then deferred (Note
+ * [Gone streams of deferred frees]): the capture stays active, the block stays
+ * active (pending) and out of reach until a call after the capture waits for
+ * the device. */
+static void *record_on_own_ptds(void *arg) {
+  ptds_use_t *u = arg;
+  u->st[0] = gca_record_stream(u->p, GCA_STREAM_PER_THREAD);
+  return NULL;
+}
+
+static void free_needing_a_device_wait_is_deferred_during_a_capture(bool foreign) {
+  gca_stream_t s = mk_stream(), a = mk_stream(), gone = mk_stream();
+  ptds_use_t u = {.size = 4096};
+  u.p = alloc_on(u.size, a);
+  if (foreign) {
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, record_on_own_ptds, &u), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_ok(u.st[0]);
+  } else {
+    assert_ok(gca_record_stream(u.p, gone));
+  }
+  assert_ok(gca_stream_destroy(gone));
+  int64_t before = gca_sim_call_count("ctx_synchronize");
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  free_ok(u.p);
+  assert_int_equal(gca_sim_call_count("ctx_synchronize"), before);
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  assert_ok(gca_stream_capture_status(s, &cs));
+  assert_int_equal(cs, GCA_CAPTURE_STATUS_ACTIVE);
+  gca_stats_t st = stats();
+  assert_int_equal(st.allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(st.active[GCA_STAT_ALL].current, 1); /* deferred */
+  void *q = alloc_on(u.size, a);                        /* not handed out again yet */
+  assert_ptr_not_equal(q, u.p);
+  free_ok(q);
+  check();
+  gca_graph_t g;
+  assert_ok(gca_stream_end_capture(s, &g));
+  assert_ok(gca_graph_destroy(g));
+  q = alloc_on(u.size, a); /* waits for the device on the way out */
+  free_ok(q);
+  assert_int_equal(gca_sim_call_count("ctx_synchronize"), before + 1);
+  assert_int_equal(stats().active[GCA_STAT_ALL].current, 0);
+  check();
+  assert_ok(gca_empty_cache());
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_stream_destroy(a));
+}
+
+static void free_of_a_destroyed_streams_block_is_deferred_during_a_capture(void **state) {
+  (void)state;
+  free_needing_a_device_wait_is_deferred_during_a_capture(false);
+}
+
+static void free_of_another_threads_ptds_block_is_deferred_during_a_capture(void **state) {
+  (void)state;
+  free_needing_a_device_wait_is_deferred_during_a_capture(true);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(block_waits_for_recorded_stream_before_reuse, alloc_setup,
@@ -631,6 +730,14 @@ int main(void) {
       cmocka_unit_test_setup_teardown(caching_off_empties_the_cache, alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(stream_of_another_device_gets_its_event_there, alloc_setup,
                                       streams_teardown),
+      cmocka_unit_test_setup_teardown(uses_on_destroyed_streams_of_two_devices_wait_for_each_once,
+                                      alloc_setup, streams_teardown),
+      cmocka_unit_test_setup_teardown(
+          free_of_a_destroyed_streams_block_is_deferred_during_a_capture, alloc_setup,
+          streams_teardown),
+      cmocka_unit_test_setup_teardown(
+          free_of_another_threads_ptds_block_is_deferred_during_a_capture, alloc_setup,
+          streams_teardown),
       cmocka_unit_test_setup_teardown(recorded_null_stream_is_the_recording_threads_device,
                                       alloc_setup, streams_teardown),
       cmocka_unit_test_setup_teardown(faults_on_another_devices_stream_fail_cleanly, alloc_setup,
