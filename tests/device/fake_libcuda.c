@@ -25,13 +25,16 @@
  * A few entry points are exported by name as well, as the real library
  * exports all of them: those libgca_preload.so forwards to when a program
  * frees memory gca does not hold (cuMemFree_v2, cuMemFreeAsync,
- * cuMemFreeHost) and asks for the current device (cuCtxGetDevice). The
+ * cuMemFreeHost), asks for the current device (cuCtxGetDevice), and makes
+ * and captures streams (cuStreamCreate, cuStreamDestroy_v2,
+ * cuStreamBeginCapture_v2, cuStreamEndCapture, cuStreamIsCapturing). The
  * backend never calls them (it resolves every entry through
  * cuGetProcAddress), so what they record is what reached the driver from the
  * program through the shim.
  */
 #include <cuda.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,7 +46,27 @@
 typedef struct fake_stream {
   CUcontext ctx;
   bool capturing; /* between a begin and an end of capture */
+  bool global;    /* that capture's mode is global */
+  int epoch;      /* `invalidations` when it began */
 } fake_stream_t;
+
+/* Global-mode captures (cuda.h, cuThreadExchangeStreamCaptureMode): while any
+ * thread captures in global mode, a thread whose own mode is not relaxed is
+ * prohibited from potentially unsafe calls. The fake refuses its
+ * synchronizations and queries then (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+ * and invalidates the captures under way (their end fails with
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), as an H200 with driver 580 did;
+ * cuCtxSynchronize is refused in relaxed mode too. */
+static _Atomic int global_captures, invalidations, refusals;
+static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static bool capture_refuses(bool even_relaxed) {
+  if (atomic_load(&global_captures) == 0 ||
+      (!even_relaxed && thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED))
+    return false;
+  atomic_fetch_add(&refusals, 1);
+  atomic_fetch_add(&invalidations, 1);
+  return true;
+}
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int init_result, driver_version = 12080, ndev = 2;
@@ -207,7 +230,7 @@ static CUresult f_ctx_get_device(CUdevice *d) {
 }
 static CUresult f_ctx_sync(void) {
   NEED_CTX();
-  return CUDA_SUCCESS;
+  return capture_refuses(true) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 /* As the driver: errors checked in the order its documentation lists them. */
 static CUresult f_ctx_enable_peer(CUcontext peer, unsigned flags) {
@@ -426,10 +449,13 @@ static CUresult f_stream_destroy(CUstream s) {
   return r;
 }
 static CUresult f_stream_sync(CUstream s) {
-  return stream_ok(s);
+  CUresult r = stream_ok(s);
+  return r == CUDA_SUCCESS && capture_refuses(false) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : r;
 }
 static CUresult f_stream_query(CUstream s) {
   CUresult r = stream_ok(s);
+  if (r == CUDA_SUCCESS && capture_refuses(false))
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   return r != CUDA_SUCCESS ? r : CUDA_ERROR_NOT_READY;
 }
 static CUresult f_stream_wait(CUstream s, CUevent e, unsigned fl) {
@@ -442,7 +468,7 @@ static CUresult f_event_create(CUevent *e, unsigned fl) {
 }
 static CUresult f_event_any(CUevent e) {
   NEED_CTX();
-  return CUDA_SUCCESS;
+  return capture_refuses(false) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 static CUresult f_event_record(CUevent e, CUstream s) {
   return stream_ok(s);
@@ -559,6 +585,10 @@ static CUresult f_begin_capture(CUstream s, CUstreamCaptureMode mode) {
   if (fs->capturing)
     return CUDA_ERROR_ILLEGAL_STATE;
   fs->capturing = true;
+  fs->global = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+  fs->epoch = atomic_load(&invalidations);
+  if (fs->global)
+    atomic_fetch_add(&global_captures, 1);
   return CUDA_SUCCESS;
 }
 static CUresult f_end_capture(CUstream s, CUgraph *g) {
@@ -569,7 +599,9 @@ static CUresult f_end_capture(CUstream s, CUgraph *g) {
   if (!fs || !fs->capturing)
     return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; /* "not initiated in this stream" */
   fs->capturing = false;
-  if (invalidate_next_capture) {
+  if (fs->global)
+    atomic_fetch_sub(&global_captures, 1);
+  if (invalidate_next_capture || fs->epoch != atomic_load(&invalidations)) {
     invalidate_next_capture = false;
     *g = NULL;
     return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
@@ -596,9 +628,8 @@ static CUresult f_capture_info_v3(CUstream s, CUstreamCaptureStatus *st, cuuint6
   return stream_ok(s);
 }
 static CUresult f_exchange_mode(CUstreamCaptureMode *m) {
-  static __thread CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-  CUstreamCaptureMode old = mode;
-  mode = *m;
+  CUstreamCaptureMode old = thread_mode;
+  thread_mode = *m;
   *m = old;
   return CUDA_SUCCESS;
 }
@@ -777,6 +808,24 @@ EXPORT CUresult cuMemFreeHost(void *p) {
   last_named_free = (uint64_t)(uintptr_t)p;
   return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
+/* A program's captures, through the shim (Note [Captures under the shim],
+ * tools/preload/capture.c), and its streams. */
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  return f_begin_capture(hStream, mode);
+}
+EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+  return f_end_capture(hStream, phGraph);
+}
+EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *st) {
+  *st = capture_status(hStream);
+  return stream_ok(hStream);
+}
+EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int flags) {
+  return f_stream_create(phStream, flags, 0);
+}
+EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
+  return f_stream_destroy(hStream);
+}
 /* A program's CUdevice is the device's ordinal, as the real driver's is; the
  * fake's own handles (100 + ordinal) are for catching the backend mixing
  * the two up, and the backend never calls this by name. */
@@ -805,6 +854,10 @@ EXPORT uint64_t fake_cuda_last_fabric_import(void);
 EXPORT const char *fake_cuda_last_kernel(unsigned *grid, unsigned *block, uint64_t args[4]);
 EXPORT const char *fake_cuda_last_launch(unsigned grid[3], unsigned block[3], uint64_t args[8]);
 EXPORT int fake_cuda_peer_enabled(int dev, int peer);
+EXPORT int fake_cuda_capture_refusals(void);
+EXPORT int fake_cuda_capture_refusals(void) {
+  return atomic_load(&refusals);
+}
 EXPORT int fake_cuda_named_frees(void);
 EXPORT int fake_cuda_named_host_frees(void);
 EXPORT uint64_t fake_cuda_last_named_free(void);

@@ -62,8 +62,7 @@
 #include "device.h"
 #include "gca.h"
 #include "introspect.h"
-
-#define SHIM_API __attribute__((visibility("default")))
+#include "shim.h"
 
 /* Per-thread-default-stream forms (programs built with --default-stream
  * per-thread); the headers declare them only under that option. */
@@ -209,6 +208,10 @@ static bool shim_on_sim(void) {
   return shim_ready() == GCA_OK && on_sim;
 }
 
+bool gca__shim_on_sim(void) {
+  return shim_on_sim();
+}
+
 /* ---- the real libraries ---- */
 
 /* Note [Finding the driver]: the runtime's entry points (cuda*) follow the
@@ -260,10 +263,7 @@ static void *driver_symbol(const char *name) {
   return f;
 }
 
-/* The next definition of `name` after this library (libcudart, libcuda; for
- * a driver name, the driver library's, Note [Finding the driver]), looked up
- * once into *slot; NULL when the process has none. */
-static void *real_symbol(const char *name, void **slot) {
+void *gca__shim_real(const char *name, void **slot) {
   void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
   if (GCA_LIKELY(f != NULL))
     return f;
@@ -279,12 +279,6 @@ static void *real_symbol(const char *name, void **slot) {
                 name, driver ? " nor in the CUDA driver library" : "");
   return f;
 }
-
-#define REAL(fn)                               \
-  ({                                           \
-    static void *slot_;                        \
-    (__typeof__(&fn))real_symbol(#fn, &slot_); \
-  })
 
 /* Returns the real runtime function's result, or cudaErrorNotSupported (last
  * error set) when there is none. */
@@ -394,6 +388,10 @@ static inline cudaError_t rt_result(cudaError_t e) {
   if (GCA_UNLIKELY(e != cudaSuccess && e != cudaErrorNotReady))
     last_error = e;
   return e;
+}
+
+cudaError_t gca__shim_rt_error(cudaError_t e) {
+  return rt_result(e);
 }
 
 static inline cudaError_t rt_status(gca_status_t st) {
@@ -824,6 +822,7 @@ SHIM_API cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   count_call(CALL_cudaStreamDestroy);
   if (!shim_on_sim()) {
     gca__stream_retire(stream);
+    gca__shim_capture_forget(stream); /* Note [Captures under the shim] (capture.c) */
     FORWARD_RT(cudaStreamDestroy, stream);
   }
   return rt_status(sim_stream_destroy("cudaStreamDestroy", stream));
@@ -834,6 +833,7 @@ SHIM_API CUresult cuStreamDestroy_v2(CUstream hStream) {
   count_call(CALL_cuStreamDestroy);
   if (!shim_on_sim()) {
     gca__stream_retire(hStream);
+    gca__shim_capture_forget(hStream);
     FORWARD_DRV(cuStreamDestroy_v2, hStream);
   }
   return drv_status(sim_stream_destroy("cuStreamDestroy_v2", hStream));

@@ -25,6 +25,12 @@
  *                        driver's cuMemHostAlloc / cuMemFreeHost, stamped
  *                        blocks copied to the device and back; then checks
  *                        that malloc is still glibc's (dladdr).
+ *   captures             (cuda) a stream holding cached memory is destroyed,
+ *                        and a block recorded on another stream is freed,
+ *                        while a third stream captures in global mode: the
+ *                        capture still ends with a graph (gca's waits and
+ *                        queries kept clear of it, Note [Captures under the
+ *                        shim], tools/preload/capture.c).
  * Exit status 0 when everything behaved as the runtime documents, 1 otherwise
  * (the first mismatch is printed), 77 when no device is usable.
  */
@@ -420,6 +426,43 @@ static int run_host(void) {
   return 0;
 }
 
+static int run_captures(void) {
+  if (on_sim) {
+    printf("SKIP: captures need the real runtime\n");
+    return 77;
+  }
+  cudaStream_t a, b, c;
+  CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+  for (int round = 0; round < 4; round++) {
+    void *p = NULL, *q = NULL;
+    CHECK(cudaMallocAsync(&p, 8 << 20, b)); /* cached on b once freed */
+    CHECK(cudaMemsetAsync(p, 1, 8 << 20, b));
+    CHECK(cudaFreeAsync(p, b));
+    CHECK(cudaMallocAsync(&q, 1 << 20, c));
+    CHECK(cudaMemsetAsync(q, 2, 1 << 20, c));
+    CHECK(cudaStreamBeginCapture(a, cudaStreamCaptureModeGlobal));
+    CHECK(cudaMemsetAsync(q, 3, 4096, a));
+    CHECK(cudaFreeAsync(q, c));  /* a free on another stream: pending */
+    CHECK(cudaStreamDestroy(b)); /* its cached memory: no wait now */
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(a, &g);
+    EXPECT(e == cudaSuccess && g != NULL, "round %d: the capture ends with a graph (%s)", round,
+           cudaGetErrorName(e));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CHECK(cudaMallocAsync(&p, 8 << 20, NULL)); /* after it: served, waits allowed again */
+    CHECK(cudaFreeAsync(p, NULL));
+  }
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaStreamDestroy(a));
+  CHECK(cudaStreamDestroy(b));
+  CHECK(cudaStreamDestroy(c));
+  printf("cudart_user: captures ok\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "stress";
   const char *dev = getenv("GCA_DEVICE");
@@ -444,6 +487,8 @@ int main(int argc, char **argv) {
     return run_driver();
   if (strcmp(mode, "streams") == 0)
     return run_streams();
+  if (strcmp(mode, "captures") == 0)
+    return run_captures();
   if (strcmp(mode, "ctor") == 0) {
     EXPECT(preload_ctor_result() == 1, "the constructor's allocation went well (result %d)",
            preload_ctor_result());

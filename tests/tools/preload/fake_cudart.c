@@ -2,15 +2,19 @@
 /* fake_cudart.c - the few CUDA runtime entry points libgca_preload.so
  * forwards to on the cuda backend, for fake_user (which links this library
  * where a real program links libcudart): the frees a program makes of memory
- * gca does not hold, the current device, and the last error.
+ * gca does not hold, the current device, the last error, and stream captures
+ * (passed to the fake driver's, as libcudart passes them to libcuda).
  *
  * The one idea: record what reached the runtime and answer as the real one
  * answered on the H200 when the shim handed it a pointer of gca's segment:
  * cudaSuccess. A free the shim should have refused and forwarded instead
  * shows up both in the count and in the result the program sees.
  */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -47,6 +51,51 @@ EXPORT cudaError_t cudaGetLastError(void) {
 
 EXPORT cudaError_t cudaPeekAtLastError(void) {
   return cudaSuccess;
+}
+
+/* ---- captures: the driver's (the fake's, named by GCA_CUDA_LIBRARY) ---- */
+
+static void *driver_fn(const char *name) {
+  const char *lib = getenv("GCA_CUDA_LIBRARY");
+  void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD) : NULL;
+  return h ? dlsym(h, name) : NULL;
+}
+
+static cudaError_t rt_of(CUresult r) {
+  switch (r) {
+  case CUDA_SUCCESS:
+    return cudaSuccess;
+  case CUDA_ERROR_ILLEGAL_STATE:
+    return cudaErrorIllegalState;
+  case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED:
+    return cudaErrorStreamCaptureUnmatched;
+  case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+    return cudaErrorStreamCaptureInvalidated;
+  default:
+    return cudaErrorUnknown;
+  }
+}
+
+EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+  CUresult (*f)(CUstream, CUstreamCaptureMode) =
+      (CUresult(*)(CUstream, CUstreamCaptureMode))(uintptr_t)driver_fn("cuStreamBeginCapture_v2");
+  return f ? rt_of(f(stream, (CUstreamCaptureMode)mode)) : cudaErrorNotSupported;
+}
+
+EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph) {
+  CUresult (*f)(CUstream, CUgraph *) =
+      (CUresult(*)(CUstream, CUgraph *))(uintptr_t)driver_fn("cuStreamEndCapture");
+  return f ? rt_of(f(stream, (CUgraph *)pGraph)) : cudaErrorNotSupported;
+}
+
+EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+                                         enum cudaStreamCaptureStatus *pCaptureStatus) {
+  CUresult (*f)(CUstream, CUstreamCaptureStatus *) =
+      (CUresult(*)(CUstream, CUstreamCaptureStatus *))(uintptr_t)driver_fn("cuStreamIsCapturing");
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  cudaError_t e = f ? rt_of(f(stream, &st)) : cudaErrorNotSupported;
+  *pCaptureStatus = (enum cudaStreamCaptureStatus)st;
+  return e;
 }
 
 /* ---- inspection ---- */

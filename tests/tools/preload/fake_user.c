@@ -17,7 +17,14 @@
  *              interior pointer of a live one are invalid value (the
  *              runtime's last error set) and reach neither library (Note
  *              [Refused frees]); gca serves allocations afterwards.
- * Modes (argv[1]): forward, refuse; argv[2] == "nohost" leaves pinned host
+ *   captures   a stream gca holds memory of, destroyed while another stream
+ *              captures in global mode, is not waited for (the driver would
+ *              refuse it and invalidate the capture): the shim counts the
+ *              program's captures, through the driver (cuStreamBeginCapture_v2)
+ *              and the runtime (cudaStreamBeginCapture), for the allocator
+ *              (Note [Captures under the shim], tools/preload/capture.c); an
+ *              end without a capture and a refused begin count nothing.
+ * Modes (argv[1]): forward, refuse, captures; argv[2] == "nohost" leaves pinned host
  * memory out (built without jemalloc). Exit status 0 when everything held, 1
  * at the first that did not (printed), 2 for an unknown mode.
  */
@@ -177,6 +184,74 @@ static void host_frees_inside_gca_are_refused(void) {
          "cuMemHostAlloc and cuMemFreeHost after the refusals");
 }
 
+/* One round: b gets memory gca caches, then b is destroyed while a captures
+ * (begun and ended through the driver's or the runtime's entry points). */
+static void destroy_during_a_capture(bool runtime) {
+  CUresult (*create)(CUstream *, unsigned) =
+      (CUresult(*)(CUstream *, unsigned))(uintptr_t)dlsym(driver, "cuStreamCreate");
+  __typeof__(&cuMemAllocAsync) alloc_async = SHIM_FN(cuMemAllocAsync);
+  __typeof__(&cuMemFreeAsync) free_async = SHIM_FN(cuMemFreeAsync);
+  __typeof__(&cuStreamDestroy_v2) destroy = SHIM_FN(cuStreamDestroy_v2);
+  __typeof__(&cuStreamBeginCapture_v2) begin = SHIM_FN(cuStreamBeginCapture_v2);
+  __typeof__(&cuStreamEndCapture) end = SHIM_FN(cuStreamEndCapture);
+  __typeof__(&cudaStreamBeginCapture) rt_begin = SHIM_FN(cudaStreamBeginCapture);
+  __typeof__(&cudaStreamEndCapture) rt_end = SHIM_FN(cudaStreamEndCapture);
+  EXPECT(create != NULL, "the fake driver exports cuStreamCreate");
+  CUdeviceptr p = 0; /* the first call: gca makes the device's context current */
+  EXPECT(alloc_async(&p, 4096, NULL) == CUDA_SUCCESS && free_async(p, NULL) == CUDA_SUCCESS,
+         "4 KiB allocated and freed on the legacy stream");
+  CUstream a = NULL, b = NULL;
+  EXPECT(create(&a, 0) == CUDA_SUCCESS && create(&b, 0) == CUDA_SUCCESS, "two streams");
+  EXPECT(alloc_async(&p, 1 << 20, b) == CUDA_SUCCESS && free_async(p, b) == CUDA_SUCCESS,
+         "1 MiB allocated and freed on b");
+  int refusals = drv_count("fake_cuda_capture_refusals");
+  CUgraph g = NULL;
+  /* an end without a capture is the driver's error and uncounts nothing */
+  EXPECT(runtime ? rt_end(a, (cudaGraph_t *)&g) == cudaErrorStreamCaptureUnmatched
+                 : end(a, &g) == CUDA_ERROR_STREAM_CAPTURE_UNMATCHED,
+         "an end on a stream that is not capturing is unmatched");
+  EXPECT(runtime ? rt_begin(a, cudaStreamCaptureModeGlobal) == cudaSuccess
+                 : begin(a, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS,
+         "a global-mode capture begins on a");
+  /* a second begin is refused, and uncounts only itself */
+  EXPECT(runtime ? rt_begin(a, cudaStreamCaptureModeGlobal) == cudaErrorIllegalState
+                 : begin(a, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_ERROR_ILLEGAL_STATE,
+         "a second begin on a capturing stream is refused");
+  EXPECT(destroy(b) == CUDA_SUCCESS, "b is destroyed while a captures");
+  EXPECT(drv_count("fake_cuda_capture_refusals") == refusals,
+         "the allocator made no call the capture forbids (%d refused)",
+         drv_count("fake_cuda_capture_refusals") - refusals);
+  EXPECT(runtime ? rt_end(a, (cudaGraph_t *)&g) == cudaSuccess : end(a, &g) == CUDA_SUCCESS,
+         "the capture ends, not invalidated");
+  EXPECT(destroy(a) == CUDA_SUCCESS, "a is destroyed");
+  /* the capture is over: memory is served, and given back, as before */
+  EXPECT(alloc_async(&p, 1 << 20, NULL) == CUDA_SUCCESS && free_async(p, NULL) == CUDA_SUCCESS,
+         "an allocation after the capture");
+}
+
+static void captures_are_counted(void) {
+  destroy_during_a_capture(false);
+  destroy_during_a_capture(true);
+  /* past the shim's table (256 captures at once) a capture begins uncounted
+   * (logged), and its end uncounts nothing: the rounds after still hold */
+  CUresult (*create)(CUstream *, unsigned) =
+      (CUresult(*)(CUstream *, unsigned))(uintptr_t)dlsym(driver, "cuStreamCreate");
+  __typeof__(&cuStreamBeginCapture_v2) begin = SHIM_FN(cuStreamBeginCapture_v2);
+  __typeof__(&cuStreamEndCapture) end = SHIM_FN(cuStreamEndCapture);
+  __typeof__(&cuStreamDestroy_v2) destroy = SHIM_FN(cuStreamDestroy_v2);
+  enum { MANY = 257 };
+  static CUstream s[MANY];
+  for (int i = 0; i < MANY; i++)
+    EXPECT(create(&s[i], 0) == CUDA_SUCCESS &&
+               begin(s[i], CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS,
+           "capture %d of %d begins", i, MANY);
+  for (int i = MANY - 1; i >= 0; i--) {
+    CUgraph g = NULL;
+    EXPECT(end(s[i], &g) == CUDA_SUCCESS && destroy(s[i]) == CUDA_SUCCESS, "capture %d ends", i);
+  }
+  destroy_during_a_capture(false);
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   bool host = !(argc > 2 && strcmp(argv[2], "nohost") == 0);
@@ -188,6 +263,8 @@ int main(int argc, char **argv) {
          "the driver library is in no global scope");
   if (strcmp(mode, "forward") == 0) {
     frees_outside_gca_are_forwarded(host);
+  } else if (strcmp(mode, "captures") == 0) {
+    captures_are_counted();
   } else if (strcmp(mode, "refuse") == 0) {
     device_frees_inside_gca_are_refused();
     if (host)

@@ -390,6 +390,22 @@ static void cuda_driver_frees_reach_the_driver_loaded_rtld_local(void **state) {
   expect_fake_run_clean(&r, 0);
 }
 
+/* Note [Captures under the shim] (tools/preload/capture.c): the program's
+ * captures, begun through the driver or the runtime, close the allocator's
+ * capture gate, so destroying a stream gca holds memory of during a
+ * global-mode capture does not make the allocator wait for it (the fake
+ * driver refuses that and invalidates the capture, as the real one does). */
+static void cuda_program_captures_keep_the_allocators_waits_away(void **state) {
+  (void)state;
+  run_result_t r = run_fake_user("captures");
+  if (r.exit_code != 0)
+    print_message("%s%s", r.out, r.err);
+  assert_int_equal(r.exit_code, 0);
+  assert_non_null(strstr(r.out, "fake_user: captures ok"));
+  assert_non_null(strstr(r.err, "256 captures run already; this one is not counted"));
+  expect_fake_run_clean(&r, 0);
+}
+
 /* A second free of a gca allocation, device or pinned, or a free of a pointer
  * inside a live one, is invalid value and reaches neither the runtime nor the
  * driver, which would free gca's memory under it (Note [Refused frees]); the
@@ -445,12 +461,21 @@ static void shim_exports_cuda_entry_points_only(void **state) {
       "cudaHostUnregister",
       "cuMemHostAlloc",
       "cuMemFreeHost",
+      "cudaStreamBeginCapture",
+      "cudaStreamEndCapture",
+      "cuStreamBeginCapture_v2",
+      "cuStreamEndCapture",
   };
   for (size_t i = 0; i < GCA_ARRAY_SIZE(served); i++)
     if (dlsym(h, served[i]) == NULL)
       fail_msg("the shim does not export %s", served[i]);
-  static const char *const hidden[] = {"gca_malloc", "gca_free", "gca__error", "gca__sim_ops",
-                                       "gca_device_init"};
+  static const char *const hidden[] = {"gca_malloc",
+                                       "gca_free",
+                                       "gca__error",
+                                       "gca__sim_ops",
+                                       "gca_device_init",
+                                       "gca__shim_real",
+                                       "gca__shim_capture_forget"};
   for (size_t i = 0; i < GCA_ARRAY_SIZE(hidden); i++)
     if (dlsym(h, hidden[i]) != NULL)
       fail_msg("the shim exports gca's %s", hidden[i]);
@@ -475,6 +500,8 @@ int main(void) {
       cmocka_unit_test_teardown(cuda_driver_frees_reach_the_driver_loaded_rtld_local,
                                 release_last_run),
       cmocka_unit_test_teardown(cuda_frees_inside_gca_memory_are_refused_not_forwarded,
+                                release_last_run),
+      cmocka_unit_test_teardown(cuda_program_captures_keep_the_allocators_waits_away,
                                 release_last_run),
       cmocka_unit_test_teardown(shim_exports_cuda_entry_points_only, release_last_run),
   };
