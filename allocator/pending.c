@@ -138,12 +138,30 @@ static gca_status_t defer_free(gca__devalloc_t *d, gca__block_t *b) {
   return GCA_OK;
 }
 
+/* Whether use u's stream is capturing (only looked at while some capture
+ * runs): an event recorded there would be a node of the graph, not work that
+ * can be queried (Note [Uses on a capturing stream]). */
+static bool use_captures(gca__devalloc_t *d, const gca__use_t *u) {
+  gca_stream_t h = u->stream;
+  if (GCA_LIKELY(atomic_load_explicit(&gca__device_captures, memory_order_relaxed) == 0) ||
+      h == NULL || h == GCA__STREAM_GONE)
+    return false;
+  if (gca__stream_is_ptds(h)) {
+    if (h != gca__t_ptds_key)
+      return false; /* another thread's: waited for as the whole device */
+    h = GCA_STREAM_PER_THREAD;
+  }
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  return d->ops->stream_capture_info(h, &cs, NULL) == GCA_OK && cs != GCA_CAPTURE_STATUS_NONE;
+}
+
 /* Records an event on each stream that used b, on that stream's device; b
  * becomes pending. A use whose stream is gone fails with *gone_dev its
  * device, unless the caller already waited for that device (*gone_dev on
  * entry): then the use needs no event and is dropped for good, so that a
  * block with gone uses on several devices needs each device waited for once.
- * On failure nothing else changed. */
+ * GCA_ERR_NOT_READY (no detail): a use's stream is capturing. On failure
+ * nothing else changed. */
 static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b, int *gone_dev) {
   int waited = *gone_dev;
   *gone_dev = -1;
@@ -153,7 +171,7 @@ static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b, int
   for (uint32_t i = 0; i < b->nuses; i++) {
     const gca__use_t u = b->uses[i];
     gca_event_t ev = event_take(d, u.dev);
-    gca_status_t st = use_op(d, &u, ev);
+    gca_status_t st = GCA_UNLIKELY(use_captures(d, &u)) ? GCA_ERR_NOT_READY : use_op(d, &u, ev);
     if (st == GCA_ERR_INVALID_HANDLE && u.dev == waited) {
       event_put(d, u.dev, ev); /* destroyed before the wait: its work is done */
       continue;
@@ -170,7 +188,7 @@ static gca_status_t block_insert_events(gca__devalloc_t *d, gca__block_t *b, int
         b->uses[kept++] = b->uses[k];
       gca__uses_set(d, b, kept);
       b->event_count = 0;
-      return gca__error_prefix(st, "free: 0x%" PRIx64, b->addr);
+      return st == GCA_ERR_NOT_READY ? st : gca__error_prefix(st, "free: 0x%" PRIx64, b->addr);
     }
     b->uses[kept++] = u;
     d->pending[d->npending++] = (gca__pending_t){ev, u.stream, b, u.dev};
@@ -326,7 +344,10 @@ gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b, int *gone_de
       /* caching off, the caller waited for the uses it saw (gca__use_wait);
        * uses recorded since are waited for by events, as with caching on */
       *gone_dev = waited;
-      GCA_CHECK(block_insert_events(d, b, gone_dev));
+      gca_status_t st = block_insert_events(d, b, gone_dev);
+      if (st == GCA_ERR_NOT_READY) /* Note [Uses on a capturing stream] */
+        st = defer_free(d, b);
+      GCA_CHECK(st);
     }
   }
   free_requested(d, b);
@@ -345,6 +366,16 @@ gca_status_t gca__use_wait(gca__devalloc_t *d, const gca__use_t *u) {
   return use_op(d, u, NULL);
 }
 
+/* Note [Uses on a capturing stream]: a block recorded on a stream that is
+ * capturing, freed while the allocator routes no capture (the program began
+ * it, or the capture is not routed to a pool), cannot get an event there: the
+ * record would be a node of the graph, and a query of that event fails
+ * (CUDA_ERROR_CAPTURED_EVENT on the sim, INVALID_VALUE once the capture has
+ * ended on an H200) and would fail every later malloc and free. While some
+ * capture runs (gca__device_captures) each use's stream is asked whether it
+ * captures; if one does, the free is deferred as during a routed capture and
+ * its events are recorded by the first flush after that stream's capture. */
+
 /* Note [Gone streams of deferred frees]: a free deferred during a capture
  * records its events once the capture is over; a stream it was used on may
  * have been destroyed meanwhile, and its work still runs. Then the block stays
@@ -361,6 +392,10 @@ gca_status_t gca__pending_flush_deferred(gca__devalloc_t *d) {
     b->event_count = 0;
     int gone = d->deferred_waited - 1;
     gca_status_t st = block_insert_events(d, b, &gone);
+    if (st == GCA_ERR_NOT_READY) { /* Note [Uses on a capturing stream]: later */
+      b->event_count = 1;
+      return GCA_OK;
+    }
     if (st == GCA_ERR_INVALID_HANDLE && gone >= 0) {
       b->event_count = 1;
       d->deferred_need = gone + 1;

@@ -711,6 +711,37 @@ static void free_of_another_threads_ptds_block_is_deferred_during_a_capture(void
   free_needing_a_device_wait_is_deferred_during_a_capture(true);
 }
 
+/* A free of a block used on a stream that is capturing, with no pool routed
+ * (the allocator was not told of the capture): an event recorded there would
+ * be a node of the graph, not work the allocator can query (the query fails
+ * while and after the capture), so the free waits, deferred, until the stream
+ * no longer captures; the calls meanwhile do not fail. */
+static void free_of_a_block_used_on_a_capturing_stream_waits_for_the_capture(void **state) {
+  (void)state;
+  gca_stream_t a = mk_stream(), y = mk_stream();
+  void *x = alloc_on(4096, a);
+  assert_ok(gca_record_stream(x, y));
+  assert_ok(gca_stream_begin_capture(y, GCA_CAPTURE_MODE_RELAXED));
+  free_ok(x);
+  void *q = alloc_on(4096, a); /* not x: its free waits */
+  assert_ptr_not_equal(q, x);
+  free_ok(q);
+  assert_int_equal(stats().active[GCA_STAT_ALL].current, 1);
+  gca_graph_t g;
+  assert_ok(gca_stream_end_capture(y, &g));
+  assert_ok(gca_graph_destroy(g));
+  q = alloc_on(4096, a); /* the event is recorded now, on y's eager work */
+  free_ok(q);
+  assert_ok(gca_stream_synchronize(y));
+  q = alloc_on(4096, a);
+  assert_ptr_equal(q, x);
+  free_ok(q);
+  assert_int_equal(stats().active[GCA_STAT_ALL].current, 0);
+  check();
+  assert_ok(gca_stream_destroy(a));
+  assert_ok(gca_stream_destroy(y));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(block_waits_for_recorded_stream_before_reuse, alloc_setup,
@@ -732,6 +763,9 @@ int main(void) {
                                       streams_teardown),
       cmocka_unit_test_setup_teardown(uses_on_destroyed_streams_of_two_devices_wait_for_each_once,
                                       alloc_setup, streams_teardown),
+      cmocka_unit_test_setup_teardown(
+          free_of_a_block_used_on_a_capturing_stream_waits_for_the_capture, alloc_setup,
+          streams_teardown),
       cmocka_unit_test_setup_teardown(
           free_of_a_destroyed_streams_block_is_deferred_during_a_capture, alloc_setup,
           streams_teardown),
