@@ -838,9 +838,10 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
  * the expandable segment of (pool, stream) would map new memory while free
  * ranges elsewhere in it hold whole mappings, takes those ranges into bt (up
  * to what the growth lacks) and marks their handles to be parked, not
- * released, once bt runs; nothing during a capture. */
+ * released, once bt runs; nothing during a capture. `oom`: the device is out
+ * of memory (moves then run whatever expandable_moves says). */
 gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gca__pool_t *pool,
-                                     gca_stream_t stream, size_t rounded);
+                                     gca_stream_t stream, size_t rounded, bool oom);
 /* Releases the handles that a growth parked and did not use, and clears the
  * parking (after the growth, successful or not). */
 void gca__expand_unpark(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream);

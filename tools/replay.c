@@ -104,6 +104,7 @@ typedef struct run_result {
   int64_t device_allocs, device_maps, ooms;
   int64_t driver_calls, grown_bytes, handle_moves; /* of the measured pass */
   double warm_driver_calls, warm_handle_moves;     /* per warm pass: the steady state */
+  double warm_retries, warm_ooms; /* per warm pass: out-of-memory retries, failed requests */
 } run_result_t;
 
 /* Driver calls per GiB of memory made usable: the cost of growth. */
@@ -588,6 +589,8 @@ static gca_status_t run_config(const options_t *o, const trace_t *t, const char 
     }
     res->warm_driver_calls = (double)(w.num_driver_calls - s.num_driver_calls) / o->repeat;
     res->warm_handle_moves = (double)(w.num_handle_moves - s.num_handle_moves) / o->repeat;
+    res->warm_retries = (double)(w.num_alloc_retries - s.num_alloc_retries) / o->repeat;
+    res->warm_ooms = (double)warm_ooms / o->repeat;
   }
   TOOL_CHECK_GOTO(free_remaining(t, live), st, out);
   st = GCA_OK;
@@ -706,6 +709,9 @@ static gca_status_t print_json(const options_t *o, const trace_t *t, const run_r
           o->repeat > 0 ? j_real(r->warm_driver_calls) : json_null(), &ok);
     j_set(run, "handle_moves_per_warm_pass",
           o->repeat > 0 ? j_real(r->warm_handle_moves) : json_null(), &ok);
+    j_set(run, "alloc_retries_per_warm_pass", o->repeat > 0 ? j_real(r->warm_retries) : json_null(),
+          &ok);
+    j_set(run, "ooms_per_warm_pass", o->repeat > 0 ? j_real(r->warm_ooms) : json_null(), &ok);
   }
   j_set(root, "runs", runs, &ok);
   char *text = ok ? json_dumps(root, JSON_COMPACT) : NULL;
@@ -795,6 +801,14 @@ static void print_table(const options_t *o, const trace_t *t, const run_result_t
   printf("\n%-32s", "OOMs");
   for (int i = 0; i < n; i++)
     printf("%*lld", width, (long long)res[i].ooms);
+  if (o->repeat > 0) {
+    printf("\n%-32s", "OOM retries per warm pass");
+    for (int i = 0; i < n; i++)
+      printf("%*.1f", width, res[i].warm_retries);
+    printf("\n%-32s", "OOMs per warm pass");
+    for (int i = 0; i < n; i++)
+      printf("%*.1f", width, res[i].warm_ooms);
+  }
   printf("\n");
 }
 
