@@ -944,14 +944,12 @@ void gca__block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, si
 
 /* The free request of live block b (out of the pointer map): with uses on
  * other streams its events are recorded and it becomes pending (during a
- * capture: deferred), else its free completes now. With caching off the
- * caller first waits for b's uses with the lock let go (gca__use_wait) and
- * drops them. On failure nothing changed. A use whose stream is gone
- * (event_record: GCA_ERR_INVALID_HANDLE) fails with *gone_dev set to its
- * device, unless that device is *gone_dev on entry (the caller waited for it:
- * the use is dropped); else *gone_dev is -1. _deferred: that device cannot be
- * waited for now (a capture runs): b is deferred and the reap waits for it
- * (Note [Gone streams of deferred frees]). */
+ * capture: deferred), else its free completes now. On failure nothing
+ * changed. A use whose stream is gone (GCA_ERR_INVALID_HANDLE) fails with
+ * *gone_dev its device, unless that is *gone_dev on entry (waited for: the use
+ * is dropped); else *gone_dev is -1. _deferred: that device cannot be waited
+ * for now (a capture runs): b is deferred, the reap waits (Note [Gone streams
+ * of deferred frees]). */
 gca_status_t gca__free_request(gca__devalloc_t *d, gca__block_t *b, int *gone_dev);
 gca_status_t gca__free_request_deferred(gca__devalloc_t *d, gca__block_t *b, int gone);
 /* Waits, with NO lock held, for use u's stream (caching off's free). */
@@ -1006,18 +1004,15 @@ gca_status_t gca__relbatch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *
 void gca__release_reap(gca__devalloc_t *d);
 
 /* ---- allocator.c ---- */
-
-/* The allocator of `device` if it was created, else NULL. */
-gca__devalloc_t *gca__devalloc_peek(int device);
-/* streamkey.c, Note [Destroyed streams]: retire a stream before its destroy; give back
- * what destroyed streams' segments hold free (d->lock held, no capture routed to d) */
+gca__devalloc_t *gca__devalloc_peek(int device); /* NULL: not created */
+/* streamkey.c, Note [Destroyed streams]: retire a stream before its destroy;
+ * give back destroyed streams' free segments (lock held, no capture routed) */
 void gca__streams_retire(gca_stream_t s);
 void gca__streams_reclaim(gca__devalloc_t *d);
 /* The allocator of `device`, created on first use; `op` names the caller in
  * the error of a device out of range. */
 gca_status_t gca__devalloc_get(const char *op, int device, gca__devalloc_t **out);
 /* ---- stats.c ---- */
-
 /* The statistics as readers see them: ALL.allocated/freed summed (Note
  * [Statistics]) and active derived (Note [Active statistics]). The caller
  * holds d->lock. */
@@ -1028,6 +1023,10 @@ void gca__stats_read(const gca__devalloc_t *d, gca_stats_t *out);
  * `op` on addr says why (gca__bad_pointer, which takes each device's lock). */
 gca__block_t *gca__lock_live(gca_devptr_t addr, gca__devalloc_t **out);
 gca_status_t gca__bad_pointer(const char *op, gca_devptr_t addr);
+/* uses.c: the waits of a free of live block *bp at addr (lock held) for uses
+ * no event follows (another thread's per-thread stream; all, caching off);
+ * returns as gca__lock_live, *bp the block again, or a status and no lock. */
+gca_status_t gca__free_wait_uses(gca__devalloc_t **dp, gca__block_t **bp, gca_devptr_t addr);
 
 /* ---- check.c ---- */
 

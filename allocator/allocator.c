@@ -594,107 +594,6 @@ gca__block_t *gca__lock_live(gca_devptr_t addr, gca__devalloc_t **out) {
   return NULL;
 }
 
-/* The devices of b's uses on other threads' per-thread streams, as a mask. */
-static uint64_t foreign_ptds_devices(const gca__block_t *b) {
-  uint64_t mask = 0;
-  for (uint32_t i = 0; i < b->nuses; i++)
-    if (gca__stream_is_ptds(b->uses[i].stream) && b->uses[i].stream != gca__t_ptds_key)
-      mask |= (uint64_t)1 << b->uses[i].dev;
-  return mask;
-}
-
-/* Note [Per-thread stream keys]: no handle reaches another thread's
- * per-thread stream, so a free of a block used on one waits for those
- * devices with d->lock released, then drops those uses (satisfied) under the
- * lock again. While a capture runs no device may be waited for (Note [Capture
- * gate], device.c): those uses are then counted as uses of a destroyed stream
- * (GCA__STREAM_GONE), whose free is deferred until the device can be waited
- * for (Note [Gone streams of deferred frees]). Returns with the lock held and
- * *bp the live block at addr, or with no lock held and a status. */
-static gca_status_t free_wait_foreign(gca__devalloc_t **dp, gca__block_t **bp, gca_devptr_t addr,
-                                      uint64_t mask) {
-  gca__devalloc_t *d = *dp;
-  const gca_device_ops_t *ops = d->ops;
-  gca__block_t *b = *bp;
-  if (!gca__device_wait_enter()) {
-    for (uint32_t i = 0; i < b->nuses; i++)
-      if (gca__stream_is_ptds(b->uses[i].stream) && b->uses[i].stream != gca__t_ptds_key)
-        b->uses[i].stream = GCA__STREAM_GONE;
-    return GCA_OK;
-  }
-  gca__dev_let_go(d);
-  gca_status_t st = GCA_OK;
-  int dev;
-  for (dev = 0; dev < GCA__MAX_DEVICES && st == GCA_OK; dev++)
-    if (mask & ((uint64_t)1 << dev))
-      st = ops->ctx_synchronize(dev);
-  gca__device_wait_leave();
-  if (st != GCA_OK)
-    return gca__error_prefix(st,
-                             "free: 0x%" PRIx64 " waiting for device %d (another thread's "
-                             "per-thread stream used it)",
-                             addr, dev - 1);
-  b = gca__lock_live(addr, dp);
-  if (b == NULL)
-    return gca__bad_pointer("free", addr);
-  uint32_t w = 0;
-  for (uint32_t i = 0; i < b->nuses; i++)
-    if (!(gca__stream_is_ptds(b->uses[i].stream) && b->uses[i].stream != gca__t_ptds_key))
-      b->uses[w++] = b->uses[i];
-  gca__uses_set(d, b, w);
-  *bp = b;
-  return GCA_OK;
-}
-
-/* Caching off: a free waits for the streams that used the block before it
- * completes (PyTorch synchronizes them), with d->lock let go (Note [No waits
- * under the device lock]): the block stays live and in the pointer map
- * meanwhile, so other threads see an allocated block and may use the device
- * freely; a free of the same pointer meanwhile is the caller's race, found
- * when the block is looked up again. The uses waited for are then dropped;
- * any recorded since are left to events. Returns as free_wait_foreign. */
-static gca_status_t free_wait_uses(gca__devalloc_t **dp, gca__block_t **bp, gca_devptr_t addr) {
-  gca__devalloc_t *d = *dp;
-  gca__block_t *b = *bp;
-  uint32_t n = b->nuses;
-  gca__use_t *uses = GCA_FAILPOINT("free_wait_uses") ? NULL : malloc(n * sizeof(*uses));
-  if (uses == NULL) {
-    gca__dev_unlock(d);
-    return gca__error(GCA_ERR_OUT_OF_MEMORY, "free: 0x%" PRIx64 ": host out of memory", addr);
-  }
-  memcpy(uses, b->uses, n * sizeof(*uses));
-  gca__dev_let_go(d);
-  gca_status_t st = GCA_OK;
-  gca_capture_mode_t mode;
-  bool relaxed = gca__relax(d->ops, &mode); /* Note [Capture gate] (device.c) */
-  for (uint32_t i = 0; i < n && st == GCA_OK; i++)
-    if (uses[i].stream != GCA__STREAM_GONE) /* left to the free's own device wait */
-      st = gca__use_wait(d, &uses[i]);
-  gca__unrelax(d->ops, relaxed, mode);
-  if (st != GCA_OK) {
-    free(uses);
-    return gca__error_prefix(st, "free: 0x%" PRIx64, addr);
-  }
-  b = gca__lock_live(addr, dp);
-  if (b == NULL) {
-    free(uses);
-    return gca__bad_pointer("free", addr);
-  }
-  uint32_t w = 0;
-  for (uint32_t i = 0; i < b->nuses; i++) {
-    bool waited = false;
-    for (uint32_t k = 0; k < n && !waited; k++)
-      waited = b->uses[i].stream == uses[k].stream && b->uses[i].dev == uses[k].dev &&
-               uses[k].stream != GCA__STREAM_GONE;
-    if (!waited)
-      b->uses[w++] = b->uses[i];
-  }
-  gca__uses_set(d, b, w);
-  free(uses);
-  *bp = b;
-  return GCA_OK;
-}
-
 /* Frees the live block b at addr with d->lock held; returns with it released.
  * `cache`: the free may go into the free cache (false: the device wastes its
  * puts, Note [Free cache waste]). Inlined into the two below, so that the
@@ -717,13 +616,8 @@ free_locked_impl(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t addr, int exp
     gca__dev_unlock(d);
     return gca__bad_pointer("free", addr);
   }
-  if (GCA_UNLIKELY(b->nuses != 0)) {
-    uint64_t mask = foreign_ptds_devices(b);
-    if (mask != 0)
-      GCA_CHECK(free_wait_foreign(&d, &b, addr, mask));
-    if (!d->caching && b->nuses != 0)
-      GCA_CHECK(free_wait_uses(&d, &b, addr));
-  }
+  if (GCA_UNLIKELY(b->nuses != 0))
+    GCA_CHECK(gca__free_wait_uses(&d, &b, addr));
   if (GCA_UNLIKELY(d->npending != 0 || d->ndeferred != 0)) {
     st = gca__pending_process(d);
     if (st != GCA_OK) {
