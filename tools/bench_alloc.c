@@ -517,13 +517,15 @@ static gca_status_t run(double seconds, int rounds, bool json) {
   /* every 1-thread figure first: a single-threaded program's path (the free
    * cache); the first 2-thread figure engages the thread caches for good */
   static const int size_kinds[] = {KIND_GCA, KIND_MALLOC, KIND_JE};
-  /* one untimed window of each first: the first row would otherwise pay the
-   * process's one-time costs (the allocators' first touches, the device
-   * lock's bias streak, the core's clock coming up) */
+  /* an untimed run of each first, four windows long: the first row would
+   * otherwise pay the process's one-time costs (the allocators' first
+   * touches, the device lock's bias streak, the core's clock coming up; on a
+   * 2-core VM gca's first 0.2 s of 512 B pairs ran at 18-20 ns, the rest at
+   * 12, and one window of warm-up left the 512 B row 1.4-1.7x jemalloc) */
   for (size_t k = 0; k < TOOL_ARRAY_SIZE(size_kinds); k++) {
     double ignored;
     TOOL_CHECK_GOTO(
-        measure_in(size_kinds[k], PAT_SAME, sizes[0], 1, seconds, streams, saved, &ignored), st,
+        measure_in(size_kinds[k], PAT_SAME, sizes[0], 1, 4 * seconds, streams, saved, &ignored), st,
         out);
   }
   for (int nt = 1; nt <= 2; nt++) {
