@@ -293,9 +293,26 @@ static gca_status_t resume_unlocked(gca__devalloc_t *d, gca__mempool_t *m) {
   return st;
 }
 
+/* Note [Suspend and resume during captures]: a suspend waits for the whole
+ * device, and both wait for their copies' streams (the whole device when a
+ * stream is gone): during a capture, on any thread, the driver refuses such
+ * waits and invalidates the capture. So both run inside the capture gate
+ * (Note [Capture gate], device.c), and while a capture runs they fail with
+ * GCA_ERR_CAPTURE_UNSUPPORTED and change nothing (a dying pool's reap tries
+ * again later). */
+static gca_status_t capture_refusal(const char *op, const gca__mempool_t *m) {
+  return gca__error(GCA_ERR_CAPTURE_UNSUPPORTED,
+                    "%s: pool %#" PRIx64 ": a stream capture is under way, which the device "
+                    "waits of a %s would invalidate; try again once it has ended",
+                    op, m->handle, op + 5);
+}
+
 gca_status_t gca__mempool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m) {
+  if (!gca__device_wait_enter())
+    return capture_refusal("pool_resume", m);
   transition_begin(d, m, "resumed");
   gca_status_t st = resume_unlocked(d, m);
+  gca__device_wait_leave();
   transition_end(d, m);
   if (st != GCA_OK)
     return gca__error_prefix(st, "pool_resume: pool %#" PRIx64 " stays suspended", m->handle);
@@ -382,6 +399,11 @@ gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, 
     }
   }
   m->nsusp = n;
+  if (!gca__device_wait_enter()) { /* Note [Suspend and resume during captures] */
+    st = capture_refusal("pool_suspend", m);
+    susp_free(m);
+    return st;
+  }
   /* Note [Suspend and resume with the lock let go] */
   transition_begin(d, m, "suspended");
   st = suspend_unlocked(d, m, pool, &copies_queued);
@@ -390,6 +412,7 @@ gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, 
     if (copies_queued)
       drained = drain_copies(d, m);
   }
+  gca__device_wait_leave();
   transition_end(d, m);
   if (st != GCA_OK)
     goto fail_drained;

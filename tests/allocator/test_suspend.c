@@ -162,6 +162,47 @@ static void suspend_is_refused_for_classic_segments_and_during_capture(void **st
   assert_ok(gca_pool_release(pool));
 }
 
+/* Note [Suspend and resume during captures]: while another stream captures
+ * (no pool routed), a suspend or a resume would wait for the device and
+ * invalidate the capture: each is refused and changes nothing, and the
+ * capture goes on; after it both work, contents intact. */
+static void suspend_and_resume_wait_for_other_captures(void **state) {
+  (void)state;
+  gca_stream_t c;
+  assert_ok(gca_stream_create(&c, GCA_STREAM_NON_BLOCKING));
+  gca_pool_t *pool = new_pool();
+  void *b = pool_alloc(pool, 5 * MiB);
+  fill(b, 7, 5 * MiB / 4);
+  int64_t reserved = reserved_now();
+  gca_graph_t graph = NULL;
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  assert_ok(gca_stream_begin_capture(c, GCA_CAPTURE_MODE_GLOBAL));
+  assert_status(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE), GCA_ERR_CAPTURE_UNSUPPORTED,
+                "a stream capture is under way");
+  assert_ok(gca_stream_capture_status(c, &cs));
+  assert_int_equal(cs, GCA_CAPTURE_STATUS_ACTIVE);
+  assert_int_equal(reserved_now(), reserved);
+  check();
+  assert_ok(gca_stream_end_capture(c, &graph));
+  assert_ok(gca_graph_destroy(graph));
+  assert_ok(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE));
+  assert_int_equal(reserved_now(), 0);
+  assert_ok(gca_stream_begin_capture(c, GCA_CAPTURE_MODE_GLOBAL));
+  assert_status(gca_pool_resume(pool), GCA_ERR_CAPTURE_UNSUPPORTED, "try again once it has ended");
+  assert_ok(gca_stream_capture_status(c, &cs));
+  assert_int_equal(cs, GCA_CAPTURE_STATUS_ACTIVE);
+  assert_int_equal(reserved_now(), 0); /* still suspended */
+  assert_ok(gca_stream_end_capture(c, &graph));
+  assert_ok(gca_graph_destroy(graph));
+  assert_ok(gca_pool_resume(pool));
+  check();
+  assert_int_equal(reserved_now(), reserved);
+  assert_filled(b, 7, 5 * MiB / 4);
+  free_ok(b);
+  assert_ok(gca_pool_release(pool));
+  assert_ok(gca_stream_destroy(c));
+}
+
 static void a_suspended_pool_refuses_allocations_and_a_second_suspend(void **state) {
   (void)state;
   gca_pool_t *pool = new_pool();
@@ -340,6 +381,8 @@ int main(void) {
                                       suspend_setup, suspend_teardown),
       cmocka_unit_test_setup_teardown(suspend_is_refused_for_classic_segments_and_during_capture,
                                       suspend_setup, suspend_teardown),
+      cmocka_unit_test_setup_teardown(suspend_and_resume_wait_for_other_captures, suspend_setup,
+                                      suspend_teardown),
       cmocka_unit_test_setup_teardown(a_suspended_pool_refuses_allocations_and_a_second_suspend,
                                       suspend_setup, suspend_teardown),
       cmocka_unit_test_setup_teardown(releasing_a_suspended_pool_frees_everything, suspend_setup,
