@@ -673,8 +673,8 @@ static inline bool gca__stream_is_ptds(gca_stream_t s) {
   return ((uintptr_t)s >> 48) == (GCA__PTDS_TAG >> 48);
 }
 /* stream_synchronize for key s of d's device; another thread's per-thread
- * key waits for the whole device. The caller's lock rules are those of the
- * stream wait it replaces. */
+ * key waits for the whole device (GCA_ERR_NOT_READY, no detail, while a
+ * capture runs). Lock rules: those of the stream wait it replaces. */
 gca_status_t gca__stream_synchronize(gca__devalloc_t *d, gca_stream_t s);
 /* event_record of ev (an event of device dev) on key s of device dev, or
  * stream_synchronize of it when ev is NULL; the calling thread's per-thread

@@ -43,7 +43,14 @@ gca_status_t gca__stream_op(gca__devalloc_t *d, int dev, gca_stream_t s, gca_eve
   if (s == gca__t_ptds_key) {
     h = GCA_STREAM_PER_THREAD;
   } else {
-    GCA_CHECK(d->ops->ctx_synchronize(dev));
+    /* another thread's: the whole device, never during a capture (Note
+     * [Capture gate], device.c; the callers keep the memory or the free for
+     * later on GCA_ERR_NOT_READY) */
+    if (!gca__device_wait_enter())
+      return GCA_ERR_NOT_READY;
+    gca_status_t st = d->ops->ctx_synchronize(dev);
+    gca__device_wait_leave();
+    GCA_CHECK(st);
     if (ev == NULL)
       return GCA_OK;
     h = NULL;

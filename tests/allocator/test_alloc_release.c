@@ -569,17 +569,31 @@ static void classic_segment_of_a_destroyed_stream_is_released(void **state) {
  * without invalidating it: its stream's synchronize, and a classic
  * segment's mem_free, run in relaxed mode (Note [Capture gate]). `on`: the
  * segment's stream is the capturing one (ON_CAPTURING), another destroyed
- * before the capture (ON_GONE) or another alive (ON_OTHER). */
-enum { ON_CAPTURING, ON_GONE, ON_OTHER };
+ * before the capture (ON_GONE), another alive (ON_OTHER), or another thread's
+ * per-thread stream (ON_PTDS: no handle reaches it, so its wait is one for
+ * the whole device, which the capture forbids). */
+enum { ON_CAPTURING, ON_GONE, ON_OTHER, ON_PTDS };
+
+static gca_status_t job_ptds_alloc_free(job_t *j) {
+  gca_status_t st = gca_malloc(&j->out, j->size, GCA_STREAM_PER_THREAD);
+  return st == GCA_OK ? gca_free(j->out) : st;
+}
 static void release_during_a_capture(const char *conf, int on, gca_capture_mode_t mode,
                                      bool released) {
   assert_ok(gca_set_config(conf));
   gca_stream_t u = NULL, s;
   assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
-  if (on != ON_CAPTURING)
+  if (on != ON_CAPTURING && on != ON_PTDS)
     assert_ok(gca_stream_create(&u, GCA_STREAM_NON_BLOCKING));
-  void *p = alloc_on(4 * MiB, on != ON_CAPTURING ? u : s);
-  free_ok(p);
+  if (on == ON_PTDS) {
+    job_t pj = {.fn = job_ptds_alloc_free, .size = 4 * MiB};
+    pthread_t pt;
+    assert_int_equal(pthread_create(&pt, NULL, run_job, &pj), 0);
+    pthread_join(pt, NULL);
+    assert_ok(pj.st);
+  } else {
+    free_ok(alloc_on(4 * MiB, on != ON_CAPTURING ? u : s));
+  }
   size_t reserved = (size_t)stats().reserved_bytes[GCA_STAT_ALL].current;
   assert_true(reserved >= 4 * MiB);
   assert_ok(gca_stream_begin_capture(s, mode));
@@ -775,6 +789,11 @@ static void classic_segment_goes_while_another_thread_captures(void **state) {
 static void classic_segment_of_a_gone_stream_goes_while_another_captures(void **state) {
   (void)state;
   release_during_a_capture("", ON_GONE, GCA_CAPTURE_MODE_GLOBAL, true);
+}
+
+static void expandable_segment_of_another_threads_ptds_is_kept_during_a_capture(void **state) {
+  (void)state;
+  release_during_a_capture("expandable_segments:True", ON_PTDS, GCA_CAPTURE_MODE_GLOBAL, false);
 }
 
 static void vmm_segment_of_a_capturing_stream_is_kept(void **state) {
@@ -1061,6 +1080,9 @@ int main(void) {
                                       release_teardown),
       cmocka_unit_test_setup_teardown(vmm_segment_of_a_capturing_stream_is_kept, release_setup,
                                       release_teardown),
+      cmocka_unit_test_setup_teardown(
+          expandable_segment_of_another_threads_ptds_is_kept_during_a_capture, release_setup,
+          release_teardown),
       cmocka_unit_test_setup_teardown(classic_segment_goes_while_another_thread_captures,
                                       release_setup, release_teardown),
       cmocka_unit_test_setup_teardown(classic_segment_of_a_gone_stream_goes_while_another_captures,
