@@ -36,10 +36,12 @@ static bool part_fail(stress_part_ctx_t *ctx, const char *fmt, ...) {
 }
 
 /* A step of an episode failed: counted in *aborted while faults are injected
- * (the episode winds down), else a failure of the run. */
+ * or when the device is full (the episode winds down, as a plain malloc's OOM
+ * is counted; a capture cannot release cached memory), else a failure of the
+ * run. */
 static bool step_failed(stress_part_ctx_t *ctx, const char *what, gca_status_t st,
                         uint64_t *aborted) {
-  if (ctx->faults) {
+  if (ctx->faults || st == GCA_ERR_OUT_OF_MEMORY) {
     (*aborted)++;
     return true;
   }

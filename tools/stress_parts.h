@@ -26,11 +26,11 @@
 
 /* Per-thread counts of what the parts did (all uint64_t: summed as an array). */
 typedef struct stress_part_counters {
-  uint64_t churns;        /* streams destroyed and re-created */
-  uint64_t churns_live;   /* ... without synchronizing first (work and blocks still on it) */
-  uint64_t churn_aborted; /* an injected fault kept the old stream */
-  uint64_t captures;      /* graphs captured into a private pool and instantiated */
-  uint64_t capture_aborted;
+  uint64_t churns;          /* streams destroyed and re-created */
+  uint64_t churns_live;     /* ... without synchronizing first (work and blocks still on it) */
+  uint64_t churn_aborted;   /* an injected fault kept the old stream */
+  uint64_t captures;        /* graphs captured into a private pool and instantiated */
+  uint64_t capture_aborted; /* an injected fault or a full device ended it */
   uint64_t replays_checked;
   uint64_t restores_checked;
   uint64_t ipc_checked; /* stamps read back through an import */

@@ -438,6 +438,39 @@ static void small_device_runs_out_of_memory_without_failing(void **state) {
   free(out);
 }
 
+/* Captures on a device that is full: a capture cannot release cached memory,
+ * so its allocations may run out of memory; the episode winds down and is
+ * counted (capture_aborted), as a plain allocation's OOM is, and the run
+ * passes with everything given back. */
+static void captures_on_a_full_device_wind_down(void **state) {
+  (void)state;
+  char *out = NULL;
+  char *argv[] = {(char *)tool_path,
+                  "--threads",
+                  "2",
+                  "--ops",
+                  "3000",
+                  "--seed",
+                  "8",
+                  "--device-memory",
+                  "64MiB",
+                  "--sizes",
+                  "uniform:1MiB:8MiB",
+                  "--capture-every",
+                  "20",
+                  "--config",
+                  "expandable_segments:True",
+                  "--json",
+                  NULL};
+  int rc = test_run_capture(argv, &out);
+  if (rc != 0)
+    fail_msg("exit %d:\n%s", rc, out);
+  assert_true(json_field(out, "capture_aborted") > 0);
+  assert_true(json_field(out, "captures") > 0);
+  assert_int_equal(json_field(out, "reserved_bytes_end"), 0);
+  free(out);
+}
+
 /* Note [Destroyed streams]: streams created and destroyed while other threads
  * capture leave expandable segments that cannot be given back then (nothing
  * is waited for during a capture); they must come back once the captures
@@ -894,6 +927,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(injected_faults_are_counted_not_fatal),
       cmocka_unit_test(failed_record_stream_is_counted_without_false_corruption),
       cmocka_unit_test(small_device_runs_out_of_memory_without_failing),
+      cmocka_unit_test(captures_on_a_full_device_wind_down),
       cmocka_unit_test(trace_sizes_drive_a_run),
       cmocka_unit_test(churned_streams_give_back_their_address_space_between_captures),
       cmocka_unit_test(bad_usage_exits_2_with_a_message),
