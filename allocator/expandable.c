@@ -65,7 +65,7 @@
  * instead while mapped memory stays within 0.2-0.4% of peak live kept 90-100%
  * of the calls per pass; taking the granules free the longest first, the
  * smallest free ranges first or the largest first took more; the highest
- * addresses first took 1-5% fewer on two traces, 10% more on the third, and
+ * addresses first took up to 5% fewer on two traces, 10% more on the third, and
  * left one above 1.005; the donors here go in address order): an engine that can pay calls for memory turns them on; one
  * that needs a steady state free of driver calls leaves them off and still
  * gets granule-sized handles that release can give back, and moves once the
