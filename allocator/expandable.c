@@ -66,14 +66,16 @@
  * of the calls per pass; taking the granules free the longest first, the
  * smallest free ranges first or the largest first took more; the highest
  * addresses first took up to 5% fewer on two traces, 10% more on the third, and
- * left one above 1.005; the donors here go in address order): an engine that can pay calls for
- * memory turns them on; one that needs a steady state free of driver calls leaves them off and
- * still gets granule-sized handles that release can give back, and moves once the device is out of
- * memory (Note [Moves on out of memory], release.c): capped at 1.005 x peak live memory, the three
- * serving traces ran with no failed request at 25,000 / 22,800 / 10,400 driver calls per warm pass.
- * What moves cannot take is the sub-granule ends of the free blocks that lie between live ones at
- * the peak: those granules stay mapped. stats.num_driver_calls, grown_bytes and num_handle_moves
- * count it (gca-replay reports driver calls per GiB grown).
+ * left one above 1.005; the donors here go in address order): an engine that
+ * can pay calls for memory turns them on; one that needs a steady state free
+ * of driver calls leaves them off and still gets granule-sized handles that
+ * release can give back, and moves once the device is out of memory (Note
+ * [Moves on out of memory], release.c): capped at 1.005 x peak live memory,
+ * the three serving traces ran with no failed request at 25,000 / 22,800 /
+ * 10,400 driver calls per warm pass. What moves cannot take is the sub-granule
+ * ends of the free blocks that lie between live ones at the peak: those
+ * granules stay mapped. stats.num_driver_calls, grown_bytes and
+ * num_handle_moves count it (gca-replay reports driver calls per GiB grown).
  *
  * Release (empty_cache, the out-of-memory retry, garbage collection) unmaps
  * every mapping that lies entirely inside a free block and keeps one that a
