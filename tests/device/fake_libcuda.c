@@ -820,6 +820,37 @@ EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *st)
   *st = capture_status(hStream);
   return stream_ok(hStream);
 }
+/* The per-thread-default-stream forms and the ToGraph begins (the graph and
+ * its dependencies are not modelled: a capture begins as with the plain
+ * begin). cuda.h declares the _ptsz names only under that option. */
+EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
+EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *st);
+EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                                 const CUgraphNode *deps,
+                                                 const CUgraphEdgeData *edges, size_t n,
+                                                 CUstreamCaptureMode mode);
+EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  return f_begin_capture(hStream, mode);
+}
+EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
+  return f_end_capture(hStream, phGraph);
+}
+EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *st) {
+  return cuStreamIsCapturing(hStream, st);
+}
+EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                            const CUgraphNode *deps, const CUgraphEdgeData *edges,
+                                            size_t n, CUstreamCaptureMode mode) {
+  (void)hGraph, (void)deps, (void)edges, (void)n;
+  return f_begin_capture(hStream, mode);
+}
+EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                                 const CUgraphNode *deps,
+                                                 const CUgraphEdgeData *edges, size_t n,
+                                                 CUstreamCaptureMode mode) {
+  return cuStreamBeginCaptureToGraph(hStream, hGraph, deps, edges, n, mode);
+}
 EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int flags) {
   return f_stream_create(phStream, flags, 0);
 }

@@ -98,6 +98,64 @@ EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
   return e;
 }
 
+/* The per-thread-default-stream forms and the ToGraph begins, to the
+ * driver's of the same form. */
+EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
+                                               enum cudaStreamCaptureMode mode);
+EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
+EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
+                                              enum cudaStreamCaptureStatus *pCaptureStatus);
+EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+                                                      const cudaGraphNode_t *deps,
+                                                      const cudaGraphEdgeData *edges, size_t n,
+                                                      enum cudaStreamCaptureMode mode);
+
+typedef CUresult (*begin_fn)(CUstream, CUstreamCaptureMode);
+typedef CUresult (*end_fn)(CUstream, CUgraph *);
+typedef CUresult (*status_fn)(CUstream, CUstreamCaptureStatus *);
+typedef CUresult (*to_graph_fn)(CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
+                                size_t, CUstreamCaptureMode);
+
+EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
+                                               enum cudaStreamCaptureMode mode) {
+  begin_fn f = (begin_fn)(uintptr_t)driver_fn("cuStreamBeginCapture_ptsz");
+  return f ? rt_of(f(stream, (CUstreamCaptureMode)mode)) : cudaErrorNotSupported;
+}
+
+EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph) {
+  end_fn f = (end_fn)(uintptr_t)driver_fn("cuStreamEndCapture_ptsz");
+  return f ? rt_of(f(stream, (CUgraph *)pGraph)) : cudaErrorNotSupported;
+}
+
+EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
+                                              enum cudaStreamCaptureStatus *pCaptureStatus) {
+  status_fn f = (status_fn)(uintptr_t)driver_fn("cuStreamIsCapturing_ptsz");
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  cudaError_t e = f ? rt_of(f(stream, &st)) : cudaErrorNotSupported;
+  *pCaptureStatus = (enum cudaStreamCaptureStatus)st;
+  return e;
+}
+
+EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                                 const cudaGraphNode_t *deps,
+                                                 const cudaGraphEdgeData *edges, size_t n,
+                                                 enum cudaStreamCaptureMode mode) {
+  to_graph_fn f = (to_graph_fn)(uintptr_t)driver_fn("cuStreamBeginCaptureToGraph");
+  return f ? rt_of(f(stream, (CUgraph)graph, (const CUgraphNode *)deps,
+                     (const CUgraphEdgeData *)edges, n, (CUstreamCaptureMode)mode))
+           : cudaErrorNotSupported;
+}
+
+EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+                                                      const cudaGraphNode_t *deps,
+                                                      const cudaGraphEdgeData *edges, size_t n,
+                                                      enum cudaStreamCaptureMode mode) {
+  to_graph_fn f = (to_graph_fn)(uintptr_t)driver_fn("cuStreamBeginCaptureToGraph_ptsz");
+  return f ? rt_of(f(stream, (CUgraph)graph, (const CUgraphNode *)deps,
+                     (const CUgraphEdgeData *)edges, n, (CUstreamCaptureMode)mode))
+           : cudaErrorNotSupported;
+}
+
 /* ---- inspection ---- */
 
 EXPORT int fake_cudart_frees(void);

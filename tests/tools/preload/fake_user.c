@@ -21,7 +21,8 @@
  *              captures in global mode, is not waited for (the driver would
  *              refuse it and invalidate the capture): the shim counts the
  *              program's captures, through the driver (cuStreamBeginCapture_v2)
- *              and the runtime (cudaStreamBeginCapture), for the allocator
+ *              and the runtime (cudaStreamBeginCapture), their per-thread and
+ *              ToGraph forms, for the allocator
  *              (Note [Captures under the shim], tools/preload/capture.c); an
  *              end without a capture and a refused begin count nothing.
  * Modes (argv[1]): forward, refuse, captures; argv[2] == "nohost" leaves pinned host
@@ -229,9 +230,84 @@ static void destroy_during_a_capture(bool runtime) {
          "an allocation after the capture");
 }
 
+/* The per-thread-default-stream and ToGraph forms (declared by the headers
+ * only under --default-stream per-thread), through the shim. */
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
+cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+                                               const cudaGraphNode_t *deps,
+                                               const cudaGraphEdgeData *edges, size_t n,
+                                               enum cudaStreamCaptureMode mode);
+CUresult cuStreamBeginCapture_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *deps,
+                                          const CUgraphEdgeData *edges, size_t n,
+                                          CUstreamCaptureMode mode);
+
+enum { DRV_PTSZ, RT_PTSZ, DRV_TO_GRAPH, RT_TO_GRAPH, DRV_TO_GRAPH_PTSZ, RT_TO_GRAPH_PTSZ, FORMS };
+static const char *const form_names[FORMS] = {
+    "cuStreamBeginCapture_ptsz",        "cudaStreamBeginCapture_ptsz",
+    "cuStreamBeginCaptureToGraph",      "cudaStreamBeginCaptureToGraph",
+    "cuStreamBeginCaptureToGraph_ptsz", "cudaStreamBeginCaptureToGraph_ptsz"};
+
+/* Begins (end false) or ends a global-mode capture on s in `form`; true when
+ * the shim's entry point (and the fake behind it) succeeded. */
+static bool form_call(int form, CUstream s, bool end) {
+  CUgraph g = NULL;
+  bool ptsz = form == DRV_PTSZ || form == RT_PTSZ || form >= DRV_TO_GRAPH_PTSZ;
+  bool rt = form == RT_PTSZ || form == RT_TO_GRAPH || form == RT_TO_GRAPH_PTSZ;
+  if (end && rt)
+    return (ptsz ? SHIM_FN(cudaStreamEndCapture_ptsz)(s, (cudaGraph_t *)&g)
+                 : SHIM_FN(cudaStreamEndCapture)(s, (cudaGraph_t *)&g)) == cudaSuccess;
+  if (end)
+    return (ptsz ? SHIM_FN(cuStreamEndCapture_ptsz)(s, &g) : SHIM_FN(cuStreamEndCapture)(s, &g)) ==
+           CUDA_SUCCESS;
+  switch (form) {
+  case DRV_PTSZ:
+    return SHIM_FN(cuStreamBeginCapture_ptsz)(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS;
+  case RT_PTSZ:
+    return SHIM_FN(cudaStreamBeginCapture_ptsz)(s, cudaStreamCaptureModeGlobal) == cudaSuccess;
+  case DRV_TO_GRAPH:
+    return SHIM_FN(cuStreamBeginCaptureToGraph)(s, NULL, NULL, NULL, 0,
+                                                CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS;
+  case RT_TO_GRAPH:
+    return SHIM_FN(cudaStreamBeginCaptureToGraph)(s, NULL, NULL, NULL, 0,
+                                                  cudaStreamCaptureModeGlobal) == cudaSuccess;
+  case DRV_TO_GRAPH_PTSZ:
+    return SHIM_FN(cuStreamBeginCaptureToGraph_ptsz)(s, NULL, NULL, NULL, 0,
+                                                     CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS;
+  default:
+    return SHIM_FN(cudaStreamBeginCaptureToGraph_ptsz)(s, NULL, NULL, NULL, 0,
+                                                       cudaStreamCaptureModeGlobal) == cudaSuccess;
+  }
+}
+
+/* The same round as destroy_during_a_capture through one of the other forms. */
+static void destroy_during_a_capture_in(int form) {
+  CUresult (*create)(CUstream *, unsigned) =
+      (CUresult(*)(CUstream *, unsigned))(uintptr_t)dlsym(driver, "cuStreamCreate");
+  __typeof__(&cuMemAllocAsync) alloc_async = SHIM_FN(cuMemAllocAsync);
+  __typeof__(&cuMemFreeAsync) free_async = SHIM_FN(cuMemFreeAsync);
+  __typeof__(&cuStreamDestroy_v2) destroy = SHIM_FN(cuStreamDestroy_v2);
+  CUstream a = NULL, b = NULL;
+  CUdeviceptr p = 0;
+  EXPECT(create(&a, 0) == CUDA_SUCCESS && create(&b, 0) == CUDA_SUCCESS, "two streams");
+  EXPECT(alloc_async(&p, 1 << 20, b) == CUDA_SUCCESS && free_async(p, b) == CUDA_SUCCESS,
+         "1 MiB allocated and freed on b");
+  int refusals = drv_count("fake_cuda_capture_refusals");
+  EXPECT(form_call(form, a, false), "%s begins a capture", form_names[form]);
+  EXPECT(destroy(b) == CUDA_SUCCESS, "b is destroyed while a captures");
+  EXPECT(drv_count("fake_cuda_capture_refusals") == refusals,
+         "%s: the allocator made no call the capture forbids", form_names[form]);
+  EXPECT(form_call(form, a, true), "%s: the capture ends, not invalidated", form_names[form]);
+  EXPECT(destroy(a) == CUDA_SUCCESS, "a is destroyed");
+}
+
 static void captures_are_counted(void) {
   destroy_during_a_capture(false);
   destroy_during_a_capture(true);
+  for (int form = 0; form < FORMS; form++)
+    destroy_during_a_capture_in(form);
   /* past the shim's table (256 captures at once) a capture begins uncounted
    * (logged), and its end uncounts nothing: the rounds after still hold */
   CUresult (*create)(CUstream *, unsigned) =
