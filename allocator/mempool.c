@@ -302,14 +302,14 @@ static gca_status_t resume_unlocked(gca__devalloc_t *d, gca__mempool_t *m) {
  * again later). */
 static gca_status_t capture_refusal(const char *op, const gca__mempool_t *m) {
   return gca__error(GCA_ERR_CAPTURE_UNSUPPORTED,
-                    "%s: pool %#" PRIx64 ": a stream capture is under way, which the device "
+                    "pool_%s: pool %#" PRIx64 ": a stream capture is under way, which the device "
                     "waits of a %s would invalidate; try again once it has ended",
-                    op, m->handle, op + 5);
+                    op, m->handle, op);
 }
 
 gca_status_t gca__mempool_resume_locked(gca__devalloc_t *d, gca__mempool_t *m) {
   if (!gca__device_wait_enter())
-    return capture_refusal("pool_resume", m);
+    return capture_refusal("resume", m);
   transition_begin(d, m, "resumed");
   gca_status_t st = resume_unlocked(d, m);
   gca__device_wait_leave();
@@ -400,7 +400,7 @@ gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, 
   }
   m->nsusp = n;
   if (!gca__device_wait_enter()) { /* Note [Suspend and resume during captures] */
-    st = capture_refusal("pool_suspend", m);
+    st = capture_refusal("suspend", m);
     susp_free(m);
     return st;
   }

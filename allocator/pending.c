@@ -126,7 +126,7 @@ static gca_status_t use_op(gca__devalloc_t *d, const gca__use_t *u, gca_event_t 
 static gca_status_t defer_free(gca__devalloc_t *d, gca__block_t *b) {
   if (d->ndeferred == d->cap_deferred) {
     size_t ncap = d->cap_deferred ? d->cap_deferred * 2 : 16;
-    gca__block_t **n = realloc(d->deferred, ncap * sizeof(*n));
+    gca__block_t **n = GCA_FAILPOINT("defer_free") ? NULL : realloc(d->deferred, ncap * sizeof(*n));
     if (n == NULL)
       return gca__error(GCA_ERR_OUT_OF_MEMORY,
                         "free: host out of memory deferring the free of 0x%" PRIx64, b->addr);

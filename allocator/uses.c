@@ -156,11 +156,16 @@ gca_status_t gca__bad_pointer(const char *op, gca_devptr_t addr) {
 
 /* ---- the waits of a free ---- */
 
+/* Whether key s is another thread's per-thread key (or GCA__STREAM_GONE). */
+static inline bool foreign(gca_stream_t s) {
+  return gca__stream_is_ptds(s) && s != gca__t_ptds_key;
+}
+
 /* The devices of b's uses on other threads' per-thread streams, as a mask. */
 static uint64_t foreign_ptds_devices(const gca__block_t *b) {
   uint64_t mask = 0;
   for (uint32_t i = 0; i < b->nuses; i++)
-    if (gca__stream_is_ptds(b->uses[i].stream) && b->uses[i].stream != gca__t_ptds_key)
+    if (foreign(b->uses[i].stream))
       mask |= (uint64_t)1 << b->uses[i].dev;
   return mask;
 }
@@ -180,7 +185,7 @@ static gca_status_t free_wait_foreign(gca__devalloc_t **dp, gca__block_t **bp, g
   gca__block_t *b = *bp;
   if (!gca__device_wait_enter()) {
     for (uint32_t i = 0; i < b->nuses; i++)
-      if (gca__stream_is_ptds(b->uses[i].stream) && b->uses[i].stream != gca__t_ptds_key)
+      if (foreign(b->uses[i].stream))
         b->uses[i].stream = GCA__STREAM_GONE;
     return GCA_OK;
   }
@@ -201,7 +206,7 @@ static gca_status_t free_wait_foreign(gca__devalloc_t **dp, gca__block_t **bp, g
     return gca__bad_pointer("free", addr);
   uint32_t w = 0;
   for (uint32_t i = 0; i < b->nuses; i++)
-    if (!(gca__stream_is_ptds(b->uses[i].stream) && b->uses[i].stream != gca__t_ptds_key))
+    if (!foreign(b->uses[i].stream))
       b->uses[w++] = b->uses[i];
   gca__uses_set(d, b, w);
   *bp = b;

@@ -46,9 +46,10 @@
 /* Capture sequences begun through the device table and not yet ended, on
  * any device: the backends count them, and so does the preload shim for a
  * program's own (Note [Captures under the shim], tools/preload/capture.c);
- * a capture begun straight through the driver otherwise is not seen. The allocator reads it before
- * anything that would synchronize a whole device, which a live capture on
- * any thread forbids (Note [Releases during a capture], segment.c). */
+ * a capture begun straight through the driver otherwise is not seen. The
+ * allocator reads it before anything that would synchronize a whole device,
+ * which a live capture on any thread forbids (Note [Releases during a
+ * capture], segment.c). */
 extern _Atomic int gca__device_captures;
 
 /* Note [Capture gate] (device.c). A call that a capture on another thread

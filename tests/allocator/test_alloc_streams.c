@@ -701,6 +701,36 @@ static void free_needing_a_device_wait_is_deferred_during_a_capture(bool foreign
   assert_ok(gca_stream_destroy(a));
 }
 
+/* The deferral needs host memory for its list: without it the free fails
+ * with the message, the block stays live and allocated (its pointer valid),
+ * the capture goes on, and after it the same free succeeds. */
+static void a_deferral_out_of_host_memory_fails_the_free_cleanly(void **state) {
+  (void)state;
+  gca_stream_t s = mk_stream(), a = mk_stream(), gone = mk_stream();
+  void *p = alloc_on(4096, a);
+  assert_ok(gca_record_stream(p, gone));
+  assert_ok(gca_stream_destroy(gone));
+  assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_GLOBAL));
+  assert_ok(gca__failpoint_arm("defer_free", 1));
+  assert_status(gca_free(p), GCA_ERR_OUT_OF_MEMORY, "host out of memory deferring the free");
+  gca__failpoint_clear();
+  check();
+  gca_capture_status_t cs = GCA_CAPTURE_STATUS_NONE;
+  assert_ok(gca_stream_capture_status(s, &cs));
+  assert_int_equal(cs, GCA_CAPTURE_STATUS_ACTIVE);
+  assert_int_equal(stats().allocation[GCA_STAT_ALL].current, 1);
+  size_t sz = 0;
+  int dev = -1;
+  assert_ok(gca_pointer_info(p, &sz, &dev)); /* still live */
+  gca_graph_t g;
+  assert_ok(gca_stream_end_capture(s, &g));
+  assert_ok(gca_graph_destroy(g));
+  free_ok(p);
+  assert_int_equal(stats().active[GCA_STAT_ALL].current, 0);
+  assert_ok(gca_stream_destroy(s));
+  assert_ok(gca_stream_destroy(a));
+}
+
 static void free_of_a_destroyed_streams_block_is_deferred_during_a_capture(void **state) {
   (void)state;
   free_needing_a_device_wait_is_deferred_during_a_capture(false);
@@ -769,6 +799,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(
           free_of_a_destroyed_streams_block_is_deferred_during_a_capture, alloc_setup,
           streams_teardown),
+      cmocka_unit_test_setup_teardown(a_deferral_out_of_host_memory_fails_the_free_cleanly,
+                                      alloc_setup, streams_teardown),
       cmocka_unit_test_setup_teardown(
           free_of_another_threads_ptds_block_is_deferred_during_a_capture, alloc_setup,
           streams_teardown),

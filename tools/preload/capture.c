@@ -110,8 +110,11 @@ void gca__shim_capture_forget(CUstream stream) {
 
 /* ---- begin ---- */
 
+/* On sim the runtime has no graphs: the call passes through. */
 #define BEGIN(ok, s, call)          \
   do {                              \
+    if (gca__shim_on_sim())         \
+      return (call);                \
     bool counted_ = count_begin(s); \
     __typeof__(call) r_ = (call);   \
     if (r_ != (ok) && counted_)     \
@@ -131,15 +134,11 @@ void gca__shim_capture_forget(CUstream stream) {
   })
 
 SHIM_API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
-  if (gca__shim_on_sim())
-    return CALL_RT(cudaStreamBeginCapture, stream, mode);
   BEGIN(cudaSuccess, stream, CALL_RT(cudaStreamBeginCapture, stream, mode));
 }
 
 SHIM_API cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
                                                  enum cudaStreamCaptureMode mode) {
-  if (gca__shim_on_sim())
-    return CALL_RT(cudaStreamBeginCapture_ptsz, stream, mode);
   BEGIN(cudaSuccess, stream, CALL_RT(cudaStreamBeginCapture_ptsz, stream, mode));
 }
 
@@ -147,8 +146,6 @@ SHIM_API cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGrap
                                                    const cudaGraphNode_t *deps,
                                                    const cudaGraphEdgeData *edges, size_t k,
                                                    enum cudaStreamCaptureMode mode) {
-  if (gca__shim_on_sim())
-    return CALL_RT(cudaStreamBeginCaptureToGraph, stream, graph, deps, edges, k, mode);
   BEGIN(cudaSuccess, stream,
         CALL_RT(cudaStreamBeginCaptureToGraph, stream, graph, deps, edges, k, mode));
 }
@@ -157,29 +154,21 @@ SHIM_API cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cud
                                                         const cudaGraphNode_t *deps,
                                                         const cudaGraphEdgeData *edges, size_t k,
                                                         enum cudaStreamCaptureMode mode) {
-  if (gca__shim_on_sim())
-    return CALL_RT(cudaStreamBeginCaptureToGraph_ptsz, stream, graph, deps, edges, k, mode);
   BEGIN(cudaSuccess, stream,
         CALL_RT(cudaStreamBeginCaptureToGraph_ptsz, stream, graph, deps, edges, k, mode));
 }
 
 SHIM_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
-  if (gca__shim_on_sim())
-    return CALL_DRV(cuStreamBeginCapture_v2, hStream, mode);
   BEGIN(CUDA_SUCCESS, hStream, CALL_DRV(cuStreamBeginCapture_v2, hStream, mode));
 }
 
 SHIM_API CUresult cuStreamBeginCapture_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
-  if (gca__shim_on_sim())
-    return CALL_DRV(cuStreamBeginCapture_ptsz, hStream, mode);
   BEGIN(CUDA_SUCCESS, hStream, CALL_DRV(cuStreamBeginCapture_ptsz, hStream, mode));
 }
 
 SHIM_API CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
                                               const CUgraphNode *deps, const CUgraphEdgeData *edges,
                                               size_t k, CUstreamCaptureMode mode) {
-  if (gca__shim_on_sim())
-    return CALL_DRV(cuStreamBeginCaptureToGraph, hStream, hGraph, deps, edges, k, mode);
   BEGIN(CUDA_SUCCESS, hStream,
         CALL_DRV(cuStreamBeginCaptureToGraph, hStream, hGraph, deps, edges, k, mode));
 }
@@ -188,18 +177,29 @@ SHIM_API CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGr
                                                    const CUgraphNode *deps,
                                                    const CUgraphEdgeData *edges, size_t k,
                                                    CUstreamCaptureMode mode) {
-  if (gca__shim_on_sim())
-    return CALL_DRV(cuStreamBeginCaptureToGraph_ptsz, hStream, hGraph, deps, edges, k, mode);
   BEGIN(CUDA_SUCCESS, hStream,
         CALL_DRV(cuStreamBeginCaptureToGraph_ptsz, hStream, hGraph, deps, edges, k, mode));
 }
 
 /* ---- end ---- */
 
+/* Whether the shim counted a capture on s. */
+static bool counted(CUstream s) {
+  bool found = false;
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < n && !found; i++)
+    found = same(&v[i], s);
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
 /* The capture on s is over once s no longer captures (or its status cannot
- * be read: an invalid stream captures nothing). */
+ * be read: an invalid stream captures nothing); asked only of a stream the
+ * shim counted a capture on. */
 static void rt_ended(cudaStream_t s, bool ptsz) {
   enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (!counted(s))
+    return;
   cudaError_t e =
       ptsz ? CALL_RT(cudaStreamIsCapturing_ptsz, s, &st) : CALL_RT(cudaStreamIsCapturing, s, &st);
   if (e != cudaSuccess || st == cudaStreamCaptureStatusNone)
@@ -208,36 +208,35 @@ static void rt_ended(cudaStream_t s, bool ptsz) {
 
 static void drv_ended(CUstream s, bool ptsz) {
   CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (!counted(s))
+    return;
   CUresult r =
       ptsz ? CALL_DRV(cuStreamIsCapturing_ptsz, s, &st) : CALL_DRV(cuStreamIsCapturing, s, &st);
   if (r != CUDA_SUCCESS || st == CU_STREAM_CAPTURE_STATUS_NONE)
     uncount(s);
 }
 
+/* The real end, then the count (nothing is counted on sim). */
+#define END(call, ended)          \
+  do {                            \
+    __typeof__(call) r_ = (call); \
+    if (!gca__shim_on_sim())      \
+      ended;                      \
+    return r_;                    \
+  } while (0)
+
 SHIM_API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph) {
-  cudaError_t e = CALL_RT(cudaStreamEndCapture, stream, pGraph);
-  if (!gca__shim_on_sim())
-    rt_ended(stream, false);
-  return e;
+  END(CALL_RT(cudaStreamEndCapture, stream, pGraph), rt_ended(stream, false));
 }
 
 SHIM_API cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph) {
-  cudaError_t e = CALL_RT(cudaStreamEndCapture_ptsz, stream, pGraph);
-  if (!gca__shim_on_sim())
-    rt_ended(stream, true);
-  return e;
+  END(CALL_RT(cudaStreamEndCapture_ptsz, stream, pGraph), rt_ended(stream, true));
 }
 
 SHIM_API CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
-  CUresult r = CALL_DRV(cuStreamEndCapture, hStream, phGraph);
-  if (!gca__shim_on_sim())
-    drv_ended(hStream, false);
-  return r;
+  END(CALL_DRV(cuStreamEndCapture, hStream, phGraph), drv_ended(hStream, false));
 }
 
 SHIM_API CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
-  CUresult r = CALL_DRV(cuStreamEndCapture_ptsz, hStream, phGraph);
-  if (!gca__shim_on_sim())
-    drv_ended(hStream, true);
-  return r;
+  END(CALL_DRV(cuStreamEndCapture_ptsz, hStream, phGraph), drv_ended(hStream, true));
 }
