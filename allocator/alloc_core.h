@@ -436,10 +436,10 @@ struct gca__devalloc {
                               use): the reap waits for it (Note [Gone streams of deferred frees]) */
   int deferred_waited;     /* 1 + the device just waited for, while the reap flushes again */
   unsigned ncaptures;      /* capture routes; while > 0 no event is queried */
-  int64_t nused;           /* blocks with recorded uses (nuses != 0), kept by gca__uses_set:
-                              a stream's retirement walks blocks only when some are */
+  int64_t nused;           /* blocks with recorded uses (gca__uses_set): retirements walk if any */
   bool gone_dirty;         /* a block was freed into a segment of a destroyed stream since the
                               last reclaim (Note [Destroyed streams]) */
+  bool keep_partial;       /* a refused growth keeps its start (Note [Moves on out of memory]) */
   gca__block_t **deferred; /* Note [Frees during capture] */
   size_t ndeferred, cap_deferred;
   /* Note [Free cache]: fc_on says frees may be cached now (free_cache key,

@@ -152,6 +152,7 @@ static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t of
   size_t announced = 0;
   bool opened = false;
   gca_devptr_t ptr = seg->base + off;
+  bool keep = d->keep_partial && seg->pool->owner == NULL; /* read under the lock */
   *kept = 0;
   GCA_CHECK(gca__limit_check(d, len, "a mapping"));
   if (seg->nmaps + k > seg->cap_maps) {
@@ -197,6 +198,16 @@ static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t of
                          len, ptr, done, k, moved);
   char why[1024]; /* the undo's own failures must not replace it */
   snprintf(why, sizeof(why), "%s", gca_last_error());
+  /* the granules created before the device ran out of memory stay, opened
+   * (d->keep_partial, Note [Moves on out of memory]; a default pool's growth:
+   * no observer); should that fail, the growth is undone as any other */
+  if (keep && st == GCA_ERR_OUT_OF_MEMORY && moved == 0 && done > 0 &&
+      gca__vmm_set_access(d, ptr, done * g) == GCA_OK) {
+    record_maps(d, seg, off, g, done, hs, 0);
+    *kept = done * g;
+    free(hs);
+    return gca__error(st, "%s", why);
+  }
   size_t j = done;
   for (; j > 0; j--) { /* moved ones are the first: they park again last-in first-out */
     gca_devptr_t at = ptr + (j - 1) * g;

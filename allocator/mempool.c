@@ -378,9 +378,15 @@ gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, 
       n += s->nmaps;
     }
   }
-  m->susp = calloc(n ? n : 1, sizeof(*m->susp));
-  if (m->susp == NULL)
+  /* Note [Suspend and resume during captures]; before the save buffers,
+   * which may be as large as the pool */
+  if (!gca__device_wait_enter())
+    return capture_refusal("suspend", m);
+  m->susp = GCA_FAILPOINT("suspend_table") ? NULL : calloc(n ? n : 1, sizeof(*m->susp));
+  if (m->susp == NULL) {
+    gca__device_wait_leave();
     return gca__error(GCA_ERR_OUT_OF_MEMORY, "pool_suspend: host out of memory");
+  }
   for (int k = 0; k < 2; k++) {
     for (gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next) {
       for (size_t j = 0; j < s->nmaps; j++, i++) {
@@ -388,22 +394,17 @@ gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, 
         m->nsusp = i + 1;
         if (!(flags & GCA_POOL_SUSPEND_SAVE))
           continue;
-        m->susp[i].copy = malloc(s->maps[j].size);
+        m->susp[i].copy = GCA_FAILPOINT("suspend_copy") ? NULL : malloc(s->maps[j].size);
         if (m->susp[i].copy == NULL) {
           st = gca__error(GCA_ERR_OUT_OF_MEMORY,
-                          "pool_suspend: host out of memory for a %zu-byte copy of 0x%" PRIx64,
-                          s->maps[j].size, s->base + s->maps[j].offset);
+                          "host out of memory for a %zu-byte copy of 0x%" PRIx64, s->maps[j].size,
+                          s->base + s->maps[j].offset);
           goto fail;
         }
       }
     }
   }
   m->nsusp = n;
-  if (!gca__device_wait_enter()) { /* Note [Suspend and resume during captures] */
-    st = capture_refusal("suspend", m);
-    susp_free(m);
-    return st;
-  }
   /* Note [Suspend and resume with the lock let go] */
   transition_begin(d, m, "suspended");
   st = suspend_unlocked(d, m, pool, &copies_queued);
@@ -423,6 +424,7 @@ gca_status_t gca__mempool_suspend_locked(gca__devalloc_t *d, gca__mempool_t *m, 
   return GCA_OK;
 
 fail:
+  gca__device_wait_leave();
   gca__error_prefix(st, "pool_suspend: pool %p", pool);
 fail_drained:
   if (!drained) {

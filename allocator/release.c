@@ -404,18 +404,24 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
     gca__streams_reclaim(d);
   if (d->cfg.expandable_segments && d->ncaptures == 0)
     (void)move_handles(d, pool, stream, rounded, false);
-  st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
-  if (d->cfg.expandable_segments)
-    gca__expand_unpark(d, pool, stream);
   /* Note [Moves on out of memory]: with expandable_moves off, a growth the
    * device (or the memory fraction) has no room for moves the segment's free
    * granules to where the request needs them before anything else: the
    * retries below would release the whole cache and create it again, which
    * on the serving traces of gca-trace-gen, with the device 1-2% larger than
    * peak live memory, cost 136,000-185,000 driver calls per pass (moves:
-   * 4,000-25,000, and no failed request). While memory lasts nothing moves. */
-  if (st == GCA_ERR_OUT_OF_MEMORY && d->cfg.expandable_segments && !d->cfg.expandable_moves &&
-      d->ncaptures == 0 && move_handles(d, pool, stream, rounded, true)) {
+   * 4,000-25,000, and no failed request). While memory lasts nothing moves.
+   * The granules the refused growth did create stay mapped, a free block at
+   * the hole's start (d->keep_partial, map_range), so the moves fill only what
+   * is still lacking; given back, they would be created again by the retry. */
+  bool oom_moves = d->cfg.expandable_segments && !d->cfg.expandable_moves && d->ncaptures == 0 &&
+                   pool->owner == NULL;
+  d->keep_partial = oom_moves;
+  st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
+  d->keep_partial = false;
+  if (d->cfg.expandable_segments)
+    gca__expand_unpark(d, pool, stream);
+  if (st == GCA_ERR_OUT_OF_MEMORY && oom_moves && move_handles(d, pool, stream, rounded, true)) {
     st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
     gca__expand_unpark(d, pool, stream);
   }

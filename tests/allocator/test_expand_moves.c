@@ -387,7 +387,8 @@ static void without_expandable_moves_nothing_moves(void **state) {
  * the request needs them, before releasing the whole cache and retrying (which
  * would give back everything cached and create it again). A 64 MiB device:
  * three 20 MiB blocks, the first freed; a 24 MiB request lacks memory for new
- * handles and gets the hole's ten granules plus two new ones. */
+ * handles and gets the two new ones that fit, kept mapped, plus the hole's ten
+ * granules. */
 static void out_of_memory_moves_free_granules_with_moves_off(void **state) {
   (void)state;
   assert_ok(gca_sim_set_capacity(0, 64 * MiB));
@@ -403,14 +404,52 @@ static void out_of_memory_moves_free_granules_with_moves_off(void **state) {
   gca_stats_t st = stats();
   assert_int_equal(st.num_handle_moves, 10);
   assert_int_equal(st.num_alloc_retries, 0); /* the cache was not released */
-  /* the first try created the two granules that fit, failed on the third
-   * and gave the two back; after the move, two again */
-  assert_int_equal(calls("mem_release"), releases + 2);
-  assert_int_equal(calls("mem_create"), creates + 5);
+  /* the first try created the two granules that fit and failed on the
+   * third; the two stay mapped (the request's first 4 MiB), the move brings
+   * the other ten: nothing created twice, nothing given back */
+  assert_int_equal(calls("mem_release"), releases);
+  assert_int_equal(calls("mem_create"), creates + 3);
+  assert_int_equal(st.num_device_alloc, 5); /* three blocks, the kept start, the moved rest */
   assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 64 * MiB);
   assert_int_equal(stamp_mismatch(p[1], 20 * MiB, 0xa1), -1);
   assert_int_equal(stamp_mismatch(p[2], 20 * MiB, 0xa2), -1);
   stamp_fill(q, 24 * MiB, 0xa3);
+  assert_int_equal(stamp_mismatch(q, 24 * MiB, 0xa3), -1);
+  free_ok(q);
+  free_ok(p[1]);
+  free_ok(p[2]);
+  assert_nothing_leaked();
+  assert_int_equal(calls("mem_create"), calls("mem_release") + 1); /* one was refused */
+}
+
+/* The kept start of a refused growth cannot be opened (set_access fails):
+ * the growth is undone as before (the two granules given back), the moves
+ * bring the hole's ten and the retry creates the two again; the request
+ * succeeds, data intact, nothing leaked. */
+static void a_kept_start_that_cannot_be_opened_is_given_back(void **state) {
+  (void)state;
+  assert_ok(gca_sim_set_capacity(0, 64 * MiB));
+  assert_ok(gca_set_config("expandable_segments:True,expandable_moves:False"));
+  char *p[3];
+  for (int i = 0; i < 3; i++)
+    p[i] = alloc_on(20 * MiB, NULL);
+  stamp_fill(p[1], 20 * MiB, 0xa1);
+  stamp_fill(p[2], 20 * MiB, 0xa2);
+  free_ok(p[0]);
+  int64_t releases = calls("mem_release"), creates = calls("mem_create");
+  assert_ok(gca_sim_fault_set("mem_set_access:nth=1"));
+  char *q = alloc_on(24 * MiB, NULL);
+  gca_sim_fault_clear();
+  check();
+  gca_stats_t st = stats();
+  assert_int_equal(st.num_handle_moves, 10);
+  assert_int_equal(st.num_alloc_retries, 0);
+  assert_int_equal(calls("mem_release"), releases + 2);
+  assert_int_equal(calls("mem_create"), creates + 5);
+  assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 64 * MiB);
+  stamp_fill(q, 24 * MiB, 0xa3);
+  assert_int_equal(stamp_mismatch(p[1], 20 * MiB, 0xa1), -1);
+  assert_int_equal(stamp_mismatch(p[2], 20 * MiB, 0xa2), -1);
   assert_int_equal(stamp_mismatch(q, 24 * MiB, 0xa3), -1);
   free_ok(q);
   free_ok(p[1]);
@@ -424,7 +463,7 @@ static void out_of_memory_moves_free_granules_with_moves_off(void **state) {
  * pressure the request that fits physically must still find a range. On a
  * 100 MiB device, 40 MiB blocks A and B with A freed: a 50 MiB request fits
  * only after B (80 MiB into the segment, past 1.125 x 100 MiB), with A's
- * granules moved there. */
+ * granules moved there for what the device could not create. */
 static void a_request_past_the_holes_finds_address_space(void **state) {
   (void)state;
   assert_ok(gca_sim_set_capacity(0, 100 * MiB));
@@ -432,10 +471,13 @@ static void a_request_past_the_holes_finds_address_space(void **state) {
   char *a = alloc_on(40 * MiB, NULL), *b = alloc_on(40 * MiB, NULL);
   stamp_fill(b, 40 * MiB, 0xb0);
   free_ok(a);
+  int64_t creates = calls("mem_create");
   char *c = alloc_on(50 * MiB, NULL);
   assert_true(c >= b + 40 * MiB); /* past B: A's range is too small */
   gca_stats_t st = stats();
-  assert_int_equal(st.num_handle_moves, 20);
+  /* the ten granules the device had left, created and kept, then fifteen of A's */
+  assert_int_equal(calls("mem_create"), creates + 11); /* the eleventh refused */
+  assert_int_equal(st.num_handle_moves, 15);
   assert_int_equal(st.num_alloc_retries, 0);
   assert_int_equal(stamp_mismatch(b, 40 * MiB, 0xb0), -1);
   free_ok(c);
@@ -457,6 +499,7 @@ int main(void) {
       T(private_pools_neither_split_nor_move_handles),
       T(without_expandable_moves_nothing_moves),
       T(out_of_memory_moves_free_granules_with_moves_off),
+      T(a_kept_start_that_cannot_be_opened_is_given_back),
       T(a_request_past_the_holes_finds_address_space),
 #undef T
   };

@@ -203,6 +203,53 @@ static void suspend_and_resume_wait_for_other_captures(void **state) {
   assert_ok(gca_stream_destroy(c));
 }
 
+/* Out of host memory for the suspend's table or for a saved copy: the
+ * suspend fails naming it and changes nothing (the pool stays mapped, its
+ * contents intact, no copy leaked). During a capture the refusal comes before
+ * either is allocated: an armed fail point outlives the refused suspend and
+ * fails the next one. */
+static void save_buffers_out_of_host_memory_fail_cleanly(void **state) {
+  (void)state;
+  static const char *const points[] = {"suspend_table", "suspend_copy"};
+  gca_stream_t c;
+  assert_ok(gca_stream_create(&c, GCA_STREAM_NON_BLOCKING));
+  gca_pool_t *pool = new_pool();
+  void *b = pool_alloc(pool, 5 * MiB);
+  fill(b, 9, 5 * MiB / 4);
+  int64_t reserved = reserved_now();
+  for (size_t k = 0; k < 2; k++) {
+    assert_ok(gca__failpoint_arm(points[k], 1));
+    assert_status(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE), GCA_ERR_OUT_OF_MEMORY,
+                  "host out of memory");
+    gca__failpoint_clear();
+    check();
+    assert_int_equal(reserved_now(), reserved);
+    assert_filled(b, 9, 5 * MiB / 4);
+  }
+  gca_graph_t graph = NULL;
+  assert_ok(gca__failpoint_arm("suspend_copy", 1));
+  assert_ok(gca_stream_begin_capture(c, GCA_CAPTURE_MODE_GLOBAL));
+  assert_status(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE), GCA_ERR_CAPTURE_UNSUPPORTED,
+                "a stream capture is under way");
+  assert_ok(gca_stream_end_capture(c, &graph));
+  assert_ok(gca_graph_destroy(graph));
+  assert_status(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE), GCA_ERR_OUT_OF_MEMORY,
+                "host out of memory for a 20971520-byte copy");
+  const char *msg = gca_last_error(); /* the operation named once, first */
+  assert_ptr_equal(strstr(msg, "pool_suspend: pool "), msg);
+  assert_null(strstr(msg + 1, "pool_suspend"));
+  gca__failpoint_clear();
+  assert_int_equal(reserved_now(), reserved);
+  assert_ok(gca_pool_suspend(pool, GCA_POOL_SUSPEND_SAVE));
+  assert_int_equal(reserved_now(), 0);
+  assert_ok(gca_pool_resume(pool));
+  check();
+  assert_filled(b, 9, 5 * MiB / 4);
+  free_ok(b);
+  assert_ok(gca_pool_release(pool));
+  assert_ok(gca_stream_destroy(c));
+}
+
 static void a_suspended_pool_refuses_allocations_and_a_second_suspend(void **state) {
   (void)state;
   gca_pool_t *pool = new_pool();
@@ -382,6 +429,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(suspend_is_refused_for_classic_segments_and_during_capture,
                                       suspend_setup, suspend_teardown),
       cmocka_unit_test_setup_teardown(suspend_and_resume_wait_for_other_captures, suspend_setup,
+                                      suspend_teardown),
+      cmocka_unit_test_setup_teardown(save_buffers_out_of_host_memory_fail_cleanly, suspend_setup,
                                       suspend_teardown),
       cmocka_unit_test_setup_teardown(a_suspended_pool_refuses_allocations_and_a_second_suspend,
                                       suspend_setup, suspend_teardown),
