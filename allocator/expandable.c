@@ -60,7 +60,14 @@
  * 1.0018, 1.0000 and 1.0030 with, 1.1006, 1.0849 and 1.0751 without; on an
  * H200, driver 580, seed 1's warm passes take 15 us per event with moves and
  * 0.1 us without, and that time is per granule moved, not per call: one unmap
- * per run instead of per granule halved the calls and left it unchanged), so
+ * per run instead of per granule halved the calls and left it unchanged; a
+ * map, set_access and unmap of one 2 MiB granule took 50 us there, 48 us
+ * each for four in one set_access and one unmap. None of the VMM calls waits
+ * for work queued on the device (contract_mem's
+ * vmm_calls_do_not_wait_for_work_queued_on_the_device, run on the H200): what
+ * a move waits for is the segment's own stream, synchronized so that no
+ * queued work still uses the granules it takes, which in an engine whose
+ * host runs ahead of its stream stalls the host until the stream drains), so
  * they are opt-in (policies meant to make them converge did not: growing
  * instead while mapped memory stays within 0.2-0.4% of peak live kept 90-100%
  * of the calls per pass; taking the granules free the longest first, the
@@ -71,8 +78,10 @@
  * of driver calls leaves them off and still gets granule-sized handles that
  * release can give back, and moves once the device is out of memory (Note
  * [Moves on out of memory], release.c): capped at 1.005 x peak live memory,
- * the three serving traces ran with no failed request at 25,000 / 22,800 /
- * 10,400 driver calls per warm pass. What moves cannot take is the sub-granule
+ * the three serving traces ran with no failed request at 20,500 / 17,000 /
+ * 5,500 driver calls per warm pass (on the H200, capped by
+ * per_process_memory_fraction: ratio 1.0006 / 1.0005 / 1.0000, 13.7 / 10.7 /
+ * 3.5 us per event). What moves cannot take is the sub-granule
  * ends of the free blocks that lie between live ones at the peak: those
  * granules stay mapped. stats.num_driver_calls, grown_bytes and
  * num_handle_moves count it (gca-replay reports driver calls per GiB grown).
@@ -303,8 +312,8 @@ static gca__segment_t *find_segment(gca__pool_t *pool, gca_stream_t stream) {
  * holes between live blocks are address space too, and a request that none of
  * them fits is mapped past them: with 1.125x, the serving traces of
  * gca-trace-gen ran out of address space (failed requests) on a device only
- * 1-2% larger than their peak live memory. An H200 (driver 580) gave 833
- * reservations of 1.125x its memory, so about 470 of these. */
+ * 1-2% larger than their peak live memory. An H200 (driver 580) gave 467
+ * reservations of 2x its memory (831 of 1.125x) before refusing the next. */
 static gca_status_t segment_create(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                    gca__segment_t **out) {
   gca_status_t st;

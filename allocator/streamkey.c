@@ -97,7 +97,7 @@ gca_status_t gca__stream_synchronize(gca__devalloc_t *d, gca_stream_t s) {
  *     it again but a new stream that happens to get the same handle, and each
  *     expandable segment reserves twice the device's memory of address
  *     space, of which a GPU has about 128 TiB (an H200 with driver 580 took
- *     833 reservations of 1.125 times), so a program that creates and
+ *     467 such reservations), so a program that creates and
  *     destroys streams would run out of address space with the segments of
  *     its dead streams
  *     (gca-stress --stream-churn with expandable segments did, in a capture,

@@ -519,6 +519,53 @@ static void mem_free_waits_for_work_queued_on_the_device(void **state) {
   assert_int_equal(used(), 0);
 }
 
+typedef struct queued_write {
+  test_gate_t gate;
+  atomic_bool written;
+} queued_write_t;
+
+static void mark_written(void *arg) {
+  atomic_store(&((queued_write_t *)arg)->written, true);
+}
+
+/* The VMM calls do not wait for work queued on the device, unlike mem_free
+ * (above): an expandable segment's growth, move or release stalls no stream.
+ * Seen on an H200 (driver 580): with a kernel running on another stream,
+ * cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease,
+ * cuMemAddressReserve and cuMemAddressFree each returned within 0.2 ms, the
+ * kernel still running, where cuMemFree returned after it. Here a write
+ * queued behind a closed gate stays queued through a whole round trip on
+ * other memory; a call that waited for it would never return (the
+ * harness's timeout). */
+static void vmm_calls_do_not_wait_for_work_queued_on_the_device(void **state) {
+  (void)state;
+  queued_write_t q = {.gate = TEST_GATE_INIT};
+  gca_stream_t s;
+  gca_devptr_t busy, base;
+  gca_memhandle_t h;
+  int dev = 0;
+  assert_ok(ops->mem_alloc(0, 4096, &busy));
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->launch_host_func(s, test_gate_pass, &q.gate));
+  assert_ok(ops->memset_d32_async(busy, 0x5eed, 1024, s));
+  assert_ok(ops->launch_host_func(s, mark_written, &q));
+  assert_ok(ops->mem_address_reserve(0, 2 * gran, 0, &base));
+  assert_ok(ops->mem_create(0, gran, &h));
+  assert_ok(ops->mem_map(base, gran, 0, h));
+  assert_ok(ops->mem_set_access(base, gran, &dev, 1));
+  assert_ok(ops->mem_unmap(base, gran));
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_address_free(0, base, 2 * gran));
+  assert_false(atomic_load(&q.written));
+  test_gate_open(&q.gate);
+  assert_ok(ops->stream_synchronize(s));
+  assert_true(atomic_load(&q.written));
+  assert_int_equal(dev_read(busy), 0x5eed);
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_free(0, busy));
+  assert_int_equal(used(), 0);
+}
+
 static void exported_fd_imports_as_the_same_memory(void **state) {
   (void)state;
   int attr = 0;
@@ -850,6 +897,7 @@ int main(void) {
       cmocka_unit_test(classic_alloc_is_aligned_usable_and_freed),
       cmocka_unit_test(small_classic_allocations_share_chunks_and_are_256_aligned),
       cmocka_unit_test(mem_free_waits_for_work_queued_on_the_device),
+      cmocka_unit_test(vmm_calls_do_not_wait_for_work_queued_on_the_device),
       cmocka_unit_test(exported_fd_imports_as_the_same_memory),
       cmocka_unit_test(exported_fabric_handle_imports_as_the_same_memory),
       cmocka_unit_test(concurrent_vmm_traffic_keeps_counts_and_bytes_exact),
