@@ -437,9 +437,9 @@ struct gca__devalloc {
   int deferred_waited;     /* 1 + the device just waited for, while the reap flushes again */
   unsigned ncaptures;      /* capture routes; while > 0 no event is queried */
   int64_t nused;           /* blocks with recorded uses (gca__uses_set): retirements walk if any */
-  bool gone_dirty;         /* a block was freed into a segment of a destroyed stream since the
-                              last reclaim (Note [Destroyed streams]) */
+  bool gone_dirty;         /* freed into a destroyed stream's segment since the last reclaim */
   bool keep_partial;       /* a refused growth keeps its start (Note [Moves on out of memory]) */
+  int64_t live_hwm;        /* allocated_bytes' peak before resets (Note [Moves within a bound]) */
   gca__block_t **deferred; /* Note [Frees during capture] */
   size_t ndeferred, cap_deferred;
   /* Note [Free cache]: fc_on says frees may be cached now (free_cache key,
@@ -839,14 +839,14 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
  * ranges elsewhere in it hold whole mappings, takes those ranges into bt (up
  * to what the growth lacks) and marks their handles to be parked, not
  * released, once bt runs; nothing during a capture. `oom`: the device is out
- * of memory (moves then run whatever expandable_moves says). */
+ * of memory (moves then run whatever expandable_moves says). GCA_ERR_NOT_READY,
+ * nothing taken: a move is due and held frees may be donors (flush, retry). */
 gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gca__pool_t *pool,
                                      gca_stream_t stream, size_t rounded, bool oom);
 /* Releases the handles that a growth parked and did not use, and clears the
  * parking (after the growth, successful or not). */
 void gca__expand_unpark(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream);
-/* Release batches: marks seg's free blocks that hold a whole mapping as
- * releasing (out of the tree) into bt. */
+/* Release batches: seg's free blocks holding a whole mapping, releasing, into bt. */
 gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg);
 /* The same within [lo, hi) (offsets into seg): each entry covers its block's
  * part inside the range, and the segment is kept even when nothing stays

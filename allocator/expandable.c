@@ -15,7 +15,10 @@
  * candidate is an unmapped block together with the free blocks on either side
  * of it (free + unmapped + free): the one that maps the fewest bytes, and of
  * those the smallest total, so holes fill before the tail grows: a free 6 MiB
- * block at the frontier and a 10 MiB request map 4 MiB more.
+ * block at the frontier and a 10 MiB request map 4 MiB more. In the device's
+ * own pools a hole maps at its end when the free block after it lacks less
+ * than the one before it (grow_len): a 10 MiB hole before a free 10 MiB
+ * block maps 4 MiB for a 14 MiB request, not all 10.
  *
  * Physical memory is the scarce thing, address space is not. So in the
  * device's own pools growth maps exactly what the request lacks, rounded up to
@@ -24,8 +27,11 @@
  * the memory that stays mapped beyond live blocks is less than two granules
  * per free block. With expandable_moves:True (gca's key, default False: see
  * the trade-off below), before a growth would create handles while free
- * blocks elsewhere in the segment hold whole granules (fragmentation), it
- * moves those handles instead: the free granules are taken out of the tree as a release
+ * blocks elsewhere in the segment hold whole granules (fragmentation) and the
+ * device's reserved memory would pass peak live memory by more than 0.4%
+ * (Note [Moves within a bound]), it moves those handles instead: held frees
+ * (the free cache, the recycle bins) go back to the tree, the free granules
+ * are taken out of it as a release
  * batch (Note [No waits under the device lock]: the segment's stream is
  * synchronized with the lock let go, since queued work may still use the
  * free range, and a capturing stream is never synchronized), unmapped there
@@ -50,14 +56,16 @@
  * several whole mappings in one call) and a stream synchronize per growth; a
  * release, a mem_release per granule and a mem_unmap per run; an IPC export,
  * one handle per granule.
- * In exchange, peak mapped memory follows peak live memory to within the
- * granule rounding of each growth and the sub-granule ends of free blocks.
- * Moves are paid again on every iteration of a loop whose frees fragment the
- * segment the same way each time (measured with gca-replay's warm passes on
- * the KV-cache serving traces of gca-trace-gen, seeds 1-3: 6,100 to 24,600
- * driver calls per pass with moves (11,500 to 47,000 with one unmap per
- * granule), none without; peak mapped / peak live
- * 1.0018, 1.0000 and 1.0030 with, 1.1006, 1.0849 and 1.0751 without; on an
+ * In exchange, peak mapped memory stays within 0.4% of peak live memory (the
+ * bound), plus the granule rounding of each growth and the sub-granule ends
+ * of free blocks. Moves are paid again on every iteration of a loop whose
+ * frees fragment the segment the same way each time (measured with
+ * gca-replay's warm passes on the KV-cache serving traces of gca-trace-gen,
+ * seeds 1-3: 5,400 to 20,300 driver calls per pass with moves (6,100 to
+ * 24,600 moving at every growth, 11,500 to 47,000 with one unmap per
+ * granule), none without; peak mapped / peak live 1.0038, 1.0039 and 1.0038
+ * with, 1.1006, 1.0849 and 1.0751 without; transformer-train-a 1.0019 either
+ * way, with no move; on an
  * H200, driver 580, seed 1's warm passes take 15 us per event with moves and
  * 0.1 us without, and that time is per granule moved, not per call: one unmap
  * per run instead of per granule halved the calls and left it unchanged; a
@@ -68,18 +76,19 @@
  * a move waits for is the segment's own stream, synchronized so that no
  * queued work still uses the granules it takes, which in an engine whose
  * host runs ahead of its stream stalls the host until the stream drains), so
- * they are opt-in (policies meant to make them converge did not: growing
- * instead while mapped memory stays within 0.2-0.4% of peak live kept 90-100%
- * of the calls per pass; taking the granules free the longest first, the
- * smallest free ranges first or the largest first took more; the highest
- * addresses first took up to 5% fewer on two traces, 10% more on the third, and
- * left one above 1.005; the donors here go in address order): an engine that
+ * they are opt-in (the bound keeps 82-92% of the calls per pass that moving
+ * at every growth made on the serving traces, and saves them all where a
+ * segment fragments less than it does; taking the granules free the longest
+ * first, the smallest free ranges first or the largest first took more; the
+ * highest addresses first took up to 5% fewer on two traces, 10% more on the
+ * third, and left one above 1.005; the donors here go in address order): an
+ * engine that
  * can pay calls for memory turns them on; one that needs a steady state free
  * of driver calls leaves them off and still gets granule-sized handles that
  * release can give back, and moves once the device is out of memory (Note
  * [Moves on out of memory], release.c): capped at 1.005 x peak live memory,
- * the three serving traces ran with no failed request at 20,500 / 17,000 /
- * 5,500 driver calls per warm pass (on the H200, capped by
+ * the three serving traces ran with no failed request at 18,400 / 14,000 /
+ * 6,200 driver calls per warm pass (on the H200, capped by
  * per_process_memory_fraction: ratio 1.0006 / 1.0005 / 1.0000, 13.7 / 10.7 /
  * 3.5 us per event). What moves cannot take is the sub-granule
  * ends of the free blocks that lie between live ones at the peak: those
@@ -406,20 +415,71 @@ static void absorb(gca__devalloc_t *d, gca__block_t *dst, gca__block_t *src) {
   gca__block_free(d, src);
 }
 
+/* An unmapped block [addr, + size) of u's segment, from record r (fresh). */
+static gca__block_t *unmapped_rest(gca__block_t *r, const gca__block_t *u, gca_devptr_t addr,
+                                   size_t size) {
+  r->addr = addr;
+  r->size = size;
+  r->stream = u->stream;
+  r->pool = u->pool;
+  r->seg = u->seg;
+  r->unmapped = true;
+  return r;
+}
+
+/* Makes hole u the range [lo, + len) inside it, just mapped, with the
+ * unmapped rest before and after it blocks of their own, from spare[0] and
+ * spare[1] (each set to NULL when used). */
+static void split_hole(gca__block_t *u, gca_devptr_t lo, size_t len, gca__block_t **spare) {
+  gca__block_t *r;
+  if (lo > u->addr) {
+    r = unmapped_rest(spare[0], u, u->addr, lo - u->addr);
+    spare[0] = NULL;
+    r->prev = u->prev;
+    r->next = u;
+    if (r->prev != NULL)
+      r->prev->next = r;
+    else
+      u->seg->head = r;
+    u->prev = r;
+  }
+  if (lo + len < u->addr + u->size) {
+    r = unmapped_rest(spare[1], u, lo + len, u->addr + u->size - lo - len);
+    spare[1] = NULL;
+    r->prev = u;
+    r->next = u->next;
+    if (r->next != NULL)
+      r->next->prev = r;
+    u->next = r;
+  }
+  u->addr = lo;
+  u->size = len;
+}
+
 /* The bytes hole u and the free blocks on either side of it hold. */
 static size_t hole_total(const gca__block_t *u) {
   return u->size + (is_free(u->prev) ? u->prev->size : 0) + (is_free(u->next) ? u->next->size : 0);
 }
 
 /* The bytes of hole u that serving `rounded` maps: what the free block before
- * it lacks, rounded up to the granularity; all of u when the free block after
- * it is needed too. */
-static size_t grow_len(const gca__block_t *u, size_t rounded, size_t g) {
+ * it lacks, rounded up to the granularity, mapped at u's start; or, in the
+ * device's own pools, what the free block after it lacks, mapped at u's end
+ * (*right), when that is less; all of u when both free blocks are needed. */
+static size_t grow_len(const gca__block_t *u, size_t rounded, size_t g, bool *right) {
   size_t psz = is_free(u->prev) ? u->prev->size : 0;
+  size_t nsz = is_free(u->next) ? u->next->size : 0;
+  *right = false;
   if (psz >= rounded)
     return 0;
-  size_t need = rounded - psz;
-  return need >= u->size ? u->size : round_up(need, g);
+  size_t len = rounded - psz >= u->size ? u->size : round_up(rounded - psz, g);
+  if (u->pool->owner == NULL && nsz > psz) {
+    size_t r = nsz >= rounded ? 0 : rounded - nsz >= u->size ? u->size : round_up(rounded - nsz, g);
+    if (r < len) {
+      *right = true;
+      len = r;
+    }
+  }
+  return len;
 }
 
 /* The hole that serves `rounded` mapping the fewest bytes, and of those the
@@ -431,7 +491,8 @@ static gca__block_t *best_hole(gca__segment_t *seg, size_t rounded, size_t g) {
     size_t total = b->unmapped ? hole_total(b) : 0;
     if (total < rounded)
       continue;
-    size_t len = grow_len(b, rounded, g);
+    bool right;
+    size_t len = grow_len(b, rounded, g, &right);
     if (len < best_len || (len == best_len && total < best_total)) {
       u = b;
       best_len = len;
@@ -476,46 +537,44 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
   gca__block_t *p = is_free(u->prev) ? u->prev : NULL;
   gca__block_t *n = is_free(u->next) ? u->next : NULL;
   size_t psz = p ? p->size : 0;
-  if (psz >= rounded) {
-    /* the cached fit passed p over (max_split_size rules): take it as it is */
-    gca__tree_erase(pool, p);
-    *out = p;
+  bool right;
+  size_t len = grow_len(u, rounded, g, &right);
+  if (len == 0) {
+    /* the cached fit passed p or n over (max_split_size rules): take it as it is */
+    gca__block_t *b = right ? n : p;
+    gca__tree_erase(pool, b);
+    *out = b;
     return GCA_OK;
   }
-  size_t len = grow_len(u, rounded, g);
   if (pool->owner != NULL && len < u->size) { /* private pools grow by steps */
     size_t want = round_up(step > psz ? step - psz : 0, g);
     if (want > len)
       len = want < u->size ? want : u->size;
   }
   size_t kept;
-  GCA_CHECK(gca__block_new(d, &rest)); /* the unmapped rest of u, if any */
-  st = map_range(d, seg, u->addr - seg->base, len, &kept);
+  gca__block_t *spare[2] = {NULL, NULL}; /* the unmapped rests of u, if any */
+  GCA_CHECK(gca__block_new(d, &spare[0]));
+  if ((st = gca__block_new(d, &spare[1])) != GCA_OK) {
+    gca__block_free(d, spare[0]);
+    return st;
+  }
+  gca_devptr_t lo = right ? u->addr + u->size - len : u->addr;
+  st = map_range(d, seg, lo - seg->base, len, &kept);
   if (st != GCA_OK && kept != 0) { /* a failed undo left a mapped start: cached below */
     len = kept;
   } else if (st != GCA_OK) {
-    gca__block_free(d, rest);
+    gca__block_free(d, spare[0]);
+    gca__block_free(d, spare[1]);
     return st;
   }
-  if (len == u->size) {
-    gca__block_free(d, rest);
-    rest = NULL;
-  }
-  if (rest != NULL) {
-    rest->addr = u->addr + len;
-    rest->size = u->size - len;
-    rest->stream = stream;
-    rest->pool = pool;
-    rest->seg = seg;
-    rest->unmapped = true;
-    rest->prev = u;
-    rest->next = u->next;
-    if (rest->next != NULL)
-      rest->next->prev = rest;
-    u->next = rest;
-    u->size = len;
+  if (lo != u->addr)
+    p = NULL;
+  if (lo + len != u->addr + u->size)
     n = NULL;
-  }
+  split_hole(u, lo, len, spare);
+  for (int i = 0; i < 2; i++)
+    if (spare[i] != NULL)
+      gca__block_free(d, spare[i]);
   gca__block_t *m = u;
   m->unmapped = false;
   m->gc_base = pool->free_calls;
@@ -754,6 +813,28 @@ void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
 
 /* ---- moves ---- */
 
+/* Note [Moves within a bound]: with expandable_moves:True a growth moves
+ * free granules only when creating would take the device's reserved memory
+ * past peak live memory by more than 1/256 (0.39%): the live peak is the
+ * largest of the allocated peak, the peaks that gca_reset_peak_stats reset
+ * (d->live_hwm: a training loop resets them every step, gca-replay every
+ * pass) and what is live once this request is served. Below that, creating costs the same
+ * calls as moving and no stream synchronize, and leaves peak reserved within
+ * 0.4% of peak live all the same; a trace whose segments fragment less than
+ * that (transformer-train-a: 1.0019 without moves) then moves nothing, where
+ * moving at every growth paid 80 driver calls and 1.4 us per event on an H200
+ * every warm pass for 1.0016. On a trace that fragments more the moves keep
+ * it at the bound. An out-of-memory growth moves whatever the bound says. */
+static bool growth_within_bound(const gca__devalloc_t *d, size_t lack, size_t rounded) {
+  const gca_stat_t *live = &d->stats.allocated_bytes[GCA_STAT_ALL];
+  int64_t peak = live->current + (int64_t)rounded;
+  if (live->peak > peak)
+    peak = live->peak;
+  if (d->live_hwm > peak)
+    peak = d->live_hwm;
+  return d->stats.reserved_bytes[GCA_STAT_ALL].current + (int64_t)lack <= peak + peak / 256;
+}
+
 gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gca__pool_t *pool,
                                      gca_stream_t stream, size_t rounded, bool oom) {
   gca__segment_t *seg = find_segment(pool, stream);
@@ -764,10 +845,13 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
   gca__block_t *u = best_hole(seg, rounded, g);
   if (u == NULL)
     return GCA_OK;
-  size_t lack = grow_len(u, rounded, g), avail = 0;
+  bool right;
+  size_t lack = grow_len(u, rounded, g, &right), avail = 0;
   const gca__block_t *p = u->prev, *n = u->next; /* the growth's own neighbours */
-  if (lack == 0)
+  if (lack == 0 || (!oom && growth_within_bound(d, lack, rounded)))
     return GCA_OK;
+  if (d->fc_count != 0 || d->rb_count != 0) /* a block just freed may be the donor */
+    return GCA_ERR_NOT_READY;
   for (int pass = 0; pass < 2; pass++) { /* count, make room, then take */
     size_t n_ent = 0, left = lack;
     for (gca__block_t *b = seg->head, *next; b != NULL && left > 0; b = next) {

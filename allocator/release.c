@@ -370,6 +370,10 @@ static bool move_handles(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t str
                          bool oom) {
   gca__relbatch_t bt = {0};
   gca_status_t st = gca__expand_take_donors(d, &bt, pool, stream, rounded, oom);
+  if (st == GCA_ERR_NOT_READY) { /* held frees may be donors: to the tree first */
+    gca__flush_caches(d);
+    st = gca__expand_take_donors(d, &bt, pool, stream, rounded, oom);
+  }
   bool taken = bt.n != 0;
   gca_status_t rst = gca__relbatch_run(d, &bt, NULL); /* what was taken goes back either way */
   free(bt.v);
@@ -404,7 +408,8 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
     gca__streams_reclaim(d);
   if (d->cfg.expandable_segments && d->ncaptures == 0)
     (void)move_handles(d, pool, stream, rounded, false);
-  /* Note [Moves on out of memory]: with expandable_moves off, a growth the
+  /* Note [Moves on out of memory]: with expandable_moves off (or on, within
+   * its bound: Note [Moves within a bound]), a growth the
    * device (or the memory fraction) has no room for moves the segment's free
    * granules to where the request needs them before anything else: the
    * retries below would release the whole cache and create it again, which
@@ -414,8 +419,7 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
    * The granules the refused growth did create stay mapped, a free block at
    * the hole's start (d->keep_partial, map_range), so the moves fill only what
    * is still lacking; given back, they would be created again by the retry. */
-  bool oom_moves = d->cfg.expandable_segments && !d->cfg.expandable_moves && d->ncaptures == 0 &&
-                   pool->owner == NULL;
+  bool oom_moves = d->cfg.expandable_segments && d->ncaptures == 0 && pool->owner == NULL;
   d->keep_partial = oom_moves;
   st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
   d->keep_partial = false;

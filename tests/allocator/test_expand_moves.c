@@ -382,6 +382,43 @@ static void without_expandable_moves_nothing_moves(void **state) {
   assert_ok(gca_stream_destroy(s));
 }
 
+/* Note [Moves within a bound]: with moves on, a growth moves free granules
+ * only when creating would take reserved memory past peak live by more than
+ * 1/256. A 2 MiB hole beside a live block B, and a 4 MiB request past B: with
+ * B = 1 GiB creating keeps reserved within the bound (1030 MiB against 1028
+ * live), so nothing moves; with B = 256 MiB it would not (262 against 260),
+ * so the hole's granule moves and one is created (A, just freed, sits in the
+ * free cache: the move returns it to the tree first). Data intact either way.
+ * A third round with B = 256 MiB moves nothing: the peak statistics were reset
+ * before it, but the bound remembers the 1028 MiB peak (d->live_hwm). */
+static void moves_wait_for_waste_past_the_bound(void **state) {
+  (void)state;
+  static const struct {
+    size_t live;
+    int64_t moves, creates;
+  } r[] = {{256 * MiB, 1, 1}, {1024 * MiB, 0, 2}, {256 * MiB, 0, 2}};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(r); k++) {
+    assert_ok(gca_reset_peak_stats(0));
+    assert_ok(gca_reset_accumulated_stats(0));
+    char *a = alloc_on(2 * MiB, NULL), *b = alloc_on(r[k].live, NULL);
+    stamp_fill(b + r[k].live - 4 * MiB, 4 * MiB, 0xc0); /* the end beside the growth */
+    free_ok(a);
+    int64_t creates = calls("mem_create");
+    char *c = alloc_on(4 * MiB, NULL);
+    gca_stats_t st = stats();
+    assert_int_equal(st.num_handle_moves, r[k].moves);
+    assert_int_equal(calls("mem_create") - creates, r[k].creates);
+    assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current,
+                     (int64_t)r[k].live + (6 - 2 * r[k].moves) * (int64_t)MiB);
+    stamp_fill(c, 4 * MiB, 0xc1);
+    assert_int_equal(stamp_mismatch(b + r[k].live - 4 * MiB, 4 * MiB, 0xc0), -1);
+    check();
+    free_ok(c);
+    free_ok(b);
+    assert_nothing_leaked();
+  }
+}
+
 /* Note [Moves on out of memory] (release.c): with moves off, a growth the
  * device has no memory for moves the free granules of the segment to where
  * the request needs them, before releasing the whole cache and retrying (which
@@ -498,6 +535,7 @@ int main(void) {
       T(nothing_moves_during_a_capture),
       T(private_pools_neither_split_nor_move_handles),
       T(without_expandable_moves_nothing_moves),
+      T(moves_wait_for_waste_past_the_bound),
       T(out_of_memory_moves_free_granules_with_moves_off),
       T(a_kept_start_that_cannot_be_opened_is_given_back),
       T(a_request_past_the_holes_finds_address_space),

@@ -157,6 +157,40 @@ static void the_hole_that_maps_least_serves_a_growth(void **state) {
   expect_all_returned();
 }
 
+/* A hole with a free block after it and a live one before maps at its end:
+ * a 10 MiB hole between A and a free 10 MiB block Z takes a 14 MiB request
+ * with 4 MiB mapped at the hole's end (the block starts 6 MiB into the hole),
+ * where mapping from the hole's start would have mapped all 10 MiB. */
+static void a_hole_before_a_free_block_maps_at_its_end(void **state) {
+  (void)state;
+  char *a = alloc_on(10 * MiB, NULL), *y = alloc_on(10 * MiB, NULL), *z = alloc_on(10 * MiB, NULL);
+  char *b = alloc_on(10 * MiB, NULL);
+  stamp_fill(a, 10 * MiB, 0x61);
+  stamp_fill(b, 10 * MiB, 0x62);
+  free_ok(y);
+  assert_ok(gca_empty_cache()); /* y becomes the hole */
+  free_ok(z);                   /* mapped and free, after the hole */
+  check();
+  assert_int_equal(reserved_now(), 30 * MiB);
+  int64_t creates = gca_sim_call_count("mem_create");
+  char *x = alloc_on(14 * MiB, NULL);
+  check();
+  assert_ptr_equal(x, y + 6 * MiB);
+  assert_int_equal(gca_sim_call_count("mem_create") - creates, 2); /* 4 MiB: 2 granules */
+  assert_int_equal(reserved_now(), 34 * MiB);
+  stamp_fill(x, 14 * MiB, 0x63);
+  assert_int_equal(stamp_mismatch(a, 10 * MiB, 0x61), -1);
+  assert_int_equal(stamp_mismatch(b, 10 * MiB, 0x62), -1);
+  assert_int_equal(stamp_mismatch(x, 14 * MiB, 0x63), -1);
+  free_ok(x);
+  assert_ok(gca_empty_cache()); /* the hole's two pieces and the block between them merge */
+  check();
+  assert_int_equal(reserved_now(), 20 * MiB);
+  free_ok(a);
+  free_ok(b);
+  expect_all_returned();
+}
+
 /* Four 10 MiB blocks; freeing the first and third leaves two 10 MiB holes. A
  * 16 MiB request fits neither hole and would grow the tail: instead the
  * handles of 8 free granules (5 of the first hole, 3 of the second) move
@@ -684,6 +718,7 @@ int main(void) {
       T(small_requests_grow_the_small_pool_by_two_mib),
       T(free_tail_block_plus_unmapped_space_is_one_fit),
       T(the_hole_that_maps_least_serves_a_growth),
+      T(a_hole_before_a_free_block_maps_at_its_end),
       T(holes_move_to_serve_a_larger_request),
       T(a_move_needs_no_room_under_the_limit),
       T(granules_a_live_block_touches_stay_mapped),
