@@ -847,7 +847,10 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
     return GCA_OK;
   bool right;
   size_t lack = grow_len(u, rounded, g, &right), avail = 0;
-  const gca__block_t *p = u->prev, *n = u->next; /* the growth's own neighbours */
+  /* the free blocks the growth maps beside, which it takes (both when it maps
+   * all of u); a neighbour it leaves may give its granules */
+  const gca__block_t *p = right ? NULL : u->prev;
+  const gca__block_t *n = right || lack == u->size ? u->next : NULL;
   if (lack == 0 || (!oom && growth_within_bound(d, lack, rounded)))
     return GCA_OK;
   if (d->fc_count != 0 || d->rb_count != 0) /* a block just freed may be the donor */

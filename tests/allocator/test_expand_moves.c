@@ -495,6 +495,41 @@ static void a_kept_start_that_cannot_be_opened_is_given_back(void **state) {
   assert_int_equal(calls("mem_create"), calls("mem_release") + 1); /* one was refused */
 }
 
+/* A growth at a hole's end leaves the free block before the hole to the
+ * moves: A, P (4 MiB, free), a 10 MiB hole, N (10 MiB, free), B on a device
+ * with no memory left. A 14 MiB request maps 4 MiB at the hole's end beside
+ * N, and P's two granules move there: no release of the cache, no retry. */
+static void a_growth_at_a_holes_end_takes_the_free_block_before_it(void **state) {
+  (void)state;
+  assert_ok(gca_sim_set_capacity(0, 64 * MiB));
+  assert_ok(gca_set_config("expandable_segments:True,expandable_moves:False"));
+  char *a = alloc_on(10 * MiB, NULL), *p = alloc_on(4 * MiB, NULL), *y = alloc_on(10 * MiB, NULL);
+  char *n = alloc_on(10 * MiB, NULL), *b = alloc_on(10 * MiB, NULL);
+  stamp_fill(a, 10 * MiB, 0xd1);
+  stamp_fill(b, 10 * MiB, 0xd2);
+  free_ok(y);
+  assert_ok(gca_empty_cache()); /* y becomes the hole */
+  free_ok(p);
+  free_ok(n);
+  assert_ok(gca_sim_set_capacity(0, 34 * MiB)); /* all of it mapped */
+  int64_t releases = calls("mem_release");
+  char *x = alloc_on(14 * MiB, NULL);
+  check();
+  assert_ptr_equal(x, y + 6 * MiB);
+  gca_stats_t st = stats();
+  assert_int_equal(st.num_handle_moves, 2);
+  assert_int_equal(st.num_alloc_retries, 0);
+  assert_int_equal(calls("mem_release"), releases);
+  assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 34 * MiB);
+  stamp_fill(x, 14 * MiB, 0xd3);
+  assert_int_equal(stamp_mismatch(a, 10 * MiB, 0xd1), -1);
+  assert_int_equal(stamp_mismatch(b, 10 * MiB, 0xd2), -1);
+  free_ok(x);
+  free_ok(a);
+  free_ok(b);
+  assert_nothing_leaked();
+}
+
 /* An expandable segment reserves twice the device's memory: holes between
  * live blocks leave address space that no request fits, and under memory
  * pressure the request that fits physically must still find a range. On a
@@ -538,6 +573,7 @@ int main(void) {
       T(moves_wait_for_waste_past_the_bound),
       T(out_of_memory_moves_free_granules_with_moves_off),
       T(a_kept_start_that_cannot_be_opened_is_given_back),
+      T(a_growth_at_a_holes_end_takes_the_free_block_before_it),
       T(a_request_past_the_holes_finds_address_space),
 #undef T
   };
