@@ -59,38 +59,36 @@
  * In exchange, peak mapped memory stays within 0.4% of peak live memory (the
  * bound), plus the granule rounding of each growth and the sub-granule ends
  * of free blocks. Moves are paid again on every iteration of a loop whose
- * frees fragment the segment the same way each time (measured with
+ * frees fragment the segment the same way each time. Measured with
  * gca-replay's warm passes on the KV-cache serving traces of gca-trace-gen,
- * seeds 1-3: 5,400 to 20,300 driver calls per pass with moves (6,100 to
- * 24,600 moving at every growth, 11,500 to 47,000 with one unmap per
- * granule), none without; peak mapped / peak live 1.0038, 1.0039 and 1.0038
- * with, 1.1006, 1.0849 and 1.0751 without; transformer-train-a 1.0019 either
- * way, with no move; on an
- * H200, driver 580, seed 1's warm passes take 15 us per event with moves and
- * 0.1 us without, and that time is per granule moved, not per call: one unmap
- * per run instead of per granule halved the calls and left it unchanged; a
- * map, set_access and unmap of one 2 MiB granule took 50 us there, 48 us
- * each for four in one set_access and one unmap. None of the VMM calls waits
- * for work queued on the device (contract_mem's
+ * seeds 1-3, 80 GiB: peak mapped / peak live 1.0039, 1.0039 and 1.0038 with
+ * moves, 1.1006, 1.0849 and 1.0751 without; 19,300 / 14,900 / 5,200 driver
+ * calls per pass with moves (24,600 / 16,900 / 6,100 moving at every growth,
+ * twice that with one unmap per granule), none without; on an H200 (driver
+ * 580) 12.8 / 11.7 / 4.0 us per event with moves and 0.1 us without.
+ * transformer-train-a: 1.0019 either way, nothing moved. That time is per
+ * granule moved, not per call (one unmap per run instead of per granule
+ * halved the calls and left it unchanged): a map, set_access and unmap of
+ * one 2 MiB granule took 50 us on the H200, 48 us each for four in one
+ * set_access and one unmap. None of the VMM calls waits for work queued on
+ * the device (contract_mem's
  * vmm_calls_do_not_wait_for_work_queued_on_the_device, run on the H200): what
  * a move waits for is the segment's own stream, synchronized so that no
  * queued work still uses the granules it takes, which in an engine whose
- * host runs ahead of its stream stalls the host until the stream drains), so
- * they are opt-in (the bound keeps 82-92% of the calls per pass that moving
- * at every growth made on the serving traces, and saves them all where a
- * segment fragments less than it does; taking the granules free the longest
- * first, the smallest free ranges first or the largest first took more; the
- * highest addresses first took up to 5% fewer on two traces, 10% more on the
- * third, and left one above 1.005; the donors here go in address order): an
- * engine that
- * can pay calls for memory turns them on; one that needs a steady state free
- * of driver calls leaves them off and still gets granule-sized handles that
- * release can give back, and moves once the device is out of memory (Note
- * [Moves on out of memory], release.c): capped at 1.005 x peak live memory,
- * the three serving traces ran with no failed request at 18,400 / 14,000 /
- * 6,200 driver calls per warm pass (on the H200, capped by
- * per_process_memory_fraction: ratio 1.0006 / 1.0005 / 1.0000, 13.7 / 10.7 /
- * 3.5 us per event). What moves cannot take is the sub-granule
+ * host runs ahead of its stream stalls the host until the stream drains. So
+ * moves are opt-in: an engine that can pay calls and stream waits for memory
+ * turns them on; one that needs a steady state free of driver calls leaves
+ * them off and still gets granule-sized handles that release can give back,
+ * and moves once the device is out of memory (Note [Moves on out of memory],
+ * release.c): capped at 1.005 x peak live memory the three serving traces
+ * ran with no failed request at 19,400 / 15,100 / 6,200 driver calls per warm
+ * pass (on the H200, capped by per_process_memory_fraction: 1.0050 / 1.0049 /
+ * 1.0046, 17,500 / 15,100 / 5,500 calls, 12.9 / 12.6 / 3.7 us per event; at
+ * 1.0007 x, still no failed request). Other donor orders did not pay: taking
+ * the granules free the longest first, the smallest free ranges first or the
+ * largest first took more calls; the highest addresses first took up to 5%
+ * fewer on two traces, 10% more on the third; the donors here go in address
+ * order. What moves cannot take is the sub-granule
  * ends of the free blocks that lie between live ones at the peak: those
  * granules stay mapped. stats.num_driver_calls, grown_bytes and
  * num_handle_moves count it (gca-replay reports driver calls per GiB grown).
