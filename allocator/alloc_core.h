@@ -432,15 +432,15 @@ struct gca__devalloc {
   /* Note [Thread caches] (tcache.c): 0 while the thread caches' fast paths may
    * run; read by them without the lock, written under it (GCA__TC_GATE_*). */
   atomic_uint tc_gate;
-  int deferred_need;       /* 1 + a device a deferred free waits for (a destroyed stream's
-                              use): the reap waits for it (Note [Gone streams of deferred frees]) */
-  int deferred_waited;     /* 1 + the device just waited for, while the reap flushes again */
-  unsigned ncaptures;      /* capture routes; while > 0 no event is queried */
-  int64_t nused;           /* blocks with recorded uses (gca__uses_set): retirements walk if any */
-  bool gone_dirty;         /* freed into a destroyed stream's segment since the last reclaim */
-  bool keep_partial;       /* a refused growth keeps its start (Note [Moves on out of memory]) */
-  int64_t live_hwm;        /* allocated_bytes' peak before resets (Note [Moves within a bound]) */
-  gca__block_t **deferred; /* Note [Frees during capture] */
+  int deferred_need;   /* 1 + a device a deferred free waits for (a destroyed stream's
+                          use): the reap waits for it (Note [Gone streams of deferred frees]) */
+  int deferred_waited; /* 1 + the device just waited for, while the reap flushes again */
+  unsigned ncaptures;  /* capture routes; while > 0 no event is queried */
+  int64_t nused;       /* blocks with recorded uses (gca__uses_set): retirements walk if any */
+  bool gone_dirty;     /* freed into a destroyed stream's segment since the last reclaim */
+  bool keep_partial;   /* a refused growth keeps its start (Note [Moves on out of memory]) */
+  int64_t live_hwm, peak_stale; /* the live peak for Note [Moves within a bound] */
+  gca__block_t **deferred;      /* Note [Frees during capture] */
   size_t ndeferred, cap_deferred;
   /* Note [Free cache]: fc_on says frees may be cached now (free_cache key,
    * caching on, no garbage collection); fc_count blocks are cached, in

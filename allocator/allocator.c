@@ -896,6 +896,10 @@ GCA_API gca_status_t gca_empty_cache(void) {
       continue;
     gca__dev_lock(d);
     gca_status_t st = gca__release_cached(d);
+    /* the layout starts over, and so does the peak that bounds its moves (Note
+     * [Moves within a bound]): the allocated peak so far no longer counts */
+    d->live_hwm = d->stats.allocated_bytes[GCA_STAT_ALL].current;
+    d->peak_stale = d->stats.allocated_bytes[GCA_STAT_ALL].peak;
     DEBUG_CHECK(d);
     gca__dev_unlock(d);
     if (st != GCA_OK)

@@ -85,8 +85,10 @@ GCA_API gca_status_t gca_reset_peak_stats(int device) {
   GCA_CHECK(gca__devalloc_get("reset_peak_stats", device, &d));
   gca__dev_lock(d);
   gca__tc_fold(d, ~0u); /* exact currents, and no headroom above them (Note [Thread caches]) */
-  if (d->stats.allocated_bytes[GCA_STAT_ALL].peak > d->live_hwm) /* Note [Moves within a bound] */
-    d->live_hwm = d->stats.allocated_bytes[GCA_STAT_ALL].peak;
+  int64_t peak = d->stats.allocated_bytes[GCA_STAT_ALL].peak; /* Note [Moves within a bound] */
+  if (peak != d->peak_stale && peak > d->live_hwm)
+    d->live_hwm = peak;
+  d->peak_stale = -1;
   FOR_EACH_STAT_ARRAY(reset_peak, d->stats);
   for (int t = 0; t < GCA_STAT_TYPES; t++) { /* Note [Active statistics] */
     d->pend[t].peak = d->stats.allocation[t].current + d->pend[t].current;

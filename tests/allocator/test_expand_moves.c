@@ -384,39 +384,65 @@ static void without_expandable_moves_nothing_moves(void **state) {
 
 /* Note [Moves within a bound]: with moves on, a growth moves free granules
  * only when creating would take reserved memory past peak live by more than
- * 1/256. A 2 MiB hole beside a live block B, and a 4 MiB request past B: with
- * B = 1 GiB creating keeps reserved within the bound (1030 MiB against 1028
- * live), so nothing moves; with B = 256 MiB it would not (262 against 260),
- * so the hole's granule moves and one is created (A, just freed, sits in the
- * free cache: the move returns it to the tree first). Data intact either way.
- * A third round with B = 256 MiB moves nothing: the peak statistics were reset
- * before it, but the bound remembers the 1028 MiB peak (d->live_hwm). */
+ * 1/256. A 24 MiB hole A beside a live block B, and a 28 MiB request past
+ * B: with B = 8 GiB creating keeps reserved within the bound (8244 MiB
+ * against 8220 live), so nothing moves; with B = 256 MiB it
+ * would not (308 against 284), so A's twelve granules move and two are
+ * created (A, just freed, sits in the free cache: the move returns it to the
+ * tree first). The third round, B = 256 MiB again, moves as the first: the
+ * empty_cache that ended the 8 GiB round started the bound's peak over. Data
+ * intact throughout. */
 static void moves_wait_for_waste_past_the_bound(void **state) {
   (void)state;
   static const struct {
     size_t live;
     int64_t moves, creates;
-  } r[] = {{256 * MiB, 1, 1}, {1024 * MiB, 0, 2}, {256 * MiB, 0, 2}};
+  } r[] = {{256 * MiB, 12, 2}, {8192 * MiB, 0, 14}, {256 * MiB, 12, 2}};
   for (size_t k = 0; k < GCA_ARRAY_SIZE(r); k++) {
     assert_ok(gca_reset_peak_stats(0));
     assert_ok(gca_reset_accumulated_stats(0));
-    char *a = alloc_on(2 * MiB, NULL), *b = alloc_on(r[k].live, NULL);
+    char *a = alloc_on(24 * MiB, NULL), *b = alloc_on(r[k].live, NULL);
     stamp_fill(b + r[k].live - 4 * MiB, 4 * MiB, 0xc0); /* the end beside the growth */
     free_ok(a);
     int64_t creates = calls("mem_create");
-    char *c = alloc_on(4 * MiB, NULL);
+    char *c = alloc_on(28 * MiB, NULL);
     gca_stats_t st = stats();
     assert_int_equal(st.num_handle_moves, r[k].moves);
     assert_int_equal(calls("mem_create") - creates, r[k].creates);
     assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current,
-                     (int64_t)r[k].live + (6 - 2 * r[k].moves) * (int64_t)MiB);
-    stamp_fill(c, 4 * MiB, 0xc1);
+                     (int64_t)r[k].live + (r[k].moves ? 28 : 52) * (int64_t)MiB);
+    stamp_fill(c, 28 * MiB, 0xc1);
     assert_int_equal(stamp_mismatch(b + r[k].live - 4 * MiB, 4 * MiB, 0xc0), -1);
     check();
     free_ok(c);
     free_ok(b);
     assert_nothing_leaked();
   }
+}
+
+/* The bound's peak outlives gca_reset_peak_stats (as a training loop calls
+ * it every step): A (512 MiB), a 2 MiB spacer and C (512 MiB), A and C freed,
+ * the peak statistics reset; a 514 MiB request grows C's range by one granule
+ * without moving A's: reserved 1028 MiB is within the bound of the 1026 MiB
+ * peak reached before the reset, not of the 516 MiB live now. */
+static void the_bound_remembers_peaks_reset_by_the_statistics(void **state) {
+  (void)state;
+  char *a = alloc_on(512 * MiB, NULL), *spacer = alloc_on(2 * MiB, NULL);
+  char *c = alloc_on(512 * MiB, NULL);
+  free_ok(a);
+  free_ok(c);
+  assert_ok(gca_reset_peak_stats(0));
+  int64_t creates = calls("mem_create");
+  char *d = alloc_on(514 * MiB, NULL);
+  gca_stats_t st = stats();
+  assert_ptr_equal(d, c);
+  assert_int_equal(st.num_handle_moves, 0);
+  assert_int_equal(calls("mem_create") - creates, 1);
+  assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 1028 * MiB);
+  check();
+  free_ok(d);
+  free_ok(spacer);
+  assert_nothing_leaked();
 }
 
 /* A 64 MiB device, moves off: three 20 MiB blocks, the first freed; a 24 MiB
@@ -552,6 +578,7 @@ int main(void) {
       T(private_pools_neither_split_nor_move_handles),
       T(without_expandable_moves_nothing_moves),
       T(moves_wait_for_waste_past_the_bound),
+      T(the_bound_remembers_peaks_reset_by_the_statistics),
       T(out_of_memory_moves_free_granules_with_moves_off),
       T(a_kept_start_that_cannot_be_opened_is_given_back),
       T(a_growth_at_a_holes_end_takes_the_free_block_before_it),
