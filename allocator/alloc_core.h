@@ -834,17 +834,16 @@ void gca__vmm_destroy(gca__devalloc_t *d, gca_devptr_t base, size_t reserved,
  * failure is undone and names its operation. */
 gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                size_t rounded, size_t step, gca__block_t **out);
-/* Handle moves (Note [Expandable segments]): when serving `rounded` bytes from
- * the expandable segment of (pool, stream) would map new memory while free
- * ranges elsewhere in it hold whole mappings, takes those ranges into bt (up
- * to what the growth lacks) and marks their handles to be parked, not
- * released, once bt runs; nothing during a capture. `oom`: the device is out
- * of memory (moves then run whatever expandable_moves says). GCA_ERR_NOT_READY,
- * nothing taken: a move is due and held frees may be donors (flush, retry). */
+/* Handle moves (Note [Expandable segments]): when serving `rounded` bytes from (pool, stream)'s
+ * expandable segment would map new memory while free ranges in it or the pool's other segments
+ * hold whole mappings, takes them into bt (up to what the growth lacks), their handles parked
+ * when bt runs; nothing during a capture. `oom`: out of memory (moves whatever expandable_moves
+ * says). GCA_ERR_NOT_READY, nothing taken: held frees may be donors (flush, retry). */
 gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gca__pool_t *pool,
                                      gca_stream_t stream, size_t rounded, bool oom);
-/* Releases the handles that a growth parked and did not use, and clears the
- * parking (after the growth, successful or not). */
+/* After bt ran: moves handles parked in the pool's other segments to (pool, stream)'s;
+ * after the growth: releases what the pool's segments parked and did not map. */
+void gca__expand_gather(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream);
 void gca__expand_unpark(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream);
 /* Release batches: seg's free blocks holding a whole mapping, releasing, into bt. */
 gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg);

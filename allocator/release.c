@@ -376,6 +376,8 @@ static bool move_handles(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t str
   }
   bool taken = bt.n != 0;
   gca_status_t rst = gca__relbatch_run(d, &bt, NULL); /* what was taken goes back either way */
+  if (taken)
+    gca__expand_gather(d, pool, stream); /* Note [Moves across segments] */
   free(bt.v);
   if (st == GCA_OK)
     st = rst;

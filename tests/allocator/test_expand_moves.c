@@ -420,6 +420,56 @@ static void moves_wait_for_waste_past_the_bound(void **state) {
   }
 }
 
+/* Note [Moves across segments]: a growth on stream S2 whose own segment
+ * holds no free granule takes them from S1's segment: S1 holds A (10 MiB,
+ * freed) and B (10 MiB), S2 holds X (2 MiB); a 16 MiB request on S2 moves
+ * A's five granules (S1's stream synchronized first) and creates three. Out
+ * of host memory to gather them (fail point expand_gather), the five are
+ * released and the growth creates all eight. Data intact, the growth at X's
+ * end, nothing leaked either way. */
+static void a_growth_takes_granules_from_another_streams_segment(void **state) {
+  (void)state;
+  static const struct {
+    const char *point;
+    int64_t moves, creates, releases;
+  } r[] = {{NULL, 5, 3, 0}, {"expand_gather", 0, 8, 5}};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(r); k++) {
+    gca_stream_t s1, s2;
+    assert_ok(gca_stream_create(&s1, GCA_STREAM_NON_BLOCKING));
+    assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
+    assert_ok(gca_reset_accumulated_stats(0));
+    char *a = alloc_on(10 * MiB, s1), *b = alloc_on(10 * MiB, s1), *x = alloc_on(2 * MiB, s2);
+    stamp_fill(b, 10 * MiB, 0xe1);
+    stamp_fill(x, 2 * MiB, 0xe2);
+    free_ok(a);
+    int64_t creates = calls("mem_create"), releases = calls("mem_release");
+    int64_t syncs = calls("stream_synchronize");
+    if (r[k].point != NULL)
+      assert_ok(gca__failpoint_arm(r[k].point, 1));
+    char *c = alloc_on(16 * MiB, s2);
+    gca__failpoint_clear();
+    check();
+    gca_stats_t st = stats();
+    assert_ptr_equal(c, x + 2 * MiB);
+    assert_int_equal(st.num_handle_moves, r[k].moves);
+    assert_int_equal(calls("mem_create") - creates, r[k].creates);
+    assert_int_equal(calls("mem_release") - releases, r[k].releases);
+    assert_true(calls("stream_synchronize") > syncs);
+    assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 28 * MiB);
+    stamp_fill(c, 16 * MiB, 0xe3);
+    assert_int_equal(stamp_mismatch(b, 10 * MiB, 0xe1), -1);
+    assert_int_equal(stamp_mismatch(x, 2 * MiB, 0xe2), -1);
+    free_ok(c);
+    free_ok(b);
+    free_ok(x);
+    assert_ok(gca_stream_synchronize(s1));
+    assert_ok(gca_stream_synchronize(s2));
+    assert_nothing_leaked();
+    assert_ok(gca_stream_destroy(s1));
+    assert_ok(gca_stream_destroy(s2));
+  }
+}
+
 /* The bound's peak outlives gca_reset_peak_stats (as a training loop calls
  * it every step): A (512 MiB), a 2 MiB spacer and C (512 MiB), A and C freed,
  * the peak statistics reset; a 514 MiB request grows C's range by one granule
@@ -579,6 +629,7 @@ int main(void) {
       T(without_expandable_moves_nothing_moves),
       T(moves_wait_for_waste_past_the_bound),
       T(the_bound_remembers_peaks_reset_by_the_statistics),
+      T(a_growth_takes_granules_from_another_streams_segment),
       T(out_of_memory_moves_free_granules_with_moves_off),
       T(a_kept_start_that_cannot_be_opened_is_given_back),
       T(a_growth_at_a_holes_end_takes_the_free_block_before_it),
