@@ -763,9 +763,13 @@ static void free_of_a_block_used_on_a_capturing_stream_waits_for_the_capture(voi
   q = alloc_on(4096, a); /* the event is recorded now, on y's eager work */
   free_ok(q);
   assert_ok(gca_stream_synchronize(y));
-  q = alloc_on(4096, a);
-  assert_ptr_equal(q, x);
-  free_ok(q);
+  /* x is free once its event is seen done: the first request may take the
+   * cached q (whether the event had run on y's worker when q was served
+   * decides which block q was), the second finds x */
+  void *q1 = alloc_on(4096, a), *q2 = alloc_on(4096, a);
+  assert_true(q1 == x || q2 == x);
+  free_ok(q1);
+  free_ok(q2);
   assert_int_equal(stats().active[GCA_STAT_ALL].current, 0);
   check();
   assert_ok(gca_stream_destroy(a));
