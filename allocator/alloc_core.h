@@ -843,8 +843,8 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
                                      gca_stream_t stream, size_t rounded, bool oom);
 /* After bt ran: moves handles parked in the pool's other segments to (pool, stream)'s;
  * after the growth: releases what the pool's segments parked and did not map. */
-void gca__expand_gather(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream);
-void gca__expand_unpark(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream);
+void gca__expand_gather(gca__pool_t *pool, gca_stream_t stream);
+void gca__expand_unpark(gca__devalloc_t *d, gca__pool_t *pool);
 /* Release batches: seg's free blocks holding a whole mapping, releasing, into bt. */
 gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg);
 /* The same within [lo, hi) (offsets into seg): each entry covers its block's

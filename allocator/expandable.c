@@ -519,7 +519,6 @@ static gca__block_t *planned_hole(gca__segment_t *seg, size_t rounded) {
 gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                size_t rounded, size_t step, gca__block_t **out) {
   gca__segment_t *seg = find_segment(pool, stream);
-  gca__block_t *rest = NULL;
   gca_status_t st;
   size_t g;
 
@@ -930,8 +929,7 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
  * are empty whenever a thread holds the lock outside a move (a move parks and
  * maps under the lock), so gathering or releasing them takes nothing another
  * growth is about to map. */
-void gca__expand_gather(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream) {
-  (void)d;
+void gca__expand_gather(gca__pool_t *pool, gca_stream_t stream) {
   gca__segment_t *seg = find_segment(pool, stream);
   if (seg == NULL)
     return;
@@ -951,8 +949,8 @@ void gca__expand_gather(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stre
   }
 }
 
-void gca__expand_unpark(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream) {
-  (void)stream; /* other segments may hold donors' handles (Note [Moves across segments]) */
+void gca__expand_unpark(gca__devalloc_t *d, gca__pool_t *pool) {
+  /* every segment: donors' handles may be parked in others (Note [Moves across segments]) */
   for (gca__segment_t *seg = pool->segments; seg != NULL; seg = seg->next) {
     for (size_t i = 0; i < seg->nparked; i++)
       gca__vmm_release_handle(d, seg->parked[i]);

@@ -377,7 +377,7 @@ static bool move_handles(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t str
   bool taken = bt.n != 0;
   gca_status_t rst = gca__relbatch_run(d, &bt, NULL); /* what was taken goes back either way */
   if (taken)
-    gca__expand_gather(d, pool, stream); /* Note [Moves across segments] */
+    gca__expand_gather(pool, stream); /* Note [Moves across segments] */
   free(bt.v);
   if (st == GCA_OK)
     st = rst;
@@ -419,17 +419,17 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
    * peak live memory, cost 136,000-185,000 driver calls per pass (moves:
    * 4,000-25,000, and no failed request). While memory lasts nothing moves.
    * The granules the refused growth did create stay mapped, a free block at
-   * the hole's start (d->keep_partial, map_range), so the moves fill only what
+   * the start of the range it mapped (d->keep_partial, map_range), so the moves fill only what
    * is still lacking; given back, they would be created again by the retry. */
   bool oom_moves = d->cfg.expandable_segments && d->ncaptures == 0 && pool->owner == NULL;
   d->keep_partial = oom_moves;
   st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
   d->keep_partial = false;
   if (d->cfg.expandable_segments)
-    gca__expand_unpark(d, pool, stream);
+    gca__expand_unpark(d, pool);
   if (st == GCA_ERR_OUT_OF_MEMORY && oom_moves && move_handles(d, pool, stream, rounded, true)) {
     st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
-    gca__expand_unpark(d, pool, stream);
+    gca__expand_unpark(d, pool);
   }
   if (st == GCA_ERR_OUT_OF_MEMORY) {
     bool released = false;
