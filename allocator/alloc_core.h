@@ -231,7 +231,8 @@ struct gca__block {
                                with the lock let go (Note [No waits under the device lock]) */
   bool oversize;            /* counted in oversize_allocations at allocation */
   bool binned;              /* in a recycle bin (Note [Recycle bins]); bin link: left */
-  uint64_t gc_base;         /* pool->free_calls when it became free (GC age) */
+  uint64_t gc_base;         /* pool->free_calls when it became free (GC age; in expandable
+                               segments its move stamp, Note [Move horizons]) */
   /* the rest: stream uses, the free cache's and the thread caches' */
   gca__use_t *uses;  /* other streams recorded with gca_record_stream; NULL while the block
                         is free (Note [Record lines]) */
@@ -289,6 +290,7 @@ struct gca__segment {
   gca_memhandle_t *parked;
   size_t nparked, park_want;
   gca_devptr_t park_hole;
+  struct gca__horizons *hz; /* expandable: its move horizons, NULL until the first (horizon.c) */
 };
 
 /* One entry of a release batch (Note [No waits under the device lock]): the
@@ -301,6 +303,7 @@ typedef struct gca__relent {
   gca_status_t st;
   bool expandable; /* seg's kind (a classic seg is freed once finished) */
   bool keep;       /* expandable: the segment stays even when nothing stays mapped */
+  bool safe;       /* expandable: no queued work uses it (Note [Move horizons]): no wait */
 } gca__relent_t;
 
 /* A release batch: taken under the lock, waited for and freed without it,
@@ -326,7 +329,8 @@ struct gca__pool {
   size_t nfree;
   gca__segment_t *segments;
   size_t nsegments;
-  uint64_t free_calls; /* get_free_block calls while GC is on (block ages) */
+  uint64_t free_calls; /* get_free_block calls while GC is on (block ages), and the move
+                          horizons of its expandable segments (Note [Move horizons]) */
   uint64_t gen;        /* bumped by every change of the free tree (Note [Exact hits]) */
   uint64_t id[2];      /* {0,0} for the default pools */
   bool is_small;
@@ -788,83 +792,6 @@ gca_status_t gca__block_new(gca__devalloc_t *d, gca__block_t **out);
 void gca__block_free(gca__devalloc_t *d, gca__block_t *b);
 /* Frees every slab (allocator teardown). */
 void gca__slabs_destroy(gca__devalloc_t *d);
-
-/* ---- vmm.c ---- */
-
-/* The device's allocation granularity, queried once (mem_granularity) and
- * checked: a power of two and a multiple of GCA__MIN_BLOCK_SIZE, else
- * GCA_ERR_DRIVER (nothing cached then). */
-gca_status_t gca__vmm_granularity(gca__devalloc_t *d, size_t *out);
-/* The devices that get access to new mappings: d's own, then its peers;
- * devs holds GCA__MAX_DEVICES + 1. Returns their count. */
-int gca__vmm_access_list(const gca__devalloc_t *d, int *devs);
-/* Creates a handle of len bytes, maps it at ptr (reserved) and opens it to the
- * access list; on failure nothing stays created or mapped. */
-gca_status_t gca__vmm_map_new(gca__devalloc_t *d, gca_devptr_t ptr, size_t len,
-                              gca_memhandle_t *out);
-/* Unmaps [ptr, + len) and releases its handle h. *unmapped says whether the
- * unmap happened (a failed unmap changes nothing; a failed release leaves the
- * range unmapped and the handle lost; the status says which failed). */
-/* The steps of gca__vmm_map_new, for mappings made one handle at a time and
- * opened together (expandable segments): mem_map of existing handle h whole
- * at ptr; mem_create + mem_map (the handle released again on failure); one
- * mem_set_access over a range of mappings (counted in stats.grown_bytes). */
-gca_status_t gca__vmm_map_only(gca__devalloc_t *d, gca_devptr_t ptr, size_t len, gca_memhandle_t h);
-gca_status_t gca__vmm_create_map(gca__devalloc_t *d, gca_devptr_t ptr, size_t len,
-                                 gca_memhandle_t *out);
-gca_status_t gca__vmm_set_access(gca__devalloc_t *d, gca_devptr_t ptr, size_t len);
-/* Unmaps [ptr, +len) and keeps its handle (to be mapped elsewhere). */
-gca_status_t gca__vmm_unmap_keep(gca__devalloc_t *d, gca_devptr_t ptr, size_t len);
-/* Releases handle h, logging a failure. */
-void gca__vmm_release_handle(gca__devalloc_t *d, gca_memhandle_t h);
-gca_status_t gca__vmm_unmap(gca__devalloc_t *d, gca_devptr_t ptr, size_t len, gca_memhandle_t h,
-                            bool *unmapped);
-/* Unmaps and releases every mapping and frees the reservation, whatever
- * fails (teardown; failures are logged). */
-void gca__vmm_destroy(gca__devalloc_t *d, gca_devptr_t base, size_t reserved,
-                      const gca__mapping_t *maps, size_t nmaps);
-
-/* ---- expandable.c ---- */
-
-/* Serves `rounded` bytes from the expandable segment of (pool, stream),
- * creating it on first use: a free block followed by unmapped space (or an
- * unmapped hole) is mapped just enough, growing by at least `step` bytes
- * where room allows. Returns the block free and outside the tree.
- * GCA_ERR_OUT_OF_MEMORY when the limit or the driver refuses; every driver
- * failure is undone and names its operation. */
-gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
-                               size_t rounded, size_t step, gca__block_t **out);
-/* Handle moves (Note [Expandable segments]): when serving `rounded` bytes from (pool, stream)'s
- * expandable segment would map new memory while free ranges in it or the pool's other segments
- * hold whole mappings, takes them into bt (up to what the growth lacks), their handles parked
- * when bt runs; nothing during a capture. `oom`: out of memory (moves whatever expandable_moves
- * says). GCA_ERR_NOT_READY, nothing taken: held frees may be donors (flush, retry). */
-gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gca__pool_t *pool,
-                                     gca_stream_t stream, size_t rounded, bool oom);
-/* After bt ran: moves handles parked in the pool's other segments to (pool, stream)'s;
- * after the growth: releases what the pool's segments parked and did not map. */
-void gca__expand_gather(gca__pool_t *pool, gca_stream_t stream);
-void gca__expand_unpark(gca__devalloc_t *d, gca__pool_t *pool);
-/* Release batches: seg's free blocks holding a whole mapping, releasing, into bt. */
-gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg);
-/* The same within [lo, hi) (offsets into seg): each entry covers its block's
- * part inside the range, and the segment is kept even when nothing stays
- * mapped (a checkpoint's trim). */
-gca_status_t gca__expand_take_range(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg,
-                                    size_t lo, size_t hi);
-/* Unmaps, without waiting (the stream was synchronized), the mappings inside
- * [lo, hi) of seg that lie wholly inside a free block; removes the segment
- * when nothing stays mapped and `remove`. */
-gca_status_t gca__expand_release_synced(gca__devalloc_t *d, gca__segment_t *seg, size_t lo,
-                                        size_t hi, size_t *released, bool remove);
-/* Unmaps, releases and unreserves everything of an expandable segment regardless
- * of its blocks (allocator reset); the caller frees the record itself. */
-void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg);
-/* Gives `peer` access to every mapping of d's expandable segments and to
- * every later one. The caller holds d->lock. */
-gca_status_t gca__expand_add_peer(gca__devalloc_t *d, int peer);
-/* Checks a segment's expandable invariants (mappings vs blocks). */
-gca_status_t gca__expand_check(const gca__devalloc_t *d, const gca__segment_t *seg);
 
 /* ---- segment.c ---- */
 

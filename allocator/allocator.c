@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expandable.h"
 #include "fcache.h"
 #include "history.h"
 #include "introspect.h"

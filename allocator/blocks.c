@@ -125,7 +125,7 @@ void gca__block_activate(gca__devalloc_t *d, gca__block_t *b, size_t rounded, si
     r->stream = b->stream;
     r->pool = pool;
     r->seg = b->seg;
-    r->gc_base = pool->free_calls;
+    r->gc_base = b->gc_base; /* GC reads whole segments only; Note [Move horizons] */
     if (in_tree)
       gca__tree_swap(pool, b, r);
     else

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expandable.h"
 #include "fcache.h"
 #include "introspect.h"
 #include "recycle.h"

@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "alloc_core.h"
+#include "expandable.h"
 #include "gca/pool.h"
 
 typedef struct saved_block {

@@ -32,13 +32,14 @@
  * device's reserved memory would pass peak live memory by more than 0.4%
  * (Note [Moves within a bound]), it moves those handles instead: held frees
  * (the free cache, the recycle bins) go back to the tree, the free granules
- * are taken out of it as a release
- * batch (Note [No waits under the device lock]: the segment's stream is
- * synchronized with the lock let go, since queued work may still use the
- * free range, and a capturing stream is never synchronized), unmapped there
- * and "parked", and the growth maps the parked handles where the request needs
- * them (gca__expand_take_donors, gca__expand_unpark; release.c's
- * move_handles). The growth maps the hole the moves were taken for, not one
+ * that no work queued on their stream can still use (Note [Move horizons],
+ * horizon.c: known without waiting) are taken out of it as a release batch,
+ * unmapped there and "parked", and the growth maps the parked handles where
+ * the request needs them (gca__expand_take_donors, gca__expand_unpark;
+ * release.c's move_handles). Only an out-of-memory growth takes granules
+ * queued work may still use: the batch then synchronizes their stream with
+ * the lock let go (Note [No waits under the device lock]; a capturing stream
+ * is never synchronized). The growth maps the hole the moves were taken for, not one
  * they opened (planned_hole). Data of live blocks never moves; only free granules do, so a
  * live block's bytes stay where they are. Nothing moves while a capture is
  * under way (d->ncaptures): a growth then creates as before.
@@ -54,12 +55,11 @@
  * handles), about 1,025 calls per GiB where one 20 MiB handle per step costs
  * about 150 and a classic segment one mem_alloc; a move costs a mem_map per
  * granule, a mem_unmap per run of adjacent granules taken (the driver unmaps
- * several whole mappings in one call) and a stream synchronize per growth; a
- * release, a mem_release per granule and a mem_unmap per run; an IPC export,
- * one handle per granule.
- * In exchange, peak mapped memory stays within 0.4% of peak live memory (the
- * bound), plus the granule rounding of each growth and the sub-granule ends
- * of free blocks. Moves are paid again on every iteration of a loop whose
+ * several whole mappings in one call) and, per donor segment, a stream_query
+ * or an event_record and event_query (Note [Move horizons]); a release, a mem_release per granule
+ * and a mem_unmap per run; an IPC export, one handle per granule. In exchange, peak mapped memory
+ * stays within 0.4% of peak live memory (the bound), plus the granule rounding of each growth and
+ * the sub-granule ends of free blocks. Moves are paid again on every iteration of a loop whose
  * frees fragment the segment the same way each time. Measured with
  * gca-replay's warm passes on the KV-cache serving traces of gca-trace-gen,
  * seeds 1-3, 80 GiB: peak mapped / peak live 1.0039, 1.0039 and 1.0038 with
@@ -74,16 +74,13 @@
  * one 2 MiB granule took 50 us on the H200, 48 us each for four in one
  * set_access and one unmap. None of the VMM calls waits for work queued on
  * the device (contract_mem's
- * vmm_calls_do_not_wait_for_work_queued_on_the_device, run on the H200): what
- * a move waits for is the segment's own stream, synchronized so that no
- * queued work still uses the granules it takes, which in an engine whose
- * host runs ahead of its stream stalls the host until the stream drains. So
- * moves are opt-in: an engine that can pay calls and stream waits for memory
- * turns them on; one that needs a steady state free of driver calls leaves
- * them off and still gets granule-sized handles that release can give back,
- * and moves once the device is out of memory (Note [Moves on out of memory],
- * release.c): capped at 1.005 x peak live memory the three serving traces
- * ran with no failed request at 19,400 / 15,100 / 6,200 driver calls per warm
+ * vmm_calls_do_not_wait_for_work_queued_on_the_device, run on the H200), and
+ * a move takes only granules that queued work no longer uses (Note [Move
+ * horizons]), so it waits for nothing. Moves are opt-in: an engine that can pay calls and stream
+ * waits for memory turns them on; one that needs a steady state free of driver calls leaves them
+ * off and still gets granule-sized handles that release can give back, and moves once the device is
+ * out of memory (Note [Moves on out of memory], release.c): capped at 1.005 x peak live memory the
+ * three serving traces ran with no failed request at 19,400 / 15,100 / 6,200 driver calls per warm
  * pass (on the H200, capped by per_process_memory_fraction: 1.0050 / 1.0049 /
  * 1.0046, 17,500 / 15,100 / 5,500 calls, 12.9 / 12.6 / 3.7 us per event; at
  * 1.0007 x, still no failed request). Other donor orders did not pay: taking
@@ -114,6 +111,7 @@
 #include <string.h>
 
 #include "alloc_core.h"
+#include "expandable.h"
 #include "history.h"
 
 static inline size_t round_up(size_t x, size_t g) {
@@ -388,6 +386,7 @@ static gca_status_t segment_remove(gca__devalloc_t *d, gca__segment_t *seg) {
   seg->head->unmapped = false;
   gca__block_free(d, seg->head);
   gca__segment_unlink(pool, seg);
+  gca__hz_destroy(d, seg);
   free(seg->maps);
   free(seg->parked);
   free(seg);
@@ -411,6 +410,8 @@ static void absorb(gca__devalloc_t *d, gca__block_t *dst, gca__block_t *src) {
       dst->next->prev = dst;
   }
   dst->size += src->size;
+  if (src->gc_base > dst->gc_base) /* the later free (Note [Move horizons]) */
+    dst->gc_base = src->gc_base;
   src->unmapped = false;
   gca__block_free(d, src);
 }
@@ -803,6 +804,7 @@ void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
   gca__owner_remove(seg->base, seg->reserved_size, d->device);
   for (size_t i = 0; i < seg->nparked; i++)
     gca__vmm_release_handle(d, seg->parked[i]);
+  gca__hz_destroy(d, seg);
   free(seg->maps);
   free(seg->parked);
   seg->maps = NULL;
@@ -839,18 +841,37 @@ static bool growth_within_bound(const gca__devalloc_t *d, size_t lack, size_t ro
   return d->stats.reserved_bytes[GCA_STAT_ALL].current + (int64_t)lack <= peak + peak / 256;
 }
 
+/* The stamp below which s's free blocks (but p and n) may give granules
+ * with no wait (Note [Move horizons]). */
+static uint64_t donors_covered(gca__devalloc_t *d, gca__segment_t *s, const gca__block_t *p,
+                               const gca__block_t *n) {
+  uint64_t need = 0;
+  bool any = false;
+  for (gca__block_t *b = s->head; b != NULL; b = b->next)
+    if (b->in_tree && b != p && b != n &&
+        mapped_inside(s, b->addr - s->base, b->addr - s->base + b->size) != 0) {
+      any = true;
+      if (b->gc_base > need)
+        need = b->gc_base;
+    }
+  return any ? gca__hz_covered(d, s, need) : 0;
+}
+
 /* Takes whole free granules of segment s into bt, up to *left bytes (less
  * what it took), but for the blocks p and n (the growth's own neighbours);
  * makes room for their handles in s->parked and has the batch park them
- * there (park_want). */
+ * there (park_want). `waits`: any free granule, its stream synchronized by
+ * the batch; else only those no queued work uses (Note [Move horizons]). */
 static gca_status_t take_from(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *s,
-                              const gca__block_t *p, const gca__block_t *n, size_t *left) {
+                              const gca__block_t *p, const gca__block_t *n, size_t *left,
+                              bool waits) {
   size_t avail = 0;
+  uint64_t covered = waits ? UINT64_MAX : donors_covered(d, s, p, n);
   for (int pass = 0; pass < 2; pass++) { /* count, make room, then take */
     size_t n_ent = 0, l = *left;
     for (gca__block_t *b = s->head, *next; b != NULL && l > 0; b = next) {
       next = b->next;
-      if (!b->in_tree || b == p || b == n)
+      if (!b->in_tree || b == p || b == n || b->gc_base >= covered)
         continue;
       size_t blo = b->addr - s->base, bhi = blo + b->size;
       size_t i = mapping_inside(s, blo, bhi);
@@ -867,6 +888,7 @@ static gca_status_t take_from(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segm
       bt->v[bt->n - 1].lo = s->maps[i].offset;
       bt->v[bt->n - 1].hi = s->maps[i].offset + bytes;
       bt->v[bt->n - 1].keep = true;
+      bt->v[bt->n - 1].safe = !waits;
     }
     if (pass == 1)
       break;
@@ -907,11 +929,11 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
   if (d->fc_count != 0 || d->rb_count != 0) /* a block just freed may be the donor */
     return GCA_ERR_NOT_READY;
   size_t left = lack;
-  GCA_CHECK(take_from(d, bt, seg, p, n, &left));
+  GCA_CHECK(take_from(d, bt, seg, p, n, &left, oom));
   /* Note [Moves across segments] */
   for (gca__segment_t *s = pool->segments; s != NULL && left > 0; s = s->next)
     if (s != seg && s->expandable && !s->stream_gone && s->nmaps != 0)
-      GCA_CHECK(take_from(d, bt, s, NULL, NULL, &left));
+      GCA_CHECK(take_from(d, bt, s, NULL, NULL, &left, oom));
   if (left < lack)
     seg->park_hole = u->addr;
   return GCA_OK;

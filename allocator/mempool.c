@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "alloc_core.h"
+#include "expandable.h"
 #include "gca/pool.h"
 
 /* ---- lifetime ---- */

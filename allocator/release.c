@@ -20,6 +20,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "expandable.h"
 #include "fcache.h"
 #include "recycle.h"
 #include "tcache.h"

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 
 #include "alloc_core.h"
+#include "expandable.h"
 #include "history.h"
 
 /* Reserves, maps and opens [*out, *out + size) for d's device and its peers
@@ -209,7 +210,8 @@ static void batch_add(gca__relbatch_t *bt, gca__segment_t *seg, gca__block_t *b,
   gca__tree_erase(b->pool, b);
   b->releasing = true;
   bt->v[bt->n++] = (gca__relent_t){
-      seg, b, b->addr - seg->base, b->addr - seg->base + b->size, GCA_OK, seg->expandable, false};
+      seg,   b,    b->addr - seg->base, b->addr - seg->base + b->size, GCA_OK, seg->expandable,
+      false, false};
   bt->bytes += bytes;
 }
 
@@ -301,9 +303,13 @@ void gca__relbatch_wait(gca__devalloc_t *d, gca__relbatch_t *bt) {
       gca__unrelax(d->ops, relaxed, mode);
       continue;
     }
+    if (e->safe) { /* no queued work uses it (Note [Move horizons]) */
+      e->st = GCA_OK;
+      continue;
+    }
     bool seen = false; /* one wait per stream */
     for (size_t k = 0; k < i && !seen; k++)
-      seen = bt->v[k].seg->stream == seg->stream && bt->v[k].st == GCA_OK &&
+      seen = bt->v[k].seg->stream == seg->stream && bt->v[k].st == GCA_OK && !bt->v[k].safe &&
              (bt->v[k].seg->expandable || bt->v[k].seg->maps != NULL);
     bool waited =
         seg->gone_waited || (seg->stream_gone && seg->stream == bt->waited && bt->waited != NULL);

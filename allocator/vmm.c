@@ -14,6 +14,7 @@
 #include <inttypes.h>
 
 #include "alloc_core.h"
+#include "expandable.h"
 
 static inline void count_calls(gca__devalloc_t *d, int64_t n) {
   __atomic_fetch_add(&d->stats.num_driver_calls, n, __ATOMIC_RELAXED);

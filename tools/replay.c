@@ -3,7 +3,7 @@
  * caching allocator and reports how much device memory it reserved.
  *
  *   gca-replay TRACE.csv [--config STR]... [--device-memory 80GiB] [--repeat N]
- *              [--lenient] [--json] [--no-progress] [--snapshot FILE] [--help]
+ *              [--lag N] [--lenient] [--json] [--no-progress] [--snapshot FILE] [--help]
  *
  * The one idea: all checking happens once, while the trace is read. A hash
  * table from trace pointer to its allocation resolves every free to the slot
@@ -25,7 +25,11 @@
  * measured pass runs with the observer attached, so it takes the allocator's
  * locked path (the free cache's lock-free hits are off while any observer or
  * recorder is on). After it, --repeat N further passes over the warm cache,
- * without the observer, give a steady-state ns per event.
+ * without the observer, give a steady-state ns per event. With --lag N the
+ * trace's streams run N events behind the host (replay_lag.c), as an
+ * engine's GPU runs behind its host: freed memory stays in use by queued
+ * work for a while, and any wait the allocator makes for a stream shows as
+ * a stall.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -38,6 +42,7 @@
 #include <jansson.h>
 
 #include "gca.h"
+#include "replay_lag.h"
 #include "rmm_csv.h"
 #include "torch_snapshot.h"
 #include "util.h"
@@ -105,6 +110,7 @@ typedef struct run_result {
   int64_t driver_calls, grown_bytes, handle_moves; /* of the measured pass */
   double warm_driver_calls, warm_handle_moves;     /* per warm pass: the steady state */
   double warm_retries, warm_ooms; /* per warm pass: out-of-memory retries, failed requests */
+  int64_t lag_stalls;             /* --lag: the host blocked on a stream, all passes */
 } run_result_t;
 
 /* Driver calls per GiB of memory made usable: the cost of growth. */
@@ -118,6 +124,7 @@ typedef struct options {
   int nconfigs;
   uint64_t device_memory;
   int repeat;
+  uint64_t lag; /* --lag: events the streams run behind the host (0: none) */
   bool json, progress, lenient;
   const char *snapshot; /* --snapshot: JSON after the first configuration's measured pass */
   int device;           /* --device: the device trace of a PyTorch snapshot */
@@ -442,10 +449,12 @@ static gca_status_t sample_peak(run_result_t *res, uint64_t *peak_seen) {
  * each allocation that touched the device. Returns the loop's time in *ns,
  * sampling excluded. */
 static gca_status_t replay_pass(const trace_t *t, void **live, bool sample, run_result_t *res,
-                                uint64_t *ns, int64_t *ooms, bool show) {
+                                uint64_t *ns, int64_t *ooms, bool show, uint64_t lag) {
   uint64_t peak_seen = 0, excluded = 0;
   const replay_event_t *ev = t->events;
   atomic_store(&may_have_grown, false);
+  if (lag != 0)
+    replay_lag_start(lag);
   uint64_t t0 = tool_now_ns();
   for (size_t i = 0; i < t->nevents; i++) {
     gca_status_t st;
@@ -470,6 +479,8 @@ static gca_status_t replay_pass(const trace_t *t, void **live, bool sample, run_
         return tool_error_gca(st, "replay: line %llu: free", (unsigned long long)t->line[i]);
       live[ev[i].slot] = NULL;
     }
+    if (lag != 0)
+      TOOL_CHECK(replay_lag_after(i, t->streams[ev[i].stream]));
     if (TOOL_UNLIKELY(show && (i & 0xffff) == 0xffff)) {
       uint64_t s0 = tool_now_ns();
       progress(true, res->config && *res->config ? res->config : "default", i, t->nevents);
@@ -477,6 +488,8 @@ static gca_status_t replay_pass(const trace_t *t, void **live, bool sample, run_
     }
   }
   *ns = tool_now_ns() - t0 - excluded;
+  if (lag != 0)
+    TOOL_CHECK(replay_lag_drain(t->streams, t->nstreams));
   if (show && t->nevents > 0xffff)
     progress(true, res->config && *res->config ? res->config : "default", 1, 1);
   return GCA_OK;
@@ -552,7 +565,8 @@ static gca_status_t run_config(const options_t *o, const trace_t *t, const char 
     st = tool_error_gca(st, "replay: attaching the trace observer");
     goto out;
   }
-  TOOL_CHECK_GOTO(replay_pass(t, live, true, res, &ns, &res->ooms, o->progress), st, out);
+  int64_t stalls = replay_lag_stalls();
+  TOOL_CHECK_GOTO(replay_pass(t, live, true, res, &ns, &res->ooms, o->progress, o->lag), st, out);
   TOOL_CHECK_GOTO(gca_trace_observer_remove(observer), st, out);
   observer = 0;
   if (snapshot) {
@@ -576,7 +590,7 @@ static gca_status_t run_config(const options_t *o, const trace_t *t, const char 
   int64_t warm_ooms = 0;
   for (int k = 0; k < o->repeat; k++) {
     TOOL_CHECK_GOTO(free_remaining(t, live), st, out);
-    TOOL_CHECK_GOTO(replay_pass(t, live, false, res, &ns, &warm_ooms, false), st, out);
+    TOOL_CHECK_GOTO(replay_pass(t, live, false, res, &ns, &warm_ooms, false, o->lag), st, out);
     warm_ns += ns;
   }
   res->ns_per_event_warm =
@@ -593,9 +607,12 @@ static gca_status_t run_config(const options_t *o, const trace_t *t, const char 
     res->warm_ooms = (double)warm_ooms / o->repeat;
   }
   TOOL_CHECK_GOTO(free_remaining(t, live), st, out);
+  res->lag_stalls = replay_lag_stalls() - stalls;
   st = GCA_OK;
 out:
   if (st != GCA_OK) { /* leave nothing behind for the next configuration (best effort) */
+    if (o->lag != 0)
+      (void)replay_lag_drain(t->streams, t->nstreams);
     if (observer != 0)
       gca_trace_observer_remove(observer);
     if (snapshot)
@@ -669,6 +686,7 @@ static gca_status_t print_json(const options_t *o, const trace_t *t, const run_r
   j_set(root, "unmatched_frees_skipped", j_uint(t->nunmatched), &ok);
   j_set(root, "streams", j_uint(t->nstreams), &ok);
   j_set(root, "peak_live_bytes", j_uint(t->peak_live), &ok);
+  j_set(root, "lag_events", j_uint(o->lag), &ok);
   j_set(root, "parse_ns_per_event", j_real(t->parse_ns_per_event), &ok);
   if (t->torch) {
     j_set(root, "torch_reserved_bytes", j_uint(t->torch_reserved), &ok);
@@ -712,6 +730,7 @@ static gca_status_t print_json(const options_t *o, const trace_t *t, const run_r
     j_set(run, "alloc_retries_per_warm_pass", o->repeat > 0 ? j_real(r->warm_retries) : json_null(),
           &ok);
     j_set(run, "ooms_per_warm_pass", o->repeat > 0 ? j_real(r->warm_ooms) : json_null(), &ok);
+    j_set(run, "lag_stalls", o->lag ? json_integer(r->lag_stalls) : json_null(), &ok);
   }
   j_set(root, "runs", runs, &ok);
   char *text = ok ? json_dumps(root, JSON_COMPACT) : NULL;
@@ -809,6 +828,11 @@ static void print_table(const options_t *o, const trace_t *t, const run_result_t
     for (int i = 0; i < n; i++)
       printf("%*.1f", width, res[i].warm_ooms);
   }
+  if (o->lag != 0) {
+    printf("\n%-32s", "host stalls on a stream (lag)");
+    for (int i = 0; i < n; i++)
+      printf("%*lld", width, (long long)res[i].lag_stalls);
+  }
   printf("\n");
 }
 
@@ -817,7 +841,8 @@ static void print_table(const options_t *o, const trace_t *t, const run_result_t
 static void usage(FILE *f) {
   fprintf(f,
           "usage: gca-replay TRACE.csv|SNAPSHOT.pickle [--config STR]... [--device-memory SIZE]\n"
-          "                  [--repeat N] [--lenient] [--json] [--no-progress] [--snapshot FILE]\n"
+          "                  [--repeat N] [--lag N] [--lenient] [--json] [--no-progress]\n"
+          "                  [--snapshot FILE]\n"
           "                  [--device N] [--help]\n"
           "Replays an RMM log CSV trace, or one device's trace of a PyTorch memory snapshot\n"
           "(the pickle torch.cuda.memory._dump_snapshot writes; read as plain data only,\n"
@@ -826,6 +851,10 @@ static void usage(FILE *f) {
           "live and reserved bytes, fragmentation at peak, ns per event and device calls.\n"
           "  --device-memory SIZE  capacity of the simulated device (e.g. 80GiB)\n"
           "  --repeat N            warm passes timed after the measured one (default 3)\n"
+          "  --lag N               the streams run N events behind the host: freed memory\n"
+          "                        stays in use by queued work; a wait for a stream is a\n"
+          "                        stall (counted; the stream gives up on the host after\n"
+          "                        0.5 s)\n"
           "  --lenient             skip (and count) frees of pointers that are not live, as\n"
           "                        in traces whose recording began after some allocations\n"
           "  --snapshot FILE       write a snapshot (JSON, for gca-snapshot) at the end of the\n"
@@ -845,11 +874,13 @@ static int parse_args(int argc, char **argv, options_t *o) {
     OPT_CONFIG,
     OPT_DEVMEM,
     OPT_REPEAT,
-    OPT_DEVICE
+    OPT_DEVICE,
+    OPT_LAG
   };
   static const struct option longopts[] = {{"config", required_argument, NULL, OPT_CONFIG},
                                            {"device-memory", required_argument, NULL, OPT_DEVMEM},
                                            {"repeat", required_argument, NULL, OPT_REPEAT},
+                                           {"lag", required_argument, NULL, OPT_LAG},
                                            {"lenient", no_argument, NULL, OPT_LENIENT},
                                            {"json", no_argument, NULL, OPT_JSON},
                                            {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
@@ -908,6 +939,17 @@ static int parse_args(int argc, char **argv, options_t *o) {
         return -1;
       }
       o->repeat = (int)v;
+      break;
+    }
+    case OPT_LAG: {
+      char *end = NULL;
+      unsigned long long v = strtoull(optarg, &end, 10);
+      if (!end || *end || end == optarg || optarg[0] == '-' || v > 100000000ull) {
+        fprintf(stderr, "gca-replay: --lag '%s' is not a count of events in 0..100000000\n",
+                optarg);
+        return -1;
+      }
+      o->lag = v;
       break;
     }
     default: /* getopt_long said what was wrong */

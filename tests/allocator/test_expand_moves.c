@@ -8,6 +8,7 @@
  * and nothing moves while a capture is under way. */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -256,6 +257,166 @@ static void hold_stream(void *arg) {
   atomic_store(ran, 1);
 }
 
+/* Note [Move horizons]: four 10 MiB blocks on s, the first and third used
+ * by work queued behind a shut gate, then freed. A 16 MiB request would move
+ * their granules, but the queued work may still use them: the growth creates
+ * eight handles instead, without waiting (the call returns with the gate
+ * shut, no synchronize) and without unmapping anything the work writes
+ * (it runs once the gate opens, and the stream finishes without a fault).
+ * With the stream idle again, a 36 MiB request moves the ten free granules
+ * of the two holes. */
+static void a_move_leaves_ranges_that_queued_work_may_use(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  char *p[4];
+  for (int i = 0; i < 4; i++)
+    p[i] = alloc_on(10 * MiB, s);
+  stamp_fill(p[1], 10 * MiB, 0xb1);
+  stamp_fill(p[3], 10 * MiB, 0xd3);
+  test_gate_t g = TEST_GATE_INIT;
+  assert_ok(gca_launch_host_func(s, test_gate_pass, &g));
+  assert_ok(gca_memset_d32_async(p[0], 0x5eed, 10 * MiB / 4, s));
+  assert_ok(gca_memset_d32_async(p[2], 0x5eed, 10 * MiB / 4, s));
+  free_ok(p[0]);
+  free_ok(p[2]);
+  int64_t creates = calls("mem_create"), syncs = calls("stream_synchronize");
+  int64_t unmaps = calls("mem_unmap"), records = calls("event_record");
+  char *e = alloc_on(16 * MiB, s);
+  check();
+  assert_ptr_equal(e, p[3] + 10 * MiB);
+  assert_int_equal(stats().num_handle_moves, 0);
+  assert_int_equal(calls("mem_create") - creates, 8);
+  assert_int_equal(calls("mem_unmap"), unmaps);
+  assert_int_equal(calls("stream_synchronize"), syncs);
+  assert_int_equal(calls("event_record") - records, 1); /* a horizon behind the queued work */
+  test_gate_open(&g);
+  assert_ok(gca_stream_synchronize(s)); /* the memsets found their ranges mapped */
+  assert_int_equal(*(uint32_t *)p[0], 0x5eed);
+  assert_int_equal(*(uint32_t *)(p[2] + 10 * MiB - 4), 0x5eed);
+  stamps_hold(p);
+  free_ok(e);
+  creates = calls("mem_create");
+  syncs = calls("stream_synchronize");
+  char *f = alloc_on(36 * MiB, s); /* e's 16 MiB and 20 more: the holes' granules */
+  check();
+  assert_ptr_equal(f, e);
+  assert_int_equal(stats().num_handle_moves, 10);
+  assert_int_equal(calls("mem_create"), creates);
+  assert_int_equal(calls("stream_synchronize"), syncs);
+  stamps_hold(p);
+  free_ok(f);
+  release_holes(p);
+  assert_ok(gca_stream_destroy(s));
+  test_gate_fini(&g);
+}
+
+/* A horizon recorded behind queued work covers what was freed before it,
+ * once the stream passes it, while the stream is still busy with later work:
+ * A freed behind gate 1, a growth records horizon H (A not yet covered:
+ * created), gate 2 shuts the stream again behind H, C is freed; once H has
+ * completed, a growth moves A's five granules, not C's (freed after H), with
+ * no synchronize and gate 2 still shut. */
+static void a_horizon_covers_what_was_freed_before_it(void **state) {
+  (void)state;
+  gca_stream_t s;
+  gca_event_t past_h;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_event_create(&past_h, 0));
+  char *a = alloc_on(10 * MiB, s), *b = alloc_on(10 * MiB, s), *c = alloc_on(10 * MiB, s);
+  char *x = alloc_on(10 * MiB, s);
+  stamp_fill(b, 10 * MiB, 0xb2);
+  stamp_fill(x, 10 * MiB, 0xb4);
+  test_gate_t g1 = TEST_GATE_INIT, g2 = TEST_GATE_INIT;
+  assert_ok(gca_launch_host_func(s, test_gate_pass, &g1));
+  free_ok(a);
+  int64_t syncs = calls("stream_synchronize"), records = calls("event_record");
+  char *e = alloc_on(16 * MiB, s); /* records H */
+  assert_int_equal(stats().num_handle_moves, 0);
+  assert_int_equal(calls("event_record") - records, 1);
+  assert_ok(gca_event_record(past_h, s));
+  assert_ok(gca_launch_host_func(s, test_gate_pass, &g2));
+  free_ok(c);
+  test_gate_open(&g1);
+  assert_ok(gca_event_synchronize(past_h)); /* H has completed */
+  char *f = alloc_on(14 * MiB, s);          /* after e: lacks 14 MiB */
+  check();
+  assert_int_equal(stats().num_handle_moves, 5);
+  assert_int_equal(calls("stream_synchronize"), syncs);
+  assert_int_equal(stamp_mismatch(b, 10 * MiB, 0xb2), -1);
+  assert_int_equal(stamp_mismatch(x, 10 * MiB, 0xb4), -1);
+  test_gate_open(&g2);
+  assert_ok(gca_stream_synchronize(s));
+  free_ok(e);
+  free_ok(f);
+  free_ok(b);
+  free_ok(x);
+  assert_nothing_leaked();
+  assert_ok(gca_event_destroy(past_h));
+  assert_ok(gca_stream_destroy(s));
+  test_gate_fini(&g1);
+  test_gate_fini(&g2);
+}
+
+/* A horizon step that fails (a sim fault in stream_query, event_create,
+ * event_record or event_query, or no host memory for the horizons) leaves
+ * the holes' granules where they are: the 16 MiB request creates its eight
+ * handles, the allocator stays valid, and once the fault is gone and the
+ * stream idle a 36 MiB request moves the ten. `busy`: the stream is held
+ * behind a gate, so the growth reaches the record; event_query fails on a
+ * second growth, polling the horizon that a first one (12 MiB, freed again:
+ * the 16 MiB request then lacks 4) recorded. */
+static void a_failed_horizon_step_creates_instead(void **state) {
+  (void)state;
+  static const struct {
+    const char *op, *point; /* a sim fault in op's first call, or a fail point */
+    bool busy, second;
+  } f[] = {{"stream_query", NULL, false, false},
+           {"event_create", NULL, true, false},
+           {"event_record", NULL, true, false},
+           {"event_query", NULL, true, true},
+           {NULL, "horizon_alloc", false, false}};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(f); k++) {
+    gca_stream_t s;
+    assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+    assert_ok(gca_reset_accumulated_stats(0));
+    char *p[4];
+    two_holes(p, s);
+    test_gate_t g = TEST_GATE_INIT;
+    if (f[k].busy)
+      assert_ok(gca_launch_host_func(s, test_gate_pass, &g));
+    char *first = f[k].second ? alloc_on(12 * MiB, s) : NULL; /* a growth: records a horizon */
+    if (first != NULL)
+      free_ok(first);
+    int64_t creates = calls("mem_create"), before = f[k].op ? calls(f[k].op) : 0;
+    char spec[64];
+    snprintf(spec, sizeof(spec), "%s:nth=1", f[k].op ? f[k].op : "");
+    if (f[k].op != NULL)
+      assert_ok(gca_sim_fault_set(spec));
+    else
+      assert_ok(gca__failpoint_arm(f[k].point, 1));
+    char *e = alloc_on(16 * MiB, s);
+    if (f[k].op != NULL && calls(f[k].op) == before) /* the faulty call was made */
+      fail_msg("%s: not called", f[k].op);
+    gca_sim_fault_clear();
+    gca__failpoint_clear();
+    check();
+    assert_int_equal(stats().num_handle_moves, 0);
+    assert_int_equal(calls("mem_create") - creates, f[k].second ? 2 : 8);
+    test_gate_open(&g);
+    assert_ok(gca_stream_synchronize(s));
+    free_ok(e);
+    char *x = alloc_on(36 * MiB, s);
+    check();
+    assert_int_equal(stats().num_handle_moves, 10);
+    stamps_hold(p);
+    free_ok(x);
+    release_holes(p);
+    assert_ok(gca_stream_destroy(s));
+    test_gate_fini(&g);
+  }
+}
+
 static void *open_gate_after_using_the_allocator(void *arg) {
   gca_stream_t other = arg;
   struct timespec ts = {0, 20 * 1000 * 1000};
@@ -267,16 +428,18 @@ static void *open_gate_after_using_the_allocator(void *arg) {
   return NULL;
 }
 
-/* The free ranges may still be used by work queued on the segment's stream:
- * a move waits for that stream, with the device lock let go (another thread
- * allocates meanwhile), and unmaps only once the work has run. */
-static void a_move_waits_for_the_segments_stream_with_the_lock_let_go(void **state) {
+/* Out of memory, a move takes free ranges that queued work may still use:
+ * it waits for the segment's stream, with the device lock let go (another
+ * thread allocates meanwhile), and unmaps only once the work has run. */
+static void an_out_of_memory_move_waits_for_the_stream_with_the_lock_let_go(void **state) {
   (void)state;
   gca_stream_t s, other;
   assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
   assert_ok(gca_stream_create(&other, GCA_STREAM_NON_BLOCKING));
   char *p[4];
   two_holes(p, s);
+  free_ok(alloc_on(4096, other)); /* cached: the other thread's request needs no memory */
+  assert_ok(gca_sim_set_capacity(0, 42 * MiB));
   atomic_int ran = 0;
   atomic_store(&gate, 0);
   assert_ok(gca_launch_host_func(s, hold_stream, &ran)); /* "uses" the holes */
@@ -288,7 +451,10 @@ static void a_move_waits_for_the_segments_stream_with_the_lock_let_go(void **sta
   assert_int_equal(stats().num_handle_moves, 8);
   stamps_hold(p);
   free_ok(e);
-  release_holes(p);
+  free_ok(p[1]);
+  free_ok(p[3]);
+  assert_nothing_leaked();
+  assert_int_equal(calls("mem_create"), calls("mem_release") + 1); /* one was refused */
   assert_ok(gca_stream_destroy(s));
   assert_ok(gca_stream_destroy(other));
 }
@@ -423,7 +589,7 @@ static void moves_wait_for_waste_past_the_bound(void **state) {
 /* Note [Moves across segments]: a growth on stream S2 whose own segment
  * holds no free granule takes them from S1's segment: S1 holds A (10 MiB,
  * freed) and B (10 MiB), S2 holds X (2 MiB); a 16 MiB request on S2 moves
- * A's five granules (S1's stream synchronized first) and creates three. Out
+ * A's five granules (S1's stream found idle) and creates three. Out
  * of host memory to gather them (fail point expand_gather), the five are
  * released and the growth creates all eight. Data intact, the growth at X's
  * end, nothing leaked either way. */
@@ -443,7 +609,7 @@ static void a_growth_takes_granules_from_another_streams_segment(void **state) {
     stamp_fill(x, 2 * MiB, 0xe2);
     free_ok(a);
     int64_t creates = calls("mem_create"), releases = calls("mem_release");
-    int64_t syncs = calls("stream_synchronize");
+    int64_t syncs = calls("stream_synchronize"), queries = calls("stream_query");
     if (r[k].point != NULL)
       assert_ok(gca__failpoint_arm(r[k].point, 1));
     char *c = alloc_on(16 * MiB, s2);
@@ -454,7 +620,8 @@ static void a_growth_takes_granules_from_another_streams_segment(void **state) {
     assert_int_equal(st.num_handle_moves, r[k].moves);
     assert_int_equal(calls("mem_create") - creates, r[k].creates);
     assert_int_equal(calls("mem_release") - releases, r[k].releases);
-    assert_true(calls("stream_synchronize") > syncs);
+    assert_int_equal(calls("stream_synchronize"), syncs); /* S1 idle: Note [Move horizons] */
+    assert_true(calls("stream_query") > queries);
     assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 28 * MiB);
     stamp_fill(c, 16 * MiB, 0xe3);
     assert_int_equal(stamp_mismatch(b, 10 * MiB, 0xe1), -1);
@@ -623,7 +790,10 @@ int main(void) {
       T(an_unmap_fault_while_undoing_a_growth_keeps_the_start_cached),
       T(host_oom_in_a_growth_is_retried),
       T(host_oom_for_parked_handles_grows_instead),
-      T(a_move_waits_for_the_segments_stream_with_the_lock_let_go),
+      T(a_move_leaves_ranges_that_queued_work_may_use),
+      T(a_horizon_covers_what_was_freed_before_it),
+      T(an_out_of_memory_move_waits_for_the_stream_with_the_lock_let_go),
+      T(a_failed_horizon_step_creates_instead),
       T(nothing_moves_during_a_capture),
       T(private_pools_neither_split_nor_move_handles),
       T(without_expandable_moves_nothing_moves),

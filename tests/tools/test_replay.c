@@ -427,6 +427,46 @@ static void expandable_moves_keep_peak_mapped_near_peak_live(void **state) {
   unsetenv("GCA_SIM_DEVICE_MEMORY");
 }
 
+/* --lag N: the trace's streams run N events behind the host. With memory to
+ * spare nothing waits for a stream (no stall, moves on or off); with the
+ * device full, the move that serves the third request takes the free range
+ * queued work may still use and waits for its stream: the queued waits give
+ * up on the blocked host, counted as stalls. A bad count is refused. */
+static void lag_counts_the_host_waiting_for_a_stream(void **state) {
+  (void)state;
+  static const char body[] = HEADER "1,00:00:00.1,allocate,0x1000,20971520,0x0\n"
+                                    "1,00:00:00.2,allocate,0x2000,20971520,0x0\n"
+                                    "1,00:00:00.3,free,0x1000,20971520,0x0\n"
+                                    "1,00:00:00.4,allocate,0x3000,25165824,0x0\n"
+                                    "1,00:00:00.5,free,0x2000,20971520,0x0\n"
+                                    "1,00:00:00.6,free,0x3000,25165824,0x0\n";
+  static const struct {
+    const char *args;
+    bool stalls;
+  } r[] = {{"--lag 2 --config expandable_segments:True,expandable_moves:True", false},
+           {"--lag 2 --config expandable_segments:True", false},
+           {"--lag 2 --device-memory 44MiB --config expandable_segments:True", true}};
+  for (size_t k = 0; k < GCA_ARRAY_SIZE(r); k++) {
+    char args[256];
+    snprintf(args, sizeof(args), "--json %s", r[k].args);
+    run_out_t o = run_replay(body, args);
+    json_t *v = parse_json(&o);
+    const json_t *run = json_array_get(json_object_get(v, "runs"), 0);
+    assert_int_equal(u64_at(v, "lag_events"), 2);
+    uint64_t stalls = u64_at(run, "lag_stalls");
+    print_message("%s: %llu stalls\n", r[k].args, (unsigned long long)stalls);
+    if ((stalls != 0) != r[k].stalls)
+      fail_msg("%s: %llu stalls", r[k].args, (unsigned long long)stalls);
+    assert_int_equal(u64_at(run, "ooms"), 0);
+    json_decref(v);
+    free(o.text);
+  }
+  run_out_t o = run_replay(HEADER, "--lag -1");
+  assert_int_equal(o.exit_code, 2);
+  assert_non_null(strstr(o.text, "--lag '-1'"));
+  free(o.text);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_replay PATH/TO/gca-replay PATH/TO/gca-trace-gen\n");
@@ -450,6 +490,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(snapshot_option_writes_the_state_after_the_pass),
       cmocka_unit_test(the_free_cache_never_costs_memory_on_generated_traces),
       cmocka_unit_test(expandable_moves_keep_peak_mapped_near_peak_live),
+      cmocka_unit_test(lag_counts_the_host_waiting_for_a_stream),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* horizon.c - move horizons: which free ranges of an expandable segment the
+ * work queued on its stream no longer uses, known without waiting for it.
+ *
+ * Note [Move horizons]. A handle move unmaps the whole granules of a free
+ * block and maps their handles where a growth needs them. The driver unmaps
+ * at once (contract_mem's vmm_calls_do_not_wait_for_work_queued_on_the_device),
+ * and a free is stream-ordered: kernels queued on the segment's stream before
+ * the free may still read and write the block. Unmapped under them, they
+ * fault; mapped elsewhere, the handle takes their late writes into another
+ * block. So a move used to synchronize the donor's stream, which stalls a
+ * host that runs ahead of its stream (an engine's normal state) on every
+ * move. Instead, a move takes only donors that no queued work can use:
+ *
+ *   - every block carries the pool's clock from when it last became free
+ *     (gc_base, the field classic segments keep their GC age in; the clock
+ *     is pool->free_calls, which horizons advance as well as GC lookups);
+ *     a growth's fresh granules carry 0 (nothing was queued on them), and a
+ *     merge keeps the later of the two;
+ *   - each expandable segment keeps a ring of up to GCA__HZ_RING events
+ *     recorded on its stream (horizons), each tagged with the clock when it
+ *     was recorded, after which the clock advances; once a horizon has
+ *     completed, every block freed before it was recorded is past the work
+ *     queued on the stream: done = tag + 1, and a free block whose stamp is
+ *     below done is a donor with no wait. A stream that stream_query finds
+ *     idle is a horizon completed at once.
+ *
+ * Horizons are polled and recorded only where a growth would move (past the
+ * bound of Note [Moves within a bound]) and a donor's stamp is not yet
+ * covered, never on the free path: at most an event_query per pending
+ * horizon, a stream_query and an event_record per donor segment and growth.
+ * A block freed since the last growth becomes a donor at a later growth, once
+ * its stream has passed it; a growth that finds too few donors creates the
+ * rest (memory above the bound until a later growth can move, not a stall).
+ * An out-of-memory growth still takes every donor and synchronizes their
+ * streams (release.c's Note [Moves on out of memory]): a wait beats a failed
+ * request. No horizon is recorded or queried while a capture runs anywhere
+ * (the queries would be refused and would invalidate it; nothing moves then
+ * either), nor for another thread's per-thread stream or a destroyed stream,
+ * which no handle here reaches: their segments give only granules that
+ * completed horizons or fresh growths cover. A failed event or query call
+ * only leaves the donors uncovered (logged at debug level); the growth
+ * creates instead.
+ */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "expandable.h"
+
+#define GCA__HZ_RING 4
+
+struct gca__horizons {
+  gca_event_t ev[GCA__HZ_RING]; /* created on first use, kept until the segment goes */
+  uint64_t tag[GCA__HZ_RING];
+  unsigned head, n; /* pending horizons: ev[head], ev[head + 1], ... oldest first */
+  uint64_t done;    /* a free block stamped below this is no longer used by queued work */
+};
+
+/* The handle that reaches seg's stream from this thread, and whether d's
+ * device must be current for it; false when none does. */
+static bool stream_handle(const gca__segment_t *seg, gca_stream_t *h, bool *cur) {
+  gca_stream_t s = seg->stream;
+  if (seg->stream_gone)
+    return false;
+  if (gca__stream_is_ptds(s)) {
+    if (s != gca__t_ptds_key) /* another thread's, or GCA__STREAM_GONE */
+      return false;
+    *h = GCA_STREAM_PER_THREAD;
+    *cur = true;
+    return true;
+  }
+  *h = s;
+  *cur = s == NULL; /* the device's legacy stream */
+  return true;
+}
+
+static void hz_fail(const gca__segment_t *seg, const char *what) {
+  GCA_LOG_DEBUG("expandable segment 0x%" PRIx64 ": %s failed, its free ranges wait for a later "
+                "horizon: %s",
+                seg->base, what, gca_last_error());
+}
+
+/* Polls seg's pending horizons (oldest first); then, if a block stamped
+ * `need` is still not covered, asks whether the stream is idle (when no
+ * pending horizon says it is busy) and, if not, records a horizon unless a
+ * pending one already covers `need`. With d's device current where the
+ * handle needs it. */
+static void update(gca__devalloc_t *d, gca__segment_t *seg, gca__horizons_t *z, gca_stream_t h,
+                   uint64_t need) {
+  gca__pool_t *pool = seg->pool;
+  bool busy = false;
+  while (z->n != 0 && !busy) {
+    unsigned i = z->head;
+    d->stats.num_driver_calls++;
+    gca_status_t st = d->ops->event_query(z->ev[i]);
+    if (st == GCA_ERR_NOT_READY) {
+      busy = true;
+    } else if (st != GCA_OK) {
+      hz_fail(seg, "a horizon's event_query");
+      z->n = 0; /* what they would have said is lost; later horizons say it again */
+    } else {
+      z->done = z->tag[i] + 1;
+      z->head = (i + 1) % GCA__HZ_RING;
+      z->n--;
+    }
+  }
+  if (need < z->done)
+    return;
+  if (!busy) {
+    d->stats.num_driver_calls++;
+    gca_status_t st = d->ops->stream_query(h);
+    if (st == GCA_OK) { /* idle: every block freed so far is covered */
+      z->done = ++pool->free_calls;
+      return;
+    }
+    if (st != GCA_ERR_NOT_READY) {
+      hz_fail(seg, "stream_query");
+      return;
+    }
+  }
+  if (z->n == GCA__HZ_RING || (z->n != 0 && z->tag[(z->head + z->n - 1) % GCA__HZ_RING] >= need))
+    return; /* no room, or a pending horizon will cover it */
+  unsigned i = (z->head + z->n) % GCA__HZ_RING;
+  if (z->ev[i] == NULL) {
+    d->stats.num_driver_calls++;
+    if (d->ops->event_create(d->device, GCA_EVENT_DISABLE_TIMING, &z->ev[i]) != GCA_OK) {
+      z->ev[i] = NULL;
+      hz_fail(seg, "a horizon's event_create");
+      return;
+    }
+  }
+  d->stats.num_driver_calls++;
+  if (d->ops->event_record(z->ev[i], h) != GCA_OK) {
+    hz_fail(seg, "a horizon's event_record");
+    return;
+  }
+  z->tag[i] = pool->free_calls++;
+  z->n++;
+}
+
+uint64_t gca__hz_covered(gca__devalloc_t *d, gca__segment_t *seg, uint64_t need) {
+  gca__horizons_t *z = seg->hz;
+  gca_stream_t h;
+  bool cur = false;
+  if (z != NULL && need < z->done)
+    return z->done;
+  if (atomic_load_explicit(&gca__device_captures, memory_order_relaxed) != 0 ||
+      !stream_handle(seg, &h, &cur))
+    return z != NULL ? z->done : 0;
+  if (z == NULL) {
+    z = GCA_FAILPOINT("horizon_alloc") ? NULL : calloc(1, sizeof(*z));
+    if (z == NULL) {
+      GCA_LOG_DEBUG("expandable segment 0x%" PRIx64 ": host out of memory for its horizons",
+                    seg->base);
+      return 0;
+    }
+    seg->hz = z;
+  }
+  int prev = d->device;
+  if (cur) {
+    d->stats.num_driver_calls++;
+    if (d->ops->ctx_get_device(&prev) != GCA_OK) {
+      hz_fail(seg, "ctx_get_device");
+      return z->done;
+    }
+    if (prev != d->device && d->ops->ctx_set_device(d->device) != GCA_OK) {
+      hz_fail(seg, "ctx_set_device");
+      return z->done;
+    }
+  }
+  update(d, seg, z, h, need);
+  if (prev != d->device && d->ops->ctx_set_device(prev) != GCA_OK)
+    hz_fail(seg, "ctx_set_device back");
+  return z->done;
+}
+
+void gca__hz_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
+  gca__horizons_t *z = seg->hz;
+  if (z == NULL)
+    return;
+  for (int i = 0; i < GCA__HZ_RING; i++)
+    if (z->ev[i] != NULL)
+      GCA_CHECK_IGNORE(d->ops->event_destroy(z->ev[i]));
+  free(z);
+  seg->hz = NULL;
+}
