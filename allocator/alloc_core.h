@@ -303,7 +303,10 @@ typedef struct gca__relent {
   gca_status_t st;
   bool expandable; /* seg's kind (a classic seg is freed once finished) */
   bool keep;       /* expandable: the segment stays even when nothing stays mapped */
-  bool safe;       /* expandable: no queued work uses it (Note [Move horizons]): no wait */
+  bool safe;       /* expandable: no wait: no queued work uses it, or `lend` */
+  bool lend;       /* expandable: lent to a growth of its own segment (Note [Lent granules]) */
+  uint64_t hz;     /* expandable: waited, stamps below it are covered once the wait is done;
+                      lent, the stamp of its range (Note [Move horizons]) */
 } gca__relent_t;
 
 /* A release batch: taken under the lock, waited for and freed without it,

@@ -263,7 +263,7 @@ static gca_status_t map_range(gca__devalloc_t *d, gca__segment_t *seg, size_t of
  * run mapped; a failed release leaves its range unmapped and forgotten (the
  * status says so). */
 static gca_status_t unmap_run(gca__devalloc_t *d, gca__segment_t *seg, size_t i, size_t j,
-                              size_t *from) {
+                              size_t *from, bool lend) {
   size_t k = j;
   gca_status_t st = GCA_OK, rst = GCA_OK;
   gca_devptr_t lo = seg->base + seg->maps[i].offset;
@@ -271,7 +271,7 @@ static gca_status_t unmap_run(gca__devalloc_t *d, gca__segment_t *seg, size_t i,
   for (size_t m = i; m < j; m++)
     GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_UNMAPPING, seg->base + seg->maps[m].offset,
                                   seg->maps[m].size));
-  if ((st = gca__vmm_unmap_keep(d, lo, len)) != GCA_OK) {
+  if (!lend && (st = gca__vmm_unmap_keep(d, lo, len)) != GCA_OK) {
     for (size_t m = i; m < j; m++) /* still there: the observer hears of them again */
       GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_MAPPED, seg->base + seg->maps[m].offset,
                                     seg->maps[m].size));
@@ -489,7 +489,7 @@ static gca__block_t *best_hole(gca__segment_t *seg, size_t rounded, size_t g) {
   gca__block_t *u = NULL;
   size_t best_len = SIZE_MAX, best_total = SIZE_MAX;
   for (gca__block_t *b = seg->head; b != NULL; b = b->next) {
-    size_t total = b->unmapped ? hole_total(b) : 0;
+    size_t total = b->unmapped && !b->releasing ? hole_total(b) : 0; /* not a lent range */
     if (total < rounded)
       continue;
     bool right;
@@ -513,7 +513,7 @@ static gca__block_t *planned_hole(gca__segment_t *seg, size_t rounded) {
     return NULL;
   for (gca__block_t *b = seg->head; b != NULL; b = b->next)
     if (b->addr == seg->park_hole)
-      return b->unmapped && hole_total(b) >= rounded ? b : NULL;
+      return b->unmapped && !b->releasing && hole_total(b) >= rounded ? b : NULL;
   return NULL;
 }
 
@@ -600,12 +600,25 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
 
 /* ---- release ---- */
 
+/* Merges unmapped block b with its unmapped neighbours that are not lent. */
+static void unmapped_merge(gca__devalloc_t *d, gca__block_t *b) {
+  if (b->prev != NULL && b->prev->unmapped && !b->prev->releasing)
+    absorb(d, b, b->prev);
+  if (b->next != NULL && b->next->unmapped && !b->next->releasing)
+    absorb(d, b, b->next);
+}
+
+void gca__expand_unlend(gca__devalloc_t *d, gca__block_t *r) {
+  r->releasing = false;
+  unmapped_merge(d, r);
+}
+
 /* Turns [ms, me), the range of a mapping just unmapped inside the free block
  * b, into an unmapped block, with free blocks for what remains of b on either
  * side; spare[] holds two block records, used ones are set to NULL. Returns
  * the block after the new unmapped one, or NULL. */
 static gca__block_t *carve(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t ms, gca_devptr_t me,
-                           gca__block_t **spare) {
+                           gca__block_t **spare, bool lend, uint64_t stamp) {
   gca__pool_t *pool = b->pool;
   gca__block_t *before = NULL, *after = NULL;
   split_account(d, b, -1);
@@ -646,10 +659,12 @@ static gca__block_t *carve(gca__devalloc_t *d, gca__block_t *b, gca_devptr_t ms,
   b->size = me - ms;
   b->unmapped = true;
   b->gc_base = 0;
-  if (b->prev != NULL && b->prev->unmapped)
-    absorb(d, b, b->prev);
-  if (b->next != NULL && b->next->unmapped)
-    absorb(d, b, b->next);
+  if (lend) { /* a range of its own until its driver mapping goes */
+    b->releasing = true;
+    gca__hz_alias_add(b->seg, b, stamp);
+  } else {
+    unmapped_merge(d, b);
+  }
   if (before != NULL) {
     gca__tree_insert(pool, before);
     split_account(d, before, 1);
@@ -681,7 +696,7 @@ static size_t mapping_inside(const gca__segment_t *seg, size_t lo, size_t hi) {
  * Note [No waits under the device lock]). Stops at the first failure, keeping
  * what was released before it. */
 static gca_status_t release_in(gca__devalloc_t *d, gca__segment_t *seg, size_t lo, size_t hi,
-                               size_t *released) {
+                               size_t *released, bool lend, uint64_t stamp) {
   gca_status_t st = GCA_OK;
   gca__block_t *spare[2] = {NULL, NULL};
   for (gca__block_t *b = seg->head; b != NULL;) {
@@ -701,16 +716,18 @@ static gca_status_t release_in(gca__devalloc_t *d, gca__segment_t *seg, size_t l
     for (int k = 0; k < 2; k++)
       if (spare[k] == NULL && (st = gca__block_new(d, &spare[k])) != GCA_OK)
         goto out;
+    if (lend && (st = gca__hz_alias_room(seg, 1)) != GCA_OK)
+      goto out;
     size_t end = seg->maps[j - 1].offset + seg->maps[j - 1].size, before = seg->size, from;
-    gca_status_t ust = unmap_run(d, seg, i, j, &from);
+    gca_status_t ust = unmap_run(d, seg, i, j, &from, lend);
     size_t gone = before - seg->size;
     if (gone == 0) {
       st = ust; /* still mapped: nothing changed */
       goto out;
     }
-    if (released != NULL)
+    if (released != NULL && !lend)
       *released += gone;
-    b = carve(d, b, seg->base + end - gone, seg->base + end, spare);
+    b = carve(d, b, seg->base + end - gone, seg->base + end, spare, lend, stamp);
     if (ust != GCA_OK) {
       st = ust;
       goto out;
@@ -738,9 +755,12 @@ gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segm
   size_t n = 0, bytes;
   for (gca__block_t *b = seg->head; b != NULL; b = b->next)
     n += b->in_tree && holds_mapping(seg, b, &bytes);
-  if (n == 0)
+  size_t lent = gca__hz_aliases(seg) != 0; /* a wait that lets them go, first */
+  if (n + lent == 0)
     return GCA_OK;
-  GCA_CHECK(gca__relbatch_room(bt, n));
+  GCA_CHECK(gca__relbatch_room(bt, n + lent));
+  if (lent)
+    bt->v[bt->n++] = (gca__relent_t){.seg = seg, .expandable = true};
   for (gca__block_t *b = seg->head; b != NULL; b = b->next)
     if (b->in_tree && holds_mapping(seg, b, &bytes))
       gca__relbatch_add(bt, seg, b, bytes);
@@ -789,14 +809,16 @@ gca_status_t gca__expand_take_range(gca__devalloc_t *d, gca__relbatch_t *bt, gca
 }
 
 gca_status_t gca__expand_release_synced(gca__devalloc_t *d, gca__segment_t *seg, size_t lo,
-                                        size_t hi, size_t *released, bool remove) {
-  GCA_CHECK(release_in(d, seg, lo, hi, released));
-  if (remove && seg->nmaps == 0)
+                                        size_t hi, size_t *released, bool remove, bool lend,
+                                        uint64_t stamp) {
+  GCA_CHECK(release_in(d, seg, lo, hi, released, lend, stamp));
+  if (remove && seg->nmaps == 0 && gca__hz_aliases(seg) == 0)
     return segment_remove(d, seg);
   return GCA_OK;
 }
 
 void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
+  gca__hz_destroy(d, seg); /* its lent ranges first: the reservation goes below */
   for (size_t i = 0; i < seg->nmaps; i++)
     GCA_CHECK_IGNORE(gca__observe(seg->pool, GCA_SEGMENT_UNMAPPING, seg->base + seg->maps[i].offset,
                                   seg->maps[i].size));
@@ -804,7 +826,6 @@ void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
   gca__owner_remove(seg->base, seg->reserved_size, d->device);
   for (size_t i = 0; i < seg->nparked; i++)
     gca__vmm_release_handle(d, seg->parked[i]);
-  gca__hz_destroy(d, seg);
   free(seg->maps);
   free(seg->parked);
   seg->maps = NULL;
@@ -861,17 +882,20 @@ static uint64_t donors_covered(gca__devalloc_t *d, gca__segment_t *s, const gca_
  * what it took), but for the blocks p and n (the growth's own neighbours);
  * makes room for their handles in s->parked and has the batch park them
  * there (park_want). `waits`: any free granule, its stream synchronized by
- * the batch; else only those no queued work uses (Note [Move horizons]). */
+ * the batch; else those no queued work uses (Note [Move horizons]) and, in
+ * the growing segment itself (`own`), the others lent (Note [Lent
+ * granules]). */
 static gca_status_t take_from(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *s,
                               const gca__block_t *p, const gca__block_t *n, size_t *left,
-                              bool waits) {
+                              bool waits, bool own) {
   size_t avail = 0;
+  bool lends = own && !waits && gca__hz_lendable(s);
   uint64_t covered = waits ? UINT64_MAX : donors_covered(d, s, p, n);
   for (int pass = 0; pass < 2; pass++) { /* count, make room, then take */
     size_t n_ent = 0, l = *left;
     for (gca__block_t *b = s->head, *next; b != NULL && l > 0; b = next) {
       next = b->next;
-      if (!b->in_tree || b == p || b == n || b->gc_base >= covered)
+      if (!b->in_tree || b == p || b == n || (b->gc_base >= covered && !lends))
         continue;
       size_t blo = b->addr - s->base, bhi = blo + b->size;
       size_t i = mapping_inside(s, blo, bhi);
@@ -889,6 +913,9 @@ static gca_status_t take_from(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segm
       bt->v[bt->n - 1].hi = s->maps[i].offset + bytes;
       bt->v[bt->n - 1].keep = true;
       bt->v[bt->n - 1].safe = !waits;
+      bt->v[bt->n - 1].lend = !waits && b->gc_base >= covered;
+      bt->v[bt->n - 1].hz = b->gc_base; /* a lent range's stamp (its block is merged at the
+                                           batch's end, which stamps it anew) */
     }
     if (pass == 1)
       break;
@@ -915,6 +942,8 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
   if (!(d->cfg.expandable_moves || oom) || d->ncaptures != 0 || pool->owner != NULL ||
       seg == NULL || seg->nmaps == 0 || g == 0)
     return GCA_OK;
+  if (gca__hz_aliases(seg) != 0) /* ranges lent before may merge into holes now */
+    gca__hz_retire(d, seg, 0);
   gca__block_t *u = best_hole(seg, rounded, g);
   if (u == NULL)
     return GCA_OK;
@@ -929,11 +958,11 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
   if (d->fc_count != 0 || d->rb_count != 0) /* a block just freed may be the donor */
     return GCA_ERR_NOT_READY;
   size_t left = lack;
-  GCA_CHECK(take_from(d, bt, seg, p, n, &left, oom));
+  GCA_CHECK(take_from(d, bt, seg, p, n, &left, oom, true));
   /* Note [Moves across segments] */
   for (gca__segment_t *s = pool->segments; s != NULL && left > 0; s = s->next)
     if (s != seg && s->expandable && !s->stream_gone && s->nmaps != 0)
-      GCA_CHECK(take_from(d, bt, s, NULL, NULL, &left, oom));
+      GCA_CHECK(take_from(d, bt, s, NULL, NULL, &left, oom, false));
   if (left < lack)
     seg->park_hole = u->addr;
   return GCA_OK;
@@ -1042,7 +1071,7 @@ gca_status_t gca__expand_check(const gca__devalloc_t *d, const gca__segment_t *s
     if (b->unmapped) {
       if (lo % g || b->size % g || b->allocated || b->in_tree || b->event_count || b->requested)
         return BROKEN("unmapped block 0x%" PRIx64 ": misaligned or marked in use", b->addr);
-      if (b->next != NULL && b->next->unmapped)
+      if (b->next != NULL && b->next->unmapped && !b->releasing && !b->next->releasing)
         return BROKEN("unmapped blocks 0x%" PRIx64 " and 0x%" PRIx64 " not merged", b->addr,
                       b->next->addr);
       if (mi < seg->nmaps && seg->maps[mi].offset < lo + b->size)

@@ -71,11 +71,14 @@ gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segm
  * mapped (a checkpoint's trim). */
 gca_status_t gca__expand_take_range(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg,
                                     size_t lo, size_t hi);
-/* Unmaps, without waiting (the stream was synchronized), the mappings inside
- * [lo, hi) of seg that lie wholly inside a free block; removes the segment
- * when nothing stays mapped and `remove`. */
+/* Unmaps, without waiting (the stream was synchronized, or no queued work
+ * uses the range), the mappings inside [lo, hi) of seg that lie wholly
+ * inside a free block; `lend`: leaves them mapped in the driver as lent
+ * ranges instead, stamped `stamp` (Note [Lent granules]). Removes the segment when nothing
+ * stays mapped, nothing is lent and `remove`. */
 gca_status_t gca__expand_release_synced(gca__devalloc_t *d, gca__segment_t *seg, size_t lo,
-                                        size_t hi, size_t *released, bool remove);
+                                        size_t hi, size_t *released, bool remove, bool lend,
+                                        uint64_t stamp);
 /* Unmaps, releases and unreserves everything of an expandable segment regardless
  * of its blocks (allocator reset); the caller frees the record itself. */
 void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg);
@@ -93,7 +96,28 @@ typedef struct gca__horizons gca__horizons_t;
  * stamped `need` is not covered, asks whether the stream is idle or records
  * a horizon. Never waits; nothing while a capture runs. */
 uint64_t gca__hz_covered(gca__devalloc_t *d, gca__segment_t *seg, uint64_t need);
-/* Destroys seg's horizon events (segment removal, teardown). */
+/* Whether seg's granules may be lent (Note [Lent granules]): its stream is
+ * reachable from here for horizons. */
+bool gca__hz_lendable(const gca__segment_t *seg);
+/* Room for `more` lent ranges of seg (host memory). */
+gca_status_t gca__hz_alias_room(gca__segment_t *seg, size_t more);
+/* Records lent block r of seg, freed at `stamp` (room made). */
+void gca__hz_alias_add(gca__segment_t *seg, gca__block_t *r, uint64_t stamp);
+/* How many lent ranges seg has. */
+size_t gca__hz_aliases(const gca__segment_t *seg);
+/* Unmaps seg's lent ranges that no queued work uses any more: `waited` (not
+ * 0) says a wait for the stream covered stamps below it; else polls. */
+void gca__hz_retire(gca__devalloc_t *d, gca__segment_t *seg, uint64_t waited);
+/* Unmaps seg's lent ranges and destroys its horizon events (segment
+ * removal, teardown). */
 void gca__hz_destroy(gca__devalloc_t *d, gca__segment_t *seg);
+/* Whether b is a lent range: unmapped for the allocator, still mapped in the
+ * driver (Note [Lent granules]). */
+static inline bool gca__block_lent(const gca__block_t *b) {
+  return b->unmapped && b->releasing;
+}
+/* A lent range r whose driver mapping is gone: an unmapped block like any
+ * other, merged with its unmapped neighbours (expandable.c). */
+void gca__expand_unlend(gca__devalloc_t *d, gca__block_t *r);
 
 #endif

@@ -50,11 +50,20 @@
 
 #define GCA__HZ_RING 4
 
+/* A lent range (Note [Lent granules]): block r, unmapped for the allocator,
+ * still mapped in the driver until a horizon covers `stamp`. */
+typedef struct gca__alias {
+  gca__block_t *r;
+  uint64_t stamp;
+} gca__alias_t;
+
 struct gca__horizons {
   gca_event_t ev[GCA__HZ_RING]; /* created on first use, kept until the segment goes */
   uint64_t tag[GCA__HZ_RING];
   unsigned head, n; /* pending horizons: ev[head], ev[head + 1], ... oldest first */
   uint64_t done;    /* a free block stamped below this is no longer used by queued work */
+  gca__alias_t *al; /* the segment's lent ranges, oldest first */
+  size_t nal, cap_al;
 };
 
 /* The handle that reaches seg's stream from this thread, and whether d's
@@ -139,6 +148,16 @@ static void update(gca__devalloc_t *d, gca__segment_t *seg, gca__horizons_t *z, 
   z->n++;
 }
 
+static gca__horizons_t *horizons(gca__segment_t *seg) {
+  if (seg->hz == NULL) {
+    seg->hz = GCA_FAILPOINT("horizon_alloc") ? NULL : calloc(1, sizeof(*seg->hz));
+    if (seg->hz == NULL)
+      GCA_LOG_DEBUG("expandable segment 0x%" PRIx64 ": host out of memory for its horizons",
+                    seg->base);
+  }
+  return seg->hz;
+}
+
 uint64_t gca__hz_covered(gca__devalloc_t *d, gca__segment_t *seg, uint64_t need) {
   gca__horizons_t *z = seg->hz;
   gca_stream_t h;
@@ -148,15 +167,8 @@ uint64_t gca__hz_covered(gca__devalloc_t *d, gca__segment_t *seg, uint64_t need)
   if (atomic_load_explicit(&gca__device_captures, memory_order_relaxed) != 0 ||
       !stream_handle(seg, &h, &cur))
     return z != NULL ? z->done : 0;
-  if (z == NULL) {
-    z = GCA_FAILPOINT("horizon_alloc") ? NULL : calloc(1, sizeof(*z));
-    if (z == NULL) {
-      GCA_LOG_DEBUG("expandable segment 0x%" PRIx64 ": host out of memory for its horizons",
-                    seg->base);
-      return 0;
-    }
-    seg->hz = z;
-  }
+  if (z == NULL && (z = horizons(seg)) == NULL)
+    return 0;
   int prev = d->device;
   if (cur) {
     d->stats.num_driver_calls++;
@@ -175,10 +187,79 @@ uint64_t gca__hz_covered(gca__devalloc_t *d, gca__segment_t *seg, uint64_t need)
   return z->done;
 }
 
+bool gca__hz_lendable(const gca__segment_t *seg) {
+  gca_stream_t h;
+  bool cur;
+  return stream_handle(seg, &h, &cur);
+}
+
+gca_status_t gca__hz_alias_room(gca__segment_t *seg, size_t more) {
+  gca__horizons_t *z = horizons(seg);
+  if (z == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for move horizons");
+  if (z->nal + more <= z->cap_al)
+    return GCA_OK;
+  size_t ncap = z->cap_al ? z->cap_al * 2 : 8;
+  while (ncap < z->nal + more)
+    ncap *= 2;
+  gca__alias_t *n = GCA_FAILPOINT("horizon_alias") ? NULL : realloc(z->al, ncap * sizeof(*n));
+  if (n == NULL)
+    return gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for %zu lent ranges",
+                      ncap);
+  z->al = n;
+  z->cap_al = ncap;
+  return GCA_OK;
+}
+
+void gca__hz_alias_add(gca__segment_t *seg, gca__block_t *r, uint64_t stamp) {
+  gca__horizons_t *z = seg->hz; /* room made by gca__hz_alias_room */
+  z->al[z->nal++] = (gca__alias_t){r, stamp};
+}
+
+size_t gca__hz_aliases(const gca__segment_t *seg) {
+  return seg->hz != NULL ? seg->hz->nal : 0;
+}
+
+void gca__hz_retire(gca__devalloc_t *d, gca__segment_t *seg, uint64_t waited) {
+  gca__horizons_t *z = seg->hz;
+  if (z == NULL)
+    return;
+  if (waited > z->done)
+    z->done = waited;
+  if (z->nal == 0)
+    return;
+  if (waited == 0) {
+    uint64_t need = 0;
+    for (size_t i = 0; i < z->nal; i++)
+      if (z->al[i].stamp > need)
+        need = z->al[i].stamp;
+    (void)gca__hz_covered(d, seg, need);
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < z->nal; i++) {
+    gca__alias_t a = z->al[i];
+    if (a.stamp < z->done) {
+      gca_status_t st = gca__vmm_unmap_keep(d, a.r->addr, a.r->size);
+      if (st == GCA_OK) {
+        gca__expand_unlend(d, a.r);
+        continue;
+      }
+      GCA_LOG_WARN("expandable segment 0x%" PRIx64 ": unmapping the lent range 0x%" PRIx64
+                   " (%zu bytes) failed, tried again later: %s",
+                   seg->base, a.r->addr, a.r->size, gca_last_error());
+    }
+    z->al[k++] = a;
+  }
+  z->nal = k;
+}
+
 void gca__hz_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
   gca__horizons_t *z = seg->hz;
   if (z == NULL)
     return;
+  for (size_t i = 0; i < z->nal; i++) /* teardown: queued work is not waited for */
+    GCA_CHECK_IGNORE(gca__vmm_unmap_keep(d, z->al[i].r->addr, z->al[i].r->size));
+  free(z->al);
   for (int i = 0; i < GCA__HZ_RING; i++)
     if (z->ev[i] != NULL)
       GCA_CHECK_IGNORE(d->ops->event_destroy(z->ev[i]));

@@ -46,6 +46,9 @@ gca_status_t gca__relbatch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *
   d->releasing += bt->bytes;
   d->nreleases++;
   bt->captures = d->ncaptures != 0;
+  for (size_t i = 0; i < bt->n; i++) /* what a wait will cover (Note [Move horizons]) */
+    if (bt->v[i].expandable && !bt->v[i].safe)
+      bt->v[i].hz = ++bt->v[i].seg->pool->free_calls;
   gca__dev_let_go(d);
   gca__relbatch_wait(d, bt);
   gca__dev_lock(d);
@@ -57,7 +60,7 @@ gca_status_t gca__relbatch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *
     gca_status_t est = GCA_OK;
     if (!e->expandable)
       est = gca__relbatch_finish_classic(d, e, released);
-    else
+    else if (e->b != NULL)
       reinsert(d, e->b);
     if (st == GCA_OK)
       st = est;
@@ -69,8 +72,12 @@ gca_status_t gca__relbatch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *
     bool last = true; /* the segment's last entry may remove it */
     for (size_t k = i + 1; k < bt->n && last; k++)
       last = !bt->v[k].expandable || bt->v[k].seg != e->seg;
-    gca_status_t est =
-        gca__expand_release_synced(d, e->seg, e->lo, e->hi, released, last && !e->keep);
+    if (!e->safe) /* its stream was waited for: its lent granules go (Note [Lent granules]) */
+      gca__hz_retire(d, e->seg, e->hz);
+    if (e->b == NULL && !last)
+      continue;
+    gca_status_t est = gca__expand_release_synced(d, e->seg, e->lo, e->hi, released,
+                                                  last && !e->keep, e->lend, e->hz);
     if (st == GCA_OK)
       st = est;
   }
@@ -146,7 +153,7 @@ static gca_status_t reap_pool(gca__devalloc_t *d, gca__mempool_t *m, gca__mempoo
     for (gca__segment_t *s = pools[k]->segments, *sn; s != NULL && st == GCA_OK; s = sn) {
       sn = s->next;
       if (s->expandable && s->nmaps == 0)
-        st = gca__expand_release_synced(d, s, 0, 0, NULL, true);
+        st = gca__expand_release_synced(d, s, 0, 0, NULL, true, false, 0);
     }
   if (st == GCA_OK && (m->small.segments != NULL || m->large.segments != NULL))
     st = gca__error(GCA_ERR_INTERNAL, "kept segments that hold no live block");

@@ -209,9 +209,12 @@ void gca__segment_maps_forget(gca__segment_t *seg) {
 static void batch_add(gca__relbatch_t *bt, gca__segment_t *seg, gca__block_t *b, size_t bytes) {
   gca__tree_erase(b->pool, b);
   b->releasing = true;
-  bt->v[bt->n++] = (gca__relent_t){
-      seg,   b,    b->addr - seg->base, b->addr - seg->base + b->size, GCA_OK, seg->expandable,
-      false, false};
+  bt->v[bt->n++] = (gca__relent_t){.seg = seg,
+                                    .b = b,
+                                    .lo = b->addr - seg->base,
+                                    .hi = b->addr - seg->base + b->size,
+                                    .st = GCA_OK,
+                                    .expandable = seg->expandable};
   bt->bytes += bytes;
 }
 
