@@ -210,11 +210,11 @@ static void batch_add(gca__relbatch_t *bt, gca__segment_t *seg, gca__block_t *b,
   gca__tree_erase(b->pool, b);
   b->releasing = true;
   bt->v[bt->n++] = (gca__relent_t){.seg = seg,
-                                    .b = b,
-                                    .lo = b->addr - seg->base,
-                                    .hi = b->addr - seg->base + b->size,
-                                    .st = GCA_OK,
-                                    .expandable = seg->expandable};
+                                   .b = b,
+                                   .lo = b->addr - seg->base,
+                                   .hi = b->addr - seg->base + b->size,
+                                   .st = GCA_OK,
+                                   .expandable = seg->expandable};
   bt->bytes += bytes;
 }
 

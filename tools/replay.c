@@ -854,7 +854,7 @@ static void usage(FILE *f) {
           "  --lag N               the streams run N events behind the host: freed memory\n"
           "                        stays in use by queued work; a wait for a stream is a\n"
           "                        stall (counted; the stream gives up on the host after\n"
-          "                        0.5 s)\n"
+          "                        0.1 s)\n"
           "  --lenient             skip (and count) frees of pointers that are not live, as\n"
           "                        in traces whose recording began after some allocations\n"
           "  --snapshot FILE       write a snapshot (JSON, for gca-snapshot) at the end of the\n"

@@ -345,7 +345,7 @@ static void a_horizon_covers_what_was_freed_before_it(void **state) {
   free_ok(c);
   test_gate_open(&g1);
   assert_ok(gca_event_synchronize(past_h)); /* H has completed */
-  char *f = alloc_on(14 * MiB, s); /* after e: lacks 14 MiB */
+  char *f = alloc_on(14 * MiB, s);          /* after e: lacks 14 MiB */
   check();
   assert_int_equal(stats().num_handle_moves, 10);
   assert_int_equal(calls("mem_unmap") - unmaps, 1); /* A's lent range; C's is lent */
@@ -381,8 +381,10 @@ static void a_failed_horizon_step_still_moves_or_creates(void **state) {
     const char *op, *point; /* a sim fault in op's first call, or a fail point */
     bool busy, second;
     int64_t moves, creates;
-  } f[] = {{"stream_query", NULL, false, false, 8, 0}, {"event_create", NULL, true, false, 8, 0},
-           {"event_record", NULL, true, false, 8, 0},  {"event_query", NULL, true, true, 10, 2},
+  } f[] = {{"stream_query", NULL, false, false, 8, 0},
+           {"event_create", NULL, true, false, 8, 0},
+           {"event_record", NULL, true, false, 8, 0},
+           {"event_query", NULL, true, true, 10, 2},
            {NULL, "horizon_alias", true, false, 3, 5}};
   for (size_t k = 0; k < GCA_ARRAY_SIZE(f); k++) {
     gca_stream_t s;

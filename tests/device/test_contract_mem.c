@@ -566,6 +566,49 @@ static void vmm_calls_do_not_wait_for_work_queued_on_the_device(void **state) {
   assert_int_equal(used(), 0);
 }
 
+/* One handle maps at two addresses as the same memory (cuMemMap maps a
+ * handle into any reservation that is not mapped; Note [Lent granules]):
+ * a write through one is read through the other, a write queued on a
+ * stream through one and then one through the other land in stream order,
+ * the handle released while both map it keeps its memory until the last
+ * unmap, and unmapping one leaves the other whole. */
+static void a_handle_maps_at_two_addresses_as_the_same_memory(void **state) {
+  (void)state;
+  gca_memhandle_t h;
+  gca_devptr_t a, b;
+  gca_stream_t s;
+  int dev = 0;
+  assert_ok(ops->mem_create(0, gran, &h));
+  assert_ok(ops->mem_address_reserve(0, gran, 0, &a));
+  assert_ok(ops->mem_address_reserve(0, gran, 0, &b));
+  assert_ok(ops->mem_map(a, gran, 0, h));
+  assert_ok(ops->mem_set_access(a, gran, &dev, 1));
+  assert_ok(ops->mem_map(b, gran, 0, h));
+  assert_ok(ops->mem_set_access(b, gran, &dev, 1));
+  if (is_sim)
+    assert_int_equal(used(), gran); /* one handle's memory */
+  dev_write(a + 8, 0xa1a5);
+  assert_int_equal(dev_read(b + 8), 0xa1a5);
+  assert_ok(ops->stream_create(0, GCA_STREAM_NON_BLOCKING, 0, &s));
+  assert_ok(ops->memset_d32_async(a, 0x01d, gran / 4, s));
+  assert_ok(ops->memset_d32_async(b + 64, 0x2e3, 4, s));
+  assert_ok(ops->stream_synchronize(s));
+  assert_int_equal(dev_read(b), 0x01d);
+  assert_int_equal(dev_read(a + 64), 0x2e3); /* the later write, through the other address */
+  assert_int_equal(dev_read(a + 80), 0x01d);
+  assert_ok(ops->mem_release(h));
+  assert_ok(ops->mem_unmap(a, gran));
+  dev_write(b + 16, 0xb0b);
+  assert_int_equal(dev_read(b + 16), 0xb0b);
+  if (is_sim)
+    assert_int_equal(used(), gran); /* held by the mapping that is left */
+  assert_ok(ops->mem_unmap(b, gran));
+  assert_ok(ops->stream_destroy(s));
+  assert_ok(ops->mem_address_free(0, a, gran));
+  assert_ok(ops->mem_address_free(0, b, gran));
+  assert_int_equal(used(), 0);
+}
+
 static void exported_fd_imports_as_the_same_memory(void **state) {
   (void)state;
   int attr = 0;
@@ -898,6 +941,7 @@ int main(void) {
       cmocka_unit_test(small_classic_allocations_share_chunks_and_are_256_aligned),
       cmocka_unit_test(mem_free_waits_for_work_queued_on_the_device),
       cmocka_unit_test(vmm_calls_do_not_wait_for_work_queued_on_the_device),
+      cmocka_unit_test(a_handle_maps_at_two_addresses_as_the_same_memory),
       cmocka_unit_test(exported_fd_imports_as_the_same_memory),
       cmocka_unit_test(exported_fabric_handle_imports_as_the_same_memory),
       cmocka_unit_test(concurrent_vmm_traffic_keeps_counts_and_bytes_exact),
