@@ -32,17 +32,20 @@
  * device's reserved memory would pass peak live memory by more than 0.4%
  * (Note [Moves within a bound]), it moves those handles instead: held frees
  * (the free cache, the recycle bins) go back to the tree, the free granules
- * that no work queued on their stream can still use (Note [Move horizons],
- * horizon.c: known without waiting) are taken out of it as a release batch,
- * unmapped there and "parked", and the growth maps the parked handles where
- * the request needs them (gca__expand_take_donors, gca__expand_unpark;
- * release.c's move_handles). Only an out-of-memory growth takes granules
- * queued work may still use: the batch then synchronizes their stream with
- * the lock let go (Note [No waits under the device lock]; a capturing stream
- * is never synchronized). The growth maps the hole the moves were taken for, not one
- * they opened (planned_hole). Data of live blocks never moves; only free granules do, so a
- * live block's bytes stay where they are. Nothing moves while a capture is
- * under way (d->ncaptures): a growth then creates as before.
+ * are taken out of it as a release batch and "parked", and the growth maps
+ * the parked handles where the request needs them (gca__expand_take_donors,
+ * gca__expand_unpark; release.c's move_handles). A granule that no work
+ * queued on its stream can still use (Note [Move horizons], horizon.c: known
+ * without waiting) is unmapped at once; one of the growing segment itself
+ * that queued work may still use is lent, mapped at both places until the
+ * stream has passed it (Note [Lent granules]); one of another stream's
+ * segment is taken only out of memory, after the batch synchronizes its
+ * stream with the lock let go (Note [No waits under the device lock]; a
+ * capturing stream is never synchronized). The growth maps the hole the
+ * moves were taken for, not one they opened (planned_hole). Data of live
+ * blocks never moves; only free granules do, so a live block's bytes stay
+ * where they are. Nothing moves while a capture is under way (d->ncaptures):
+ * a growth then creates as before.
  *
  * Private pools (graph pools, comm pools, Note [Checkpoints]) keep one handle
  * per growth, of at least the pool's step (2 MiB small, the classic segment
@@ -55,42 +58,46 @@
  * handles), about 1,025 calls per GiB where one 20 MiB handle per step costs
  * about 150 and a classic segment one mem_alloc; a move costs a mem_map per
  * granule, a mem_unmap per run of adjacent granules taken (the driver unmaps
- * several whole mappings in one call) and, per donor segment, a stream_query
- * or an event_record and event_query (Note [Move horizons]); a release, a mem_release per granule
- * and a mem_unmap per run; an IPC export, one handle per granule. In exchange, peak mapped memory
- * stays within 0.4% of peak live memory (the bound), plus the granule rounding of each growth and
- * the sub-granule ends of free blocks. Moves are paid again on every iteration of a loop whose
- * frees fragment the segment the same way each time. Measured with
- * gca-replay's warm passes on the KV-cache serving traces of gca-trace-gen,
- * seeds 1-3, 80 GiB: peak mapped / peak live 1.0039, 1.0039 and 1.0038 with
- * moves, 1.1006, 1.0849 and 1.0751 without; 19,300 / 14,900 / 5,200 driver
- * calls per pass with moves (24,600 / 16,900 / 6,100 moving at every growth,
- * twice that with one unmap per granule), none without; on an H200 (driver
- * 580) 12.8 / 11.7 / 4.0 us per event with moves and 0.1 us without.
- * transformer-train-a: 1.0018 with, 76 calls per pass, 1.0019 without. That
- * time is per
- * granule moved, not per call (one unmap per run instead of per granule
- * halved the calls and left it unchanged): a map, set_access and unmap of
- * one 2 MiB granule took 50 us on the H200, 48 us each for four in one
- * set_access and one unmap. None of the VMM calls waits for work queued on
- * the device (contract_mem's
- * vmm_calls_do_not_wait_for_work_queued_on_the_device, run on the H200), and
- * a move takes only granules that queued work no longer uses (Note [Move
- * horizons]), so it waits for nothing. Moves are opt-in: an engine that can pay calls and stream
- * waits for memory turns them on; one that needs a steady state free of driver calls leaves them
- * off and still gets granule-sized handles that release can give back, and moves once the device is
- * out of memory (Note [Moves on out of memory], release.c): capped at 1.005 x peak live memory the
- * three serving traces ran with no failed request at 19,400 / 15,100 / 6,200 driver calls per warm
- * pass (on the H200, capped by per_process_memory_fraction: 1.0050 / 1.0049 /
- * 1.0046, 17,500 / 15,100 / 5,500 calls, 12.9 / 12.6 / 3.7 us per event; at
- * 1.0007 x, still no failed request). Other donor orders did not pay: taking
- * the granules free the longest first, the smallest free ranges first or the
- * largest first took more calls; the highest addresses first took up to 5%
- * fewer on two traces, 10% more on the third; the donors here go in address
- * order. What moves cannot take is the sub-granule
- * ends of the free blocks that lie between live ones at the peak: those
- * granules stay mapped. stats.num_driver_calls, grown_bytes and
- * num_handle_moves count it (gca-replay reports driver calls per GiB grown).
+ * several whole mappings in one call; a lent run's unmap comes later) and, per
+ * donor segment, a stream_query or an event_record and event_query (Note [Move
+ * horizons]); a release, a mem_release per granule and a mem_unmap per run;
+ * an IPC export, one handle per granule. In exchange, peak mapped memory stays
+ * within 0.4% of peak live memory (the bound), plus the granule rounding of
+ * each growth and the sub-granule ends of free blocks. Moves are paid again on
+ * every iteration of a loop whose frees fragment the segment the same way each
+ * time. Measured with gca-replay's warm passes on the KV-cache serving traces
+ * of gca-trace-gen, seeds 1-3, 80 GiB: peak mapped / peak live 1.0039, 1.0039
+ * and 1.0038 with moves, 1.1006, 1.0849 and 1.0751 without; 20,100 / 15,500 /
+ * 5,400 driver calls per pass with moves, none without. With the streams
+ * 1,000 events behind the host (gca-replay --lag 1000: the freed memory still
+ * in use by queued work), 1.0034 / 1.0037 / 1.0038 at 34,300 / 22,500 / 9,900
+ * calls per pass, and no host stall (Note [Lent granules]). On an H200
+ * (driver 580) the moves cost 12.8 / 11.7 / 4.0 us per event against 0.1 us
+ * without; that time is per granule moved, not per call (one unmap per run
+ * instead of per granule halved the calls and left it unchanged): a map,
+ * set_access and unmap of one 2 MiB granule took 50 us, 48 us each for four in
+ * one set_access and one unmap. transformer-train-a: 1.0018 with, 76 calls per
+ * pass, 1.0019 without. None of the VMM calls waits for work queued on the
+ * device (contract_mem's vmm_calls_do_not_wait_for_work_queued_on_the_device,
+ * run on the H200), and a move waits for no stream (Note [Move horizons]), so
+ * the price of moves is the host time of those calls. Moves are opt-in, as
+ * gca's own key beside PyTorch's expandable_segments (which maps only to
+ * grow): an engine that can spend host time on memory turns them on; one that
+ * needs a steady state free of driver calls leaves them off and still gets
+ * granule-sized handles that release can give back, and moves once the device
+ * is out of memory (Note [Moves on out of memory], release.c): capped at 1.005
+ * x peak live memory the three serving traces ran with no failed request at
+ * 19,400 / 15,100 / 6,200 driver calls per warm pass (on the H200, capped by
+ * per_process_memory_fraction: 1.0050 / 1.0049 / 1.0046, 17,500 / 15,100 /
+ * 5,500 calls, 12.9 / 12.6 / 3.7 us per event; at 1.0007 x, still no failed
+ * request). Other donor orders did not pay: taking the granules free the
+ * longest first, the smallest free ranges first or the largest first took
+ * more calls; the highest addresses first took up to 5% fewer on two traces,
+ * 10% more on the third; the donors here go in address order. What moves
+ * cannot take is the sub-granule ends of the free blocks that lie between
+ * live ones at the peak: those granules stay mapped. stats.num_driver_calls,
+ * grown_bytes and num_handle_moves count it (gca-replay reports driver calls
+ * per GiB grown).
  *
  * Release (empty_cache, the out-of-memory retry, garbage collection) unmaps
  * every mapping that lies entirely inside a free block and keeps one that a
@@ -881,21 +888,21 @@ static uint64_t donors_covered(gca__devalloc_t *d, gca__segment_t *s, const gca_
 /* Takes whole free granules of segment s into bt, up to *left bytes (less
  * what it took), but for the blocks p and n (the growth's own neighbours);
  * makes room for their handles in s->parked and has the batch park them
- * there (park_want). `waits`: any free granule, its stream synchronized by
- * the batch; else those no queued work uses (Note [Move horizons]) and, in
- * the growing segment itself (`own`), the others lent (Note [Lent
- * granules]). */
+ * there (park_want). Those no queued work uses move with no wait (Note [Move
+ * horizons]); in the growing segment itself (`own`) the others are lent
+ * (Note [Lent granules]); elsewhere they are taken only when `waits` (out of
+ * memory), the batch synchronizing their stream. */
 static gca_status_t take_from(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *s,
                               const gca__block_t *p, const gca__block_t *n, size_t *left,
                               bool waits, bool own) {
   size_t avail = 0;
-  bool lends = own && !waits && gca__hz_lendable(s);
-  uint64_t covered = waits ? UINT64_MAX : donors_covered(d, s, p, n);
+  bool lends = own && gca__hz_lendable(s);
+  uint64_t covered = donors_covered(d, s, p, n);
   for (int pass = 0; pass < 2; pass++) { /* count, make room, then take */
     size_t n_ent = 0, l = *left;
     for (gca__block_t *b = s->head, *next; b != NULL && l > 0; b = next) {
       next = b->next;
-      if (!b->in_tree || b == p || b == n || (b->gc_base >= covered && !lends))
+      if (!b->in_tree || b == p || b == n || (b->gc_base >= covered && !lends && !waits))
         continue;
       size_t blo = b->addr - s->base, bhi = blo + b->size;
       size_t i = mapping_inside(s, blo, bhi);
@@ -912,8 +919,8 @@ static gca_status_t take_from(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segm
       bt->v[bt->n - 1].lo = s->maps[i].offset;
       bt->v[bt->n - 1].hi = s->maps[i].offset + bytes;
       bt->v[bt->n - 1].keep = true;
-      bt->v[bt->n - 1].safe = !waits;
-      bt->v[bt->n - 1].lend = !waits && b->gc_base >= covered;
+      bt->v[bt->n - 1].lend = b->gc_base >= covered && lends;
+      bt->v[bt->n - 1].safe = b->gc_base < covered || lends;
       bt->v[bt->n - 1].hz = b->gc_base; /* a lent range's stamp (its block is merged at the
                                            batch's end, which stamps it anew) */
     }
@@ -971,9 +978,12 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
 /* Note [Moves across segments]: a growth that finds too few free granules in
  * its own segment takes them from the pool's other expandable segments
  * (other streams'; not a destroyed stream's, whose wait would be the whole
- * device): the release batch synchronizes each donor's stream, parks the
- * handles in the donor (under the lock, after the wait), and
- * gca__expand_gather moves them to the growing segment before it maps. A
+ * device): granules their stream's horizons cover (Note [Move horizons]),
+ * or out of memory any, after the release batch synchronizes the donor's
+ * stream; the batch parks the handles in the donor (under the lock, after
+ * any wait), and gca__expand_gather moves them to the growing segment before
+ * it maps. They are never lent: the growing segment's work is not ordered
+ * after the donor stream's. A
  * handle is not tied to an address range, so any segment of the device can
  * map it. Without this, with moves on, gca-stress on 8 streams peaked at 2.05x
  * its live memory (1.05x on one stream). The parked arrays of other segments

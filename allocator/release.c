@@ -369,11 +369,13 @@ static gca__block_t *take_on_oom(gca__devalloc_t *d, gca_stream_t stream, size_t
   return NULL;
 }
 
-/* Expandable segments: unmaps the whole granules of free ranges that the
- * growth for `rounded` would otherwise create anew, keeping their handles for
- * it (Note [Expandable segments]); a release batch, so the segment's stream is
- * waited for with the lock let go. A failure only means the growth creates
- * new handles instead: it is logged, and what failed stays mapped and free. */
+/* Expandable segments: unmaps (or lends) the whole granules of free ranges
+ * that the growth for `rounded` would otherwise create anew, keeping their
+ * handles for it (Note [Expandable segments]); a release batch, which waits,
+ * with the lock let go, only for another stream whose granules an
+ * out-of-memory growth takes while queued work may still use them (Note
+ * [Move horizons]). A failure only means the growth creates new handles
+ * instead: it is logged, and what failed stays mapped and free. */
 static bool move_handles(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t rounded,
                          bool oom) {
   gca__relbatch_t bt = {0};
@@ -426,6 +428,9 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
    * on the serving traces of gca-trace-gen, with the device 1-2% larger than
    * peak live memory, cost 136,000-185,000 driver calls per pass (moves:
    * 4,000-25,000, and no failed request). While memory lasts nothing moves.
+   * Out of memory a move takes any free granule: the growing segment's own
+   * are lent when queued work may still use them (Note [Lent granules]),
+   * other streams' segments' are taken after a wait for their stream.
    * The granules the refused growth did create stay mapped, a free block at
    * the start of the range it mapped (d->keep_partial, map_range), so the moves fill only what
    * is still lacking; given back, they would be created again by the retry. */

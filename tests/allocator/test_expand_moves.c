@@ -444,28 +444,67 @@ static void *open_gate_after_using_the_allocator(void *arg) {
   return NULL;
 }
 
-/* Out of memory, a move takes free ranges that queued work may still use:
- * it waits for the segment's stream, with the device lock let go (another
- * thread allocates meanwhile), and unmaps only once the work has run. */
-static void an_out_of_memory_move_waits_for_the_stream_with_the_lock_let_go(void **state) {
+/* Out of memory, a move takes free ranges of another stream's segment that
+ * queued work may still use: it waits for that stream, with the device lock
+ * let go (another thread allocates meanwhile), and unmaps only once the work
+ * has run. S1 holds the two holes, S2 a 2 MiB block; the device is full when
+ * S2 asks for 16 MiB. */
+static void an_out_of_memory_move_waits_for_another_stream_with_the_lock_let_go(void **state) {
   (void)state;
-  gca_stream_t s, other;
-  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  gca_stream_t s1, s2, other;
+  assert_ok(gca_stream_create(&s1, GCA_STREAM_NON_BLOCKING));
+  assert_ok(gca_stream_create(&s2, GCA_STREAM_NON_BLOCKING));
   assert_ok(gca_stream_create(&other, GCA_STREAM_NON_BLOCKING));
   char *p[4];
-  two_holes(p, s);
+  two_holes(p, s1);
+  char *x = alloc_on(2 * MiB, s2);
   free_ok(alloc_on(4096, other)); /* cached: the other thread's request needs no memory */
-  assert_ok(gca_sim_set_capacity(0, 42 * MiB));
+  assert_ok(gca_sim_set_capacity(0, 44 * MiB));
   assert_ok(gca_set_config("expandable_moves:False")); /* a move only out of memory */
   atomic_int ran = 0;
   atomic_store(&gate, 0);
-  assert_ok(gca_launch_host_func(s, hold_stream, &ran)); /* "uses" the holes */
+  assert_ok(gca_launch_host_func(s1, hold_stream, &ran)); /* "uses" the holes */
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, open_gate_after_using_the_allocator, other), 0);
-  char *e = alloc_on(16 * MiB, s);
+  char *e = alloc_on(16 * MiB, s2);
   assert_int_equal(atomic_load(&ran), 1); /* the queued work ran before the unmaps */
   assert_int_equal(pthread_join(t, NULL), 0);
+  assert_ptr_equal(e, x + 2 * MiB);
   assert_int_equal(stats().num_handle_moves, 8);
+  stamps_hold(p);
+  free_ok(e);
+  free_ok(x);
+  free_ok(p[1]);
+  free_ok(p[3]);
+  assert_nothing_leaked();
+  assert_int_equal(calls("mem_create"), calls("mem_release") + 1); /* one was refused */
+  assert_ok(gca_stream_destroy(s1));
+  assert_ok(gca_stream_destroy(s2));
+  assert_ok(gca_stream_destroy(other));
+}
+
+/* Out of memory, a move in the growing segment itself lends what queued work
+ * may still use (Note [Lent granules]): the 16 MiB request on a full device
+ * returns with the gate still shut, eight granules moved, no synchronize. */
+static void an_out_of_memory_move_in_its_own_segment_lends_without_waiting(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  char *p[4];
+  two_holes(p, s);
+  assert_ok(gca_sim_set_capacity(0, 40 * MiB));
+  assert_ok(gca_set_config("expandable_moves:False"));
+  test_gate_t g = TEST_GATE_INIT;
+  assert_ok(gca_launch_host_func(s, test_gate_pass, &g));
+  int64_t syncs = calls("stream_synchronize"), unmaps = calls("mem_unmap");
+  char *e = alloc_on(16 * MiB, s);
+  check();
+  assert_int_equal(stats().num_handle_moves, 8);
+  assert_int_equal(stats().num_alloc_retries, 0);
+  assert_int_equal(calls("stream_synchronize"), syncs);
+  assert_int_equal(calls("mem_unmap"), unmaps);
+  test_gate_open(&g);
+  assert_ok(gca_stream_synchronize(s));
   stamps_hold(p);
   free_ok(e);
   free_ok(p[1]);
@@ -473,7 +512,7 @@ static void an_out_of_memory_move_waits_for_the_stream_with_the_lock_let_go(void
   assert_nothing_leaked();
   assert_int_equal(calls("mem_create"), calls("mem_release") + 1); /* one was refused */
   assert_ok(gca_stream_destroy(s));
-  assert_ok(gca_stream_destroy(other));
+  test_gate_fini(&g);
 }
 
 /* While any capture is under way nothing is unmapped: the growth creates
@@ -809,7 +848,8 @@ int main(void) {
       T(host_oom_for_parked_handles_grows_instead),
       T(a_move_lends_ranges_that_queued_work_may_use),
       T(a_horizon_covers_what_was_freed_before_it),
-      T(an_out_of_memory_move_waits_for_the_stream_with_the_lock_let_go),
+      T(an_out_of_memory_move_waits_for_another_stream_with_the_lock_let_go),
+      T(an_out_of_memory_move_in_its_own_segment_lends_without_waiting),
       T(a_failed_horizon_step_still_moves_or_creates),
       T(nothing_moves_during_a_capture),
       T(private_pools_neither_split_nor_move_handles),

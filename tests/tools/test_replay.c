@@ -429,17 +429,18 @@ static void expandable_moves_keep_peak_mapped_near_peak_live(void **state) {
 
 /* --lag N: the trace's streams run N events behind the host. With memory to
  * spare nothing waits for a stream (no stall, moves on or off); with the
- * device full, the move that serves the third request takes the free range
- * queued work may still use and waits for its stream: the queued waits give
- * up on the blocked host, counted as stalls. A bad count is refused. */
+ * device full, the move that serves the third request (on the second
+ * stream) takes the first stream's free range, which queued work may still
+ * use, and waits for that stream: the queued waits give up on the blocked
+ * host, counted as stalls. A bad count is refused. */
 static void lag_counts_the_host_waiting_for_a_stream(void **state) {
   (void)state;
   static const char body[] = HEADER "1,00:00:00.1,allocate,0x1000,20971520,0x0\n"
                                     "1,00:00:00.2,allocate,0x2000,20971520,0x0\n"
                                     "1,00:00:00.3,free,0x1000,20971520,0x0\n"
-                                    "1,00:00:00.4,allocate,0x3000,25165824,0x0\n"
+                                    "1,00:00:00.4,allocate,0x3000,25165824,0x1\n"
                                     "1,00:00:00.5,free,0x2000,20971520,0x0\n"
-                                    "1,00:00:00.6,free,0x3000,25165824,0x0\n";
+                                    "1,00:00:00.6,free,0x3000,25165824,0x1\n";
   static const struct {
     const char *args;
     bool stalls;
