@@ -942,6 +942,13 @@ static gca_status_t take_from(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segm
   return GCA_OK;
 }
 
+/* The device's other default pool (small for large and back), NULL for a
+ * private pool: its segments' granules are handles of the same size. */
+static gca__pool_t *twin(gca__pool_t *pool) {
+  gca__devalloc_t *d = pool->dev;
+  return pool == &d->small ? &d->large : pool == &d->large ? &d->small : NULL;
+}
+
 gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gca__pool_t *pool,
                                      gca_stream_t stream, size_t rounded, bool oom) {
   gca__segment_t *seg = find_segment(pool, stream);
@@ -949,8 +956,11 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
   if (!(d->cfg.expandable_moves || oom) || d->ncaptures != 0 || pool->owner != NULL ||
       seg == NULL || seg->nmaps == 0 || g == 0)
     return GCA_OK;
-  if (gca__hz_aliases(seg) != 0) /* ranges lent before may merge into holes now */
-    gca__hz_retire(d, seg, 0);
+  gca__pool_t *pools[2] = {pool, twin(pool)};
+  for (int k = 0; k < 2 && pools[k] != NULL; k++) /* ranges lent before may merge into holes */
+    for (gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next)
+      if (s->stream == stream && gca__hz_aliases(s) != 0)
+        gca__hz_retire(d, s, 0);
   gca__block_t *u = best_hole(seg, rounded, g);
   if (u == NULL)
     return GCA_OK;
@@ -966,10 +976,14 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
     return GCA_ERR_NOT_READY;
   size_t left = lack;
   GCA_CHECK(take_from(d, bt, seg, p, n, &left, oom, true));
-  /* Note [Moves across segments] */
-  for (gca__segment_t *s = pool->segments; s != NULL && left > 0; s = s->next)
-    if (s != seg && s->expandable && !s->stream_gone && s->nmaps != 0)
-      GCA_CHECK(take_from(d, bt, s, NULL, NULL, &left, oom, false));
+  /* Note [Moves across segments]: the stream's segment of the other pool
+   * first (it lends), then other streams' */
+  for (int same = 1; same >= 0; same--)
+    for (int k = 0; k < 2 && pools[k] != NULL; k++)
+      for (gca__segment_t *s = pools[k]->segments; s != NULL && left > 0; s = s->next)
+        if (s != seg && (s->stream == stream) == same && s->expandable && !s->stream_gone &&
+            s->nmaps != 0)
+          GCA_CHECK(take_from(d, bt, s, NULL, NULL, &left, oom, same));
   if (left < lack)
     seg->park_hole = u->addr;
   return GCA_OK;
@@ -994,30 +1008,37 @@ void gca__expand_gather(gca__pool_t *pool, gca_stream_t stream) {
   gca__segment_t *seg = find_segment(pool, stream);
   if (seg == NULL)
     return;
-  for (gca__segment_t *s = pool->segments; s != NULL; s = s->next) {
-    if (s == seg || s->nparked == 0)
-      continue;
-    gca_memhandle_t *np = GCA_FAILPOINT("expand_gather")
-                              ? NULL
-                              : realloc(seg->parked, (seg->nparked + s->nparked) * sizeof(*np));
-    if (np == NULL) /* gca__expand_unpark releases them; the growth creates instead */
-      return;
-    seg->parked = np;
-    memcpy(seg->parked + seg->nparked, s->parked, s->nparked * sizeof(*np));
-    seg->nparked += s->nparked;
-    s->nparked = 0;
-    s->park_want = 0;
+  gca__pool_t *pools[2] = {pool, twin(pool)};
+  for (int k = 0; k < 2 && pools[k] != NULL; k++) {
+    for (gca__segment_t *s = pools[k]->segments; s != NULL; s = s->next) {
+      if (s == seg || s->nparked == 0)
+        continue;
+      gca_memhandle_t *np = GCA_FAILPOINT("expand_gather")
+                                ? NULL
+                                : realloc(seg->parked, (seg->nparked + s->nparked) * sizeof(*np));
+      if (np == NULL) /* gca__expand_unpark releases them; the growth creates instead */
+        return;
+      seg->parked = np;
+      memcpy(seg->parked + seg->nparked, s->parked, s->nparked * sizeof(*np));
+      seg->nparked += s->nparked;
+      s->nparked = 0;
+      s->park_want = 0;
+    }
   }
 }
 
 void gca__expand_unpark(gca__devalloc_t *d, gca__pool_t *pool) {
-  /* every segment: donors' handles may be parked in others (Note [Moves across segments]) */
-  for (gca__segment_t *seg = pool->segments; seg != NULL; seg = seg->next) {
-    for (size_t i = 0; i < seg->nparked; i++)
-      gca__vmm_release_handle(d, seg->parked[i]);
-    seg->nparked = 0;
-    seg->park_want = 0;
-    seg->park_hole = 0;
+  /* every segment of both default pools: donors' handles may be parked in
+   * others (Note [Moves across segments]) */
+  gca__pool_t *pools[2] = {pool, twin(pool)};
+  for (int k = 0; k < 2 && pools[k] != NULL; k++) {
+    for (gca__segment_t *seg = pools[k]->segments; seg != NULL; seg = seg->next) {
+      for (size_t i = 0; i < seg->nparked; i++)
+        gca__vmm_release_handle(d, seg->parked[i]);
+      seg->nparked = 0;
+      seg->park_want = 0;
+      seg->park_hole = 0;
+    }
   }
 }
 

@@ -113,6 +113,73 @@ static void moves_keep_the_data_of_live_blocks(void **state) {
   assert_nothing_leaked();
 }
 
+/* Note [Lent granules], end to end: a seeded churn (GCA_TEST_SEED) on one
+ * stream that is never idle. Every block allocated gets a stream-ordered
+ * memset of its own stamp; the stream runs behind a gate, and every 150
+ * operations a new gate is queued and the previous one opened, so horizons
+ * complete while later work is still held. Moves happen before the first
+ * gate opens (lent: nothing could be covered then). At the end every live
+ * block holds its stamp: what queued work wrote through a lent or reused
+ * range came before it in stream order, and the stream finishes without a
+ * fault (no queued write met an unmapped range). */
+static void moves_under_a_busy_stream_keep_stream_ordered_data(void **state) {
+  (void)state;
+  const char *env = getenv("GCA_TEST_SEED");
+  uint64_t seed = env ? strtoull(env, NULL, 0) : 1, r = seed | 1;
+  enum { LIVE = 32, OPS = 600, EVERY = 150, LAST = (OPS - 1) / EVERY };
+  char *p[LIVE] = {0};
+  size_t sz[LIVE] = {0};
+  uint32_t st[LIVE] = {0};
+  test_gate_t g[LAST + 1];
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  test_gate_init(&g[0]);
+  assert_ok(gca_launch_host_func(s, test_gate_pass, &g[0]));
+  int64_t lent_early = -1;
+  for (int op = 0; op < OPS; op++) {
+    if (op % EVERY == 0 && op > 0) {
+      int k = op / EVERY;
+      if (k == 1)
+        lent_early = stats().num_handle_moves;
+      test_gate_init(&g[k]);
+      assert_ok(gca_launch_host_func(s, test_gate_pass, &g[k]));
+      test_gate_open(&g[k - 1]);
+    }
+    int i = (int)(rng_next(&r) % LIVE);
+    if (p[i] != NULL) {
+      free_ok(p[i]);
+      p[i] = NULL;
+      continue;
+    }
+    int shift = 16 + (int)(rng_next(&r) % 9); /* 64 KiB .. 16 MiB, then a spread */
+    sz[i] = ((size_t)1 << shift) + (size_t)(rng_next(&r) % ((size_t)1 << shift) / 2);
+    sz[i] &= ~(size_t)3;
+    st[i] = (uint32_t)rng_next(&r);
+    p[i] = alloc_on(sz[i], s);
+    assert_ok(gca_memset_d32_async(p[i], st[i], sz[i] / 4, s));
+    if (op % 64 == 0)
+      check();
+  }
+  test_gate_open(&g[LAST]);
+  assert_ok(gca_stream_synchronize(s));
+  if (lent_early <= 0)
+    fail_msg("seed %" PRIu64 ": no move while the stream was held", seed);
+  for (int i = 0; i < LIVE; i++) {
+    if (p[i] == NULL)
+      continue;
+    const uint32_t *w = (const uint32_t *)p[i];
+    for (size_t k = 0; k < sz[i] / 4; k++)
+      if (w[k] != st[i])
+        fail_msg("seed %" PRIu64 ": block %d (%zu bytes): word %zu is %#x, not %#x", seed, i, sz[i],
+                 k, w[k], st[i]);
+    free_ok(p[i]);
+  }
+  assert_nothing_leaked();
+  assert_ok(gca_stream_destroy(s));
+  for (int k = 0; k <= LAST; k++)
+    test_gate_fini(&g[k]);
+}
+
 /* ---- faults ---- */
 
 /* The second unmap of a move fails: each hole's granules are unmapped in one
@@ -693,6 +760,53 @@ static void a_growth_takes_granules_from_another_streams_segment(void **state) {
   }
 }
 
+/* Note [Moves across segments]: the small and the large pool's granules are
+ * handles of one size, so a large growth takes the free granules of its
+ * stream's small-pool segment: X (4 MiB, large) live, six 1 MiB blocks
+ * (small, three granules) freed; an 8 MiB request after X lacks 8 MiB and
+ * moves the three granules, creating one; behind a shut gate the small
+ * segment's granules are lent instead, with no wait. Data intact, nothing
+ * leaked. */
+static void a_large_growth_takes_granules_from_the_small_pool(void **state) {
+  (void)state;
+  for (int busy = 0; busy < 2; busy++) {
+    gca_stream_t s;
+    assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+    assert_ok(gca_reset_accumulated_stats(0));
+    char *x = alloc_on(4 * MiB, s), *q[6];
+    stamp_fill(x, 4 * MiB, 0xf1);
+    for (int i = 0; i < 6; i++)
+      q[i] = alloc_on(MiB, s);
+    for (int i = 0; i < 6; i++)
+      free_ok(q[i]);
+    test_gate_t g = TEST_GATE_INIT;
+    if (busy)
+      assert_ok(gca_launch_host_func(s, test_gate_pass, &g));
+    int64_t creates = calls("mem_create"), unmaps = calls("mem_unmap");
+    int64_t syncs = calls("stream_synchronize");
+    char *c = alloc_on(8 * MiB, s);
+    check();
+    gca_stats_t st = stats();
+    assert_ptr_equal(c, x + 4 * MiB);
+    assert_int_equal(st.num_handle_moves, 3);
+    assert_int_equal(calls("mem_create") - creates, 1);
+    assert_int_equal(calls("mem_unmap") - unmaps, busy ? 0 : 1);
+    assert_int_equal(calls("stream_synchronize"), syncs);
+    assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 12 * MiB);
+    assert_int_equal(st.reserved_bytes[GCA_STAT_SMALL].current, 0);
+    stamp_fill(c, 8 * MiB, 0xf2);
+    assert_int_equal(stamp_mismatch(x, 4 * MiB, 0xf1), -1);
+    test_gate_open(&g);
+    assert_ok(gca_stream_synchronize(s));
+    free_ok(c);
+    free_ok(x);
+    assert_nothing_leaked();
+    assert_int_equal(calls("mem_create"), calls("mem_release"));
+    assert_ok(gca_stream_destroy(s));
+    test_gate_fini(&g);
+  }
+}
+
 /* The bound's peak outlives gca_reset_peak_stats (as a training loop calls
  * it every step): A (512 MiB), a 2 MiB spacer and C (512 MiB), A and C freed,
  * the peak statistics reset; a 514 MiB request grows C's range by one granule
@@ -841,6 +955,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, exp_setup, exp_teardown)
       T(moves_keep_the_data_of_live_blocks),
+      T(moves_under_a_busy_stream_keep_stream_ordered_data),
       T(an_unmap_fault_mid_move_falls_back_to_new_handles),
       T(a_map_fault_after_a_move_fails_the_request_cleanly),
       T(an_unmap_fault_while_undoing_a_growth_keeps_the_start_cached),
@@ -857,6 +972,7 @@ int main(void) {
       T(moves_wait_for_waste_past_the_bound),
       T(the_bound_remembers_peaks_reset_by_the_statistics),
       T(a_growth_takes_granules_from_another_streams_segment),
+      T(a_large_growth_takes_granules_from_the_small_pool),
       T(out_of_memory_moves_free_granules_with_moves_off),
       T(a_kept_start_that_cannot_be_opened_is_given_back),
       T(a_growth_at_a_holes_end_takes_the_free_block_before_it),
