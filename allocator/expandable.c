@@ -561,7 +561,10 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
   size_t kept;
   gca__block_t *spare[2] = {NULL, NULL}; /* the unmapped rests of u, if any */
   GCA_CHECK(gca__block_new(d, &spare[0]));
-  if ((st = gca__block_new(d, &spare[1])) != GCA_OK) {
+  st = GCA_FAILPOINT("expand_spare")
+           ? gca__error(GCA_ERR_OUT_OF_MEMORY, "malloc: host out of memory for a block record")
+           : gca__block_new(d, &spare[1]);
+  if (st != GCA_OK) {
     gca__block_free(d, spare[0]);
     return st;
   }

@@ -277,12 +277,13 @@ static void an_unmap_fault_while_undoing_a_growth_keeps_the_start_cached(void **
   assert_int_equal(calls("mem_create"), calls("mem_release"));
 }
 
-/* Out of host memory for the mapping records or the handle list of a growth
- * (Note [Host fail points]): an out-of-memory condition before any driver
- * call, so the retry after releasing the cache succeeds. */
+/* Out of host memory for the mapping records, the handle list or the second
+ * block record (the unmapped rest after the range) of a growth (Note [Host
+ * fail points]): an out-of-memory condition before any driver call, so the
+ * retry after releasing the cache succeeds. */
 static void host_oom_in_a_growth_is_retried(void **state) {
   (void)state;
-  static const char *const points[] = {"expand_maps", "expand_handles"};
+  static const char *const points[] = {"expand_maps", "expand_handles", "expand_spare"};
   for (size_t k = 0; k < GCA_ARRAY_SIZE(points); k++) {
     int64_t creates = calls("mem_create"), retries = stats().num_alloc_retries;
     assert_ok(gca__failpoint_arm(points[k], 1));
@@ -435,7 +436,9 @@ static void a_horizon_covers_what_was_freed_before_it(void **state) {
 /* A horizon step that fails (a sim fault in stream_query, event_create,
  * event_record or event_query) only delays when lent ranges are unmapped:
  * the 16 MiB request still moves the holes' eight granules, lent, and the
- * allocator stays valid; with no host memory to record the first hole's
+ * allocator stays valid; with no host memory for the segment's horizons
+ * (fail point horizon_alloc) the growth records none and still lends (the
+ * record of lent ranges is made next); with none to record the first hole's
  * lent range (fail point horizon_alias) that hole's granules stay where they
  * are, the second hole lends three and the growth creates five.
  * `busy`: the stream is held behind a gate; event_query fails on a second
@@ -448,11 +451,9 @@ static void a_failed_horizon_step_still_moves_or_creates(void **state) {
     const char *op, *point; /* a sim fault in op's first call, or a fail point */
     bool busy, second;
     int64_t moves, creates;
-  } f[] = {{"stream_query", NULL, false, false, 8, 0},
-           {"event_create", NULL, true, false, 8, 0},
-           {"event_record", NULL, true, false, 8, 0},
-           {"event_query", NULL, true, true, 10, 2},
-           {NULL, "horizon_alias", true, false, 3, 5}};
+  } f[] = {{"stream_query", NULL, false, false, 8, 0}, {"event_create", NULL, true, false, 8, 0},
+           {"event_record", NULL, true, false, 8, 0},  {"event_query", NULL, true, true, 10, 2},
+           {NULL, "horizon_alloc", true, false, 8, 0}, {NULL, "horizon_alias", true, false, 3, 5}};
   for (size_t k = 0; k < GCA_ARRAY_SIZE(f); k++) {
     gca_stream_t s;
     assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
