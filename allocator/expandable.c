@@ -953,9 +953,10 @@ static gca__pool_t *twin(gca__pool_t *pool) {
 }
 
 gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gca__pool_t *pool,
-                                     gca_stream_t stream, size_t rounded, bool oom) {
+                                     gca_stream_t stream, size_t rounded, bool oom, bool *held) {
   gca__segment_t *seg = find_segment(pool, stream);
   size_t g = d->granularity;
+  *held = false;
   if (!(d->cfg.expandable_moves || oom) || d->ncaptures != 0 || pool->owner != NULL ||
       seg == NULL || seg->nmaps == 0 || g == 0)
     return GCA_OK;
@@ -975,8 +976,10 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
   const gca__block_t *n = right || lack == u->size ? u->next : NULL;
   if (lack == 0 || (!oom && growth_within_bound(d, lack, rounded)))
     return GCA_OK;
-  if (d->fc_count != 0 || d->rb_count != 0) /* a block just freed may be the donor */
-    return GCA_ERR_NOT_READY;
+  if (d->fc_count != 0 || d->rb_count != 0) { /* a block just freed may be the donor */
+    *held = true;
+    return GCA_OK;
+  }
   size_t left = lack;
   GCA_CHECK(take_from(d, bt, seg, p, n, &left, oom, true));
   /* Note [Moves across segments]: the stream's segment of the other pool

@@ -54,12 +54,12 @@ void gca__vmm_destroy(gca__devalloc_t *d, gca_devptr_t base, size_t reserved,
 gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                size_t rounded, size_t step, gca__block_t **out);
 /* Handle moves (Note [Expandable segments]): when serving `rounded` bytes from (pool, stream)'s
- * expandable segment would map new memory while free ranges in it or the pool's other segments
+ * expandable segment would map new memory while free ranges in it or the device's other segments
  * hold whole mappings, takes them into bt (up to what the growth lacks), their handles parked
  * when bt runs; nothing during a capture. `oom`: out of memory (moves whatever expandable_moves
- * says). GCA_ERR_NOT_READY, nothing taken: held frees may be donors (flush, retry). */
+ * says). *held, nothing taken: held frees may be donors (flush them, call again). */
 gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gca__pool_t *pool,
-                                     gca_stream_t stream, size_t rounded, bool oom);
+                                     gca_stream_t stream, size_t rounded, bool oom, bool *held);
 /* After bt ran: moves handles parked in the pool's other segments to (pool, stream)'s;
  * after the growth: releases what the pool's segments parked and did not map. */
 void gca__expand_gather(gca__pool_t *pool, gca_stream_t stream);

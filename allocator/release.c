@@ -379,10 +379,11 @@ static gca__block_t *take_on_oom(gca__devalloc_t *d, gca_stream_t stream, size_t
 static bool move_handles(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t rounded,
                          bool oom) {
   gca__relbatch_t bt = {0};
-  gca_status_t st = gca__expand_take_donors(d, &bt, pool, stream, rounded, oom);
-  if (st == GCA_ERR_NOT_READY) { /* held frees may be donors: to the tree first */
+  bool held;
+  gca_status_t st = gca__expand_take_donors(d, &bt, pool, stream, rounded, oom, &held);
+  if (st == GCA_OK && held) { /* held frees may be donors: to the tree first */
     gca__flush_caches(d);
-    st = gca__expand_take_donors(d, &bt, pool, stream, rounded, oom);
+    st = gca__expand_take_donors(d, &bt, pool, stream, rounded, oom, &held);
   }
   bool taken = bt.n != 0;
   gca_status_t rst = gca__relbatch_run(d, &bt, NULL); /* what was taken goes back either way */
