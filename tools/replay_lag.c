@@ -8,10 +8,12 @@
  * "in use" by queued work for about N events, and anything in the allocator
  * that waits for the stream (a synchronize before unmapping a free range)
  * blocks the host until the stream catches up, which it cannot do while the
- * host is blocked. So a queued function that has waited `patience` for the
- * host gives up, counts a stall and returns: each stall is a host blocked on
- * its own stream (without the limit, a deadlock). At a pass's end every
- * queued function is let go and the streams are synchronized.
+ * host is blocked. So a queued function that sees the host replay not one
+ * event in a whole window of PATIENCE_NS gives up, counts a stall and
+ * returns: each stall is a host blocked on its own stream (without the
+ * limit, a deadlock); a host that is only slow moves on within the window.
+ * At a pass's end every queued function is let go and the streams are
+ * synchronized.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -22,7 +24,7 @@
 #include "replay_lag.h"
 #include "util.h"
 
-#define PATIENCE_NS 100000000ull /* 0.1 s: far above what N events take in a replay pass */
+#define PATIENCE_NS 100000000ull /* 0.1 s: far above what one event takes in a replay */
 
 static struct {
   pthread_mutex_t mu;
@@ -33,27 +35,40 @@ static struct {
   uint64_t n, step;
 } lag = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, UINT64_MAX, 0, 0, 1};
 
-static void wait_for_host(void *arg) {
-  uint64_t target = (uint64_t)(uintptr_t)arg;
-  if (atomic_load(&lag.progress) >= target)
-    return;
+static struct timespec deadline(void) {
   struct timespec dl;
   clock_gettime(CLOCK_REALTIME, &dl);
   uint64_t ns = (uint64_t)dl.tv_nsec + PATIENCE_NS;
   dl.tv_sec += (time_t)(ns / 1000000000ull);
   dl.tv_nsec = (long)(ns % 1000000000ull);
+  return dl;
+}
+
+static void wait_for_host(void *arg) {
+  uint64_t target = (uint64_t)(uintptr_t)arg;
+  if (atomic_load(&lag.progress) >= target)
+    return;
+  struct timespec dl = deadline();
+  uint64_t seen = atomic_load(&lag.progress);
   pthread_mutex_lock(&lag.mu);
   for (;;) {
     /* want before progress, as the host stores progress before it reads want */
     if (target < atomic_load(&lag.want))
       atomic_store(&lag.want, target);
-    if (atomic_load(&lag.progress) >= target)
+    uint64_t now = atomic_load(&lag.progress);
+    if (now >= target)
       break;
-    if (pthread_cond_timedwait(&lag.cv, &lag.mu, &dl) == ETIMEDOUT) {
-      if (atomic_load(&lag.progress) < target)
-        atomic_fetch_add(&lag.stalls, 1);
+    if (pthread_cond_timedwait(&lag.cv, &lag.mu, &dl) != ETIMEDOUT)
+      continue;
+    now = atomic_load(&lag.progress);
+    if (now >= target)
+      break;
+    if (now == seen) { /* not one event in a whole window: the host is blocked */
+      atomic_fetch_add(&lag.stalls, 1);
       break;
     }
+    seen = now; /* a slow host, not a blocked one: another window */
+    dl = deadline();
   }
   pthread_mutex_unlock(&lag.mu);
 }
