@@ -113,41 +113,57 @@ static void moves_keep_the_data_of_live_blocks(void **state) {
   assert_nothing_leaked();
 }
 
-/* Note [Lent granules], end to end: a seeded churn (GCA_TEST_SEED) on one
- * stream that is never idle. Every block allocated gets a stream-ordered
- * memset of its own stamp; the stream runs behind a gate, and every 150
- * operations a new gate is queued and the previous one opened, so horizons
- * complete while later work is still held. Moves happen before the first
- * gate opens (lent: nothing could be covered then). At the end every live
- * block holds its stamp: what queued work wrote through a lent or reused
- * range came before it in stream order, and the stream finishes without a
- * fault (no queued write met an unmapped range). */
-static void moves_under_a_busy_stream_keep_stream_ordered_data(void **state) {
-  (void)state;
-  const char *env = getenv("GCA_TEST_SEED");
-  uint64_t seed = env ? strtoull(env, NULL, 0) : 1, r = seed | 1;
+/* A seeded churn on stream `s` that is never idle (Note [Lent granules]):
+ * every block allocated gets a stream-ordered memset of its own stamp; the
+ * stream runs behind a gate, and every 150 operations a new gate is queued
+ * and the previous one opened, so horizons complete while later work is
+ * still held. At the end every live block must hold its stamp: what queued
+ * work wrote through a lent or reused range came before it in stream order,
+ * and the stream finishes without a fault (no queued write met an unmapped
+ * range). Runs on any thread: a failure is written to `why` (the caller
+ * asserts). *moves_held: num_handle_moves when the first gate opened. */
+typedef struct churn {
+  uint64_t seed;
+  gca_stream_t s;
+  int64_t moves_held;
+  char why[256];
+} churn_t;
+
+#define CHURN_FAIL(c, ...)                             \
+  do {                                                 \
+    snprintf((c)->why, sizeof((c)->why), __VA_ARGS__); \
+    goto out;                                          \
+  } while (0)
+
+static void *churn_run(void *arg) {
+  churn_t *c = arg;
   enum { LIVE = 32, OPS = 600, EVERY = 150, LAST = (OPS - 1) / EVERY };
+  uint64_t r = c->seed | 1;
   char *p[LIVE] = {0};
   size_t sz[LIVE] = {0};
   uint32_t st[LIVE] = {0};
   test_gate_t g[LAST + 1];
-  gca_stream_t s;
-  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  int gates = 1;
+  gca_stats_t stt;
+  c->why[0] = 0;
+  c->moves_held = -1;
   test_gate_init(&g[0]);
-  assert_ok(gca_launch_host_func(s, test_gate_pass, &g[0]));
-  int64_t lent_early = -1;
+  if (gca_launch_host_func(c->s, test_gate_pass, &g[0]) != GCA_OK)
+    CHURN_FAIL(c, "launch: %s", gca_last_error());
   for (int op = 0; op < OPS; op++) {
     if (op % EVERY == 0 && op > 0) {
       int k = op / EVERY;
-      if (k == 1)
-        lent_early = stats().num_handle_moves;
-      test_gate_init(&g[k]);
-      assert_ok(gca_launch_host_func(s, test_gate_pass, &g[k]));
+      if (k == 1 && gca_get_stats(0, &stt) == GCA_OK)
+        c->moves_held = stt.num_handle_moves;
+      test_gate_init(&g[gates++]);
+      if (gca_launch_host_func(c->s, test_gate_pass, &g[k]) != GCA_OK)
+        CHURN_FAIL(c, "op %d: launch: %s", op, gca_last_error());
       test_gate_open(&g[k - 1]);
     }
     int i = (int)(rng_next(&r) % LIVE);
     if (p[i] != NULL) {
-      free_ok(p[i]);
+      if (gca_free(p[i]) != GCA_OK)
+        CHURN_FAIL(c, "op %d: free: %s", op, gca_last_error());
       p[i] = NULL;
       continue;
     }
@@ -155,29 +171,80 @@ static void moves_under_a_busy_stream_keep_stream_ordered_data(void **state) {
     sz[i] = ((size_t)1 << shift) + (size_t)(rng_next(&r) % ((size_t)1 << shift) / 2);
     sz[i] &= ~(size_t)3;
     st[i] = (uint32_t)rng_next(&r);
-    p[i] = alloc_on(sz[i], s);
-    assert_ok(gca_memset_d32_async(p[i], st[i], sz[i] / 4, s));
-    if (op % 64 == 0)
-      check();
+    void *q = NULL;
+    if (gca_malloc(&q, sz[i], c->s) != GCA_OK)
+      CHURN_FAIL(c, "op %d: malloc of %zu: %s", op, sz[i], gca_last_error());
+    p[i] = q;
+    if (gca_memset_d32_async(p[i], st[i], sz[i] / 4, c->s) != GCA_OK)
+      CHURN_FAIL(c, "op %d: memset: %s", op, gca_last_error());
+    if (op % 64 == 0 && gca__allocator_check() != GCA_OK)
+      CHURN_FAIL(c, "op %d: %s", op, gca_last_error());
   }
-  test_gate_open(&g[LAST]);
-  assert_ok(gca_stream_synchronize(s));
-  if (lent_early <= 0)
-    fail_msg("seed %" PRIu64 ": no move while the stream was held", seed);
+  test_gate_open(&g[gates - 1]);
+  if (gca_stream_synchronize(c->s) != GCA_OK)
+    CHURN_FAIL(c, "the stream's work: %s", gca_last_error());
   for (int i = 0; i < LIVE; i++) {
     if (p[i] == NULL)
       continue;
     const uint32_t *w = (const uint32_t *)p[i];
     for (size_t k = 0; k < sz[i] / 4; k++)
       if (w[k] != st[i])
-        fail_msg("seed %" PRIu64 ": block %d (%zu bytes): word %zu is %#x, not %#x", seed, i, sz[i],
-                 k, w[k], st[i]);
-    free_ok(p[i]);
+        CHURN_FAIL(c, "block %d (%zu bytes): word %zu is %#x, not %#x", i, sz[i], k, w[k], st[i]);
   }
-  assert_nothing_leaked();
-  assert_ok(gca_stream_destroy(s));
-  for (int k = 0; k <= LAST; k++)
+out:
+  test_gate_open(&g[gates - 1]); /* a failure leaves nothing held */
+  (void)gca_stream_synchronize(c->s);
+  for (int i = 0; i < LIVE; i++)
+    if (p[i] != NULL)
+      (void)gca_free(p[i]);
+  for (int k = 0; k < gates; k++)
     test_gate_fini(&g[k]);
+  return NULL;
+}
+
+static uint64_t test_seed(void) {
+  const char *env = getenv("GCA_TEST_SEED");
+  return env ? strtoull(env, NULL, 0) : 1;
+}
+
+/* The churn above on this thread (seed GCA_TEST_SEED, default 1): moves
+ * happen before the first gate opens (lent: nothing could be covered then). */
+static void moves_under_a_busy_stream_keep_stream_ordered_data(void **state) {
+  (void)state;
+  churn_t c = {.seed = test_seed()};
+  assert_ok(gca_stream_create(&c.s, GCA_STREAM_NON_BLOCKING));
+  churn_run(&c);
+  if (c.why[0] != 0)
+    fail_msg("seed %" PRIu64 ": %s", c.seed, c.why);
+  if (c.moves_held <= 0)
+    fail_msg("seed %" PRIu64 ": no move while the stream was held", c.seed);
+  assert_nothing_leaked();
+  assert_ok(gca_stream_destroy(c.s));
+}
+
+/* The same churn on two threads at once, each on a stream of its own (seeds
+ * GCA_TEST_SEED and the next): lends, horizons and the releases of lent
+ * ranges of the two streams interleave under the device lock, and moves
+ * across the two segments take covered granules only. */
+static void moves_under_busy_streams_of_two_threads_keep_their_data(void **state) {
+  (void)state;
+  churn_t c[2];
+  pthread_t t[2];
+  for (int k = 0; k < 2; k++) {
+    c[k] = (churn_t){.seed = test_seed() + (uint64_t)k};
+    assert_ok(gca_stream_create(&c[k].s, GCA_STREAM_NON_BLOCKING));
+  }
+  for (int k = 0; k < 2; k++)
+    assert_int_equal(pthread_create(&t[k], NULL, churn_run, &c[k]), 0);
+  for (int k = 0; k < 2; k++)
+    assert_int_equal(pthread_join(t[k], NULL), 0);
+  for (int k = 0; k < 2; k++)
+    if (c[k].why[0] != 0)
+      fail_msg("thread %d, seed %" PRIu64 ": %s", k, c[k].seed, c[k].why);
+  assert_true(stats().num_handle_moves > 0);
+  assert_nothing_leaked();
+  for (int k = 0; k < 2; k++)
+    assert_ok(gca_stream_destroy(c[k].s));
 }
 
 /* ---- faults ---- */
@@ -957,6 +1024,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, exp_setup, exp_teardown)
       T(moves_keep_the_data_of_live_blocks),
       T(moves_under_a_busy_stream_keep_stream_ordered_data),
+      T(moves_under_busy_streams_of_two_threads_keep_their_data),
       T(an_unmap_fault_mid_move_falls_back_to_new_handles),
       T(a_map_fault_after_a_move_fails_the_request_cleanly),
       T(an_unmap_fault_while_undoing_a_growth_keeps_the_start_cached),
