@@ -855,7 +855,7 @@ void gca__expand_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
  * counts), since a peak kept from before lets fragmentation build while live
  * memory is far below it, more than moves can undo later (the serving traces
  * replayed after another configuration reached 1.0053-1.0061). Below the
- * bound, creating costs the same calls as moving and no stream synchronize.
+ * bound, creating costs about the calls moving does, and no horizon.
  * On the serving traces the bound keeps 1.0039 / 1.0039 / 1.0038 with 79-88%
  * of the calls per pass that moving at every growth made (1.0018 / 1.0000 /
  * 1.0030); transformer-train-a keeps 1.0018 at 76 calls per pass (80 and
