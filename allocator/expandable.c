@@ -36,7 +36,7 @@
  * the parked handles where the request needs them (gca__expand_take_donors,
  * gca__expand_unpark; release.c's move_handles). A granule that no work
  * queued on its stream can still use (Note [Move horizons], horizon.c: known
- * without waiting) is unmapped at once; one of the growing segment itself
+ * without waiting) is unmapped at once; one of the growing stream's segments
  * that queued work may still use is lent, mapped at both places until the
  * stream has passed it (Note [Lent granules]); one of another stream's
  * segment is taken only out of memory, after the batch synchronizes its
@@ -136,6 +136,12 @@ static void split_account(gca__devalloc_t *d, const gca__block_t *b, int sign) {
 
 static inline bool is_free(const gca__block_t *b) {
   return b != NULL && b->in_tree;
+}
+
+/* Whether b is a hole a growth may map: unmapped and not lent (Note [Lent
+ * granules]: still mapped in the driver). */
+static inline bool is_hole(const gca__block_t *b) {
+  return b != NULL && b->unmapped && !gca__block_lent(b);
 }
 
 /* ---- mappings (their driver steps: vmm.c) ---- */
@@ -496,7 +502,7 @@ static gca__block_t *best_hole(gca__segment_t *seg, size_t rounded, size_t g) {
   gca__block_t *u = NULL;
   size_t best_len = SIZE_MAX, best_total = SIZE_MAX;
   for (gca__block_t *b = seg->head; b != NULL; b = b->next) {
-    size_t total = b->unmapped && !b->releasing ? hole_total(b) : 0; /* not a lent range */
+    size_t total = is_hole(b) ? hole_total(b) : 0;
     if (total < rounded)
       continue;
     bool right;
@@ -520,7 +526,7 @@ static gca__block_t *planned_hole(gca__segment_t *seg, size_t rounded) {
     return NULL;
   for (gca__block_t *b = seg->head; b != NULL; b = b->next)
     if (b->addr == seg->park_hole)
-      return b->unmapped && !b->releasing && hole_total(b) >= rounded ? b : NULL;
+      return is_hole(b) && hole_total(b) >= rounded ? b : NULL;
   return NULL;
 }
 
@@ -610,11 +616,11 @@ gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream
 
 /* ---- release ---- */
 
-/* Merges unmapped block b with its unmapped neighbours that are not lent. */
+/* Merges unmapped block b with the holes beside it. */
 static void unmapped_merge(gca__devalloc_t *d, gca__block_t *b) {
-  if (b->prev != NULL && b->prev->unmapped && !b->prev->releasing)
+  if (is_hole(b->prev))
     absorb(d, b, b->prev);
-  if (b->next != NULL && b->next->unmapped && !b->next->releasing)
+  if (is_hole(b->next))
     absorb(d, b, b->next);
 }
 
@@ -892,8 +898,9 @@ static uint64_t donors_covered(gca__devalloc_t *d, gca__segment_t *s, const gca_
  * what it took), but for the blocks p and n (the growth's own neighbours);
  * makes room for their handles in s->parked and has the batch park them
  * there (park_want). Those no queued work uses move with no wait (Note [Move
- * horizons]); in the growing segment itself (`own`) the others are lent
- * (Note [Lent granules]); elsewhere they are taken only when `waits` (out of
+ * horizons]); in a segment of the growing stream (`own`: its own, or its
+ * segment of the other default pool) the others are lent (Note [Lent
+ * granules]); in another stream's they are taken only when `waits` (out of
  * memory), the batch synchronizing their stream. */
 static gca_status_t take_from(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *s,
                               const gca__block_t *p, const gca__block_t *n, size_t *left,
@@ -996,20 +1003,21 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
 }
 
 /* Note [Moves across segments]: a growth that finds too few free granules in
- * its own segment takes them from the pool's other expandable segments
- * (other streams'; not a destroyed stream's, whose wait would be the whole
- * device): granules their stream's horizons cover (Note [Move horizons]),
- * or out of memory any, after the release batch synchronizes the donor's
- * stream; the batch parks the handles in the donor (under the lock, after
- * any wait), and gca__expand_gather moves them to the growing segment before
- * it maps. They are never lent: the growing segment's work is not ordered
- * after the donor stream's. A
- * handle is not tied to an address range, so any segment of the device can
- * map it. Without this, with moves on, gca-stress on 8 streams peaked at 2.05x
- * its live memory (1.05x on one stream). The parked arrays of other segments
- * are empty whenever a thread holds the lock outside a move (a move parks and
- * maps under the lock), so gathering or releasing them takes nothing another
- * growth is about to map. */
+ * its own segment takes them from the device's other expandable segments of
+ * its default pools (the small and the large pool's handles are one granule
+ * each): first its stream's segment of the other pool, whose granules are
+ * lent like its own when queued work may still use them (one stream orders
+ * both places); then other streams' (not a destroyed stream's, whose wait
+ * would be the whole device), granules their stream's horizons cover (Note
+ * [Move horizons]), or out of memory any, after the release batch
+ * synchronizes the donor's stream; those are never lent, since the growing
+ * stream's work is not ordered after theirs. The batch parks the handles in
+ * the donor (under the lock, after any wait), and gca__expand_gather moves
+ * them to the growing segment before it maps. A handle is not tied to an
+ * address range, so any segment of the device can map it. Without this, with moves on, gca-stress
+ * on 8 streams peaked at 2.05x its live memory (1.05x on one stream). The parked arrays of other
+ * segments are empty whenever a thread holds the lock outside a move (a move parks and maps under
+ * the lock), so gathering or releasing them takes nothing another growth is about to map. */
 void gca__expand_gather(gca__pool_t *pool, gca_stream_t stream) {
   gca__segment_t *seg = find_segment(pool, stream);
   if (seg == NULL)
@@ -1108,7 +1116,7 @@ gca_status_t gca__expand_check(const gca__devalloc_t *d, const gca__segment_t *s
     if (b->unmapped) {
       if (lo % g || b->size % g || b->allocated || b->in_tree || b->event_count || b->requested)
         return BROKEN("unmapped block 0x%" PRIx64 ": misaligned or marked in use", b->addr);
-      if (b->next != NULL && b->next->unmapped && !b->releasing && !b->next->releasing)
+      if (is_hole(b) && is_hole(b->next))
         return BROKEN("unmapped blocks 0x%" PRIx64 " and 0x%" PRIx64 " not merged", b->addr,
                       b->next->addr);
       if (mi < seg->nmaps && seg->maps[mi].offset < lo + b->size)

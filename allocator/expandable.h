@@ -10,6 +10,12 @@
 
 /* ---- vmm.c ---- */
 
+/* Counts n driver calls in d's statistics; atomically, as release batches
+ * make theirs with no lock held. */
+static inline void gca__count_calls(gca__devalloc_t *d, int64_t n) {
+  __atomic_fetch_add(&d->stats.num_driver_calls, n, __ATOMIC_RELAXED);
+}
+
 /* The device's allocation granularity, queried once (mem_granularity) and
  * checked: a power of two and a multiple of GCA__MIN_BLOCK_SIZE, else
  * GCA_ERR_DRIVER (nothing cached then). */

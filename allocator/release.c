@@ -69,10 +69,14 @@ gca_status_t gca__relbatch_run(gca__devalloc_t *d, gca__relbatch_t *bt, size_t *
     gca__relent_t *e = &bt->v[i];
     if (!e->expandable || e->st != GCA_OK)
       continue;
-    bool last = true; /* the segment's last entry may remove it */
-    for (size_t k = i + 1; k < bt->n && last; k++)
-      last = !bt->v[k].expandable || bt->v[k].seg != e->seg;
-    if (!e->safe) /* its stream was waited for: its lent granules go (Note [Lent granules]) */
+    bool last = true, last_waited = !e->safe; /* the segment's last entry may remove it */
+    for (size_t k = i + 1; k < bt->n; k++) {
+      if (bt->v[k].expandable && bt->v[k].seg == e->seg) {
+        last = false;
+        last_waited = last_waited && bt->v[k].safe;
+      }
+    }
+    if (last_waited) /* its stream was waited for: its lent granules go (Note [Lent granules]) */
       gca__hz_retire(d, e->seg, e->hz);
     if (e->b == NULL && !last)
       continue;

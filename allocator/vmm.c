@@ -16,10 +16,6 @@
 #include "alloc_core.h"
 #include "expandable.h"
 
-static inline void count_calls(gca__devalloc_t *d, int64_t n) {
-  __atomic_fetch_add(&d->stats.num_driver_calls, n, __ATOMIC_RELAXED);
-}
-
 gca_status_t gca__vmm_granularity(gca__devalloc_t *d, size_t *out) {
   if (d->granularity == 0) {
     size_t g = 0;
@@ -46,13 +42,13 @@ int gca__vmm_access_list(const gca__devalloc_t *d, int *devs) {
 
 gca_status_t gca__vmm_map_only(gca__devalloc_t *d, gca_devptr_t ptr, size_t len,
                                gca_memhandle_t h) {
-  count_calls(d, 1);
+  gca__count_calls(d, 1);
   return d->ops->mem_map(ptr, len, 0, h);
 }
 
 gca_status_t gca__vmm_set_access(gca__devalloc_t *d, gca_devptr_t ptr, size_t len) {
   int devs[GCA__MAX_DEVICES + 1];
-  count_calls(d, 1);
+  gca__count_calls(d, 1);
   GCA_CHECK(d->ops->mem_set_access(ptr, len, devs, gca__vmm_access_list(d, devs)));
   __atomic_fetch_add(&d->stats.grown_bytes, (int64_t)len, __ATOMIC_RELAXED);
   return GCA_OK;
@@ -62,7 +58,7 @@ gca_status_t gca__vmm_create_map(gca__devalloc_t *d, gca_devptr_t ptr, size_t le
                                  gca_memhandle_t *out) {
   gca_status_t st;
   gca_memhandle_t h = 0;
-  count_calls(d, 1);
+  gca__count_calls(d, 1);
   GCA_CHECK(d->ops->mem_create(d->device, len, &h));
   GCA_CHECK_GOTO(gca__vmm_map_only(d, ptr, len, h), st, fail_create);
   *out = h;
@@ -83,19 +79,19 @@ gca_status_t gca__vmm_map_new(gca__devalloc_t *d, gca_devptr_t ptr, size_t len,
   return GCA_OK;
 
 fail_map:
-  count_calls(d, 2);
+  gca__count_calls(d, 2);
   GCA_CHECK_IGNORE(d->ops->mem_unmap(ptr, len));
   GCA_CHECK_IGNORE(d->ops->mem_release(h));
   return st;
 }
 
 gca_status_t gca__vmm_unmap_keep(gca__devalloc_t *d, gca_devptr_t ptr, size_t len) {
-  count_calls(d, 1);
+  gca__count_calls(d, 1);
   return d->ops->mem_unmap(ptr, len);
 }
 
 void gca__vmm_release_handle(gca__devalloc_t *d, gca_memhandle_t h) {
-  count_calls(d, 1);
+  gca__count_calls(d, 1);
   GCA_CHECK_IGNORE(d->ops->mem_release(h));
 }
 
@@ -104,13 +100,13 @@ gca_status_t gca__vmm_unmap(gca__devalloc_t *d, gca_devptr_t ptr, size_t len, gc
   *unmapped = false;
   GCA_CHECK(gca__vmm_unmap_keep(d, ptr, len));
   *unmapped = true;
-  count_calls(d, 1);
+  gca__count_calls(d, 1);
   return d->ops->mem_release(h);
 }
 
 void gca__vmm_destroy(gca__devalloc_t *d, gca_devptr_t base, size_t reserved,
                       const gca__mapping_t *maps, size_t nmaps) {
-  count_calls(d, (int64_t)(2 * nmaps + 1));
+  gca__count_calls(d, (int64_t)(2 * nmaps + 1));
   for (size_t i = 0; i < nmaps; i++) {
     GCA_CHECK_IGNORE(d->ops->mem_unmap(base + maps[i].offset, maps[i].size));
     GCA_CHECK_IGNORE(d->ops->mem_release(maps[i].handle));

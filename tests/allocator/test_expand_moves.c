@@ -568,6 +568,70 @@ static void a_failed_horizon_step_still_moves_or_creates(void **state) {
   }
 }
 
+/* The driver refuses every unmap while the release would let the lent ranges
+ * go (Note [Lent granules]; sim fault mem_unmap:always): each failure is
+ * logged and the range stays lent, the release reports the mappings it could
+ * not unmap, the allocator stays valid and the memory stays held; with the
+ * driver well again the next release unmaps them and nothing is left. */
+static void a_lent_range_that_fails_to_unmap_is_unmapped_later(void **state) {
+  (void)state;
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  char *p[4];
+  two_holes(p, s);
+  test_gate_t g = TEST_GATE_INIT;
+  assert_ok(gca_launch_host_func(s, test_gate_pass, &g));
+  int64_t unmaps = calls("mem_unmap");
+  char *e = alloc_on(16 * MiB, s); /* lends eight granules */
+  assert_int_equal(stats().num_handle_moves, 8);
+  assert_int_equal(calls("mem_unmap"), unmaps);
+  test_gate_open(&g);
+  assert_ok(gca_stream_synchronize(s));
+  free_ok(e);
+  free_ok(p[1]);
+  free_ok(p[3]);
+  assert_ok(gca_sim_fault_set("mem_unmap:always"));
+  gca_status_t st = gca_empty_cache();
+  gca_sim_fault_clear();
+  assert_int_not_equal(st, GCA_OK);
+  assert_non_null(strstr(gca_last_error(), "mem_unmap"));
+  check();
+  assert_true(gca_sim_used_bytes(0) > 0);
+  assert_nothing_leaked(); /* the second release unmaps them */
+  assert_int_equal(calls("mem_create"), calls("mem_release"));
+  assert_ok(gca_stream_destroy(s));
+  test_gate_fini(&g);
+}
+
+/* On the device's legacy stream a horizon runs with the device current: when
+ * the driver cannot say which device is current (a sim fault in
+ * ctx_get_device), the growth neither polls nor records a horizon and still
+ * lends the holes' granules; once the stream is idle the release leaves
+ * nothing. */
+static void a_horizon_on_the_legacy_stream_that_cannot_find_the_device_still_lends(void **state) {
+  (void)state;
+  char *p[4];
+  two_holes(p, NULL);
+  test_gate_t g = TEST_GATE_INIT;
+  assert_ok(gca_launch_host_func(NULL, test_gate_pass, &g));
+  int64_t gets = calls("ctx_get_device"), records = calls("event_record");
+  int64_t queries = calls("stream_query");
+  assert_ok(gca_sim_fault_set("ctx_get_device:nth=1"));
+  char *e = alloc_on(16 * MiB, NULL);
+  gca_sim_fault_clear();
+  check();
+  assert_true(calls("ctx_get_device") > gets);
+  assert_int_equal(calls("stream_query"), queries);
+  assert_int_equal(calls("event_record"), records);
+  assert_int_equal(stats().num_handle_moves, 8);
+  test_gate_open(&g);
+  assert_ok(gca_stream_synchronize(NULL));
+  stamps_hold(p);
+  free_ok(e);
+  release_holes(p);
+  test_gate_fini(&g);
+}
+
 static void *open_gate_after_using_the_allocator(void *arg) {
   gca_stream_t other = arg;
   struct timespec ts = {0, 20 * 1000 * 1000};
@@ -1035,6 +1099,8 @@ int main(void) {
       T(an_out_of_memory_move_waits_for_another_stream_with_the_lock_let_go),
       T(an_out_of_memory_move_in_its_own_segment_lends_without_waiting),
       T(a_failed_horizon_step_still_moves_or_creates),
+      T(a_lent_range_that_fails_to_unmap_is_unmapped_later),
+      T(a_horizon_on_the_legacy_stream_that_cannot_find_the_device_still_lends),
       T(nothing_moves_during_a_capture),
       T(private_pools_neither_split_nor_move_handles),
       T(without_expandable_moves_nothing_moves),

@@ -432,7 +432,8 @@ static void expandable_moves_keep_peak_mapped_near_peak_live(void **state) {
  * device full, the move that serves the third request (on the second
  * stream) takes the first stream's free range, which queued work may still
  * use, and waits for that stream: the queued waits give up on the blocked
- * host, counted as stalls. A bad count is refused. */
+ * host, counted as stalls. A bad count is refused, and a wait the sim
+ * refuses to queue fails the replay with its reason. */
 static void lag_counts_the_host_waiting_for_a_stream(void **state) {
   (void)state;
   static const char body[] = HEADER "1,00:00:00.1,allocate,0x1000,20971520,0x0\n"
@@ -466,6 +467,9 @@ static void lag_counts_the_host_waiting_for_a_stream(void **state) {
   assert_int_equal(o.exit_code, 2);
   assert_non_null(strstr(o.text, "--lag '-1'"));
   free(o.text);
+  setenv("GCA_SIM_FAULTS", "launch_host_func:nth=1", 1); /* the first wait queued */
+  assert_fails_with(body, "--lag 2", "--lag: queueing the stream's wait");
+  unsetenv("GCA_SIM_FAULTS");
 }
 
 int main(int argc, char **argv) {
