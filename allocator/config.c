@@ -46,7 +46,7 @@ void gca__config_defaults(gca_alloc_config_t *cfg) {
   cfg->pinned_num_register_threads = 1;
   cfg->per_process_memory_fraction = 0.0;
   cfg->free_cache = true;
-  cfg->expandable_moves = false;
+  cfg->expandable_moves = true;
   cfg->thread_cache = true;
   cfg->recycle_bins = true;
   snprintf(cfg->backend, sizeof(cfg->backend), "native");

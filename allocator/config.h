@@ -56,7 +56,7 @@ typedef struct gca_alloc_config {
   bool graph_capture_record_stream_reuse;
   bool ipc_handles; /* gca's own key: VMM-backed classic segments */
   bool free_cache;  /* gca's own key: Note [Free cache] (default true) */
-  /* gca's own key: Note [Expandable segments] handle moves (default false) */
+  /* gca's own key: Note [Expandable segments] handle moves (default true) */
   bool expandable_moves;
   /* gca's own key: Note [Thread caches] (default true) */
   bool thread_cache;

@@ -25,7 +25,7 @@
  * the driver's granularity, and every granule is its own handle: any granule
  * wholly inside a free block can be unmapped, whatever lives next to it, and
  * the memory that stays mapped beyond live blocks is less than two granules
- * per free block. With expandable_moves:True (gca's key, default False: see
+ * per free block. With expandable_moves:True (gca's key, on by default: see
  * the trade-off below), before a growth would create handles while free
  * blocks elsewhere in the segment (or in the pool's other segments: Note
  * [Moves across segments]) hold whole granules (fragmentation) and the
@@ -80,12 +80,15 @@
  * pass, 1.0019 without. None of the VMM calls waits for work queued on the
  * device (contract_mem's vmm_calls_do_not_wait_for_work_queued_on_the_device,
  * run on the H200), and a move waits for no stream (Note [Move horizons]), so
- * the price of moves is the host time of those calls. Moves are opt-in, as
- * gca's own key beside PyTorch's expandable_segments (which maps only to
- * grow): an engine that can spend host time on memory turns them on; one that
- * needs a steady state free of driver calls leaves them off and still gets
- * granule-sized handles that release can give back, and moves once the device
- * is out of memory (Note [Moves on out of memory], release.c): capped at 1.005
+ * the price of moves is the host time of those calls. Moves are on by
+ * default, gca's own key beside PyTorch's expandable_segments (which maps
+ * only to grow): expandable segments are asked for to keep memory that
+ * fragmentation would waste, and without moves a loop that fragments the
+ * same way each iteration keeps up to 10% of it on the serving traces (an
+ * engine whose host runs ahead of its GPU hides the calls). One that needs a
+ * steady state free of driver calls sets expandable_moves:False and still
+ * gets granule-sized handles that release can give back, and moves once the
+ * device is out of memory (Note [Moves on out of memory], release.c): capped at 1.005
  * x peak live memory the three serving traces ran with no failed request at
  * 19,400 / 15,100 / 6,200 driver calls per warm pass (on the H200, capped by
  * per_process_memory_fraction: 1.0050 / 1.0049 / 1.0046, 17,500 / 15,100 /

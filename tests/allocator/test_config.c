@@ -35,7 +35,7 @@ static void defaults_are_pytorchs(void **state) {
   /* gca's own keys */
   assert_false(c.ipc_handles);
   assert_true(c.free_cache);
-  assert_false(c.expandable_moves);
+  assert_true(c.expandable_moves); /* gca's: on, Note [Expandable segments] */
   assert_true(c.thread_cache);
   assert_true(c.recycle_bins);
 }
@@ -401,7 +401,7 @@ static void format_round_trips(void **state) {
                       "release_lock_on_cudamalloc:False,pinned_use_cuda_host_register:False,"
                       "pinned_num_register_threads:1,pinned_use_background_threads:False,"
                       "graph_capture_record_stream_reuse:False,ipc_handles:False,"
-                      "free_cache:True,expandable_moves:False,thread_cache:True,backend:native");
+                      "free_cache:True,expandable_moves:True,thread_cache:True,backend:native");
 
   c = parsed("max_split_size_mb:256,garbage_collection_threshold:0.8,roundup_power2_divisions:4,"
              "expandable_segments:True,per_process_memory_fraction:0.3,"
