@@ -533,6 +533,29 @@ static gca__block_t *planned_hole(gca__segment_t *seg, size_t rounded) {
   return NULL;
 }
 
+gca__segment_t *gca__expand_lent_in_way(gca__pool_t *pool, gca_stream_t stream, size_t rounded) {
+  gca__segment_t *seg = find_segment(pool, stream);
+  size_t g = pool->dev->granularity;
+  if (seg == NULL || g == 0 || gca__hz_aliases(seg) == 0 || best_hole(seg, rounded, g) != NULL)
+    return NULL;
+  for (gca__block_t *b = seg->head; b != NULL; b = b->next) {
+    if (!b->unmapped || (b->prev != NULL && b->prev->unmapped))
+      continue; /* not the start of a run of unmapped blocks */
+    size_t total = is_free(b->prev) ? b->prev->size : 0;
+    bool lent = false;
+    gca__block_t *e = b;
+    for (; e != NULL && e->unmapped; e = e->next) {
+      total += e->size;
+      lent = lent || gca__block_lent(e);
+    }
+    if (is_free(e))
+      total += e->size;
+    if (lent && total >= rounded)
+      return seg;
+  }
+  return NULL;
+}
+
 gca_status_t gca__expand_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                size_t rounded, size_t step, gca__block_t **out) {
   gca__segment_t *seg = find_segment(pool, stream);

@@ -70,6 +70,10 @@ gca_status_t gca__expand_take_donors(gca__devalloc_t *d, gca__relbatch_t *bt, gc
  * after the growth: releases what the pool's segments parked and did not map. */
 void gca__expand_gather(gca__pool_t *pool, gca_stream_t stream);
 void gca__expand_unpark(gca__devalloc_t *d, gca__pool_t *pool);
+/* The expandable segment of (pool, stream) when it has no hole for `rounded`
+ * but would have one once its lent ranges are unmapped (Note [Lent address
+ * space], release.c); else NULL. */
+gca__segment_t *gca__expand_lent_in_way(gca__pool_t *pool, gca_stream_t stream, size_t rounded);
 /* Release batches: seg's free blocks holding a whole mapping, releasing, into bt. */
 gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg);
 /* The same within [lo, hi) (offsets into seg): each entry covers its block's

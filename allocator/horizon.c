@@ -65,10 +65,9 @@
  * moves neither wait nor give up for a busy stream: with gca-replay's --lag
  * the serving traces of gca-trace-gen keep 1.0034-1.0039 (seed 1 at lags of
  * 10 to 10,000 events, seeds 1-3 at 1,000), where taking covered granules
- * only reached 1.06-1.14 on seed 1. Lent ranges do hold address space: under
- * a device capped at 1.005x peak live memory with --lag 1000, seed 1 once per
- * run found no hole for a 168 MiB request and fell back to releasing the
- * cache, which waits. With no host memory to record a lent
+ * only reached 1.06-1.14 on seed 1. Lent ranges do hold address space: a
+ * growth that finds no hole for them waits for its stream (Note [Lent
+ * address space], release.c). With no host memory to record a lent
  * range, that donor stays mapped and the growth creates instead.
  */
 #include <inttypes.h>

@@ -403,6 +403,43 @@ static bool move_handles(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t str
   return taken;
 }
 
+/* Note [Lent address space]: lent ranges (Note [Lent granules], horizon.c)
+ * hold address space until a horizon covers them, so a growth may find no
+ * hole of its size in a segment that would have one once they are unmapped:
+ * under gca-replay --lag 1000 on a device capped at 1.005x peak live memory,
+ * serving seed 1 once per run asked for 168 MiB with 3.2 GB of the device
+ * free and no such hole in the segment's 2x reservation. The remedy that
+ * followed, releasing the whole cache, waits for every stream and gives
+ * back (and creates again) everything cached. Waiting for the segment's own
+ * stream alone, with the lock let go (a release batch of one wait-only
+ * entry, which unmaps the lent ranges once the wait is done), is enough; it
+ * is taken only when that frees a hole the request fits, and never while a
+ * capture runs. On that trace the wait still stalls the host once per run
+ * (as the release did: a wait for the stream), and nothing cached is given
+ * back and created again. A failed wait is logged, and the cache's release
+ * follows as before. Returns whether the lent ranges were let go. */
+static bool wait_for_lent(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                          size_t rounded) {
+  gca__segment_t *seg = gca__expand_lent_in_way(pool, stream, rounded);
+  if (seg == NULL)
+    return false;
+  gca__relbatch_t bt = {0};
+  gca_status_t st =
+      GCA_FAILPOINT("lent_wait")
+          ? gca__error(GCA_ERR_OUT_OF_MEMORY, "host out of memory for a release batch")
+          : gca__relbatch_room(&bt, 1);
+  if (st == GCA_OK) {
+    bt.v[bt.n++] = (gca__relent_t){.seg = seg, .expandable = true, .keep = true};
+    st = gca__relbatch_run(d, &bt, NULL);
+  }
+  free(bt.v);
+  if (st != GCA_OK)
+    GCA_LOG_WARN("malloc: waiting for stream %p to unmap the ranges lent from its expandable "
+                 "segment 0x%" PRIx64 " failed, releasing the cache instead: %s",
+                 (void *)stream, seg->base, gca_last_error());
+  return st == GCA_OK;
+}
+
 gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                     size_t seg_size, size_t rounded, gca__block_t **out) {
   gca_status_t st;
@@ -448,6 +485,16 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
   if (st == GCA_ERR_OUT_OF_MEMORY && oom_moves && move_handles(d, pool, stream, rounded, true)) {
     st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
     gca__expand_unpark(d, pool);
+  }
+  if (st == GCA_ERR_OUT_OF_MEMORY && oom_moves && wait_for_lent(d, pool, stream, rounded)) {
+    d->keep_partial = true; /* the hole found, memory may still lack: as above */
+    st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
+    d->keep_partial = false;
+    gca__expand_unpark(d, pool);
+    if (st == GCA_ERR_OUT_OF_MEMORY && move_handles(d, pool, stream, rounded, true)) {
+      st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
+      gca__expand_unpark(d, pool);
+    }
   }
   if (st == GCA_ERR_OUT_OF_MEMORY) {
     bool released = false;
