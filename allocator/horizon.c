@@ -245,9 +245,23 @@ gca_status_t gca__hz_alias_room(gca__segment_t *seg, size_t more) {
   return GCA_OK;
 }
 
+/* stats.lent_bytes moves by n (Note [Lent granules]). */
+static void lent_account(gca__segment_t *seg, int64_t n) {
+  gca_stat_t *s = &seg->pool->dev->stats.lent_bytes;
+  s->current += n;
+  if (n > 0) {
+    s->allocated += n;
+    if (s->current > s->peak)
+      s->peak = s->current;
+  } else {
+    s->freed -= n;
+  }
+}
+
 void gca__hz_alias_add(gca__segment_t *seg, gca__block_t *r, uint64_t stamp) {
   gca__horizons_t *z = seg->hz; /* room made by gca__hz_alias_room */
   z->al[z->nal++] = (gca__alias_t){r, stamp};
+  lent_account(seg, (int64_t)r->size);
 }
 
 size_t gca__hz_aliases(const gca__segment_t *seg) {
@@ -275,6 +289,7 @@ void gca__hz_retire(gca__devalloc_t *d, gca__segment_t *seg, uint64_t waited) {
     if (a.stamp < z->done) {
       gca_status_t st = gca__vmm_unmap_keep(d, a.r->addr, a.r->size);
       if (st == GCA_OK) {
+        lent_account(seg, -(int64_t)a.r->size);
         gca__expand_unlend(d, a.r);
         continue;
       }
@@ -291,8 +306,10 @@ void gca__hz_destroy(gca__devalloc_t *d, gca__segment_t *seg) {
   gca__horizons_t *z = seg->hz;
   if (z == NULL)
     return;
-  for (size_t i = 0; i < z->nal; i++) /* teardown: queued work is not waited for */
+  for (size_t i = 0; i < z->nal; i++) { /* teardown: queued work is not waited for */
     GCA_CHECK_IGNORE(gca__vmm_unmap_keep(d, z->al[i].r->addr, z->al[i].r->size));
+    lent_account(seg, -(int64_t)z->al[i].r->size);
+  }
   free(z->al);
   for (int i = 0; i < GCA__HZ_RING; i++)
     if (z->ev[i] != NULL)

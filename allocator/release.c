@@ -431,6 +431,7 @@ static bool wait_for_lent(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t st
   if (st == GCA_OK) {
     bt.v[bt.n++] = (gca__relent_t){.seg = seg, .expandable = true, .keep = true};
     st = gca__relbatch_run(d, &bt, NULL);
+    d->stats.num_lent_waits++;
   }
   free(bt.v);
   if (st != GCA_OK)

@@ -78,7 +78,8 @@ static void reset_accum(gca_stat_t *s, size_t n) {
   X((st).inactive_split_bytes, GCA_STAT_TYPES); \
   X((st).requested_bytes, GCA_STAT_TYPES);      \
   X(&(st).oversize_allocations, 1);             \
-  X(&(st).oversize_segments, 1)
+  X(&(st).oversize_segments, 1);                \
+  X(&(st).lent_bytes, 1)
 
 GCA_API gca_status_t gca_reset_peak_stats(int device) {
   gca__devalloc_t *d;
@@ -116,6 +117,7 @@ GCA_API gca_status_t gca_reset_accumulated_stats(int device) {
   d->stats.num_driver_calls = 0;
   d->stats.grown_bytes = 0;
   d->stats.num_handle_moves = 0;
+  d->stats.num_lent_waits = 0;
   d->stats.num_cache_fences = 0;
   d->stats.num_cache_parks = 0;
   d->lock.revocations = 0; /* under the lock it counts for */

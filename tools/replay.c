@@ -111,6 +111,7 @@ typedef struct run_result {
   double warm_driver_calls, warm_handle_moves;     /* per warm pass: the steady state */
   double warm_retries, warm_ooms; /* per warm pass: out-of-memory retries, failed requests */
   int64_t lag_stalls;             /* --lag: the host blocked on a stream, all passes */
+  int64_t peak_lent, lent_waits;  /* all passes: stats.lent_bytes' peak, num_lent_waits */
 } run_result_t;
 
 /* Driver calls per GiB of memory made usable: the cost of growth. */
@@ -608,6 +609,12 @@ static gca_status_t run_config(const options_t *o, const trace_t *t, const char 
   }
   TOOL_CHECK_GOTO(free_remaining(t, live), st, out);
   res->lag_stalls = replay_lag_stalls() - stalls;
+  if ((st = gca_get_stats(0, &s)) != GCA_OK) {
+    st = tool_error_gca(st, "replay: gca_get_stats");
+    goto out;
+  }
+  res->peak_lent = s.lent_bytes.peak;
+  res->lent_waits = s.num_lent_waits;
   st = GCA_OK;
 out:
   if (st != GCA_OK) { /* leave nothing behind for the next configuration (best effort) */
@@ -731,6 +738,8 @@ static gca_status_t print_json(const options_t *o, const trace_t *t, const run_r
           &ok);
     j_set(run, "ooms_per_warm_pass", o->repeat > 0 ? j_real(r->warm_ooms) : json_null(), &ok);
     j_set(run, "lag_stalls", o->lag ? json_integer(r->lag_stalls) : json_null(), &ok);
+    j_set(run, "peak_lent_bytes", json_integer(r->peak_lent), &ok);
+    j_set(run, "lent_waits", json_integer(r->lent_waits), &ok);
   }
   j_set(root, "runs", runs, &ok);
   char *text = ok ? json_dumps(root, JSON_COMPACT) : NULL;
@@ -817,6 +826,12 @@ static void print_table(const options_t *o, const trace_t *t, const run_result_t
     for (int i = 0; i < n; i++)
       printf("%*.1f", width, res[i].warm_driver_calls);
   }
+  printf("\n%-32s", "peak lent address space");
+  for (int i = 0; i < n; i++)
+    printf("%*.2f GiB", width - 4, (double)res[i].peak_lent / 1073741824.0);
+  printf("\n%-32s", "waits for lent address space");
+  for (int i = 0; i < n; i++)
+    printf("%*lld", width, (long long)res[i].lent_waits);
   printf("\n%-32s", "OOMs");
   for (int i = 0; i < n; i++)
     printf("%*lld", width, (long long)res[i].ooms);

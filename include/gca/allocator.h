@@ -107,6 +107,13 @@ typedef struct gca_stats {
   int64_t num_driver_calls;
   int64_t grown_bytes;
   int64_t num_handle_moves;
+  /* Address space held by ranges that moves lent (Note [Lent granules]):
+   * their handles already serve a new place, their old mapping stays until
+   * the stream's queued work has passed it; and the waits for a stream that
+   * a growth made because they held the hole it needed (Note [Lent address
+   * space]). */
+  gca_stat_t lent_bytes;
+  int64_t num_lent_waits;
   /* The cost of the lock-free paths, each a membarrier system call or a
    * thread cache given back: the device lock's bias taken back from the
    * thread that kept it (Note [Biased device lock]), visits to thread caches

@@ -632,6 +632,51 @@ static void a_horizon_on_the_legacy_stream_that_cannot_find_the_device_still_len
   test_gate_fini(&g);
 }
 
+/* The same with another device current (GCA_SIM_DEVICES=2): the horizon
+ * makes device 0 current for the legacy stream and device 1 current again
+ * after. When the driver refuses the first switch (`nth` 1), nothing is
+ * polled or recorded; when it refuses the switch back (`nth` 2), the horizon
+ * was recorded and the failure is only logged. Either way the growth lends
+ * the holes' granules and the release leaves nothing. */
+static void legacy_stream_horizon_with_another_device_current(int nth) {
+  assert_ok(gca_set_device(0));
+  char *p[4];
+  two_holes(p, NULL);
+  test_gate_t g = TEST_GATE_INIT;
+  assert_ok(gca_launch_host_func(NULL, test_gate_pass, &g));
+  assert_ok(gca_set_device(1));
+  int64_t sets = calls("ctx_set_device"), records = calls("event_record");
+  int64_t queries = calls("stream_query");
+  char fault[64];
+  snprintf(fault, sizeof(fault), "ctx_set_device:nth=%d", nth);
+  assert_ok(gca_sim_fault_set(fault));
+  void *e = NULL;
+  assert_ok(gca_malloc_device(0, &e, 16 * MiB, NULL));
+  gca_sim_fault_clear();
+  check();
+  assert_true(calls("ctx_set_device") - sets >= nth);
+  assert_int_equal(calls("stream_query") - queries, nth == 1 ? 0 : 1);
+  assert_int_equal(calls("event_record") - records, nth == 1 ? 0 : 1);
+  assert_int_equal(stats().num_handle_moves, 8);
+  assert_ok(gca_set_device(0));
+  test_gate_open(&g);
+  assert_ok(gca_stream_synchronize(NULL));
+  stamps_hold(p);
+  free_ok(e);
+  release_holes(p);
+  test_gate_fini(&g);
+}
+
+static void a_legacy_stream_horizon_that_cannot_switch_devices_still_lends(void **state) {
+  (void)state;
+  legacy_stream_horizon_with_another_device_current(1);
+}
+
+static void a_legacy_stream_horizon_that_cannot_switch_back_is_kept(void **state) {
+  (void)state;
+  legacy_stream_horizon_with_another_device_current(2);
+}
+
 static void *open_gate_after_using_the_allocator(void *arg) {
   gca_stream_t other = arg;
   struct timespec ts = {0, 20 * 1000 * 1000};
@@ -1101,6 +1146,8 @@ int main(void) {
       T(a_failed_horizon_step_still_moves_or_creates),
       T(a_lent_range_that_fails_to_unmap_is_unmapped_later),
       T(a_horizon_on_the_legacy_stream_that_cannot_find_the_device_still_lends),
+      T(a_legacy_stream_horizon_that_cannot_switch_devices_still_lends),
+      T(a_legacy_stream_horizon_that_cannot_switch_back_is_kept),
       T(nothing_moves_during_a_capture),
       T(private_pools_neither_split_nor_move_handles),
       T(without_expandable_moves_nothing_moves),

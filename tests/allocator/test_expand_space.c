@@ -81,6 +81,10 @@ static void lent_range_in_the_way(gca_stream_t s, char **x, char **y, char **w) 
   stamp_fill(*w, 2 * MiB, 0x33);
   check();
   assert_int_equal(atomic_load(&ran), 0);
+  gca_stats_t st = stats();
+  assert_int_equal(st.lent_bytes.current, 60 * MiB); /* A's range */
+  assert_int_equal(st.lent_bytes.peak, 60 * MiB);
+  assert_int_equal(st.num_lent_waits, 0);
 }
 
 static void lent_range_gone(gca_stream_t s, char *x, char *y, char *w, char *r, int refused) {
@@ -124,6 +128,9 @@ static void a_growth_that_lent_ranges_block_waits_for_its_stream_only(void **sta
   assert_int_equal(calls("mem_create") - creates, 1); /* refused: the device is full */
   assert_int_equal(st.num_handle_moves, 30 + 25);
   assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 66 * MiB);
+  assert_int_equal(st.num_lent_waits, 1);
+  assert_int_equal(st.lent_bytes.current, 0);
+  assert_int_equal(st.lent_bytes.freed, 60 * MiB);
   lent_range_gone(s, x, y, w, r, 1);
 }
 
@@ -148,7 +155,10 @@ static void failed_wait_for_lent_ranges(bool fault) {
   gca__failpoint_clear();
   assert_int_equal(pthread_join(t, NULL), 0);
   check();
-  assert_int_equal(stats().num_alloc_retries - retries, 1); /* the cache's release */
+  gca_stats_t st = stats();
+  assert_int_equal(st.num_alloc_retries - retries, 1); /* the cache's release */
+  assert_int_equal(st.num_lent_waits, fault ? 1 : 0);  /* a wait made, and refused */
+  assert_int_equal(st.lent_bytes.current, 0);          /* the release waited too */
   assert_true(calls("mem_release") > releases);
   assert_ptr_equal(r, x + 2 * MiB);
   lent_range_gone(s, x, y, w, r, 0); /* the retry found the memory released */

@@ -460,6 +460,8 @@ static void lag_counts_the_host_waiting_for_a_stream(void **state) {
     if ((stalls != 0) != r[k].stalls)
       fail_msg("%s: %llu stalls", r[k].args, (unsigned long long)stalls);
     assert_int_equal(u64_at(run, "ooms"), 0);
+    assert_int_equal(u64_at(run, "lent_waits"), 0); /* a hole was always there */
+    (void)u64_at(run, "peak_lent_bytes");           /* present */
     json_decref(v);
     free(o.text);
   }
@@ -469,6 +471,8 @@ static void lag_counts_the_host_waiting_for_a_stream(void **state) {
   free(o.text);
   setenv("GCA_SIM_FAULTS", "launch_host_func:nth=1", 1); /* the first wait queued */
   assert_fails_with(body, "--lag 2", "--lag: queueing the stream's wait");
+  setenv("GCA_SIM_FAULTS", "stream_synchronize:nth=1", 1); /* the drain at the pass's end */
+  assert_fails_with(body, "--lag 2", "--lag: synchronizing stream 0");
   unsetenv("GCA_SIM_FAULTS");
 }
 
