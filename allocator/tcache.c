@@ -120,7 +120,11 @@
  * merge and a split, and never hits: 1.6 times the plain pair of
  * free_cache:False. As the free cache does (Note [Free cache waste]), each
  * cache counts the cached blocks evicted unused (beside a change, or pushed
- * out of their bin by another size) against its hits: at GCA__TC_WASTE_OFF
+ * out of their bin by another size), and the hits that only a locked request
+ * found (its fast take missed: a cache whose moves all took the locked way
+ * has no headroom, and with the recycle bins on the same pattern settles into
+ * one size cached and the other binned beside it, every pair locked: 155-190
+ * ns, 98-116 with such a cache parked), against its fast hits: at GCA__TC_WASTE_OFF
  * the owner's next locked free parks it: the cache is given back as a dying
  * thread's is (its deltas folded, its blocks to the tree) and kept aside,
  * so the thread has no cache of the device. Its requests and frees then go
@@ -624,8 +628,8 @@ gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   tc->req[gca__tc_find(tc, b->addr)] = size;
   gca__tc_ncached_add(tc, -1);
   tc->cached_bytes -= b->size;
-  if (tc->waste != 0)
-    tc->waste = tc->waste > GCA__TC_HIT_PAYS ? (uint8_t)(tc->waste - GCA__TC_HIT_PAYS) : 0;
+  if (tc->waste < GCA__TC_WASTE_OFF) /* Note [Thread cache waste]: a hit its fast take missed */
+    tc->waste++;
   gca__tc_unlock_wake(tc);
   int t = gca__stat_type(pool);
   b->requested = size; /* for the statistics below; the cache's req is what counts */

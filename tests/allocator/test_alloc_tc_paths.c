@@ -8,6 +8,7 @@
  * wasting cache is parked and tried again with backoff. The statistics are
  * exact throughout. Run with and without GCA_NO_MEMBARRIER=1 (meson.build):
  * without the fences, every path keeps its lock and the tests check that. */
+#include <inttypes.h>
 #include <sched.h>
 #include <stdlib.h>
 
@@ -80,6 +81,45 @@ static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
   assert_int_equal(s.num_cache_parks, 2 + parks);
   assert_ok(gca_reset_accumulated_stats(0));
   assert_int_equal(stats().num_cache_parks, 0);
+  check();
+  worker_exit(&a);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
+/* Note [Thread cache waste]: a cache whose hits all take the locked way is
+ * no use either. With the recycle bins on, a worker alternating 4 KiB and
+ * 12 KiB settles into the 4 KiB block in its cache and the 12 KiB one beside
+ * it in a bin (no block near a cached one enters a cache). Its cache never
+ * moved a statistic without the lock, so it has no headroom and each fast
+ * take misses; the locked request then takes the block from the cache, a hit
+ * that used to keep the cache and now counts as waste: the cache is parked
+ * (and tried again ever more rarely), and both sizes are served by the bins.
+ * Before, the cache stayed, one park in the whole run. */
+static void a_cache_that_only_hits_under_the_lock_is_parked(void **state) {
+  (void)state;
+  worker_t a, b;
+  assert_ok(gca_set_config("recycle_bins:True"));
+  engaged_workers(&a, &b);
+  worker_exit(&b);
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  int64_t parks = stats().num_cache_parks;
+  a.alt = 12288;
+  w_pairs(&a, 4096, 4 * GCA__TC_PROBE);
+  int64_t first = stats().num_cache_parks - parks;
+  print_message("parks after %d pairs: %" PRId64 "\n", 4 * GCA__TC_PROBE, first);
+  assert_true(first >= 2);
+  w_pairs(&a, 4096, 28 * GCA__TC_PROBE);
+  a.alt = 0;
+  int64_t all = stats().num_cache_parks - parks;
+  assert_true(all > first && all <= first + 4); /* tries with backoff */
+  assert_int_equal(d->ntcs, 0);
+  assert_int_equal(d->rb_count, 2); /* one block of each size */
+  gca_stats_t s = stats();
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].peak, 12288); /* one block at a time */
   check();
   worker_exit(&a);
   assert_ok(gca_stream_destroy(a.stream));
@@ -461,6 +501,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, tc_setup, alloc_teardown)
   const struct CMUnitTest tests[] = {
       T(a_cache_that_wastes_its_blocks_is_parked),
+      T(a_cache_that_only_hits_under_the_lock_is_parked),
       T(a_calm_owner_enters_without_the_lock_until_a_visit),
       T(a_visitor_waits_for_a_quiet_owners_section),
       T(a_streak_owes_its_moves_until_a_visit),
