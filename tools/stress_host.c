@@ -30,8 +30,11 @@ static uint8_t pattern(uint64_t key, size_t i) {
   return (uint8_t)((key >> (8 * (i % 8))) ^ (i * 13u));
 }
 
+/* A step failed: counted in host_aborted while faults are injected or when
+ * memory ran out (the device full of the workers' blocks, as their own
+ * requests' out-of-memory is counted), else a failure of the run. */
 static bool failed(stress_part_ctx_t *ctx, const char *what, gca_status_t st) {
-  if (ctx->faults) {
+  if (ctx->faults || st == GCA_ERR_OUT_OF_MEMORY) {
     ctx->c->host_aborted++;
     return true;
   }

@@ -630,6 +630,24 @@ static void all_parts_run_and_check_their_results(void **state) {
   unsetenv("GCA_SIM_FABRIC");
 }
 
+/* On a device the workers keep full (16 MiB), the workload parts' own
+ * requests run out of memory too: each such episode is counted as aborted
+ * (host_aborted here, as the workers count their failed requests), and the
+ * run ends cleanly with nothing reserved. */
+static void a_full_device_aborts_the_parts_it_cannot_serve(void **state) {
+  (void)state;
+  char *out = NULL;
+  char *argv[] = {(char *)tool_path, "--all", "--threads",       "1",     "--ops",  "2000",
+                  "--seed",          "1",     "--device-memory", "16MiB", "--json", NULL};
+  int rc = test_run_capture(argv, &out);
+  if (rc != 0)
+    fail_msg("exit %d:\n%s", rc, out);
+  assert_true(json_field(out, "num_ooms") > 0);
+  assert_true(json_field(out, "host_aborted") > 0);
+  assert_int_equal(json_field(out, "reserved_bytes_end"), 0);
+  free(out);
+}
+
 /* ---- the fault sweep (suite 'stress') ----
  *
  * For every device op and n = 1..5, one short gca-stress --all run with
@@ -932,6 +950,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(churned_streams_give_back_their_address_space_between_captures),
       cmocka_unit_test(bad_usage_exits_2_with_a_message),
       cmocka_unit_test(all_parts_run_and_check_their_results),
+      cmocka_unit_test(a_full_device_aborts_the_parts_it_cannot_serve),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
