@@ -20,7 +20,12 @@
  * pattern tables is the median of R such windows (default 3); in each round
  * every allocator of the row is measured once, one after another, so a load
  * that comes and goes reaches them all alike and one slow window moves no
- * figure. A thread the scheduler leaves without a
+ * figure. A ratio (gca over a peer, a thread count over one thread: the
+ * scaling table measures every thread count in each round) is the median of
+ * each round's own ratio, not the ratio of the medians: on a 2-core VM whose
+ * speed halved for seconds at a time, a slow phase moved gca's 512 B median
+ * further than jemalloc's, and the ratio of medians between 1.26x and 1.65x
+ * from run to run. A thread the scheduler leaves without a
  * core lowers the total as it should, and cannot make it collapse (a mean
  * of each thread's own time per pair did).
  * "shared lock" is the floor under any allocator that keeps one locked state
@@ -77,6 +82,9 @@ static const char *const pattern_names[NPATS] = {"same", "alternating_4k_12k", "
 
 typedef struct bench_row {
   double ns[KINDS][2]; /* [kind][threads-1]: ns per pair per thread */
+  /* [kind][threads-1]: gca's ns over that kind's (exact: exact's over
+   * malloc's), the median of the rounds' own ratios */
+  double vs[KINDS][2];
 } bench_row_t;
 
 static tool_jemalloc_t jem; /* plain jemalloc, when there */
@@ -280,10 +288,6 @@ static void size_name(size_t size, char *buf, size_t len) {
     snprintf(buf, len, "%zu B", size);
 }
 
-static double ratio(double a, double b) {
-  return b > 0 ? a / b : 0;
-}
-
 /* The median of v[0..n) (n >= 1; sorts v). A window that measured nothing
  * (0: a peer that is not there) makes the figure 0 as well. */
 static double median(double *v, int n) {
@@ -294,6 +298,17 @@ static double median(double *v, int n) {
       v[k - 1] = t;
     }
   return v[0] <= 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The median over n rounds of a[r] / b[r] * scale: each round's figures
+ * were measured one after the other, so a slow phase of the machine that
+ * reaches one round moves both and not their ratio. 0 when a window measured
+ * nothing. Leaves a and b as they were. */
+static double paired(const double *a, const double *b, int n, double scale) {
+  double q[ROUNDS_MAX];
+  for (int r = 0; r < n; r++)
+    q[r] = a[r] > 0 && b[r] > 0 ? a[r] / b[r] * scale : 0;
+  return median(q, n);
 }
 
 /* The thread-scaling table's thread counts and allocators. */
@@ -309,7 +324,9 @@ typedef struct report {
   bench_row_t rows[NSIZES];
   double lock_ns[2];
   double mpairs[NTC][3];       /* total Mpairs/s: [thread count][gca, malloc, jemalloc] */
+  double scaling[NTC][3];      /* over 1 thread, the median of the rounds' own ratios */
   double pattern_ns[NPATS][4]; /* ns per pair, 1 thread: [pattern][gca, exact, malloc, je] */
+  double pattern_vs_je[NPATS]; /* gca over jemalloc, the median of the rounds' own ratios */
   gca_stats_t stats;           /* device 0's at the end: what the lock-free paths cost */
   int rounds;                  /* windows per figure (the median of them) */
 } report_t;
@@ -333,18 +350,18 @@ static void print_table(const report_t *rep) {
     const bench_row_t *r = &rep->rows[i];
     printf("%-8s %10.1f %10.1f ", name, r->ns[KIND_GCA][0], r->ns[KIND_MALLOC][0]);
     print_cell(r->ns[KIND_JE][0], "%10.1f");
-    printf(" %8.2f %8.2f %10.1f %10.1f %10.1f ", ratio(r->ns[KIND_GCA][0], r->ns[KIND_MALLOC][0]),
-           ratio(r->ns[KIND_GCA][0], r->ns[KIND_JE][0]), r->ns[KIND_EXACT][0], r->ns[KIND_GCA][1],
-           r->ns[KIND_MALLOC][1]);
+    printf(" %8.2f %8.2f %10.1f %10.1f %10.1f ", r->vs[KIND_MALLOC][0], r->vs[KIND_JE][0],
+           r->ns[KIND_EXACT][0], r->ns[KIND_GCA][1], r->ns[KIND_MALLOC][1]);
     print_cell(r->ns[KIND_JE][1], "%10.1f");
-    printf(" %8.2f\n", ratio(r->ns[KIND_GCA][1], r->ns[KIND_JE][1]));
+    printf(" %8.2f\n", r->vs[KIND_JE][1]);
   }
-  printf("/malloc, /jemal = gca / that peer (below 1: gca is faster); exact = free_cache:False\n");
+  printf("/malloc, /jemal = gca / that peer (below 1: gca is faster), the median of each round's "
+         "own ratio; exact = free_cache:False\n");
   printf("shared lock floor (pthread mutex, two critical sections per pair, no allocator): "
          "1T %.1f ns, 2T %.1f ns\n",
          rep->lock_ns[0], rep->lock_ns[1]);
   printf("\nthread scaling: 4 KiB pairs, each thread on its own stream, total Mpairs/s "
-         "(x = over 1 thread)\n");
+         "(x = over 1 thread in the same round, the median of the rounds)\n");
   printf("%-8s", "threads");
   for (size_t k = 0; k < 3; k++)
     printf(" %10s %6s", scale_names[k], "x");
@@ -354,7 +371,7 @@ static void print_table(const report_t *rep) {
     for (size_t k = 0; k < 3; k++) {
       printf(" ");
       print_cell(rep->mpairs[t][k], "%10.2f");
-      printf(" %6.2f", ratio(rep->mpairs[t][k], rep->mpairs[0][k]));
+      printf(" %6.2f", rep->scaling[t][k]);
     }
     printf("\n");
   }
@@ -369,7 +386,7 @@ static void print_table(const report_t *rep) {
       printf(" ");
       print_cell(rep->pattern_ns[pt][k], "%10.1f");
     }
-    printf(" %8.2f\n", ratio(rep->pattern_ns[pt][0], rep->pattern_ns[pt][3]));
+    printf(" %8.2f\n", rep->pattern_vs_je[pt]);
   }
   printf("\nlock-free paths over the run (each a membarrier call or a cache given back): "
          "%" PRId64 " device-lock revocations, %" PRId64 " thread-cache fences, %" PRId64
@@ -429,16 +446,16 @@ static gca_status_t print_json(const report_t *rep, double seconds, json_t *host
     j_set(o, "size", json_integer((json_int_t)sizes[i]), &ok);
     j_set(o, "gca_ns_1t", json_real(r->ns[KIND_GCA][0]), &ok);
     j_set(o, "malloc_ns_1t", json_real(r->ns[KIND_MALLOC][0]), &ok);
-    j_set(o, "ratio_1t", json_real(ratio(r->ns[KIND_GCA][0], r->ns[KIND_MALLOC][0])), &ok);
+    j_set(o, "ratio_1t", json_real(r->vs[KIND_MALLOC][0]), &ok);
     j_set(o, "jemalloc_ns_1t", json_real(r->ns[KIND_JE][0]), &ok);
-    j_set(o, "ratio_jemalloc_1t", json_real(ratio(r->ns[KIND_GCA][0], r->ns[KIND_JE][0])), &ok);
+    j_set(o, "ratio_jemalloc_1t", json_real(r->vs[KIND_JE][0]), &ok);
     j_set(o, "exact_ns_1t", json_real(r->ns[KIND_EXACT][0]), &ok);
-    j_set(o, "ratio_exact_1t", json_real(ratio(r->ns[KIND_EXACT][0], r->ns[KIND_MALLOC][0])), &ok);
+    j_set(o, "ratio_exact_1t", json_real(r->vs[KIND_EXACT][0]), &ok);
     j_set(o, "gca_ns_2t", json_real(r->ns[KIND_GCA][1]), &ok);
     j_set(o, "malloc_ns_2t", json_real(r->ns[KIND_MALLOC][1]), &ok);
-    j_set(o, "ratio_2t", json_real(ratio(r->ns[KIND_GCA][1], r->ns[KIND_MALLOC][1])), &ok);
+    j_set(o, "ratio_2t", json_real(r->vs[KIND_MALLOC][1]), &ok);
     j_set(o, "jemalloc_ns_2t", json_real(r->ns[KIND_JE][1]), &ok);
-    j_set(o, "ratio_jemalloc_2t", json_real(ratio(r->ns[KIND_GCA][1], r->ns[KIND_JE][1])), &ok);
+    j_set(o, "ratio_jemalloc_2t", json_real(r->vs[KIND_JE][1]), &ok);
   }
   for (size_t t = 0; t < NTC && ok; t++) {
     json_t *o = j_push(threads, &ok);
@@ -450,7 +467,7 @@ static gca_status_t print_json(const report_t *rep, double seconds, json_t *host
       snprintf(key, sizeof(key), "%s_mpairs_per_s", scale_names[k]);
       j_set(o, key, json_real(rep->mpairs[t][k]), &ok);
       snprintf(key, sizeof(key), "%s_scaling", scale_names[k]);
-      j_set(o, key, json_real(ratio(rep->mpairs[t][k], rep->mpairs[0][k])), &ok);
+      j_set(o, key, json_real(rep->scaling[t][k]), &ok);
     }
   }
   for (int pt = PAT_ALTERNATE; pt < NPATS && ok; pt++) {
@@ -541,26 +558,36 @@ static gca_status_t run(double seconds, int rounds, bool json) {
                                      &w[KIND_EXACT][r]),
                           st, out);
       }
-      for (size_t k = 0; k < TOOL_ARRAY_SIZE(size_kinds); k++)
-        rep->rows[i].ns[size_kinds[k]][nt - 1] = median(w[size_kinds[k]], rounds);
+      bench_row_t *row = &rep->rows[i];
+      row->vs[KIND_MALLOC][nt - 1] = paired(w[KIND_GCA], w[KIND_MALLOC], rounds, 1);
+      row->vs[KIND_JE][nt - 1] = paired(w[KIND_GCA], w[KIND_JE], rounds, 1);
       if (nt == 1)
-        rep->rows[i].ns[KIND_EXACT][0] = median(w[KIND_EXACT], rounds);
+        row->vs[KIND_EXACT][0] = paired(w[KIND_EXACT], w[KIND_MALLOC], rounds, 1);
+      for (size_t k = 0; k < TOOL_ARRAY_SIZE(size_kinds); k++)
+        row->ns[size_kinds[k]][nt - 1] = median(w[size_kinds[k]], rounds);
+      if (nt == 1)
+        row->ns[KIND_EXACT][0] = median(w[KIND_EXACT], rounds);
     }
   }
   for (int nt = 1; nt <= 2; nt++)
     TOOL_CHECK_GOTO(measure(KIND_LOCK, 512, nt, seconds, streams, &rep->lock_ns[nt - 1]), st, out);
-  for (size_t t = 0; t < NTC; t++) {
-    double w[3][ROUNDS_MAX] = {{0}};
-    for (int r = 0; r < rounds; r++)
+  /* each round measures every thread count, so a count's figure is paired
+   * with the 1-thread one of its round */
+  double sw[NTC][3][ROUNDS_MAX] = {{{0}}};
+  for (int r = 0; r < rounds; r++)
+    for (size_t t = 0; t < NTC; t++)
       for (size_t k = 0; k < 3; k++)
         TOOL_CHECK_GOTO(measure_in(scale_kinds[k], PAT_SAME, 4u << 10, thread_counts[t], seconds,
-                                   streams, saved, &w[k][r]),
+                                   streams, saved, &sw[t][k][r]),
                         st, out);
+  for (size_t t = 0; t < NTC; t++)
+    for (size_t k = 0; k < 3; k++) /* ns per pair per thread: t x the 1-thread ns over t's */
+      rep->scaling[t][k] = paired(sw[0][k], sw[t][k], rounds, thread_counts[t]);
+  for (size_t t = 0; t < NTC; t++)
     for (size_t k = 0; k < 3; k++) {
-      double ns = median(w[k], rounds);
+      double ns = median(sw[t][k], rounds);
       rep->mpairs[t][k] = ns > 0 ? thread_counts[t] * 1e3 / ns : 0;
     }
-  }
   for (int pt = PAT_ALTERNATE; pt < NPATS; pt++) {
     double w[4][ROUNDS_MAX] = {{0}};
     for (int r = 0; r < rounds; r++)
@@ -568,6 +595,7 @@ static gca_status_t run(double seconds, int rounds, bool json) {
         TOOL_CHECK_GOTO(
             measure_in(pattern_kinds[k], pt, 4u << 10, 1, seconds, streams, saved, &w[k][r]), st,
             out);
+    rep->pattern_vs_je[pt] = paired(w[0], w[3], rounds, 1);
     for (size_t k = 0; k < 4; k++)
       rep->pattern_ns[pt][k] = median(w[k], rounds);
   }
