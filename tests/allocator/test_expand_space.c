@@ -133,6 +133,13 @@ static void a_growth_that_lent_ranges_block_waits_for_its_stream_only(void **sta
   assert_int_equal(st.num_lent_waits, 1);
   assert_int_equal(st.lent_bytes.current, 0);
   assert_int_equal(st.lent_bytes.freed, 60 * MiB);
+  assert_ok(gca_reset_peak_stats(0)); /* the lent statistics reset with the others */
+  assert_int_equal(stats().lent_bytes.peak, 0);
+  assert_ok(gca_reset_accumulated_stats(0));
+  st = stats();
+  assert_int_equal(st.num_lent_waits, 0);
+  assert_int_equal(st.lent_bytes.allocated, 0);
+  assert_int_equal(st.lent_bytes.freed, 0);
   lent_range_gone(s, x, y, w, r, 1);
 }
 
