@@ -76,27 +76,23 @@
  * without; that time is per granule moved, not per call (one unmap per run
  * instead of per granule halved the calls and left it unchanged): a map,
  * set_access and unmap of one 2 MiB granule took 50 us, 48 us each for four in
- * one set_access and one unmap. transformer-train-a: 1.0018 with, 76 calls per
- * pass, 1.0019 without. None of the VMM calls waits for work queued on the
- * device (contract_mem's vmm_calls_do_not_wait_for_work_queued_on_the_device,
- * run on the H200), and a move waits for no stream (Note [Move horizons]), so
- * the price of moves is the host time of those calls. Moves are on by
- * default, gca's own key beside PyTorch's expandable_segments (which maps
- * only to grow): expandable segments are asked for to keep memory that
- * fragmentation would waste, and without moves a loop that fragments the
- * same way each iteration keeps up to 10% of it on the serving traces (an
- * engine whose host runs ahead of its GPU hides the calls). One that needs a
- * steady state free of driver calls sets expandable_moves:False and still
- * gets granule-sized handles that release can give back, and moves once the
- * device is out of memory (Note [Moves on out of memory], release.c): capped at 1.005
- * x peak live memory the three serving traces ran with no failed request at
- * 19,400 / 15,100 / 6,200 driver calls per warm pass (on the H200, capped by
- * per_process_memory_fraction: 1.0050 / 1.0049 / 1.0046, 17,500 / 15,100 /
- * 5,500 calls, 12.9 / 12.6 / 3.7 us per event; at 1.0007 x, still no failed
- * request). Other donor orders did not pay: taking the granules free the
- * longest first, the smallest free ranges first or the largest first took
- * more calls; the highest addresses first took up to 5% fewer on two traces,
- * 10% more on the third; the donors here go in address order. What moves
+ * one set_access and one unmap. transformer-train-a: 1.0018 with, 78-100 calls
+ * per warm pass (gca-replay --repeat 3 / 2), 1.0019 without. None of the VMM calls waits for work
+ * queued on the device (contract_mem's vmm_calls_do_not_wait_for_work_queued_on_the_device, run on
+ * the H200), and a move waits for no stream (Note [Move horizons]), so the price of moves is the
+ * host time of those calls. Moves are on by default, gca's own key beside PyTorch's
+ * expandable_segments (which maps only to grow): expandable segments are asked for to keep memory
+ * that fragmentation would waste, and without moves a loop that fragments the same way each
+ * iteration keeps up to 10% of it on the serving traces (an engine whose host runs ahead of its GPU
+ * hides the calls). One that needs a steady state free of driver calls sets expandable_moves:False
+ * and still gets granule-sized handles that release can give back, and moves once the device is out
+ * of memory (Note [Moves on out of memory], release.c): capped at 1.005 x peak live memory the
+ * three serving traces ran with no failed request at 19,400 / 15,100 / 6,200 driver calls per warm
+ * pass (on the H200, capped by per_process_memory_fraction: 1.0050 / 1.0049 / 1.0046, 17,500 /
+ * 15,100 / 5,500 calls, 12.9 / 12.6 / 3.7 us per event; at 1.0007 x, still no failed request).
+ * Other donor orders did not pay: taking the granules free the longest first, the smallest free
+ * ranges first or the largest first took more calls; the highest addresses first took up to 5%
+ * fewer on two traces, 10% more on the third; the donors here go in address order. What moves
  * cannot take is the sub-granule ends of the free blocks that lie between
  * live ones at the peak: those granules stay mapped. stats.num_driver_calls,
  * grown_bytes and num_handle_moves count it (gca-replay reports driver calls

@@ -247,15 +247,8 @@ gca_status_t gca__hz_alias_room(gca__segment_t *seg, size_t more) {
 
 /* stats.lent_bytes moves by n (Note [Lent granules]). */
 static void lent_account(gca__segment_t *seg, int64_t n) {
-  gca_stat_t *s = &seg->pool->dev->stats.lent_bytes;
-  s->current += n;
-  if (n > 0) {
-    s->allocated += n;
-    if (s->current > s->peak)
-      s->peak = s->current;
-  } else {
-    s->freed -= n;
-  }
+  gca__devalloc_t *d = seg->pool->dev;
+  gca__stat_add(d, &d->stats.lent_bytes, n);
 }
 
 void gca__hz_alias_add(gca__segment_t *seg, gca__block_t *r, uint64_t stamp) {

@@ -441,6 +441,23 @@ static bool wait_for_lent(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t st
   return st == GCA_OK;
 }
 
+/* A new segment or growth for `rounded`; with `oom_moves` (Note [Moves on
+ * out of memory], below) a refused growth keeps the start it mapped and, the
+ * free granules moved to it, is tried once more. */
+static gca_status_t grow(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
+                         size_t seg_size, size_t rounded, bool oom_moves, gca__block_t **b) {
+  d->keep_partial = oom_moves;
+  gca_status_t st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, b);
+  d->keep_partial = false;
+  if (d->cfg.expandable_segments)
+    gca__expand_unpark(d, pool);
+  if (st == GCA_ERR_OUT_OF_MEMORY && oom_moves && move_handles(d, pool, stream, rounded, true)) {
+    st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, b);
+    gca__expand_unpark(d, pool);
+  }
+  return st;
+}
+
 gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                     size_t seg_size, size_t rounded, gca__block_t **out) {
   gca_status_t st;
@@ -478,25 +495,10 @@ gca_status_t gca__release_new_block(gca__devalloc_t *d, gca__pool_t *pool, gca_s
    * the start of the range it mapped (d->keep_partial, map_range), so the moves fill only what
    * is still lacking; given back, they would be created again by the retry. */
   bool oom_moves = d->cfg.expandable_segments && d->ncaptures == 0 && pool->owner == NULL;
-  d->keep_partial = oom_moves;
-  st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
-  d->keep_partial = false;
-  if (d->cfg.expandable_segments)
-    gca__expand_unpark(d, pool);
-  if (st == GCA_ERR_OUT_OF_MEMORY && oom_moves && move_handles(d, pool, stream, rounded, true)) {
-    st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
-    gca__expand_unpark(d, pool);
-  }
-  if (st == GCA_ERR_OUT_OF_MEMORY && oom_moves && wait_for_lent(d, pool, stream, rounded)) {
-    d->keep_partial = true; /* the hole found, memory may still lack: as above */
-    st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
-    d->keep_partial = false;
-    gca__expand_unpark(d, pool);
-    if (st == GCA_ERR_OUT_OF_MEMORY && move_handles(d, pool, stream, rounded, true)) {
-      st = gca__segment_alloc(d, pool, stream, seg_size, rounded, false, &b);
-      gca__expand_unpark(d, pool);
-    }
-  }
+  st = grow(d, pool, stream, seg_size, rounded, oom_moves, &b);
+  /* Note [Lent address space]: the hole found, memory may still lack */
+  if (st == GCA_ERR_OUT_OF_MEMORY && oom_moves && wait_for_lent(d, pool, stream, rounded))
+    st = grow(d, pool, stream, seg_size, rounded, true, &b);
   if (st == GCA_ERR_OUT_OF_MEMORY) {
     bool released = false;
     gca_status_t rst = release_available(d, pool, stream, rounded, &released);
