@@ -38,12 +38,14 @@
  * malloc/free, loaded as a peer: peer_jemalloc.h) is measured beside glibc
  * when it can be loaded. Then a thread-scaling table (4 KiB pairs on 1, 2, 4
  * and 8 threads, each on its own stream: total Mpairs/s for gca, glibc and
- * jemalloc, and each over its own 1-thread figure) and a size-pattern table
+ * jemalloc, and each over its own 1-thread figure), with under it the same
+ * 1-thread gca loop in one process and in two processes at once (the
+ * machine's ceiling for the table, bench_procs.h), and a size-pattern table
  * (1 thread: pairs alternating 4 KiB and 12 KiB; mixed sizes, log-uniform
  * 512 B .. 1 MiB with 16 blocks kept live) for gca, gca with
  * free_cache:False, glibc and jemalloc. It uses the public API only; the JSON
- * report is written with jansson (keys: results[], threads[], patterns[],
- * host).
+ * report is written with jansson (keys: results[], threads[], processes,
+ * patterns[], host).
  * A host section follows (bench_host.c): pinned host pairs next to glibc and
  * plain jemalloc, and device pinning calls per GiB grown ("host" in JSON).
  * Nothing is asserted: the figures are printed for a person or a dashboard.
@@ -60,6 +62,7 @@
 #include <jansson.h>
 
 #include "bench_host.h"
+#include "bench_procs.h"
 #include "gca.h"
 #include "peer_jemalloc.h"
 #include "util.h"
@@ -323,8 +326,13 @@ static const char *const pattern_kind_names[] = {"gca", "exact", "malloc", "jema
 typedef struct report {
   bench_row_t rows[NSIZES];
   double lock_ns[2];
-  double mpairs[NTC][3];       /* total Mpairs/s: [thread count][gca, malloc, jemalloc] */
-  double scaling[NTC][3];      /* over 1 thread, the median of the rounds' own ratios */
+  double mpairs[NTC][3];  /* total Mpairs/s: [thread count][gca, malloc, jemalloc] */
+  double scaling[NTC][3]; /* over 1 thread, the median of the rounds' own ratios */
+  /* the process ceiling (bench_procs.h): Mpairs/s of 1 and of BENCH_PROCS
+   * partners at once, and the latter over the former (paired per round);
+   * 0 and procs_why when a partner failed */
+  double procs_mpairs[2], procs_scaling;
+  char procs_why[256];
   double pattern_ns[NPATS][4]; /* ns per pair, 1 thread: [pattern][gca, exact, malloc, je] */
   double pattern_vs_je[NPATS]; /* gca over jemalloc, the median of the rounds' own ratios */
   gca_stats_t stats;           /* device 0's at the end: what the lock-free paths cost */
@@ -375,6 +383,12 @@ static void print_table(const report_t *rep) {
     }
     printf("\n");
   }
+  if (rep->procs_scaling > 0)
+    printf("%d processes at once, each the 1-thread gca loop, nothing shared (this machine's "
+           "ceiling for the rows above): %.2f Mpairs/s, x %.2f over one process alone (%.2f)\n",
+           BENCH_PROCS, rep->procs_mpairs[1], rep->procs_scaling, rep->procs_mpairs[0]);
+  else
+    printf("%d processes at once: not measured (%s)\n", BENCH_PROCS, rep->procs_why);
   printf("\nsize patterns, 1 thread, ns per alloc+free pair\n");
   printf("%-20s", "pattern");
   for (size_t k = 0; k < 4; k++)
@@ -470,6 +484,18 @@ static gca_status_t print_json(const report_t *rep, double seconds, json_t *host
       j_set(o, key, json_real(rep->scaling[t][k]), &ok);
     }
   }
+  json_t *procs = json_object();
+  j_set(root, "processes", procs, &ok);
+  if (procs != NULL) {
+    j_set(procs, "count", json_integer(BENCH_PROCS), &ok);
+    if (rep->procs_scaling > 0) {
+      j_set(procs, "gca_mpairs_per_s_alone", json_real(rep->procs_mpairs[0]), &ok);
+      j_set(procs, "gca_mpairs_per_s", json_real(rep->procs_mpairs[1]), &ok);
+      j_set(procs, "gca_scaling", json_real(rep->procs_scaling), &ok);
+    } else {
+      j_set(procs, "error", json_string(rep->procs_why), &ok);
+    }
+  }
   for (int pt = PAT_ALTERNATE; pt < NPATS && ok; pt++) {
     json_t *o = j_push(patterns, &ok);
     if (!o)
@@ -517,6 +543,7 @@ static gca_status_t run(double seconds, int rounds, bool json) {
   gca_status_t st;
   gca_stream_t streams[NTHREADS_MAX] = {NULL};
   int nstreams = 0;
+  bench_procs_t bp = {0}; /* the process ceiling's partners, while they run */
   report_t *rep = calloc(1, sizeof(*rep));
   if (!rep)
     return tool_error(GCA_ERR_OUT_OF_MEMORY, "bench: out of host memory");
@@ -574,12 +601,33 @@ static gca_status_t run(double seconds, int rounds, bool json) {
   /* each round measures every thread count, so a count's figure is paired
    * with the 1-thread one of its round */
   double sw[NTC][3][ROUNDS_MAX] = {{{0}}};
-  for (int r = 0; r < rounds; r++)
+  /* and the process ceiling in the same rounds: Mpairs/s alone, all at once,
+   * and the latter over the former */
+  double pm[2][ROUNDS_MAX] = {{0}}, px[ROUNDS_MAX] = {0};
+  bool procs = bench_procs_start(&bp, gca_device_backend_name());
+  for (int r = 0; r < rounds; r++) {
     for (size_t t = 0; t < NTC; t++)
       for (size_t k = 0; k < 3; k++)
         TOOL_CHECK_GOTO(measure_in(scale_kinds[k], PAT_SAME, 4u << 10, thread_counts[t], seconds,
                                    streams, saved, &sw[t][k][r]),
                         st, out);
+    double alone, both[BENCH_PROCS];
+    if (procs && (procs = bench_procs_round(&bp, seconds, &alone, both))) {
+      pm[0][r] = 1e3 / alone;
+      for (int i = 0; i < BENCH_PROCS; i++)
+        pm[1][r] += 1e3 / both[i];
+      px[r] = pm[1][r] / pm[0][r];
+    }
+  }
+  bench_procs_stop(&bp);
+  if (procs) {
+    rep->procs_scaling = median(px, rounds);
+    for (int i = 0; i < 2; i++)
+      rep->procs_mpairs[i] = median(pm[i], rounds);
+  } else {
+    snprintf(rep->procs_why, sizeof(rep->procs_why), "%s", bp.why);
+    fprintf(stderr, "gca-bench: the %d-process ceiling is left out: %s\n", BENCH_PROCS, bp.why);
+  }
   for (size_t t = 0; t < NTC; t++)
     for (size_t k = 0; k < 3; k++) /* ns per pair per thread: t x the 1-thread ns over t's */
       rep->scaling[t][k] = paired(sw[0][k], sw[t][k], rounds, thread_counts[t]);
@@ -609,6 +657,7 @@ static gca_status_t run(double seconds, int rounds, bool json) {
     TOOL_CHECK_GOTO(print_json(rep, seconds, host), st, out);
   st = GCA_OK;
 out:
+  bench_procs_stop(&bp);
   free(rep);
   if (gca_empty_cache() != GCA_OK)
     fprintf(stderr, "gca-bench: empty_cache: %s\n", gca_last_error());
@@ -618,12 +667,50 @@ out:
   return st;
 }
 
+/* gca-bench --partner (bench_procs.h): the thread-scaling table's 1-thread
+ * loop (4 KiB pairs on a stream of its own), measured by the same code, on
+ * request. */
+typedef struct partner {
+  gca_stream_t stream;
+  bool warm;
+} partner_t;
+
+static gca_status_t partner_prepare(void *ctx, double seconds) {
+  partner_t *p = ctx;
+  gca_status_t st;
+  if (p->stream == NULL && (st = gca_stream_create(&p->stream, GCA_STREAM_NON_BLOCKING)) != GCA_OK)
+    return tool_error_gca(st, "bench partner: stream_create");
+  if (!p->warm) { /* as the benchmark's own warm-up: four windows, untimed */
+    double ignored;
+    TOOL_CHECK(measure(KIND_GCA, 4u << 10, 1, 4 * seconds, &p->stream, &ignored));
+    p->warm = true;
+  }
+  return GCA_OK;
+}
+
+static gca_status_t partner_window(void *ctx, double seconds, double *ns) {
+  partner_t *p = ctx;
+  return measure(KIND_GCA, 4u << 10, 1, seconds, &p->stream, ns);
+}
+
+static int partner_main(void) {
+  static const bench_partner_ops_t ops = {partner_prepare, partner_window};
+  partner_t p = {0};
+  int rc = bench_partner_serve(&ops, &p);
+  if (p.stream != NULL && gca_stream_destroy(p.stream) != GCA_OK) {
+    fprintf(stderr, "gca-bench --partner: stream_destroy: %s\n", gca_last_error());
+    rc = 1;
+  }
+  return rc;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: gca-bench [--seconds S] [--rounds R] [--json] [--help]\n"
           "  --seconds S   time per window, in (0, 60] (default 0.08)\n"
           "  --rounds R    windows per figure, its median, in [1, %d] (default 3)\n"
-          "  --json        one JSON object instead of the table\n",
+          "  --json        one JSON object instead of the table\n"
+          "  --partner     (internal) serve the 2-process ceiling on stdin/stdout\n",
           ROUNDS_MAX);
 }
 
@@ -632,13 +719,15 @@ int main(int argc, char **argv) {
   double seconds = 0.08;
   int rounds = 3;
   bool json = false;
-  static const struct option longopts[] = {{"json", no_argument, NULL, 'j'},
-                                           {"seconds", required_argument, NULL, 's'},
-                                           {"rounds", required_argument, NULL, 'r'},
-                                           {"help", no_argument, NULL, 'h'},
-                                           {NULL, 0, NULL, 0}};
+  static const struct option longopts[] = {
+      {"json", no_argument, NULL, 'j'},         {"seconds", required_argument, NULL, 's'},
+      {"rounds", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'},
+      {"partner", no_argument, NULL, 'p'},      {NULL, 0, NULL, 0}};
+  bool partner = false;
   for (int c; (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) {
-    if (c == 'j') {
+    if (c == 'p') {
+      partner = true;
+    } else if (c == 'j') {
       json = true;
     } else if (c == 's') {
       char *end = NULL;
@@ -665,6 +754,8 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  if (partner)
+    return partner_main();
   gca_status_t st = run(seconds, rounds, json);
   if (st != GCA_OK) {
     fprintf(stderr, "gca-bench: %s\n", tool_last_error());
