@@ -544,9 +544,11 @@ static inline void gca__tc_gate_sync(gca__devalloc_t *d, bool quiet) {
 #define GCA__GATE_FC 1u
 #define GCA__GATE_RB 2u
 static inline void gca__fc_gate_sync(gca__devalloc_t *d, bool quiet) {
-  bool both = (d->tcs != NULL) | d->reap | d->has_divisions | d->tc_on | !d->fc_on |
-              (d->ncaptures != 0) | !quiet;
-  d->fc_gate = (uint8_t)((both | (d->fc_waste != 0)) * GCA__GATE_FC |
+  bool both = d->reap | d->has_divisions | !d->fc_on | (d->ncaptures != 0) | !quiet;
+  /* the bins' leaves count the thread caches' headroom and ask the calling
+   * thread's parked cache; the free cache's assume there is none */
+  bool tcs = (d->tcs != NULL) | d->tc_on;
+  d->fc_gate = (uint8_t)((both | tcs | (d->fc_waste != 0)) * GCA__GATE_FC |
                          (both | !d->cfg.recycle_bins) * GCA__GATE_RB);
 }
 /* fcache.c: takes and lets go every device's lock, so that their gates

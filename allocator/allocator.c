@@ -498,7 +498,12 @@ static __attribute__((noinline)) gca_status_t malloc_rb(gca__devalloc_t *d, void
  * the device lock by its bias (Note [Biased device lock]): the free cache's
  * hit of the owed put's block (gca__fc_leaf_take), and the thread cache's
  * streak (malloc_tc, the frees alike); the recycle bins' put and take
- * (malloc_rb, free_rb) behind the pair's. A leaf calls nothing: what it cannot
+ * (malloc_rb, free_rb) behind the pair's. The bins' leaves also serve a
+ * thread with no cache of the device while thread caches are on (its cache
+ * parked, Note [Thread cache waste]): they count that free towards its next
+ * probe (gca__tc_leaf_declines) and raise a statistic only where the
+ * caches' headroom cannot carry it past its peak (gca__fc_stat_room), and
+ * otherwise leave the operation to the full path. A leaf calls nothing: what it cannot
  * finish it leaves as it found it and tail-calls the full path, so it saves
  * no register. A debug_checks build, which counts the locks held and walks
  * after every mutation, always takes the full path. */

@@ -8,6 +8,7 @@
 
 #include "alloc_core.h"
 #include "fcache.h"
+#include "tcache.h"
 
 #define GCA__RB_CLASSES  64 /* rounded sizes 512 B .. 32 KiB, a bin each */
 #define GCA__RB_MAX_SIZE ((size_t)GCA__RB_CLASSES * GCA__MIN_BLOCK_SIZE)
@@ -161,8 +162,10 @@ gca__rb_pop(gca__devalloc_t *d, unsigned g, unsigned c, size_t requested) {
 /* Note [Leaf hits] (allocator.c): with d->lock held by the calling thread's
  * bias, the free of addr into its bin from its slot's facts as
  * gca__rb_put_fast, when nothing on the way calls a function (the bins'
- * gate open: no thread caches, nothing pending, no capture, no history; the
- * free cache's put settled); false, nothing done, else. */
+ * gate open: nothing pending, no capture, no history; the free cache's put
+ * settled; with thread caches on, the calling thread's cache parked and
+ * their headroom leaving the peaks unpassed); false, nothing done, else.
+ * Only a thread with no cache of d comes here (allocator.c's dispatch). */
 static inline __attribute__((always_inline)) bool gca__rb_leaf_put(gca__devalloc_t *d,
                                                                    gca_devptr_t addr) {
   gca__ptrslot_t *e;
@@ -171,7 +174,15 @@ static inline __attribute__((always_inline)) bool gca__rb_leaf_put(gca__devalloc
       d->fc_lazy.pairs != 0 || (e = gca__ptrmap_slot(&d->ptrs, addr)) == NULL ||
       !gca__pf_hold(d, e) || !gca__rb_takes(d, e, &g, &c))
     return false;
-  gca__rb_put_facts(d, e, g, c, true);
+  if (d->tc_on && !gca__tc_leaf_declines(d))
+    return false;
+  int64_t size = (int64_t)(c + 1) * GCA__MIN_BLOCK_SIZE;
+  if (d->tc_count && !(gca__fc_stat_room(d, d->stats.inactive_split, GCA_STAT_SMALL, 1) &&
+                       gca__fc_stat_room(d, d->stats.inactive_split_bytes, GCA_STAT_SMALL, size)))
+    return false;
+  if (d->tc_on)
+    gca__tc_leaf_skip(d);
+  gca__rb_put_facts(d, e, g, c, true); /* plain: no peak is passed */
   return true;
 }
 
@@ -179,13 +190,20 @@ static inline __attribute__((always_inline)) bool gca__rb_leaf_put(gca__devalloc
  * block of its bin for a request of `size` bytes on `stream` as
  * gca__rb_take, when nothing on the way calls a function (the bins' gate
  * open, the plain rounding, the statistics plain: nothing settled, pending
- * or oversize, not whole); else NULL, nothing done. */
+ * or oversize, not whole, no peak passed less the thread caches' headroom);
+ * else NULL, nothing done. */
 static inline __attribute__((always_inline)) gca__block_t *
 gca__rb_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
   gca__rbins_t *rb = d->rb;
   size_t rounded = gca__round_plain(size);
   if ((d->fc_gate & GCA__GATE_RB) || rb == NULL || rounded > GCA__RB_MAX_SIZE ||
       d->fc_lazy.b != NULL || d->fc_lazy.pairs != 0 || d->pend[GCA_STAT_ALL].current != 0)
+    return NULL;
+  /* with thread caches counting, the rises below within their headroom */
+  if (d->tc_count &&
+      !(gca__fc_stat_room(d, d->stats.allocation, GCA_STAT_SMALL, 1) &&
+        gca__fc_stat_room(d, d->stats.allocated_bytes, GCA_STAT_SMALL, (int64_t)rounded) &&
+        gca__fc_stat_room(d, d->stats.requested_bytes, GCA_STAT_SMALL, (int64_t)size)))
     return NULL;
   gca_stream_t key = gca__stream_key_nocall(stream);
   unsigned g = gca__rb_group(key), c = gca__rb_class(rounded);

@@ -124,7 +124,8 @@
  * found (its fast take missed: a cache whose moves all took the locked way
  * has no headroom, and with the recycle bins on the same pattern settles into
  * one size cached and the other binned beside it, every pair locked: 155-190
- * ns, 98-116 with such a cache parked), against its fast hits: at GCA__TC_WASTE_OFF
+ * ns; 98-116 with such a cache parked, 34 since the bins' leaves serve a
+ * parked thread, Note [Leaf hits]), against its fast hits: at GCA__TC_WASTE_OFF
  * the owner's next locked free parks it: the cache is given back as a dying
  * thread's is (its deltas folded, its blocks to the tree) and kept aside,
  * so the thread has no cache of the device. Its requests and frees then go

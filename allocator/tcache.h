@@ -555,6 +555,18 @@ static inline bool gca__tc_declines(gca__devalloc_t *d) {
   gca__tcache_t *tc = gca__tc_mine(d->device);
   return tc != NULL && tc->d == d && tc->ndomain >= GCA__TC_DOMAIN;
 }
+/* Note [Leaf hits]: gca__tc_declines for a leaf, calling nothing, for a
+ * thread with no cache of d (gca__tc_mine NULL): true when its cache is
+ * parked and its next probe not due, the free then counted with
+ * gca__tc_leaf_skip; false when the full path must decide (no thread record
+ * yet: that free may make its cache; or the probe is due). */
+static inline bool gca__tc_leaf_declines(const gca__devalloc_t *d) {
+  gca__tthread_t *t = gca__t_tc;
+  return t != NULL && t->dev[d->device] == NULL && t->probe[d->device] > 1;
+}
+static inline void gca__tc_leaf_skip(const gca__devalloc_t *d) {
+  gca__t_tc->probe[d->device]--;
+}
 /* A take from the calling thread's cache under the lock, with the
  * statistics counted here; NULL when it holds no such block. */
 gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,

@@ -5,7 +5,8 @@
  * [Thread cache waste]): a calm owner turns quiet and a visit ends it, a
  * visitor waits for a section held open for it, folds racing quiet sections
  * read one instant, a second thread revokes the device lock's bias, and a
- * wasting cache is parked and tried again with backoff. The statistics are
+ * wasting cache is parked and tried again with backoff, its thread's pairs
+ * then served by the recycle bins' leaf paths. The statistics are
  * exact throughout. Run with and without GCA_NO_MEMBARRIER=1 (meson.build):
  * without the fences, every path keeps its lock and the tests check that. */
 #include <inttypes.h>
@@ -123,6 +124,131 @@ static void a_cache_that_only_hits_under_the_lock_is_parked(void **state) {
   check();
   worker_exit(&a);
   assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
+/* Note [Leaf hits]: a thread whose cache is parked is served by the bins'
+ * leaf paths while the thread caches are on and another thread's cache
+ * counts headroom. The test's thread parks its cache by alternating 4 KiB
+ * and 12 KiB (as above) while worker b holds a block of its cache's domain;
+ * then its pairs run with the device lock biased to it: none ends in a full
+ * path's let-go (a bit of the gate that no path reads and only that let-go
+ * clears stays set), the bins serve every one, and each free counts towards
+ * the parked cache's next probe. Then the peaks are reset while b's block is
+ * live, b frees it into its cache and a read turns that fall into b's
+ * headroom: the peak is b's block, and a rise of 12 KiB with that headroom
+ * held could be carried past it, so the leaf leaves it to the full path,
+ * which folds; b's take of its block back then goes the locked way, and the
+ * peak read after counts both blocks (a leaf's plain rise would have left it
+ * at 12 KiB). A put whose rise in inactive_split such headroom could carry
+ * past its peak is turned down the same way (forced: the headroom set). */
+static long park_and_bias(gca__devalloc_t *d, gca_stream_t s, uint32_t probe_left) {
+  long n = 0;
+  for (; n < 200000; n++) {
+    if (n % 2 == 0 && gca__tc_mine(0) == NULL && gca__t_tc != NULL &&
+        gca__t_tc->probe[0] > probe_left && atomic_load(&d->lock.bias) == gca__lock_tid)
+      break;
+    void *p;
+    assert_ok(gca_malloc(&p, n & 1 ? 12288 : 4096, s));
+    assert_ok(gca_free(p));
+  }
+  return n;
+}
+
+static void a_parked_caches_pairs_take_the_bins_leaf_paths(void **state) {
+  (void)state;
+  enum { PAIRS = 100, SENTINEL = 0x80 };
+  _Static_assert((SENTINEL & (GCA__GATE_FC | GCA__GATE_RB)) == 0, "a bit no path reads");
+  assert_ok(gca_set_config("recycle_bins:True"));
+  worker_t b;
+  worker_start(&b);
+  gca_stream_t s;
+  assert_ok(gca_stream_create(&s, GCA_STREAM_NON_BLOCKING));
+  void *p;
+  assert_ok(gca_malloc(&p, 4096, s));
+  assert_ok(gca_free(p));
+  w_free(&b, w_alloc(&b, 4096, b.stream)); /* a second thread: the caches engage */
+  w_pairs(&b, 4096, 64);
+  void *held = w_alloc(&b, 4096, b.stream);
+  assert_non_null(tcache_of(held)); /* handed out by b's cache: its free is b's fast put */
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  assert_true(d->tc_on);
+  if (gca__mutex_bias_after == UINT32_MAX) { /* no bias in this build or on this kernel */
+    print_message("no biased lock: the full paths serve the parked thread\n");
+    for (int i = 0; i < 2 * PAIRS; i++) {
+      assert_ok(gca_malloc(&p, i & 1 ? 12288 : 4096, s));
+      assert_ok(gca_free(p));
+    }
+    assert_int_equal(stats().allocated_bytes[GCA_STAT_ALL].current, 4096);
+    w_free(&b, held);
+    assert_int_equal(stats().allocated_bytes[GCA_STAT_ALL].current, 0);
+    check();
+    goto out;
+  }
+  long n = park_and_bias(d, s, 2 * PAIRS + 2);
+  print_message("parked and biased after %ld pairs\n", n);
+  assert_true(n < 200000);
+  assert_true(d->tc_count); /* b's cache counts headroom */
+  assert_int_equal(d->fc_gate & GCA__GATE_RB, 0);
+  uint64_t fast = d->rb->fast, hits = d->rb->hits;
+  uint32_t probe = gca__t_tc->probe[0];
+  d->fc_gate |= SENTINEL; /* the lock is biased to this thread, which holds nothing now */
+  for (int i = 0; i < 2 * PAIRS; i++) {
+    assert_ok(gca_malloc(&p, i & 1 ? 12288 : 4096, s));
+    assert_ok(gca_free(p));
+  }
+#ifndef GCA_DEBUG_CHECKS /* there every operation takes the full path */
+  assert_true(d->fc_gate & SENTINEL);
+  assert_int_equal(d->rb->fast, fast + 2 * PAIRS);
+  assert_int_equal(d->rb->hits, hits + 2 * PAIRS);
+  assert_int_equal(gca__t_tc->probe[0], probe - 2 * PAIRS);
+#else
+  (void)fast, (void)hits, (void)probe;
+#endif
+  gca_stats_t st = stats();
+  assert_int_equal(st.allocation[GCA_STAT_ALL].current, 1);
+  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].current, 4096);
+  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].peak, 4096 + 12288);
+  /* the peak is b's block; its fall becomes b's headroom */
+  assert_ok(gca_reset_peak_stats(0));
+  w_free(&b, held);
+  assert_true(atomic_load(&d->lock.bias) == gca__lock_tid); /* b's put took no lock */
+  st = stats();
+  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].peak, 4096);
+  int esc = gca__stat_index(d, d->stats.allocated_bytes) + GCA_STAT_ALL;
+  assert_true(d->tc_esc[esc] >= 4096);
+  d->fc_gate |= SENTINEL;
+  assert_ok(gca_malloc(&p, 12288, s));
+#ifndef GCA_DEBUG_CHECKS
+  assert_false(d->fc_gate & SENTINEL); /* the leaf stepped aside */
+#endif
+  held = w_alloc(&b, 4096, b.stream);
+  w_free(&b, held);
+  assert_ok(gca_free(p));
+  st = stats();
+  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].peak, 12288 + 4096);
+  assert_int_equal(st.allocation[GCA_STAT_ALL].peak, 2);
+  assert_int_equal(st.allocation[GCA_STAT_ALL].current, 0);
+#ifndef GCA_DEBUG_CHECKS
+  /* the put's check, forced: headroom for inactive_split up to its peak
+   * turns the leaf's put of a block of the bins' down; without it, the put */
+  assert_ok(gca_malloc(&p, 4096, s));
+  gca__dev_lock(d);
+  gca_stat_t *split = &d->stats.inactive_split[GCA_STAT_SMALL];
+  int at = gca__stat_index(d, d->stats.inactive_split) + GCA_STAT_SMALL;
+  int64_t saved = d->tc_esc[at];
+  d->tc_esc[at] = split->peak - split->current;
+  bool refused = !gca__rb_leaf_put(d, (gca_devptr_t)(uintptr_t)p);
+  d->tc_esc[at] = saved;
+  bool put = refused && gca__rb_leaf_put(d, (gca_devptr_t)(uintptr_t)p);
+  gca__dev_unlock(d); /* before any assertion: a failed one must not leave it held */
+  assert_true(refused);
+  assert_true(put);
+#endif
+  check();
+out:
+  worker_exit(&b);
+  assert_ok(gca_stream_destroy(s));
   assert_ok(gca_stream_destroy(b.stream));
 }
 
@@ -502,6 +628,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       T(a_cache_that_wastes_its_blocks_is_parked),
       T(a_cache_that_only_hits_under_the_lock_is_parked),
+      T(a_parked_caches_pairs_take_the_bins_leaf_paths),
       T(a_calm_owner_enters_without_the_lock_until_a_visit),
       T(a_visitor_waits_for_a_quiet_owners_section),
       T(a_streak_owes_its_moves_until_a_visit),
