@@ -97,7 +97,8 @@ for stdin, answer in [
     assert r.returncode == 1 and r.stdout == answer + "\n", (stdin, r.returncode, r.stdout)
 r = run("--partner", extra=dict(sim, GCA_SIM_FAULTS="stream_create:nth=1"), stdin="run 0.002\n")
 assert r.returncode == 1, (r.returncode, r.stdout)
-assert r.stdout.startswith("error bench partner: stream_create: ") and "injected" in r.stdout, r.stdout
+assert r.stdout.startswith("error bench partner: stream_create: "), r.stdout
+assert "injected" in r.stdout, r.stdout
 r = run("--partner", extra=sim, stdin="")
 assert r.returncode == 0 and r.stdout == "", (r.returncode, r.stdout)
 print("gca-bench command line: ok")
