@@ -41,9 +41,9 @@
  * jemalloc, and each over its own 1-thread figure), with under it the same
  * 1-thread gca loop in one process and in two processes at once (the
  * machine's ceiling for the table, bench_procs.h), and a size-pattern table
- * (1 thread: pairs alternating 4 KiB and 12 KiB; mixed sizes, log-uniform
- * 512 B .. 1 MiB with 16 blocks kept live) for gca, gca with
- * free_cache:False, glibc and jemalloc. It uses the public API only; the JSON
+ * (1 thread, then 2 each on its own stream: pairs alternating 4 KiB and 12
+ * KiB; mixed sizes, log-uniform 512 B .. 1 MiB with 16 blocks kept live) for
+ * gca, gca with free_cache:False, glibc and jemalloc. It uses the public API only; the JSON
  * report is written with jansson (keys: results[], threads[], processes,
  * patterns[], host).
  * A host section follows (bench_host.c): pinned host pairs next to glibc and
@@ -333,10 +333,11 @@ typedef struct report {
    * 0 and procs_why when a partner failed */
   double procs_mpairs[2], procs_scaling;
   char procs_why[256];
-  double pattern_ns[NPATS][4]; /* ns per pair, 1 thread: [pattern][gca, exact, malloc, je] */
-  double pattern_vs_je[NPATS]; /* gca over jemalloc, the median of the rounds' own ratios */
-  gca_stats_t stats;           /* device 0's at the end: what the lock-free paths cost */
-  int rounds;                  /* windows per figure (the median of them) */
+  /* ns per pair per thread, [1 or 2 threads - 1][pattern][gca, exact, malloc, je] */
+  double pattern_ns[2][NPATS][4];
+  double pattern_vs_je[2][NPATS]; /* gca over jemalloc, the median of the rounds' own ratios */
+  gca_stats_t stats;              /* device 0's at the end: what the lock-free paths cost */
+  int rounds;                     /* windows per figure (the median of them) */
 } report_t;
 
 static void print_cell(double v, const char *fmt) {
@@ -389,18 +390,21 @@ static void print_table(const report_t *rep) {
            BENCH_PROCS, rep->procs_mpairs[1], rep->procs_scaling, rep->procs_mpairs[0]);
   else
     printf("%d processes at once: not measured (%s)\n", BENCH_PROCS, rep->procs_why);
-  printf("\nsize patterns, 1 thread, ns per alloc+free pair\n");
-  printf("%-20s", "pattern");
-  for (size_t k = 0; k < 4; k++)
-    printf(" %10s", pattern_kind_names[k]);
-  printf(" %8s\n", "gca/jemal");
-  for (int pt = PAT_ALTERNATE; pt < NPATS; pt++) {
-    printf("%-20s", pattern_names[pt]);
-    for (size_t k = 0; k < 4; k++) {
-      printf(" ");
-      print_cell(rep->pattern_ns[pt][k], "%10.1f");
+  for (int nt = 1; nt <= 2; nt++) {
+    printf(nt == 1 ? "\nsize patterns, 1 thread, ns per alloc+free pair\n"
+                   : "size patterns, 2 threads (each on its own stream), ns per pair per thread\n");
+    printf("%-20s", "pattern");
+    for (size_t k = 0; k < 4; k++)
+      printf(" %10s", pattern_kind_names[k]);
+    printf(" %8s\n", "gca/jemal");
+    for (int pt = PAT_ALTERNATE; pt < NPATS; pt++) {
+      printf("%-20s", pattern_names[pt]);
+      for (size_t k = 0; k < 4; k++) {
+        printf(" ");
+        print_cell(rep->pattern_ns[nt - 1][pt][k], "%10.1f");
+      }
+      printf(" %8.2f\n", rep->pattern_vs_je[nt - 1][pt]);
     }
-    printf(" %8.2f\n", rep->pattern_vs_je[pt]);
   }
   printf("\nlock-free paths over the run (each a membarrier call or a cache given back): "
          "%" PRId64 " device-lock revocations, %" PRId64 " thread-cache fences, %" PRId64
@@ -501,10 +505,14 @@ static gca_status_t print_json(const report_t *rep, double seconds, json_t *host
     if (!o)
       break;
     j_set(o, "pattern", json_string(pattern_names[pt]), &ok);
-    for (size_t k = 0; k < 4; k++) {
-      char key[64];
-      snprintf(key, sizeof(key), "%s_ns", pattern_kind_names[k]);
-      j_set(o, key, json_real(rep->pattern_ns[pt][k]), &ok);
+    for (int nt = 1; nt <= 2; nt++) {
+      for (size_t k = 0; k < 4; k++) {
+        char key[64];
+        snprintf(key, sizeof(key), nt == 1 ? "%s_ns" : "%s_ns_2t", pattern_kind_names[k]);
+        j_set(o, key, json_real(rep->pattern_ns[nt - 1][pt][k]), &ok);
+      }
+      j_set(o, nt == 1 ? "ratio_jemalloc_1t" : "ratio_jemalloc_2t",
+            json_real(rep->pattern_vs_je[nt - 1][pt]), &ok);
     }
   }
   j_set(root, "results", results, &ok);
@@ -636,17 +644,18 @@ static gca_status_t run(double seconds, int rounds, bool json) {
       double ns = median(sw[t][k], rounds);
       rep->mpairs[t][k] = ns > 0 ? thread_counts[t] * 1e3 / ns : 0;
     }
-  for (int pt = PAT_ALTERNATE; pt < NPATS; pt++) {
-    double w[4][ROUNDS_MAX] = {{0}};
-    for (int r = 0; r < rounds; r++)
+  for (int nt = 1; nt <= 2; nt++) /* 2: what threads with mixed sizes share */
+    for (int pt = PAT_ALTERNATE; pt < NPATS; pt++) {
+      double w[4][ROUNDS_MAX] = {{0}};
+      for (int r = 0; r < rounds; r++)
+        for (size_t k = 0; k < 4; k++)
+          TOOL_CHECK_GOTO(
+              measure_in(pattern_kinds[k], pt, 4u << 10, nt, seconds, streams, saved, &w[k][r]), st,
+              out);
+      rep->pattern_vs_je[nt - 1][pt] = paired(w[0], w[3], rounds, 1);
       for (size_t k = 0; k < 4; k++)
-        TOOL_CHECK_GOTO(
-            measure_in(pattern_kinds[k], pt, 4u << 10, 1, seconds, streams, saved, &w[k][r]), st,
-            out);
-    rep->pattern_vs_je[pt] = paired(w[0], w[3], rounds, 1);
-    for (size_t k = 0; k < 4; k++)
-      rep->pattern_ns[pt][k] = median(w[k], rounds);
-  }
+        rep->pattern_ns[nt - 1][pt][k] = median(w[k], rounds);
+    }
   TOOL_CHECK_GOTO(gca_get_stats(0, &rep->stats), st, out);
   json_t *host = NULL;
   rep->rounds = rounds;

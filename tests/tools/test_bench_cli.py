@@ -44,7 +44,10 @@ for row in rep["results"]:
 assert [t["threads"] for t in rep["threads"]] == [1, 2, 4, 8], rep["threads"]
 assert all(t["gca_mpairs_per_s"] > 0 for t in rep["threads"]), rep["threads"]
 assert {p["pattern"] for p in rep["patterns"]} == {"alternating_4k_12k", "mixed_512b_1m"}
-assert all(p["gca_ns"] > 0 and p["exact_ns"] > 0 for p in rep["patterns"]), rep["patterns"]
+for p in rep["patterns"]:
+    for key in ("gca_ns", "exact_ns", "malloc_ns", "gca_ns_2t", "exact_ns_2t", "malloc_ns_2t"):
+        assert p[key] > 0, (p["pattern"], key, p[key])
+    assert "ratio_jemalloc_1t" in p and "ratio_jemalloc_2t" in p, p
 procs = rep["processes"]
 assert procs["count"] == 2 and "error" not in procs, procs
 assert procs["gca_scaling"] > 0 and procs["gca_mpairs_per_s"] > 0, procs
