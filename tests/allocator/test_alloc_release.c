@@ -625,7 +625,8 @@ static void release_during_a_capture(const char *conf, int on, gca_capture_mode_
 
 /* Note [Destroyed streams]: a stream destroyed while a capture runs is not
  * waited for, and the driver may hand its handle to the next stream it makes
- * (the sim does with GCA_SIM_RECYCLE_HANDLES=1). The memory cached on the old
+ * (the sim does with GCA_SIM_RECYCLE_HANDLES=1, switched on here for the one
+ * stream). The memory cached on the old
  * stream must not serve the new one, whose work nothing orders after the old
  * one's: the next request makes new memory, and the old stream's cached
  * memory goes back then, the capture having ended (a wait for the device). */
@@ -639,9 +640,9 @@ static void recycled_handle_gets_none_of_the_old_streams_memory(const char *conf
   gca_stats_t before = stats();
   assert_ok(gca_stream_begin_capture(s, GCA_CAPTURE_MODE_THREAD_LOCAL));
   assert_ok(gca_stream_destroy(u));
-  assert_int_equal(setenv("GCA_SIM_RECYCLE_HANDLES", "1", 1), 0);
+  gca__sim_set_recycle_handles(true);
   gca_status_t cst = gca_stream_create(&u2, GCA_STREAM_NON_BLOCKING);
-  assert_int_equal(unsetenv("GCA_SIM_RECYCLE_HANDLES"), 0);
+  gca__sim_set_recycle_handles(false);
   assert_ok(cst);
   assert_ptr_equal(u2, u); /* the handle came back */
   gca_graph_t g;

@@ -439,6 +439,7 @@ static void bad_environment_fails_init_quoting_the_text(void **state) {
       {"GCA_SIM_DEVICE_MEMORY=0", "GCA_SIM_DEVICE_MEMORY='0'"},
       {"GCA_SIM_FAULTS=nope_op:always", "nope_op:always"},
       {"GCA_SIM_FAULTS=mem_map:sometimes", "mem_map:sometimes"},
+      {"GCA_SIM_RECYCLE_HANDLES=yes", "GCA_SIM_RECYCLE_HANDLES='yes' is not 0 or 1"},
   };
   char out[1024];
   for (size_t i = 0; i < GCA_ARRAY_SIZE(bad); i++) {

@@ -214,6 +214,13 @@ static gca_status_t read_env(void) {
                         text);
     virtual_clock = text[0] == 'v';
   }
+  bool recycle = false; /* Note [Sim handles] */
+  text = gca__getenv("GCA_SIM_RECYCLE_HANDLES");
+  if (text && *text) {
+    if (strcmp(text, "0") != 0 && strcmp(text, "1") != 0)
+      return gca__error(GCA_ERR_CONFIG, "init: GCA_SIM_RECYCLE_HANDLES='%s' is not 0 or 1", text);
+    recycle = text[0] == '1';
+  }
   text = gca__getenv("GCA_SIM_FAULTS");
   if (text && *text) {
     char who[SPEC_MAX + 64];
@@ -223,6 +230,7 @@ static gca_status_t read_env(void) {
   sim.ndev = ndev;
   sim.fabric = fabric;
   gca__sim_clock_set_virtual(virtual_clock);
+  gca__sim_set_recycle_handles(recycle);
   for (int i = 0; i < GCA_SIM_MAX_DEVICES; i++) {
     atomic_store(&sim.dev[i].capacity, mem);
     atomic_store(&sim.dev[i].used, 0);

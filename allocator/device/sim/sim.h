@@ -75,6 +75,9 @@ void gca__sim_clock_advance_to(uint64_t vt);
 uint64_t *gca__sim_clock_swap(uint64_t *clock);
 /* Whether GCA_SIM_FABRIC=1 made the devices claim fabric handles. */
 bool gca__sim_fabric_supported(void);
+/* Note [Sim handles] (sim_stream.h): whether a new object gets the handle of
+ * the last one destroyed; GCA_SIM_RECYCLE_HANDLES at init, tests may switch it. */
+void gca__sim_set_recycle_handles(bool on);
 
 /* ---- sim_mem.c ---- */
 

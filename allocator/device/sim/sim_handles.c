@@ -44,14 +44,19 @@ static bool reg_grow(void) {
   return true;
 }
 
+static atomic_bool recycle; /* Note [Sim handles] */
+
+void gca__sim_set_recycle_handles(bool on) {
+  atomic_store_explicit(&recycle, on, memory_order_relaxed);
+}
+
 uint64_t gca__sim_handle_add(gca__sim_obj_t *obj) {
   uint64_t h = 0;
   pthread_mutex_lock(&reg.mu);
   uint32_t slot;
-  const char *rc = getenv("GCA_SIM_RECYCLE_HANDLES"); /* Note [Sim handles] */
   if (reg.nfree > 0) {
     slot = reg.free_slots[--reg.nfree];
-    if (rc == NULL || strcmp(rc, "1") != 0)
+    if (!atomic_load_explicit(&recycle, memory_order_relaxed))
       reg.gens[slot]++;
   } else {
     if (reg.len == reg.cap && !reg_grow())
