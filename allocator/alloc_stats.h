@@ -52,9 +52,16 @@ _Static_assert(offsetof(gca_stats_t, requested_bytes) == 8 * GCA_STAT_TYPES * si
  * it back, and sets the peak from the exact current (Note [Thread caches]). */
 void gca__stat_peak_slow(gca__devalloc_t *d, gca_stat_t *s, int i);
 
-/* After s rose: its peak. With thread caches the current kept here is not
- * the whole current; what they may add is at most tc_esc[i], so below
- * peak - tc_esc[i] the peak cannot have been passed (Note [Thread caches]). */
+/* With thread caches the current kept here is not the whole current; what
+ * they may add is at most tc_esc[i], so while s's current plus n stays at or
+ * below peak - tc_esc[i] the peak cannot be passed (Note [Thread caches]).
+ * i: s's index (gca__stat_index), -1 for a statistic they never move. */
+static inline bool gca__stat_below_peak(const gca__devalloc_t *d, const gca_stat_t *s, int i,
+                                        int64_t n) {
+  return s->current + n + (i >= 0 ? d->tc_esc[i] : 0) <= s->peak;
+}
+
+/* After s rose: its peak (gca__stat_below_peak, else a fold). */
 static inline void gca__stat_peak(gca__devalloc_t *d, gca_stat_t *s) {
   if (GCA_LIKELY(!d->tc_count)) {
     if (s->current > s->peak)
@@ -62,7 +69,7 @@ static inline void gca__stat_peak(gca__devalloc_t *d, gca_stat_t *s) {
     return;
   }
   int i = gca__stat_index(d, s);
-  if (s->current + (i >= 0 ? d->tc_esc[i] : 0) > s->peak)
+  if (!gca__stat_below_peak(d, s, i, 0))
     gca__stat_peak_slow(d, s, i);
 }
 
@@ -111,9 +118,9 @@ static inline void gca__stat_inc_t(gca__devalloc_t *d, gca_stat_t *arr, int t, i
     gca__stat_peak(d, all);
     return;
   }
-  if (x->current + d->tc_esc[i + t] > x->peak)
+  if (!gca__stat_below_peak(d, x, i + t, 0))
     gca__stat_peak_slow(d, x, i + t);
-  if (all->current + d->tc_esc[i + GCA_STAT_ALL] > all->peak)
+  if (!gca__stat_below_peak(d, all, i + GCA_STAT_ALL, 0))
     gca__stat_peak_slow(d, all, i + GCA_STAT_ALL);
 }
 

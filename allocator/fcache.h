@@ -123,14 +123,14 @@ static inline __attribute__((always_inline)) void gca__fc_stat_plain(gca_stat_t 
 }
 
 /* Note [Leaf hits]: whether n >= 0 added to arr[t] passes neither its
- * peak nor the all-types one, less the headroom the thread caches hold for
- * them (d->tc_esc), so that the plain rise is exact and no fold is due
- * (gca__stat_inc_t's test, without its call). */
+ * peak nor the all-types one less the thread caches' headroom
+ * (gca__stat_below_peak, gca__stat_inc_t's test before the rise), so that
+ * the plain rise is exact and no fold is due. */
 static inline __attribute__((always_inline)) bool
 gca__fc_stat_room(const gca__devalloc_t *d, const gca_stat_t *arr, int t, int64_t n) {
   int i = gca__stat_index(d, arr);
-  return arr[t].current + n + d->tc_esc[i + t] <= arr[t].peak &&
-         arr[GCA_STAT_ALL].current + n + d->tc_esc[i + GCA_STAT_ALL] <= arr[GCA_STAT_ALL].peak;
+  return gca__stat_below_peak(d, &arr[t], i + t, n) &&
+         gca__stat_below_peak(d, &arr[GCA_STAT_ALL], i + GCA_STAT_ALL, n);
 }
 
 /* gca__fc_stat_plain for n >= 0: no test of the sign. */

@@ -142,15 +142,22 @@ static void a_cache_that_only_hits_under_the_lock_is_parked(void **state) {
  * peak read after counts both blocks (a leaf's plain rise would have left it
  * at 12 KiB). A put whose rise in inactive_split such headroom could carry
  * past its peak is turned down the same way (forced: the headroom set). */
+/* Pair i of the test's thread: 4 KiB, or 12 KiB for odd i. */
+static void alternate(gca_stream_t s, long i) {
+  void *p;
+  assert_ok(gca_malloc(&p, i & 1 ? 12288 : 4096, s));
+  assert_ok(gca_free(p));
+}
+
+/* Alternates until the thread's cache is parked with more than probe_left
+ * frees to its next probe and the lock is biased to it; the pairs it took. */
 static long park_and_bias(gca__devalloc_t *d, gca_stream_t s, uint32_t probe_left) {
   long n = 0;
   for (; n < 200000; n++) {
     if (n % 2 == 0 && gca__tc_mine(0) == NULL && gca__t_tc != NULL &&
         gca__t_tc->probe[0] > probe_left && atomic_load(&d->lock.bias) == gca__lock_tid)
       break;
-    void *p;
-    assert_ok(gca_malloc(&p, n & 1 ? 12288 : 4096, s));
-    assert_ok(gca_free(p));
+    alternate(s, n);
   }
   return n;
 }
@@ -175,10 +182,8 @@ static void a_parked_caches_pairs_take_the_bins_leaf_paths(void **state) {
   assert_true(d->tc_on);
   if (gca__mutex_bias_after == UINT32_MAX) { /* no bias in this build or on this kernel */
     print_message("no biased lock: the full paths serve the parked thread\n");
-    for (int i = 0; i < 2 * PAIRS; i++) {
-      assert_ok(gca_malloc(&p, i & 1 ? 12288 : 4096, s));
-      assert_ok(gca_free(p));
-    }
+    for (int i = 0; i < 2 * PAIRS; i++)
+      alternate(s, i);
     assert_int_equal(stats().allocated_bytes[GCA_STAT_ALL].current, 4096);
     w_free(&b, held);
     assert_int_equal(stats().allocated_bytes[GCA_STAT_ALL].current, 0);
@@ -193,10 +198,8 @@ static void a_parked_caches_pairs_take_the_bins_leaf_paths(void **state) {
   uint64_t fast = d->rb->fast, hits = d->rb->hits;
   uint32_t probe = gca__t_tc->probe[0];
   d->fc_gate |= SENTINEL; /* the lock is biased to this thread, which holds nothing now */
-  for (int i = 0; i < 2 * PAIRS; i++) {
-    assert_ok(gca_malloc(&p, i & 1 ? 12288 : 4096, s));
-    assert_ok(gca_free(p));
-  }
+  for (int i = 0; i < 2 * PAIRS; i++)
+    alternate(s, i);
 #ifndef GCA_DEBUG_CHECKS /* there every operation takes the full path */
   assert_true(d->fc_gate & SENTINEL);
   assert_int_equal(d->rb->fast, fast + 2 * PAIRS);

@@ -7,7 +7,6 @@
  */
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "sim_stream.h"
 
