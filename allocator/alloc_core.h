@@ -195,9 +195,9 @@ typedef struct gca__tcache gca__tcache_t;
  *   uses == NULL <-> cap_uses == 0, and nuses <= cap_uses
  *   tc != NULL                     -> allocated, no uses, in a classic segment of a default
  *                                     pool, in the pointer map and tc's table; free for the
- *                                     statistics while cached there; no other cached block or
- *                                     thread cache's block within two places, and
- *                                     fc_blocks/fc_bytes hold (Note [Thread caches])
+ *                                     statistics while cached there, and fc_blocks/fc_bytes
+ *                                     hold; unless tc_apart, no other held block within two
+ *                                     places (Note [Thread caches], [Thread cache runs])
  *   stream == seg->stream, pool == seg->pool.
  */
 struct gca__block {
@@ -231,6 +231,8 @@ struct gca__block {
                                with the lock let go (Note [No waits under the device lock]) */
   bool oversize;            /* counted in oversize_allocations at allocation */
   bool binned;              /* in a recycle bin (Note [Recycle bins]); bin link: left */
+  bool tc_apart;            /* with tc: counted as a free run of its own while cached, not
+                               merged with its neighbours (Note [Thread cache runs]) */
   uint64_t gc_base;         /* pool->free_calls when it became free (GC age; in expandable
                                segments its move stamp, Note [Move horizons]) */
   /* the rest: stream uses, the free cache's and the thread caches' */
@@ -613,10 +615,12 @@ static inline void gca__segment_unlink(gca__pool_t *pool, gca__segment_t *seg) {
   pool->nsegments--;
 }
 
-/* Whether b is held by a cache: freed into the free cache, or in a thread
- * cache's domain, cached there or handed out (Note [Thread caches]). */
+/* Whether b is held by a cache whose statistics count it merged with its
+ * free neighbours: freed into the free cache, or in a thread cache's domain,
+ * cached there or handed out, unless it counts as a run of its own there
+ * (Note [Thread caches], Note [Thread cache runs]). */
 static inline bool gca__held(const gca__block_t *b) {
-  return b->cached || b->tc != NULL;
+  return b->cached || (b->tc != NULL && !b->tc_apart);
 }
 
 /* The held block sharing a free run with b on b's lower (upper) side: the

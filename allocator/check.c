@@ -27,9 +27,10 @@ typedef struct sums {
 
 /* Free and merged in the statistics' sense: in the tree, in the free cache,
  * or cached in a thread cache (Note [Thread caches]); a binned block is free
- * but a run of its own (Note [Recycle bins]). */
+ * but a run of its own (Note [Recycle bins]), as is a thread cache's block
+ * that counts so (Note [Thread cache runs]). */
 static inline bool free_or_cached(const gca__block_t *b) {
-  return b->in_tree || b->cached || (b->tc != NULL && gca__tc_cached(b));
+  return b->in_tree || b->cached || (b->tc != NULL && !b->tc_apart && gca__tc_cached(b));
 }
 
 /* Whether the segment has more than one block once every free run is merged
@@ -95,11 +96,14 @@ static gca_status_t check_domain(gca__devalloc_t *d, const gca__pool_t *p, const
   if (gca__tc_cached(b) != (b->tc->req[slot] == 0)) /* the fast put's test of a double free */
     return BROKEN("block 0x%" PRIx64 ": %s in a thread cache with a requested size of %zu", b->addr,
                   gca__tc_cached(b) ? "cached" : "handed out", b->tc->req[slot]);
-  if (gca__fc_near(b))
+  if (!b->tc_apart && gca__fc_near(b))
     return BROKEN("block 0x%" PRIx64 ": in a thread cache with another held block in its run",
                   b->addr);
   int64_t blocks, bytes;
-  gca__fc_run_delta(b, &blocks, &bytes);
+  if (b->tc_apart)
+    gca__tc_run_alone(b, &blocks, &bytes);
+  else
+    gca__fc_run_delta(b, &blocks, &bytes);
   if (blocks != b->fc_blocks || bytes != b->fc_bytes)
     return BROKEN("block 0x%" PRIx64 ": thread cache facts (%d, %" PRId64
                   "), neighbours give (%" PRId64 ", %" PRId64 ")",
@@ -185,6 +189,7 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
         (*nbinned)++;
       }
       bool tfree = b->tc != NULL && gca__tc_cached(b); /* allocated, free for the statistics */
+      bool tfree_alone = tfree && b->tc_apart;         /* and a run of its own */
       size_t requested = b->tc != NULL ? gca__tc_requested(b) : b->requested;
       if (b->tc != NULL) {
         GCA_CHECK(check_domain(d, p, b));
@@ -237,8 +242,9 @@ static gca_status_t check_pool(gca__devalloc_t *d, gca__pool_t *p, sums_t *sum,
         if (split) {
           /* one inactive split block per free run: a cached block and its free
            * neighbours count once (Note [Free cache]), a binned block alone
-           * (Note [Recycle bins]) */
-          if (b->releasing || b->binned || b->prev == NULL || !free_or_cached(b->prev))
+           * (Note [Recycle bins]), as does a thread cache's that counts so */
+          if (b->releasing || b->binned || tfree_alone || b->prev == NULL ||
+              !free_or_cached(b->prev))
             sum->inactive_split++;
           sum->inactive_split_bytes += (int64_t)b->size;
         }

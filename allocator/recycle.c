@@ -59,8 +59,10 @@
  * thread whose cache declines the free unread (parked, or its domain full),
  * counting the caches' headroom.
  *
- * The free cache and the thread caches count their blocks as merged with
- * their free neighbours (Note [Free cache]); for them a binned block is an
+ * The free cache counts its blocks as merged with their free neighbours
+ * (Note [Free cache]), and so do the thread caches with the bins off (with
+ * them on, a thread cache's block is a run of its own, as a binned block
+ * is: Note [Thread cache runs]); for them a binned block is an
  * allocated one: it is never in the tree, so entering or leaving a bin
  * changes no run of theirs, and its return to the tree is a free completing
  * beside them, which evicts them first (gca__fcache_evict_near), as any

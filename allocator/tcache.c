@@ -28,7 +28,8 @@
  * default pool, in a classic segment, no larger than GCA__TC_MAX_SIZE, with no
  * held block (cached in the free cache or in a domain) within two places, so
  * its logical free run is {prev if free, b, next if free} and fc_blocks and
- * fc_bytes, computed then, give what it changes in inactive_split. It leaves
+ * fc_bytes, computed then, give what it changes in inactive_split (with the
+ * recycle bins on, a run of its own instead: Note [Thread cache runs]). It leaves
  * the domain (under the device lock and the cache's lock) when:
  * - anything about to change that run looks first: a free completing beside
  *   it (gca__fcache_evict_near), a free block beside it made active
@@ -112,20 +113,19 @@
  * that takes the locked path, where the visitor holds the device lock
  * anyway; so the fast paths call nothing and save no register for a call.
  *
- * Note [Thread cache waste]. A block enters a domain only with no held block
- * near, and a request that splits a free block beside a cached one evicts it
- * first (gca__tc_clear_near). So a thread that alternates sizes carved from
- * one run (the 4 KiB / 12 KiB pattern: each free lands beside the block the
- * other size left cached) pays on every pair for an entry, an eviction, a
- * merge and a split, and never hits: 1.6 times the plain pair of
- * free_cache:False. As the free cache does (Note [Free cache waste]), each
- * cache counts the cached blocks evicted unused (beside a change, or pushed
- * out of their bin by another size), and the hits that only a locked request
- * found (its fast take missed: a cache whose moves all took the locked way
- * has no headroom, and with the recycle bins on the same pattern settles into
- * one size cached and the other binned beside it, every pair locked: 155-190
- * ns; 98-116 with such a cache parked, 34 since the bins' leaves serve a
- * parked thread, Note [Leaf hits]), against its fast hits: at GCA__TC_WASTE_OFF
+ * Note [Thread cache waste]. With the recycle bins off, a block enters a
+ * domain only with no held block near, and a request that splits a free
+ * block beside a cached one evicts it first (gca__tc_clear_near). So a
+ * thread that alternates sizes carved from one run (the 4 KiB / 12 KiB
+ * pattern: each free lands beside the block the other size left cached)
+ * pays on every pair for an entry, an eviction, a merge and a split, and
+ * never hits: 1.6 times the plain pair of free_cache:False (with the bins on
+ * both sizes stay cached: Note [Thread cache runs]). As the free cache does
+ * (Note [Free cache waste]), each cache counts the cached blocks evicted
+ * unused (beside a change, or pushed out of their bin by another size), and
+ * the hits that only a locked request found (its fast take missed: while
+ * history is recorded, say, every path is locked), against its fast hits
+ * (a parked thread's pairs then go to the bins' leaves, Note [Leaf hits]): at GCA__TC_WASTE_OFF
  * the owner's next locked free parks it: the cache is given back as a dying
  * thread's is (its deltas folded, its blocks to the tree) and kept aside,
  * so the thread has no cache of the device. Its requests and frees then go
@@ -189,6 +189,35 @@
  * take lowers the bin's count and the put raises it again. The pair of one
  * 4 KiB block on each of two threads fell from about 330 to 250
  * instructions, and to about 150 with the leaves and these owed counts.
+ *
+ * Note [Thread cache runs]. With the recycle bins on (the default), small
+ * free blocks already wait unmerged (Note [Recycle bins]), and a thread
+ * cache counts its blocks as the bins count theirs: a cached block is a free
+ * run of its own, one inactive split block of its size unless it is its
+ * segment's only block (gca__tc_run_alone), whatever its neighbours are.
+ * Nothing a neighbour does changes that count, so such a block (tc_apart)
+ * is free of the rule that no held block lies within two places of another
+ * (which let a thread alternating 4 KiB and 12 KiB carved from one run
+ * cache only one of them, Note [Thread cache waste]): it enters beside
+ * anything, a split or a free beside it passes it by (gca__held is false
+ * for it, so gca__tc_clear_near and gca__fcache_evict_near leave it), and
+ * only its own return to the tree counts its merge, as a free completing
+ * then would (to_tree, as rb_return does), which can only lower
+ * inactive_split; the free cache's blocks beside it go first, as beside a
+ * binned block. With the bins off a cache keeps PyTorch's merged counts
+ * and the rule. Counted apart, every put raises inactive_split and every
+ * take lowers it (a block merged into a free run often moves nothing), and
+ * a fast path needs room for its rises, which only the falls its cache
+ * counted itself give. So the locked moves of a thread's own cache count
+ * their falls in its room, as a fast move does, and their rises in the
+ * device's statistics: an entry its allocation, bytes and requested bytes,
+ * the locked take its fall in inactive_split. The takes of what entered,
+ * and the put after a locked take, then need no lock. That is a fast put's
+ * bookkeeping exactly (a fold moves the fall into the device's statistics
+ * and turns it into headroom), so the peaks stay exact. Two threads each
+ * alternating 4 KiB and 12 KiB on its own stream (gca-bench's pattern rows)
+ * went from 215-248 ns a pair per thread (about 10x jemalloc: both caches
+ * parked, both threads on the device lock) to about 52 (1.8x).
  */
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -279,7 +308,7 @@ void gca__tc_unlock_wake(gca__tcache_t *tc) {
 
 /* ---- the domain table (tc's lock held, or the caller its owner under d->lock) ---- */
 
-static void dom_insert(gca__tcache_t *tc, gca__block_t *b) {
+static void dom_insert(gca__tcache_t *tc, gca__block_t *b, bool apart) {
   uint32_t i = gca__tc_slot(b->addr);
   while (tc->keys[i] != 0)
     i = (i + 1) & (GCA__TC_SLOTS - 1);
@@ -294,6 +323,7 @@ static void dom_insert(gca__tcache_t *tc, gca__block_t *b) {
   atomic_fetch_or_explicit(&tc->filter, UINT64_C(1) << (gca__tc_slot(b->addr) >> 1),
                            memory_order_relaxed);
   b->tc = tc;
+  b->tc_apart = apart;
   gca__pf_forget(tc->d, b->addr); /* Note [Free facts]: a domain's blocks have none */
 }
 
@@ -322,7 +352,7 @@ static void dom_remove(gca__tcache_t *tc, gca__block_t *b) {
   tc->d->tc_held--;
   if (--tc->ndomain == 0)
     atomic_store_explicit(&tc->filter, 0, memory_order_relaxed);
-  b->tc = NULL;
+  b->tc = NULL; /* b->tc_apart stays for to_tree */
 }
 
 /* Takes b out of tc's domain (tc's lock held); true when it was cached. */
@@ -351,16 +381,28 @@ size_t gca__tc_requested(const gca__block_t *b) {
   return i >= 0 ? b->tc->req[i] : 0;
 }
 
-/* A cached block out of its domain goes back to the free tree: out of the
- * pointer map, merged with its free neighbours as the statistics count it. */
+/* A cached block just out of its domain goes back to the free tree: out of
+ * the pointer map, merged with its free neighbours, as the statistics count
+ * it already or, when it counted as a run of its own (tc_apart), as a free
+ * completing now would (Note [Thread cache runs]). */
 static void to_tree(gca__devalloc_t *d, gca__block_t *b) {
+  bool apart = b->tc_apart;
   int64_t blocks, bytes;
   d->epoch++; /* Note [Free cache epochs] */
+  if (apart && d->fc_count != 0)
+    gca__fcache_evict_near(d, b); /* the free cache's runs grow by b: they go first */
   b->allocated = false;
   gca__block_t *taken = gca__ptrmap_take(&d->ptrs, b->addr);
   GCA_ASSERT(taken == b);
   gca__block_coalesce(d, b, &blocks, &bytes);
-  GCA_ASSERT(blocks == b->fc_blocks && bytes == b->fc_bytes); /* its run did not change */
+  if (!apart) {
+    GCA_ASSERT(blocks == b->fc_blocks && bytes == b->fc_bytes); /* its run did not change */
+    return;
+  }
+  /* no more than it counted alone: no peak can move */
+  int t = gca__stat_type(b->pool);
+  gca__stat_add_t(d, d->stats.inactive_split, t, blocks - b->fc_blocks);
+  gca__stat_add_t(d, d->stats.inactive_split_bytes, t, bytes - b->fc_bytes);
 }
 
 /* ---- the caches' lives ---- */
@@ -568,8 +610,10 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
       b->size > GCA__TC_MAX_SIZE || b->oversize || (d->npending | d->ndeferred | d->ncaptures) != 0)
     return false;
   /* parked or full: refused before the neighbours' records are read (with a
-   * million live blocks, misses each) */
-  if (gca__tc_declines(d) || gca__fc_near(b))
+   * million live blocks, misses each); a run of its own reads none (Note
+   * [Thread cache runs]) */
+  bool apart = d->cfg.recycle_bins;
+  if (gca__tc_declines(d) || (!apart && gca__fc_near(b)))
     return false;
   gca__tcache_t *tc = tc_get(d); /* a full domain declined above */
   if (tc == NULL)
@@ -588,7 +632,10 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
   if (bin->n == GCA__TC_BIN_MAX || tc->cached_bytes + b->size > GCA__TC_BYTES)
     return false;
   int64_t blocks, bytes;
-  gca__fc_run_delta(b, &blocks, &bytes);
+  if (apart)
+    gca__tc_run_alone(b, &blocks, &bytes);
+  else
+    gca__fc_run_delta(b, &blocks, &bytes);
   b->fc_blocks = (int32_t)blocks; /* the run cannot change while b is in the domain */
   b->fc_bytes = bytes;
   b->fc_epoch = 0;
@@ -596,13 +643,22 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
   int t = gca__stat_type(b->pool);
   gca_devptr_t addr = b->addr;
   size_t requested = b->requested;
-  gca__stat_block_free(d, b, t);
-  gca__stat_add_t(d, d->stats.inactive_split, t, blocks);
-  gca__stat_add_t(d, d->stats.inactive_split_bytes, t, bytes);
-  gca__stat_dec_t(d, d->stats.requested_bytes, t, (int64_t)requested);
+  /* the free's falls count in the cache's room, as a fast put's do, so that
+   * the takes of what entered need no lock (Note [Thread cache runs]); a
+   * rise of inactive_split is the device's */
+  if (blocks > 0)
+    gca__stat_add_t(d, d->stats.inactive_split, t, blocks);
+  if (bytes > 0)
+    gca__stat_add_t(d, d->stats.inactive_split_bytes, t, bytes);
   b->requested = 0;
   gca__tc_lock(tc);
-  dom_insert(tc, b);
+  dom_insert(tc, b, apart);
+  int64_t *room = tc->room[b->tc_ti];
+  room[GCA__TQ_BLOCKS] += 1;
+  room[GCA__TQ_BYTES] += (int64_t)b->size;
+  room[GCA__TQ_REQUESTED] += (int64_t)requested;
+  room[GCA__TQ_SPLIT] += blocks < 0 ? -blocks : 0;
+  room[GCA__TQ_SPLIT_BYTES] += bytes < 0 ? -bytes : 0;
   bin->stream = b->stream;
   bin->size = b->size;
   bin->blk[bin->n++] = b;
@@ -624,6 +680,10 @@ gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_str
       bin->blk[bin->n - 1]->pool != pool)
     return NULL;
   gca__block_t *b = bin->blk[bin->n - 1];
+  /* the run's change in inactive_split undone: a fall counts in the cache's
+   * room, as a fast take's does (Note [Thread cache runs]: the put that
+   * follows needs it), a rise in the device's statistics */
+  int64_t split = b->fc_blocks, split_bytes = b->fc_bytes;
   gca__tc_lock(tc);
   bin->n--;
   tc->req[gca__tc_find(tc, b->addr)] = size;
@@ -631,11 +691,16 @@ gca__block_t *gca__tc_take_locked(gca__devalloc_t *d, gca__pool_t *pool, gca_str
   tc->cached_bytes -= b->size;
   if (tc->waste < GCA__TC_WASTE_OFF) /* Note [Thread cache waste]: a hit its fast take missed */
     tc->waste++;
+  int64_t *room = tc->room[b->tc_ti];
+  room[GCA__TQ_SPLIT] += split > 0 ? split : 0;
+  room[GCA__TQ_SPLIT_BYTES] += split_bytes > 0 ? split_bytes : 0;
   gca__tc_unlock_wake(tc);
   int t = gca__stat_type(pool);
   b->requested = size; /* for the statistics below; the cache's req is what counts */
-  gca__stat_add_t(d, d->stats.inactive_split, t, -(int64_t)b->fc_blocks);
-  gca__stat_add_t(d, d->stats.inactive_split_bytes, t, -b->fc_bytes);
+  if (split < 0)
+    gca__stat_add_t(d, d->stats.inactive_split, t, -split);
+  if (split_bytes < 0)
+    gca__stat_add_t(d, d->stats.inactive_split_bytes, t, -split_bytes);
   gca__stat_block_alloc(d, b, t, false);
   return b;
 }
@@ -683,9 +748,9 @@ bool gca__tc_clear_near(gca__devalloc_t *d, gca__block_t *b) {
   /* both are read first: an eviction below may merge b away */
   gca__block_t *p = b->prev, *n = b->next;
   bool merged = false;
-  if (p != NULL && p->tc != NULL)
+  if (p != NULL && p->tc != NULL && !p->tc_apart) /* a run of its own stays as it is */
     merged |= evict(d, p);
-  if (n != NULL && n->tc != NULL)
+  if (n != NULL && n->tc != NULL && !n->tc_apart)
     merged |= evict(d, n);
   return merged;
 }

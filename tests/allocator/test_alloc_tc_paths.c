@@ -88,16 +88,15 @@ static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
   assert_ok(gca_stream_destroy(b.stream));
 }
 
-/* Note [Thread cache waste]: a cache whose hits all take the locked way is
- * no use either. With the recycle bins on, a worker alternating 4 KiB and
- * 12 KiB settles into the 4 KiB block in its cache and the 12 KiB one beside
- * it in a bin (no block near a cached one enters a cache). Its cache never
- * moved a statistic without the lock, so it has no headroom and each fast
- * take misses; the locked request then takes the block from the cache, a hit
- * that used to keep the cache and now counts as waste: the cache is parked
- * (and tried again ever more rarely), and both sizes are served by the bins.
- * Before, the cache stayed, one park in the whole run. */
-static void a_cache_that_only_hits_under_the_lock_is_parked(void **state) {
+/* Note [Thread cache runs]: with the recycle bins on (the default) a block
+ * of a thread cache counts as a free run of its own, so a free next to
+ * another block of the cache enters it too: a worker alternating 4 KiB and
+ * 12 KiB carved from one run keeps both cached, and once warm its pairs take
+ * no device lock (the lock's last holder stays the test's thread), no cache
+ * is parked and the bins hold nothing. The walker recounts each cached
+ * block as an inactive split block of its own. (With the bins off the same
+ * pattern parks the cache: above.) */
+static void alternating_sizes_stay_cached_with_the_bins_on(void **state) {
   (void)state;
   worker_t a, b;
   assert_ok(gca_set_config("recycle_bins:True"));
@@ -106,21 +105,101 @@ static void a_cache_that_only_hits_under_the_lock_is_parked(void **state) {
   gca__devalloc_t *d = gca__devalloc_peek(0);
   int64_t parks = stats().num_cache_parks;
   a.alt = 12288;
+  w_pairs(&a, 4096, 64);
+  void *x = w_alloc(&a, 4096, a.stream);
+  gca__tcache_t *tc = tcache_of(x);
+  assert_non_null(tc);
+  w_pairs(&a, 12288, 1); /* with the 4 KiB block handed out: its neighbour cached */
+  assert_int_equal(tc->ncached - tc->hot_out, 1);
+  gca_stats_t s = stats(); /* a fold: the 4 KiB block live, the 12 KiB cached alone */
+  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 4096);
+  assert_int_equal(s.inactive_split[GCA_STAT_SMALL].current, 2); /* 12 KiB, and the rest */
+  check();
+  w_free(&a, x);
+  gca__dev_lock(d);
+  uint64_t me = gca__lock_tid;
+  gca__dev_unlock(d);
+  w_pairs(&a, 4096, 4 * GCA__TC_PROBE);
+  assert_true(d->lock.last == me); /* a took no device lock */
+  a.alt = 0;
+  assert_int_equal(stats().num_cache_parks, parks);
+  assert_int_equal(d->rb_count, 0);
+  assert_int_equal(tc->ncached - tc->hot_out, 2);
+  s = stats();
+  assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
+  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].peak, 4096 + 12288); /* x and the other */
+  assert_int_equal(s.inactive_split[GCA_STAT_SMALL].current, 3); /* each cached block alone */
+  assert_int_equal(s.inactive_split_bytes[GCA_STAT_SMALL].current, 2 * (int64_t)MiB);
+  check();
+  worker_exit(&a);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
+/* Note [Thread cache runs]: two blocks side by side in a worker's cache
+ * (the bins on) count as two inactive split blocks beside the segment's
+ * free rest; a change of setting sends them back to the tree, where they
+ * merge into one free run: inactive_split falls by one, its bytes stay. */
+static void cached_runs_merge_when_they_go_back(void **state) {
+  (void)state;
+  worker_t a, b;
+  assert_ok(gca_set_config("recycle_bins:True"));
+  engaged_workers(&a, &b);
+  worker_exit(&b); /* its cache's block back to its segment, then whole and free */
+  void *x = w_alloc(&a, 4096, a.stream), *y = w_alloc(&a, 8192, a.stream);
+  void *z = w_alloc(&a, 4096, a.stream); /* keeps the rest apart */
+  assert_ptr_equal((char *)y, (char *)x + 4096);
+  w_free(&a, x);
+  w_free(&a, y);
+  gca__tcache_t *tc = tcache_of(x);
+  assert_non_null(tc);
+  assert_ptr_equal(tcache_of(y), tc);
+  gca_stats_t s = stats();
+  assert_int_equal(s.inactive_split[GCA_STAT_SMALL].current, 3); /* x, y, the rest */
+  int64_t bytes = s.inactive_split_bytes[GCA_STAT_SMALL].current;
+  assert_int_equal(bytes, 2 * (int64_t)MiB - 4096);
+  check();
+  assert_ok(gca_set_config("recycle_bins:True")); /* every cache flushed */
+  assert_null(tcache_of(x));
+  s = stats();
+  assert_int_equal(s.inactive_split[GCA_STAT_SMALL].current, 2); /* x and y merged */
+  assert_int_equal(s.inactive_split_bytes[GCA_STAT_SMALL].current, bytes);
+  assert_int_equal(s.inactive_split[GCA_STAT_SMALL].peak, 3);
+  check();
+  w_free(&a, z);
+  worker_exit(&a);
+  assert_ok(gca_stream_destroy(a.stream));
+  assert_ok(gca_stream_destroy(b.stream));
+}
+
+/* Note [Thread cache waste]: a cache whose hits all take the locked way is
+ * no use either. While history is recorded every operation takes the locked
+ * path (the gate is shut), so a worker's pairs of one size find its block
+ * in its cache only under the lock: such a hit counts as waste, the cache is
+ * parked (and tried again ever more rarely) and the pairs take the paths
+ * of a thread without one. The statistics stay exact. */
+static void a_cache_that_only_hits_under_the_lock_is_parked(void **state) {
+  (void)state;
+  worker_t a, b;
+  assert_ok(gca_set_config("recycle_bins:True"));
+  engaged_workers(&a, &b);
+  worker_exit(&b);
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  int64_t parks = stats().num_cache_parks;
+  assert_ok(gca_record_history(true, 64, false));
   w_pairs(&a, 4096, 4 * GCA__TC_PROBE);
   int64_t first = stats().num_cache_parks - parks;
   print_message("parks after %d pairs: %" PRId64 "\n", 4 * GCA__TC_PROBE, first);
   assert_true(first >= 2);
   w_pairs(&a, 4096, 28 * GCA__TC_PROBE);
-  a.alt = 0;
   int64_t all = stats().num_cache_parks - parks;
   assert_true(all > first && all <= first + 4); /* tries with backoff */
+  assert_ok(gca_record_history(false, 0, false));
   assert_int_equal(d->ntcs, 0);
-  assert_int_equal(d->rb_count, 2); /* one block of each size */
   gca_stats_t s = stats();
   assert_int_equal(s.allocation[GCA_STAT_ALL].current, 0);
   assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 0);
   assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 0);
-  assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].peak, 12288); /* one block at a time */
   check();
   worker_exit(&a);
   assert_ok(gca_stream_destroy(a.stream));
@@ -129,8 +208,8 @@ static void a_cache_that_only_hits_under_the_lock_is_parked(void **state) {
 
 /* Note [Leaf hits]: a thread whose cache is parked is served by the bins'
  * leaf paths while the thread caches are on and another thread's cache
- * counts headroom. The test's thread parks its cache by alternating 4 KiB
- * and 12 KiB (as above) while worker b holds a block of its cache's domain;
+ * counts headroom. The test's thread alternates 4 KiB and 12 KiB with its
+ * cache parked while worker b holds a block of its cache's domain;
  * then its pairs run with the device lock biased to it: none ends in a full
  * path's let-go (a bit of the gate that no path reads and only that let-go
  * clears stays set), the bins serve every one, and each free counts towards
@@ -150,10 +229,17 @@ static void alternate(gca_stream_t s, long i) {
 }
 
 /* Alternates until the thread's cache is parked with more than probe_left
- * frees to its next probe and the lock is biased to it; the pairs it took. */
+ * frees to its next probe and the lock is biased to it; the pairs it took.
+ * Its cache serves both sizes (Note [Thread cache runs]), so the loop parks
+ * it as a wasting cache's next free would (gca__tc_park_mine). */
 static long park_and_bias(gca__devalloc_t *d, gca_stream_t s, uint32_t probe_left) {
   long n = 0;
   for (; n < 200000; n++) {
+    if (n % 2 == 0 && gca__tc_mine(0) != NULL) {
+      gca__dev_lock(d);
+      gca__tc_park_mine(d);
+      gca__dev_unlock(d);
+    }
     if (n % 2 == 0 && gca__tc_mine(0) == NULL && gca__t_tc != NULL &&
         gca__t_tc->probe[0] > probe_left && atomic_load(&d->lock.bias) == gca__lock_tid)
       break;
@@ -164,7 +250,7 @@ static long park_and_bias(gca__devalloc_t *d, gca_stream_t s, uint32_t probe_lef
 
 static void a_parked_caches_pairs_take_the_bins_leaf_paths(void **state) {
   (void)state;
-  enum { PAIRS = 100, SENTINEL = 0x80 };
+  enum { PAIRS = 100, SENTINEL = 0x80, HELD = 4096 };
   _Static_assert((SENTINEL & (GCA__GATE_FC | GCA__GATE_RB)) == 0, "a bit no path reads");
   assert_ok(gca_set_config("recycle_bins:True"));
   worker_t b;
@@ -174,9 +260,9 @@ static void a_parked_caches_pairs_take_the_bins_leaf_paths(void **state) {
   void *p;
   assert_ok(gca_malloc(&p, 4096, s));
   assert_ok(gca_free(p));
-  w_free(&b, w_alloc(&b, 4096, b.stream)); /* a second thread: the caches engage */
-  w_pairs(&b, 4096, 64);
-  void *held = w_alloc(&b, 4096, b.stream);
+  w_free(&b, w_alloc(&b, HELD, b.stream)); /* a second thread: the caches engage */
+  w_pairs(&b, HELD, 64);
+  void *held = w_alloc(&b, HELD, b.stream);
   assert_non_null(tcache_of(held)); /* handed out by b's cache: its free is b's fast put */
   gca__devalloc_t *d = gca__devalloc_peek(0);
   assert_true(d->tc_on);
@@ -184,7 +270,7 @@ static void a_parked_caches_pairs_take_the_bins_leaf_paths(void **state) {
     print_message("no biased lock: the full paths serve the parked thread\n");
     for (int i = 0; i < 2 * PAIRS; i++)
       alternate(s, i);
-    assert_int_equal(stats().allocated_bytes[GCA_STAT_ALL].current, 4096);
+    assert_int_equal(stats().allocated_bytes[GCA_STAT_ALL].current, HELD);
     w_free(&b, held);
     assert_int_equal(stats().allocated_bytes[GCA_STAT_ALL].current, 0);
     check();
@@ -210,26 +296,37 @@ static void a_parked_caches_pairs_take_the_bins_leaf_paths(void **state) {
 #endif
   gca_stats_t st = stats();
   assert_int_equal(st.allocation[GCA_STAT_ALL].current, 1);
-  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].current, 4096);
-  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].peak, 4096 + 12288);
-  /* the peak is b's block; its fall becomes b's headroom */
+  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].current, HELD);
+  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].peak, HELD + 12288);
+  /* the peak is b's block; its fall becomes b's headroom. The reset took
+   * back the room for inactive_split that b's put of its block needs (Note
+   * [Thread cache runs]): that put takes the locked way, and so does b's
+   * next take, which gives the room back; the put after it is fast */
   assert_ok(gca_reset_peak_stats(0));
+  w_free(&b, held);
+  held = w_alloc(&b, HELD, b.stream);
+  for (uint32_t i = 0; i <= gca__mutex_bias_after && atomic_load(&d->lock.bias) != gca__lock_tid;
+       i++) { /* b's locked paths revoked the bias: this thread takes it back */
+    gca__dev_lock(d);
+    gca__dev_unlock(d);
+  }
+  assert_true(atomic_load(&d->lock.bias) == gca__lock_tid);
   w_free(&b, held);
   assert_true(atomic_load(&d->lock.bias) == gca__lock_tid); /* b's put took no lock */
   st = stats();
-  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].peak, 4096);
+  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].peak, HELD);
   int esc = gca__stat_index(d, d->stats.allocated_bytes) + GCA_STAT_ALL;
-  assert_true(d->tc_esc[esc] >= 4096);
+  assert_true(d->tc_esc[esc] >= HELD);
   d->fc_gate |= SENTINEL;
   assert_ok(gca_malloc(&p, 12288, s));
 #ifndef GCA_DEBUG_CHECKS
   assert_false(d->fc_gate & SENTINEL); /* the leaf stepped aside */
 #endif
-  held = w_alloc(&b, 4096, b.stream);
+  held = w_alloc(&b, HELD, b.stream);
   w_free(&b, held);
   assert_ok(gca_free(p));
   st = stats();
-  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].peak, 12288 + 4096);
+  assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].peak, 12288 + HELD);
   assert_int_equal(st.allocation[GCA_STAT_ALL].peak, 2);
   assert_int_equal(st.allocation[GCA_STAT_ALL].current, 0);
 #ifndef GCA_DEBUG_CHECKS
@@ -630,6 +727,8 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, tc_setup, alloc_teardown)
   const struct CMUnitTest tests[] = {
       T(a_cache_that_wastes_its_blocks_is_parked),
+      T(alternating_sizes_stay_cached_with_the_bins_on),
+      T(cached_runs_merge_when_they_go_back),
       T(a_cache_that_only_hits_under_the_lock_is_parked),
       T(a_parked_caches_pairs_take_the_bins_leaf_paths),
       T(a_calm_owner_enters_without_the_lock_until_a_visit),

@@ -430,31 +430,40 @@ static void the_bins_work_behind_thread_caches(void **state) {
     assert_true(gca__devalloc_peek(0)->tc_on);
     assert_int_equal(rb_count(), 1); /* p, still binned */
     check();
-    /* this thread's cache takes the free of v[0]; v[1], next to a block in
-     * its domain, it does not take (Note [Thread caches]): the bins do */
-    void *v[2] = {alloc_on(4 * KiB, NULL), alloc_on(4 * KiB, NULL)}, *q2 = alloc_on(512, NULL);
+    /* this thread's cache takes the frees of v[0..7] (a bin of it holds
+     * GCA__TC_BIN_MAX blocks of a size); v[8] it does not take: the bins do */
+    enum { N = GCA__TC_BIN_MAX + 1 };
+    void *v[N], *w[N];
+    for (int i = 0; i < N; i++)
+      v[i] = alloc_on(4 * KiB, NULL);
+    void *q2 = alloc_on(512, NULL);
     assert_true(facts_hold(v[0]));
-    free_ok(v[0]);
+    for (int i = 0; i < N - 1; i++)
+      free_ok(v[i]);
     assert_int_equal(rb_count(), 1);
     assert_false(facts_hold(v[0])); /* in the cache's domain: no facts (Note [Free facts]) */
     gca_stats_t s0 = stats();
-    free_ok(v[1]);
+    free_ok(v[N - 1]);
     assert_int_equal(rb_count(), 2);
     gca_stats_t s1 = stats();
     assert_int_equal(s1.allocated_bytes[GCA_STAT_ALL].current,
                      s0.allocated_bytes[GCA_STAT_ALL].current - 4 * (int64_t)KiB);
     assert_int_equal(s1.allocation[GCA_STAT_ALL].current, s0.allocation[GCA_STAT_ALL].current - 1);
     check();
-    void *w0 = alloc_on(4 * KiB, NULL); /* the thread cache's */
-    assert_ptr_equal(w0, v[0]);
-    assert_false(facts_hold(w0));       /* handed out by the cache: still none */
-    void *w1 = alloc_on(4 * KiB, NULL); /* it misses: the bin's */
-    assert_ptr_equal(w1, v[1]);
+    for (int i = 0; i < N - 1; i++) { /* the thread cache's, last freed first */
+      w[i] = alloc_on(4 * KiB, NULL);
+      assert_ptr_equal(w[i], v[N - 2 - i]);
+      assert_false(facts_hold(w[i])); /* handed out by the cache: still none */
+    }
+    w[N - 1] = alloc_on(4 * KiB, NULL); /* it misses: the bin's */
+    assert_ptr_equal(w[N - 1], v[N - 1]);
     void *p2 = alloc_on(2 * KiB, NULL);
     assert_ptr_equal(p2, p);
     assert_int_equal(rb_count(), 0);
     check();
-    for (void **x = (void *[]){w0, w1, q2, p2, keep, edge, NULL}; *x != NULL; x++)
+    for (int i = 0; i < N; i++)
+      free_ok(w[i]);
+    for (void **x = (void *[]){q2, p2, keep, edge, NULL}; *x != NULL; x++)
       free_ok(*x);
     if (mine != NULL)
       free_ok(mine);
