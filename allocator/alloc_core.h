@@ -403,6 +403,8 @@ typedef struct gca__pend_stat {
 struct gca__devalloc {
   gca__mutex_t lock;
   int device;
+  uint64_t inst; /* this allocator's number, one per creation in the process: what a thread
+                    parked on it names (Note [Thread cache waste]) */
   const gca_device_ops_t *ops;
   gca_alloc_config_t cfg; /* copy of the process settings, refreshed by gca_set_config */
   bool has_divisions;     /* some roundup_power2_divisions entry is > 1 */

@@ -137,7 +137,9 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
   d->epoch = 1; /* a new block's fc_epoch (0) is never current */
   d->fc_gate =
       GCA__GATE_FC | GCA__GATE_RB; /* shut until a holder lets the lock go (Note [Leaf gate]) */
+  static uint64_t next_inst;       /* under g_lock */
   d->device = device;
+  d->inst = ++next_inst;
   d->ops = ops;
   set_config_locked(d, &g_cfg);
   d->caching = g_caching;

@@ -120,6 +120,8 @@ struct gca__tcache {
 typedef struct gca__tthread {
   gca__tcache_t *dev[GCA__MAX_DEVICES];
   gca__tcache_t *parked[GCA__MAX_DEVICES];
+  uint64_t inst[GCA__MAX_DEVICES]; /* the allocator it was parked on (gca__devalloc_t.inst): one
+                                      made since (a reset) finds the thread unparked */
   uint32_t probe[GCA__MAX_DEVICES];
   uint8_t backoff[GCA__MAX_DEVICES]; /* probes in a row that went unused */
 } gca__tthread_t;
@@ -550,7 +552,7 @@ static inline bool gca__tc_skips(gca__devalloc_t *d) {
     gca__tc_park_mine(d);
     return true;
   }
-  if (t->probe[d->device] <= 1)
+  if (t->probe[d->device] <= 1 || t->inst[d->device] != d->inst)
     return false;
   t->probe[d->device]--;
   return true;
@@ -571,7 +573,8 @@ static inline bool gca__tc_declines(gca__devalloc_t *d) {
  * yet: that free may make its cache; or the probe is due). */
 static inline bool gca__tc_leaf_declines(const gca__devalloc_t *d) {
   gca__tthread_t *t = gca__t_tc;
-  return t != NULL && t->dev[d->device] == NULL && t->probe[d->device] > 1;
+  return t != NULL && t->dev[d->device] == NULL && t->probe[d->device] > 1 &&
+         t->inst[d->device] == d->inst;
 }
 static inline void gca__tc_leaf_skip(const gca__devalloc_t *d) {
   gca__t_tc->probe[d->device]--;

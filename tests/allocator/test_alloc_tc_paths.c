@@ -88,6 +88,28 @@ static void a_cache_that_wastes_its_blocks_is_parked(void **state) {
   assert_ok(gca_stream_destroy(b.stream));
 }
 
+/* gca__allocator_reset makes every device's allocator again: a thread
+ * whose cache was parked on the old one is not parked on the new one (the
+ * parking names the allocator), so its first free there enters a cache.
+ * Before, it skipped its frees on the new one for what was left of its
+ * probe (256 frees). */
+static void a_reset_forgets_a_parked_thread(void **state) {
+  (void)state;
+  worker_t a, b;
+  engaged_workers(&a, &b);
+  for (int i = 0; i < 4 * GCA__TC_WASTE_OFF; i++) /* parks a's cache (above) */
+    w_free(&a, w_alloc(&a, i & 1 ? 12288 : 4096, a.stream));
+  assert_int_equal(stats().num_cache_parks, 1);
+  assert_nothing_leaked();
+  gca__allocator_reset();
+  assert_ok(gca_set_config("recycle_bins:False"));
+  engage(&a, &b);
+  cache_of_worker(&a); /* a's free entered a's cache */
+  assert_int_equal(stats().num_cache_parks, 0);
+  check();
+  workers_done(&a, &b);
+}
+
 /* Note [Thread cache runs]: with the recycle bins on (the default) a block
  * of a thread cache counts as a free run of its own, so a free next to
  * another block of the cache enters it too: a worker alternating 4 KiB and
@@ -727,6 +749,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, tc_setup, alloc_teardown)
   const struct CMUnitTest tests[] = {
       T(a_cache_that_wastes_its_blocks_is_parked),
+      T(a_reset_forgets_a_parked_thread),
       T(alternating_sizes_stay_cached_with_the_bins_on),
       T(cached_runs_merge_when_they_go_back),
       T(a_cache_that_only_hits_under_the_lock_is_parked),
