@@ -2,9 +2,10 @@
 /* bench_procs.c - gca-bench's process ceiling: partners started with
  * posix_spawn, one socket each, spoken to a line at a time (bench_procs.h).
  * No sleeps and no timing windows order anything: the partners start their
- * windows when told "go" and answer when done; a partner that does not answer
- * within a minute past its window is taken as failed, so that a hung partner
- * cannot hang the benchmark.
+ * windows when told "go" and answer when done; a partner whose answer is not
+ * all there within a minute (BENCH_PROCS_GRACE_MS) past four of its windows is
+ * taken as failed, so that a hung partner cannot hang the benchmark. The libc
+ * calls no partner can make fail have fail points (Note [Tool fail points]).
  */
 #include "bench_procs.h"
 
@@ -55,13 +56,21 @@ static bool send_line(int fd, const char *fmt, ...) {
 }
 
 /* Reads one line into buf (without its newline): 1, or 0 at end of input,
- * or -1 with errno (ETIMEDOUT: nothing for timeout_ms, -1 waits for ever;
- * EMSGSIZE: a line longer than buf). A byte at a time: the lines are few. */
+ * or -1 with errno (ETIMEDOUT: the whole line not there within timeout_ms, -1
+ * waits for ever; EMSGSIZE: a line longer than buf; EPROTO: input ended
+ * within a line). A byte at a time: the lines are few. The time is for the
+ * line, not for each byte, so that one trickling bytes cannot stretch it. */
 static int recv_line(int fd, char *buf, size_t len, int timeout_ms) {
+  uint64_t deadline = tool_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
   size_t n = 0;
   for (;;) {
+    int wait_ms = -1;
+    if (timeout_ms >= 0) {
+      uint64_t now = tool_now_ns();
+      wait_ms = now >= deadline ? 0 : (int)((deadline - now + 999999u) / 1000000u);
+    }
     struct pollfd p = {.fd = fd, .events = POLLIN};
-    int r = poll(&p, 1, timeout_ms);
+    int r = poll(&p, 1, wait_ms);
     if (r < 0 && errno == EINTR)
       continue;
     if (r < 0)
@@ -113,7 +122,7 @@ static char **partner_env(const char *backend, char *device_var, size_t len) {
   size_t n = 0;
   while (environ[n] != NULL)
     n++;
-  char **env = calloc(n + 2, sizeof(*env));
+  char **env = TOOL_FAILPOINT("bench_procs_env") ? NULL : calloc(n + 2, sizeof(*env));
   if (env == NULL)
     return NULL;
   size_t k = 0;
@@ -131,10 +140,14 @@ static char **partner_env(const char *backend, char *device_var, size_t len) {
 /* Starts partner i on a new socket: 0, or an errno value. */
 static int spawn_partner(bench_procs_t *bp, int i, const char *prog, char **env) {
   int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+  if ((TOOL_FAILPOINT("bench_procs_socketpair")
+           ? (errno = EMFILE, -1)
+           : socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) != 0)
     return errno;
   if (sv[1] <= STDERR_FILENO) { /* with a standard stream closed: keep clear of 0 and 1 */
-    int moved = fcntl(sv[1], F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    int moved = TOOL_FAILPOINT("bench_procs_dupfd")
+                    ? (errno = EMFILE, -1)
+                    : fcntl(sv[1], F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
     int e = errno;
     close(sv[1]);
     if (moved < 0) {
@@ -144,14 +157,17 @@ static int spawn_partner(bench_procs_t *bp, int i, const char *prog, char **env)
     sv[1] = moved;
   }
   posix_spawn_file_actions_t fa;
-  int rc = posix_spawn_file_actions_init(&fa);
+  int rc = TOOL_FAILPOINT("bench_procs_actions") ? ENOMEM : posix_spawn_file_actions_init(&fa);
   if (rc == 0) {
-    if ((rc = posix_spawn_file_actions_adddup2(&fa, sv[1], STDIN_FILENO)) == 0)
-      rc = posix_spawn_file_actions_adddup2(&fa, sv[1], STDOUT_FILENO);
+    for (int to = STDIN_FILENO; rc == 0 && to <= STDOUT_FILENO; to++)
+      rc = TOOL_FAILPOINT("bench_procs_adddup2") ? ENOMEM
+                                                 : posix_spawn_file_actions_adddup2(&fa, sv[1], to);
     if (rc == 0) {
       char *argv[] = {(char *)prog, "--partner", NULL};
       fflush(NULL);
-      rc = posix_spawn(&bp->pid[i], prog, &fa, NULL, argv, env);
+      rc = TOOL_FAILPOINT("bench_procs_spawn")
+               ? EAGAIN
+               : posix_spawn(&bp->pid[i], prog, &fa, NULL, argv, env);
     }
     posix_spawn_file_actions_destroy(&fa);
   }
@@ -167,6 +183,7 @@ static int spawn_partner(bench_procs_t *bp, int i, const char *prog, char **env)
 
 bool bench_procs_start(bench_procs_t *bp, const char *backend) {
   memset(bp, 0, sizeof(*bp));
+  bp->grace_ms = BENCH_PROCS_GRACE_MS;
   const char *prog = getenv("GCA_BENCH_PARTNER");
   if (prog == NULL || prog[0] == '\0')
     prog = "/proc/self/exe";
@@ -195,9 +212,16 @@ static bool tell(bench_procs_t *bp, int i, const char *what, double seconds) {
 /* Waits for partner i's answer: "ready", or with ns != NULL "ns X". */
 static bool hear(bench_procs_t *bp, int i, double seconds, double *ns) {
   char line[LINE_MAX_LEN];
-  int r = recv_line(bp->fd[i], line, sizeof(line), (int)(seconds * 4e3) + 60000);
+  int timeout_ms = (int)(seconds * 4e3) + bp->grace_ms;
+  int r = recv_line(bp->fd[i], line, sizeof(line), timeout_ms);
   if (r == 0)
     return fail(bp, "partner %d ended without an answer", i);
+  if (r < 0 && errno == ETIMEDOUT)
+    return fail(bp, "no answer from partner %d within %d ms", i, timeout_ms);
+  if (r < 0 && errno == EMSGSIZE)
+    return fail(bp, "partner %d answered a line longer than %d bytes", i, LINE_MAX_LEN - 1);
+  if (r < 0 && errno == EPROTO)
+    return fail(bp, "partner %d ended within a line", i);
   if (r < 0)
     return fail(bp, "no answer from partner %d: %s", i, strerror(errno));
   if (strncmp(line, "error ", 6) == 0)

@@ -25,11 +25,15 @@
 #include "gca.h"
 
 #define BENCH_PROCS 2
+/* How long past four of its windows (its warm-up) a partner may stay silent
+ * before it is taken as failed. */
+#define BENCH_PROCS_GRACE_MS 60000
 
 typedef struct bench_procs {
   int n; /* partners started */
   pid_t pid[BENCH_PROCS];
   int fd[BENCH_PROCS]; /* the benchmark's end of each partner's socket */
+  int grace_ms;        /* BENCH_PROCS_GRACE_MS from start; a test may set less */
   char why[256];       /* why the figure is missing, when it is */
 } bench_procs_t;
 

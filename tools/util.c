@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* util.c - the tools' error detail, clock and size text (see util.h).
+/* util.c - the tools' error detail, clock, size text and fail points (see
+ * util.h).
  *
  * The detail is a per-thread buffer so the stress tool's worker threads can
  * fail independently; sizes use binary multiples for every unit spelling, as
@@ -10,6 +11,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -57,6 +59,45 @@ gca_status_t tool_error_gca(gca_status_t status, const char *fmt, ...) {
 
 const char *tool_last_error(void) {
   return detail;
+}
+
+int tool_failpoints_armed; /* read and written with __atomic builtins only */
+
+static pthread_mutex_t fp_lock = PTHREAD_MUTEX_INITIALIZER;
+static char fp_name[64];
+static unsigned fp_left; /* passes until the failure; 0: none armed */
+
+gca_status_t tool_failpoint_arm(const char *name, unsigned nth) {
+  if (name == NULL || !*name || strlen(name) >= sizeof(fp_name) || nth == 0)
+    return tool_error(GCA_ERR_INVALID_ARGUMENT,
+                      "failpoint_arm: a name shorter than %zu bytes and nth >= 1 are needed",
+                      sizeof(fp_name));
+  pthread_mutex_lock(&fp_lock);
+  strcpy(fp_name, name);
+  fp_left = nth;
+  __atomic_store_n(&tool_failpoints_armed, 1, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&fp_lock);
+  return GCA_OK;
+}
+
+void tool_failpoint_clear(void) {
+  pthread_mutex_lock(&fp_lock);
+  fp_left = 0;
+  fp_name[0] = '\0';
+  __atomic_store_n(&tool_failpoints_armed, 0, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&fp_lock);
+}
+
+bool tool_failpoint_hit(const char *name) {
+  bool hit = false;
+  pthread_mutex_lock(&fp_lock);
+  if (fp_left != 0 && strcmp(fp_name, name) == 0 && --fp_left == 0) {
+    hit = true;
+    fp_name[0] = '\0';
+    __atomic_store_n(&tool_failpoints_armed, 0, __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock(&fp_lock);
+  return hit;
 }
 
 uint64_t tool_now_ns(void) {

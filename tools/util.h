@@ -4,7 +4,7 @@
  * configuration does ("512MiB").
  *
  * It also holds the one JSON helper tools that write JSON by hand need, a
- * string escaper.
+ * string escaper, and the tools' fail points (Note [Tool fail points]).
  *
  * Tools see only include/ (the build gives them nothing else), so the
  * library's internal error detail is out of reach. Tool modules (the RMM CSV
@@ -16,6 +16,7 @@
 #ifndef GCA_TOOL_UTIL_H
 #define GCA_TOOL_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +58,25 @@ const char *tool_last_error(void);
       goto label;                        \
   } while (0)
 #define TOOL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Note [Tool fail points]: the library's host fail points (common.h) are out
+ * of the tools' reach, so the tools keep their own, made the same way: a
+ * call whose failure no input can provoke (a socketpair, a posix_spawn) is
+ * written `TOOL_FAILPOINT("name") ? (errno = E, -1) : call(...)`, so that a
+ * test arms the place by name and checks the failure path: the nth pass
+ * through it after arming fails once. Unarmed the check is one relaxed
+ * atomic load. */
+extern int tool_failpoints_armed;
+/* Arms `name` (shorter than 64 bytes) to fail on its nth pass, nth >= 1, in
+ * place of any armed point; GCA_ERR_INVALID_ARGUMENT otherwise. */
+gca_status_t tool_failpoint_arm(const char *name, unsigned nth);
+/* Disarms the armed point, if any. */
+void tool_failpoint_clear(void);
+/* Whether this pass through `name` is the one to fail (TOOL_FAILPOINT's slow path). */
+bool tool_failpoint_hit(const char *name);
+#define TOOL_FAILPOINT(name)                                                        \
+  (TOOL_UNLIKELY(__atomic_load_n(&tool_failpoints_armed, __ATOMIC_RELAXED) != 0) && \
+   tool_failpoint_hit(name))
 
 /* Monotonic nanoseconds (CLOCK_MONOTONIC). */
 uint64_t tool_now_ns(void);
