@@ -110,6 +110,21 @@ static void a_reset_forgets_a_parked_thread(void **state) {
   workers_done(&a, &b);
 }
 
+/* Worker a alone with the recycle bins on: b engaged the caches with it and
+ * is gone (its cache's block back in its segment, then whole and free). */
+static gca__devalloc_t *lone_worker(worker_t *a, worker_t *b) {
+  assert_ok(gca_set_config("recycle_bins:True"));
+  engaged_workers(a, b);
+  worker_exit(b);
+  return gca__devalloc_peek(0);
+}
+/* a's thread and both streams gone. */
+static void lone_worker_done(worker_t *a, worker_t *b) {
+  worker_exit(a);
+  assert_ok(gca_stream_destroy(a->stream));
+  assert_ok(gca_stream_destroy(b->stream));
+}
+
 /* Note [Thread cache runs]: with the recycle bins on (the default) a block
  * of a thread cache counts as a free run of its own, so a free next to
  * another block of the cache enters it too: a worker alternating 4 KiB and
@@ -121,10 +136,7 @@ static void a_reset_forgets_a_parked_thread(void **state) {
 static void alternating_sizes_stay_cached_with_the_bins_on(void **state) {
   (void)state;
   worker_t a, b;
-  assert_ok(gca_set_config("recycle_bins:True"));
-  engaged_workers(&a, &b);
-  worker_exit(&b);
-  gca__devalloc_t *d = gca__devalloc_peek(0);
+  gca__devalloc_t *d = lone_worker(&a, &b);
   int64_t parks = stats().num_cache_parks;
   a.alt = 12288;
   w_pairs(&a, 4096, 64);
@@ -153,9 +165,7 @@ static void alternating_sizes_stay_cached_with_the_bins_on(void **state) {
   assert_int_equal(s.inactive_split[GCA_STAT_SMALL].current, 3); /* each cached block alone */
   assert_int_equal(s.inactive_split_bytes[GCA_STAT_SMALL].current, 2 * (int64_t)MiB);
   check();
-  worker_exit(&a);
-  assert_ok(gca_stream_destroy(a.stream));
-  assert_ok(gca_stream_destroy(b.stream));
+  lone_worker_done(&a, &b);
 }
 
 /* Note [Thread cache runs]: two blocks side by side in a worker's cache
@@ -165,9 +175,7 @@ static void alternating_sizes_stay_cached_with_the_bins_on(void **state) {
 static void cached_runs_merge_when_they_go_back(void **state) {
   (void)state;
   worker_t a, b;
-  assert_ok(gca_set_config("recycle_bins:True"));
-  engaged_workers(&a, &b);
-  worker_exit(&b); /* its cache's block back to its segment, then whole and free */
+  lone_worker(&a, &b);
   void *x = w_alloc(&a, 4096, a.stream), *y = w_alloc(&a, 8192, a.stream);
   void *z = w_alloc(&a, 4096, a.stream); /* keeps the rest apart */
   assert_ptr_equal((char *)y, (char *)x + 4096);
@@ -189,9 +197,7 @@ static void cached_runs_merge_when_they_go_back(void **state) {
   assert_int_equal(s.inactive_split[GCA_STAT_SMALL].peak, 3);
   check();
   w_free(&a, z);
-  worker_exit(&a);
-  assert_ok(gca_stream_destroy(a.stream));
-  assert_ok(gca_stream_destroy(b.stream));
+  lone_worker_done(&a, &b);
 }
 
 /* Note [Thread cache waste]: a cache whose hits all take the locked way is
@@ -203,10 +209,7 @@ static void cached_runs_merge_when_they_go_back(void **state) {
 static void a_cache_that_only_hits_under_the_lock_is_parked(void **state) {
   (void)state;
   worker_t a, b;
-  assert_ok(gca_set_config("recycle_bins:True"));
-  engaged_workers(&a, &b);
-  worker_exit(&b);
-  gca__devalloc_t *d = gca__devalloc_peek(0);
+  gca__devalloc_t *d = lone_worker(&a, &b);
   int64_t parks = stats().num_cache_parks;
   assert_ok(gca_record_history(true, 64, false));
   w_pairs(&a, 4096, 4 * GCA__TC_PROBE);
@@ -223,9 +226,7 @@ static void a_cache_that_only_hits_under_the_lock_is_parked(void **state) {
   assert_int_equal(s.allocated_bytes[GCA_STAT_ALL].current, 0);
   assert_int_equal(s.requested_bytes[GCA_STAT_ALL].current, 0);
   check();
-  worker_exit(&a);
-  assert_ok(gca_stream_destroy(a.stream));
-  assert_ok(gca_stream_destroy(b.stream));
+  lone_worker_done(&a, &b);
 }
 
 /* Note [Leaf hits]: a thread whose cache is parked is served by the bins'

@@ -26,16 +26,6 @@
 
 static char dir[64]; /* the scripts' directory */
 
-static int fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  assert_non_null(d);
-  int n = 0;
-  while (readdir(d) != NULL)
-    n++;
-  closedir(d);
-  return n;
-}
-
 /* Nothing left: no child of this process (running or unreaped) and as many
  * open descriptors as `fds`. */
 static void assert_nothing_left(int fds) {
@@ -43,7 +33,7 @@ static void assert_nothing_left(int fds) {
   pid_t pid = waitpid(-1, NULL, WNOHANG);
   if (pid != -1 || errno != ECHILD)
     fail_msg("a child is left: waitpid(-1) = %d (%s)", (int)pid, strerror(errno));
-  int now = fd_count();
+  int now = test_fd_count();
   if (now != fds)
     fail_msg("%d descriptors open, %d before", now, fds);
 }
@@ -97,7 +87,7 @@ static int group_teardown(void **state) {
 
 static void round_with_answering_partners_gives_their_figures(void **state) {
   (void)state;
-  int fds = fd_count();
+  int fds = test_fd_count();
   partner("good", good);
   bench_procs_t bp;
   assert_true(bench_procs_start(&bp, "sim"));
@@ -120,7 +110,7 @@ static void round_with_answering_partners_gives_their_figures(void **state) {
 
 static void answer_of_319_bytes_is_read_whole(void **state) {
   (void)state;
-  int fds = fd_count();
+  int fds = test_fd_count();
   partner("long_ok", "while read -r line; do\n"
                      "  case \"$line\" in run*) echo ready ;; go) printf 'ns %0316d\\n' 5 ;; esac\n"
                      "done\n");
@@ -140,7 +130,7 @@ static void answer_of_319_bytes_is_read_whole(void **state) {
  * nothing is left open. */
 static void partners_start_with_standard_streams_closed(void **state) {
   (void)state;
-  int fds = fd_count();
+  int fds = test_fd_count();
   partner("good", good);
   for (int forced = 0; forced <= 1; forced++) {
     int in = dup(STDIN_FILENO), err = dup(STDERR_FILENO);
@@ -178,7 +168,7 @@ static void partners_start_with_standard_streams_closed(void **state) {
 
 static void partners_get_the_chosen_backend(void **state) {
   (void)state;
-  int fds = fd_count();
+  int fds = test_fd_count();
   assert_int_equal(setenv("GCA_DEVICE", "sim", 1), 0);
   partner("device", "read -r line\necho \"error GCA_DEVICE=$GCA_DEVICE\"\n");
   bench_procs_t bp;
@@ -209,7 +199,7 @@ static void start_fails(const char *path, const char *why_fmt) {
 
 static void missing_partner_program_fails_the_start(void **state) {
   (void)state;
-  int fds = fd_count();
+  int fds = test_fd_count();
   char path[128];
   snprintf(path, sizeof(path), "%s/missing", dir);
   assert_int_equal(setenv("GCA_BENCH_PARTNER", path, 1), 0);
@@ -219,7 +209,7 @@ static void missing_partner_program_fails_the_start(void **state) {
 
 static void partner_program_not_executable_fails_the_start(void **state) {
   (void)state;
-  int fds = fd_count();
+  int fds = test_fd_count();
   const char *path = partner("plain", good);
   assert_int_equal(chmod(path, 0644), 0);
   start_fails(path, "cannot start partner 0 ('%s --partner'): Permission denied");
@@ -248,7 +238,7 @@ static void libc_failures_fail_the_start_and_leave_nothing(void **state) {
       {"bench_procs_spawn", 2,
        "cannot start partner 1 ('%s --partner'): Resource temporarily unavailable"},
   };
-  int fds = fd_count();
+  int fds = test_fd_count();
   const char *path = partner("good", good);
   for (size_t c = 0; c < TOOL_ARRAY_SIZE(cases); c++) {
     print_message("%s, pass %u\n", cases[c].point, cases[c].nth);
@@ -268,7 +258,7 @@ static void libc_failures_fail_the_start_and_leave_nothing(void **state) {
 
 /* Starts partners running `body`, expecting the round to fail with `why`. */
 static void round_fails(const char *name, const char *body, int grace_ms, const char *why) {
-  int fds = fd_count();
+  int fds = test_fd_count();
   partner(name, body);
   bench_procs_t bp;
   assert_true(bench_procs_start(&bp, "sim"));
@@ -349,7 +339,7 @@ static void answer_cut_short_fails_the_round(void **state) {
 /* Partner 0 ends without reading: the first line to it finds no one. */
 static void partner_gone_before_a_line_fails_the_round(void **state) {
   (void)state;
-  int fds = fd_count();
+  int fds = test_fd_count();
   partner("gone", "exit 0\n");
   bench_procs_t bp;
   assert_true(bench_procs_start(&bp, "sim"));
@@ -459,7 +449,7 @@ static int serve(fake_t *f, const char *input, char *out, size_t len) {
 
 static void partner_answers_each_run_and_exits_0_at_end_of_input(void **state) {
   (void)state;
-  int fds = fd_count();
+  int fds = test_fd_count();
   fake_t f = {0};
   char out[512];
   assert_int_equal(serve(&f, "run 0.5\ngo\nrun 0.25\ngo\n", out, sizeof(out)), 0);
@@ -480,7 +470,7 @@ static void partner_refuses_what_is_not_run_s(void **state) {
   (void)state;
   static const char *const lines[] = {"hello",  "run 61", "run 0", "run -1",
                                       "run 2x", "run ",   "run"};
-  int fds = fd_count();
+  int fds = test_fd_count();
   for (size_t i = 0; i < TOOL_ARRAY_SIZE(lines); i++) {
     fake_t f = {0};
     char input[64], want[128], out[512];
