@@ -591,6 +591,16 @@ static inline bool gca__block_whole(const gca__block_t *b) {
   return b->prev == NULL && b->next == NULL;
 }
 
+/* What b, not free, adds to (inactive_split, _bytes) as a free run of its
+ * own, never merged while it waits (a binned block, Note [Recycle bins]; a
+ * thread cache's with the bins on, Note [Thread cache runs]): one block of
+ * its size, unless it is its segment's only block. */
+static inline void gca__run_alone(const gca__block_t *b, int64_t *blocks, int64_t *bytes) {
+  bool whole = gca__block_whole(b);
+  *blocks = whole ? 0 : 1;
+  *bytes = whole ? 0 : (int64_t)b->size;
+}
+
 /* Garbage collection is on: a limit is set and a threshold given. */
 static inline bool gca__gc_enabled(const gca__devalloc_t *d) {
   return d->set_fraction && d->cfg.garbage_collection_threshold > 0.0;
@@ -996,8 +1006,9 @@ struct gca__mempool {
   gca_segment_observer_fn observer; /* Note [Segment observers] (pool.h); fixed at creation */
   void *observer_ctx;
   void (*observer_done)(void *ctx);
-  bool destroying;             /* release.c's reap gives its segments back with the lock let go and
-                                  holds a use meanwhile: no lookup, route or OOM borrow reaches it */
+  bool destroying;             /* release.c's reap gives its segments back with the lock let go
+                                  and holds a use meanwhile: no lookup, route or OOM borrow
+                                  reaches it */
   bool suspended;              /* gca_pool_suspend: every segment suspended */
   const char *transition;      /* "suspended" or "resumed" while a suspend or resume works with
                                   the lock let go, else NULL (Note [Suspend and resume with the

@@ -36,6 +36,7 @@ typedef struct observer {
 
 /* Process-wide state; g_lock guards creation, configuration and observers. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_next_inst; /* the last gca__devalloc_t.inst given */
 static _Atomic(gca__devalloc_t *) g_devs[GCA__MAX_DEVICES];
 static atomic_int g_single_dev = -1; /* the only device with an allocator, or -1 */
 static atomic_int g_ndevs;           /* highest device index with an allocator + 1 */
@@ -137,9 +138,8 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
   d->epoch = 1; /* a new block's fc_epoch (0) is never current */
   d->fc_gate =
       GCA__GATE_FC | GCA__GATE_RB; /* shut until a holder lets the lock go (Note [Leaf gate]) */
-  static uint64_t next_inst;       /* under g_lock */
   d->device = device;
-  d->inst = ++next_inst;
+  d->inst = ++g_next_inst;
   d->ops = ops;
   set_config_locked(d, &g_cfg);
   d->caching = g_caching;

@@ -101,7 +101,7 @@ static gca_status_t check_domain(gca__devalloc_t *d, const gca__pool_t *p, const
                   b->addr);
   int64_t blocks, bytes;
   if (b->tc_apart)
-    gca__tc_run_alone(b, &blocks, &bytes);
+    gca__run_alone(b, &blocks, &bytes);
   else
     gca__fc_run_delta(b, &blocks, &bytes);
   if (blocks != b->fc_blocks || bytes != b->fc_bytes)

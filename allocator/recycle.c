@@ -101,13 +101,14 @@
 
 _Static_assert(GCA__RB_CLASSES == 64, "a group's nonempty bins are one 64-bit mask");
 
-/* b's share of inactive_split while binned: one block of its size, unless it
- * is its segment's only block. */
+/* b's share of inactive_split while binned (gca__run_alone). */
 static inline void rb_split_stat(gca__devalloc_t *d, const gca__block_t *b, int sign) {
-  if (gca__block_whole(b))
+  int64_t blocks, bytes;
+  gca__run_alone(b, &blocks, &bytes);
+  if (blocks == 0)
     return;
-  gca__stat_pool(d, d->stats.inactive_split, b->pool, sign);
-  gca__stat_pool(d, d->stats.inactive_split_bytes, b->pool, sign * (int64_t)b->size);
+  gca__stat_pool(d, d->stats.inactive_split, b->pool, sign * blocks);
+  gca__stat_pool(d, d->stats.inactive_split_bytes, b->pool, sign * bytes);
 }
 
 /* Returns binned block b, out of its bin, to the free tree: out of the

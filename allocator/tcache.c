@@ -194,7 +194,7 @@
  * free blocks already wait unmerged (Note [Recycle bins]), and a thread
  * cache counts its blocks as the bins count theirs: a cached block is a free
  * run of its own, one inactive split block of its size unless it is its
- * segment's only block (gca__tc_run_alone), whatever its neighbours are.
+ * segment's only block (gca__run_alone), whatever its neighbours are.
  * Nothing a neighbour does changes that count, so such a block (tc_apart)
  * is free of the rule that no held block lies within two places of another
  * (which let a thread alternating 4 KiB and 12 KiB carved from one run
@@ -642,7 +642,7 @@ bool gca__tc_try_enter(gca__devalloc_t *d, gca__block_t *b) {
     return false;
   int64_t blocks, bytes;
   if (apart)
-    gca__tc_run_alone(b, &blocks, &bytes);
+    gca__run_alone(b, &blocks, &bytes);
   else
     gca__fc_run_delta(b, &blocks, &bytes);
   b->fc_blocks = (int32_t)blocks; /* the run cannot change while b is in the domain */

@@ -507,15 +507,6 @@ static inline bool gca__tc_wants(const gca__devalloc_t *d, const gca__block_t *b
   return d->tc_on && b->size <= GCA__TC_MAX_SIZE && !b->seg->expandable;
 }
 
-/* Note [Thread cache runs]: the change in (inactive_split, _bytes) when b,
- * not free, is cached as a free run of its own: one block of its size,
- * unless it is its segment's only block; the negation when it is taken. */
-static inline void gca__tc_run_alone(const gca__block_t *b, int64_t *blocks, int64_t *bytes) {
-  bool whole = gca__block_whole(b);
-  *blocks = whole ? 0 : 1;
-  *bytes = whole ? 0 : (int64_t)b->size;
-}
-
 /* ---- tcache.c (every entry with d->lock held) ---- */
 
 /* Notes the calling thread on a locked path; a second thread engages the

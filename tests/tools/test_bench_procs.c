@@ -138,7 +138,7 @@ static void partners_start_with_standard_streams_closed(void **state) {
     close(STDIN_FILENO);
     close(STDERR_FILENO);
     if (forced)
-      tool_failpoint_arm("bench_procs_dupfd", 1);
+      assert_int_equal(tool_failpoint_arm("bench_procs_dupfd", 1), GCA_OK);
     bench_procs_t bp;
     bool started = bench_procs_start(&bp, "sim");
     bp.grace_ms = GRACE_MS;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_tool_util.c - the tools' shared helpers (tools/util.c): the JSON string
  * escaper writes a literal that a JSON reader gives back byte for byte and
- * never writes a raw '<' (the text may sit in an HTML <script> block). */
+ * never writes a raw '<' (the text may sit in an HTML <script> block); a
+ * fail point fails its nth pass once, and a bad arming is refused. */
 #include "support.h"
 #include "json_read.h"
 #include "util.h"
@@ -36,10 +37,35 @@ static void json_string_reads_back_the_same_text(void **state) {
   json_decref(v);
 }
 
+/* Note [Tool fail points]: an armed point fails its nth pass and no other;
+ * an arming with no name, a name of 64 bytes or more, or nth 0 is refused
+ * with a message and leaves the armed point as it was; clear disarms. */
+static void a_fail_point_fails_its_nth_pass_and_bad_armings_are_refused(void **state) {
+  (void)state;
+  assert_false(TOOL_FAILPOINT("p")); /* nothing armed */
+  assert_int_equal(tool_failpoint_arm("p", 2), GCA_OK);
+  char long_name[65];
+  memset(long_name, 'x', 64);
+  long_name[64] = '\0';
+  const char *bad[] = {NULL, "", long_name, "q"};
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(tool_failpoint_arm(bad[i], i == 3 ? 0 : 1), GCA_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tool_last_error(), "failpoint_arm: a name shorter than 64 bytes"));
+  }
+  assert_false(TOOL_FAILPOINT("q")); /* another name: not this pass's */
+  assert_false(TOOL_FAILPOINT("p"));
+  assert_true(TOOL_FAILPOINT("p"));  /* the second pass */
+  assert_false(TOOL_FAILPOINT("p")); /* once */
+  assert_int_equal(tool_failpoint_arm("p", 1), GCA_OK);
+  tool_failpoint_clear();
+  assert_false(TOOL_FAILPOINT("p"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(json_string_escapes_quotes_backslashes_controls_and_less_than),
       cmocka_unit_test(json_string_reads_back_the_same_text),
+      cmocka_unit_test(a_fail_point_fails_its_nth_pass_and_bad_armings_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
