@@ -824,13 +824,20 @@ void gca__slabs_destroy(gca__devalloc_t *d);
  * GCA_ERR_OUT_OF_MEMORY when the driver or the memory limit refuses. */
 gca_status_t gca__segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream,
                                 size_t size, size_t rounded, bool retry, gca__block_t **out);
+/* The free bytes of d's segments that no release can give back while the
+ * blocks in use beside them stay: all free bytes of a classic segment that
+ * holds a block in use, and in an expandable segment those of a free block
+ * outside the whole mappings inside it (granules shared with a block in
+ * use). Free: in the tree, cached or binned (a thread cache's block counts
+ * as in use). Walks every block: for the out-of-memory message. */
+size_t gca__segments_stuck_bytes(gca__devalloc_t *d);
+/* Waits for seg's stream, or its device when the stream is gone (Note [Destroyed streams]). */
+gca_status_t gca__segment_stream_sync(gca__devalloc_t *d, const gca__segment_t *seg);
 /* Returns a classic segment's memory to the driver whatever its blocks:
  * mem_free, or for a VMM-backed one (Note [VMM-backed classic segments])
  * unmap (after its stream is done when `sync`), release and unreserve; once
  * unmapped the memory is gone, so later failures are only logged. The caller
  * keeps the record and its owner entry. */
-/* Waits for seg's stream, or its device when the stream is gone (Note [Destroyed streams]). */
-gca_status_t gca__segment_stream_sync(gca__devalloc_t *d, const gca__segment_t *seg);
 gca_status_t gca__segment_memory_free(gca__devalloc_t *d, gca__segment_t *seg, bool sync);
 /* Tells the segment observer of pool's private pool, if any, of [base, +
  * bytes) (Note [Segment observers], pool.h). A CREATED or MAPPED failure is

@@ -778,13 +778,17 @@ out:
   return st;
 }
 
+size_t gca__expand_mapped_inside(const gca__segment_t *seg, size_t lo, size_t hi) {
+  size_t bytes = 0;
+  for (size_t i = mapping_inside(seg, lo, hi);
+       i < seg->nmaps && seg->maps[i].offset + seg->maps[i].size <= hi; i++)
+    bytes += seg->maps[i].size;
+  return bytes;
+}
+
 /* Whether free block b holds a whole mapping of seg; its mapped bytes in *bytes. */
 static bool holds_mapping(const gca__segment_t *seg, const gca__block_t *b, size_t *bytes) {
-  size_t blo = b->addr - seg->base, bhi = blo + b->size;
-  *bytes = 0;
-  for (size_t i = mapping_inside(seg, blo, bhi);
-       i < seg->nmaps && seg->maps[i].offset + seg->maps[i].size <= bhi; i++)
-    *bytes += seg->maps[i].size;
+  *bytes = gca__expand_mapped_inside(seg, b->addr - seg->base, b->addr - seg->base + b->size);
   return *bytes != 0;
 }
 
@@ -805,15 +809,6 @@ gca_status_t gca__expand_take(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segm
   return GCA_OK;
 }
 
-/* The mapped bytes of seg wholly inside [lo, hi). */
-static size_t mapped_inside(const gca__segment_t *seg, size_t lo, size_t hi) {
-  size_t bytes = 0;
-  for (size_t i = mapping_inside(seg, lo, hi);
-       i < seg->nmaps && seg->maps[i].offset + seg->maps[i].size <= hi; i++)
-    bytes += seg->maps[i].size;
-  return bytes;
-}
-
 gca_status_t gca__expand_take_range(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segment_t *seg,
                                     size_t lo, size_t hi) {
   (void)d;
@@ -830,7 +825,7 @@ gca_status_t gca__expand_take_range(gca__devalloc_t *d, gca__relbatch_t *bt, gca
       size_t clo = blo > lo ? blo : lo, chi = bhi < hi ? bhi : hi;
       if (!b->in_tree || clo >= chi)
         continue;
-      size_t bytes = mapped_inside(seg, clo, chi);
+      size_t bytes = gca__expand_mapped_inside(seg, clo, chi);
       if (bytes == 0)
         continue;
       if (pass == 0) {
@@ -908,7 +903,7 @@ static uint64_t donors_covered(gca__devalloc_t *d, gca__segment_t *s, const gca_
   bool any = false;
   for (gca__block_t *b = s->head; b != NULL; b = b->next)
     if (b->in_tree && b != p && b != n &&
-        mapped_inside(s, b->addr - s->base, b->addr - s->base + b->size) != 0) {
+        gca__expand_mapped_inside(s, b->addr - s->base, b->addr - s->base + b->size) != 0) {
       any = true;
       if (b->gc_base > need)
         need = b->gc_base;
@@ -938,7 +933,7 @@ static gca_status_t take_from(gca__devalloc_t *d, gca__relbatch_t *bt, gca__segm
         continue;
       size_t blo = b->addr - s->base, bhi = blo + b->size;
       size_t i = mapping_inside(s, blo, bhi);
-      size_t bytes = mapped_inside(s, blo, bhi);
+      size_t bytes = gca__expand_mapped_inside(s, blo, bhi);
       if (bytes == 0)
         continue;
       if (bytes > l)

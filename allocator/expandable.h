@@ -129,5 +129,8 @@ static inline bool gca__block_lent(const gca__block_t *b) {
 /* A lent range r whose driver mapping is gone: an unmapped block like any
  * other, merged with its unmapped neighbours (expandable.c). */
 void gca__expand_unlend(gca__devalloc_t *d, gca__block_t *r);
+/* The mapped bytes of expandable segment seg wholly inside [lo, hi) (offsets
+ * into seg): what a release of that range could give back. */
+size_t gca__expand_mapped_inside(const gca__segment_t *seg, size_t lo, size_t hi);
 
 #endif

@@ -366,3 +366,28 @@ gca_status_t gca__relbatch_finish_classic(gca__devalloc_t *d, gca__relent_t *e, 
   free(seg);
   return GCA_OK;
 }
+
+size_t gca__segments_stuck_bytes(gca__devalloc_t *d) {
+  size_t stuck = 0;
+  for (gca__pool_t *p = &d->small; p != NULL; p = gca__pool_next(d, p)) {
+    for (const gca__segment_t *seg = p->segments; seg != NULL; seg = seg->next) {
+      size_t free_bytes = 0;
+      bool used = false;
+      for (const gca__block_t *b = seg->head; b != NULL; b = b->next) {
+        if (b->unmapped)
+          continue;
+        if (!b->in_tree && !b->cached && !b->binned) {
+          used = true;
+        } else if (seg->expandable) {
+          size_t lo = b->addr - seg->base;
+          stuck += b->size - gca__expand_mapped_inside(seg, lo, lo + b->size);
+        } else {
+          free_bytes += b->size;
+        }
+      }
+      if (used)
+        stuck += free_bytes;
+    }
+  }
+  return stuck;
+}

@@ -57,6 +57,22 @@ static void observer(int device, size_t requested, size_t allocated, size_t free
     s->ooms_inside = st.num_ooms;
 }
 
+/* gca__segments_stuck_bytes of device 0, under its lock. */
+static size_t stuck_bytes(void) {
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  gca__dev_lock(d);
+  size_t n = gca__segments_stuck_bytes(d);
+  gca__dev_unlock(d);
+  return n;
+}
+
+/* Fails the test unless msg holds every string of want. */
+static void expect_parts(const char *msg, const char *const *want, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (strstr(msg, want[i]) == NULL)
+      fail_msg("OOM message '%s' lacks '%s'", msg, want[i]);
+}
+
 static void impossible_request_fails_with_full_message(void **state) {
   (void)state;
   small_device(8 * MiB);
@@ -65,15 +81,17 @@ static void impossible_request_fails_with_full_message(void **state) {
   void *a = alloc_on(1000, NULL);
   void *p = (void *)1;
   assert_status(gca_malloc(&p, 100 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "malloc: out of memory");
-  const char *msg = gca_last_error();
-  const char *want[] = {"device 0",          "tried to allocate 100.00 MiB",
-                        "104857600 bytes",   "device total 8.00 MiB",
-                        "6.00 MiB free",     "allocated 1.00 KiB",
-                        "reserved 2.00 MiB", "reserved but unallocated 2.00 MiB",
+  /* the segment holds a: none of its free bytes can be given back */
+  const char *want[] = {"device 0",
+                        "tried to allocate 100.00 MiB",
+                        "104857600 bytes",
+                        "device total 8.00 MiB",
+                        "6.00 MiB free",
+                        "allocated 1.00 KiB",
+                        "reserved 2.00 MiB",
+                        "reserved but unallocated 2.00 MiB (2.00 MiB of it beside blocks in use)",
                         "private pools 0 B"};
-  for (size_t i = 0; i < GCA_ARRAY_SIZE(want); i++)
-    if (strstr(msg, want[i]) == NULL)
-      fail_msg("OOM message '%s' lacks '%s'", msg, want[i]);
+  expect_parts(gca_last_error(), want, GCA_ARRAY_SIZE(want));
   assert_null(p);
   check();
   gca_stats_t st = stats();
@@ -90,6 +108,36 @@ static void impossible_request_fails_with_full_message(void **state) {
   void *b = alloc_on(1 * MiB, NULL);
   free_ok(b);
   free_ok(a);
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 2 * MiB);
+  assert_int_equal(stuck_bytes(), 0); /* a cached segment with no block in use */
+}
+
+/* With expandable segments the memory beside blocks in use is what lies in
+ * granules they share: a freed block's whole granule is given back before
+ * the failure, its part of the granule it shares with a live block is not,
+ * and the message says so. Freed, that granule goes back too. */
+static void oom_message_counts_granules_shared_with_blocks_in_use(void **state) {
+  (void)state;
+  small_device(16 * MiB);
+  assert_ok(gca_set_config("expandable_segments:True"));
+  void *a = alloc_on(3 * MiB, NULL), *b = alloc_on(3 * MiB, NULL);
+  assert_int_equal((uintptr_t)b - (uintptr_t)a, 3 * MiB); /* granule [2, 4) MiB holds both */
+  free_ok(a);
+  /* of a's 3 MiB, granule [0, 2) could go back; [2, 3) shares b's granule */
+  assert_int_equal(stuck_bytes(), 1 * MiB);
+  void *p = (void *)1;
+  assert_status(gca_malloc(&p, 100 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "malloc: out of memory");
+  const char *want[] = {"allocated 3.00 MiB", "reserved 4.00 MiB",
+                        "reserved but unallocated 1.00 MiB (1.00 MiB of it beside blocks in use)"};
+  expect_parts(gca_last_error(), want, GCA_ARRAY_SIZE(want));
+  assert_null(p);
+  check();
+  gca_stats_t st = stats();
+  assert_int_equal(st.num_ooms, 1);
+  assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 4 * MiB);
+  free_ok(b);
+  assert_ok(gca_empty_cache());
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
 }
 
 static void oversize_blocks_are_released_first(void **state) {
@@ -218,6 +266,8 @@ int main(void) {
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(impossible_request_fails_with_full_message, alloc_setup,
                                       alloc_teardown),
+      cmocka_unit_test_setup_teardown(oom_message_counts_granules_shared_with_blocks_in_use,
+                                      alloc_setup, alloc_teardown),
       cmocka_unit_test_setup_teardown(oversize_blocks_are_released_first, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(pending_frees_are_awaited_before_failing, alloc_setup,
