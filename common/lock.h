@@ -5,8 +5,9 @@
  * Critical sections under it are a few hundred instructions, and the cached
  * alloc/free pair takes it twice, so its uncontended cost matters: here a
  * lock and an unlock are one atomic instruction each, against a few dozen for
- * a general-purpose pthread mutex. Contended, it spins briefly (the holder is
- * usually about to leave) and then sleeps on a futex. `locked` is 0 or 1;
+ * a general-purpose pthread mutex. Contended, it spins briefly with a
+ * growing pause between looks (the holder is usually about to leave; Note
+ * [Spin backoff], lock.c) and then sleeps on a futex. `locked` is 0 or 1;
  * `sleepers` counts threads that may be asleep on it, so an unlock makes the
  * futex wake call only when one may be (with a single 0/1/2 word, every unlock
  * after any contention would pay that system call). The unlock is a plain
