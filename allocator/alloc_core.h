@@ -829,7 +829,8 @@ gca_status_t gca__segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_strea
  * holds a block in use, and in an expandable segment those of a free block
  * outside the whole mappings inside it (granules shared with a block in
  * use). Free: in the tree, cached or binned (a thread cache's block counts
- * as in use). Walks every block: for the out-of-memory message. */
+ * as in use; a block a release batch is giving back, as neither). Walks
+ * every block: for the out-of-memory message. */
 size_t gca__segments_stuck_bytes(gca__devalloc_t *d);
 /* Waits for seg's stream, or its device when the stream is gone (Note [Destroyed streams]). */
 gca_status_t gca__segment_stream_sync(gca__devalloc_t *d, const gca__segment_t *seg);

@@ -374,7 +374,7 @@ size_t gca__segments_stuck_bytes(gca__devalloc_t *d) {
       size_t free_bytes = 0;
       bool used = false;
       for (const gca__block_t *b = seg->head; b != NULL; b = b->next) {
-        if (b->unmapped)
+        if (b->unmapped || b->releasing) /* no memory, or on its way back */
           continue;
         if (!b->in_tree && !b->cached && !b->binned) {
           used = true;

@@ -86,10 +86,10 @@ void gca__assert_no_lock(const char *op) {
  * some microseconds), before it yields. Each look takes the lock's cache
  * line from the holder, whose next write to it (the lock, its streak, the
  * unlock) must then take it back: with a look every pause, two threads
- * sharing the device lock (mixed sizes, whose thread caches park) spent a
- * fifth of their time in sched_yield and the scheduler, and the holder ran
- * slower for the looks. With the backoff they yield a tenth as often and
- * move more pairs (README, mixed sizes on two threads). */
+ * sharing the device lock (mixed sizes, whose thread caches park) spent
+ * more than a quarter of their time in sched_yield and the scheduler, and
+ * the holder ran slower for the looks. With the backoff they spend a fifth
+ * of that and move more pairs (README, mixed sizes on two threads). */
 #define SPINS      20
 #define MAX_PAUSES 64
 #define YIELDS     64
