@@ -510,10 +510,15 @@ static __attribute__((noinline)) gca_status_t malloc_rb(gca__devalloc_t *d, void
  * caches' headroom cannot carry it past its peak (gca__fc_stat_room), and
  * otherwise leave the operation to the full path. A leaf calls nothing: what it cannot
  * finish it leaves as it found it and tail-calls the full path, so it saves
- * no register. A debug_checks build, which counts the locks held and walks
- * after every mutation, always takes the full path. */
-static __attribute__((noinline)) gca_status_t malloc_fc(gca__devalloc_t *d, void **ptr, size_t size,
-                                                        gca_stream_t stream) {
+ * no register. The free cache's two leaves are part of the entry points
+ * (gca_malloc_device, gca_free): the one-thread pair then takes no jump but
+ * its branches: 149 instructions instead of 157 (callgrind), and a loop of
+ * 512 B pairs on the development VM ran faster in 7 of 8 runs alternating
+ * with the leaves apart (median 19.7 -> 15.8 ns). A debug_checks build,
+ * which counts the locks held and walks after every mutation, always takes
+ * the full path. */
+static inline __attribute__((always_inline)) gca_status_t
+malloc_fc(gca__devalloc_t *d, void **ptr, size_t size, gca_stream_t stream) {
 #ifndef GCA_DEBUG_CHECKS
   if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
     gca__block_t *b = gca__fc_leaf_take(d, size, stream);
@@ -554,7 +559,8 @@ malloc_tc(gca__devalloc_t *d, gca__tcache_t *tc, void **ptr, size_t size, gca_st
   return malloc_tc_take(d, tc, ptr, size, stream);
 }
 
-/* The entry point only dispatches, by tail calls: it saves no register. */
+/* The entry point dispatches by tail calls, with the free cache's leaf
+ * inline (Note [Leaf hits]): it saves no register. */
 GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_stream_t stream) {
   gca__devalloc_t *d;
   if (GCA_LIKELY(ptr != NULL && size - 1 < GCA__MAX_REQUEST &&
@@ -832,7 +838,7 @@ static __attribute__((noinline)) gca_status_t free_rb(gca__devalloc_t *d, void *
 }
 
 /* Note [Leaf hits]: the put of the pair's block back (gca__fc_leaf_put). */
-static __attribute__((noinline)) gca_status_t free_fc(gca__devalloc_t *d, void *ptr) {
+static inline __attribute__((always_inline)) gca_status_t free_fc(gca__devalloc_t *d, void *ptr) {
 #ifndef GCA_DEBUG_CHECKS
   if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
     bool done = gca__fc_leaf_put(d, (gca_devptr_t)(uintptr_t)ptr);
