@@ -829,9 +829,12 @@ gca_status_t gca__segment_alloc(gca__devalloc_t *d, gca__pool_t *pool, gca_strea
  * holds a block in use, and in an expandable segment those of a free block
  * outside the whole mappings inside it (granules shared with a block in
  * use). Free: in the tree, cached or binned (a thread cache's block counts
- * as in use; a block a release batch is giving back, as neither). Walks
- * every block: for the out-of-memory message. */
-size_t gca__segments_stuck_bytes(gca__devalloc_t *d);
+ * as in use; a block a release batch is giving back, as neither). For the
+ * out-of-memory message, which holds the device lock while it walks the
+ * blocks: false, nothing walked, when d has more than GCA__STUCK_WALK_MAX
+ * block records (at 10^6 blocks the walk took 100 ms). */
+#define GCA__STUCK_WALK_MAX 16384
+bool gca__segments_stuck_bytes(gca__devalloc_t *d, size_t *out);
 /* Waits for seg's stream, or its device when the stream is gone (Note [Destroyed streams]). */
 gca_status_t gca__segment_stream_sync(gca__devalloc_t *d, const gca__segment_t *seg);
 /* Returns a classic segment's memory to the driver whatever its blocks:

@@ -209,7 +209,7 @@ static gca_status_t routed_pool(gca__devalloc_t *d, gca__pool_t **pool, gca_stre
 }
 
 static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_stream_t stream) {
-  char s_req[32], s_tot[32], s_free[32], s_alloc[32], s_res[32], s_unal[32], s_stuck[32];
+  char s_req[32], s_tot[32], s_free[32], s_alloc[32], s_res[32], s_unal[32], s_stuck[80];
   char s_lim[48] = "";
   size_t free_bytes = 0, total = d->total_memory;
   gca_status_t info = d->ops->mem_get_info(d->device, &free_bytes, &total);
@@ -217,7 +217,8 @@ static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_strea
   size_t allocated = (size_t)d->stats.allocated_bytes[GCA_STAT_ALL].current;
   size_t reserved = (size_t)d->stats.reserved_bytes[GCA_STAT_ALL].current;
   size_t private_bytes = gca__mempools_reserved_locked(d);
-  size_t stuck = gca__segments_stuck_bytes(d); /* before the lock goes: it walks the blocks */
+  size_t stuck;
+  bool counted = gca__segments_stuck_bytes(d, &stuck); /* under the lock: it walks the blocks */
   char s_priv[32];
   d->stats.num_ooms++;
   gca__history_event(GCA_HA_OOM, d->device, free_bytes, seg_size, stream);
@@ -236,6 +237,14 @@ static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_strea
   for (int i = 0; i < nobs; i++)
     obs[i].fn(device, size, allocated, free_bytes, obs[i].ctx);
 
+  if (counted) {
+    char t[32];
+    snprintf(s_stuck, sizeof(s_stuck), "%s of it beside blocks in use",
+             gca__format_size(stuck, t, sizeof(t)));
+  } else {
+    snprintf(s_stuck, sizeof(s_stuck), "beside blocks in use: not counted past %d blocks",
+             GCA__STUCK_WALK_MAX);
+  }
   if (limited) {
     char t[32];
     snprintf(s_lim, sizeof(s_lim), "; limit %s", gca__format_size(allowed, t, sizeof(t)));
@@ -243,15 +252,14 @@ static void oom_fail(gca__devalloc_t *d, size_t size, size_t seg_size, gca_strea
   gca__error(GCA_ERR_OUT_OF_MEMORY,
              "malloc: out of memory on device %d: tried to allocate %s (%zu bytes requested, "
              "segment of %zu bytes); device total %s, %s free%s; allocated %s, reserved %s, "
-             "reserved but unallocated %s (%s of it beside blocks in use), private pools %s%s",
+             "reserved but unallocated %s (%s), private pools %s%s",
              device, gca__format_size(size, s_req, sizeof(s_req)), size, seg_size,
              gca__format_size(total, s_tot, sizeof(s_tot)),
              gca__format_size(free_bytes, s_free, sizeof(s_free)),
              info == GCA_OK ? "" : " (mem_get_info failed)",
              gca__format_size(allocated, s_alloc, sizeof(s_alloc)),
              gca__format_size(reserved, s_res, sizeof(s_res)),
-             gca__format_size(reserved - allocated, s_unal, sizeof(s_unal)),
-             gca__format_size(stuck, s_stuck, sizeof(s_stuck)),
+             gca__format_size(reserved - allocated, s_unal, sizeof(s_unal)), s_stuck,
              gca__format_size(private_bytes, s_priv, sizeof(s_priv)), s_lim);
 }
 

@@ -367,8 +367,11 @@ gca_status_t gca__relbatch_finish_classic(gca__devalloc_t *d, gca__relent_t *e, 
   return GCA_OK;
 }
 
-size_t gca__segments_stuck_bytes(gca__devalloc_t *d) {
+bool gca__segments_stuck_bytes(gca__devalloc_t *d, size_t *out) {
   size_t stuck = 0;
+  *out = 0;
+  if (d->live_blocks > GCA__STUCK_WALK_MAX)
+    return false;
   for (gca__pool_t *p = &d->small; p != NULL; p = gca__pool_next(d, p)) {
     for (const gca__segment_t *seg = p->segments; seg != NULL; seg = seg->next) {
       size_t free_bytes = 0;
@@ -389,5 +392,6 @@ size_t gca__segments_stuck_bytes(gca__devalloc_t *d) {
         stuck += free_bytes;
     }
   }
-  return stuck;
+  *out = stuck;
+  return true;
 }

@@ -57,12 +57,14 @@ static void observer(int device, size_t requested, size_t allocated, size_t free
     s->ooms_inside = st.num_ooms;
 }
 
-/* gca__segments_stuck_bytes of device 0, under its lock. */
+/* gca__segments_stuck_bytes of device 0, under its lock (counted). */
 static size_t stuck_bytes(void) {
   gca__devalloc_t *d = gca__devalloc_peek(0);
+  size_t n;
   gca__dev_lock(d);
-  size_t n = gca__segments_stuck_bytes(d);
+  bool counted = gca__segments_stuck_bytes(d, &n);
   gca__dev_unlock(d);
+  assert_true(counted);
   return n;
 }
 
@@ -136,6 +138,40 @@ static void oom_message_counts_granules_shared_with_blocks_in_use(void **state) 
   assert_int_equal(st.num_ooms, 1);
   assert_int_equal(st.reserved_bytes[GCA_STAT_ALL].current, 4 * MiB);
   free_ok(b);
+  assert_ok(gca_empty_cache());
+  assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
+}
+
+/* Past GCA__STUCK_WALK_MAX block records the message does not walk them
+ * (it holds the device lock: at 10^6 blocks the walk took 100 ms) and says
+ * so; the walk's own answer is false, nothing counted. */
+static void oom_message_does_not_walk_many_blocks(void **state) {
+  (void)state;
+  small_device(64 * MiB);
+  size_t n = GCA__STUCK_WALK_MAX + 1;
+  void **v = calloc(n, sizeof(*v));
+  assert_non_null(v);
+  for (size_t i = 0; i < n; i++) /* no walk after each: checked once below */
+    assert_ok(gca_malloc(&v[i], 512, NULL));
+  check();
+  gca__devalloc_t *d = gca__devalloc_peek(0);
+  size_t stuck = 1;
+  gca__dev_lock(d);
+  bool counted = gca__segments_stuck_bytes(d, &stuck);
+  gca__dev_unlock(d);
+  assert_false(counted);
+  assert_int_equal(stuck, 0);
+  void *p = (void *)1;
+  assert_status(gca_malloc(&p, 100 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "malloc: out of memory");
+  const char *want[] = {"reserved but unallocated", "(beside blocks in use: not counted past 16384 "
+                                                    "blocks)"};
+  expect_parts(gca_last_error(), want, GCA_ARRAY_SIZE(want));
+  assert_null(p);
+  check();
+  for (size_t i = 0; i < n; i++)
+    assert_ok(gca_free(v[i]));
+  free(v);
+  check();
   assert_ok(gca_empty_cache());
   assert_int_equal(stats().reserved_bytes[GCA_STAT_ALL].current, 0);
 }
@@ -268,6 +304,8 @@ int main(void) {
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(oom_message_counts_granules_shared_with_blocks_in_use,
                                       alloc_setup, alloc_teardown),
+      cmocka_unit_test_setup_teardown(oom_message_does_not_walk_many_blocks, alloc_setup,
+                                      alloc_teardown),
       cmocka_unit_test_setup_teardown(oversize_blocks_are_released_first, alloc_setup,
                                       alloc_teardown),
       cmocka_unit_test_setup_teardown(pending_frees_are_awaited_before_failing, alloc_setup,
