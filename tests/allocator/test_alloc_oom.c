@@ -57,22 +57,33 @@ static void observer(int device, size_t requested, size_t allocated, size_t free
     s->ooms_inside = st.num_ooms;
 }
 
-/* gca__segments_stuck_bytes of device 0, under its lock (counted). */
-static size_t stuck_bytes(void) {
+/* gca__segments_stuck_bytes of device 0, under its lock. */
+static bool stuck_walk(size_t *n) {
   gca__devalloc_t *d = gca__devalloc_peek(0);
-  size_t n;
   gca__dev_lock(d);
-  bool counted = gca__segments_stuck_bytes(d, &n);
+  bool counted = gca__segments_stuck_bytes(d, n);
   gca__dev_unlock(d);
-  assert_true(counted);
+  return counted;
+}
+
+/* The same, which must have counted. */
+static size_t stuck_bytes(void) {
+  size_t n;
+  assert_true(stuck_walk(&n));
   return n;
 }
 
-/* Fails the test unless msg holds every string of want. */
-static void expect_parts(const char *msg, const char *const *want, size_t n) {
+/* A request of 100 MiB, more than any test's device holds: it fails with
+ * GCA_ERR_OUT_OF_MEMORY and leaves the pointer NULL. Fails the test unless
+ * the message holds every string of want. */
+static void impossible_request(const char *const *want, size_t n) {
+  void *p = (void *)1;
+  assert_status(gca_malloc(&p, 100 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "malloc: out of memory");
+  const char *msg = gca_last_error();
   for (size_t i = 0; i < n; i++)
     if (strstr(msg, want[i]) == NULL)
       fail_msg("OOM message '%s' lacks '%s'", msg, want[i]);
+  assert_null(p);
 }
 
 static void impossible_request_fails_with_full_message(void **state) {
@@ -81,8 +92,6 @@ static void impossible_request_fails_with_full_message(void **state) {
   seen_t seen = {0};
   assert_ok(gca_register_oom_observer(observer, &seen));
   void *a = alloc_on(1000, NULL);
-  void *p = (void *)1;
-  assert_status(gca_malloc(&p, 100 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "malloc: out of memory");
   /* the segment holds a: none of its free bytes can be given back */
   const char *want[] = {"device 0",
                         "tried to allocate 100.00 MiB",
@@ -93,8 +102,7 @@ static void impossible_request_fails_with_full_message(void **state) {
                         "reserved 2.00 MiB",
                         "reserved but unallocated 2.00 MiB (2.00 MiB of it beside blocks in use)",
                         "private pools 0 B"};
-  expect_parts(gca_last_error(), want, GCA_ARRAY_SIZE(want));
-  assert_null(p);
+  impossible_request(want, GCA_ARRAY_SIZE(want));
   check();
   gca_stats_t st = stats();
   assert_int_equal(st.num_ooms, 1);
@@ -127,12 +135,9 @@ static void oom_message_counts_granules_shared_with_blocks_in_use(void **state) 
   free_ok(a);
   /* of a's 3 MiB, granule [0, 2) could go back; [2, 3) shares b's granule */
   assert_int_equal(stuck_bytes(), 1 * MiB);
-  void *p = (void *)1;
-  assert_status(gca_malloc(&p, 100 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "malloc: out of memory");
   const char *want[] = {"allocated 3.00 MiB", "reserved 4.00 MiB",
                         "reserved but unallocated 1.00 MiB (1.00 MiB of it beside blocks in use)"};
-  expect_parts(gca_last_error(), want, GCA_ARRAY_SIZE(want));
-  assert_null(p);
+  impossible_request(want, GCA_ARRAY_SIZE(want));
   check();
   gca_stats_t st = stats();
   assert_int_equal(st.num_ooms, 1);
@@ -154,19 +159,12 @@ static void oom_message_does_not_walk_many_blocks(void **state) {
   for (size_t i = 0; i < n; i++) /* no walk after each: checked once below */
     assert_ok(gca_malloc(&v[i], 512, NULL));
   check();
-  gca__devalloc_t *d = gca__devalloc_peek(0);
   size_t stuck = 1;
-  gca__dev_lock(d);
-  bool counted = gca__segments_stuck_bytes(d, &stuck);
-  gca__dev_unlock(d);
-  assert_false(counted);
+  assert_false(stuck_walk(&stuck));
   assert_int_equal(stuck, 0);
-  void *p = (void *)1;
-  assert_status(gca_malloc(&p, 100 * MiB, NULL), GCA_ERR_OUT_OF_MEMORY, "malloc: out of memory");
   const char *want[] = {"reserved but unallocated", "(beside blocks in use: not counted past 16384 "
                                                     "blocks)"};
-  expect_parts(gca_last_error(), want, GCA_ARRAY_SIZE(want));
-  assert_null(p);
+  impossible_request(want, GCA_ARRAY_SIZE(want));
   check();
   for (size_t i = 0; i < n; i++)
     assert_ok(gca_free(v[i]));
