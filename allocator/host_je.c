@@ -16,8 +16,10 @@
  * (2.6 KiB, DF_STATIC_TLS), and glibc lets a library dlopen()ed after start
  * take only 512 bytes of the static TLS surplus by default ("cannot allocate
  * memory in static TLS block"). It loads when it is already in the process
- * (the preload shim lists it as a dependency: loaded at start, after libc in
- * the search order, so malloc stays glibc's), when glibc is given more room
+ * (the preload shim and gca-train's programs list it as a dependency: loaded
+ * at start, after libc in the search order, so malloc stays glibc's; a
+ * program that loads a CUDA driver first can leave no surplus at all, as
+ * gca-train's did on an H200), when glibc is given more room
  * (GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384), or when
  * GCA_JEMALLOC_LIBRARY names a jemalloc built with --disable-initial-exec-tls.
  * Otherwise gca_host_* fail with GCA_ERR_NOT_SUPPORTED quoting dlerror() and
