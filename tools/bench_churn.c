@@ -25,8 +25,10 @@
  * that a profiler (cachegrind, perf) sees that case alone; a peer left out
  * is null in --json. Then, for each live size, what destroying a stream
  * costs with that live set on another stream (gca's defaults; stream_rows in
- * --json), beside the destroy of a stream that allocated nothing. Nothing is
- * asserted; the seed is printed.
+ * --json), beside the destroy of a stream that allocated nothing. Last,
+ * unless --peers narrowed the run, this machine's memory curve (Note [Churn
+ * and the memory]; memory_latency in --json). Nothing is asserted; the seed
+ * is printed.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -36,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "gca.h"
@@ -205,6 +208,57 @@ static bool stream_destroy_cost(gca_stream_t s, size_t live, double *with, doubl
   return ok;
 }
 
+/* Note [Churn and the memory]: at 10^6 live blocks a churn operation is
+ * bound by a few random reads of memory the caches do not hold: the free
+ * reads the pointer's slot in gca's pointer map (4 M slots of 32 bytes once
+ * 2 M blocks were live), jemalloc its radix tree's leaf for the page, and
+ * this loop its own v[i]. Which of those miss the last-level cache depends
+ * on how much of it the machine gives this process, so the ratio between
+ * peers moves from host to host (1.2x to over 2x at 10^6 live with holes).
+ * The run ends with this machine's curve: ns per dependent read at random
+ * over buffers of 4 to 256 MiB on huge pages, where the step from tens of
+ * ns to DRAM's latency is where that cache ends. */
+static const size_t chase_mib[] = {4, 16, 64, 256};
+#define CHASE_READS 1000000L
+
+/* ns per dependent read at random over `mib` MiB, -1 when the memory is not
+ * there. One random cycle through all its cache lines, each line holding the
+ * index of the next. */
+static double chase_ns(size_t mib) {
+  size_t bytes = mib << 20, n = bytes / 64;
+  uint64_t *a = NULL;
+  uint32_t *order = malloc(n * sizeof(*order));
+  if (order == NULL || posix_memalign((void **)&a, (size_t)2 << 20, bytes) != 0) {
+    free(order);
+    return -1;
+  }
+  madvise(a, bytes, MADV_HUGEPAGE); /* a hint: plain pages where there are none */
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < n; i++)
+    order[i] = (uint32_t)i;
+  for (size_t i = n - 1; i > 0; i--) { /* Fisher-Yates, xorshift64 */
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    size_t j = (size_t)(x % (i + 1));
+    uint32_t t = order[i];
+    order[i] = order[j], order[j] = t;
+  }
+  for (size_t i = 0; i < n; i++)
+    a[(size_t)order[i] * 8] = (uint64_t)order[(i + 1) % n] * 8;
+  free(order);
+  volatile uint64_t sink;
+  uint64_t at = 0;
+  for (long i = 0; i < CHASE_READS / 10; i++) /* warm: pages mapped, TLB filled */
+    at = a[at];
+  uint64_t t0 = tool_now_ns();
+  for (long i = 0; i < CHASE_READS; i++)
+    at = a[at];
+  double ns = (double)(tool_now_ns() - t0) / CHASE_READS;
+  sink = at;
+  (void)sink;
+  free(a);
+  return ns;
+}
+
 static void usage(FILE *f) {
   fprintf(
       f,
@@ -262,7 +316,7 @@ int main(int argc, char **argv) {
   unsigned long long ops = 1000000, max_live = 1000000, one_live = 0, seed = 20261125;
   int holes_from = 0, holes_to = 1; /* the cases: without holes (0), with (1) */
   unsigned peer_mask = (1u << NPEERS) - 1;
-  bool json = false;
+  bool json = false, peers_named = false;
   static const struct option longopts[] = {{"ops", required_argument, NULL, 'o'},
                                            {"max-live", required_argument, NULL, 'm'},
                                            {"live", required_argument, NULL, 'l'},
@@ -298,6 +352,7 @@ int main(int argc, char **argv) {
       holes_from = holes_to = strcmp(optarg, "yes") == 0;
       break;
     case 'p':
+      peers_named = true;
       if ((peer_mask = parse_peers(optarg, bad, sizeof bad)) == 0) {
         fprintf(stderr,
                 "gca-bench-churn: --peers names '%s', not one of gca, gca-exact, gca-slot, "
@@ -440,8 +495,22 @@ int main(int argc, char **argv) {
     else
       printf("  %10zu %12.1f %12.1f\n", lives[li], with / 1e3, bare / 1e3);
   }
+  /* the machine's memory (Note [Churn and the memory]); not when --peers
+   * narrows the run for a profiler */
+  bool chase = !peers_named;
   if (json)
-    printf("]}\n");
+    printf("], \"memory_latency\": %s", chase ? "[" : "null");
+  else if (chase)
+    printf("\nthis machine's memory: ns per dependent read at random over a buffer (huge pages)\n");
+  for (size_t i = 0; chase && i < TOOL_ARRAY_SIZE(chase_mib); i++) {
+    double lat = chase_ns(chase_mib[i]);
+    if (json)
+      printf("%s{\"mib\": %zu, \"ns\": %.1f}", i == 0 ? "" : ", ", chase_mib[i], lat);
+    else
+      printf("  %4zu MiB %7.1f\n", chase_mib[i], lat);
+  }
+  if (json)
+    printf("%s}\n", chase ? "]" : "");
   gca_stream_destroy(s);
   return 0;
 }

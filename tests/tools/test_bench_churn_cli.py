@@ -49,6 +49,7 @@ assert rep["seed"] == 42 and rep["ops"] == 3000, rep
 assert len(rep["rows"]) == 1, rep["rows"]
 row = rep["rows"][0]
 assert row["live_blocks"] == 300 and row["holes"] is True, row
+assert rep["memory_latency"] is None, rep
 assert row["gca_ns_per_op"] > 0 and row["glibc_ns_per_op"] > 0, row
 for k in ("gca_exact_ns_per_op", "gca_slot_ns_per_op", "jemalloc_ns_per_op", "gca_tc_ns_per_op"):
     assert row[k] is None, (k, row)
@@ -64,6 +65,9 @@ for x in rep["rows"]:
     for k in keys[:4] + keys[5:]:
         assert x[k] > 0, (x, k)
     assert x["jemalloc_ns_per_op"] is None or x["jemalloc_ns_per_op"] > 0, x
+# and the machine's memory curve, which a run narrowed by --peers leaves out
+assert [m["mib"] for m in rep["memory_latency"]] == [4, 16, 64, 256], rep["memory_latency"]
+assert all(m["ns"] > 0 for m in rep["memory_latency"]), rep["memory_latency"]
 
 r = run("--live", "50", "--holes", "no", "--peers", "gca-exact,gca-slot", "--ops", "0500")
 assert r.returncode == 0, r.stderr
@@ -95,4 +99,13 @@ assert r.returncode == 0, r.stderr
 srow = json.loads(r.stdout)["stream_rows"]
 assert len(srow) == 1 and srow[0]["live_blocks"] == 40, srow
 assert srow[0]["destroy_ns"] > 0 and srow[0]["bare_destroy_ns"] > 0, srow
+# the text report's last section: the memory curve, a row per buffer size
+r = run("--live", "20", "--holes", "no", "--ops", "100")
+assert r.returncode == 0, r.stderr
+lines = r.stdout.splitlines()
+mem = lines[lines.index("this machine's memory: ns per dependent read at random over a buffer "
+                        "(huge pages)") + 1:]
+assert [x.split()[:2] for x in mem] == [["4", "MiB"], ["16", "MiB"], ["64", "MiB"],
+                                        ["256", "MiB"]], lines
+assert all(float(x.split()[2]) > 0 for x in mem), lines
 print("gca-bench-churn command line: ok")
