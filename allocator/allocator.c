@@ -489,29 +489,27 @@ static __attribute__((noinline)) gca_status_t malloc_fc_try(gca__devalloc_t *d, 
   return dev_malloc_locked(d, ptr, size, key, stream);
 }
 
-/* The recycle bins' leaf take (Note [Recycle bins]), tail-called by the
- * pair's leaf when it misses: apart from it, so that it keeps its few
- * registers. */
-static __attribute__((noinline)) gca_status_t malloc_rb(gca__devalloc_t *d, void **ptr, size_t size,
-                                                        gca_stream_t stream) {
 #ifndef GCA_DEBUG_CHECKS
-  if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
-    gca__block_t *b = gca__rb_leaf_take(d, size, stream);
-    gca__mutex_exit_biased(&d->lock);
-    if (GCA_LIKELY(b != NULL)) {
-      *ptr = (void *)(uintptr_t)b->addr;
-      return GCA_OK;
-    }
+/* The recycle bins' leaf take (Note [Recycle bins]), tail-called by the
+ * pair's leaf when it misses, inside that leaf's biased hold, which it lets
+ * go: apart from the pair's leaf, so that it keeps its few registers. */
+static __attribute__((noinline)) gca_status_t malloc_rb_held(gca__devalloc_t *d, void **ptr,
+                                                             size_t size, gca_stream_t stream) {
+  gca__block_t *b = gca__rb_leaf_take(d, size, stream);
+  gca__mutex_exit_biased(&d->lock);
+  if (GCA_LIKELY(b != NULL)) {
+    *ptr = (void *)(uintptr_t)b->addr;
+    return GCA_OK;
   }
-#endif
   return malloc_fc_try(d, ptr, size, stream);
 }
+#endif
 
 /* Note [Leaf hits]: the one-thread pair's path, for a thread that holds
  * the device lock by its bias (Note [Biased device lock]): the free cache's
  * hit of the owed put's block (gca__fc_leaf_take), and the thread cache's
  * streak (malloc_tc, the frees alike); the recycle bins' put and take
- * (malloc_rb, free_rb) behind the pair's. The bins' leaves also serve a
+ * (malloc_rb_held, free_rb_held) behind the pair's, in the same hold. The bins' leaves also serve a
  * thread with no cache of the device while thread caches are on (its cache
  * parked, Note [Thread cache waste]): they count that free towards its next
  * probe (gca__tc_leaf_declines) and raise a statistic only where the
@@ -530,14 +528,15 @@ malloc_fc(gca__devalloc_t *d, void **ptr, size_t size, gca_stream_t stream) {
 #ifndef GCA_DEBUG_CHECKS
   if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
     gca__block_t *b = gca__fc_leaf_take(d, size, stream);
-    gca__mutex_exit_biased(&d->lock);
     if (GCA_LIKELY(b != NULL)) {
+      gca__mutex_exit_biased(&d->lock);
       *ptr = (void *)(uintptr_t)b->addr;
       return GCA_OK;
     }
+    return malloc_rb_held(d, ptr, size, stream); /* the bins', in the same hold */
   }
 #endif
-  return malloc_rb(d, ptr, size, stream);
+  return malloc_fc_try(d, ptr, size, stream);
 }
 
 /* The calling thread's cache first, without the device lock (Note [Thread
@@ -831,31 +830,30 @@ static __attribute__((noinline)) gca_status_t free_fc_try(gca__devalloc_t *d, vo
   return free_impl(ptr, -1);
 }
 
-/* The recycle bins' leaf put from the slot's facts (Note [Free facts]),
- * apart from the pair's as malloc_rb. */
-static __attribute__((noinline)) gca_status_t free_rb(gca__devalloc_t *d, void *ptr) {
 #ifndef GCA_DEBUG_CHECKS
-  if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
-    bool done = gca__rb_leaf_put(d, (gca_devptr_t)(uintptr_t)ptr);
-    gca__mutex_exit_biased(&d->lock);
-    if (GCA_LIKELY(done))
-      return GCA_OK;
-  }
-#endif
+/* The recycle bins' leaf put from the slot's facts (Note [Free facts]),
+ * in the pair's leaf's hold as malloc_rb_held. */
+static __attribute__((noinline)) gca_status_t free_rb_held(gca__devalloc_t *d, void *ptr) {
+  bool done = gca__rb_leaf_put(d, (gca_devptr_t)(uintptr_t)ptr);
+  gca__mutex_exit_biased(&d->lock);
+  if (GCA_LIKELY(done))
+    return GCA_OK;
   return free_fc_try(d, ptr);
 }
+#endif
 
 /* Note [Leaf hits]: the put of the pair's block back (gca__fc_leaf_put). */
 static inline __attribute__((always_inline)) gca_status_t free_fc(gca__devalloc_t *d, void *ptr) {
 #ifndef GCA_DEBUG_CHECKS
   if (GCA_LIKELY(gca__mutex_enter_biased(&d->lock))) {
-    bool done = gca__fc_leaf_put(d, (gca_devptr_t)(uintptr_t)ptr);
-    gca__mutex_exit_biased(&d->lock);
-    if (GCA_LIKELY(done))
+    if (GCA_LIKELY(gca__fc_leaf_put(d, (gca_devptr_t)(uintptr_t)ptr))) {
+      gca__mutex_exit_biased(&d->lock);
       return GCA_OK;
+    }
+    return free_rb_held(d, ptr); /* the bins', in the same hold */
   }
 #endif
-  return free_rb(d, ptr);
+  return free_fc_try(d, ptr);
 }
 
 /* A block the calling thread's cache handed out goes back to it (Note
