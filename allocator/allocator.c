@@ -509,7 +509,9 @@ static __attribute__((noinline)) gca_status_t malloc_rb_held(gca__devalloc_t *d,
  * the device lock by its bias (Note [Biased device lock]): the free cache's
  * hit of the owed put's block (gca__fc_leaf_take), and the thread cache's
  * streak (malloc_tc, the frees alike); the recycle bins' put and take
- * (malloc_rb_held, free_rb_held) behind the pair's, in the same hold. The bins' leaves also serve a
+ * (malloc_rb_held, free_rb_held) behind the pair's, in the same hold (25
+ * fewer instructions a churn operation than entering it again: 499 -> 474
+ * at 10^6 live blocks). The bins' leaves also serve a
  * thread with no cache of the device while thread caches are on (its cache
  * parked, Note [Thread cache waste]): they count that free towards its next
  * probe (gca__tc_leaf_declines) and raise a statistic only where the
