@@ -490,8 +490,17 @@ struct gca__devalloc {
   gca__block_t *fc_slots[GCA__FC_SLOTS];
   struct gca__rbins *rb; /* Note [Recycle bins]: NULL until the first put */
   size_t rb_count;       /* blocks in them */
-  uint32_t pf_epoch;     /* Note [Free facts]: bumped by any change of the caches' settings */
-  uint64_t epoch;        /* Note [Free cache epochs] */
+  /* Note [Owed bin statistics] (recycle.h): the bins' leaf takes (t*) and
+   * puts (p*) since the last settle, in blocks, bytes and requested bytes,
+   * all of the small pool; and the rises each quantity may take above
+   * d->stats before a peak could pass, read when the first was owed (on). */
+  struct {
+    bool on;
+    int64_t tn, tb, tr, pn, pb, pr;
+    int64_t room_n, room_b, room_r, room_sn, room_sb;
+  } rb_owe;
+  uint32_t pf_epoch; /* Note [Free facts]: bumped by any change of the caches' settings */
+  uint64_t epoch;    /* Note [Free cache epochs] */
   /* Note [Thread caches]: the thread caches of this device (their list and
    * count), whether frees may enter them (tc_on), the first thread seen and
    * whether a second one has been (they engage then), and tc_esc[i], the sum
@@ -516,7 +525,7 @@ void gca__fc_settle(gca__devalloc_t *d);
 /* Before anything but the free cache's fast paths reads or changes d's
  * statistics (Note [Lazy puts]). */
 static inline void gca__fc_settled(gca__devalloc_t *d) {
-  if (GCA_UNLIKELY(d->fc_lazy.b != NULL || d->fc_lazy.pairs != 0))
+  if (GCA_UNLIKELY(d->fc_lazy.b != NULL || d->fc_lazy.pairs != 0 || d->rb_owe.on))
     gca__fc_settle(d);
 }
 

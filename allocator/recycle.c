@@ -204,7 +204,7 @@ bool gca__rb_put_fast(gca__devalloc_t *d, gca__ptrslot_t *e) {
   e = gca__ptrmap_slot(&d->ptrs, key);
   GCA_ASSERT(e != NULL && gca__pf_hold(d, e));
   size_t requested = gca__pf_requested(e->facts);
-  gca__rb_put_facts(d, e, g, c, !d->tc_count);
+  gca__rb_put_facts(d, e, g, c, !d->tc_count, false);
   gca__history_event(GCA_HA_FREE_REQUESTED, d->device, e->key, (size_t)requested, e->stream);
   gca__history_event(GCA_HA_FREE_COMPLETED, d->device, e->key, (size_t)requested, e->stream);
   return true;

@@ -112,10 +112,41 @@ gca__rb_takes(const gca__devalloc_t *d, const gca__ptrslot_t *e, unsigned *g, un
   return rb->stream[*g] == e->stream && rb->n[*g][*c] < GCA__RB_BIN_MAX &&
          (e->val != rb->last || gca__fc_wasteful(d));
 }
+/* Note [Owed bin statistics]: the bins' leaves (with no thread cache
+ * counting) leave d->stats as it is and count what they owe it in
+ * d->rb_owe, which anything else settles first (gca__fc_settled), as it
+ * settles an owed put (Note [Lazy puts]). A take then adds three numbers
+ * and a put three, instead of moving five statistics and their totals with
+ * two peak tests each: in a churn over 10^6 live blocks, where an operation
+ * waits for its pointer map slot, fewer instructions between two such waits
+ * let the processor overlap them, and the statistics were a fifth of the
+ * instructions. Peaks stay exact: when the first is owed, each quantity
+ * that a leaf raises (allocation, allocated and requested bytes for a take;
+ * inactive_split and its bytes for a put) notes how far it may rise before
+ * its small or its all peak could pass, and a leaf whose rise would go
+ * further leaves the operation to the full path, which settles and raises
+ * the peak itself. Readers settle (gca_get_stats, snapshots, the walker). */
+static inline int64_t gca__rb_owe_room(const gca_stat_t *a) {
+  int64_t small = a[GCA_STAT_SMALL].peak - a[GCA_STAT_SMALL].current;
+  int64_t all = a[GCA_STAT_ALL].peak - a[GCA_STAT_ALL].current;
+  return small < all ? small : all;
+}
+static inline void gca__rb_owe_open(gca__devalloc_t *d) {
+  d->rb_owe.on = true;
+  d->rb_owe.room_n = gca__rb_owe_room(d->stats.allocation);
+  d->rb_owe.room_b = gca__rb_owe_room(d->stats.allocated_bytes);
+  d->rb_owe.room_r = gca__rb_owe_room(d->stats.requested_bytes);
+  d->rb_owe.room_sn = gca__rb_owe_room(d->stats.inactive_split);
+  d->rb_owe.room_sb = gca__rb_owe_room(d->stats.inactive_split_bytes);
+}
+
 /* The put of gca__rb_put_fast past its tests (settled; history is the
- * caller's). `plain`: no thread cache's headroom to count (gca__fc_stat). */
-static inline __attribute__((always_inline)) void
-gca__rb_put_facts(gca__devalloc_t *d, gca__ptrslot_t *e, unsigned g, unsigned c, bool plain) {
+ * caller's). `plain`: no thread cache's headroom to count (gca__fc_stat);
+ * `owe`: the statistics owed instead (Note [Owed bin statistics]). */
+static inline __attribute__((always_inline)) void gca__rb_put_facts(gca__devalloc_t *d,
+                                                                    gca__ptrslot_t *e, unsigned g,
+                                                                    unsigned c, bool plain,
+                                                                    bool owe) {
   gca__rbins_t *rb = d->rb;
   gca__block_t *b = e->val;
   int64_t size = (int64_t)(c + 1) * GCA__MIN_BLOCK_SIZE;
@@ -123,11 +154,17 @@ gca__rb_put_facts(gca__devalloc_t *d, gca__ptrslot_t *e, unsigned g, unsigned c,
   d->epoch++; /* Note [Free cache epochs] */
   e->facts = 0;
   /* gca__rb_put's updates: the facts say not oversize, not whole */
-  gca__fc_stat(d, d->stats.allocation, GCA_STAT_SMALL, -1, plain);
-  gca__fc_stat(d, d->stats.allocated_bytes, GCA_STAT_SMALL, -size, plain);
-  gca__fc_stat(d, d->stats.requested_bytes, GCA_STAT_SMALL, -requested, plain);
-  gca__fc_stat(d, d->stats.inactive_split, GCA_STAT_SMALL, 1, plain);
-  gca__fc_stat(d, d->stats.inactive_split_bytes, GCA_STAT_SMALL, size, plain);
+  if (owe) {
+    d->rb_owe.pn++;
+    d->rb_owe.pb += size;
+    d->rb_owe.pr += requested;
+  } else {
+    gca__fc_stat(d, d->stats.allocation, GCA_STAT_SMALL, -1, plain);
+    gca__fc_stat(d, d->stats.allocated_bytes, GCA_STAT_SMALL, -size, plain);
+    gca__fc_stat(d, d->stats.requested_bytes, GCA_STAT_SMALL, -requested, plain);
+    gca__fc_stat(d, d->stats.inactive_split, GCA_STAT_SMALL, 1, plain);
+    gca__fc_stat(d, d->stats.inactive_split_bytes, GCA_STAT_SMALL, size, plain);
+  }
   b->allocated = false;
   b->requested = 0;
   b->binned = true;
@@ -177,12 +214,23 @@ static inline __attribute__((always_inline)) bool gca__rb_leaf_put(gca__devalloc
   if (d->tc_on && !gca__tc_leaf_declines(d))
     return false;
   int64_t size = (int64_t)(c + 1) * GCA__MIN_BLOCK_SIZE;
-  if (d->tc_count && !(gca__fc_stat_room(d, d->stats.inactive_split, GCA_STAT_SMALL, 1) &&
-                       gca__fc_stat_room(d, d->stats.inactive_split_bytes, GCA_STAT_SMALL, size)))
+  if (d->tc_count) {
+    if (!(gca__fc_stat_room(d, d->stats.inactive_split, GCA_STAT_SMALL, 1) &&
+          gca__fc_stat_room(d, d->stats.inactive_split_bytes, GCA_STAT_SMALL, size)))
+      return false;
+    gca__tc_leaf_skip(d);
+    gca__rb_put_facts(d, e, g, c, true, false); /* plain: no peak is passed */
+    return true;
+  }
+  /* Note [Owed bin statistics]: within the rises the peaks allow */
+  if (!d->rb_owe.on)
+    gca__rb_owe_open(d);
+  if (d->rb_owe.pn + 1 - d->rb_owe.tn > d->rb_owe.room_sn ||
+      d->rb_owe.pb + size - d->rb_owe.tb > d->rb_owe.room_sb)
     return false;
   if (d->tc_on)
     gca__tc_leaf_skip(d);
-  gca__rb_put_facts(d, e, g, c, true); /* plain: no peak is passed */
+  gca__rb_put_facts(d, e, g, c, true, true);
   return true;
 }
 
@@ -212,13 +260,28 @@ gca__rb_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
   if (b == NULL || rb->stream[g] != key || gca__block_whole(b) ||
       b->size >= d->cfg.max_split_size || (e = gca__ptrmap_slot(&d->ptrs, b->addr)) == NULL)
     return NULL;
+  bool owe = !d->tc_count; /* Note [Owed bin statistics] */
+  if (owe) {
+    if (!d->rb_owe.on)
+      gca__rb_owe_open(d);
+    if (d->rb_owe.tn + 1 - d->rb_owe.pn > d->rb_owe.room_n ||
+        d->rb_owe.tb + (int64_t)rounded - d->rb_owe.pb > d->rb_owe.room_b ||
+        d->rb_owe.tr + (int64_t)size - d->rb_owe.pr > d->rb_owe.room_r)
+      return NULL;
+  }
   gca__rb_pop(d, g, c, size);
   b->oversize = false;
-  gca__fc_stat_plain(d->stats.inactive_split, GCA_STAT_SMALL, -1);
-  gca__fc_stat_plain(d->stats.inactive_split_bytes, GCA_STAT_SMALL, -(int64_t)rounded);
-  gca__fc_stat_rise(d->stats.allocation, GCA_STAT_SMALL, 1);
-  gca__fc_stat_rise(d->stats.allocated_bytes, GCA_STAT_SMALL, (int64_t)rounded);
-  gca__fc_stat_rise(d->stats.requested_bytes, GCA_STAT_SMALL, (int64_t)size);
+  if (owe) {
+    d->rb_owe.tn++;
+    d->rb_owe.tb += (int64_t)rounded;
+    d->rb_owe.tr += (int64_t)size;
+  } else {
+    gca__fc_stat_plain(d->stats.inactive_split, GCA_STAT_SMALL, -1);
+    gca__fc_stat_plain(d->stats.inactive_split_bytes, GCA_STAT_SMALL, -(int64_t)rounded);
+    gca__fc_stat_rise(d->stats.allocation, GCA_STAT_SMALL, 1);
+    gca__fc_stat_rise(d->stats.allocated_bytes, GCA_STAT_SMALL, (int64_t)rounded);
+    gca__fc_stat_rise(d->stats.requested_bytes, GCA_STAT_SMALL, (int64_t)size);
+  }
   /* its facts (gca__pf_of): a bin holds plain blocks of the default small pool */
   e->facts = gca__pf_make(c, size);
   e->stream = key;

@@ -444,6 +444,7 @@ static void retire_locked(gca__devalloc_t *d, gca__tcache_t *tc) {
   if (tc->next != NULL)
     tc->next->prev = tc->prev;
   d->ntcs--;
+  gca__fc_settled(d); /* Note [Owed bin statistics]: owed only while no cache counts */
   d->tc_count = d->tc_on && d->tcs != NULL;
   gca__tc_lock(tc);
   tc->d = NULL;
@@ -533,6 +534,7 @@ static gca__tcache_t *tc_get(gca__devalloc_t *d) {
   d->tcs = tc;
   d->ntcs++;
   t->dev[d->device] = tc;
+  gca__fc_settled(d); /* Note [Owed bin statistics]: owed only while no cache counts */
   d->tc_count = d->tc_on;
   gca__tc_gate_sync(d, gca__fc_quiet(d)); /* kept only while thread caches exist */
   return tc;
@@ -577,6 +579,7 @@ void gca__tc_update(gca__devalloc_t *d, bool reset) {
     gca__tc_fold(d, ~0u);
     gca__tc_flush_all(d, true);
   }
+  gca__fc_settled(d); /* Note [Owed bin statistics]: owed only while no cache counts */
   d->tc_count = d->tc_on && d->tcs != NULL;
   gca__tc_gate_sync(d, gca__fc_quiet(d));
 }

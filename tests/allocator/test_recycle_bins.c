@@ -708,8 +708,18 @@ static uint64_t rb_hits(void) {
   return d != NULL && d->rb != NULL ? d->rb->hits : 0;
 }
 
+/* p's block size read without the device lock, whose taking would settle
+ * what the bins' leaves owe (the test's thread is the only one). */
+static size_t block_size_unlocked(const void *p) {
+  const gca__block_t *b =
+      gca__ptrmap_find(&gca__devalloc_peek(0)->ptrs, (gca_devptr_t)(uintptr_t)p);
+  assert_non_null(b);
+  return b->size;
+}
+
 /* One seeded churn round (pass: 0 the defaults, 1 a rounding of their own,
- * 2 the defaults with thread caches engaged first, the bins behind them). */
+ * 2 the defaults with thread caches engaged first, the bins behind them, 3
+ * the defaults read only now and then: Note [Owed bin statistics]). */
 static void churn_round(int pass, uint64_t seed) {
   srand((unsigned)(seed + (uint64_t)pass));
   enum { LIVE = 300, STEPS = 6000 };
@@ -731,10 +741,17 @@ static void churn_round(int pass, uint64_t seed) {
     assert_ok(gca_reset_peak_stats(0));
   }
   model_t m = {0};
+  /* pass 3: a read (which settles what the bins' leaves owe) after 1 to 200
+   * steps, and the peaks reset now and then, so that the leaves carry long
+   * owed runs and meet peaks they may not pass unseen */
+  long next_read = 0, owed_reads = 0;
   for (long step = 0; step < STEPS; step++) {
     size_t i = (size_t)rand() % LIVE;
     if (v[i] != NULL) {
-      free_ok(v[i]);
+      if (pass == 3)
+        assert_ok(gca_free(v[i])); /* no walk: it would settle */
+      else
+        free_ok(v[i]);
       v[i] = NULL;
       model_add(&m, 0, -1);
       model_add(&m, 1, -(int64_t)rounded[i]);
@@ -744,16 +761,30 @@ static void churn_round(int pass, uint64_t seed) {
       /* mostly sizes the bins take, some they do not; two streams */
       size_t size =
           (size_t)(rand() % 8 == 0 ? 40 * KiB + rand() % (200 * KiB) : 1 + rand() % (12 * KiB));
-      v[i] = alloc_on(size, i % 3 == 0 ? s2 : NULL);
+      v[i] = NULL;
+      if (pass == 3)
+        assert_ok(gca_malloc(&v[i], size, i % 3 == 0 ? s2 : NULL));
+      else
+        v[i] = alloc_on(size, i % 3 == 0 ? s2 : NULL);
       req[i] = size;
-      rounded[i] = block_size_of(v[i]);
+      rounded[i] = pass == 3 ? block_size_unlocked(v[i]) : block_size_of(v[i]);
       model_add(&m, 0, 1);
       model_add(&m, 1, (int64_t)rounded[i]);
       model_add(&m, 2, (int64_t)size);
       model_add(&m, 3, 1);
     }
+    if (pass == 3 && step < next_read)
+      continue;
+    next_read = step + 1 + rand() % 200;
+    const gca__devalloc_t *d = gca__devalloc_peek(0);
+    owed_reads += d->rb_owe.on && (d->rb_owe.tn | d->rb_owe.pn) != 0;
     model_check(&m, step);
-    check();                   /* the leaf paths too, which a debug_checks build does not take */
+    check(); /* the leaf paths too, which a debug_checks build does not take */
+    if (pass == 3 && step % 1000 == 999) {
+      assert_ok(gca_reset_peak_stats(0));
+      for (int k = 0; k < 4; k++)
+        m.peak[k] = m.cur[k];
+    }
     if (step % 1500 == 1499) { /* a release path now and then */
       assert_ok(gca_empty_cache());
       assert_int_equal(rb_count(), 0);
@@ -766,6 +797,10 @@ static void churn_round(int pass, uint64_t seed) {
          pass, (unsigned long long)hits, (unsigned long long)fast);
   assert_true(hits > STEPS / 8);
   assert_true(fast > STEPS / 8); /* with thread caches too: their domains full or parked */
+  if (pass == 3) {               /* the leaves owed, and the reads settled it */
+    printf("churn pass 3: %ld reads found statistics owed\n", owed_reads);
+    assert_true(owed_reads > 10);
+  }
   for (size_t i = 0; i < LIVE; i++)
     if (v[i] != NULL) {
       free_ok(v[i]);
@@ -795,6 +830,14 @@ static void churn_behind_thread_caches_keeps_statistics_exact(void **state) {
   churn_round(2, churn_seed());
 }
 
+/* Read only now and then: what the bins' leaves owe between two reads is
+ * settled exactly by the read, peaks included, and a reset of the peaks
+ * leaves them no rise above the current until something settles. */
+static void owed_bin_statistics_are_exact_when_read(void **state) {
+  (void)state;
+  churn_round(3, churn_seed());
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, alloc_setup, alloc_teardown)
   const struct CMUnitTest tests[] = {
@@ -816,6 +859,7 @@ int main(void) {
       T(what_voids_the_facts),
       T(the_walker_checks_the_facts),
       T(churn_behind_thread_caches_keeps_statistics_exact),
+      T(owed_bin_statistics_are_exact_when_read),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
