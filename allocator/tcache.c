@@ -571,7 +571,8 @@ void gca__tc_note_thread_slow(gca__devalloc_t *d) {
 }
 
 void gca__tc_update(gca__devalloc_t *d, bool reset) {
-  d->pf_epoch++; /* Note [Free facts]: a thread cache may hand a block out unseen */
+  gca__fc_settled(d); /* Note [Owed bin statistics]: owed only while no cache counts */
+  d->pf_epoch++;      /* Note [Free facts]: a thread cache may hand a block out unseen */
   d->tc_on = d->tc_engaged && d->cfg.thread_cache && d->fc_on && !d->has_divisions;
   if (reset || !d->tc_on) {
     /* every delta in and all headroom back: with the caches off and empty
@@ -579,7 +580,6 @@ void gca__tc_update(gca__devalloc_t *d, bool reset) {
     gca__tc_fold(d, ~0u);
     gca__tc_flush_all(d, true);
   }
-  gca__fc_settled(d); /* Note [Owed bin statistics]: owed only while no cache counts */
   d->tc_count = d->tc_on && d->tcs != NULL;
   gca__tc_gate_sync(d, gca__fc_quiet(d));
 }
