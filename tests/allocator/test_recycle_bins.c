@@ -799,7 +799,9 @@ static void churn_round(int pass, uint64_t seed) {
   assert_true(fast > STEPS / 8); /* with thread caches too: their domains full or parked */
   if (pass == 3) {               /* the leaves owed, and the reads settled it */
     printf("churn pass 3: %ld reads found statistics owed\n", owed_reads);
+#ifndef GCA_DEBUG_CHECKS /* there no leaf runs */
     assert_true(owed_reads > 10);
+#endif
   }
   for (size_t i = 0; i < LIVE; i++)
     if (v[i] != NULL) {
