@@ -444,8 +444,7 @@ static void retire_locked(gca__devalloc_t *d, gca__tcache_t *tc) {
   if (tc->next != NULL)
     tc->next->prev = tc->prev;
   d->ntcs--;
-  gca__fc_settled(d); /* Note [Owed bin statistics]: owed only while no cache counts */
-  d->tc_count = d->tc_on && d->tcs != NULL;
+  d->tc_count = d->tc_on && d->tcs != NULL; /* never turns on here: nothing to settle */
   gca__tc_lock(tc);
   tc->d = NULL;
   gca__tc_unlock_wake(tc);

@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "gca.h"
@@ -219,45 +218,6 @@ static bool stream_destroy_cost(gca_stream_t s, size_t live, double *with, doubl
  * over buffers of 4 to 256 MiB on huge pages, where the step from tens of
  * ns to DRAM's latency is where that cache ends. */
 static const size_t chase_mib[] = {4, 16, 64, 256};
-#define CHASE_READS 1000000L
-
-/* ns per dependent read at random over `mib` MiB, -1 when the memory is not
- * there. One random cycle through all its cache lines, each line holding the
- * index of the next. */
-static double chase_ns(size_t mib) {
-  size_t bytes = mib << 20, n = bytes / 64;
-  uint64_t *a = NULL;
-  uint32_t *order = malloc(n * sizeof(*order));
-  if (order == NULL || posix_memalign((void **)&a, (size_t)2 << 20, bytes) != 0) {
-    free(order);
-    return -1;
-  }
-  madvise(a, bytes, MADV_HUGEPAGE); /* a hint: plain pages where there are none */
-  uint64_t x = 0x9e3779b97f4a7c15ull;
-  for (size_t i = 0; i < n; i++)
-    order[i] = (uint32_t)i;
-  for (size_t i = n - 1; i > 0; i--) { /* Fisher-Yates, xorshift64 */
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    size_t j = (size_t)(x % (i + 1));
-    uint32_t t = order[i];
-    order[i] = order[j], order[j] = t;
-  }
-  for (size_t i = 0; i < n; i++)
-    a[(size_t)order[i] * 8] = (uint64_t)order[(i + 1) % n] * 8;
-  free(order);
-  volatile uint64_t sink;
-  uint64_t at = 0;
-  for (long i = 0; i < CHASE_READS / 10; i++) /* warm: pages mapped, TLB filled */
-    at = a[at];
-  uint64_t t0 = tool_now_ns();
-  for (long i = 0; i < CHASE_READS; i++)
-    at = a[at];
-  double ns = (double)(tool_now_ns() - t0) / CHASE_READS;
-  sink = at;
-  (void)sink;
-  free(a);
-  return ns;
-}
 
 static void usage(FILE *f) {
   fprintf(
@@ -503,11 +463,16 @@ int main(int argc, char **argv) {
   else if (chase)
     printf("\nthis machine's memory: ns per dependent read at random over a buffer (huge pages)\n");
   for (size_t i = 0; chase && i < TOOL_ARRAY_SIZE(chase_mib); i++) {
-    double lat = chase_ns(chase_mib[i]);
-    if (json)
+    double lat = 0;
+    bool ok = tool_read_latency_ns(chase_mib[i], &lat) == GCA_OK; /* else null, or "-" */
+    if (json && ok)
       printf("%s{\"mib\": %zu, \"ns\": %.1f}", i == 0 ? "" : ", ", chase_mib[i], lat);
-    else
+    else if (json)
+      printf("%s{\"mib\": %zu, \"ns\": null}", i == 0 ? "" : ", ", chase_mib[i]);
+    else if (ok)
       printf("  %4zu MiB %7.1f\n", chase_mib[i], lat);
+    else
+      printf("  %4zu MiB %7s (%s)\n", chase_mib[i], "-", tool_last_error());
   }
   if (json)
     printf("%s}\n", chase ? "]" : "");

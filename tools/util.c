@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static _Thread_local char detail[1024];
@@ -104,6 +105,44 @@ uint64_t tool_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+gca_status_t tool_read_latency_ns(size_t mib, double *ns) {
+  enum { READS = 1000000 };
+  size_t bytes = mib << 20, n = bytes / 64;
+  uint64_t *a = NULL;
+  uint32_t *order = TOOL_FAILPOINT("read_latency_alloc") ? NULL : malloc(n * sizeof(*order));
+  if (order == NULL || (TOOL_FAILPOINT("read_latency_alloc")
+                            ? ENOMEM
+                            : posix_memalign((void **)&a, (size_t)2 << 20, bytes)) != 0) {
+    free(order);
+    return tool_error(GCA_ERR_OUT_OF_MEMORY, "read_latency: no host memory for a %zu MiB buffer",
+                      mib);
+  }
+  madvise(a, bytes, MADV_HUGEPAGE);
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < n; i++)
+    order[i] = (uint32_t)i;
+  for (size_t i = n - 1; i > 0; i--) { /* Fisher-Yates, xorshift64 */
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    size_t j = (size_t)(x % (i + 1));
+    uint32_t t = order[i];
+    order[i] = order[j], order[j] = t;
+  }
+  for (size_t i = 0; i < n; i++)
+    a[(size_t)order[i] * 8] = (uint64_t)order[(i + 1) % n] * 8;
+  free(order);
+  uint64_t at = 0;
+  for (long i = 0; i < READS / 10; i++) /* warm: pages mapped, TLB filled */
+    at = a[at];
+  uint64_t t0 = tool_now_ns();
+  for (long i = 0; i < READS; i++)
+    at = a[at];
+  *ns = (double)(tool_now_ns() - t0) / READS;
+  volatile uint64_t end = at; /* kept, so that the reads stay */
+  (void)end;
+  free(a);
+  return GCA_OK;
 }
 
 /* Multiplier for a unit spelled k, kb, kib (any case), or none / b. */

@@ -80,6 +80,12 @@ bool tool_failpoint_hit(const char *name);
 
 /* Monotonic nanoseconds (CLOCK_MONOTONIC). */
 uint64_t tool_now_ns(void);
+/* This machine's memory (Note [Churn and the memory], bench_churn.c): the
+ * ns one dependent read costs at random over a buffer of `mib` MiB on huge
+ * pages (a hint: plain pages where there are none), a random cycle through
+ * all its cache lines each holding the index of the next; GCA_ERR_OUT_OF_MEMORY
+ * with the tool detail set when the host has no memory for it. */
+gca_status_t tool_read_latency_ns(size_t mib, double *ns);
 /* "4096", "512MiB", "2MB", "1.5GiB" (binary multiples either way); GCA_ERR_PARSE
  * with the text quoted in the tool detail when malformed or overflowing. */
 gca_status_t tool_parse_size(const char *text, uint64_t *out);

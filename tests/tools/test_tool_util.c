@@ -61,11 +61,32 @@ static void a_fail_point_fails_its_nth_pass_and_bad_armings_are_refused(void **s
   assert_false(TOOL_FAILPOINT("p"));
 }
 
+/* Note [Churn and the memory]: the read latency of a 4 MiB buffer is a
+ * positive time; with no host memory for either of its two buffers it
+ * fails with a message, and the next call works again (ASan: nothing leaked). */
+static void read_latency_measures_and_fails_cleanly_without_memory(void **state) {
+  (void)state;
+  double ns = -1;
+  assert_int_equal(tool_read_latency_ns(4, &ns), GCA_OK);
+  assert_true(ns > 0);
+  for (unsigned nth = 1; nth <= 2; nth++) { /* the index array, then the buffer */
+    assert_int_equal(tool_failpoint_arm("read_latency_alloc", nth), GCA_OK);
+    ns = -1;
+    assert_int_equal(tool_read_latency_ns(4, &ns), GCA_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(tool_last_error(), "read_latency: no host memory for a 4 MiB buffer"));
+    assert_true(ns == -1); /* untouched */
+    tool_failpoint_clear();
+  }
+  assert_int_equal(tool_read_latency_ns(4, &ns), GCA_OK);
+  assert_true(ns > 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(json_string_escapes_quotes_backslashes_controls_and_less_than),
       cmocka_unit_test(json_string_reads_back_the_same_text),
       cmocka_unit_test(a_fail_point_fails_its_nth_pass_and_bad_armings_are_refused),
+      cmocka_unit_test(read_latency_measures_and_fails_cleanly_without_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
