@@ -479,8 +479,10 @@ struct gca__devalloc {
     bool oversize;
     int64_t size, requested, blocks, bytes;
     int64_t pairs, req_in, req_out;
-    size_t leaf_size; /* b's size when b is in the default pool of its size, else 0:
-                         the one test of size and pool a leaf take makes (Note [Leaf hits]) */
+    /* (b->size - 1) >> 9 when b is in the default pool of its size, else
+     * SIZE_MAX: the one test of size and pool a leaf take makes (Note [Leaf
+     * hits]), gca__round_key of the request */
+    size_t leaf_key;
   } fc_lazy;
   /* Something waits to be given back at the end of the entry point that holds
    * the lock (gca__dev_unlock -> gca__release_reap): a dying idle private pool,
@@ -726,6 +728,12 @@ size_t gca__alloc_round_size(const gca_alloc_config_t *cfg, size_t size);
 static inline size_t gca__round_plain(size_t size) {
   return size < GCA__MIN_BLOCK_SIZE ? GCA__MIN_BLOCK_SIZE
                                     : (size + GCA__MIN_BLOCK_SIZE - 1) & ~(GCA__MIN_BLOCK_SIZE - 1);
+}
+/* (size - 1) >> 9 (size >= 1): equal for two sizes exactly when their
+ * gca__round_plain are, in two instructions instead of a rounding. */
+static inline size_t gca__round_key(size_t size) {
+  _Static_assert(GCA__MIN_BLOCK_SIZE == 512, "gca__round_key shifts by 9");
+  return (size - 1) >> 9;
 }
 /* The same with d's settings; inline for the entry points. */
 static inline size_t gca__round_request(const gca__devalloc_t *d, size_t size) {

@@ -216,8 +216,9 @@ gca__fc_put(gca__devalloc_t *d, gca__block_t **slot, gca__block_t *b, bool plain
     d->fc_lazy.t = t;
     d->fc_lazy.oversize = b->oversize;
     d->fc_lazy.size = (int64_t)b->size;
-    d->fc_lazy.leaf_size =
-        b->pool == (b->size <= GCA__SMALL_SIZE ? &d->small : &d->large) ? b->size : 0;
+    d->fc_lazy.leaf_key = b->pool == (b->size <= GCA__SMALL_SIZE ? &d->small : &d->large)
+                              ? gca__round_key(b->size)
+                              : SIZE_MAX;
     d->fc_lazy.requested = (int64_t)b->requested;
     d->fc_lazy.blocks = blocks;
     d->fc_lazy.bytes = bytes;
@@ -372,10 +373,12 @@ gca__fc_take(gca__devalloc_t *d, gca__pool_t *pool, gca_stream_t stream, size_t 
 static inline __attribute__((always_inline)) gca__block_t *
 gca__fc_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
   gca__block_t *b = d->fc_lazy.b;
-  /* the put's leaf_size: b->size, with b in the default pool of that size */
-  if (b == NULL || d->fc_lazy.leaf_size != gca__round_plain(size) ||
-      b->stream != gca__stream_key_nocall(stream) || (d->fc_gate & GCA__GATE_FC) ||
-      b->fc_gen != b->pool->gen || b->fc_exact != GCA__FC_EXACT_YES)
+  /* the put's leaf_key: b's size, with b in the default pool of that size
+   * (b->size is a multiple of 512, so a request of the same key rounds to
+   * it); a stream equal to b's key is its key (no key is 1 or 2) */
+  if (b == NULL || d->fc_lazy.leaf_key != gca__round_key(size) ||
+      (b->stream != stream && b->stream != gca__stream_key_nocall(stream)) ||
+      (d->fc_gate & GCA__GATE_FC) || b->fc_gen != b->pool->gen || b->fc_exact != GCA__FC_EXACT_YES)
     return NULL;
   *d->fc_lazy.slot = NULL;
   d->fc_count--;

@@ -153,20 +153,19 @@ bool gca__mutex_after_lock(gca__mutex_t *m, bool wait) {
   if (b == me) /* its entry met a revocation that was given up: the bias stays */
     return true;
   if (b != GCA__MUTEX_NO_BIAS) { /* biased to another thread: revoke */
-    atomic_store_explicit(&m->revoking, 1, memory_order_relaxed);
+    atomic_store_explicit(&m->bias, GCA__MUTEX_REVOKING, memory_order_relaxed);
     gca__membarrier();
     if (!wait && atomic_load_explicit(&m->active, memory_order_acquire)) {
       /* held by its bias now: a trylock gives up, and the holder's next
-       * entry (which may have met `revoking`) finds the bias as it was */
-      atomic_store_explicit(&m->revoking, 0, memory_order_release);
+       * entry (which may have met the revocation) finds the bias as it was */
+      atomic_store_explicit(&m->bias, b, memory_order_release);
       atomic_store_explicit(&m->locked, 0, memory_order_release);
       if (GCA_UNLIKELY(atomic_load_explicit(&m->sleepers, memory_order_relaxed) != 0))
         gca__mutex_wake(m);
       return false;
     }
     gca__wait_inactive(&m->active);
-    atomic_store_explicit(&m->bias, GCA__MUTEX_NO_BIAS, memory_order_relaxed);
-    atomic_store_explicit(&m->revoking, 0, memory_order_release);
+    atomic_store_explicit(&m->bias, GCA__MUTEX_NO_BIAS, memory_order_release);
     m->revocations++;
     m->last = me;
     m->streak = 1;

@@ -27,17 +27,19 @@
  * twice per cached pair, a third of it. So a thread that takes the lock
  * GCA__MUTEX_BIAS_AFTER times in a row, with no other thread between, gets
  * the lock biased to it: from then on it holds the lock by a plain store of
- * `active`, a compiler barrier and a look at `revoking` and `bias`, and lets
- * go with a release store of `active`; `locked` stays 0. Another thread
- * takes `locked` as before and then revokes the bias: it stores `revoking`,
- * runs membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which puts a full fence
- * on every core running a thread of the process, and waits until `active`
- * is 0 (spinning, then naps that give a preempted holder the core). That is
- * Dekker's exchange with the holder's fence supplied by the revoker: either
- * the holder's look sees `revoking` (it lets `active` go and takes `locked`,
- * waiting behind the revoker), or the revoker's look after the fence sees
- * `active` and waits. The revoker then clears `bias` and `revoking`, and
- * the lock is a plain one until some thread's streak biases it again. A
+ * `active`, a compiler barrier and a second look at `bias`, and lets go
+ * with a release store of `active`; `locked` stays 0. Another thread takes
+ * `locked` as before and then revokes the bias: it sets `bias` to
+ * GCA__MUTEX_REVOKING, runs membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED),
+ * which puts a full fence on every core running a thread of the process,
+ * and waits until `active` is 0 (spinning, then naps that give a preempted
+ * holder the core). That is Dekker's exchange with the holder's fence
+ * supplied by the revoker: either the holder's second look sees the bias
+ * gone (it lets `active` go and takes `locked`, waiting behind the
+ * revoker), or the revoker's look after the fence sees `active` and waits.
+ * The revoker then clears `bias`, and the lock is a plain one until some
+ * thread's streak biases it again. (One word for the bias and the
+ * revocation: the entry's second look is one load and one compare.) A
  * revocation costs microseconds and happens once per bias, which needs
  * GCA__MUTEX_BIAS_AFTER acquisitions by one thread first, so a lock that
  * threads share stays plain and pays nothing but a counter. A trylock does
@@ -56,17 +58,19 @@ typedef struct gca__mutex {
   atomic_uint locked;
   atomic_uint sleepers;
   /* Note [Biased device lock]: the thread the lock is biased to
-   * (GCA__MUTEX_NO_BIAS: none), whether it holds the lock by its bias now,
-   * and a revocation under way; `last` and `streak` (under `locked`) count
-   * the holder's acquisitions in a row. */
+   * (GCA__MUTEX_NO_BIAS: none; GCA__MUTEX_REVOKING: a revocation under way,
+   * written by the revoker under `locked`), and whether it holds the lock by
+   * its bias now; `last` and `streak` (under `locked`) count the holder's
+   * acquisitions in a row. */
   _Atomic uint64_t bias;
-  atomic_uint active, revoking;
+  atomic_uint active;
   uint32_t streak;
   uint64_t last;
   uint64_t revocations; /* biases revoked (under `locked`) */
 } gca__mutex_t;
 
-#define GCA__MUTEX_NO_BIAS UINT64_MAX
+#define GCA__MUTEX_NO_BIAS  UINT64_MAX
+#define GCA__MUTEX_REVOKING (UINT64_MAX - 1) /* no thread's identity either */
 /* The calling thread's lock identity (lock.c: given on its first locked
  * acquisition; 0 until then, which no bias names). */
 extern _Thread_local uint64_t gca__lock_tid __attribute__((tls_model("initial-exec")));
@@ -125,22 +129,21 @@ static inline void gca__mutex_init(gca__mutex_t *m) {
   atomic_init(&m->sleepers, 0);
   atomic_init(&m->bias, GCA__MUTEX_NO_BIAS);
   atomic_init(&m->active, 0);
-  atomic_init(&m->revoking, 0);
   m->streak = 0;
   m->last = 0;
   m->revocations = 0;
 }
 
 /* The biased entry (Note [Biased device lock]): true when the calling
- * thread holds m by its bias now; a plain store, a compiler barrier, two loads. */
+ * thread holds m by its bias now; a load, a plain store, a compiler barrier
+ * and a second load. */
 static inline bool gca__mutex_enter_biased(gca__mutex_t *m) {
   uint64_t me = gca__lock_tid;
   if (GCA_LIKELY(atomic_load_explicit(&m->bias, memory_order_relaxed) != me))
     return false;
   atomic_store_explicit(&m->active, 1, memory_order_relaxed);
   atomic_signal_fence(memory_order_seq_cst); /* a fence once a revoker runs membarrier */
-  if (GCA_LIKELY(!atomic_load_explicit(&m->revoking, memory_order_acquire) &&
-                 atomic_load_explicit(&m->bias, memory_order_relaxed) == me))
+  if (GCA_LIKELY(atomic_load_explicit(&m->bias, memory_order_acquire) == me))
     return true;
   atomic_store_explicit(&m->active, 0, memory_order_release);
   return false;
@@ -189,9 +192,14 @@ static inline void gca__mutex_exit_biased(gca__mutex_t *m) {
 
 static inline void gca__mutex_unlock(gca__mutex_t *m) {
   GCA__LOCK_DEPTH_ADD(-1);
-  /* active is set only by the bias holder, inside its hold */
+  /* active is set only by the bias holder, inside its hold, or for a moment
+   * by a holder's entry that then finds the bias gone: while another thread
+   * holds `locked` after a revocation (bias cleared, or another's). Under
+   * way (GCA__MUTEX_REVOKING) the revoker has not entered: the caller is the
+   * holder by bias. */
+  uint64_t bias = atomic_load_explicit(&m->bias, memory_order_relaxed);
   if (atomic_load_explicit(&m->active, memory_order_relaxed) &&
-      atomic_load_explicit(&m->bias, memory_order_relaxed) == gca__lock_tid) {
+      (bias == gca__lock_tid || bias == GCA__MUTEX_REVOKING)) {
     gca__mutex_exit_biased(m);
     return;
   }
