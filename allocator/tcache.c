@@ -145,20 +145,21 @@
  * it, 21 without). Visitors are rare next to the owner's paths, so a cache
  * whose owner has run GCA__TC_CALM fast paths in a row with no visit turns
  * quiet: its owner then enters with a plain store of `active`, a compiler
- * barrier and a load of `blocked` (and of `quiet` again), and leaves with a
- * release store, no locked instruction on either side. A visitor (any
- * gca__tc_lock of a cache that is not the caller's own) takes the lock as
- * before, and finding the cache quiet, stores `blocked`, runs
+ * barrier and a second load of `quiet`, and leaves with a release store, no
+ * locked instruction on either side. A visitor (any gca__tc_lock of a cache
+ * that is not the caller's own) takes the lock as before, and finding the
+ * cache quiet, sets `quiet` to GCA__TC_BLOCKED, runs
  * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which puts a full fence on
  * every core running a thread of the process, and waits for `active` to
  * drop (spinning, then naps that give a preempted owner the core). That is
  * Dekker's exchange with the owner's fence supplied by the visitor: either
- * the owner's load sees `blocked` (it misses and takes the locked path,
- * which waits on the device lock the visitor holds), or the visitor's load
- * after the fence sees `active` and waits. The visitor then clears `quiet`
- * and `calm`, and lets `blocked` go (release) before the lock; an owner that
- * sees `blocked` clear sees `quiet` clear too, and uses the lock again until
- * it has been calm for GCA__TC_CALM paths. So one fence (microseconds)
+ * the owner's second load sees the cache blocked (it misses and takes the
+ * locked path, which waits on the device lock the visitor holds), or the
+ * visitor's load after the fence sees `active` and waits. The visitor then
+ * sets `quiet` to GCA__TC_LOUD and clears `calm`; the owner, whose loads
+ * after the fence see one of the two, uses the lock again until it has
+ * been calm for GCA__TC_CALM paths. (One word for both states: the entry's
+ * second look is one load and one compare.) So one fence (microseconds)
  * buys at least GCA__TC_CALM fast paths without a locked instruction, and a
  * cache visited often (another thread freeing its blocks, folds on every
  * step) just keeps the lock. A fold locks every cache first and fences once
@@ -279,16 +280,18 @@ void gca__tc_fence_all(void) {
 }
 
 bool gca__tc_blocks(gca__tcache_t *tc) {
-  if (!atomic_load_explicit(&tc->quiet, memory_order_relaxed) || tc->owner == gca__t_tc_id)
+  if (atomic_load_explicit(&tc->quiet, memory_order_relaxed) != GCA__TC_QUIET ||
+      tc->owner == gca__t_tc_id)
     return false; /* the owner itself runs none of its sections now */
-  atomic_store_explicit(&tc->blocked, 1, memory_order_relaxed);
+  atomic_store_explicit(&tc->quiet, GCA__TC_BLOCKED, memory_order_relaxed);
   return true;
 }
 
 void gca__tc_wait_out(gca__tcache_t *tc) {
   gca__wait_inactive(&tc->active);
-  /* back to the lock until the owner has been calm again for a while */
-  atomic_store_explicit(&tc->quiet, 0, memory_order_relaxed);
+  /* back to the lock until the owner has been calm again for a while (the
+   * owner's loads after the fence see GCA__TC_BLOCKED or this) */
+  atomic_store_explicit(&tc->quiet, GCA__TC_LOUD, memory_order_relaxed);
   tc->calm = 0;
 }
 
@@ -302,9 +305,6 @@ void gca__tc_block(gca__tcache_t *tc) {
 }
 
 void gca__tc_unlock_wake(gca__tcache_t *tc) {
-  /* after quiet was cleared: an owner that sees blocked clear sees that */
-  if (atomic_load_explicit(&tc->blocked, memory_order_relaxed))
-    atomic_store_explicit(&tc->blocked, 0, memory_order_release);
   atomic_store_explicit(&tc->lock, 0, memory_order_seq_cst);
   if (GCA_UNLIKELY(atomic_load_explicit(&tc->sleepers, memory_order_seq_cst) != 0))
     syscall(SYS_futex, &tc->lock, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
@@ -522,7 +522,6 @@ static gca__tcache_t *tc_get(gca__devalloc_t *d) {
   atomic_init(&tc->filter, 0);
   atomic_init(&tc->quiet, 0);
   atomic_init(&tc->active, 0);
-  atomic_init(&tc->blocked, 0);
   if (gca__t_tc_id == 0)
     gca__t_tc_id = atomic_fetch_add(&g_next_id, 1);
   tc->owner = gca__t_tc_id;

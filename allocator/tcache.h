@@ -70,12 +70,13 @@ typedef struct gca__tcbin {
 struct gca__tcache {
   atomic_uint lock;     /* 0 free, 1 held: a futex word (Note [Thread cache lock]) */
   atomic_uint sleepers; /* threads that may be asleep on `lock` */
-  /* Note [Thread cache sections]: `quiet` set, the owner's fast paths run
-   * in a section (`active`) instead of taking `lock`; a visitor holding
-   * `lock` sets `blocked`, fences every thread (membarrier), waits for
-   * `active` to drop and clears `quiet`. `calm` counts the owner's locked
-   * fast paths since; written under `lock` (calm: by the owner). */
-  atomic_uint quiet, active, blocked;
+  /* Note [Thread cache sections]: `quiet` GCA__TC_QUIET, the owner's fast
+   * paths run in a section (`active`) instead of taking `lock`; a visitor
+   * holding `lock` sets it GCA__TC_BLOCKED, fences every thread
+   * (membarrier), waits for `active` to drop and sets it 0. `calm` counts
+   * the owner's locked fast paths since; written under `lock` (calm: by the
+   * owner). */
+  atomic_uint quiet, active;
   uint32_t calm;
   uint64_t owner;     /* gca__t_tc_id of the thread whose cache it is */
   gca__devalloc_t *d; /* NULL once the device is gone; written under `lock` */
@@ -241,20 +242,22 @@ static inline void gca__tc_lock(gca__tcache_t *tc) {
 #define GCA__TC_CALM 4096
 extern uint32_t gca__tc_calm_limit; /* GCA__TC_CALM, or UINT32_MAX without sections */
 
+/* tcache.quiet: the lock, sections, or sections a visitor is keeping out. */
+enum { GCA__TC_LOUD = 0, GCA__TC_QUIET = 1, GCA__TC_BLOCKED = 2 };
 /* How a fast path holds its cache: not at all (a miss), in a section, or by its lock. */
 enum { GCA__TC_OUT = 0, GCA__TC_SECTION = 1, GCA__TC_LOCKED = 2 };
 
 /* The fast paths' entry (Note [Thread cache sections]): a quiet cache is
- * entered with a plain store, a compiler barrier and two loads; else its
- * lock is tried, and GCA__TC_OUT (a miss) when a visitor holds it or is
- * blocking the section. It calls nothing, so the paths save no register. */
+ * entered with a load, a plain store, a compiler barrier and a second load;
+ * else its lock is tried, and GCA__TC_OUT (a miss) when a visitor holds it
+ * (a blocked cache's visitor does). It calls nothing, so the paths save no
+ * register. */
 static inline int gca__tc_enter(gca__tcache_t *tc) {
   if (GCA__TC_SECTIONS_BUILD &&
-      GCA_LIKELY(atomic_load_explicit(&tc->quiet, memory_order_relaxed))) {
+      GCA_LIKELY(atomic_load_explicit(&tc->quiet, memory_order_relaxed) == GCA__TC_QUIET)) {
     atomic_store_explicit(&tc->active, 1, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst); /* a fence once a visitor runs membarrier */
-    if (GCA_LIKELY(!atomic_load_explicit(&tc->blocked, memory_order_acquire) &&
-                   atomic_load_explicit(&tc->quiet, memory_order_relaxed)))
+    if (GCA_LIKELY(atomic_load_explicit(&tc->quiet, memory_order_acquire) == GCA__TC_QUIET))
       return GCA__TC_SECTION;
     atomic_store_explicit(&tc->active, 0, memory_order_release);
     return GCA__TC_OUT;
@@ -265,7 +268,7 @@ static inline int gca__tc_enter(gca__tcache_t *tc) {
     return GCA__TC_OUT;
   if (GCA_UNLIKELY(++tc->calm >= gca__tc_calm_limit)) {
     if (gca__tc_calm_limit != UINT32_MAX)
-      atomic_store_explicit(&tc->quiet, 1, memory_order_relaxed); /* published by the unlock */
+      atomic_store_explicit(&tc->quiet, GCA__TC_QUIET, memory_order_relaxed); /* by the unlock */
     else
       tc->calm = 0; /* no sections: the count only wraps */
   }
@@ -366,7 +369,7 @@ gca__tc_leaf_take(gca__devalloc_t *d, gca__tcache_t *tc, size_t size, gca_stream
     return NULL;
   gca__block_t *h = atomic_load_explicit(&tc->hot, memory_order_relaxed);
   if (h != NULL && !tc->hot_out && size == tc->hot_req &&
-      h->stream == gca__stream_key_nocall(stream) && tc->d == d) {
+      (h->stream == stream || h->stream == gca__stream_key_nocall(stream)) && tc->d == d) {
     /* while a streak lasts its block is on top of its bin: whatever else
      * moves a bin settles the streak first (Note [Thread cache streaks]) */
     gca__tcbin_t *bin = &tc->bins[h->tc_bin];

@@ -53,7 +53,7 @@ void gca__tc_lock_all(gca__devalloc_t *d) {
     gca__tc_fence_all();
     d->stats.num_cache_fences++;
     for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next)
-      if (atomic_load_explicit(&tc->blocked, memory_order_relaxed))
+      if (atomic_load_explicit(&tc->quiet, memory_order_relaxed) == GCA__TC_BLOCKED)
         gca__tc_wait_out(tc);
   }
   for (gca__tcache_t *tc = d->tcs; tc != NULL; tc = tc->next)
