@@ -38,8 +38,9 @@ typedef struct observer {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t g_next_inst; /* the last gca__devalloc_t.inst given */
 static _Atomic(gca__devalloc_t *) g_devs[GCA__MAX_DEVICES];
-static atomic_int g_single_dev = -1; /* the only device with an allocator, or -1 */
-static atomic_int g_ndevs;           /* highest device index with an allocator + 1 */
+static atomic_int g_single_dev = -1;          /* the only device with an allocator, or -1 */
+static _Atomic(gca__devalloc_t *) g_single_d; /* its allocator, or NULL: gca_free's one load */
+static atomic_int g_ndevs;                    /* highest device index with an allocator + 1 */
 static gca_alloc_config_t g_cfg;
 static bool g_cfg_loaded;
 static bool g_caching = true;
@@ -154,6 +155,7 @@ static gca_status_t devalloc_create_locked(const char *op, int device, gca__deva
   if (device + 1 > atomic_load(&g_ndevs))
     atomic_store(&g_ndevs, device + 1);
   atomic_store_explicit(&g_devs[device], d, memory_order_release);
+  atomic_store_explicit(&g_single_d, first ? d : NULL, memory_order_release);
   atomic_store(&gca__stream_retire_hook, gca__streams_retire);
   *out = d;
   return GCA_OK;
@@ -571,12 +573,13 @@ malloc_tc(gca__devalloc_t *d, gca__tcache_t *tc, void **ptr, size_t size, gca_st
   return malloc_tc_take(d, tc, ptr, size, stream);
 }
 
-/* The entry point dispatches by tail calls, with the free cache's leaf
- * inline (Note [Leaf hits]): it saves no register. */
-GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_stream_t stream) {
+/* The entry points dispatch by tail calls, with the free cache's leaf
+ * inline (Note [Leaf hits]): they save no register. `device` is an index
+ * of g_devs. */
+static inline __attribute__((always_inline)) gca_status_t
+malloc_entry(int device, void **ptr, size_t size, gca_stream_t stream) {
   gca__devalloc_t *d;
   if (GCA_LIKELY(ptr != NULL && size - 1 < GCA__MAX_REQUEST &&
-                 (unsigned)device < GCA__MAX_DEVICES &&
                  (d = atomic_load_explicit(&g_devs[device], memory_order_acquire)) != NULL)) {
     gca__tcache_t *tc = gca__tc_mine(device);
     if (tc != NULL)
@@ -586,8 +589,16 @@ GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_
   return malloc_slow(device, ptr, size, stream);
 }
 
+GCA_API gca_status_t gca_malloc_device(int device, void **ptr, size_t size, gca_stream_t stream) {
+  if (GCA_UNLIKELY((unsigned)device >= GCA__MAX_DEVICES))
+    return malloc_slow(device, ptr, size, stream);
+  return malloc_entry(device, ptr, size, stream);
+}
+
+/* The calling thread's device needs no bounds test: gca_set_device checked it. */
 GCA_API gca_status_t gca_malloc(void **ptr, size_t size, gca_stream_t stream) {
-  return gca_malloc_device(t_device, ptr, size, stream);
+  GCA_ASSERT_DEBUG((unsigned)t_device < GCA__MAX_DEVICES);
+  return malloc_entry(t_device, ptr, size, stream);
 }
 
 /* ---- free, record_stream, pointer_info ---- */
@@ -881,12 +892,10 @@ static __attribute__((noinline)) gca_status_t free_tc(gca__devalloc_t *d, gca__t
 /* As gca_malloc_device, a dispatcher by tail calls. */
 GCA_API gca_status_t gca_free(void *ptr) {
   gca_devptr_t addr = (gca_devptr_t)(uintptr_t)ptr;
-  int dev = atomic_load_explicit(&g_single_dev, memory_order_relaxed);
-  gca__devalloc_t *d;
+  gca__devalloc_t *d = atomic_load_explicit(&g_single_d, memory_order_acquire);
   /* one device (the common case): its map is the only place to look */
-  if (GCA_LIKELY(dev >= 0 && addr != 0 &&
-                 (d = atomic_load_explicit(&g_devs[dev], memory_order_acquire)) != NULL)) {
-    gca__tcache_t *tc = gca__tc_mine(dev);
+  if (GCA_LIKELY(d != NULL && addr != 0)) {
+    gca__tcache_t *tc = gca__tc_mine(d->device);
     if (tc != NULL)
       return free_tc(d, tc, ptr);
     return free_fc(d, ptr);
@@ -1127,6 +1136,7 @@ static void devalloc_destroy(gca__devalloc_t *d) {
 
 void gca__allocator_reset(void) {
   pthread_mutex_lock(&g_lock);
+  atomic_store(&g_single_d, NULL);
   for (int i = 0; i < GCA__MAX_DEVICES; i++) {
     gca__devalloc_t *d = gca__devalloc_peek(i);
     if (d == NULL)

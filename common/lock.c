@@ -18,9 +18,8 @@
 _Thread_local int gca__lock_depth;
 #endif
 
-_Thread_local uint64_t gca__lock_tid __attribute__((tls_model("initial-exec")));
+_Thread_local char gca__lock_anchor;
 uint32_t gca__mutex_bias_after = UINT32_MAX;
-static _Atomic uint64_t g_next_tid = 1;
 
 /* ---- asymmetric fences ---- */
 
@@ -146,9 +145,7 @@ void gca__wait_inactive(atomic_uint *active) {
 }
 
 bool gca__mutex_after_lock(gca__mutex_t *m, bool wait) {
-  uint64_t me = gca__lock_tid;
-  if (me == 0)
-    gca__lock_tid = me = atomic_fetch_add_explicit(&g_next_tid, 1, memory_order_relaxed);
+  uint64_t me = gca__lock_me();
   uint64_t b = atomic_load_explicit(&m->bias, memory_order_relaxed);
   if (b == me) /* its entry met a revocation that was given up: the bias stays */
     return true;

@@ -71,9 +71,25 @@ typedef struct gca__mutex {
 
 #define GCA__MUTEX_NO_BIAS  UINT64_MAX
 #define GCA__MUTEX_REVOKING (UINT64_MAX - 1) /* no thread's identity either */
-/* The calling thread's lock identity (lock.c: given on its first locked
- * acquisition; 0 until then, which no bias names). */
-extern _Thread_local uint64_t gca__lock_tid __attribute__((tls_model("initial-exec")));
+/* The calling thread's lock identity: its thread pointer (the TLS ABI's
+ * self-pointer at %fs:0 on x86-64, tpidr_el0 on AArch64), which no two live
+ * threads share, read in one instruction where a thread-local variable of a
+ * shared library takes two; elsewhere the address of a thread-local
+ * variable. A thread given an exited thread's pointer inherits its bias,
+ * which is harmless: the exited thread holds nothing, and every other
+ * thread still revokes. Never 0, GCA__MUTEX_NO_BIAS or GCA__MUTEX_REVOKING. */
+extern _Thread_local char gca__lock_anchor;
+static inline uint64_t gca__lock_me(void) {
+  uint64_t tp;
+#if defined(__x86_64__)
+  __asm__("mov %%fs:0, %0" : "=r"(tp));
+#elif defined(__aarch64__)
+  __asm__("mrs %0, tpidr_el0" : "=r"(tp));
+#else
+  tp = (uint64_t)(uintptr_t)&gca__lock_anchor;
+#endif
+  return tp;
+}
 /* Acquisitions in a row by one thread that bias the lock to it:
  * GCA__MUTEX_BIAS_AFTER, or UINT32_MAX (never) without asymmetric fences
  * (gca__membarrier_ok). */
@@ -138,7 +154,7 @@ static inline void gca__mutex_init(gca__mutex_t *m) {
  * thread holds m by its bias now; a load, a plain store, a compiler barrier
  * and a second load. */
 static inline bool gca__mutex_enter_biased(gca__mutex_t *m) {
-  uint64_t me = gca__lock_tid;
+  uint64_t me = gca__lock_me();
   if (GCA_LIKELY(atomic_load_explicit(&m->bias, memory_order_relaxed) != me))
     return false;
   atomic_store_explicit(&m->active, 1, memory_order_relaxed);
@@ -153,7 +169,7 @@ static inline bool gca__mutex_enter_biased(gca__mutex_t *m) {
  * another thread: revoke) or the holder's streak may bias it. */
 static inline bool gca__mutex_locked(gca__mutex_t *m, bool wait) {
   if (GCA_UNLIKELY(atomic_load_explicit(&m->bias, memory_order_relaxed) != GCA__MUTEX_NO_BIAS ||
-                   m->last != gca__lock_tid || ++m->streak >= gca__mutex_bias_after))
+                   m->last != gca__lock_me() || ++m->streak >= gca__mutex_bias_after))
     return gca__mutex_after_lock(m, wait);
   return true;
 }
@@ -199,7 +215,7 @@ static inline void gca__mutex_unlock(gca__mutex_t *m) {
    * holder by bias. */
   uint64_t bias = atomic_load_explicit(&m->bias, memory_order_relaxed);
   if (atomic_load_explicit(&m->active, memory_order_relaxed) &&
-      (bias == gca__lock_tid || bias == GCA__MUTEX_REVOKING)) {
+      (bias == gca__lock_me() || bias == GCA__MUTEX_REVOKING)) {
     gca__mutex_exit_biased(m);
     return;
   }

@@ -151,7 +151,7 @@ static void alternating_sizes_stay_cached_with_the_bins_on(void **state) {
   check();
   w_free(&a, x);
   gca__dev_lock(d);
-  uint64_t me = gca__lock_tid;
+  uint64_t me = gca__lock_me();
   gca__dev_unlock(d);
   w_pairs(&a, 4096, 4 * GCA__TC_PROBE);
   assert_true(d->lock.last == me); /* a took no device lock */
@@ -264,7 +264,7 @@ static long park_and_bias(gca__devalloc_t *d, gca_stream_t s, uint32_t probe_lef
       gca__dev_unlock(d);
     }
     if (n % 2 == 0 && gca__tc_mine(0) == NULL && gca__t_tc != NULL &&
-        gca__t_tc->probe[0] > probe_left && atomic_load(&d->lock.bias) == gca__lock_tid)
+        gca__t_tc->probe[0] > probe_left && atomic_load(&d->lock.bias) == gca__lock_me())
       break;
     alternate(s, n);
   }
@@ -328,14 +328,14 @@ static void a_parked_caches_pairs_take_the_bins_leaf_paths(void **state) {
   assert_ok(gca_reset_peak_stats(0));
   w_free(&b, held);
   held = w_alloc(&b, HELD, b.stream);
-  for (uint32_t i = 0; i <= gca__mutex_bias_after && atomic_load(&d->lock.bias) != gca__lock_tid;
+  for (uint32_t i = 0; i <= gca__mutex_bias_after && atomic_load(&d->lock.bias) != gca__lock_me();
        i++) { /* b's locked paths revoked the bias: this thread takes it back */
     gca__dev_lock(d);
     gca__dev_unlock(d);
   }
-  assert_true(atomic_load(&d->lock.bias) == gca__lock_tid);
+  assert_true(atomic_load(&d->lock.bias) == gca__lock_me());
   w_free(&b, held);
-  assert_true(atomic_load(&d->lock.bias) == gca__lock_tid); /* b's put took no lock */
+  assert_true(atomic_load(&d->lock.bias) == gca__lock_me()); /* b's put took no lock */
   st = stats();
   assert_int_equal(st.allocated_bytes[GCA_STAT_ALL].peak, HELD);
   int esc = gca__stat_index(d, d->stats.allocated_bytes) + GCA_STAT_ALL;
@@ -637,7 +637,7 @@ static void a_second_thread_revokes_the_device_locks_bias(void **state) {
     assert_ok(gca_free(p));
   }
   gca__devalloc_t *d = gca__devalloc_peek(0); /* made by the first request */
-  assert_int_equal(atomic_load(&d->lock.bias), biasing ? gca__lock_tid : GCA__MUTEX_NO_BIAS);
+  assert_int_equal(atomic_load(&d->lock.bias), biasing ? gca__lock_me() : GCA__MUTEX_NO_BIAS);
   worker_t a;
   worker_start(&a);
   w_free(&a, w_alloc(&a, 4096, a.stream));

@@ -259,7 +259,7 @@ static void pairs_held_by_the_bias_take_the_leaf_hits(void **state) {
     if (pass == 0) {
       assert_int_equal(d->fc_lazy.pairs, PAIRS);
       if (gca__mutex_bias_after != UINT32_MAX)
-        assert_true(atomic_load(&d->lock.bias) == gca__lock_tid);
+        assert_true(atomic_load(&d->lock.bias) == gca__lock_me());
     }
 #endif
     (void)d;

@@ -26,14 +26,13 @@ static bool biasing(void) {
 }
 
 /* The calling thread takes and lets go mu until it is biased to it: after
- * GCA__MUTEX_BIAS_AFTER acquisitions, or twice that for a thread whose
- * first streak also gave it its identity. */
+ * GCA__MUTEX_BIAS_AFTER acquisitions. */
 static void bias_to_me(void) {
   uint32_t n = 0;
-  while (atomic_load(&mu.bias) != gca__lock_tid || gca__lock_tid == 0) {
+  while (atomic_load(&mu.bias) != gca__lock_me()) {
     gca__mutex_lock(&mu);
     gca__mutex_unlock(&mu);
-    assert_true(++n <= 2 * GCA__MUTEX_BIAS_AFTER + 1);
+    assert_true(++n <= GCA__MUTEX_BIAS_AFTER + 1);
   }
   assert_true(n >= GCA__MUTEX_BIAS_AFTER);
 }
@@ -122,7 +121,7 @@ static void a_trylock_gives_a_revocation_up_while_the_holder_is_inside(void **st
   if (!biasing())
     skip();
   bias_to_me();
-  uint64_t me = gca__lock_tid;
+  uint64_t me = gca__lock_me();
   gca__mutex_lock(&mu);
   other_t o = {.try_only = true};
   pthread_t t;
@@ -168,7 +167,7 @@ static void a_child_of_fork_revokes_the_bias(void **state) {
   assert_int_equal(waitpid(pid, &status, 0), pid);
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 0);
-  assert_int_equal(atomic_load(&mu.bias), gca__lock_tid); /* the parent's is untouched */
+  assert_int_equal(atomic_load(&mu.bias), gca__lock_me()); /* the parent's is untouched */
 }
 
 /* A revocation whose fence fails (fail point "membarrier": as in a process
