@@ -527,7 +527,9 @@ static __attribute__((noinline)) gca_status_t malloc_rb_held(gca__devalloc_t *d,
  * with the leaves apart (median 19.7 -> 15.8 ns). The take then tests the
  * request's gca__round_key against the put's and the stream handle before
  * its key, and the bias's second look is one word (GCA__MUTEX_REVOKING):
- * 124 instructions a pair (7.2 -> 6.6 ns on the VM). A debug_checks build,
+ * 124 instructions a pair (7.2 -> 6.6 ns on the VM); with the thread
+ * pointer as the lock's identity, g_single_d and no bounds test of the
+ * calling thread's device, 116. A debug_checks build,
  * which counts the locks held and walks after every mutation, always takes
  * the full path. */
 static inline __attribute__((always_inline)) gca_status_t
