@@ -270,11 +270,84 @@ static void biased_and_plain_holds_exclude_each_other(void **state) {
   assert_true(atomic_load(&mu.bias) != GCA__MUTEX_REVOKING);
 }
 
+/* Note [Biased device lock]: a thread's identity is its thread pointer, so
+ * a thread made after a biased holder exited may be given the holder's (the
+ * C library reuses a joined thread's stack and control block) and with it
+ * the bias. A first thread biases the lock to itself and exits; a second,
+ * made after, and the test's thread then take the lock: whichever identity
+ * the second got, it holds the lock (by the inherited bias, or after a
+ * revocation), and the test's thread waits for its hold (a gate) and
+ * revokes. */
+typedef struct heir {
+  uint64_t me;
+  atomic_bool inside, leave;
+  bool biased; /* it held the lock by a bias */
+} heir_t;
+
+static void *biaser_main(void *arg) {
+  heir_t *h = arg;
+  h->me = gca__lock_me();
+  for (int i = 0; i <= GCA__MUTEX_BIAS_AFTER; i++) {
+    gca__mutex_lock(&mu);
+    gca__mutex_unlock(&mu);
+  }
+  return NULL;
+}
+
+static void *heir_main(void *arg) {
+  heir_t *h = arg;
+  h->me = gca__lock_me();
+  gca__mutex_lock(&mu);
+  h->biased = atomic_load(&mu.locked) == 0;
+  atomic_store(&h->inside, true);
+  while (!atomic_load(&h->leave)) /* the gate: the test's thread says when */
+    sched_yield();
+  gca__mutex_unlock(&mu);
+  return NULL;
+}
+
+static void a_thread_given_an_exited_holders_pointer_takes_its_bias(void **state) {
+  (void)state;
+  gca__mutex_init(&mu);
+  if (!biasing())
+    skip();
+  heir_t first = {0}, second = {0};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, biaser_main, &first), 0);
+  pthread_join(t, NULL);
+  assert_true(atomic_load(&mu.bias) == first.me); /* the exited thread's */
+  assert_int_equal(atomic_load(&mu.active), 0);
+  assert_int_equal(pthread_create(&t, NULL, heir_main, &second), 0);
+  while (!atomic_load(&second.inside))
+    sched_yield();
+  bool same = second.me == first.me;
+  print_message("the second thread %s the first's thread pointer\n",
+                same ? "was given" : "got other than");
+  /* the inherited bias holds the lock with `locked` 0; a revoker took `locked` */
+  assert_int_equal(second.biased, same);
+  assert_int_equal(mu.revocations, same ? 0u : 1u);
+  other_t o = {0};
+  pthread_t t2;
+  assert_int_equal(pthread_create(&t2, NULL, other_main, &o), 0);
+  if (same) /* the gate: it took `locked` and revokes the inherited bias */
+    while (atomic_load(&mu.bias) != GCA__MUTEX_REVOKING)
+      sched_yield();
+  assert_false(atomic_load(&o.done)); /* it cannot pass the second thread's hold */
+  atomic_store(&second.leave, true);
+  pthread_join(t, NULL);
+  pthread_join(t2, NULL);
+  assert_true(o.got);
+  assert_true(atomic_load(&mu.bias) == GCA__MUTEX_NO_BIAS);
+  assert_int_equal(atomic_load(&mu.locked), 0);
+  assert_int_equal(atomic_load(&mu.active), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_thread_that_keeps_the_lock_gets_it_biased),
       cmocka_unit_test(another_thread_revokes_the_bias_after_the_holder_lets_go),
       cmocka_unit_test(a_trylock_gives_a_revocation_up_while_the_holder_is_inside),
+      cmocka_unit_test(a_thread_given_an_exited_holders_pointer_takes_its_bias),
       cmocka_unit_test(a_child_of_fork_revokes_the_bias),
       cmocka_unit_test(a_failed_fence_registers_again_or_stops),
       cmocka_unit_test(biased_and_plain_holds_exclude_each_other),
