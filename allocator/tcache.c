@@ -420,6 +420,16 @@ static void key_once(void) {
     gca__tc_calm_limit = GCA__TC_CALM;
 }
 
+/* Brings d->tc_count up to date (d->lock held): on while the caches are on
+ * and one exists. The bins' owed statistics are settled before it turns on
+ * (Note [Owed bin statistics]: owed only while no cache counts). */
+static void tc_count_sync(gca__devalloc_t *d) {
+  bool on = d->tc_on && d->tcs != NULL;
+  if (on && !d->tc_count)
+    gca__fc_settled(d);
+  d->tc_count = on;
+}
+
 /* Gives tc back to d (d->lock held): folded, its headroom returned, its
  * cached blocks to the tree, its handed-out ones let go, unlinked, dead. */
 static void retire_locked(gca__devalloc_t *d, gca__tcache_t *tc) {
@@ -444,7 +454,7 @@ static void retire_locked(gca__devalloc_t *d, gca__tcache_t *tc) {
   if (tc->next != NULL)
     tc->next->prev = tc->prev;
   d->ntcs--;
-  d->tc_count = d->tc_on && d->tcs != NULL; /* never turns on here: nothing to settle */
+  tc_count_sync(d);
   gca__tc_lock(tc);
   tc->d = NULL;
   gca__tc_unlock_wake(tc);
@@ -532,8 +542,7 @@ static gca__tcache_t *tc_get(gca__devalloc_t *d) {
   d->tcs = tc;
   d->ntcs++;
   t->dev[d->device] = tc;
-  gca__fc_settled(d); /* Note [Owed bin statistics]: owed only while no cache counts */
-  d->tc_count = d->tc_on;
+  tc_count_sync(d);
   gca__tc_gate_sync(d, gca__fc_quiet(d)); /* kept only while thread caches exist */
   return tc;
 }
@@ -549,7 +558,7 @@ void gca__tc_destroy_all(gca__devalloc_t *d) {
   d->tcs = NULL;
   d->ntcs = 0;
   d->tc_held = 0;
-  d->tc_count = false;
+  tc_count_sync(d);
   pthread_mutex_unlock(&g_tc_mu);
 }
 
@@ -578,7 +587,7 @@ void gca__tc_update(gca__devalloc_t *d, bool reset) {
     gca__tc_fold(d, ~0u);
     gca__tc_flush_all(d, true);
   }
-  d->tc_count = d->tc_on && d->tcs != NULL;
+  tc_count_sync(d);
   gca__tc_gate_sync(d, gca__fc_quiet(d));
 }
 
