@@ -76,84 +76,87 @@ static cudaError_t rt_of(CUresult r) {
   }
 }
 
-EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
-  CUresult (*f)(CUstream, CUstreamCaptureMode) =
-      (CUresult(*)(CUstream, CUstreamCaptureMode))(uintptr_t)driver_fn("cuStreamBeginCapture_v2");
-  return f ? rt_of(f(stream, (CUstreamCaptureMode)mode)) : cudaErrorNotSupported;
-}
-
-EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph) {
-  CUresult (*f)(CUstream, CUgraph *) =
-      (CUresult(*)(CUstream, CUgraph *))(uintptr_t)driver_fn("cuStreamEndCapture");
-  return f ? rt_of(f(stream, (CUgraph *)pGraph)) : cudaErrorNotSupported;
-}
-
-EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
-                                         enum cudaStreamCaptureStatus *pCaptureStatus) {
-  CUresult (*f)(CUstream, CUstreamCaptureStatus *) =
-      (CUresult(*)(CUstream, CUstreamCaptureStatus *))(uintptr_t)driver_fn("cuStreamIsCapturing");
-  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-  cudaError_t e = f ? rt_of(f(stream, &st)) : cudaErrorNotSupported;
-  *pCaptureStatus = (enum cudaStreamCaptureStatus)st;
-  return e;
-}
-
-/* The per-thread-default-stream forms and the ToGraph begins, to the
- * driver's of the same form. */
-EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
-                                               enum cudaStreamCaptureMode mode);
-EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
-EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
-                                              enum cudaStreamCaptureStatus *pCaptureStatus);
-EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
-                                                      const cudaGraphNode_t *deps,
-                                                      const cudaGraphEdgeData *edges, size_t n,
-                                                      enum cudaStreamCaptureMode mode);
-
 typedef CUresult (*begin_fn)(CUstream, CUstreamCaptureMode);
 typedef CUresult (*end_fn)(CUstream, CUgraph *);
 typedef CUresult (*status_fn)(CUstream, CUstreamCaptureStatus *);
 typedef CUresult (*to_graph_fn)(CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
                                 size_t, CUstreamCaptureMode);
 
-EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
-                                               enum cudaStreamCaptureMode mode) {
-  begin_fn f = (begin_fn)(uintptr_t)driver_fn("cuStreamBeginCapture_ptsz");
+/* Each runtime form, plain or per-thread-default-stream (_ptsz), calls the
+ * driver's entry point `sym` of the same form. */
+static cudaError_t begin_capture(const char *sym, cudaStream_t stream,
+                                 enum cudaStreamCaptureMode mode) {
+  begin_fn f = (begin_fn)(uintptr_t)driver_fn(sym);
   return f ? rt_of(f(stream, (CUstreamCaptureMode)mode)) : cudaErrorNotSupported;
 }
 
-EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph) {
-  end_fn f = (end_fn)(uintptr_t)driver_fn("cuStreamEndCapture_ptsz");
+static cudaError_t end_capture(const char *sym, cudaStream_t stream, cudaGraph_t *pGraph) {
+  end_fn f = (end_fn)(uintptr_t)driver_fn(sym);
   return f ? rt_of(f(stream, (CUgraph *)pGraph)) : cudaErrorNotSupported;
 }
 
-EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
-                                              enum cudaStreamCaptureStatus *pCaptureStatus) {
-  status_fn f = (status_fn)(uintptr_t)driver_fn("cuStreamIsCapturing_ptsz");
+static cudaError_t is_capturing(const char *sym, cudaStream_t stream,
+                                enum cudaStreamCaptureStatus *pCaptureStatus) {
+  status_fn f = (status_fn)(uintptr_t)driver_fn(sym);
   CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
   cudaError_t e = f ? rt_of(f(stream, &st)) : cudaErrorNotSupported;
   *pCaptureStatus = (enum cudaStreamCaptureStatus)st;
   return e;
 }
 
-EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
-                                                 const cudaGraphNode_t *deps,
-                                                 const cudaGraphEdgeData *edges, size_t n,
-                                                 enum cudaStreamCaptureMode mode) {
-  to_graph_fn f = (to_graph_fn)(uintptr_t)driver_fn("cuStreamBeginCaptureToGraph");
+static cudaError_t begin_to_graph(const char *sym, cudaStream_t stream, cudaGraph_t graph,
+                                  const cudaGraphNode_t *deps, const cudaGraphEdgeData *edges,
+                                  size_t n, enum cudaStreamCaptureMode mode) {
+  to_graph_fn f = (to_graph_fn)(uintptr_t)driver_fn(sym);
   return f ? rt_of(f(stream, (CUgraph)graph, (const CUgraphNode *)deps,
                      (const CUgraphEdgeData *)edges, n, (CUstreamCaptureMode)mode))
            : cudaErrorNotSupported;
 }
 
+EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+  return begin_capture("cuStreamBeginCapture_v2", stream, mode);
+}
+EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
+                                               enum cudaStreamCaptureMode mode);
+EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
+                                               enum cudaStreamCaptureMode mode) {
+  return begin_capture("cuStreamBeginCapture_ptsz", stream, mode);
+}
+
+EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph) {
+  return end_capture("cuStreamEndCapture", stream, pGraph);
+}
+EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
+EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph) {
+  return end_capture("cuStreamEndCapture_ptsz", stream, pGraph);
+}
+
+EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+                                         enum cudaStreamCaptureStatus *pCaptureStatus) {
+  return is_capturing("cuStreamIsCapturing", stream, pCaptureStatus);
+}
+EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
+                                              enum cudaStreamCaptureStatus *pCaptureStatus);
+EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
+                                              enum cudaStreamCaptureStatus *pCaptureStatus) {
+  return is_capturing("cuStreamIsCapturing_ptsz", stream, pCaptureStatus);
+}
+
+EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                                 const cudaGraphNode_t *deps,
+                                                 const cudaGraphEdgeData *edges, size_t n,
+                                                 enum cudaStreamCaptureMode mode) {
+  return begin_to_graph("cuStreamBeginCaptureToGraph", stream, graph, deps, edges, n, mode);
+}
+EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+                                                      const cudaGraphNode_t *deps,
+                                                      const cudaGraphEdgeData *edges, size_t n,
+                                                      enum cudaStreamCaptureMode mode);
 EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
                                                       const cudaGraphNode_t *deps,
                                                       const cudaGraphEdgeData *edges, size_t n,
                                                       enum cudaStreamCaptureMode mode) {
-  to_graph_fn f = (to_graph_fn)(uintptr_t)driver_fn("cuStreamBeginCaptureToGraph_ptsz");
-  return f ? rt_of(f(stream, (CUgraph)graph, (const CUgraphNode *)deps,
-                     (const CUgraphEdgeData *)edges, n, (CUstreamCaptureMode)mode))
-           : cudaErrorNotSupported;
+  return begin_to_graph("cuStreamBeginCaptureToGraph_ptsz", stream, graph, deps, edges, n, mode);
 }
 
 /* ---- inspection ---- */
