@@ -202,9 +202,10 @@ gca__rb_pop(gca__devalloc_t *d, unsigned g, unsigned c, size_t requested) {
  * gate open: nothing pending, no capture, no history; the free cache's put
  * settled; with thread caches on, the calling thread's cache parked and
  * their headroom leaving the peaks unpassed); false, nothing done, else.
- * Only a thread with no cache of d comes here (allocator.c's dispatch). */
-static inline __attribute__((always_inline)) bool gca__rb_leaf_put(gca__devalloc_t *d,
-                                                                   gca_devptr_t addr) {
+ * Only a thread with no cache of d comes here (allocator.c's dispatch).
+ * `counted` is d->tc_count, a constant where the caller inlines it. */
+static inline __attribute__((always_inline)) bool
+gca__rb_leaf_put(gca__devalloc_t *d, gca_devptr_t addr, bool counted) {
   gca__ptrslot_t *e;
   unsigned g, c;
   if ((d->fc_gate & GCA__GATE_RB) || d->rb == NULL || d->fc_lazy.b != NULL ||
@@ -214,7 +215,8 @@ static inline __attribute__((always_inline)) bool gca__rb_leaf_put(gca__devalloc
   if (d->tc_on && !gca__tc_leaf_declines(d))
     return false;
   int64_t size = (int64_t)(c + 1) * GCA__MIN_BLOCK_SIZE;
-  if (d->tc_count) {
+  GCA_ASSERT_DEBUG(counted == d->tc_count);
+  if (counted) {
     if (!(gca__fc_stat_room(d, d->stats.inactive_split, GCA_STAT_SMALL, 1) &&
           gca__fc_stat_room(d, d->stats.inactive_split_bytes, GCA_STAT_SMALL, size)))
       return false;
@@ -239,28 +241,30 @@ static inline __attribute__((always_inline)) bool gca__rb_leaf_put(gca__devalloc
  * gca__rb_take, when nothing on the way calls a function (the bins' gate
  * open, the plain rounding, the statistics plain: nothing settled, pending
  * or oversize, not whole, no peak passed less the thread caches' headroom);
- * else NULL, nothing done. */
+ * else NULL, nothing done. `counted` as gca__rb_leaf_put's. */
 static inline __attribute__((always_inline)) gca__block_t *
-gca__rb_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
+gca__rb_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream, bool counted) {
   gca__rbins_t *rb = d->rb;
-  size_t rounded = gca__round_plain(size);
-  if ((d->fc_gate & GCA__GATE_RB) || rb == NULL || rounded > GCA__RB_MAX_SIZE ||
-      d->fc_lazy.b != NULL || d->fc_lazy.pairs != 0 || d->pend[GCA_STAT_ALL].current != 0)
+  size_t c = gca__round_key(size); /* the bin: gca__rb_class of the rounded size */
+  size_t rounded = (c + 1) * GCA__MIN_BLOCK_SIZE;
+  if ((d->fc_gate & GCA__GATE_RB) || rb == NULL || c >= GCA__RB_CLASSES || d->fc_lazy.b != NULL ||
+      d->fc_lazy.pairs != 0 || d->pend[GCA_STAT_ALL].current != 0)
     return NULL;
   /* with thread caches counting, the rises below within their headroom */
-  if (d->tc_count &&
+  GCA_ASSERT_DEBUG(counted == d->tc_count);
+  if (counted &&
       !(gca__fc_stat_room(d, d->stats.allocation, GCA_STAT_SMALL, 1) &&
         gca__fc_stat_room(d, d->stats.allocated_bytes, GCA_STAT_SMALL, (int64_t)rounded) &&
         gca__fc_stat_room(d, d->stats.requested_bytes, GCA_STAT_SMALL, (int64_t)size)))
     return NULL;
   gca_stream_t key = gca__stream_key_nocall(stream);
-  unsigned g = gca__rb_group(key), c = gca__rb_class(rounded);
+  unsigned g = gca__rb_group(key);
   gca__block_t *b = rb->head[g][c];
   gca__ptrslot_t *e;
   if (b == NULL || rb->stream[g] != key || gca__block_whole(b) ||
       b->size >= d->cfg.max_split_size || (e = gca__ptrmap_slot(&d->ptrs, b->addr)) == NULL)
     return NULL;
-  bool owe = !d->tc_count; /* Note [Owed bin statistics] */
+  bool owe = !counted; /* Note [Owed bin statistics] */
   if (owe) {
     if (!d->rb_owe.on)
       gca__rb_owe_open(d);

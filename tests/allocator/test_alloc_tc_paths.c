@@ -361,9 +361,9 @@ static void a_parked_caches_pairs_take_the_bins_leaf_paths(void **state) {
   int at = gca__stat_index(d, d->stats.inactive_split) + GCA_STAT_SMALL;
   int64_t saved = d->tc_esc[at];
   d->tc_esc[at] = split->peak - split->current;
-  bool refused = !gca__rb_leaf_put(d, (gca_devptr_t)(uintptr_t)p);
+  bool refused = !gca__rb_leaf_put(d, (gca_devptr_t)(uintptr_t)p, d->tc_count);
   d->tc_esc[at] = saved;
-  bool put = refused && gca__rb_leaf_put(d, (gca_devptr_t)(uintptr_t)p);
+  bool put = refused && gca__rb_leaf_put(d, (gca_devptr_t)(uintptr_t)p, d->tc_count);
   gca__dev_unlock(d); /* before any assertion: a failed one must not leave it held */
   assert_true(refused);
   assert_true(put);
