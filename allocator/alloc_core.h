@@ -689,6 +689,12 @@ static inline gca_stream_t gca__stream_key_nocall(gca_stream_t s) {
     return NULL;
   return gca__t_ptds_key != NULL ? gca__t_ptds_key : s;
 }
+/* Whether key, a block's stream key, is the key of handle s, calling
+ * nothing: the handle itself first (no key is 1 or 2, and NULL is the key of
+ * NULL and of GCA_STREAM_LEGACY alike), then its key. For the leaves. */
+static inline bool gca__stream_keyed(gca_stream_t key, gca_stream_t s) {
+  return GCA_LIKELY(key == s) || key == gca__stream_key_nocall(s);
+}
 static inline gca_stream_t gca__stream_key(gca_stream_t s) {
   if (GCA_LIKELY((uintptr_t)s > 2))
     return s;

@@ -374,11 +374,10 @@ static inline __attribute__((always_inline)) gca__block_t *
 gca__fc_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream) {
   gca__block_t *b = d->fc_lazy.b;
   /* the put's leaf_key: b's size, with b in the default pool of that size
-   * (b->size is a multiple of 512, so a request of the same key rounds to
-   * it); a stream equal to b's key is its key (no key is 1 or 2) */
+   * (b->size is a multiple of 512, so a request of the same key rounds to it) */
   if (b == NULL || d->fc_lazy.leaf_key != gca__round_key(size) ||
-      (b->stream != stream && b->stream != gca__stream_key_nocall(stream)) ||
-      (d->fc_gate & GCA__GATE_FC) || b->fc_gen != b->pool->gen || b->fc_exact != GCA__FC_EXACT_YES)
+      !gca__stream_keyed(b->stream, stream) || (d->fc_gate & GCA__GATE_FC) ||
+      b->fc_gen != b->pool->gen || b->fc_exact != GCA__FC_EXACT_YES)
     return NULL;
   *d->fc_lazy.slot = NULL;
   d->fc_count--;

@@ -215,7 +215,6 @@ gca__rb_leaf_put(gca__devalloc_t *d, gca_devptr_t addr, bool counted) {
   if (d->tc_on && !gca__tc_leaf_declines(d))
     return false;
   int64_t size = (int64_t)(c + 1) * GCA__MIN_BLOCK_SIZE;
-  GCA_ASSERT_DEBUG(counted == d->tc_count);
   if (counted) {
     if (!(gca__fc_stat_room(d, d->stats.inactive_split, GCA_STAT_SMALL, 1) &&
           gca__fc_stat_room(d, d->stats.inactive_split_bytes, GCA_STAT_SMALL, size)))
@@ -251,7 +250,6 @@ gca__rb_leaf_take(gca__devalloc_t *d, size_t size, gca_stream_t stream, bool cou
       d->fc_lazy.pairs != 0 || d->pend[GCA_STAT_ALL].current != 0)
     return NULL;
   /* with thread caches counting, the rises below within their headroom */
-  GCA_ASSERT_DEBUG(counted == d->tc_count);
   if (counted &&
       !(gca__fc_stat_room(d, d->stats.allocation, GCA_STAT_SMALL, 1) &&
         gca__fc_stat_room(d, d->stats.allocated_bytes, GCA_STAT_SMALL, (int64_t)rounded) &&

@@ -368,8 +368,8 @@ gca__tc_leaf_take(gca__devalloc_t *d, gca__tcache_t *tc, size_t size, gca_stream
   if (how == GCA__TC_OUT)
     return NULL;
   gca__block_t *h = atomic_load_explicit(&tc->hot, memory_order_relaxed);
-  if (h != NULL && !tc->hot_out && size == tc->hot_req &&
-      (h->stream == stream || h->stream == gca__stream_key_nocall(stream)) && tc->d == d) {
+  if (h != NULL && !tc->hot_out && size == tc->hot_req && gca__stream_keyed(h->stream, stream) &&
+      tc->d == d) {
     /* while a streak lasts its block is on top of its bin: whatever else
      * moves a bin settles the streak first (Note [Thread cache streaks]) */
     gca__tcbin_t *bin = &tc->bins[h->tc_bin];
